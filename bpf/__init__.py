@@ -1,0 +1,1 @@
+"""kvspread collector (see docs/)."""

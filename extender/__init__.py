@@ -1,0 +1,1 @@
+"""kvspread extender (see docs/)."""

@@ -1,0 +1,1 @@
+"""kvspread adapter (see docs/)."""

@@ -1,0 +1,1 @@
+"""kvspread simulate (see docs/)."""
