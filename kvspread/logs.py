@@ -1,7 +1,7 @@
 """Structured logging: one JSON object per line, a fixed message plus key/value fields.
 
-    log = logging.getLogger("kvspread.extender")
-    log.debug("decision", extra={"kv": {"pod": "ns/name", "best": "node-a"}})
+log = logging.getLogger("kvspread.extender")
+log.debug("decision", extra={"kv": {"pod": "ns/name", "best": "node-a"}})
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -77,7 +77,7 @@ class NodeSignals:
     version: int = SCHEMA_VERSION
 
 
-class SignalState(str, Enum):
+class SignalState(StrEnum):
     FRESH = "fresh"
     STALE = "stale"
     MISSING = "missing"

@@ -13,8 +13,12 @@ from kvspread.names import prometheus_name
         ("kvspread.node.fragmentation", "1", "gauge", "kvspread_node_fragmentation_ratio"),
         ("kvspread.tcp.retransmits", "{segment}", "counter", "kvspread_tcp_retransmits_total"),
         ("kvspread.collector.source.up", "", "gauge", "kvspread_collector_source_up"),
-        ("kvspread.engine.requests.waiting", "{request}", "gauge",
-         "kvspread_engine_requests_waiting"),
+        (
+            "kvspread.engine.requests.waiting",
+            "{request}",
+            "gauge",
+            "kvspread_engine_requests_waiting",
+        ),
         ("kvspread.accept_queue.delay", "s", "histogram", "kvspread_accept_queue_delay_seconds"),
         ("already_seconds", "s", "gauge", "already_seconds"),
         ("x.count", "1", "counter", "x_count_total"),
@@ -31,6 +35,12 @@ def test_sli_names_are_prometheus_safe_and_unique():
 
 
 def test_kubernetes_names_share_the_domain():
-    for value in (names.LABEL_MODEL, names.LABEL_MODALITY, names.LABEL_QOS,
-                  names.ANNOTATION_GPU_MEMORY, names.LABEL_POOL, names.ANNOTATION_SIGNALS):
+    for value in (
+        names.LABEL_MODEL,
+        names.LABEL_MODALITY,
+        names.LABEL_QOS,
+        names.ANNOTATION_GPU_MEMORY,
+        names.LABEL_POOL,
+        names.ANNOTATION_SIGNALS,
+    ):
         assert value.startswith(names.DOMAIN + "/")

@@ -38,8 +38,16 @@ def test_parse_rejects_with_format_hint(text):
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(42, "42"), (1.5, "1500m"), (0.001, "1m"), (0.0001, "100u"), (1e-9, "1n"), (0, "0"),
-     (Decimal("2.25"), "2250m"), (-1.5, "-1500m")],
+    [
+        (42, "42"),
+        (1.5, "1500m"),
+        (0.001, "1m"),
+        (0.0001, "100u"),
+        (1e-9, "1n"),
+        (0, "0"),
+        (Decimal("2.25"), "2250m"),
+        (-1.5, "-1500m"),
+    ],
 )
 def test_format_is_canonical(value, expected):
     assert format_quantity(value) == expected
@@ -51,6 +59,6 @@ def test_format_refuses_nan_and_inf():
             format_quantity(bad)
 
 
-@given(st.decimals(min_value=-10**12, max_value=10**12, places=3, allow_nan=False))
+@given(st.decimals(min_value=-(10**12), max_value=10**12, places=3, allow_nan=False))
 def test_format_then_parse_round_trips_to_milli(d):
     assert parse_quantity(format_quantity(d)) == d

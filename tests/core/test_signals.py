@@ -20,13 +20,21 @@ NOW = 1_800_000_000.0
 
 def _node(n_gpus: int = 8, **kw) -> NodeSignals:
     gpus = tuple(
-        GpuSignal(index=i, uuid=f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}", mem_total_mib=81559.0,
-                  mem_used_mib=1000.0 * i, util=0.5, kv_blocks_total=16384, kv_blocks_used=100 * i,
-                  models=("qwen2-vl-7b-instruct", "llava-1.6-vicuna-7b"))
+        GpuSignal(
+            index=i,
+            uuid=f"GPU-{i:08x}-aaaa-bbbb-cccc-{i:012x}",
+            mem_total_mib=81559.0,
+            mem_used_mib=1000.0 * i,
+            util=0.5,
+            kv_blocks_total=16384,
+            kv_blocks_used=100 * i,
+            models=("qwen2-vl-7b-instruct", "llava-1.6-vicuna-7b"),
+        )
         for i in range(n_gpus)
     )
-    return NodeSignals(ts=NOW, node="gpu-node-1", gpus=gpus, streams=12,
-                       image_token_share=0.31, p95_s=0.142, **kw)
+    return NodeSignals(
+        ts=NOW, node="gpu-node-1", gpus=gpus, streams=12, image_token_share=0.31, p95_s=0.142, **kw
+    )
 
 
 def test_round_trip_keeps_every_field():
@@ -57,8 +65,10 @@ def test_absent_gpu_signals_stay_absent_not_zero():
         ("[]", "object"),
         ('{"v": 2, "ts": 1}', "version"),
         ('{"v": 1}', "ts must be a number"),
-        ('{"v": 1, "ts": 1, "gpus": [{"mem_total_mib": "80G", "mem_used_mib": 1}]}',
-         r"gpus\[0\].mem_total_mib"),
+        (
+            '{"v": 1, "ts": 1, "gpus": [{"mem_total_mib": "80G", "mem_used_mib": 1}]}',
+            r"gpus\[0\].mem_total_mib",
+        ),
         ('{"v": 1, "ts": 1, "gpus": [{"mem_total_mib": 1, "mem_used_mib": -1}]}', ">= 0"),
         ('{"v": 1, "ts": 1, "p95_s": NaN}', "finite"),
         ('{"v": 1, "ts": 1, "image_token_share": 2}', "<= 1"),
