@@ -1,10 +1,139 @@
-"""`kvspread collector`: placeholder registration; the part's issue replaces it."""
+"""`kvspread collector run`: the node collector DaemonSet agent."""
 
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from collections.abc import Mapping
+from typing import Any
+
+from kvspread.settings import Setting, add_settings, layer, load_yaml
+
+__all__ = ["register", "SETTINGS", "build_config"]
+
+PART = "collector"
+
+SETTINGS: list[Setting] = [
+    Setting("port", "port of /metrics, /signals, /healthz, /readyz (default 9435)", int),
+    Setting("listen", "address to listen on (default 0.0.0.0)"),
+    Setting(
+        "http_ports",
+        "server ports to trace, comma list, or 'all' (default all)",
+        flag="--http-ports",
+    ),
+    Setting(
+        "standalone", "no Kubernetes API: skip annotation publishing and pod lookups", is_flag=True
+    ),
+    Setting(
+        "node_name",
+        "this node's name (default $NODE_NAME from the downward API)",
+        flag="--node-name",
+    ),
+    Setting("kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)"),
+    Setting(
+        "kube_api_server",
+        "API server URL without credentials (kubectl proxy, tests)",
+        flag="--kube-api-server",
+    ),
+    Setting("log_level", "debug | info | warning | error (default info)", flag="--log-level"),
+    Setting("bpf.tracefs", "tracefs mount point (default /sys/kernel/tracing)"),
+    Setting("bpf.header_cache", "cache folder of the BTF header tree", flag="--header-cache"),
+]
+
+EPILOG = """examples:
+  kvspread collector run --standalone --port 9435
+  kvspread collector run --http-ports 8000,8080 --otlp-endpoint dns:///kvspread-adapter-otlp.kvspread.svc:4318
+  kvspread collector run --print-bpf --http-ports 8000
+  curl -s localhost:9435/readyz; curl -s localhost:9435/signals
+"""
+
+
+def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Any:
+    from bpf.config import from_mapping
+
+    merged = layer(PART, SETTINGS, args, environ, load_yaml(args.config))
+    eps = list(args.otlp_endpoint or [])
+    env_eps = environ.get("KVSPREAD_COLLECTOR_OTLP_ENDPOINTS", "")
+    if eps:
+        merged["otlp_endpoints"] = eps
+    elif env_eps:
+        merged["otlp_endpoints"] = env_eps
+    if args.engine_target:
+        merged.setdefault("engines", {})
+        merged["engines"] = dict(merged["engines"] or {})
+        merged["engines"]["targets"] = list(args.engine_target)
+    if args.no_bpf:
+        merged["bpf"] = {**dict(merged.get("bpf") or {}), "enabled": False}
+    if args.no_nvml:
+        merged["nvml"] = {"enabled": False}
+    return from_mapping(merged, environ)
+
+
+def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    from kvspread import logs
+
+    config = build_config(args, environ)
+    if args.print_bpf:
+        from bpf import loader
+
+        pc = loader.ProbeConfig(
+            ports=config.http_ports,
+            capture_bytes=config.capture_bytes,
+            max_conns=config.max_conns,
+            tracefs=config.tracefs,
+        )
+        features = loader.detect_features(config.tracefs)
+        if not features.programs:
+            print(
+                f"no programs can load: tracepoints missing under {config.tracefs}", file=sys.stderr
+            )
+            features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {}, True)
+        print(loader.render(pc, features))
+        return 0
+    logs.configure(config.log_level)
+    from bpf.agent import Agent
+
+    agent = Agent(config)
+
+    def _term(signum: int, frame: Any) -> None:
+        agent._stop.set()
+
+    signal.signal(signal.SIGTERM, _term)
+    agent.run_forever()
+    return 0
 
 
 def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
-    sub.add_parser("collector", help="(being built)")
+    p = sub.add_parser("collector", help="node collector: eBPF, NVML, engine metrics -> signals")
+    s = p.add_subparsers(dest="collector_cmd", metavar="{run}")
+    run = s.add_parser(
+        "run",
+        help="run the collector agent (DaemonSet)",
+        description="Measure HTTP latency, TCP and accept queues with eBPF, GPU memory with NVML "
+        "and engine KV-cache metrics; publish node signals and export metrics.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--config", help="YAML config file (see docs/collector.md)")
+    add_settings(run, PART, SETTINGS)
+    run.add_argument(
+        "--otlp-endpoint",
+        action="append",
+        metavar="URL",
+        help="OTLP/HTTP endpoint; repeatable or comma list; dns:///name:port "
+        "pushes to every address [env KVSPREAD_COLLECTOR_OTLP_ENDPOINTS]",
+    )
+    run.add_argument(
+        "--engine-target",
+        action="append",
+        metavar="URL",
+        help="engine metrics URL to scrape (repeatable), besides annotated pods",
+    )
+    run.add_argument("--no-bpf", action="store_true", help="do not load BPF programs")
+    run.add_argument("--no-nvml", action="store_true", help="do not use NVML")
+    run.add_argument(
+        "--print-bpf", action="store_true", help="print the final BPF C with its cflags and exit"
+    )
+    run.set_defaults(func=lambda a: _run(a, environ))
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

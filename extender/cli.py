@@ -1,10 +1,112 @@
-"""`kvspread extender`: placeholder registration; the part's issue replaces it."""
+"""`kvspread extender serve`: flags, environment and YAML merged by kvspread.settings,
+validated by `ExtenderConfig.from_mapping`, then served (extender/run.py)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
 
+from extender.config import DEFAULT_HOST, DEFAULT_PORT, ExtenderConfig
+from kvspread import logs
+from kvspread.settings import Setting, add_settings, layer, load_yaml, parse_bool
+
+__all__ = ["register", "SETTINGS", "config_from_args"]
+
+PART = "extender"
+
+SETTINGS: list[Setting] = [
+    Setting("server.host", f"address to listen on (default {DEFAULT_HOST})"),
+    Setting("server.port", f"port to listen on (default {DEFAULT_PORT})", type=int),
+    Setting(
+        "server.tls_cert", "serve HTTPS with this PEM certificate (with --tls-key)", metavar="FILE"
+    ),
+    Setting("server.tls_key", "private key of --tls-cert (PEM)", metavar="FILE"),
+    Setting(
+        "server.log_level",
+        "debug | info | warning | error (default info); debug logs one line per decision",
+    ),
+    Setting(
+        "server.standalone",
+        "no cluster: no watches; full-NodeList requests are scored from the body alone",
+        type=parse_bool,
+        is_flag=True,
+    ),
+    Setting("server.filter_verb", "URL path of the filter verb (default filter)", metavar="VERB"),
+    Setting(
+        "server.prioritize_verb",
+        "URL path of the prioritize verb (default prioritize)",
+        metavar="VERB",
+    ),
+    Setting(
+        "kubernetes.kubeconfig",
+        "kubeconfig file (default: in-cluster, then ~/.kube/config)",
+        metavar="FILE",
+    ),
+    Setting(
+        "kubernetes.api_server",
+        "plain API server URL without credentials (kubectl proxy, tests)",
+        flag="--kube-api-server",
+        metavar="URL",
+    ),
+    Setting(
+        "ledger.ttl_s",
+        "seconds a recent placement counts before the pod shows up bound (default 30)",
+        flag="--ledger-ttl",
+        type=float,
+        metavar="SECONDS",
+    ),
+]
+
+EPILOG = """examples:
+  kvspread extender serve --standalone
+      serve on 127.0.0.1:8888 without a cluster (full-NodeList requests only)
+  kvspread extender serve --host 0.0.0.0 --config /etc/kvspread/extender.yaml
+      in a pod: watch nodes and pods with the service account
+  kvspread extender serve --kube-api-server http://127.0.0.1:8001 --log-level debug
+      through `kubectl proxy`, one log line per decision
+  KVSPREAD_EXTENDER_SERVER_PORT=9000 kvspread extender serve --standalone
+
+configuration precedence: flag > KVSPREAD_EXTENDER_* variable > --config YAML > defaults;
+the YAML also holds the scoring section (weights, thresholds), see docs/extender.md.
+"""
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> ExtenderConfig:
+    """Merge flag > env > YAML > defaults and validate strictly."""
+    file_mapping = load_yaml(getattr(args, "config", None))
+    merged = layer(PART, SETTINGS, args, environ, file_mapping)
+    return ExtenderConfig.from_mapping(merged)
+
 
 def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
-    sub.add_parser("extender", help="(being built)")
+    part = sub.add_parser(
+        "extender",
+        help="kube-scheduler extender: filter and prioritize GPU nodes",
+        description="kube-scheduler extender (filter + prioritize) placing LLM inference pods "
+        "by GPU memory, KV-cache fragmentation, load, model spread and modality.",
+    )
+    verbs = part.add_subparsers(dest="extender_cmd", metavar="{serve}")
+    serve = verbs.add_parser(
+        "serve",
+        help="serve /filter, /prioritize, /debug/explain, /metrics, /healthz, /readyz",
+        description="Serve the scheduler extender over HTTP(S).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    add_settings(serve, PART, SETTINGS)
+
+    def run_serve(args: argparse.Namespace) -> int:
+        cfg = config_from_args(args, environ)
+        logs.configure(cfg.log_level)
+        from extender.run import serve as serve_forever
+
+        return serve_forever(cfg)
+
+    serve.set_defaults(func=run_serve)
+
+    def no_verb(args: argparse.Namespace) -> int:
+        part.print_help()
+        return 2
+
+    part.set_defaults(func=no_verb)

@@ -54,6 +54,13 @@ ATTR_GPU_INDEX: Final = "gpu.index"
 ATTR_GPU_UUID: Final = "gpu.uuid"
 ATTR_ENGINE: Final = "llm.engine"
 ATTR_MODEL: Final = "llm.model"
+ATTR_CLIENT_ADDRESS: Final = "client.address"
+"""Peer address of a connection (OTel semconv); set on edges whose client is no known pod."""
+ATTR_CLIENT_POD: Final = "kvspread.client.pod"
+"""namespace/name of the client pod of a connection edge (collector, kvspread.connections)."""
+ATTR_QOS: Final = "llm.qos"
+"""The serving pod's `kvspread.io/qos` label (realtime | batch | best-effort), where known;
+the latency SLO rules pick the threshold by it (absent counts as batch)."""
 
 # --- Collector metrics (OTel names; DESIGN.md section 6) ---------------------------------
 HTTP_SERVER_REQUEST_DURATION: Final = "http.server.request.duration"

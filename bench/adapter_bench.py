@@ -1,0 +1,246 @@
+"""Benchmark of the kvspread metrics adapter: OTLP ingest, GET latency, memory per series.
+
+    python3 bench/adapter_bench.py [--series 10000] [--points 7] [--gets 2000]
+
+1. OTLP ingest: ExportMetricsServiceRequest protobufs of 1,000 explicit-bucket histogram
+   points each (15 buckets, the http.server.request.duration bounds) through the receiver's
+   handler (protobuf decode, validation, store) in this one process on one core; then the
+   same number of points POSTed over HTTP/1.1 keep-alive to `kvspread adapter serve`
+   running in its own process (one sequential client).
+2. GET latency: SERIES histogram series (100 namespaces x 100 services, POINTS points each in
+   the 1-minute window) stored, then GETS sequential metric reads (p95 over one service,
+   labelSelector service=...) over real TLS with a front-proxy client certificate and
+   keep-alive; client-side wall time per request, plus the server-side handler time.
+3. Memory per series: tracemalloc of the store after loading SERIES series x POINTS points.
+Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import httpx  # noqa: E402
+import trustme  # noqa: E402
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (  # noqa: E402
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
+from opentelemetry.proto.metrics.v1 import metrics_pb2 as mp  # noqa: E402
+
+from kvspread import names  # noqa: E402
+from metrics_adapter.httpserver import Request  # noqa: E402
+from metrics_adapter.sources.otlp import OtlpReceiver  # noqa: E402
+from metrics_adapter.sources.store import SeriesStore  # noqa: E402
+
+BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+NS_COUNT = 100
+
+
+def _kv(k: str, v: str | int) -> KeyValue:
+    return KeyValue(
+        key=k, value=AnyValue(int_value=v) if isinstance(v, int) else AnyValue(string_value=v)
+    )
+
+
+def build_requests(series: int, points: int, t0: float, per_request: int = 1000) -> list[bytes]:
+    """`points` rounds of cumulative points for `series` series, 10 s apart, chunked."""
+    rng = random.Random(1)
+    bodies: list[bytes] = []
+    counts = [[0] * (len(BOUNDS) + 1) for _ in range(series)]
+    for rnd in range(points):
+        t = t0 + 10 * (rnd + 1)
+        for chunk in range(0, series, per_request):
+            req = ExportMetricsServiceRequest()
+            rm = req.resource_metrics.add()
+            rm.resource.attributes.extend([_kv(names.ATTR_K8S_NODE, "node-1")])
+            m = rm.scope_metrics.add().metrics.add()
+            m.name = names.HTTP_SERVER_REQUEST_DURATION
+            m.unit = "s"
+            m.histogram.aggregation_temporality = mp.AGGREGATION_TEMPORALITY_CUMULATIVE
+            for i in range(chunk, min(chunk + per_request, series)):
+                c = counts[i]
+                for _ in range(20):
+                    c[min(int(rng.expovariate(1.5) * 5), len(BOUNDS))] += 1
+                dp = m.histogram.data_points.add()
+                dp.start_time_unix_nano = int(t0 * 1e9)
+                dp.time_unix_nano = int(t * 1e9)
+                dp.explicit_bounds.extend(BOUNDS)
+                dp.bucket_counts.extend(c)
+                dp.count = sum(c)
+                dp.sum = 0.1 * dp.count
+                dp.attributes.extend(
+                    [
+                        _kv(names.ATTR_K8S_NAMESPACE, f"ns-{i % NS_COUNT}"),
+                        _kv(names.ATTR_SERVICE_NAME, f"svc-{i // NS_COUNT}"),
+                        _kv(names.ATTR_K8S_POD, f"pod-{i}"),
+                        _kv(names.ATTR_MODALITY, "text"),
+                        _kv(names.ATTR_HTTP_ROUTE, "/v1/chat/completions"),
+                        _kv(names.ATTR_HTTP_STATUS, 200),
+                    ]
+                )
+            bodies.append(req.SerializeToString())
+    return bodies
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--series", type=int, default=10_000)
+    ap.add_argument("--points", type=int, default=7, help="points per series in the window")
+    ap.add_argument("--gets", type=int, default=2000)
+    args = ap.parse_args()
+    now = time.time()
+    t0 = now - 10 * args.points - 5
+    bodies = build_requests(args.series, args.points, t0)
+    total_points = args.series * args.points
+    rows: list[tuple[str, str, str]] = []
+
+    # 1a. in-process ingest: decode + validate + store, one core
+    store = SeriesStore(retention=90)
+    rx = OtlpReceiver(store, time.time, max_body=64 << 20)
+    hdr = [("content-type", "application/x-protobuf")]
+    gc.collect()
+    t = time.process_time()
+    for b in bodies:
+        assert rx.handle_sync(Request("POST", "/v1/metrics", hdr, b)).status == 200
+    cpu = time.process_time() - t
+    rows.append(
+        (
+            "OTLP ingest, in process (decode+validate+store)",
+            f"{total_points / cpu:,.0f} histogram points/s",
+            ">= 50,000",
+        )
+    )
+
+    # 3. memory per series (a fresh store, same data)
+    gc.collect()
+    tracemalloc.start()
+    store2 = SeriesStore(retention=90)
+    rx2 = OtlpReceiver(store2, time.time, max_body=64 << 20)
+    base = tracemalloc.take_snapshot()
+    for b in bodies:
+        rx2.handle_sync(Request("POST", "/v1/metrics", hdr, b))
+    gc.collect()
+    snap = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    used = sum(s.size_diff for s in snap.compare_to(base, "filename"))
+    rows.append(
+        (
+            f"memory per series ({args.points} points x 15 buckets)",
+            f"{used / len(store2):,.0f} bytes",
+            "<= 2048",
+        )
+    )
+    del store2, rx2
+
+    # 1b + 2. `kvspread adapter serve` in its own process, over real sockets
+    with tempfile.TemporaryDirectory() as d:
+        ca, fp = trustme.CA(), trustme.CA()
+        ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+            f"{d}/serving.pem"
+        )
+        fp.cert_pem.write_to_path(f"{d}/fp-ca.pem")
+        fp.issue_cert(
+            "front-proxy-client", common_name="front-proxy-client"
+        ).private_key_and_cert_chain_pem.write_to_path(f"{d}/client.pem")
+        api_port, otlp_port = free_port(), free_port()
+        with open(f"{d}/adapter.yaml", "w") as f:
+            f.write("otlp_max_body_bytes: 67108864\nauthorization_mode: AllowList\n")
+            f.write("authorization_allow_groups: [system:authenticated]\n")
+        cmd = [
+            sys.executable, "-m", "kvspread", "adapter", "serve", f"--config={d}/adapter.yaml",
+            "--bind-address=127.0.0.1", f"--secure-port={api_port}",
+            "--otlp-bind-address=127.0.0.1", f"--otlp-port={otlp_port}",
+            f"--tls-cert-file={d}/serving.pem", f"--tls-private-key-file={d}/serving.pem",
+            f"--requestheader-client-ca-file={d}/fp-ca.pem",
+            "--requestheader-allowed-names=front-proxy-client", "--log-level=warning",
+        ]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=os.path.join(os.path.dirname(__file__), ".."))
+        try:
+            otlp = f"http://127.0.0.1:{otlp_port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{otlp}/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("adapter did not start")
+                time.sleep(0.2)
+            # fresh timestamps: the reads below must find the points inside the 1-min window
+            fresh = build_requests(args.series, args.points, time.time() - 10 * args.points - 1)
+            with httpx.Client(base_url=otlp) as c:
+                t = time.perf_counter()
+                for b in fresh:
+                    assert c.post("/v1/metrics", content=b, headers=dict(hdr)).status_code == 200
+                wall = time.perf_counter() - t
+            rows.append(
+                (
+                    "OTLP ingest over HTTP/1.1 keep-alive (one sequential client)",
+                    f"{total_points / wall:,.0f} histogram points/s",
+                    "-",
+                )
+            )
+            ctx = ssl.create_default_context()
+            ca.configure_trust(ctx)
+            ctx.load_cert_chain(f"{d}/client.pem")
+            rng = random.Random(2)
+            lat: list[float] = []
+            with httpx.Client(base_url=f"https://127.0.0.1:{api_port}", verify=ctx) as c:
+                h = {"X-Remote-User": "system:serviceaccount:kube-system:horizontal-pod-autoscaler"}
+                for i in range(args.gets + 50):
+                    ns = rng.randrange(NS_COUNT)
+                    svc = rng.randrange(max(1, args.series // NS_COUNT))
+                    path = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/ns-{ns}/{names.SLI_LATENCY_P95}"
+                    t = time.perf_counter()
+                    r = c.get(path, params={"labelSelector": f"service=svc-{svc}"}, headers=h)
+                    dt = time.perf_counter() - t
+                    assert r.status_code == 200 and len(r.json()["items"]) == 1, r.text
+                    if i >= 50:  # warm-up excluded
+                        lat.append(dt)
+            stored = httpx.get(f"{otlp}/metrics").text
+            assert f"kvspread_adapter_series {float(args.series)}" in stored
+            label = f"{args.series:,} series stored, TLS + client cert, keep-alive"
+            rows.append((f"GET p50 ({label})", f"{pct(lat, 50) * 1e3:.2f} ms", "-"))
+            rows.append((f"GET p99 ({label})", f"{pct(lat, 99) * 1e3:.2f} ms", "<= 5 ms"))
+            rows.append(("GET mean", f"{statistics.fmean(lat) * 1e3:.2f} ms", "-"))
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, series={args.series}, points={args.points}, gets={args.gets}\n"
+    )
+    print("| measurement | result | target |")
+    print("|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+
+
+if __name__ == "__main__":
+    main()

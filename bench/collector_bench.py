@@ -1,0 +1,388 @@
+"""Overhead of the node collector on a loopback HTTP/1.1 server.
+
+    sudo python3 bench/collector_bench.py [--seconds 5] [--pairs 3] [--rss-requests 200000]
+
+Measures (all printed as a Markdown table):
+
+1. Throughput with and without the collector attached, in paired runs (order alternates
+   so drift hits both sides); the loss is 1 - median(with / without).
+2. Added latency per request: (a) the BPF programs' own run time per request, read from
+   the kernel's BPF statistics (`kernel.bpf_stats_enabled`, run_time_ns / requests), and
+   (b) the client-observed mean latency difference of the paired runs (noisier).
+3. Collector CPU share (user space, % of one core) and in-kernel BPF time at fixed
+   request rates (1k and 5k req/s).
+4. Collector RSS while `--rss-requests` requests go through (a new connection every 100
+   requests, so the connection tables churn), sampled every 10 %; with the default
+   200k requests the figure for 1 M requests is extrapolated from the slope.
+
+The server is a small asyncio HTTP/1.1 server (one process), the client one process with
+keep-alive sockets, and the collector the real `kvspread collector run` (standalone, NVML
+off) in its own process. Needs root (BPF, bpf_stats). Nothing here asserts anything;
+other processes on the machine add noise, so report the machine state with the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+RESPONSE = (
+    b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"ok": true}\n'
+)
+REQUEST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 47\r\n\r\n{"messages":[{"role":"user","content":"hi"}]}\r\n'
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- server ---------------------------------------------------------------------------
+class _Http(asyncio.Protocol):
+    def connection_made(self, transport: Any) -> None:
+        self.t = transport
+        self.buf = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while b"\r\n\r\n" in self.buf:
+            head, _, rest = self.buf.partition(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            if len(rest) < length:
+                return
+            self.buf = rest[length:]
+            self.t.write(RESPONSE)
+
+
+def serve(port: int) -> None:
+    loop = asyncio.new_event_loop()
+    srv = loop.run_until_complete(loop.create_server(_Http, "127.0.0.1", port, backlog=1024))
+    try:
+        loop.run_forever()
+    finally:
+        srv.close()
+
+
+# --- client ---------------------------------------------------------------------------
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _one(s: socket.socket) -> None:
+    s.sendall(REQUEST)
+    got = 0
+    while got < len(RESPONSE):
+        chunk = s.recv(65536)
+        if not chunk:
+            raise ConnectionError("server closed")
+        got += len(chunk)
+
+
+def client(
+    port: int, seconds: float, rate: float, max_requests: int, reconnect_every: int, out: Any
+) -> None:
+    """Send requests for `seconds` (or `max_requests`); rate 0 means as fast as possible."""
+    s = _connect(port)
+    n = 0
+    lat: list[int] = []
+    start = time.perf_counter()
+    end = start + seconds
+    interval = 1.0 / rate if rate else 0.0
+    next_at = start
+    while True:
+        now = time.perf_counter()
+        if now >= end or (max_requests and n >= max_requests):
+            break
+        if interval:
+            if now < next_at:
+                time.sleep(next_at - now)
+            next_at += interval
+        if reconnect_every and n and n % reconnect_every == 0:
+            s.close()
+            s = _connect(port)
+        t0 = time.perf_counter_ns()
+        _one(s)
+        if len(lat) < 200_000:
+            lat.append(time.perf_counter_ns() - t0)
+        n += 1
+    s.close()
+    out.put(
+        {
+            "requests": n,
+            "seconds": time.perf_counter() - start,
+            "mean_us": statistics.fmean(lat) / 1000 if lat else 0.0,
+        }
+    )
+
+
+def run_client(
+    port: int, seconds: float, rate: float = 0.0, max_requests: int = 0, reconnect_every: int = 0
+) -> dict[str, float]:
+    q: Any = mp.Queue()
+    p = mp.Process(target=client, args=(port, seconds, rate, max_requests, reconnect_every, q))
+    p.start()
+    res = q.get()
+    p.join()
+    return res
+
+
+# --- collector ------------------------------------------------------------------------
+class Collector:
+    def __init__(self, port: int, cache: Path) -> None:
+        self.metrics_port = free_port()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kvspread",
+                "collector",
+                "run",
+                "--standalone",
+                "--no-nvml",
+                "--listen",
+                "127.0.0.1",
+                "--port",
+                str(self.metrics_port),
+                "--http-ports",
+                str(port),
+                "--header-cache",
+                str(cache),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                r = httpx.get(url, timeout=1)
+                if r.status_code == 200 and r.json()["sources"]["bpf"]["up"]:
+                    return
+                if r.status_code == 200:
+                    raise RuntimeError(f"collector up without BPF: {r.json()}")
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError("collector did not become ready")
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def requests_seen(self) -> float:
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("http_server_request_duration_seconds_count")
+        )
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def bpf_run_time_ns() -> tuple[int, int]:
+    """Sum of run_time_ns and run_cnt over loaded tracepoint programs (bpf_stats)."""
+    out = subprocess.run(
+        ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    total = cnt = 0
+    for p in json.loads(out):
+        if p.get("type") == "tracepoint":
+            total += int(p.get("run_time_ns", 0))
+            cnt += int(p.get("run_cnt", 0))
+    return total, cnt
+
+
+def set_bpf_stats(on: bool) -> None:
+    Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1\n" if on else "0\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=5.0, help="length of each run")
+    ap.add_argument("--pairs", type=int, default=3, help="paired throughput runs")
+    ap.add_argument("--rss-requests", type=int, default=200_000)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root (BPF)", file=sys.stderr)
+        return 2
+    port = free_port()
+    server = mp.Process(target=serve, args=(port,), daemon=True)
+    server.start()
+    time.sleep(0.5)
+    cache = Path("/tmp/kvspread-bench-headers")
+    run_client(port, 1.0)  # warm up
+    rows: list[tuple[str, str]] = []
+
+    # 1 + 2b: paired throughput. "probes" = the BPF programs attached (loaded by this
+    # process, events left unread) without the collector's user space: the in-kernel part.
+    from bpf import loader
+
+    ratios, lat_diffs, base_rates, probe_ratios = [], [], [], []
+    for i in range(args.pairs):
+        order = ("without", "with", "probes") if i % 2 == 0 else ("probes", "with", "without")
+        res: dict[str, dict[str, float]] = {}
+        for mode in order:
+            col = Collector(port, cache) if mode == "with" else None
+            probes = None
+            if mode == "probes":
+                probes = loader.load(loader.ProbeConfig(ports=(port,), header_cache=cache))
+            try:
+                res[mode] = run_client(port, args.seconds)
+            finally:
+                if col:
+                    col.stop()
+                if probes:
+                    probes.close()
+        r_without = res["without"]["requests"] / res["without"]["seconds"]
+        r_with = res["with"]["requests"] / res["with"]["seconds"]
+        ratios.append(r_with / r_without)
+        probe_ratios.append(res["probes"]["requests"] / res["probes"]["seconds"] / r_without)
+        base_rates.append(r_without)
+        lat_diffs.append(res["with"]["mean_us"] - res["without"]["mean_us"])
+        print(
+            f"pair {i}: without {r_without:.0f} req/s, with {r_with:.0f} req/s, "
+            f"ratio {r_with / r_without:.4f}",
+            file=sys.stderr,
+        )
+    rows.append(
+        ("requests/s without collector (median of pairs)", f"{statistics.median(base_rates):.0f}")
+    )
+    rows.append(
+        (
+            "throughput with / without (median of pairs)",
+            f"{statistics.median(ratios):.4f} (loss {100 * (1 - statistics.median(ratios)):.2f} %)",
+        )
+    )
+    rows.append(
+        (
+            "throughput with BPF probes only / without (median of pairs)",
+            f"{statistics.median(probe_ratios):.4f} "
+            f"(loss {100 * (1 - statistics.median(probe_ratios)):.2f} %)",
+        )
+    )
+    rows.append(
+        (
+            "client-observed added latency, mean (median of pairs)",
+            f"{statistics.median(lat_diffs):.1f} us",
+        )
+    )
+
+    # 2a + 3: fixed rates with bpf_stats
+    col = Collector(port, cache)
+    try:
+        set_bpf_stats(True)
+        for rate in (1000, 5000):
+            t0, c0 = bpf_run_time_ns()
+            cpu0 = col.cpu_s()
+            seen0 = col.requests_seen()
+            res1 = run_client(port, args.seconds, rate=rate)
+            time.sleep(1.0)  # let the collector drain its ring buffer
+            cpu1 = col.cpu_s()
+            t1, c1 = bpf_run_time_ns()
+            seen = col.requests_seen() - seen0
+            achieved = res1["requests"] / res1["seconds"]
+            wall = res1["seconds"] + 1.0
+            rows.append((f"{rate} req/s target: achieved", f"{achieved:.0f} req/s"))
+            rows.append(
+                (
+                    f"{rate} req/s: collector user-space CPU",
+                    f"{100 * (cpu1 - cpu0) / wall:.2f} % of one core",
+                )
+            )
+            rows.append(
+                (
+                    f"{rate} req/s: in-kernel BPF time",
+                    f"{100 * (t1 - t0) / 1e9 / res1['seconds']:.2f} % of one core, "
+                    f"{(t1 - t0) / max(res1['requests'], 1) / 1000:.2f} us per request, "
+                    f"{(c1 - c0) / max(res1['requests'], 1):.1f} program runs per request",
+                )
+            )
+            rows.append(
+                (
+                    f"{rate} req/s: requests reported by the collector",
+                    f"{seen:.0f} of {res1['requests']}",
+                )
+            )
+    finally:
+        set_bpf_stats(False)
+
+    # 4: RSS growth
+    try:
+        samples = []
+        step = max(args.rss_requests // 10, 1)
+        samples.append((0, col.rss_mib()))
+        done = 0
+        while done < args.rss_requests:
+            r = run_client(port, 3600, max_requests=step, reconnect_every=100)
+            done += int(r["requests"])
+            time.sleep(0.5)
+            samples.append((done, col.rss_mib()))
+        first_half = [m for n, m in samples if n >= args.rss_requests // 2]
+        slope = (samples[-1][1] - samples[len(samples) // 2][1]) / max(
+            samples[-1][0] - samples[len(samples) // 2][0], 1
+        )
+        rows.append(("collector RSS after startup", f"{samples[0][1]:.1f} MiB"))
+        rows.append(
+            (
+                f"collector RSS after {done} requests ({done // 100} connections)",
+                f"{samples[-1][1]:.1f} MiB (max of second half {max(first_half):.1f})",
+            )
+        )
+        rows.append(
+            (
+                "RSS at 1 M requests, extrapolated from the second-half slope",
+                f"{samples[-1][1] + slope * (1_000_000 - done):.1f} MiB",
+            )
+        )
+        print(
+            "rss samples (requests, MiB): " + ", ".join(f"({n}, {m:.1f})" for n, m in samples),
+            file=sys.stderr,
+        )
+    finally:
+        col.stop()
+        server.terminate()
+
+    print("| measure | value |\n| --- | --- |")
+    for k, v in rows:
+        print(f"| {k} | {v} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

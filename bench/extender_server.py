@@ -1,0 +1,46 @@
+"""Benchmark helper: serve the real extender app under uvicorn with a node cache filled
+with N synthetic GPU nodes (no Kubernetes API needed), for bench/extender_bench.py.
+
+    python bench/extender_server.py --nodes 5000 --port 18900
+
+The nodes are built by `bench.extender_nodes.synthetic_nodes` (the same the client
+sends in full-NodeList mode) and fed to the cache the way a list would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import uvicorn  # noqa: E402
+
+from bench.extender_nodes import synthetic_nodes, synthetic_pods  # noqa: E402
+from extender.config import ExtenderConfig  # noqa: E402
+from extender.run import build  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--nodes", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    args = ap.parse_args()
+    cfg = ExtenderConfig.from_mapping({"kubernetes": {"api_server": "http://127.0.0.1:9"}})
+    running = build(cfg)  # reflectors are never started: the cache is filled below
+    running.state.replace_nodes(synthetic_nodes(args.nodes))
+    running.state.replace_pods(synthetic_pods(args.nodes))
+    uvicorn.run(
+        running.app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        log_config=None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,530 @@
+"""The collector agent: wires probes, NVML, engine scrapes, pod lookups, node signals,
+publishing and the exporters. Degrade, never die: each source runs on its own and a
+source that fails (BPF that cannot load, no tracefs, no NVML, an engine that is down or
+returns garbage, no Kubernetes API) is marked down in `CollectorState.sources` (served
+at /readyz and as kvspread_collector_source_up) and logged once per change of reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from bpf import engine as engine_mod
+from bpf import loader as loader_mod
+from bpf.attribution import Attributor, PodMeta, PodRef
+from bpf.config import CollectorConfig, EngineTarget
+from bpf.events import EventDecodeError, decode_accept_event, decode_http_event
+from bpf.export import REQUEST_ATTRS, OtlpExporter, PrometheusCollector
+from bpf.gpu import GpuReader, GpuUnavailable, NvmlReader
+from bpf.http import RouteTemplates
+from bpf.node import (
+    MIB,
+    SignalInputs,
+    build_signals,
+    fit_signals,
+    fragmentation,
+    gpu_free_mib,
+    image_token_share,
+    largest_free_extent,
+)
+from bpf.publish import patch_node_annotation, should_publish
+from bpf.server import CollectorServer
+from bpf.state import CollectorState, EngineReading
+from bpf.tracker import ConnTracker, RequestRecord
+from kvspread import names as N
+from kvspread.clock import SYSTEM_CLOCK, Clock
+from kvspread.signals import NodeSignals
+
+__all__ = ["Agent"]
+
+log = logging.getLogger("kvspread.collector")
+
+SERVICE_LABELS = ("app.kubernetes.io/name", "app")
+
+
+class Agent:
+    """One collector. `start()` returns once the HTTP server listens; sources start in
+    background threads. `stop()` ends everything. Thread-safe start/stop from one thread."""
+
+    def __init__(
+        self,
+        config: CollectorConfig,
+        *,
+        gpu_reader: GpuReader | None = None,
+        kube_client: Any = None,
+        clock: Clock = SYSTEM_CLOCK,
+        probe_loader: Callable[[loader_mod.ProbeConfig], loader_mod.ProbeSession] = loader_mod.load,
+        otlp_exporter: Any = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.state = CollectorState()
+        self.state.window.window_s = config.window_s
+        self.gpu_reader: GpuReader | None = gpu_reader
+        self._kube = kube_client
+        self._probe_loader = probe_loader
+        self._stop = threading.Event()
+        self._pods_wanted = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._reasons: dict[str, str] = {}
+        self._started = False
+        self._pods: dict[str, PodMeta] = {}
+        self._pods_lock = threading.Lock()
+        self.session: loader_mod.ProbeSession | None = None
+        self.tracker = ConnTracker(RouteTemplates(config.routes, config.max_routes))
+        self.attributor = Attributor(config.proc_root, self._pod_lookup, retry_s=5.0, clock=clock)
+        self.state.pod_of_pid = self.attributor.resolve
+        self._tracker_lock = threading.Lock()  # event thread feeds, signals thread reads
+        self.last_published: NodeSignals | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(PrometheusCollector(self.state, config.node_name))  # type: ignore[arg-type]
+        self.otlp: OtlpExporter | None = None
+        if config.otlp_endpoints or otlp_exporter is not None:
+            attrs = {"service.name": "kvspread-collector"}
+            if config.node_name:
+                attrs[N.ATTR_K8S_NODE] = config.node_name
+            self.otlp = OtlpExporter(
+                self.state, config.otlp_endpoints, config.otlp_interval_s, attrs, otlp_exporter
+            )
+        self.server = CollectorServer(
+            self.state, self.registry, config.listen, config.port, lambda: self._started
+        )
+        self.bpf_ready = threading.Event()  # set once BPF is up or known to be absent
+        self.engines_ready = threading.Event()  # set after the first engine scrape
+
+    # --- logging once per reason ------------------------------------------------------
+    def _source(self, name: str, up: bool, reason: str = "") -> None:
+        self.state.set_source(name, up, reason)
+        key = "up" if up else reason
+        if self._reasons.get(name) != key:
+            self._reasons[name] = key
+            if up:
+                log.info("source up", extra={"kv": {"source": name}})
+            else:
+                log.warning("source missing", extra={"kv": {"source": name, "reason": reason}})
+
+    # --- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        self.server.start()
+        log.info("collector listening", extra={"kv": {"port": self.server.port}})
+        self._spawn("collector-bpf", self._bpf_loop)
+        self._spawn("collector-engines", self._engine_loop)
+        if self.config.standalone:
+            self._source("kubernetes", False, "standalone mode: no Kubernetes API")
+        else:
+            self._spawn("collector-pods", self._pods_loop)
+        self._spawn("collector-signals", self._signals_loop)
+
+    def _spawn(self, name: str, fn: Callable[[], None]) -> None:
+        def guarded() -> None:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a dying source must not take the agent down
+                log.exception("source thread failed", extra={"kv": {"thread": name}})
+
+        t = threading.Thread(target=guarded, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._pods_wanted.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        self.server.stop()
+        if self.session is not None:
+            self.session.close()
+        if self.otlp is not None:
+            self.otlp.shutdown()
+
+    def run_forever(self) -> None:
+        self.start()
+        try:
+            while not self._stop.wait(1.0):
+                pass
+        finally:
+            self.stop()
+
+    # --- BPF --------------------------------------------------------------------------
+    def _bpf_loop(self) -> None:
+        c = self.config
+        if not c.bpf_enabled:
+            self._source("bpf", False, "disabled by configuration")
+            self.bpf_ready.set()
+            return
+        pc = loader_mod.ProbeConfig(
+            ports=c.http_ports,
+            capture_bytes=c.capture_bytes,
+            max_conns=c.max_conns,
+            tracefs=c.tracefs,
+            header_cache=c.header_cache,
+        )
+        try:
+            session = self._probe_loader(pc)
+        except loader_mod.BpfUnavailable as exc:
+            self._source("bpf", False, str(exc))
+            self.bpf_ready.set()
+            return
+        except Exception as exc:  # noqa: BLE001 - anything else from bcc
+            self._source("bpf", False, f"BPF failed to load: {exc}")
+            self.bpf_ready.set()
+            return
+        self.session = session
+        session.open(self.on_http_bytes, self.on_accept_bytes)
+        self._source("bpf", True)
+        self.bpf_ready.set()
+        lost_seen = 0
+        while not self._stop.is_set():
+            session.poll(100)
+            if session.lost != lost_seen:
+                self.state.count("dropped", "perf_lost", session.lost - lost_seen)
+                lost_seen = session.lost
+
+    def on_http_bytes(self, raw: bytes) -> None:
+        try:
+            ev = decode_http_event(raw)
+        except EventDecodeError:
+            self.state.count("dropped", "bad_event")
+            return
+        self.state.count("events", "http_latency")
+        with self._tracker_lock:
+            records = self.tracker.on_http(ev)
+        for rec in records:
+            self.record_request(rec)
+
+    def on_accept_bytes(self, raw: bytes) -> None:
+        try:
+            ev = decode_accept_event(raw)
+        except EventDecodeError:
+            self.state.count("dropped", "bad_event")
+            return
+        self.state.count("events", "conn_track")
+        with self._tracker_lock:
+            self.tracker.on_accept(ev)
+        ref = self.attributor.resolve(ev.tgid)
+        ns, pod = (ref.namespace, ref.name) if ref else ("", "")
+        self.state.backlog[ev.port] = (ev.backlog, ev.max_backlog)
+        if len(self.state.backlog) > 1024:
+            self.state.backlog.pop(next(iter(self.state.backlog)))
+        attrs = (
+            (N.ATTR_SERVER_PORT, str(ev.port)),
+            (N.ATTR_K8S_NAMESPACE, ns),
+            (N.ATTR_K8S_POD, pod),
+        )
+        if ev.queue_ns:
+            self.state.accept_delay.observe(attrs, ev.queue_ns / 1e9)
+            if self.otlp:
+                self.otlp.record_accept(dict(attrs), ev.queue_ns / 1e9)
+        client = self._pod_by_ip(ev.peer)
+        self.state.edges.add(
+            (
+                (N.ATTR_CLIENT_ADDRESS, ev.peer if client is None else ""),
+                (N.ATTR_CLIENT_POD, "" if client is None else f"{client.namespace}/{client.name}"),
+                *attrs,
+            )
+        )
+
+    def _service_name(self, ref: PodRef | None) -> str:
+        if ref is None:
+            return ""
+        with self._pods_lock:
+            meta = self._pods.get(ref.uid)
+        if meta is None:
+            return ""
+        for key in SERVICE_LABELS:
+            v = meta.label(key)
+            if v:
+                return v
+        return ""
+
+    def record_request(self, rec: RequestRecord) -> None:
+        ref = self.attributor.resolve(rec.tgid)
+        values = {
+            N.ATTR_HTTP_METHOD: rec.method,
+            N.ATTR_HTTP_STATUS: "" if rec.status is None else str(rec.status),
+            N.ATTR_HTTP_ROUTE: rec.route,
+            N.ATTR_SERVER_PORT: str(rec.port),
+            N.ATTR_K8S_NAMESPACE: ref.namespace if ref else "",
+            N.ATTR_K8S_POD: ref.name if ref else "",
+            N.ATTR_MODALITY: rec.modality,
+            N.ATTR_SERVICE_NAME: self._service_name(ref),
+        }
+        labels = tuple((k, values[k]) for k in REQUEST_ATTRS)
+        if not self.state.requests.observe(labels, rec.duration_s):
+            self.state.count("dropped", "series_limit")
+        self.state.ttfb.observe(labels, rec.ttfb_s)
+        self.state.window.add(self.clock.monotonic(), rec.duration_s, rec.images)
+        if self.otlp:
+            attrs: dict[str, Any] = {k: v for k, v in values.items() if v != ""}
+            if rec.status is not None:
+                attrs[N.ATTR_HTTP_STATUS] = rec.status
+            attrs[N.ATTR_SERVER_PORT] = rec.port
+            self.otlp.record_request(attrs, rec.duration_s, rec.ttfb_s)
+
+    # --- Kubernetes pods on this node -------------------------------------------------
+    def _api(self) -> Any:
+        if self._kube is None:
+            from kvspread.kube import api_client
+
+            self._kube = api_client(self.config.kubeconfig, self.config.kube_api_server)
+        return self._kube
+
+    def _pod_lookup(self, uid: str) -> PodMeta | None:
+        with self._pods_lock:
+            meta = self._pods.get(uid)
+        if meta is None and not self.config.standalone:
+            self._pods_wanted.set()  # refresh soon; the attributor asks again later
+        return meta
+
+    def _pod_by_ip(self, ip: str) -> PodMeta | None:
+        if not ip:
+            return None
+        with self._pods_lock:
+            for m in self._pods.values():
+                if m.ip == ip:
+                    return m
+        return None
+
+    def refresh_pods(self) -> None:
+        from kubernetes import client
+
+        if not self.config.node_name:
+            raise RuntimeError("node name unknown: set NODE_NAME (downward API) or --node-name")
+        core = client.CoreV1Api(self._api())
+        pods = core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.config.node_name}", _request_timeout=15
+        )
+        table: dict[str, PodMeta] = {}
+        for p in pods.items:
+            md = p.metadata
+            table[md.uid] = PodMeta(
+                uid=md.uid,
+                namespace=md.namespace,
+                name=md.name,
+                ip=(p.status.pod_ip or "") if p.status else "",
+                labels=tuple(sorted((md.labels or {}).items())),
+                annotations=tuple(sorted((md.annotations or {}).items())),
+            )
+        with self._pods_lock:
+            self._pods = table
+
+    def _pods_loop(self) -> None:
+        last = 0.0
+        while not self._stop.is_set():
+            try:
+                self.refresh_pods()
+                self._source("kubernetes", True)
+            except Exception as exc:  # noqa: BLE001 - API down, RBAC, no config
+                self._source("kubernetes", False, f"pod list failed: {exc}".splitlines()[0])
+            last = time.monotonic()
+            self._pods_wanted.wait(self.config.pods_refresh_s)
+            self._pods_wanted.clear()
+            # unknown-pid refreshes at most every 5 s
+            wait = 5.0 - (time.monotonic() - last)
+            if wait > 0 and self._stop.wait(wait):
+                return
+
+    # --- engines ----------------------------------------------------------------------
+    def engine_targets(self) -> list[EngineTarget]:
+        targets = list(self.config.engine_targets)
+        with self._pods_lock:
+            pods = list(self._pods.values())
+        for p in pods:
+            port = p.annotation(N.ANNOTATION_METRICS_PORT)
+            if not port or not p.ip:
+                continue
+            path = p.annotation(N.ANNOTATION_METRICS_PATH) or "/metrics"
+            if not path.startswith("/"):
+                path = "/" + path
+            host = f"[{p.ip}]" if ":" in p.ip else p.ip
+            targets.append(
+                EngineTarget(
+                    url=f"http://{host}:{port}{path}",
+                    engine=p.annotation(N.ANNOTATION_ENGINE),
+                    model=p.label(N.LABEL_MODEL) or "",
+                    pod_uid=p.uid,
+                    pod_name=p.name,
+                    namespace=p.namespace,
+                )
+            )
+        return targets
+
+    def scrape_engines(self) -> None:
+        targets = self.engine_targets()
+        readings: dict[str, EngineReading] = {}
+        for t in targets:
+            try:
+                samples = engine_mod.scrape(
+                    t.url, engine=t.engine, model=t.model, timeout_s=self.config.engine_timeout_s
+                )
+                readings[t.url] = EngineReading(
+                    t.url, t.pod_uid, t.namespace, t.pod_name, tuple(samples)
+                )
+            except Exception as exc:  # noqa: BLE001 - down, refused, garbage, HTTP error
+                readings[t.url] = EngineReading(
+                    t.url, t.pod_uid, t.namespace, t.pod_name, error=f"{type(exc).__name__}: {exc}"
+                )
+        self.state.engines = readings
+        failing = {u: r.error for u, r in readings.items() if r.error}
+        if not targets:
+            self._source(
+                "engine",
+                False,
+                f"no engine endpoints (config or pod annotation {N.ANNOTATION_METRICS_PORT})",
+            )
+        elif len(failing) == len(readings):
+            self._source(
+                "engine", False, "; ".join(f"{u}: {e}" for u, e in sorted(failing.items()))
+            )
+        else:
+            self._source("engine", True)
+            for u, e in failing.items():
+                if self._reasons.get("engine:" + u) != e:
+                    self._reasons["engine:" + u] = e
+                    log.warning("engine endpoint failing", extra={"kv": {"url": u, "reason": e}})
+
+    def _engine_loop(self) -> None:
+        while not self._stop.is_set():
+            self.scrape_engines()
+            self.engines_ready.set()
+            if self._stop.wait(self.config.engine_interval_s):
+                return
+
+    # --- GPU, signals, publishing -----------------------------------------------------
+    def read_gpus(self) -> None:
+        if not self.config.nvml_enabled:
+            self.state.gpus = None
+            self._source("nvml", False, "disabled by configuration")
+            return
+        if self.gpu_reader is None:
+            self.gpu_reader = NvmlReader()
+        try:
+            self.state.gpus = self.gpu_reader.read()
+            self._source("nvml", True)
+        except GpuUnavailable as exc:
+            self.state.gpus = None  # absent, never zeros
+            self._source("nvml", False, str(exc))
+
+    def compute_signals(self) -> NodeSignals:
+        c = self.config
+        st = self.state
+        now_mono = self.clock.monotonic()
+        if self.session is not None:
+            try:
+                st.tcp = self.session.read_tcp_stats()
+            except Exception as exc:  # noqa: BLE001
+                log.debug("tcp stats read failed", extra={"kv": {"reason": str(exc)}})
+        gpus = st.gpus
+        gpu_models: dict[int, list[str]] = {}
+        gpu_engines: dict[int, list[engine_mod.EngineSample]] = {}
+        by_pod: dict[str, list[engine_mod.EngineSample]] = {}
+        for r in st.engines.values():
+            if r.pod_uid:
+                by_pod.setdefault(r.pod_uid, []).extend(r.samples)
+        for g in gpus or []:
+            uids: set[str] = set()
+            for pid, _mem in g.processes:
+                ref = self.attributor.resolve(pid)
+                if ref is not None:
+                    uids.add(ref.uid)
+            for uid in uids:
+                with self._pods_lock:
+                    meta = self._pods.get(uid)
+                model = meta.label(N.LABEL_MODEL) if meta else None
+                samples = by_pod.get(uid, [])
+                models = [model] if model else [s.model for s in samples if s.model]
+                gpu_models.setdefault(g.index, []).extend(models)
+                gpu_engines.setdefault(g.index, []).extend(samples)
+        running = [
+            (s.running or 0) + (s.waiting or 0)
+            for r in st.engines.values()
+            for s in r.samples
+            if s.running is not None
+        ]
+        streams: int | None = None
+        if running:
+            streams = int(round(sum(running)))
+        elif self.session is not None:
+            session = self.session
+            with self._tracker_lock:
+                streams = self.tracker.in_flight(
+                    time.monotonic_ns(), session.conn_last_write_ns, c.stream_idle_s
+                )
+        requests, images = st.window.counts(now_mono)
+        share: float | None = None
+        if requests and self.session is not None:
+            img, total = image_token_share(
+                images, requests, c.tokens_per_image, c.text_tokens_per_request
+            )
+            share = img / total if total > 0 else None
+        p95 = st.window.p95(now_mono) if self.session is not None else None
+        absent = tuple(k for k, v in st.sources.items() if not v.up)
+        sig = build_signals(
+            SignalInputs(
+                node=c.node_name,
+                now=self.clock.now(),
+                gpus=gpus,
+                gpu_models=gpu_models,
+                gpu_engines=gpu_engines,
+                streams=streams,
+                image_token_share=share,
+                p95_s=p95,
+                absent=absent,
+            )
+        )
+        sig, _ = fit_signals(sig)
+        if gpus is not None:
+            free = [gpu_free_mib(g.mem_total / MIB, g.mem_used / MIB) for g in gpus]
+            st.fragmentation = fragmentation(free)
+            st.largest_free_mib = largest_free_extent(free)
+        else:
+            st.fragmentation = st.largest_free_mib = None
+        st.streams = streams
+        st.image_share = share
+        st.signals = sig
+        return sig
+
+    def publish(self, sig: NodeSignals) -> bool:
+        """Write the annotation when `should_publish` says so; True when written."""
+        c = self.config
+        if c.standalone or not c.node_name:
+            return False
+        ok, why = should_publish(self.last_published, sig, sig.ts, c.publish)
+        if not ok:
+            return False
+        from bpf.node import fit_signals as fit
+
+        _, text = fit(sig)
+        try:
+            patch_node_annotation(self._api(), c.node_name, text)
+        except Exception as exc:  # noqa: BLE001 - API errors: retry next cycle
+            self.state.publish_failures += 1
+            self._source("kubernetes", False, f"annotation patch failed: {exc}".splitlines()[0])
+            return False
+        self.state.publishes += 1
+        self.last_published = replace(sig)
+        log.debug("signals published", extra={"kv": {"reason": why, "bytes": len(text)}})
+        return True
+
+    def cycle(self) -> NodeSignals:
+        """One measurement cycle: GPUs, signals, publish."""
+        self.read_gpus()
+        sig = self.compute_signals()
+        self.publish(sig)
+        self._started = True
+        return sig
+
+    def _signals_loop(self) -> None:
+        self.bpf_ready.wait(timeout=60)  # first document with every source's state
+        self.engines_ready.wait(timeout=2 * self.config.engine_timeout_s + 1)
+        while not self._stop.is_set():
+            self.cycle()
+            if self._stop.wait(self.config.signals_interval_s):
+                return

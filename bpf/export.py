@@ -1,0 +1,395 @@
+"""Exporters: Prometheus exposition built at scrape time, and OTLP/HTTP push.
+
+Names come from `kvspread.names` (OTel names; Prometheus names through
+`prometheus_name`). Label names are the OTel attribute names with `.` as `_`.
+The OTLP side uses the real opentelemetry-sdk: request histograms are recorded as
+requests complete, gauges are observed at export time; several endpoints go through
+`kvspread.fanout.FanoutMetricExporter`. A failed export is logged and counted by the
+SDK/fanout, never fatal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from bpf.state import CollectorState
+from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState
+from kvspread import names as N
+from kvspread.names import prometheus_name
+
+__all__ = ["PrometheusCollector", "OtlpExporter", "label_name", "REQUEST_ATTRS"]
+
+REQUEST_ATTRS: tuple[str, ...] = (
+    N.ATTR_HTTP_METHOD,
+    N.ATTR_HTTP_STATUS,
+    N.ATTR_HTTP_ROUTE,
+    N.ATTR_SERVER_PORT,
+    N.ATTR_K8S_NAMESPACE,
+    N.ATTR_K8S_POD,
+    N.ATTR_MODALITY,
+    N.ATTR_SERVICE_NAME,
+)
+"""Attributes of http.server.request.duration, in label-tuple order."""
+
+POD_ATTRS = (N.ATTR_SERVER_PORT, N.ATTR_K8S_NAMESPACE, N.ATTR_K8S_POD)
+
+
+def label_name(attr: str) -> str:
+    return attr.replace(".", "_")
+
+
+def _hist(name: str, doc: str, table: dict[Any, HistogramState], bounds: Sequence[float]) -> Metric:
+    keys = next(iter(table), ())
+    fam = HistogramMetricFamily(name, doc, labels=[label_name(k) for k, _ in keys])
+    for labels, st in table.items():
+        cum = st.cumulative()
+        buckets = [(repr(float(b)), cum[i]) for i, b in enumerate(bounds)] + [("+Inf", cum[-1])]
+        fam.add_metric([v for _, v in labels], buckets, st.total)
+    return fam
+
+
+class PrometheusCollector:
+    """prometheus_client collector reading `CollectorState` on every scrape."""
+
+    def __init__(self, state: CollectorState, node: str = "") -> None:
+        self.state = state
+        self.node = node
+
+    def describe(self) -> list[Metric]:
+        return []  # unchecked collector: families depend on what was measured
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.state
+        yield _hist(
+            prometheus_name(N.HTTP_SERVER_REQUEST_DURATION, "s", "histogram"),
+            "Server-side HTTP request duration, first request byte read to last response "
+            "byte written (eBPF).",
+            s.requests.snapshot(),
+            DURATION_BUCKETS,
+        )
+        yield _hist(
+            prometheus_name(N.HTTP_SERVER_TIME_TO_FIRST_BYTE, "s", "histogram"),
+            "First request byte read to first response byte written (eBPF).",
+            s.ttfb.snapshot(),
+            DURATION_BUCKETS,
+        )
+        yield _hist(
+            prometheus_name(N.ACCEPT_QUEUE_DELAY, "s", "histogram"),
+            "Handshake complete (connection queued) to accept() per listening port (eBPF).",
+            s.accept_delay.snapshot(),
+            QUEUE_BUCKETS,
+        )
+        yield from self._tcp()
+        yield from self._gpu()
+        yield from self._engines()
+        yield from self._node()
+        yield from self._self()
+
+    def _tcp(self) -> Iterator[Metric]:
+        s = self.state
+        backlog = GaugeMetricFamily(
+            prometheus_name(N.ACCEPT_QUEUE_BACKLOG, "{connection}", "gauge"),
+            "Accept queue length of the listening socket at the last accept() (eBPF).",
+            labels=[label_name(N.ATTR_SERVER_PORT), "limit"],
+        )
+        for port, (length, limit) in sorted(list(s.backlog.items())):
+            backlog.add_metric([str(port), str(limit)], length)
+        yield backlog
+        edges = CounterMetricFamily(
+            prometheus_name(N.CONNECTION_EDGES, "{connection}", "counter").removesuffix("_total"),
+            "Accepted connections from client to server pod:port (eBPF).",
+            labels=[label_name(a) for a in (N.ATTR_CLIENT_ADDRESS, N.ATTR_CLIENT_POD, *POD_ATTRS)],
+        )
+        for labels, v in s.edges.snapshot().items():
+            edges.add_metric([x for _, x in labels], v)
+        yield edges
+        rtt = HistogramMetricFamily(
+            prometheus_name(N.TCP_RTT, "s", "histogram"),
+            "Smoothed TCP RTT samples of traced server connections, log2 buckets (eBPF).",
+            labels=[label_name(a) for a in POD_ATTRS],
+        )
+        retrans = CounterMetricFamily(
+            prometheus_name(N.TCP_RETRANSMITS, "{segment}", "counter").removesuffix("_total"),
+            "TCP segments retransmitted on traced server connections (eBPF).",
+            labels=[label_name(a) for a in POD_ATTRS],
+        )
+        for labels, st in self.tcp_by_pod().items():
+            cum, buckets = 0, []
+            for i, c in enumerate(st.rtt_slots):
+                cum += c
+                buckets.append((repr(float(2 ** (i + 1)) / 1e6), cum))
+            buckets.append(("+Inf", cum))
+            rtt.add_metric(list(labels), buckets, st.rtt_sum_us / 1e6)
+            retrans.add_metric(list(labels), st.retransmits)
+        yield rtt
+        yield retrans
+
+    def tcp_by_pod(self) -> dict[tuple[str, str, str], Any]:
+        """Kernel (tgid, port) statistics summed per (port, namespace, pod)."""
+        from bpf.events import TcpStats
+
+        out: dict[tuple[str, str, str], TcpStats] = {}
+        resolve = self.state.pod_of_pid
+        for (tgid, port), st in self.state.tcp.items():
+            ref = resolve(tgid) if resolve else None
+            key = (str(port), getattr(ref, "namespace", ""), getattr(ref, "name", ""))
+            prev = out.get(key)
+            if prev is None:
+                out[key] = st
+            else:
+                out[key] = TcpStats(
+                    prev.rtt_count + st.rtt_count,
+                    prev.rtt_sum_us + st.rtt_sum_us,
+                    prev.retransmits + st.retransmits,
+                    tuple(a + b for a, b in zip(prev.rtt_slots, st.rtt_slots, strict=True)),
+                )
+        return out
+
+    def _gpu(self) -> Iterator[Metric]:
+        gpus = self.state.gpus
+        if gpus is None:
+            return  # absent, never zeros
+        lbl = [label_name(N.ATTR_GPU_INDEX), label_name(N.ATTR_GPU_UUID)]
+        used = GaugeMetricFamily(
+            prometheus_name(N.GPU_MEMORY_USED, "By", "gauge"), "GPU memory used (NVML).", labels=lbl
+        )
+        total = GaugeMetricFamily(
+            prometheus_name(N.GPU_MEMORY_TOTAL, "By", "gauge"),
+            "GPU memory total (NVML).",
+            labels=lbl,
+        )
+        util = GaugeMetricFamily(
+            prometheus_name(N.GPU_UTILIZATION, "1", "gauge"),
+            "GPU utilisation 0..1 (NVML).",
+            labels=lbl,
+        )
+        for g in gpus:
+            v = [str(g.index), g.uuid]
+            used.add_metric(v, g.mem_used)
+            total.add_metric(v, g.mem_total)
+            if g.util is not None:
+                util.add_metric(v, g.util)
+        yield from (used, total, util)
+
+    def _engines(self) -> Iterator[Metric]:
+        lbl = [
+            label_name(a)
+            for a in (N.ATTR_ENGINE, N.ATTR_MODEL, N.ATTR_K8S_NAMESPACE, N.ATTR_K8S_POD)
+        ]
+        kv = GaugeMetricFamily(
+            prometheus_name(N.KV_CACHE_USAGE, "1", "gauge"),
+            "KV-cache usage 0..1 reported by the engine.",
+            labels=lbl,
+        )
+        run = GaugeMetricFamily(
+            prometheus_name(N.ENGINE_REQUESTS_RUNNING, "{request}", "gauge"),
+            "Requests in the engine's running batch.",
+            labels=lbl,
+        )
+        wait = GaugeMetricFamily(
+            prometheus_name(N.ENGINE_REQUESTS_WAITING, "{request}", "gauge"),
+            "Requests queued in the engine.",
+            labels=lbl,
+        )
+        for r in list(self.state.engines.values()):
+            for e in r.samples:
+                v = [e.engine, e.model, r.namespace, r.pod]
+                if e.kv_usage is not None:
+                    kv.add_metric(v, e.kv_usage)
+                if e.running is not None:
+                    run.add_metric(v, e.running)
+                if e.waiting is not None:
+                    wait.add_metric(v, e.waiting)
+        yield from (kv, run, wait)
+
+    def _node(self) -> Iterator[Metric]:
+        s = self.state
+        node_lbl = [label_name(N.ATTR_K8S_NODE)]
+        for name, unit, doc, value in (
+            (N.NODE_FRAGMENTATION, "1", "Node GPU-memory fragmentation rho.", s.fragmentation),
+            (
+                N.NODE_LARGEST_FREE_EXTENT,
+                "By",
+                "Largest free GPU memory on one GPU.",
+                None if s.largest_free_mib is None else s.largest_free_mib * 1024 * 1024,
+            ),
+            (N.NODE_ACTIVE_STREAMS, "{request}", "Inference requests in flight.", s.streams),
+            (
+                N.NODE_IMAGE_TOKEN_SHARE,
+                "1",
+                "Estimated image-token share of recent traffic.",
+                s.image_share,
+            ),
+        ):
+            if value is None:
+                continue
+            fam = GaugeMetricFamily(prometheus_name(name, unit, "gauge"), doc, labels=node_lbl)
+            fam.add_metric([self.node], value)
+            yield fam
+
+    def _self(self) -> Iterator[Metric]:
+        s = self.state
+        up = GaugeMetricFamily(
+            prometheus_name(N.COLLECTOR_SOURCE_UP, "1", "gauge").removesuffix("_ratio"),
+            "1 when the source works, 0 when it is missing (see /readyz for why).",
+            labels=["source"],
+        )
+        with s.lock:
+            sources = dict(s.sources)
+            events = dict(s.events)
+            dropped = dict(s.dropped)
+        for name, st in sorted(sources.items()):
+            up.add_metric([name], 1.0 if st.up else 0.0)
+        yield up
+        ev = CounterMetricFamily(
+            prometheus_name(N.COLLECTOR_EVENTS, "{event}", "counter").removesuffix("_total"),
+            "Events read from the BPF programs.",
+            labels=["program"],
+        )
+        for k, v in sorted(events.items()):
+            ev.add_metric([k], v)
+        yield ev
+        dr = CounterMetricFamily(
+            prometheus_name(N.COLLECTOR_DROPPED, "{event}", "counter").removesuffix("_total"),
+            "Samples or events dropped (full tables, lost events, unparsable bytes).",
+            labels=["reason"],
+        )
+        for k, v in sorted(dropped.items()):
+            dr.add_metric([k], v)
+        yield dr
+
+
+class OtlpExporter:
+    """OTel SDK meter provider pushing to the configured OTLP/HTTP endpoints."""
+
+    def __init__(
+        self,
+        state: CollectorState,
+        endpoints: Sequence[str],
+        interval_s: float,
+        resource_attrs: dict[str, str],
+        exporter: Any = None,
+    ) -> None:
+        from opentelemetry.metrics import CallbackOptions, Observation
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+        from opentelemetry.sdk.resources import Resource
+
+        from kvspread.fanout import FanoutMetricExporter
+
+        self.state = state
+        self.exporter = exporter or FanoutMetricExporter(list(endpoints))
+        self.reader = PeriodicExportingMetricReader(
+            self.exporter, export_interval_millis=int(interval_s * 1000)
+        )
+        views = [
+            View(
+                instrument_name=N.HTTP_SERVER_REQUEST_DURATION,
+                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
+            ),
+            View(
+                instrument_name=N.HTTP_SERVER_TIME_TO_FIRST_BYTE,
+                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
+            ),
+            View(
+                instrument_name=N.ACCEPT_QUEUE_DELAY,
+                aggregation=ExplicitBucketHistogramAggregation(QUEUE_BUCKETS),
+            ),
+        ]
+        self.provider = MeterProvider(
+            resource=Resource.create(resource_attrs), metric_readers=[self.reader], views=views
+        )
+        meter = self.provider.get_meter("kvspread.collector")
+        self.duration = meter.create_histogram(N.HTTP_SERVER_REQUEST_DURATION, unit="s")
+        self.ttfb = meter.create_histogram(N.HTTP_SERVER_TIME_TO_FIRST_BYTE, unit="s")
+        self.accept = meter.create_histogram(N.ACCEPT_QUEUE_DELAY, unit="s")
+
+        def gpu(attr: str) -> Any:
+            def cb(_: CallbackOptions) -> list[Observation]:
+                out = []
+                for g in self.state.gpus or []:
+                    v = getattr(g, attr)
+                    if v is not None:
+                        out.append(
+                            Observation(v, {N.ATTR_GPU_INDEX: g.index, N.ATTR_GPU_UUID: g.uuid})
+                        )
+                return out
+
+            return cb
+
+        def engine(attr: str) -> Any:
+            def cb(_: CallbackOptions) -> list[Observation]:
+                out = []
+                for r in list(self.state.engines.values()):
+                    for e in r.samples:
+                        v = getattr(e, attr)
+                        if v is not None:
+                            out.append(
+                                Observation(
+                                    v,
+                                    {
+                                        N.ATTR_ENGINE: e.engine,
+                                        N.ATTR_MODEL: e.model,
+                                        N.ATTR_K8S_NAMESPACE: r.namespace,
+                                        N.ATTR_K8S_POD: r.pod,
+                                    },
+                                )
+                            )
+                return out
+
+            return cb
+
+        def node(attr: str, scale: float = 1.0) -> Any:
+            def cb(_: CallbackOptions) -> list[Observation]:
+                v = getattr(self.state, attr)
+                return [] if v is None else [Observation(v * scale)]
+
+            return cb
+
+        def sources(_: CallbackOptions) -> list[Observation]:
+            with self.state.lock:
+                items = list(self.state.sources.items())
+            return [Observation(1 if st.up else 0, {"source": k}) for k, st in items]
+
+        meter.create_observable_gauge(N.GPU_MEMORY_USED, [gpu("mem_used")], unit="By")
+        meter.create_observable_gauge(N.GPU_MEMORY_TOTAL, [gpu("mem_total")], unit="By")
+        meter.create_observable_gauge(N.GPU_UTILIZATION, [gpu("util")], unit="1")
+        meter.create_observable_gauge(N.KV_CACHE_USAGE, [engine("kv_usage")], unit="1")
+        meter.create_observable_gauge(
+            N.ENGINE_REQUESTS_RUNNING, [engine("running")], unit="{request}"
+        )
+        meter.create_observable_gauge(
+            N.ENGINE_REQUESTS_WAITING, [engine("waiting")], unit="{request}"
+        )
+        meter.create_observable_gauge(N.NODE_FRAGMENTATION, [node("fragmentation")], unit="1")
+        meter.create_observable_gauge(
+            N.NODE_LARGEST_FREE_EXTENT, [node("largest_free_mib", 1024 * 1024)], unit="By"
+        )
+        meter.create_observable_gauge(N.NODE_ACTIVE_STREAMS, [node("streams")], unit="{request}")
+        meter.create_observable_gauge(N.NODE_IMAGE_TOKEN_SHARE, [node("image_share")], unit="1")
+        meter.create_observable_gauge(N.COLLECTOR_SOURCE_UP, [sources], unit="1")
+
+    def record_request(self, attrs: dict[str, Any], duration_s: float, ttfb_s: float) -> None:
+        self.duration.record(duration_s, attrs)
+        self.ttfb.record(ttfb_s, attrs)
+
+    def record_accept(self, attrs: dict[str, Any], delay_s: float) -> None:
+        self.accept.record(delay_s, attrs)
+
+    def flush(self) -> bool:
+        return self.provider.force_flush(10_000)
+
+    def shutdown(self) -> None:
+        try:
+            self.provider.shutdown()
+        except Exception:  # noqa: BLE001 - second shutdown or exporter failure
+            pass

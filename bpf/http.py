@@ -1,0 +1,219 @@
+"""Pure HTTP/1.1 parsing of the byte prefixes the BPF programs capture.
+
+The kernel sends the first bytes of each request and response; this module turns them
+into method, templated route, status code, modality and the LLM request headers. It
+never raises on bad input: what cannot be read is reported as unknown.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kvspread.names import MODALITIES
+
+__all__ = [
+    "RequestInfo",
+    "ResponseInfo",
+    "RouteTemplates",
+    "DEFAULT_ROUTES",
+    "parse_request",
+    "parse_response",
+    "sniff_modality",
+    "OTHER_ROUTE",
+]
+
+DEFAULT_ROUTES: tuple[str, ...] = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/models",
+    "/v1/models/{model}",
+    "/v1/audio/transcriptions",
+    "/v1/audio/speech",
+    "/v1/images/generations",
+    "/generate",
+    "/generate_stream",
+    "/v2/models/{model}/generate",
+    "/v2/models/{model}/generate_stream",
+    "/v2/models/{model}/infer",
+    "/v2/models/{model}/versions/{version}/infer",
+    "/tokenize",
+    "/detokenize",
+    "/health",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+)
+"""OpenAI-compatible (vLLM, SGLang, trtllm-serve), TGI and Triton/KServe v2 routes."""
+
+OTHER_ROUTE = "other"
+"""Route label of paths no pattern matches once the table of seen routes is full."""
+
+_METHODS = frozenset(
+    ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE")
+)
+_STATUS = re.compile(rb"HTTP/\d(?:\.\d)? (\d{3})")
+_IMAGE_PART = re.compile(rb'"type"\s*:\s*"(?:image_url|input_image|image)"')
+_AUDIO_PART = re.compile(rb'"type"\s*:\s*"(?:input_audio|audio_url)"')
+_ID_SEGMENT = re.compile(
+    r"^(?:\d+|[0-9a-fA-F]{16,}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+    r"[0-9a-fA-F]{12}|(?=.*\d)[A-Za-z0-9_-]{20,})$"
+)
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What the first bytes of a request say."""
+
+    method: str
+    path: str
+    route: str
+    modality: str
+    images: int = 0
+    context_id: str | None = None
+    chunk_seq: int | None = None
+    content_length: int | None = None
+
+
+@dataclass(frozen=True)
+class ResponseInfo:
+    status: int | None
+    streaming: bool = False
+    content_length: int | None = None
+
+
+class RouteTemplates:
+    """Map raw paths to low-cardinality route labels.
+
+    Patterns are paths whose `{name}` segments match any one segment (`/v1/models/{model}`);
+    the first match wins. Unmatched paths are templated generically (numbers, UUIDs and
+    long ids become `{id}`); after `max_routes` distinct such routes, further ones become
+    `other`, so a client cannot grow the label set without bound.
+    """
+
+    def __init__(self, patterns: Iterable[str] = DEFAULT_ROUTES, max_routes: int = 64) -> None:
+        self._patterns: list[tuple[str, re.Pattern[str]]] = []
+        for p in patterns:
+            if not p.startswith("/"):
+                raise ValueError(f"route pattern {p!r} must start with '/'")
+            parts = []
+            for seg in p.strip("/").split("/"):
+                if re.fullmatch(r"\{[A-Za-z_][A-Za-z0-9_]*\}", seg):
+                    parts.append("[^/]+")
+                else:
+                    parts.append(re.escape(seg))
+            regex = re.compile("^/" + "/".join(parts) + "/?$")
+            self._patterns.append((p, regex))
+        self._max = max_routes
+        self._seen: set[str] = set()
+
+    def route(self, path: str) -> str:
+        for template, regex in self._patterns:
+            if regex.match(path):
+                return template
+        segs = [s for s in path.split("/") if s]
+        generic = "/" + "/".join("{id}" if _ID_SEGMENT.match(s) else s for s in segs)
+        if generic in self._seen:
+            return generic
+        if len(self._seen) >= self._max:
+            return OTHER_ROUTE
+        self._seen.add(generic)
+        return generic
+
+
+_WANTED = re.compile(
+    rb"^(x-modality|x-llm-context-id|x-chunk-seq|content-length|content-type)[ \t]*:"
+    rb"[ \t]*([^\r\n]*?)[ \t]*\r?$",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def _split_head(data: bytes) -> tuple[bytes, bytes, bytes]:
+    """The start line, the header block and the body start (empty when cut off)."""
+    end = data.find(b"\r\n\r\n")
+    head, body = (data, b"") if end < 0 else (data[:end], data[end + 4 :])
+    first, _, fields = head.partition(b"\r\n")
+    return first, fields, body
+
+
+def _headers(fields: bytes) -> dict[str, str]:
+    """The few header fields the collector uses (one regex pass, not a full parse)."""
+    return {
+        m.group(1).lower().decode("latin-1"): m.group(2).decode("latin-1")
+        for m in _WANTED.finditer(fields)
+    }
+
+
+def sniff_modality(body: bytes) -> tuple[str, int]:
+    """Modality of an OpenAI-style request body start, and the image parts seen.
+
+    Two or more `image_url` / `input_image` parts -> multi-image, one -> image; an
+    `input_audio` part -> audio; else text. Only the captured prefix is seen, so a long
+    text part before the images hides them (see docs/collector.md).
+    """
+    images = len(_IMAGE_PART.findall(body))
+    if not images and (b'"image_url"' in body or b'"input_image"' in body):
+        images = 1  # a part without a "type" key, or its type cut off by the capture
+    if images >= 2:
+        return "multi-image", images
+    if images == 1:
+        return "image", 1
+    if _AUDIO_PART.search(body) or b'"input_audio"' in body:
+        return "audio", 0
+    return "text", 0
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
+
+
+def parse_request(data: bytes, routes: RouteTemplates) -> RequestInfo | None:
+    """Parse a request prefix; None when it is not an HTTP/1.x request line."""
+    first, fields, body = _split_head(data)
+    parts = first.split(b" ")
+    if len(parts) < 2:
+        return None
+    method = parts[0].decode("latin-1")
+    if method not in _METHODS:
+        return None
+    target = parts[1].decode("latin-1", "replace")
+    if target.startswith(("http://", "https://")):
+        target = "/" + target.split("://", 1)[1].partition("/")[2]
+    path = target.split("?", 1)[0].split("#", 1)[0] or "/"
+    hdr = _headers(fields)
+    modality, images = sniff_modality(body)
+    declared = hdr.get("x-modality", "").strip().lower()
+    if declared in MODALITIES:
+        modality = declared
+    return RequestInfo(
+        method=method,
+        path=path,
+        route=routes.route(path),
+        modality=modality,
+        images=images,
+        context_id=hdr.get("x-llm-context-id") or None,
+        chunk_seq=_int(hdr.get("x-chunk-seq")),
+        content_length=_int(hdr.get("content-length")),
+    )
+
+
+def parse_response(data: bytes) -> ResponseInfo:
+    """Status and framing of a response prefix; status None when unreadable."""
+    first, fields, _ = _split_head(data)
+    m = _STATUS.match(first)
+    if not m:
+        return ResponseInfo(status=None)
+    hdr = _headers(fields)
+    return ResponseInfo(
+        status=int(m.group(1)),
+        streaming="text/event-stream" in hdr.get("content-type", "").lower(),
+        content_length=_int(hdr.get("content-length")),
+    )

@@ -1,0 +1,325 @@
+"""Compile, load and read the BPF programs: the only module that imports bcc.
+
+Which programs load is decided by feature detection (the tracepoints that exist under
+tracefs), never by kernel version. Constants reach the C code as `-D` cflags. On a
+kernel without a header tree, bcc is pointed at the BTF-generated tree of
+`bpf/headers.py` (header-less mode). Anything that stops the programs from loading
+(no tracefs, no bcc, no privileges, a verifier error) raises `BpfUnavailable` with the
+reason; the agent then runs on without BPF.
+
+Thread-safety: a `ProbeSession` is polled by one thread; `read_tcp_stats` may be called
+from another (map reads are syscalls, safe to interleave).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bpf import headers
+from bpf.events import (
+    ACCEPT_EVENT_SIZE,
+    HTTP_EVENT_HEADER_SIZE,
+    RTT_SLOTS,
+    TcpStats,
+    decode_sock_key,
+    decode_tcp_stats,
+)
+
+__all__ = [
+    "BpfUnavailable",
+    "ProbeConfig",
+    "Features",
+    "PROGRAMS",
+    "DEFAULT_TRACEFS",
+    "detect_features",
+    "ensure_tracefs",
+    "build_source",
+    "build_cflags",
+    "render",
+    "ProbeSession",
+    "load",
+]
+
+DEFAULT_TRACEFS = Path("/sys/kernel/tracing")
+PROGRAM_DIR = Path(__file__).parent / "programs"
+BCC_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
+
+# Program file -> tracepoints (category/name) it attaches to; all are required.
+PROGRAMS: dict[str, tuple[str, ...]] = {
+    "conn_track.c": (
+        "syscalls/sys_enter_accept4",
+        "syscalls/sys_exit_accept4",
+        "syscalls/sys_enter_close",
+        "sock/inet_sock_set_state",
+    ),
+    "http_latency.c": tuple(
+        f"syscalls/sys_{d}_{s}"
+        for s in ("read", "recvfrom", "readv", "write", "sendto", "writev")
+        for d in ("enter", "exit")
+    ),
+    "tcp_rtt.c": ("tcp/tcp_probe", "tcp/tcp_retransmit_skb"),
+}
+
+
+class BpfUnavailable(RuntimeError):
+    """BPF cannot run here; the message says why (for logs and /readyz)."""
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What to trace and how much to keep.
+
+    `ports` None traces every listening port; otherwise only accept() on these ports
+    creates tracked connections. Sizes are upper bounds of kernel tables (LRU).
+    """
+
+    ports: tuple[int, ...] | None = None
+    capture_bytes: int = 512
+    max_conns: int = 65536
+    self_tgid: int = field(default_factory=os.getpid)
+    tracefs: Path = DEFAULT_TRACEFS
+    header_cache: Path = Path("/var/cache/kvspread/headers")
+    modules_root: Path = Path("/lib/modules")
+    btf: Path = Path("/sys/kernel/btf/vmlinux")
+    ring_pages: int = 256
+
+
+@dataclass(frozen=True)
+class Features:
+    """Tracepoints present, and the programs that can run."""
+
+    tracepoints: frozenset[str]
+    programs: tuple[str, ...]
+    missing: dict[str, tuple[str, ...]]
+    has_sys_accept: bool
+
+
+def ensure_tracefs(path: Path) -> str | None:
+    """Make tracefs usable at `path`; return None when ready, else why not.
+
+    bcc attaches tracepoints through `/sys/kernel/tracing`, which it does not mount. The
+    collector mounts it there when it can (needs CAP_SYS_ADMIN); any other path is
+    only checked (tests point at an empty folder to simulate a node without tracefs).
+    """
+    if (path / "events").is_dir():
+        return None
+    if path == DEFAULT_TRACEFS and os.geteuid() == 0:
+        try:
+            subprocess.run(
+                ["mount", "-t", "tracefs", "tracefs", str(path)],
+                check=True,
+                capture_output=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"tracefs is not mounted at {path} and mounting it failed: {exc}"
+        if (path / "events").is_dir():
+            return None
+    return f"tracefs is not mounted at {path} (no {path}/events)"
+
+
+def detect_features(tracefs: Path) -> Features:
+    """Read which tracepoints exist and pick the programs whose needs are all met."""
+    wanted = {tp for tps in PROGRAMS.values() for tp in tps}
+    wanted |= {"syscalls/sys_enter_accept", "syscalls/sys_exit_accept"}
+    present = frozenset(tp for tp in wanted if (tracefs / "events" / tp).is_dir())
+    programs: list[str] = []
+    missing: dict[str, tuple[str, ...]] = {}
+    for prog, tps in PROGRAMS.items():
+        lack = tuple(tp for tp in tps if tp not in present)
+        if lack:
+            missing[prog] = lack
+        else:
+            programs.append(prog)
+    if "conn_track.c" not in programs:  # every other program reads its maps
+        programs = []
+    return Features(
+        tracepoints=present,
+        programs=tuple(programs),
+        missing=missing,
+        has_sys_accept={"syscalls/sys_enter_accept", "syscalls/sys_exit_accept"} <= present,
+    )
+
+
+def build_source(programs: Iterable[str], program_dir: Path = PROGRAM_DIR) -> str:
+    """One C text: events.h inlined, then each program (they share maps)."""
+    parts = [(program_dir / "events.h").read_text()]
+    for prog in programs:
+        text = (program_dir / prog).read_text().replace('#include "events.h"\n', "")
+        parts.append(f"/* ---- {prog} ---- */\n{text}")
+    return "\n".join(parts)
+
+
+def build_cflags(
+    config: ProbeConfig, features: Features, *, perf_buffer: bool = False
+) -> list[str]:
+    """`-D` constants for the C code."""
+    cap = config.capture_bytes
+    if cap < 64 or cap > 4096 or cap & (cap - 1):
+        raise ValueError(f"capture_bytes must be a power of two in 64..4096, got {cap}")
+    flags = [
+        f"-DCAPTURE_BYTES={cap}",
+        f"-DMAX_CONNS={int(config.max_conns)}",
+        f"-DSELF_TGID={int(config.self_tgid)}",
+        f"-DTRACE_ALL_PORTS={1 if config.ports is None else 0}",
+        f"-DRTT_SLOTS={RTT_SLOTS}",
+    ]
+    if features.has_sys_accept:
+        flags.append("-DHAVE_SYS_ACCEPT")
+    if perf_buffer:
+        flags.append("-DUSE_PERF_BUFFER")
+    return flags
+
+
+def render(config: ProbeConfig, features: Features) -> str:
+    """The final C and its cflags, as `--print-bpf` shows them."""
+    flags = build_cflags(config, features)
+    head = "/* cflags: " + " ".join(flags) + " */\n"
+    if config.ports is not None:
+        head += "/* traced_ports map: " + ", ".join(map(str, config.ports)) + " */\n"
+    return head + build_source(features.programs)
+
+
+def _import_bcc() -> Any:
+    if BCC_DIST_PACKAGES not in sys.path:
+        sys.path.append(BCC_DIST_PACKAGES)
+    try:
+        import bcc  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise BpfUnavailable(f"bcc is not installed (python3-bpfcc): {exc}") from exc
+    return bcc
+
+
+def _header_tree(config: ProbeConfig, bcc: Any) -> Path | None:
+    """Header-less mode when the kernel ships no build tree; None when it does."""
+    release = os.uname().release
+    if not headers.needs_header_tree(release, config.modules_root):
+        return None
+    libbcc = None
+    name = getattr(getattr(bcc, "libbcc", None), "lib", None)
+    if name is not None and os.path.isabs(getattr(name, "_name", "")):
+        libbcc = Path(name._name)
+    try:
+        return headers.ensure_tree(
+            config.header_cache, headers.TreeSources(btf=config.btf, libbcc=libbcc)
+        )
+    except headers.HeaderTreeError as exc:
+        raise BpfUnavailable(f"no kernel headers and no BTF header tree: {exc}") from exc
+
+
+HttpCallback = Callable[[bytes], None]
+AcceptCallback = Callable[[bytes], None]
+
+
+class ProbeSession:
+    """Loaded programs: poll events into callbacks, read aggregated maps."""
+
+    def __init__(self, bpf: Any, programs: tuple[str, ...], perf_buffer: bool) -> None:
+        self._bpf = bpf
+        self.programs = programs
+        self.perf_buffer = perf_buffer
+        self.lost = 0
+
+    def open(self, on_http: HttpCallback, on_accept: AcceptCallback) -> None:
+        def http_cb(*a: Any) -> None:
+            data, size = (a[1], a[2])
+            on_http(ctypes.string_at(data, size))
+
+        def accept_cb(*a: Any) -> None:
+            data, size = (a[1], a[2])
+            on_accept(ctypes.string_at(data, size))
+
+        def lost_cb(count: int) -> None:
+            self.lost += int(count)
+
+        if self.perf_buffer:
+            self._bpf[b"http_events"].open_perf_buffer(http_cb, page_cnt=256, lost_cb=lost_cb)
+            self._bpf[b"accept_events"].open_perf_buffer(accept_cb, page_cnt=64, lost_cb=lost_cb)
+        else:
+            self._bpf[b"http_events"].open_ring_buffer(http_cb)
+            self._bpf[b"accept_events"].open_ring_buffer(accept_cb)
+        self._keep = (http_cb, accept_cb, lost_cb)  # bcc keeps only weak references
+
+    def poll(self, timeout_ms: int = 100) -> None:
+        if self.perf_buffer:
+            self._bpf.perf_buffer_poll(timeout=timeout_ms)
+        else:
+            self._bpf.ring_buffer_poll(timeout=timeout_ms)
+
+    def set_ports(self, ports: Iterable[int]) -> None:
+        table = self._bpf[b"traced_ports"]
+        for p in ports:
+            table[ctypes.c_uint16(int(p))] = ctypes.c_uint8(1)
+
+    def read_tcp_stats(self) -> dict[tuple[int, int], TcpStats]:
+        """(tgid, port) -> RTT histogram and retransmits, as aggregated in the kernel."""
+        if "tcp_rtt.c" not in self.programs:
+            return {}
+        out: dict[tuple[int, int], TcpStats] = {}
+        for k, v in self._bpf[b"tcp_stats"].items():
+            out[decode_sock_key(bytes(k))] = decode_tcp_stats(bytes(v))
+        return out
+
+    def conn_last_write_ns(self, tgid: int, fd: int) -> int | None:
+        """Last response write of a tracked connection (for streams still in flight)."""
+        table = self._bpf[b"conns"]
+        try:
+            v = table[table.Key((tgid << 32) | fd)]
+        except KeyError:
+            return None
+        return int(v.last_write_ns)
+
+    def table_sizes(self) -> dict[str, int]:
+        return {name: len(self._bpf[name.encode()].items()) for name in ("conns", "sk_owner")}
+
+    def close(self) -> None:
+        try:
+            self._bpf.cleanup()
+        except Exception:  # noqa: BLE001 - best effort on shutdown
+            pass
+
+
+def load(config: ProbeConfig) -> ProbeSession:
+    """Compile and attach every program the kernel supports; BpfUnavailable if none."""
+    why = ensure_tracefs(config.tracefs)
+    if why:
+        raise BpfUnavailable(why)
+    features = detect_features(config.tracefs)
+    if not features.programs:
+        raise BpfUnavailable(
+            "required tracepoints missing: "
+            + "; ".join(f"{p}: {', '.join(t)}" for p, t in features.missing.items())
+        )
+    if os.geteuid() != 0:
+        # Capabilities (CAP_BPF + CAP_PERFMON) also suffice; let the kernel decide below.
+        pass
+    bcc = _import_bcc()
+    tree = _header_tree(config, bcc)
+    if tree is not None:
+        os.environ["BCC_KERNEL_SOURCE"] = str(tree)
+    text = build_source(features.programs)
+    errors: list[str] = []
+    for perf in (False, True):
+        try:
+            bpf = bcc.BPF(
+                text=text.encode(), cflags=build_cflags(config, features, perf_buffer=perf)
+            )
+        except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception
+            errors.append(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+            continue
+        session = ProbeSession(bpf, features.programs, perf)
+        if config.ports is not None:
+            session.set_ports(config.ports)
+        return session
+    raise BpfUnavailable("BPF programs failed to load: " + " | ".join(errors))
+
+
+# Sizes the C side must agree with (checked by tests against a compiled program).
+EXPECTED_SIZES = {"accept_event": ACCEPT_EVENT_SIZE, "http_event_header": HTTP_EVENT_HEADER_SIZE}

@@ -1,0 +1,156 @@
+"""Node signals (DESIGN.md sections 3 and 4) from GPU, engine and request measurements.
+
+Pure: `build_signals` takes what the sources measured and returns the
+`kvspread.signals.NodeSignals` document; a source that is absent leaves its fields
+out and is named in `absent`. The formulas (rho, largest free extent, load weight) are
+small functions with the definition in their docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from bpf.engine import EngineSample
+from bpf.gpu import GpuSample
+from kvspread.signals import GpuSignal, NodeSignals, encode_signals
+
+__all__ = [
+    "MIB",
+    "LoadWeights",
+    "SignalInputs",
+    "gpu_free_mib",
+    "fragmentation",
+    "largest_free_extent",
+    "load_weight",
+    "image_token_share",
+    "build_signals",
+    "fit_signals",
+]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LoadWeights:
+    """load = mem * mem_used/mem_total + streams * active/max_streams
+    + image * image_tokens/(total_tokens + 1) (DESIGN.md section 4; defaults 0.4/0.3/0.3)."""
+
+    mem: float = 0.4
+    streams: float = 0.3
+    image: float = 0.3
+    max_streams: int = 256
+
+
+def gpu_free_mib(total_mib: float, used_mib: float, allocated_mib: float = 0.0) -> float:
+    """free_g = total_g - max(used_g, allocated_g), never below 0."""
+    return max(0.0, total_mib - max(used_mib, allocated_mib))
+
+
+def fragmentation(free_mib: Sequence[float]) -> float:
+    """rho = 1 - max_g(free_g) / sum_g(free_g); 0 when all free memory sits on one GPU
+    and 0 when nothing is free."""
+    total = sum(free_mib)
+    if total <= 0:
+        return 0.0
+    return 1.0 - max(free_mib) / total
+
+
+def largest_free_extent(free_mib: Sequence[float]) -> float:
+    """max_g(free_g): the most memory one new single-GPU instance could get."""
+    return max(free_mib) if free_mib else 0.0
+
+
+def load_weight(
+    mem_used: float,
+    mem_total: float,
+    active_streams: float,
+    image_tokens: float,
+    total_tokens: float,
+    w: LoadWeights = LoadWeights(),
+) -> float:
+    """The load weight of DESIGN.md section 4; lower is better."""
+    mem = mem_used / mem_total if mem_total > 0 else 0.0
+    streams = min(1.0, active_streams / w.max_streams) if w.max_streams > 0 else 0.0
+    return w.mem * mem + w.streams * streams + w.image * image_tokens / (total_tokens + 1)
+
+
+def image_token_share(
+    image_parts: int, requests: int, tokens_per_image: float, text_tokens_per_request: float
+) -> tuple[float, float]:
+    """Estimated (image tokens, total tokens) of `requests` requests with `image_parts`
+    images in all: each image is `tokens_per_image` tokens (576 for LLaVA-1.5's
+    336 px CLIP encoder), each request has `text_tokens_per_request` text tokens."""
+    img = image_parts * tokens_per_image
+    return img, img + requests * text_tokens_per_request
+
+
+@dataclass(frozen=True)
+class SignalInputs:
+    """Everything measured for one document; None means the source is absent."""
+
+    node: str
+    now: float
+    gpus: Sequence[GpuSample] | None
+    gpu_models: Mapping[int, Sequence[str]]  # GPU index -> models served on it
+    gpu_engines: Mapping[int, Sequence[EngineSample]]  # GPU index -> engines using it
+    streams: int | None
+    image_token_share: float | None
+    p95_s: float | None
+    absent: tuple[str, ...] = ()
+
+
+def _kv_blocks(engines: Sequence[EngineSample]) -> tuple[int | None, int | None]:
+    totals = [e.kv_blocks_total for e in engines if e.kv_blocks_total is not None]
+    used = [e.kv_blocks_used for e in engines if e.kv_blocks_used is not None]
+    return (sum(totals) if totals else None, sum(used) if used else None)
+
+
+def build_signals(inp: SignalInputs) -> NodeSignals:
+    gpus: tuple[GpuSignal, ...] | None = None
+    if inp.gpus is not None:
+        out = []
+        for g in sorted(inp.gpus, key=lambda s: s.index):
+            kv_total, kv_used = _kv_blocks(inp.gpu_engines.get(g.index, ()))
+            out.append(
+                GpuSignal(
+                    index=g.index,
+                    uuid=g.uuid,
+                    mem_total_mib=g.mem_total / MIB,
+                    mem_used_mib=min(g.mem_used, g.mem_total) / MIB,
+                    util=None if g.util is None else max(0.0, min(1.0, g.util)),
+                    kv_blocks_total=kv_total,
+                    kv_blocks_used=kv_used,
+                    models=tuple(sorted(set(inp.gpu_models.get(g.index, ())))),
+                )
+            )
+        gpus = tuple(out)
+    return NodeSignals(
+        ts=inp.now,
+        node=inp.node,
+        gpus=gpus,
+        streams=inp.streams,
+        image_token_share=inp.image_token_share,
+        p95_s=inp.p95_s,
+        absent=tuple(sorted(set(inp.absent))),
+    )
+
+
+def fit_signals(sig: NodeSignals) -> tuple[NodeSignals, str]:
+    """Encode; when over 4 KiB, drop model lists (then UUIDs) until it fits."""
+    from dataclasses import replace
+
+    from kvspread.signals import SignalsError
+
+    try:
+        return sig, encode_signals(sig)
+    except SignalsError:
+        pass
+    if sig.gpus is not None:
+        slim = replace(sig, gpus=tuple(replace(g, models=()) for g in sig.gpus))
+        try:
+            return slim, encode_signals(slim)
+        except SignalsError:
+            slimmer = replace(slim, gpus=tuple(replace(g, uuid="") for g in slim.gpus or ()))
+            return slimmer, encode_signals(slimmer)
+    return sig, encode_signals(sig)  # nothing left to drop: raises SignalsError

@@ -1,0 +1,112 @@
+/* Structures shared by the BPF programs and user space (mirrored in bpf/events.py).
+ *
+ * Layout rules: natural alignment, explicit padding, no packed structs, fixed sizes;
+ * every change here needs the same change in events.py (a test compares sizes).
+ */
+#ifndef KVSPREAD_EVENTS_H
+#define KVSPREAD_EVENTS_H
+
+/* Kernel types: real headers, or the BTF-generated tree (bpf/headers.py) whose
+ * stand-ins for these headers all pull in the kernel's own BTF types. */
+#include <uapi/linux/ptrace.h>
+#include <linux/sched.h>
+#include <linux/fs.h>
+#include <linux/fdtable.h>
+#include <linux/net.h>
+#include <linux/socket.h>
+#include <linux/uio.h>
+#include <net/sock.h>
+#include <net/tcp_states.h>
+#include <uapi/linux/in.h>
+
+#define KV_NTOHS(x) ((u16)__builtin_bswap16((u16)(x)))
+
+#ifndef CAPTURE_BYTES
+#define CAPTURE_BYTES 512 /* bytes of a request / response start copied (power of two) */
+#endif
+#ifndef MAX_CONNS
+#define MAX_CONNS 65536 /* LRU size of the tracked-connection table */
+#endif
+#ifndef MAX_MORE_CHUNKS
+#define MAX_MORE_CHUNKS 2 /* extra reads of one request copied (headers split from body) */
+#endif
+#ifndef RTT_SLOTS
+#define RTT_SLOTS 32 /* log2 buckets of smoothed RTT in microseconds */
+#endif
+#ifndef TRACE_ALL_PORTS
+#define TRACE_ALL_PORTS 1
+#endif
+#ifndef SELF_TGID
+#define SELF_TGID 0
+#endif
+
+#define HTTP_EV_REQUEST 1      /* first bytes of a new request on the connection */
+#define HTTP_EV_REQUEST_MORE 2 /* further bytes of the same request */
+#define HTTP_EV_RESPONSE 3     /* first bytes of the response */
+#define HTTP_EV_CLOSE 4        /* the server closed the connection */
+
+#define CONN_IDLE 0
+#define CONN_REQUEST 1
+#define CONN_RESPONDING 2
+
+/* One accepted connection, keyed by (tgid << 32 | fd). */
+struct conn_state {
+    u64 id;            /* ktime of accept(): tells reuses of one fd apart */
+    u64 sk;            /* struct sock * of the connection */
+    u64 req_start_ns;
+    u64 resp_start_ns;
+    u64 last_write_ns; /* last response write: the end of the response so far */
+    u64 resp_bytes;
+    u64 req_bytes;
+    u32 requests;
+    u16 port;          /* local (server) port, host order */
+    u8 state;          /* CONN_* */
+    u8 more;           /* HTTP_EV_REQUEST_MORE events sent for the current request */
+};
+
+struct http_event {
+    u64 ts_ns;           /* bpf_ktime_get_ns() when the syscall returned */
+    u64 conn_id;         /* conn_state.id */
+    u64 prev_end_ns;     /* REQUEST / CLOSE: last write of the previous response, else 0 */
+    u64 prev_resp_bytes; /* bytes of that previous response */
+    u32 tgid;
+    u32 fd;
+    u32 len;             /* bytes valid in data */
+    u32 total;           /* bytes the syscall moved */
+    u16 port;
+    u8 kind;             /* HTTP_EV_* */
+    u8 prev_state;       /* CONN_* before this event */
+    u32 pad;
+    char data[CAPTURE_BYTES];
+};
+
+struct accept_event {
+    u64 ts_ns;
+    u64 conn_id;
+    u64 queue_ns;        /* handshake complete -> accept() returned; 0 if not seen */
+    u32 tgid;
+    u32 fd;
+    u32 backlog;         /* listener accept queue length when accept() was called */
+    u32 max_backlog;
+    u16 port;            /* listening port, host order */
+    u16 peer_port;       /* host order */
+    u16 family;          /* AF_INET or AF_INET6 */
+    u16 pad;
+    u8 peer_addr[16];    /* IPv4 in the first 4 bytes */
+};
+
+/* Aggregation key for TCP statistics: the owning process and its listening port. */
+struct sock_key {
+    u32 tgid;
+    u16 port;
+    u16 pad;
+};
+
+struct tcp_stats {
+    u64 rtt_count;
+    u64 rtt_sum_us;
+    u64 retransmits;
+    u64 rtt_slots[RTT_SLOTS]; /* slot i counts srtt in [2^i, 2^(i+1)) microseconds */
+};
+
+#endif

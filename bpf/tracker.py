@@ -1,0 +1,187 @@
+"""Turn the kernel's per-connection HTTP events into completed request records.
+
+Pure: fed decoded events in order, returns `RequestRecord`s. A request ends at the last
+response write, which the kernel reports with the next request on the connection
+(keep-alive) or with close(); streamed (SSE) responses are covered the same way. The
+table of open connections is bounded (least recently used connections are dropped and
+counted).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bpf.events import AcceptEvent, HttpEvent, HttpEventKind
+from bpf.http import RouteTemplates, parse_request, parse_response
+
+__all__ = ["RequestRecord", "ConnTracker", "TrackerCounters"]
+
+MAX_REQUEST_PREFIX = 4096
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One completed server-side request. Times in seconds; `start_ns` is monotonic."""
+
+    tgid: int
+    port: int
+    method: str
+    route: str
+    status: int | None
+    modality: str
+    images: int
+    start_ns: int
+    ttfb_s: float
+    duration_s: float
+    streaming: bool
+    response_bytes: int
+    context_id: str | None = None
+    chunk_seq: int | None = None
+    peer: str = ""
+
+
+@dataclass
+class _Pending:
+    start_ns: int
+    request: bytearray
+    response_ns: int = 0
+    response: bytes = b""
+
+
+@dataclass
+class _Conn:
+    tgid: int
+    fd: int
+    port: int
+    peer: str = ""
+    pending: _Pending | None = None
+
+
+@dataclass
+class TrackerCounters:
+    requests: int = 0
+    unanswered: int = 0  # request seen, connection closed before any response
+    unparsable: int = 0  # bytes that were not an HTTP request line
+    evicted: int = 0  # connections dropped from the bounded table
+    orphan_events: int = 0  # events of connections not seen starting
+
+
+@dataclass
+class ConnTracker:
+    """State of open connections, keyed by (tgid, fd, accept time)."""
+
+    routes: RouteTemplates = field(default_factory=RouteTemplates)
+    max_conns: int = 65536
+    counters: TrackerCounters = field(default_factory=TrackerCounters)
+
+    def __post_init__(self) -> None:
+        self._conns: OrderedDict[tuple[int, int, int], _Conn] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._conns)
+
+    def _conn(self, tgid: int, fd: int, conn_id: int, port: int) -> _Conn:
+        key = (tgid, fd, conn_id)
+        c = self._conns.get(key)
+        if c is None:
+            c = _Conn(tgid=tgid, fd=fd, port=port)
+            self._conns[key] = c
+            while len(self._conns) > self.max_conns:
+                self._conns.popitem(last=False)
+                self.counters.evicted += 1
+        else:
+            self._conns.move_to_end(key)
+        return c
+
+    def on_accept(self, ev: AcceptEvent) -> None:
+        c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
+        c.peer = ev.peer
+
+    def _finish(self, c: _Conn, end_ns: int, resp_bytes: int) -> RequestRecord | None:
+        p = c.pending
+        c.pending = None
+        if p is None:
+            return None
+        if not p.response_ns:
+            self.counters.unanswered += 1
+            return None
+        req = parse_request(bytes(p.request), self.routes)
+        if req is None:
+            self.counters.unparsable += 1
+            return None
+        resp = parse_response(p.response)
+        end = max(end_ns, p.response_ns)
+        self.counters.requests += 1
+        return RequestRecord(
+            tgid=c.tgid,
+            port=c.port,
+            method=req.method,
+            route=req.route,
+            status=resp.status,
+            modality=req.modality,
+            images=req.images,
+            start_ns=p.start_ns,
+            ttfb_s=(p.response_ns - p.start_ns) / 1e9,
+            duration_s=(end - p.start_ns) / 1e9,
+            streaming=resp.streaming,
+            response_bytes=resp_bytes,
+            context_id=req.context_id,
+            chunk_seq=req.chunk_seq,
+            peer=c.peer,
+        )
+
+    def on_http(self, ev: HttpEvent) -> list[RequestRecord]:
+        """Feed one event; returns the requests it completed (zero or one)."""
+        out: list[RequestRecord] = []
+        key = (ev.tgid, ev.fd, ev.conn_id)
+        if ev.kind == HttpEventKind.CLOSE:
+            c = self._conns.pop(key, None)
+            if c is None:
+                return out
+            rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
+            if rec:
+                out.append(rec)
+            return out
+        c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
+        if ev.kind == HttpEventKind.REQUEST:
+            if c.pending is not None:
+                rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
+                if rec:
+                    out.append(rec)
+            c.pending = _Pending(start_ns=ev.ts_ns, request=bytearray(ev.data))
+        elif ev.kind == HttpEventKind.REQUEST_MORE:
+            if c.pending is None:
+                self.counters.orphan_events += 1
+            elif len(c.pending.request) < MAX_REQUEST_PREFIX:
+                c.pending.request += ev.data[: MAX_REQUEST_PREFIX - len(c.pending.request)]
+        elif ev.kind == HttpEventKind.RESPONSE:
+            if c.pending is None:
+                self.counters.orphan_events += 1
+            elif not c.pending.response_ns:
+                c.pending.response_ns = ev.ts_ns
+                c.pending.response = ev.data
+        return out
+
+    def in_flight(
+        self, now_ns: int, last_write_ns: Callable[[int, int], int | None], idle_s: float = 1.0
+    ) -> int:
+        """Requests in flight: awaiting their first response byte, or still writing.
+
+        A response counts as still writing when its connection wrote within `idle_s`
+        (`last_write_ns(tgid, fd)` reads the kernel's table), so an idle keep-alive
+        connection after a finished response is not counted.
+        """
+        n = 0
+        for c in self._conns.values():
+            p = c.pending
+            if p is None:
+                continue
+            if not p.response_ns:
+                n += 1
+                continue
+            last = last_write_ns(c.tgid, c.fd)
+            if last is not None and now_ns - last <= idle_s * 1e9:
+                n += 1
+        return n

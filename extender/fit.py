@@ -1,0 +1,109 @@
+"""The filter (DESIGN.md section 5): can this node host the pod at all?
+
+A node fails when the pod's GPU count cannot be met by GPUs whose free memory covers the
+pod's per-GPU need (free_g >= need; for whole-GPU pods: idle GPUs), or, where CPU is
+tracked (the simulator), when its free CPU is short. Nodes without fresh signals pass:
+missing monitoring never blocks scheduling. Pods that use no GPU always pass.
+
+Reasons are written for a person reading `kubectl describe pod`, e.g.
+"kvspread: needs 2 GPUs with 24 GiB free each, node has 1 (largest free 10.5 GiB)".
+
+`check_fit` decides one node; `fit_batch` decides many at once (same rules, numpy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.batch import NodeBatch
+from extender.config import ScoringConfig
+from extender.model import GpuState, NodeState, PodShape
+
+__all__ = ["FitResult", "check_fit", "fit_batch", "gpu_qualifies", "format_mib", "fit_reason"]
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    fits: bool
+    reason: str = ""
+
+
+def format_mib(mib: float) -> str:
+    """Human-sized memory: '24 GiB', '10.5 GiB', '512 MiB'."""
+    if mib >= 1024:
+        gib = mib / 1024
+        return f"{gib:.0f} GiB" if abs(gib - round(gib)) < 0.05 else f"{gib:.1f} GiB"
+    return f"{mib:.0f} MiB"
+
+
+def gpu_qualifies(gpu: GpuState, pod: PodShape, cfg: ScoringConfig) -> bool:
+    """True when one of the pod's instances' GPUs fits on `gpu`."""
+    if pod.mem_per_gpu_mib is None:
+        return gpu.is_idle(cfg.idle_used_fraction)
+    return gpu.free_mib >= pod.mem_per_gpu_mib
+
+
+def _need_text(pod: PodShape) -> str:
+    gpus = f"{pod.gpus} GPU" + ("s" if pod.gpus != 1 else "")
+    if pod.mem_per_gpu_mib is None:
+        return f"{gpus} that are entirely free"
+    each = " each" if pod.gpus != 1 else ""
+    return f"{gpus} with {format_mib(pod.mem_per_gpu_mib)} free{each}"
+
+
+def fit_reason(
+    pod: PodShape, qualifying: int, largest_free_mib: float, cpu_short: float | None = None
+) -> str:
+    """The FailedNodes message for a node that cannot host the pod."""
+    if cpu_short is not None:
+        return f"kvspread: needs {pod.cpu_milli:.0f}m CPU, node has {cpu_short:.0f}m free"
+    return (
+        f"kvspread: needs {_need_text(pod)}, node has {qualifying} "
+        f"(largest free {format_mib(largest_free_mib)} on one GPU)"
+    )
+
+
+def check_fit(pod: PodShape, node: NodeState, cfg: ScoringConfig) -> FitResult:
+    """Filter one node. Never raises for any NodeState/PodShape."""
+    if node.cpu_free_milli is not None and pod.cpu_milli > node.cpu_free_milli:
+        return FitResult(False, fit_reason(pod, 0, 0.0, cpu_short=node.cpu_free_milli))
+    if pod.gpus <= 0 or not node.fresh:
+        return FitResult(True)
+    qualifying = sum(1 for g in node.gpus if gpu_qualifies(g, pod, cfg))
+    if qualifying >= pod.gpus:
+        return FitResult(True)
+    largest = max((g.free_mib for g in node.gpus), default=0.0)
+    return FitResult(False, fit_reason(pod, qualifying, largest))
+
+
+def qualifying_gpus(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
+    """(N, G) bool: GPU slots that can take one of the pod's GPUs."""
+    if pod.mem_per_gpu_mib is None:
+        return batch.idle(cfg.idle_used_fraction)
+    return batch.valid & (batch.free() >= pod.mem_per_gpu_mib)
+
+
+def fit_batch(
+    pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, *, reasons: bool = True
+) -> tuple[np.ndarray, dict[str, str]]:
+    """Filter many nodes: (N,) bool of passing nodes and {failed name: reason}."""
+    n = len(batch)
+    cpu_ok = batch.cpu_free >= pod.cpu_milli
+    if pod.gpus <= 0:
+        ok = cpu_ok.copy()
+        qual_count = np.zeros(n, dtype=np.int64)
+    else:
+        qual_count = qualifying_gpus(pod, batch, cfg).sum(axis=1)
+        ok = cpu_ok & (~batch.fresh | (qual_count >= pod.gpus))
+    failed: dict[str, str] = {}
+    if reasons and not ok.all():
+        largest = batch.free().max(axis=1) if n else np.zeros(0)
+        for i in np.flatnonzero(~ok):
+            name = batch.names[i]
+            if not cpu_ok[i]:
+                failed[name] = fit_reason(pod, 0, 0.0, cpu_short=float(batch.cpu_free[i]))
+            else:
+                failed[name] = fit_reason(pod, int(qual_count[i]), float(largest[i]))
+    return ok, failed

@@ -1,0 +1,192 @@
+"""Reading the Kubernetes objects the extender needs: a Pod into a `PodInfo` (its
+`PodShape` and identity), a Node into a `NodeInfo` (labels, allocatable GPUs and the
+raw signals annotation). Pure functions on the JSON dicts; never raise on odd input:
+a pod whose kvspread labels or annotations are invalid gets `error` set, a message
+that names the field and the accepted format (DESIGN.md section 2).
+
+Field lookups accept keys in any letter case (as Go's encoding/json does when
+kube-scheduler or the API server decodes them); the exact key is tried first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from extender.config import MIB
+from extender.model import PodShape
+from kvspread import names
+from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
+
+__all__ = ["PodInfo", "NodeInfo", "parse_pod", "parse_node", "field", "TERMINAL_PHASES"]
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def field(obj: Any, key: str) -> Any:
+    """obj[key] with Go-style case-insensitive matching; None when absent or not a dict."""
+    if not isinstance(obj, dict):
+        return None
+    if key in obj:
+        return obj[key]
+    low = key.lower()
+    for k, v in obj.items():
+        if isinstance(k, str) and k.lower() == low:
+            return v
+    return None
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """A pod as the extender sees it. `key` is "namespace/name"."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    shape: PodShape
+    error: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def active(self) -> bool:
+        """Holds its GPUs: bound and not finished."""
+        return bool(self.node_name) and self.phase not in TERMINAL_PHASES
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node's labels and signals annotation as read from the Node object."""
+
+    name: str
+    pool: str | None
+    nvlink: bool
+    signals_annotation: str | None
+    gpu_allocatable: int | None
+
+
+def _gpu_count(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    try:
+        q = parse_quantity(value)
+    except QuantityError as exc:
+        raise ValueError(f"{where} {value!r} is not a whole number of GPUs") from exc
+    if q < 0 or q != q.to_integral_value():
+        raise ValueError(f"{where} {value!r} is not a whole number of GPUs")
+    return int(q)
+
+
+def _container_gpus(containers: Any, where: str) -> list[int]:
+    out = []
+    if not isinstance(containers, list):
+        return out
+    for n, c in enumerate(containers):
+        res = field(c, "resources")
+        limits = field(res, "limits")
+        requests = field(res, "requests")
+        value = field(limits, names.RESOURCE_GPU)
+        if value is None:
+            value = field(requests, names.RESOURCE_GPU)
+        out.append(_gpu_count(value, f"{where}[{n}] {names.RESOURCE_GPU} limit"))
+    return out
+
+
+def parse_pod(pod: Any) -> PodInfo:
+    """Read a v1 Pod dict. Never raises; problems with kvspread fields go to `error`."""
+    meta = field(pod, "metadata")
+    spec = field(pod, "spec")
+    status = field(pod, "status")
+    ns = field(meta, "namespace")
+    name = field(meta, "name")
+    uid = field(meta, "uid")
+    node_name = field(spec, "nodeName")
+    phase = field(status, "phase")
+    labels = _str_map(field(meta, "labels"))
+    annotations = _str_map(field(meta, "annotations"))
+    errors: list[str] = []
+    try:
+        main = _container_gpus(field(spec, "containers"), "container")
+        init = _container_gpus(field(spec, "initContainers"), "init container")
+        gpus = max(sum(main), max(init, default=0))
+    except ValueError as exc:
+        errors.append(str(exc))
+        gpus = 0
+    mem: float | None = None
+    raw_mem = annotations.get(names.ANNOTATION_GPU_MEMORY)
+    if raw_mem is not None:
+        try:
+            q = parse_quantity(raw_mem)
+            if q <= 0:
+                raise QuantityError("not positive")
+            mem = float(q / Decimal(MIB))
+        except QuantityError:
+            errors.append(
+                f"annotation {names.ANNOTATION_GPU_MEMORY}={raw_mem!r} is invalid: expected "
+                f"{QUANTITY_FORMAT_HELP} (greater than 0), the GPU memory needed on each GPU"
+            )
+        if mem is not None and gpus == 0:
+            # The annotation says the pod uses GPU memory; one GPU unless the limit says more.
+            gpus = 1
+    modality = labels.get(names.LABEL_MODALITY, "text")
+    if modality not in names.MODALITIES:
+        errors.append(
+            f"label {names.LABEL_MODALITY}={modality!r} is invalid: expected one of "
+            f"{', '.join(names.MODALITIES)}"
+        )
+        modality = "text"
+    qos = labels.get(names.LABEL_QOS)
+    if qos is not None and qos not in names.QOS_CLASSES:
+        errors.append(
+            f"label {names.LABEL_QOS}={qos!r} is invalid: expected one of "
+            f"{', '.join(names.QOS_CLASSES)}"
+        )
+        qos = None
+    shape = PodShape(
+        gpus=gpus,
+        mem_per_gpu_mib=mem,
+        model=labels.get(names.LABEL_MODEL) or None,
+        modality=modality,
+        qos=qos,
+    )
+    return PodInfo(
+        namespace=ns if isinstance(ns, str) and ns else "default",
+        name=name if isinstance(name, str) else "",
+        uid=uid if isinstance(uid, str) else "",
+        node_name=node_name if isinstance(node_name, str) else "",
+        phase=phase if isinstance(phase, str) else "",
+        shape=shape,
+        error="; ".join(errors),
+    )
+
+
+def parse_node(node: Any) -> NodeInfo:
+    """Read a v1 Node dict. Never raises; the name is "" when missing."""
+    meta = field(node, "metadata")
+    name = field(meta, "name")
+    labels = _str_map(field(meta, "labels"))
+    annotations = _str_map(field(meta, "annotations"))
+    pool = labels.get(names.LABEL_POOL)
+    alloc = field(field(node, "status"), "allocatable")
+    try:
+        gpu_alloc: int | None = _gpu_count(field(alloc, names.RESOURCE_GPU), "allocatable")
+    except ValueError:
+        gpu_alloc = None
+    return NodeInfo(
+        name=name if isinstance(name, str) else "",
+        pool=pool if pool in names.POOLS else None,
+        nvlink=labels.get(names.LABEL_NVLINK, "").lower() == "true",
+        signals_annotation=annotations.get(names.ANNOTATION_SIGNALS),
+        gpu_allocatable=gpu_alloc,
+    )

@@ -1,0 +1,127 @@
+"""Wiring: build the extender from an `ExtenderConfig` and serve it with uvicorn.
+
+    running = build(cfg)          # Extender, app, cache and reflectors (not started)
+    running.start()               # start the list+watch threads (no-op standalone)
+    serve(cfg)                    # build + start + uvicorn until SIGTERM/SIGINT
+
+Tests use `build()` with an injected clock and `api_server=` a FakeKubeApi URL.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI
+
+from extender.cache import Backoff, ClusterState, Reflector
+from extender.config import ExtenderConfig
+from extender.ledger import Ledger
+from extender.server import create_app
+from extender.service import Extender
+from kvspread.clock import SYSTEM_CLOCK, Clock
+
+__all__ = ["Running", "build", "serve"]
+
+log = logging.getLogger("kvspread.extender")
+
+POD_FIELD_SELECTOR = "spec.nodeName!="
+"""Only bound pods hold GPUs; unscheduled pods are what the scheduler asks about."""
+
+
+@dataclass
+class Running:
+    cfg: ExtenderConfig
+    extender: Extender
+    app: FastAPI
+    state: ClusterState | None
+    reflectors: list[Reflector] = field(default_factory=list)
+
+    def ready(self) -> bool:
+        return self.state is None or self.state.ready
+
+    def start(self) -> None:
+        for r in self.reflectors:
+            r.start()
+
+    def stop(self) -> None:
+        for r in self.reflectors:
+            r.stop()
+
+
+def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
+    """Assemble everything; the Kubernetes client is created only when not standalone."""
+    ledger = Ledger(clock, cfg.ledger_ttl_s)
+    state: ClusterState | None = None
+    reflectors: list[Reflector] = []
+    if not cfg.standalone:
+        from kubernetes import client
+
+        from kvspread.kube import api_client
+
+        api = client.CoreV1Api(api_client(cfg.kubeconfig, cfg.api_server))
+        state = ClusterState(cfg.scoring, ledger, clock)
+        reflectors = [
+            Reflector(
+                "nodes",
+                api.list_node,
+                state.replace_nodes,
+                state.node_event,
+                watch_timeout_s=cfg.watch_timeout_s,
+                backoff=Backoff(cfg.backoff_base_s, cfg.backoff_max_s),
+            ),
+            Reflector(
+                "pods",
+                api.list_pod_for_all_namespaces,
+                state.replace_pods,
+                state.pod_event,
+                field_selector=POD_FIELD_SELECTOR,
+                watch_timeout_s=cfg.watch_timeout_s,
+                backoff=Backoff(cfg.backoff_base_s, cfg.backoff_max_s),
+            ),
+        ]
+    ext = Extender(cfg, clock, state, ledger)
+    cache = state
+
+    def ready() -> bool:
+        return cache is None or cache.ready
+
+    return Running(cfg, ext, create_app(ext, ready), state, reflectors)
+
+
+def serve(cfg: ExtenderConfig) -> int:
+    """Run until interrupted; returns the process exit code."""
+    import uvicorn
+
+    running = build(cfg)
+    running.start()
+    log.info(
+        "extender serving",
+        extra={
+            "kv": {
+                "host": cfg.host,
+                "port": cfg.port,
+                "tls": cfg.tls_cert is not None,
+                "standalone": cfg.standalone,
+                "filter": "/" + cfg.filter_verb,
+                "prioritize": "/" + cfg.prioritize_verb,
+            }
+        },
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            running.app,
+            host=cfg.host,
+            port=cfg.port,
+            ssl_certfile=cfg.tls_cert,
+            ssl_keyfile=cfg.tls_key,
+            log_level="warning",
+            access_log=False,
+            log_config=None,
+        )
+    )
+    try:
+        server.run()
+    finally:
+        running.stop()
+    return 0

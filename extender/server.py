@@ -1,0 +1,127 @@
+"""HTTP routes of the extender (FastAPI; routes only, the decisions live in service.py).
+
+    POST /<filterVerb>       ExtenderArgs -> ExtenderFilterResult      (default /filter)
+    POST /<prioritizeVerb>   ExtenderArgs -> HostPriorityList          (default /prioritize)
+    GET  /debug/explain?pod=NS/NAME[&top=N]   each node's terms for the last decisions
+    GET  /metrics            Prometheus text format
+    GET  /healthz            200 while the process serves
+    GET  /readyz             200 after the first list of nodes and pods (always, standalone)
+
+Bodies are read raw and parsed by wire.py (no pydantic on the hot path). A body that is
+not an ExtenderArgs gets 400 with a JSON {"error": message}. Nothing the scheduler can
+send produces a 5xx: an unexpected failure is logged and counted (code "internal") and
+answered with `Error` set (filter; kube-scheduler then treats the extender as failed,
+or skips it when registered `ignorable: true`) or neutral scores (prioritize).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from extender.service import NEUTRAL_SCORE, Extender
+from extender.wire import WireError, dumps, parse_args, prioritize_response
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("kvspread.extender.server")
+
+_JSON = "application/json"
+
+
+def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
+    """Build the ASGI app for `ext`; `ready()` backs /readyz."""
+    app = FastAPI(
+        title="kvspread scheduler extender",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    m = ext.metrics
+    fverb = ext.cfg.filter_verb.strip("/")
+    pverb = ext.cfg.prioritize_verb.strip("/")
+
+    async def handle(request: Request, verb: str) -> Response:
+        start = time.perf_counter()
+        code = "200"
+        try:
+            body = await request.body()
+            try:
+                args = parse_args(body)
+            except WireError as exc:
+                code = "400"
+                return JSONResponse({"error": str(exc)}, status_code=400)
+            except RecursionError:
+                code = "400"
+                return JSONResponse({"error": "request body nests too deeply"}, status_code=400)
+            try:
+                out = ext.filter(args) if verb == "filter" else ext.prioritize(args)
+            except Exception:
+                code = "internal"
+                log.exception("extender failed on a valid request", extra={"kv": {"verb": verb}})
+                if verb == "filter":
+                    out = dumps(
+                        {
+                            "Nodes": None,
+                            "NodeNames": None,
+                            "FailedNodes": {},
+                            "FailedAndUnresolvableNodes": {},
+                            "Error": "kvspread extender internal error; see its log",
+                        }
+                    )
+                else:
+                    out = prioritize_response(args.names, [NEUTRAL_SCORE] * len(args.names))
+            return Response(content=out, media_type=_JSON)
+        finally:
+            m.requests.labels(verb, code).inc()
+            m.duration.labels(verb).observe(time.perf_counter() - start)
+
+    @app.post("/" + fverb)
+    async def filter_route(request: Request) -> Response:
+        return await handle(request, "filter")
+
+    @app.post("/" + pverb)
+    async def prioritize_route(request: Request) -> Response:
+        return await handle(request, "prioritize")
+
+    @app.get("/debug/explain")
+    async def explain_route(pod: str = "", top: int | None = None) -> Response:
+        if "/" not in pod or pod.startswith("/") or pod.endswith("/"):
+            return JSONResponse(
+                {"error": "query parameter pod must be NAMESPACE/NAME, e.g. ?pod=default/llm-0"},
+                status_code=400,
+            )
+        if top is not None and top < 1:
+            return JSONResponse({"error": "top must be >= 1"}, status_code=400)
+        doc = ext.explain(pod, top)
+        if doc is None:
+            return JSONResponse({"error": f"no recent decision about pod {pod}"}, status_code=404)
+        return Response(content=dumps(doc), media_type=_JSON)
+
+    @app.get("/metrics")
+    async def metrics_route() -> Response:
+        if ext.state is not None:
+            m.cache_synced.labels("nodes").set(1 if ext.state.nodes_synced else 0)
+            m.cache_synced.labels("pods").set(1 if ext.state.pods_synced else 0)
+        return Response(content=generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response(content=b"ok", media_type="text/plain")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if ready():
+            return Response(content=b"ok", media_type="text/plain")
+        return Response(
+            content=b"not ready: node and pod caches have not completed their first list",
+            media_type="text/plain",
+            status_code=503,
+        )
+
+    return app

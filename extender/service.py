@@ -1,0 +1,291 @@
+"""The extender's decisions: filter and prioritize one ExtenderArgs, remember why.
+
+`Extender` glues the pure parts (objects, fit, scoring) to the state (cache, ledger,
+shape distribution) and to observability (metrics, explain store, the debug log). It
+knows nothing of HTTP: `server.py` maps routes onto `filter()`, `prioritize()` and
+`explain()`, which take parsed `ExtenderArgs` and return response bytes.
+
+Unknown nodes (names-only mode, not in the node cache, or no cache at all in
+standalone mode) pass the filter and get the neutral score 5. A pod with invalid
+kvspread labels or annotations fails every node with a reason naming the field.
+
+Thread-safe: the server may call from several threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from extender.batch import NodeBatch
+from extender.cache import ClusterState
+from extender.config import ExtenderConfig
+from extender.fit import fit_batch
+from extender.ledger import Ledger
+from extender.metrics import ExtenderMetrics
+from extender.objects import PodInfo, parse_node, parse_pod
+from extender.scoring import TERMS, BatchScores, explain, score_batch
+from extender.shapes import ShapeDistribution
+from extender.state import build_node_state
+from extender.wire import ExtenderArgs, filter_response, prioritize_response
+from kvspread.clock import Clock
+
+__all__ = ["Extender", "NEUTRAL_SCORE"]
+
+log = logging.getLogger("kvspread.extender")
+
+NEUTRAL_SCORE = 5
+"""Score for a node the extender knows nothing about: the middle of 0..10."""
+
+
+@dataclass
+class _Decision:
+    verb: str
+    at: float
+    pod: PodInfo
+    names: list[str]
+    unknown: list[str]
+    scores: BatchScores | None
+    failed: dict[str, str]
+    passed: int
+
+
+class Extender:
+    """Filter/prioritize engine (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: ExtenderConfig,
+        clock: Clock,
+        state: ClusterState | None,
+        ledger: Ledger,
+        metrics: ExtenderMetrics | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.scoring = cfg.scoring
+        self.clock = clock
+        self.state = state
+        self.ledger = ledger
+        self.shapes = ShapeDistribution(cfg.scoring)
+        self.metrics = metrics or ExtenderMetrics(TERMS)
+        self._lock = threading.Lock()
+        self._seen_uids: OrderedDict[str, None] = OrderedDict()
+        self._decisions: OrderedDict[str, dict[str, _Decision]] = OrderedDict()
+
+    # --- helpers ------------------------------------------------------------------------
+    def _observe(self, pod: PodInfo) -> None:
+        uid = pod.uid or pod.key
+        with self._lock:
+            if uid in self._seen_uids:
+                return
+            self._seen_uids[uid] = None
+            if len(self._seen_uids) > 10_000:
+                self._seen_uids.popitem(last=False)
+        self.shapes.observe(pod.shape)
+
+    def _batch(
+        self, args: ExtenderArgs, model: str | None = None
+    ) -> tuple[NodeBatch, np.ndarray, list[int]]:
+        """(batch of known nodes, their positions in args.names, unknown positions)."""
+        if args.nodes is not None:
+            infos = [parse_node(n) for n in args.nodes]
+            if self.state is not None:
+                states = self.state.states_for(infos)
+            else:
+                now = self.clock.now()
+                states = [
+                    build_node_state(i, (), self.ledger.on_node(i.name), now, self.scoring)
+                    for i in infos
+                ]
+            return NodeBatch.from_states(states), np.arange(len(infos)), []
+        if self.state is None:
+            return (
+                NodeBatch.from_states([]),
+                np.zeros(0, dtype=np.intp),
+                list(range(len(args.names))),
+            )
+        batch, missing = self.state.take(args.names, model)
+        if missing:
+            mask = np.ones(len(args.names), dtype=bool)
+            mask[missing] = False
+            known = np.flatnonzero(mask)
+        else:
+            known = np.arange(len(args.names))
+        return batch, known, missing
+
+    def _remember(self, key: str, d: _Decision) -> None:
+        with self._lock:
+            per = self._decisions.pop(key, {})
+            per[d.verb] = d
+            self._decisions[key] = per
+            while len(self._decisions) > self.cfg.explain_max_pods:
+                self._decisions.popitem(last=False)
+
+    # --- verbs --------------------------------------------------------------------------
+    def filter(self, args: ExtenderArgs) -> bytes:
+        pod = parse_pod(args.pod)
+        n = len(args.names)
+        if pod.error:
+            reason = f"kvspread: pod {pod.key} cannot be placed: {pod.error}"
+            failed = dict.fromkeys(args.names, reason)
+            self.metrics.filter_failures.labels("invalid_pod").inc(n)
+            self._remember(
+                pod.key,
+                _Decision("filter", self.clock.now(), pod, args.names, [], None, failed, 0),
+            )
+            return filter_response(args, [False] * n, failed)
+        self._observe(pod)
+        batch, known, unknown = self._batch(args)
+        ok, failed = fit_batch(pod.shape, batch, self.scoring)
+        passed = np.ones(n, dtype=bool)
+        passed[known] = ok
+        if failed:
+            cpu = sum(1 for r in failed.values() if "CPU" in r)
+            if cpu:
+                self.metrics.filter_failures.labels("cpu").inc(cpu)
+            if len(failed) - cpu:
+                self.metrics.filter_failures.labels("gpu_memory").inc(len(failed) - cpu)
+        self.metrics.count_signals(batch.codes, len(unknown))
+        self._remember(
+            pod.key,
+            _Decision(
+                "filter",
+                self.clock.now(),
+                pod,
+                args.names,
+                [args.names[i] for i in unknown],
+                None,
+                failed,
+                int(passed.sum()),
+            ),
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "filter decision",
+                extra={
+                    "kv": {
+                        "pod": pod.key,
+                        "nodes": n,
+                        "passed": int(passed.sum()),
+                        "failed": len(failed),
+                        "unknown": len(unknown),
+                        "mode": "names" if args.names_only else "nodelist",
+                    }
+                },
+            )
+        return filter_response(args, passed.tolist(), failed)
+
+    def prioritize(self, args: ExtenderArgs) -> bytes:
+        pod = parse_pod(args.pod)
+        n = len(args.names)
+        if pod.error:
+            self.metrics.decisions.labels("invalid_pod").inc()
+            return prioritize_response(args.names, [0] * n)
+        self._observe(pod)
+        batch, known, unknown = self._batch(args, pod.shape.model)
+        scores = score_batch(pod.shape, batch, self.scoring, self.shapes.snapshot())
+        out = np.full(n, NEUTRAL_SCORE, dtype=np.int64)
+        out[known] = scores.score
+        best = self._record_best(pod, scores)
+        self.metrics.terms.observe_many({t: getattr(scores, t) for t in TERMS})
+        self.metrics.count_signals(batch.codes, len(unknown))
+        if best is None:
+            outcome = "no_fit" if len(batch) else "no_gpu"
+        else:
+            outcome = "placed"
+        self.metrics.decisions.labels(outcome).inc()
+        self._remember(
+            pod.key,
+            _Decision(
+                "prioritize",
+                self.clock.now(),
+                pod,
+                args.names,
+                [args.names[i] for i in unknown],
+                scores,
+                {},
+                int(scores.fits.sum()),
+            ),
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            kv: dict[str, Any] = {
+                "pod": pod.key,
+                "nodes": n,
+                "unknown": len(unknown),
+                "shape": {
+                    "gpus": pod.shape.gpus,
+                    "mem_per_gpu_mib": pod.shape.mem_per_gpu_mib,
+                    "model": pod.shape.model,
+                    "modality": pod.shape.modality,
+                    "qos": pod.shape.qos,
+                },
+                "best": None if best is None else explain(scores.node(best)),
+            }
+            log.debug("prioritize decision", extra={"kv": kv})
+        return prioritize_response(args.names, out.tolist())
+
+    def _record_best(self, pod: PodInfo, scores: BatchScores) -> int | None:
+        """Put the best fitting node into the ledger; returns its row or None."""
+        if not len(scores.names) or not scores.fits.any():
+            return None
+        fresh_fit = scores.fits & np.isfinite(scores.delta_f)
+        cand = np.flatnonzero(fresh_fit if fresh_fit.any() else scores.fits)
+        top = cand[np.argmax(scores.value[cand])]
+        if pod.shape.gpus <= 0 and not pod.shape.model:
+            return int(top)
+        chosen = tuple(int(j) for j in np.flatnonzero(scores.chosen[top]))
+        changed = self.ledger.record(pod.key, scores.names[top], pod.shape, chosen)
+        if self.state is not None:
+            self.state.ledger_changed(changed)
+        return int(top)
+
+    # --- explain ------------------------------------------------------------------------
+    def explain(self, pod_key: str, top: int | None = None) -> dict[str, Any] | None:
+        """The last filter/prioritize decision about `pod_key` ("ns/name"), or None."""
+        with self._lock:
+            per = self._decisions.get(pod_key)
+            per = dict(per) if per else None
+        if per is None:
+            return None
+        out: dict[str, Any] = {"pod": pod_key}
+        wall = self.clock.now()
+        for verb, d in per.items():
+            entry: dict[str, Any] = {
+                "at": round(d.at, 3),
+                "age_s": round(wall - d.at, 3),
+                "nodes": len(d.names),
+                "passed": d.passed,
+                "unknown_nodes": d.unknown,
+                "pod_error": d.pod.error or None,
+                "shape": {
+                    "gpus": d.pod.shape.gpus,
+                    "mem_per_gpu_mib": d.pod.shape.mem_per_gpu_mib,
+                    "model": d.pod.shape.model,
+                    "modality": d.pod.shape.modality,
+                    "qos": d.pod.shape.qos,
+                },
+            }
+            if verb == "filter":
+                entry["failed"] = d.failed
+            if d.scores is not None:
+                rows = sorted(
+                    range(len(d.scores.names)),
+                    key=lambda i: (
+                        -int(d.scores.score[i]),
+                        -float(d.scores.value[i]),
+                        d.scores.names[i],
+                    ),
+                )
+                if top is not None:
+                    rows = rows[:top]
+                entry["scores"] = [explain(d.scores.node(i)) for i in rows]
+                entry["weights"] = {t: getattr(self.scoring.weights, t) for t in TERMS}
+                entry["normalisation"] = self.scoring.normalisation
+            out[verb] = entry
+        out["shapes"] = self.shapes.snapshot().as_dicts()
+        return out

@@ -1,0 +1,115 @@
+"""Errors a provider or the shell raises, each mapped to a Kubernetes `Status` answer.
+
+Sources and providers raise these and never write HTTP status codes themselves; the API
+shell turns any `AdapterError` into a `Status` object with its `code` and `reason`::
+
+    AdapterError                      (500 InternalError)
+    +-- NotFound                      (404 NotFound: no such path)
+    |   +-- MetricNotFound            (404 NotFound: no such external metric)
+    +-- BadRequest                    (400 BadRequest)
+    |   +-- SelectorError             (400: an unparsable label selector)
+    +-- Unauthorized                  (401: no valid front-proxy client certificate / user)
+    +-- Forbidden                     (403: the authoriser said no)
+    +-- MethodNotAllowed              (405)
+    +-- SourceUnavailable             (503 ServiceUnavailable: e.g. Prometheus is down)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AdapterError",
+    "NotFound",
+    "MetricNotFound",
+    "BadRequest",
+    "SelectorError",
+    "Unauthorized",
+    "Forbidden",
+    "MethodNotAllowed",
+    "SourceUnavailable",
+    "status_object",
+]
+
+GROUP = "external.metrics.k8s.io"
+
+
+class AdapterError(Exception):
+    """Base: an error with an HTTP code and a Kubernetes `reason`."""
+
+    code = 500
+    reason = "InternalError"
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        return status_object(self.code, self.reason, self.message, self.details)
+
+
+class NotFound(AdapterError):
+    """A path the server does not serve."""
+
+    code = 404
+    reason = "NotFound"
+
+
+class MetricNotFound(NotFound):
+    """An external metric no rule defines."""
+
+    def __init__(self, metric: str, why: str = "") -> None:
+        msg = f'the server could not find the metric "{metric}"'
+        super().__init__(
+            msg + (f": {why}" if why else ""),
+            {"name": metric, "group": GROUP, "kind": metric},
+        )
+        self.metric = metric
+
+
+class BadRequest(AdapterError):
+    code = 400
+    reason = "BadRequest"
+
+
+class SelectorError(BadRequest):
+    """A label selector that does not parse; the message says where and why."""
+
+
+class Unauthorized(AdapterError):
+    code = 401
+    reason = "Unauthorized"
+
+
+class Forbidden(AdapterError):
+    code = 403
+    reason = "Forbidden"
+
+
+class MethodNotAllowed(AdapterError):
+    code = 405
+    reason = "MethodNotAllowed"
+
+
+class SourceUnavailable(AdapterError):
+    code = 503
+    reason = "ServiceUnavailable"
+
+
+def status_object(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A metav1.Status failure object, as kube-apiserver writes it."""
+    doc: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        doc["details"] = details
+    return doc

@@ -1,0 +1,282 @@
+"""A small HTTP/1.1 server (asyncio + h11) that hands the TLS peer certificate to handlers.
+
+Why not uvicorn: ASGI servers do not expose the client certificate of a TLS connection,
+and request-header authentication (auth.py) must check it on every request. This server
+listens with an `ssl.SSLContext` (TLS is done by asyncio's SSL protocol, so no byte the
+client sends early is lost), parses requests with h11, and passes handlers a `Request`
+carrying `peer_cert` (the dict of a verified client certificate, or None).
+`set_ssl_context()` swaps the context for a rotated client CA without dropping a
+connection: a second listener opens on the same port (SO_REUSEPORT) before the old one
+closes; established connections keep their session.
+
+Limits: bodies over `max_body` bytes get 413 before they are read; headers over 64 KiB
+get 431; idle keep-alive connections close after `idle_timeout` seconds. A handler that
+raises gets a 500 (logged); handlers are expected to map their own errors.
+Thread-safety: one event loop; handlers run on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import h11
+
+__all__ = ["Request", "Response", "HttpServer", "Handler"]
+
+log = logging.getLogger("kvspread.adapter.http")
+
+MAX_HEADER_BYTES = 64 * 1024
+
+
+@dataclass
+class Request:
+    """One HTTP request: header names are lower-case and repeated headers kept in order."""
+
+    method: str
+    target: str
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    peer_cert: dict[str, Any] | None = None
+    client: tuple[str, int] | None = None
+    path: str = ""
+    query: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.target)
+        self.path = unquote(parts.path)
+        self.query = parse_qs(parts.query, keep_blank_values=True)
+
+    def header(self, name: str) -> str | None:
+        n = name.lower()
+        for k, v in self.headers:
+            if k == n:
+                return v
+        return None
+
+    def header_all(self, name: str) -> list[str]:
+        n = name.lower()
+        return [v for k, v in self.headers if k == n]
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class HttpServer:
+    """Serve `handler` on host:port, TLS when `ssl_context` gives a context.
+
+    Parameters:
+        handler: async (Request) -> Response.
+        ssl_context: TLS context (None: plain HTTP).
+        max_body: largest accepted request body in bytes (413 above).
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        max_body: int = 4 * 1024 * 1024,
+        idle_timeout: float = 90.0,
+        handshake_timeout: float = 10.0,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.max_body = max_body
+        self.idle_timeout = idle_timeout
+        self.handshake_timeout = handshake_timeout
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+        self.tls_failures = 0
+
+    async def _listen(self, port: int) -> asyncio.AbstractServer:
+        return await asyncio.start_server(
+            self._serve,
+            self.host,
+            port,
+            limit=2**20,
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=self.handshake_timeout if self.ssl_context else None,
+            reuse_port=True,
+        )
+
+    async def start(self) -> None:
+        self._server = await self._listen(self.port)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+
+    async def set_ssl_context(self, ctx: ssl.SSLContext) -> None:
+        """Serve new connections with `ctx` (see the module docstring)."""
+        self.ssl_context = ctx
+        if self._server is None:
+            return
+        new = await self._listen(self.port)
+        old, self._server = self._server, new
+        old.close()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for t in list(self._conns):
+                t.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            await self._connection(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - one broken connection must not stop the server
+            log.exception("connection failed")
+        finally:
+            self._conns.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_cert: dict[str, Any] | None = None
+        sslobj = writer.get_extra_info("ssl_object")
+        if sslobj is not None:
+            cert = sslobj.getpeercert()
+            peer_cert = cert or None  # {} means "not verified": treat as none
+        peer = writer.get_extra_info("peername")
+        client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        while True:
+            req = await self._read_request(conn, reader, writer, peer_cert, client)
+            if req is None:
+                return
+            try:
+                resp = await self.handler(req)
+            except Exception:  # noqa: BLE001
+                log.exception("handler failed", extra={"kv": {"path": req.path}})
+                resp = Response(500, b'{"message":"internal error"}')
+            keep = await self._write(conn, writer, resp)
+            if not keep or conn.our_state is h11.MUST_CLOSE:
+                return
+            try:
+                conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+
+    async def _read_request(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer_cert: dict[str, Any] | None,
+        client: tuple[str, int] | None,
+    ) -> Request | None:
+        head: h11.Request | None = None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                code = exc.error_status_hint
+                await self._simple(conn, writer, code, f"bad request: {exc}")
+                return None
+            if event is h11.NEED_DATA:
+                try:
+                    data = await asyncio.wait_for(reader.read(65536), self.idle_timeout)
+                except TimeoutError:
+                    return None
+                if not data and conn.their_state is h11.IDLE:
+                    return None
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Request):
+                head = event
+                length = None
+                for k, v in event.headers:
+                    if k == b"content-length":
+                        with contextlib.suppress(ValueError):
+                            length = int(v)
+                if length is not None and length > self.max_body:
+                    await self._simple(
+                        conn, writer, 413, f"request body of {length} bytes exceeds {self.max_body}"
+                    )
+                    return None
+                continue
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self.max_body:
+                    await self._simple(
+                        conn, writer, 413, f"request body exceeds {self.max_body} bytes"
+                    )
+                    return None
+                chunks.append(bytes(event.data))
+                continue
+            if isinstance(event, h11.EndOfMessage):
+                assert head is not None
+                return Request(
+                    method=head.method.decode("latin-1"),
+                    target=head.target.decode("latin-1"),
+                    headers=[
+                        (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in head.headers
+                    ],
+                    body=b"".join(chunks),
+                    peer_cert=peer_cert,
+                    client=client,
+                )
+            if isinstance(event, h11.ConnectionClosed):
+                return None
+
+    async def _simple(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, msg: str
+    ) -> None:
+        import json
+
+        body = json.dumps({"message": msg}).encode()
+        with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
+            await self._write(conn, writer, Response(code, body), close=True)
+
+    async def _write(
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        resp: Response,
+        close: bool = False,
+    ) -> bool:
+        headers = [
+            ("content-type", resp.content_type),
+            ("content-length", str(len(resp.body))),
+            *resp.headers,
+        ]
+        if close:
+            headers.append(("connection", "close"))
+        try:
+            data = conn.send(h11.Response(status_code=resp.status, headers=headers))
+            data += conn.send(h11.Data(data=resp.body)) if resp.body else b""
+            data += conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            return False
+        writer.write(data)
+        await writer.drain()
+        return not close

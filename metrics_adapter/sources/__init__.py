@@ -1,0 +1,1 @@
+"""Where values come from: the embedded OTLP receiver and its series store, and PromQL."""

@@ -1,0 +1,315 @@
+"""The windowed series store behind the OTLP receiver.
+
+Each series (metric name + attributes) keeps only the points inside its retention (the
+longest rule window plus slack), packed in one flat `array('d')` per series so that memory
+stays near 1 KiB for a 15-bucket histogram with a 1-minute window at a 10 s push interval.
+Stored values are always *cumulative*: delta points are added to the previous stored
+point on arrival; counter resets stay visible as drops, which `sli` handles as Prometheus
+does. When a cumulative series appears, or restarts, with a start time inside the retention,
+a zero point is inserted at its start time (what Prometheus calls created-timestamp zero
+injection), so the first push after a restart already yields a rate.
+
+Bounded memory: at most `max_series` series; inserting one more evicts the least recently
+written series and counts it in `dropped`. Series not written for `idle_expiry` seconds
+are removed by `expire()`.
+
+Thread-safety: every public method takes the store's lock, so the receiver and the API
+server may run in different threads.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from kvspread import names
+from metrics_adapter.sli import ExponentialHistogram
+
+__all__ = ["SeriesStore", "Series", "Point", "GAUGE", "SUM", "HISTOGRAM", "EXP_HISTOGRAM"]
+
+GAUGE: Final = 0
+SUM: Final = 1
+HISTOGRAM: Final = 2
+EXP_HISTOGRAM: Final = 3
+KIND_NAMES: Final = {
+    GAUGE: "gauge",
+    SUM: "sum",
+    HISTOGRAM: "histogram",
+    EXP_HISTOGRAM: "exponential histogram",
+}
+
+Attrs = tuple[tuple[str, str], ...]
+
+_PAIRS: dict[tuple[str, str], tuple[str, str]] = {}
+_PAIRS_MAX = 200_000
+
+
+def _pair(k: str, v: str) -> tuple[str, str]:
+    """One shared (key, value) tuple per distinct attribute, strings interned: series that
+    share attributes share their memory (a pod name is the only per-series string)."""
+    p = _PAIRS.get((k, v))
+    if p is None:
+        if len(_PAIRS) >= _PAIRS_MAX:
+            _PAIRS.clear()
+        p = _PAIRS[(k, v)] = (sys.intern(k), sys.intern(v) if len(v) < 64 else v)
+    return p
+
+
+def canonical_attrs(attrs: Attrs) -> Attrs:
+    """The same attributes built from shared, interned pairs (see `_pair`)."""
+    return tuple([_pair(k, v) for k, v in attrs])
+
+
+@dataclass(slots=True)
+class Point:
+    """One validated data point, ready to store (what the receiver decodes to)."""
+
+    metric: str
+    kind: int
+    attrs: Attrs
+    t: float
+    start: float
+    values: Sequence[float]  # scalar: (v,); histogram: non-cumulative bucket counts
+    delta: bool = False
+    monotonic: bool = False
+    bounds: tuple[float, ...] = ()
+    exp: ExponentialHistogram | None = None
+
+
+class Series:
+    """One stored series. Points are flat in `data`: t, v0, v1, ... per point."""
+
+    __slots__ = (
+        "metric", "kind", "attrs", "namespace", "bounds", "stride", "data", "start",
+        "last_seen", "monotonic", "exp_points", "_attr_map", "_labels_key", "_labels",
+    )  # fmt: skip
+
+    def __init__(
+        self, metric: str, kind: int, attrs: Attrs, namespace: str, bounds: tuple[float, ...]
+    ):
+        self.metric = metric
+        self.kind = kind
+        self.attrs = attrs
+        self.namespace = namespace
+        self.bounds = bounds
+        self.stride = 1 + (len(bounds) + 1 if kind == HISTOGRAM else 1)
+        self.data = array("d")
+        self.start = 0.0
+        self.last_seen = 0.0
+        self.monotonic = False
+        self.exp_points: list[tuple[float, ExponentialHistogram]] | None = (
+            [] if kind == EXP_HISTOGRAM else None
+        )
+        self._attr_map: dict[str, str] | None = None
+        self._labels_key: object = None
+        self._labels: dict[str, str] = {}
+
+    def attr_map(self) -> dict[str, str]:
+        m = self._attr_map
+        if m is None:
+            m = self._attr_map = dict(self.attrs)
+        return m
+
+    def labels(self, mapping: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        """Selector labels of this series under an attribute -> label mapping (cached)."""
+        if self._labels_key is not mapping:
+            attrs = self.attr_map()
+            self._labels = {label: attrs[a] for a, label in mapping if a in attrs}
+            self._labels_key = mapping
+        return self._labels
+
+    def __len__(self) -> int:
+        if self.exp_points is not None:
+            return len(self.exp_points)
+        return len(self.data) // self.stride
+
+    def last_time(self) -> float:
+        if self.exp_points is not None:
+            return self.exp_points[-1][0] if self.exp_points else 0.0
+        return self.data[-self.stride] if self.data else 0.0
+
+    def scalars(self) -> list[tuple[float, float]]:
+        """(t, cumulative or gauge value) for scalar series."""
+        d = self.data
+        return [(d[i], d[i + 1]) for i in range(0, len(d), 2)]
+
+    def histograms(self) -> list[tuple[float, tuple[float, ...]]]:
+        """(t, cumulative bucket counts, non-cumulative across buckets) for histograms."""
+        d, s = self.data, self.stride
+        return [(d[i], tuple(d[i + 1 : i + s])) for i in range(0, len(d), s)]
+
+    def _trim(self, horizon: float) -> None:
+        d, s = self.data, self.stride
+        n = 0
+        # keep one point at or before the horizon so a window edge has a left neighbour
+        while len(d) - n >= 2 * s and d[n + s] <= horizon:
+            n += s
+        if n:
+            del d[:n]
+
+    def append(self, p: Point, retention: float) -> bool:
+        """Store a point; False when it is older than the newest stored point (ignored)."""
+        if self.kind == EXP_HISTOGRAM:
+            pts = self.exp_points
+            assert pts is not None and p.exp is not None
+            if pts and p.t <= pts[-1][0]:
+                return False
+            exp = p.exp
+            if p.delta and pts:
+                from metrics_adapter.sli import exponential_add
+
+                exp = exponential_add(pts[-1][1], exp)
+            elif (not pts or p.start != self.start) and p.start and p.t - retention < p.start < p.t:
+                # new or restarted series (or the first delta): it was empty at its start
+                if not pts or p.start > pts[-1][0]:
+                    pts.append((p.start, ExponentialHistogram(scale=exp.scale)))
+            self.start = p.start
+            pts.append((p.t, exp))
+            while len(pts) > 2 and pts[1][0] <= p.t - retention:
+                del pts[0]
+            return True
+        d, s = self.data, self.stride
+        if d and p.t <= d[-s]:
+            return False
+        vals = p.values
+        if self.kind == HISTOGRAM and len(vals) != s - 1:
+            return False
+        cumulative_kind = self.kind in (SUM, HISTOGRAM) and (self.kind == HISTOGRAM or p.monotonic)
+        if p.delta and self.kind != GAUGE:
+            if d:
+                base = d[len(d) - s + 1 :]
+                vals = tuple(a + b for a, b in zip(base, vals, strict=True))
+            elif p.start and p.start < p.t and p.start > p.t - retention:
+                # the first delta covers (start, t]: the running total was 0 at start
+                d.append(p.start)
+                d.extend([0.0] * (s - 1))
+        elif cumulative_kind and p.start and p.start < p.t and p.start != self.start:
+            # a new or restarted cumulative series: it was 0 at its start time
+            if (not d or p.start > d[-s]) and p.start > p.t - retention:
+                d.append(p.start)
+                d.extend([0.0] * (s - 1))
+        self.start = p.start
+        self.monotonic = p.monotonic
+        d.append(p.t)
+        d.extend(vals)
+        self._trim(p.t - retention)
+        return True
+
+
+class SeriesStore:
+    """Series by metric and namespace, with an LRU cap and idle expiry (module docstring)."""
+
+    def __init__(
+        self,
+        retention: float = 180.0,
+        max_series: int = 200_000,
+        idle_expiry: float = 600.0,
+        namespace_attribute: str = names.ATTR_K8S_NAMESPACE,
+    ) -> None:
+        self.retention = retention
+        self.max_series = max_series
+        self.idle_expiry = idle_expiry
+        self.namespace_attribute = namespace_attribute
+        self._lru: OrderedDict[tuple[str, Attrs], Series] = OrderedDict()
+        self._index: dict[str, dict[str, dict[tuple[str, Attrs], Series]]] = {}
+        self._bounds: dict[tuple[float, ...], tuple[float, ...]] = {}
+        self._lock = threading.Lock()
+        self.dropped = 0
+        """Series evicted because the store was full (kvspread_adapter_series_dropped_total)."""
+        self.expired = 0
+        self.points = 0
+        self.ignored = 0
+        """Points older than their series' newest point (duplicates, reordering)."""
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def _remove(self, key: tuple[str, Attrs], s: Series) -> None:
+        by_ns = self._index.get(s.metric)
+        if by_ns is not None:
+            group = by_ns.get(s.namespace)
+            if group is not None:
+                group.pop(key, None)
+                if not group:
+                    del by_ns[s.namespace]
+            if not by_ns:
+                del self._index[s.metric]
+
+    def add(self, points: list[Point], now: float) -> int:
+        """Store validated points (all of them, atomically w.r.t. readers); returns how many
+        were stored (older-than-newest points are ignored and counted)."""
+        stored = 0
+        with self._lock:
+            lru = self._lru
+            for p in points:
+                key = (p.metric, p.attrs)
+                s = lru.get(key)
+                if s is not None and (
+                    s.kind != p.kind or (p.kind == HISTOGRAM and s.bounds != p.bounds)
+                ):
+                    # the instrument changed shape: start the series afresh
+                    del lru[key]
+                    self._remove(key, s)
+                    s = None
+                if s is None:
+                    key = (p.metric, canonical_attrs(p.attrs))
+                    bounds = self._bounds.setdefault(p.bounds, p.bounds)
+                    ns = ""
+                    for k, v in p.attrs:
+                        if k == self.namespace_attribute:
+                            ns = v
+                            break
+                    s = Series(p.metric, p.kind, key[1], ns, bounds)
+                    lru[key] = s
+                    self._index.setdefault(p.metric, {}).setdefault(ns, {})[key] = s
+                    while len(lru) > self.max_series:
+                        old_key, old = lru.popitem(last=False)
+                        self._remove(old_key, old)
+                        self.dropped += 1
+                else:
+                    lru.move_to_end(key)
+                if s.append(p, self.retention):
+                    stored += 1
+                else:
+                    self.ignored += 1
+                s.last_seen = now
+            self.points += stored
+        return stored
+
+    def expire(self, now: float) -> int:
+        """Remove series not written for idle_expiry seconds; returns how many."""
+        n = 0
+        with self._lock:
+            lru = self._lru
+            while lru:
+                key, s = next(iter(lru.items()))
+                if s.last_seen > now - self.idle_expiry:
+                    break
+                del lru[key]
+                self._remove(key, s)
+                n += 1
+            self.expired += n
+        return n
+
+    def select(self, metric: str, namespace: str | None) -> list[Series]:
+        """Series of `metric`, only those whose namespace attribute is `namespace` unless None."""
+        with self._lock:
+            by_ns = self._index.get(metric)
+            if not by_ns:
+                return []
+            if namespace is None:
+                return [s for group in by_ns.values() for s in group.values()]
+            return list(by_ns.get(namespace, {}).values())
+
+    def metrics(self) -> list[str]:
+        with self._lock:
+            return sorted(self._index)
+
+    def __iter__(self) -> Iterator[Series]:
+        with self._lock:
+            return iter(list(self._lru.values()))

@@ -1,0 +1,916 @@
+"""Grafana dashboards for kvspread, built with the Grafana Foundation SDK.
+
+Six dashboards, one concern each: SLO overview, GPU and KV cache, scheduling, autoscaling,
+network, collector health. Every query reads a metric from `observability.catalog` or a
+series recorded by `observability.rules`, filtered by the template variables `namespace`,
+`service`, `modality` and `node` (multi-select, "All" = `.*`). `build_all()` returns the
+dashboard JSON by file name; `panel_queries()` lists every query for the tests that run
+them against a real Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import (
+    heatmap,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+)
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
+from grafana_foundation_sdk.models import prometheus as pm
+
+from kvspread import names as n
+from observability import catalog as c
+from observability import rules as r
+
+__all__ = ["build_all", "panel_queries", "PanelQuery", "UID_PREFIX"]
+
+UID_PREFIX: Final = "kvspread-"
+DS: Final = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+TAGS: Final = ["kvspread"]
+
+HTTP: Final = r.HTTP
+TTFB: Final = n.prometheus_name(n.HTTP_SERVER_TIME_TO_FIRST_BYTE, "s", "histogram")
+GPU_USED: Final = n.prometheus_name(n.GPU_MEMORY_USED, "By", "gauge")
+GPU_TOTAL: Final = n.prometheus_name(n.GPU_MEMORY_TOTAL, "By", "gauge")
+GPU_UTIL: Final = n.prometheus_name(n.GPU_UTILIZATION, "1", "gauge")
+KV: Final = n.prometheus_name(n.KV_CACHE_USAGE, "1", "gauge")
+RUNNING: Final = n.prometheus_name(n.ENGINE_REQUESTS_RUNNING, "", "gauge")
+WAITING: Final = n.prometheus_name(n.ENGINE_REQUESTS_WAITING, "", "gauge")
+RHO: Final = n.prometheus_name(n.NODE_FRAGMENTATION, "1", "gauge")
+EXTENT: Final = n.prometheus_name(n.NODE_LARGEST_FREE_EXTENT, "By", "gauge")
+STREAMS: Final = n.prometheus_name(n.NODE_ACTIVE_STREAMS, "", "gauge")
+IMAGE_SHARE: Final = n.prometheus_name(n.NODE_IMAGE_TOKEN_SHARE, "1", "gauge")
+RTT: Final = n.prometheus_name(n.TCP_RTT, "s", "histogram")
+RETRANS: Final = n.prometheus_name(n.TCP_RETRANSMITS, "", "counter")
+ACCEPT_DELAY: Final = n.prometheus_name(n.ACCEPT_QUEUE_DELAY, "s", "histogram")
+BACKLOG: Final = n.prometheus_name(n.ACCEPT_QUEUE_BACKLOG, "", "gauge")
+EDGES: Final = n.prometheus_name(n.CONNECTION_EDGES, "", "counter")
+SOURCE_UP: Final = n.prometheus_name(n.COLLECTOR_SOURCE_UP, "", "gauge")
+BPF_EVENTS: Final = n.prometheus_name(n.COLLECTOR_EVENTS, "", "counter")
+DROPPED: Final = n.prometheus_name(n.COLLECTOR_DROPPED, "", "counter")
+
+# Selectors built from the template variables.
+SVC: Final = f'{c.NAMESPACE}=~"$namespace", {c.SERVICE}=~"$service", {c.MODALITY}=~"$modality"'
+NS: Final = f'{c.NAMESPACE}=~"$namespace"'
+NODE_SEL: Final = f'{c.NODE_FROM_SCRAPE}=~"$node"'
+RI: Final = "$__rate_interval"
+LEGEND_SVC: Final = "{{service_name}} {{llm_modality}}"
+
+
+# --- small builders -------------------------------------------------------------------------
+
+
+def _q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> Builder[Any]:
+    q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DS)
+    if legend:
+        q = q.legend_format(legend)
+    return q.instant() if instant else q.range()
+
+
+def _thresholds(*steps: tuple[float | None, str]) -> db.ThresholdsConfig:
+    return (
+        db.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=v, color=col) for v, col in steps])
+    )
+
+
+def _refs(queries: tuple[tuple[str, str], ...]) -> list[Builder[Any]]:
+    return [_q(e, legend, ref=chr(ord("A") + i)) for i, (e, legend) in enumerate(queries)]
+
+
+def _ts(
+    title: str,
+    description: str,
+    unit: str,
+    *queries: tuple[str, str],
+    thresholds: db.ThresholdsConfig | None = None,
+    minmax: tuple[float | None, float | None] = (None, None),
+    width: int = 12,
+    stacked: bool = False,
+    bars: bool = False,
+) -> timeseries.Panel:
+    p = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .span(width)
+        .height(8)
+        .targets(_refs(queries))
+        .legend(
+            cb.VizLegendOptions()
+            .display_mode(cm.LegendDisplayMode.TABLE)
+            .placement(cm.LegendPlacement.BOTTOM)
+            .show_legend(True)
+            .calcs(["mean", "max", "lastNotNull"])
+        )
+    )
+    if minmax[0] is not None:
+        p = p.min(minmax[0])
+    if minmax[1] is not None:
+        p = p.max(minmax[1])
+    if thresholds is not None:
+        p = p.thresholds(thresholds).thresholds_style(
+            cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
+        )
+    if stacked:
+        p = p.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL)).fill_opacity(40)
+    if bars:
+        p = p.draw_style(cm.GraphDrawStyle.BARS).fill_opacity(60)
+    return p
+
+
+def _stat(
+    title: str,
+    description: str,
+    unit: str,
+    expr: str,
+    legend: str = "",
+    thresholds: db.ThresholdsConfig | None = None,
+    width: int = 6,
+) -> stat.Panel:
+    p = (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .unit(unit)
+        .span(width)
+        .height(4)
+        .targets([_q(expr, legend)])
+        .graph_mode(cm.BigValueGraphMode.AREA)
+        .color_mode(cm.BigValueColorMode.VALUE)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+    )
+    if thresholds is not None:
+        p = p.thresholds(thresholds)
+    return p
+
+
+def _variables(*which: str) -> list[Builder[Any]]:
+    """Template variables; `service` and `modality` follow `namespace`."""
+    out: list[Builder[Any]] = [
+        db.DatasourceVariable("datasource").label("Data source").type("prometheus")
+    ]
+    count = f"{HTTP}_count"
+    queries = {
+        "namespace": f"label_values({count}, {c.NAMESPACE})",
+        "service": f"label_values({count}{{{NS}}}, {c.SERVICE})",
+        "modality": f'label_values({count}{{{NS}, {c.SERVICE}=~"$service"}}, {c.MODALITY})',
+        "node": f"label_values({SOURCE_UP}, {c.NODE_FROM_SCRAPE})",
+        "hpa": 'label_values(kube_horizontalpodautoscaler_status_current_replicas{namespace=~"$namespace"}, horizontalpodautoscaler)',
+    }
+    labels = {
+        "namespace": "Namespace",
+        "service": "Service",
+        "modality": "Modality",
+        "node": "Node",
+        "hpa": "HPA",
+    }
+    for name in which:
+        out.append(
+            db.QueryVariable(name)
+            .label(labels[name])
+            .datasource(DS)
+            .query({"query": queries[name], "refId": f"var-{name}"})
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dm.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(dm.VariableOption(selected=True, text="All", value="$__all"))
+        )
+    return out
+
+
+def _dashboard(
+    uid: str, title: str, description: str, variables: list[Builder[Any]]
+) -> db.Dashboard:
+    return (
+        db.Dashboard(title)
+        .uid(UID_PREFIX + uid)
+        .description(description)
+        .tags(TAGS)
+        .editable()
+        .refresh("30s")
+        .time("now-3h", "now")
+        .timezone("browser")
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .variables(variables)
+        .link(
+            db.DashboardLink("kvspread dashboards")
+            .type(dm.DashboardLinkType.DASHBOARDS)
+            .tags(TAGS)
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
+    )
+
+
+def _hq(q: float, series: str, by: str, sel: str) -> str:
+    return f"histogram_quantile({q}, sum by (le, {by}) (rate({series}_bucket{{{sel}}}[{RI}])))"
+
+
+# --- the dashboards -------------------------------------------------------------------------
+
+LAT_THRESHOLDS: Final = (
+    (None, "green"),
+    (r.LATENCY_SLOS[0].threshold_s, "orange"),
+    (r.LATENCY_SLOS[1].threshold_s, "red"),
+)
+
+
+def slo_overview() -> db.Dashboard:
+    err_budget = 1 - r.ERROR_OBJECTIVE
+    by = f"{c.NAMESPACE}, {c.SERVICE}, {c.MODALITY}"
+    d = _dashboard(
+        "slo",
+        "kvspread / SLO overview",
+        "Request rate, latency, errors and error budgets per service and modality, from the "
+        "collector's eBPF-measured http.server.request.duration and the kvspread SLI rules.",
+        _variables("namespace", "service", "modality"),
+    )
+    d = d.with_row(db.Row("Now"))
+    d = d.with_panel(
+        _stat(
+            "Requests per second",
+            "All selected services, 5-minute rate.",
+            "reqps",
+            f"sum(kvspread:http_requests:rate5m{{{SVC}}})",
+        )
+    )
+    d = d.with_panel(
+        _stat(
+            "Error ratio",
+            f"5xx over all requests, 5-minute window. The availability objective is "
+            f"{r.ERROR_OBJECTIVE * 100:g} %.",
+            "percentunit",
+            f"sum(kvspread:http_errors:rate5m{{{SVC}}}) / sum(kvspread:http_requests:rate5m{{{SVC}}})",
+            thresholds=_thresholds(
+                (None, "green"), (err_budget, "orange"), (err_budget * 14.4, "red")
+            ),
+        )
+    )
+    d = d.with_panel(
+        _stat(
+            "Availability budget remaining (30 d)",
+            "Worst service: share of the 30-day error budget still unspent. Below 0 the SLO "
+            "is missed.",
+            "percentunit",
+            f'min(kvspread:error_budget_remaining:ratio30d{{slo="availability", {SVC}}})',
+            thresholds=_thresholds((None, "red"), (0, "orange"), (0.25, "green")),
+        )
+    )
+    d = d.with_panel(
+        _stat(
+            "Latency budget remaining (30 d)",
+            "Worst service and class: share of the 30-day latency budget still unspent.",
+            "percentunit",
+            f'min(kvspread:error_budget_remaining:ratio30d{{slo=~"latency-.*", {SVC}}})',
+            thresholds=_thresholds((None, "red"), (0, "orange"), (0.25, "green")),
+        )
+    )
+    d = d.with_row(db.Row("Traffic and latency"))
+    d = d.with_panel(
+        _ts(
+            "Request rate by service and modality",
+            "Requests per second (5-minute rate) measured server-side by eBPF.",
+            "reqps",
+            (f"sum by ({by}) (kvspread:http_requests:rate5m{{{SVC}}})", LEGEND_SVC),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Latency p50 / p95 / p99",
+            "Request duration quantiles from the histogram buckets (linear interpolation). "
+            "Dashed lines: realtime 50 ms and batch 120 ms class thresholds.",
+            "s",
+            (_hq(0.5, HTTP, by, SVC), LEGEND_SVC + " p50"),
+            (_hq(0.95, HTTP, by, SVC), LEGEND_SVC + " p95"),
+            (_hq(0.99, HTTP, by, SVC), LEGEND_SVC + " p99"),
+            thresholds=_thresholds(*LAT_THRESHOLDS),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Time to first byte p95",
+            "First request byte read to first response byte written: the prefill part of "
+            "a streamed answer.",
+            "s",
+            (_hq(0.95, TTFB, by, SVC), LEGEND_SVC),
+            thresholds=_thresholds(*LAT_THRESHOLDS),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Error ratio",
+            "5xx over all requests (5-minute window) per service and modality.",
+            "percentunit",
+            (f"sum by ({by}) (kvspread:http_errors:ratio_rate5m{{{SVC}}})", LEGEND_SVC),
+            thresholds=_thresholds((None, "green"), (err_budget, "red")),
+            minmax=(0, None),
+        )
+    )
+    d = d.with_row(db.Row("SLOs"))
+    d = d.with_panel(
+        _ts(
+            "Good-request ratio per QoS class threshold",
+            "Share of requests faster than each class threshold (realtime 50 ms, batch "
+            "120 ms), 5-minute window; the dashed line is the 99 % objective.",
+            "percentunit",
+            (
+                f"kvspread:http_requests_fast:ratio_rate5m{{{SVC}}}",
+                LEGEND_SVC + " < {{slo_class}}",
+            ),
+            thresholds=_thresholds((None, "red"), (r.LATENCY_SLOS[0].objective, "green")),
+            minmax=(0, 1),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Error budget remaining (30 d)",
+            "Per service and SLO: 1 - (bad share over 30 days) / (allowed bad share). "
+            "Availability counts 5xx; latency SLOs count requests over the class threshold "
+            "(pods labelled kvspread.io/qos=realtime against 50 ms, others against 120 ms).",
+            "percentunit",
+            (
+                f"kvspread:error_budget_remaining:ratio30d{{{SVC}}}",
+                LEGEND_SVC + " {{slo}}",
+            ),
+            thresholds=_thresholds((None, "red"), (0, "orange"), (0.25, "green")),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Error budget burn rate (1 h)",
+            "Error ratio over 1 hour divided by the allowed ratio. Pages at 14.4 (1 h and "
+            "5 m), and at 6 (6 h and 30 m); see docs/runbooks.md.",
+            "none",
+            (
+                f"sum by ({by}) (kvspread:http_errors:ratio_rate1h{{{SVC}}}) / {err_budget:.6g}",
+                LEGEND_SVC,
+            ),
+            thresholds=_thresholds((None, "green"), (6, "orange"), (14.4, "red")),
+            minmax=(0, None),
+        )
+    )
+    return d
+
+
+def gpu_kv() -> db.Dashboard:
+    d = _dashboard(
+        "gpu",
+        "kvspread / GPU and KV cache",
+        "GPU memory per node and GPU (NVML), KV-cache usage per engine instance, and the "
+        "node fragmentation the scheduler extender acts on. Absent on nodes without a GPU "
+        "driver: the collector reports GPU metrics absent, never zero.",
+        _variables("namespace", "node"),
+    )
+    gpu_legend = "{{node}} GPU {{gpu_index}}"
+    d = d.with_row(db.Row("GPU memory"))
+    d = d.with_panel(
+        _ts(
+            "GPU memory used",
+            "Per node and GPU (NVML).",
+            "bytes",
+            (f"{GPU_USED}{{{NODE_SEL}}}", gpu_legend),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "GPU memory used share",
+            "Used over total per GPU.",
+            "percentunit",
+            (f"{GPU_USED}{{{NODE_SEL}}} / {GPU_TOTAL}{{{NODE_SEL}}}", gpu_legend),
+            thresholds=_thresholds((None, "green"), (0.9, "orange"), (0.97, "red")),
+            minmax=(0, 1),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "GPU utilisation",
+            "Share of time a kernel ran (NVML).",
+            "percentunit",
+            (f"{GPU_UTIL}{{{NODE_SEL}}}", gpu_legend),
+            minmax=(0, 1),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Largest free extent",
+            "max over the node's GPUs of free memory: the biggest instance that fits on one "
+            "GPU now.",
+            "bytes",
+            (f"{EXTENT}{{{NODE_SEL}}}", "{{node}}"),
+        )
+    )
+    d = d.with_row(db.Row("Fragmentation"))
+    d = d.with_panel(
+        heatmap.Panel()
+        .title("Node fragmentation rho over time")
+        .description(
+            "rho = 1 - max_g(free_g) / sum_g(free_g) per node (rows), over time (columns). "
+            "0: all free memory on one GPU; above 0.35 the extender repels replicas harder."
+        )
+        .datasource(DS)
+        .span(24)
+        .height(10)
+        .targets([_q(f"{RHO}{{{NODE_SEL}}}", "{{node}}")])
+        .calculate(False)
+        .color(
+            heatmap.HeatmapColorOptions()
+            .mode(hm.HeatmapColorMode.SCHEME)
+            .scheme("RdYlGn")
+            .reverse(True)
+            .min(0)
+            .max(1)
+            .fill("dark-orange")
+            .scale(hm.HeatmapColorScale.LINEAR)
+            .exponent(0.5)
+            .steps(64)
+        )
+        .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.UNKNOWN))
+        .cell_values(heatmap.CellValues().unit("percentunit").decimals(2))
+        .y_axis(heatmap.YAxisConfig().axis_placement(cm.AxisPlacement.LEFT))
+        .show_legend()
+    )
+    d = d.with_panel(
+        _ts(
+            "Node fragmentation rho",
+            "The same values as lines, with the 0.35 repulsion threshold.",
+            "percentunit",
+            (f"{RHO}{{{NODE_SEL}}}", "{{node}}"),
+            thresholds=_thresholds((None, "green"), (0.35, "orange")),
+            minmax=(0, 1),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Active streams and image-token share",
+            "Load inputs of the extender: requests in flight per node, and the share of image "
+            "tokens in recent traffic.",
+            "short",
+            (f"{STREAMS}{{{NODE_SEL}}}", "{{node}} streams"),
+            (f"{IMAGE_SHARE}{{{NODE_SEL}}}", "{{node}} image share"),
+        )
+    )
+    d = d.with_row(db.Row("KV cache and engine queues"))
+    kv_sel = f"{NS}, {NODE_SEL}"
+    inst = "{{k8s_namespace_name}}/{{k8s_pod_name}} ({{llm_engine}})"
+    d = d.with_panel(
+        _ts(
+            "KV-cache usage per engine instance",
+            "From each engine's own metrics (vLLM kv_cache_usage_perc, SGLang token_usage, "
+            "TensorRT-LLM block metrics). Engines preempt or fail requests near 100 %.",
+            "percentunit",
+            (f"{KV}{{{kv_sel}}}", inst),
+            thresholds=_thresholds((None, "green"), (0.9, "orange"), (0.97, "red")),
+            minmax=(0, 1),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Engine requests running and waiting",
+            "Running batch and queue depth per engine instance.",
+            "short",
+            (f"{RUNNING}{{{kv_sel}}}", inst + " running"),
+            (f"{WAITING}{{{kv_sel}}}", inst + " waiting"),
+        )
+    )
+    return d
+
+
+def scheduling() -> db.Dashboard:
+    d = _dashboard(
+        "scheduling",
+        "kvspread / Scheduling",
+        "The kube-scheduler extender: latency per verb, decisions, filter reasons, node-signal "
+        "freshness and the prioritize terms.",
+        [],
+    )
+    dur = n.EXTENDER_REQUEST_DURATION
+    d = d.with_row(db.Row("Extender"))
+    d = d.with_panel(
+        _ts(
+            "Requests by verb and code",
+            "Calls from kube-scheduler per second.",
+            "reqps",
+            (
+                f"sum by (verb, code) (rate({n.EXTENDER_REQUESTS}[{RI}]))",
+                "{{verb}} {{code}}",
+            ),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Latency per verb p50 / p99",
+            "Body read to response written. The scheduler waits on this for every pod; the "
+            "KvspreadExtenderSlow alert fires at p99 > 250 ms.",
+            "s",
+            (_hq(0.5, dur, "verb", ""), "{{verb}} p50"),
+            (_hq(0.99, dur, "verb", ""), "{{verb}} p99"),
+            thresholds=_thresholds((None, "green"), (0.25, "red")),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Decisions",
+            "Prioritize decisions per second by outcome (placed, no_fit, invalid_pod, no_gpu).",
+            "ops",
+            (
+                f"sum by (outcome) (rate({n.EXTENDER_DECISIONS}[{RI}]))",
+                "{{outcome}}",
+            ),
+            stacked=True,
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Filter failures by reason",
+            "Nodes failed by the filter per second, by reason (the text kubectl describe pod "
+            "shows comes from the same reasons).",
+            "ops",
+            (
+                f"sum by (reason) (rate({n.EXTENDER_FILTER_FAILURES}[{RI}]))",
+                "{{reason}}",
+            ),
+            bars=True,
+            stacked=True,
+        )
+    )
+    d = d.with_row(db.Row("Signals and scores"))
+    d = d.with_panel(
+        _ts(
+            "Node-signal reads by state",
+            "fresh, stale or missing kvspread.io/signals annotations per second. Stale and "
+            "missing nodes get a neutral signal score; invalid documents count apart, and "
+            "unknown means the node is not in the extender's cache.",
+            "ops",
+            (f"sum by (state) (rate({n.EXTENDER_SIGNALS}[{RI}]))", "{{state}}"),
+            stacked=True,
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Stale or missing signal share",
+            "Share of node-signal reads that were stale or missing; the "
+            "KvspreadNodeSignalsStale alert fires above 20 %.",
+            "percentunit",
+            (
+                f'sum(rate({n.EXTENDER_SIGNALS}{{state=~"stale|missing|invalid"}}[{RI}])) '
+                f"/ sum(rate({n.EXTENDER_SIGNALS}[{RI}]))",
+                "stale or missing",
+            ),
+            thresholds=_thresholds((None, "green"), (0.2, "red")),
+            minmax=(0, 1),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Score terms (median and p90)",
+            "Distribution of each prioritize term in [0, 1] over the scored nodes: "
+            "fragmentation, load, spread, modality, qos.",
+            "percentunit",
+            (_hq(0.5, n.EXTENDER_SCORE_TERM, "term", ""), "{{term}} p50"),
+            (_hq(0.9, n.EXTENDER_SCORE_TERM, "term", ""), "{{term}} p90"),
+            minmax=(0, 1),
+        )
+    )
+    d = d.with_panel(
+        statetimeline.Panel()
+        .title("Cache synced")
+        .description("1 once the node or pod cache finished its first list (readyz).")
+        .datasource(DS)
+        .span(12)
+        .height(8)
+        .targets([_q(f"{n.EXTENDER_CACHE_SYNCED}", "{{instance}} {{resource}}")])
+        .mappings(_up_mappings("synced", "not synced"))
+        .thresholds(_thresholds((None, "red"), (1, "green")))
+    )
+    return d
+
+
+def _up_mappings(up: str, down: str) -> list[dm.ValueMapping]:
+    return [
+        dm.ValueMap(
+            options={
+                "0": dm.ValueMappingResult(text=down, color="red", index=0),
+                "1": dm.ValueMappingResult(text=up, color="green", index=1),
+            }
+        )
+    ]
+
+
+def autoscaling() -> db.Dashboard:
+    d = _dashboard(
+        "autoscaling",
+        "kvspread / Autoscaling",
+        "Per HPA, current and desired replicas (kube-state-metrics) next to the kvspread SLIs "
+        "the adapter serves to it, and the adapter's own health.",
+        _variables("namespace", "service", "modality", "hpa"),
+    )
+    hpa_sel = 'namespace=~"$namespace", horizontalpodautoscaler=~"$hpa"'
+    by = f"{c.NAMESPACE}, {c.SERVICE}, {c.MODALITY}"
+    d = d.with_row(db.Row("Replicas and the SLIs they follow"))
+    d = d.with_panel(
+        _ts(
+            "Replicas: current, desired, max",
+            "kube-state-metrics series of each HPA. Desired above current: the controller is "
+            "scaling out; desired at max: the SLI cannot be met with more replicas.",
+            "short",
+            (
+                f"kube_horizontalpodautoscaler_status_current_replicas{{{hpa_sel}}}",
+                "{{horizontalpodautoscaler}} current",
+            ),
+            (
+                f"kube_horizontalpodautoscaler_status_desired_replicas{{{hpa_sel}}}",
+                "{{horizontalpodautoscaler}} desired",
+            ),
+            (
+                f"kube_horizontalpodautoscaler_spec_max_replicas{{{hpa_sel}}}",
+                "{{horizontalpodautoscaler}} max",
+            ),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "p95 latency (kvspread_request_latency_p95_seconds)",
+            "The SLI a latency-scaled HPA targets, as Prometheus sees it (the adapter computes "
+            "it from the same histogram over its own window).",
+            "s",
+            (f"kvspread:http_request_duration_seconds:p95_rate5m{{{SVC}}}", LEGEND_SVC),
+            thresholds=_thresholds(*LAT_THRESHOLDS),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Good requests per second (< 200 ms)",
+            "kvspread_good_requests_per_second as the HPA example uses it: requests faster "
+            "than 0.2 s per second.",
+            "reqps",
+            (
+                f'sum by ({by}) (rate({HTTP}_bucket{{le="0.2", {SVC}}}[{RI}]))',
+                LEGEND_SVC,
+            ),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Queue depth and KV-cache usage",
+            "kvspread_queue_depth (requests waiting in the engines) and "
+            "kvspread_kv_cache_usage_ratio (mean over instances) per namespace.",
+            "short",
+            (f"sum by ({c.NAMESPACE}) ({WAITING}{{{NS}}})", "{{k8s_namespace_name}} waiting"),
+            (f"avg by ({c.NAMESPACE}) ({KV}{{{NS}}})", "{{k8s_namespace_name}} KV usage"),
+        )
+    )
+    d = d.with_row(db.Row("Metrics adapter"))
+    d = d.with_panel(
+        _ts(
+            "External-metrics requests by code",
+            "Reads by the HPA controller through the aggregator.",
+            "reqps",
+            (f"sum by (kind, code) (rate({n.ADAPTER_REQUESTS}[{RI}]))", "{{kind}} {{code}}"),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Adapter latency p99",
+            "External-metrics request latency.",
+            "s",
+            (_hq(0.99, n.ADAPTER_REQUEST_DURATION, "instance", ""), "{{instance}}"),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Series held and OTLP points",
+            "Series in the windowed store and OTLP data points received per second.",
+            "short",
+            (f"sum by (instance) ({n.ADAPTER_SERIES})", "{{instance}} series"),
+            (
+                f"sum by (instance) (rate({n.ADAPTER_OTLP_POINTS}[{RI}]))",
+                "{{instance}} points/s",
+            ),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Stale reads and dropped series",
+            "Reads refused because the newest value was too old (the HPA sees the metric "
+            "missing), and series evicted by the cap or expired.",
+            "ops",
+            (f"sum by (instance) (rate({n.ADAPTER_STALE_READS}[{RI}]))", "{{instance}} stale"),
+            (
+                f"sum by (instance) (rate({n.ADAPTER_SERIES_DROPPED}[{RI}]))",
+                "{{instance}} evicted",
+            ),
+        )
+    )
+    return d
+
+
+def network() -> db.Dashboard:
+    d = _dashboard(
+        "network",
+        "kvspread / Network",
+        "TCP round-trip time and retransmits per pod, accept-queue delay (the head-of-line "
+        "wait a Service proxy adds) and connection edges, measured by the collector's eBPF "
+        "programs.",
+        _variables("namespace", "node"),
+    )
+    sel = f"{NS}, {NODE_SEL}"
+    pod = f"{c.NAMESPACE}, {c.POD}"
+    d = d.with_row(db.Row("TCP"))
+    d = d.with_panel(
+        _ts(
+            "TCP RTT p50 / p99 per pod",
+            "Smoothed RTT from tcp:tcp_probe.",
+            "s",
+            (_hq(0.5, RTT, pod, sel), "{{k8s_namespace_name}}/{{k8s_pod_name}} p50"),
+            (_hq(0.99, RTT, pod, sel), "{{k8s_namespace_name}}/{{k8s_pod_name}} p99"),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "TCP retransmits per pod",
+            "Retransmitted segments per second (tcp:tcp_retransmit_skb).",
+            "pps",
+            (
+                f"sum by ({pod}) (rate({RETRANS}{{{sel}}}[{RI}]))",
+                "{{k8s_namespace_name}}/{{k8s_pod_name}}",
+            ),
+        )
+    )
+    d = d.with_row(db.Row("Accept queue"))
+    port = f"{pod}, {c.PORT}"
+    d = d.with_panel(
+        _ts(
+            "Accept-queue delay p50 / p99 per port",
+            "Connection established to accept(): time a new connection waits for the server "
+            "to take it (head-of-line blocking).",
+            "s",
+            (_hq(0.5, ACCEPT_DELAY, port, sel), "{{k8s_pod_name}}:{{server_port}} p50"),
+            (_hq(0.99, ACCEPT_DELAY, port, sel), "{{k8s_pod_name}}:{{server_port}} p99"),
+            thresholds=_thresholds((None, "green"), (0.01, "orange"), (0.1, "red")),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Accept-queue backlog",
+            "Connections waiting in the accept queue per listening port.",
+            "short",
+            (
+                f"{BACKLOG}{{{NODE_SEL}}}",
+                "{{node}} port {{server_port}} (limit {{limit}})",
+            ),
+        )
+    )
+    d = d.with_row(db.Row("Dependencies"))
+    edge_by = f"client_pod, client_address, {c.NAMESPACE}, {c.POD}, {c.PORT}"
+    d = d.with_panel(
+        table.Panel()
+        .title("Connection edges")
+        .description(
+            "Accepted connections per second from a client (pod where the collector knows it, "
+            "else its address) to a server pod and port over the selected time range: the "
+            "service dependency graph."
+        )
+        .datasource(DS)
+        .span(24)
+        .height(10)
+        .unit("cps")
+        .targets(
+            [
+                _q(
+                    f"sum by ({edge_by}) (rate({EDGES}{{{sel}}}[$__range]))",
+                    instant=True,
+                ).format(pm.PromQueryFormat.TABLE)
+            ]
+        )
+    )
+    return d
+
+
+def collector_health() -> db.Dashboard:
+    d = _dashboard(
+        "collector",
+        "kvspread / Collector health",
+        "Which collector sources work on each node (bpf, nvml, engine, kubernetes, otlp), "
+        "BPF event rates and what was dropped.",
+        _variables("node"),
+    )
+    d = d.with_panel(
+        statetimeline.Panel()
+        .title("Sources up")
+        .description(
+            "1 when a source works. A source that is down leaves its signals absent, never "
+            "zero; the logs say why once."
+        )
+        .datasource(DS)
+        .span(24)
+        .height(8)
+        .targets([_q(f"{SOURCE_UP}{{{NODE_SEL}}}", "{{node}} {{source}}")])
+        .mappings(_up_mappings("up", "down"))
+        .thresholds(_thresholds((None, "red"), (1, "green")))
+    )
+    d = d.with_panel(
+        _ts(
+            "BPF events per second",
+            "Events read from each BPF program.",
+            "ops",
+            (
+                f"sum by ({c.NODE_FROM_SCRAPE}, program) (rate({BPF_EVENTS}{{{NODE_SEL}}}[{RI}]))",
+                "{{node}} {{program}}",
+            ),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Dropped per second",
+            "Samples or events dropped: full BPF tables, lost perf events, failed exports.",
+            "ops",
+            (
+                f"sum by ({c.NODE_FROM_SCRAPE}, reason) (rate({DROPPED}{{{NODE_SEL}}}[{RI}]))",
+                "{{node}} {{reason}}",
+            ),
+            thresholds=_thresholds((None, "green"), (1, "red")),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Scrape targets up",
+            "Prometheus' own view of every kvspread target.",
+            "short",
+            ('up{job=~".*kvspread.*"}', "{{job}} {{instance}}"),
+            minmax=(0, 1),
+        )
+    )
+    return d
+
+
+DASHBOARDS: Final[dict[str, Callable[[], db.Dashboard]]] = {
+    "kvspread-slo.json": slo_overview,
+    "kvspread-gpu.json": gpu_kv,
+    "kvspread-scheduling.json": scheduling,
+    "kvspread-autoscaling.json": autoscaling,
+    "kvspread-network.json": network,
+    "kvspread-collector.json": collector_health,
+}
+
+
+def _to_dict(builder: db.Dashboard) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(json.dumps(builder.build(), cls=JSONEncoder))
+    # Grafana assigns ids by position when absent; fix them so diffs stay readable.
+    for i, panel in enumerate(_walk(data.get("panels", [])), start=1):
+        panel["id"] = i
+    return data
+
+
+def _walk(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for p in panels:
+        yield p
+        yield from _walk(p.get("panels", []))
+
+
+def build_all() -> dict[str, dict[str, Any]]:
+    """Every dashboard as Grafana JSON, keyed by file name."""
+    return {name: _to_dict(make()) for name, make in DASHBOARDS.items()}
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    dashboard: str
+    panel: str
+    ref: str
+    expr: str
+
+
+def panel_queries(dashboards: dict[str, dict[str, Any]] | None = None) -> list[PanelQuery]:
+    """Every panel target and template-variable query, for tests and reviews."""
+    out: list[PanelQuery] = []
+    for name, data in (dashboards or build_all()).items():
+        for p in _walk(data.get("panels", [])):
+            for t in p.get("targets", []) or []:
+                out.append(PanelQuery(name, p.get("title", ""), t.get("refId", ""), t["expr"]))
+        for v in data.get("templating", {}).get("list", []):
+            q = v.get("query")
+            if isinstance(q, dict) and "query" in q:
+                out.append(PanelQuery(name, f"variable {v['name']}", "var", q["query"]))
+    return out

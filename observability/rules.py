@@ -1,0 +1,431 @@
+"""Prometheus recording and alerting rules for kvspread, as data.
+
+One source renders two artefacts: a plain rules file (`promtool check rules`, or
+`rule_files:` in prometheus.yml) and a `monitoring.coreos.com/v1` PrometheusRule for the
+Prometheus Operator.
+
+SLIs (per namespace, service, modality and QoS label) come from the collector's
+`http.server.request.duration` histogram: request rate, error ratio (5xx over all), and the
+share of requests faster than each QoS class threshold (realtime 50 ms, batch 120 ms).
+
+SLO alerts follow the multi-window, multi-burn-rate scheme of the Google SRE workbook
+("Alerting on SLOs", table 5-8). A burn rate b means the error budget of a 30-day window
+would be spent in 30/b days. An alert needs both a long and a short window above b times the
+budget: the long window makes it significant, the short one makes it stop soon after the
+problem does.
+
+    severity   long  short  burn  budget spent when it fires
+    critical   1h    5m     14.4  2 % of 30 days' budget in 1 hour
+    critical   6h    30m    6     5 % in 6 hours
+    warning    1d    2h     3     10 % in 1 day
+    warning    3d    6h     1     10 % in 3 days
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kvspread import names as n
+from observability import catalog as c
+
+__all__ = [
+    "BurnWindow",
+    "LatencySlo",
+    "PAGE_WINDOWS",
+    "TICKET_WINDOWS",
+    "ERROR_OBJECTIVE",
+    "LATENCY_SLOS",
+    "RUNBOOK_BASE",
+    "rule_groups",
+    "rules_file",
+    "prometheus_rule",
+    "alert_names",
+    "recorded_names",
+]
+
+RUNBOOK_BASE: Final = "https://github.com/kvspread/kvspread/blob/main/docs/runbooks.md"
+SLO_PERIOD: Final = "30d"
+"""The SLO window the error budget is counted over."""
+
+ERROR_OBJECTIVE: Final = 0.999
+"""Availability objective: 99.9 % of requests answer without a 5xx over 30 days."""
+
+
+@dataclass(frozen=True)
+class BurnWindow:
+    """One row of the burn-rate table: both windows above `factor` x budget -> alert."""
+
+    long: str
+    short: str
+    factor: float
+    severity: str
+
+
+PAGE_WINDOWS: Final = (
+    BurnWindow("1h", "5m", 14.4, "critical"),
+    BurnWindow("6h", "30m", 6, "critical"),
+)
+TICKET_WINDOWS: Final = (BurnWindow("1d", "2h", 3, "warning"), BurnWindow("3d", "6h", 1, "warning"))
+WINDOWS: Final = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+
+
+@dataclass(frozen=True)
+class LatencySlo:
+    """A latency objective for one QoS class: `objective` of requests under `threshold_s`.
+
+    `selector` picks the series the class applies to by the `llm_qos` label the collector
+    copies from the pod's `kvspread.io/qos`; series without it count as batch.
+    """
+
+    qos: str
+    threshold_s: float
+    objective: float
+    selector: str
+
+
+LATENCY_SLOS: Final = (
+    LatencySlo("realtime", 0.05, 0.99, f'{c.QOS}="realtime"'),
+    LatencySlo("batch", 0.12, 0.99, f'{c.QOS}!~"realtime|best-effort"'),
+)
+
+HTTP: Final = n.prometheus_name(n.HTTP_SERVER_REQUEST_DURATION, "s", "histogram")
+BY: Final = ", ".join((*c.SERVICE_LABELS, c.QOS))
+EXTENDER_DURATION: Final = n.EXTENDER_REQUEST_DURATION
+COLLECTOR_UP: Final = n.prometheus_name(n.COLLECTOR_SOURCE_UP, "", "gauge")
+COLLECTOR_DROPPED: Final = n.prometheus_name(n.COLLECTOR_DROPPED, "", "counter")
+
+
+def _le(seconds: float) -> str:
+    """The `le` label value Prometheus exporters write for a bucket bound."""
+    return repr(float(seconds))
+
+
+def _recording() -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = []
+    for w in WINDOWS:
+        total = f"sum by ({BY}) (rate({HTTP}_count[{w}]))"
+        rules.append({"record": f"kvspread:http_requests:rate{w}", "expr": total})
+        # `or 0 * total` keeps a zero error series where no request failed, so that the
+        # ratio and the budget panels read 0 rather than nothing.
+        errors = f'sum by ({BY}) (rate({HTTP}_count{{{c.STATUS}=~"5.."}}[{w}])) or (0 * {total})'
+        rules.append({"record": f"kvspread:http_errors:rate{w}", "expr": errors})
+        rules.append(
+            {
+                "record": f"kvspread:http_errors:ratio_rate{w}",
+                "expr": f"kvspread:http_errors:rate{w} / kvspread:http_requests:rate{w}",
+            }
+        )
+        for slo in LATENCY_SLOS:
+            fast = f'sum by ({BY}) (rate({HTTP}_bucket{{le="{_le(slo.threshold_s)}"}}[{w}]))'
+            rules.append(
+                {
+                    "record": f"kvspread:http_requests_fast:rate{w}",
+                    "expr": fast,
+                    "labels": {"slo_class": slo.qos},
+                }
+            )
+            rules.append(
+                {
+                    "record": f"kvspread:http_requests_fast:ratio_rate{w}",
+                    "expr": f'kvspread:http_requests_fast:rate{w}{{slo_class="{slo.qos}"}} '
+                    f"/ ignoring(slo_class) kvspread:http_requests:rate{w}",
+                    "labels": {"slo_class": slo.qos},
+                }
+            )
+    for q in (50, 95, 99):
+        rules.append(
+            {
+                "record": f"kvspread:http_request_duration_seconds:p{q}_rate5m",
+                "expr": f"histogram_quantile(0.{q:02d}, sum by (le, {BY}) "
+                f"(rate({HTTP}_bucket[5m])))",
+            }
+        )
+    return rules
+
+
+def _budget() -> list[dict[str, Any]]:
+    """30-day SLI and budget remaining, from the 5-minute rates (weighted by traffic)."""
+    p = SLO_PERIOD
+    rules: list[dict[str, Any]] = [
+        {
+            "record": f"kvspread:http_errors:ratio_rate{p}",
+            "expr": f"sum_over_time(kvspread:http_errors:rate5m[{p}]) "
+            f"/ sum_over_time(kvspread:http_requests:rate5m[{p}])",
+        },
+        {
+            "record": f"kvspread:error_budget_remaining:ratio{p}",
+            "expr": f"1 - kvspread:http_errors:ratio_rate{p} / {1 - ERROR_OBJECTIVE:.6g}",
+            "labels": {"slo": "availability"},
+        },
+    ]
+    for slo in LATENCY_SLOS:
+        rules.append(
+            {
+                "record": f"kvspread:http_requests_fast:ratio_rate{p}",
+                "expr": f'sum_over_time(kvspread:http_requests_fast:rate5m{{slo_class="{slo.qos}"}}[{p}]) '
+                f"/ ignoring(slo_class) sum_over_time(kvspread:http_requests:rate5m[{p}])",
+                "labels": {"slo_class": slo.qos},
+            }
+        )
+        rules.append(
+            {
+                "record": f"kvspread:error_budget_remaining:ratio{p}",
+                "expr": f'1 - (1 - kvspread:http_requests_fast:ratio_rate{p}{{slo_class="{slo.qos}", '
+                f"{slo.selector}}}) / {1 - slo.objective:.6g}",
+                "labels": {"slo": f"latency-{slo.qos}"},
+            }
+        )
+    return rules
+
+
+def _runbook(alert: str) -> str:
+    return f"{RUNBOOK_BASE}#{alert.lower()}"
+
+
+def _alert(
+    name: str,
+    expr: str,
+    for_: str,
+    severity: str,
+    summary: str,
+    description: str,
+    extra_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity, **(extra_labels or {})},
+        "annotations": {
+            "summary": summary,
+            "description": description,
+            "runbook_url": _runbook(name),
+        },
+    }
+
+
+_WHERE: Final = (
+    "{{ $labels.service_name }} in {{ $labels.k8s_namespace_name }} "
+    "(modality {{ $labels.llm_modality }})"
+)
+
+
+def _burn_expr(bad: str, windows: tuple[BurnWindow, ...], budget: float) -> str:
+    """`bad` is a ratio expression with a `{w}` placeholder for the window."""
+    parts = []
+    for bw in windows:
+        threshold = f"({bw.factor:g} * {budget:.6g})"
+        parts.append(
+            f"({bad.format(w=bw.long)} > {threshold} and {bad.format(w=bw.short)} > {threshold})"
+        )
+    return "\n or ".join(parts)
+
+
+def _slo_alerts() -> list[dict[str, Any]]:
+    budget = 1 - ERROR_OBJECTIVE
+    alerts = []
+    for name, windows, for_, speed in (
+        ("KvspreadErrorBudgetFastBurn", PAGE_WINDOWS, "2m", "fast"),
+        ("KvspreadErrorBudgetSlowBurn", TICKET_WINDOWS, "15m", "slowly"),
+    ):
+        alerts.append(
+            _alert(
+                name,
+                _burn_expr("kvspread:http_errors:ratio_rate{w}", windows, budget),
+                for_,
+                windows[0].severity,
+                f"{_WHERE} is burning its error budget {speed}",
+                f"{{{{ $value | humanizePercentage }}}} of requests to {_WHERE} failed (5xx) "
+                f"over the last {windows[0].long} or {windows[1].long}; the objective allows "
+                f"{budget * 100:.3g} %. At this rate the 30-day error budget runs out early.",
+                {"slo": "availability"},
+            )
+        )
+    for slo in LATENCY_SLOS:
+        budget = 1 - slo.objective
+        bad = (
+            f'(1 - kvspread:http_requests_fast:ratio_rate{{w}}{{{{slo_class="{slo.qos}", '
+            f"{slo.selector}}}}})"
+        )
+        for name, windows, for_, speed in (
+            ("KvspreadLatencyBudgetFastBurn", PAGE_WINDOWS, "2m", "fast"),
+            ("KvspreadLatencyBudgetSlowBurn", TICKET_WINDOWS, "15m", "slowly"),
+        ):
+            alerts.append(
+                _alert(
+                    name,
+                    _burn_expr(bad, windows, budget),
+                    for_,
+                    windows[0].severity,
+                    f"{_WHERE} is burning its {slo.qos} latency budget {speed}",
+                    f"{{{{ $value | humanizePercentage }}}} of requests to {_WHERE} took longer "
+                    f"than {slo.threshold_s * 1000:g} ms (the {slo.qos} class threshold) over "
+                    f"the last {windows[0].long} or {windows[1].long}; the objective allows "
+                    f"{budget * 100:.3g} %.",
+                    {"slo": f"latency-{slo.qos}"},
+                )
+            )
+    return alerts
+
+
+def _component_alerts() -> list[dict[str, Any]]:
+    sig = n.EXTENDER_SIGNALS
+    ext = n.EXTENDER_REQUESTS
+    ad = n.ADAPTER_REQUESTS
+    return [
+        _alert(
+            "KvspreadNodeSignalsStale",
+            f'sum by (job) (rate({sig}{{state=~"stale|missing|invalid"}}[10m]))\n'
+            f"  / sum by (job) (rate({sig}[10m])) > 0.2",
+            "10m",
+            "warning",
+            "The scheduler extender sees stale or missing node signals",
+            "{{ $value | humanizePercentage }} of node-signal reads by {{ $labels.job }} found "
+            "the kvspread.io/signals annotation stale, missing or invalid over 10 minutes. Those nodes "
+            "get neutral scores, so placement falls back to spreading blindly.",
+        ),
+        _alert(
+            "KvspreadCollectorSourceDown",
+            f"{COLLECTOR_UP} == 0",
+            "10m",
+            "warning",
+            "Collector source {{ $labels.source }} is down on {{ $labels.node }}",
+            "The kvspread collector on {{ $labels.node }} ({{ $labels.instance }}) "
+            "reports its {{ $labels.source }} source down for 10 minutes; the signals that "
+            "source feeds are absent (never zero) until it recovers.",
+        ),
+        _alert(
+            "KvspreadCollectorDroppingEvents",
+            f"sum by (job, instance) (rate({COLLECTOR_DROPPED}[10m])) > 1",
+            "15m",
+            "warning",
+            "Collector on {{ $labels.instance }} drops events",
+            "The collector on {{ $labels.instance }} dropped {{ $value | humanize }} events "
+            "or samples per second over 15 minutes (full BPF tables, lost perf events or "
+            "failed exports); latency and TCP signals under-count.",
+        ),
+        _alert(
+            "KvspreadExtenderErrors",
+            f'sum by (job, verb) (rate({ext}{{code!~"2.."}}[5m]))\n'
+            f"  / sum by (job, verb) (rate({ext}[5m])) > 0.01",
+            "5m",
+            "warning",
+            "Scheduler extender {{ $labels.verb }} answers with errors",
+            "{{ $value | humanizePercentage }} of {{ $labels.verb }} calls to {{ $labels.job }} "
+            "got a non-2xx answer over 5 minutes. The extender is ignorable, so pods still "
+            "schedule, but without kvspread's placement.",
+        ),
+        _alert(
+            "KvspreadExtenderSlow",
+            f"histogram_quantile(0.99, sum by (job, verb, le) "
+            f"(rate({EXTENDER_DURATION}_bucket[5m]))) > 0.25",
+            "10m",
+            "warning",
+            "Scheduler extender {{ $labels.verb }} p99 latency is high",
+            "p99 of {{ $labels.verb }} on {{ $labels.job }} is {{ $value | humanizeDuration }} "
+            "(threshold 250 ms) over 10 minutes; every pod's scheduling waits on it and the "
+            "scheduler drops the extender when its httpTimeout passes.",
+        ),
+        _alert(
+            "KvspreadExtenderCacheNotSynced",
+            f"{n.EXTENDER_CACHE_SYNCED} == 0",
+            "10m",
+            "warning",
+            "Scheduler extender {{ $labels.instance }} has not synced its {{ $labels.resource }} cache",
+            "The extender's {{ $labels.resource }} cache on {{ $labels.instance }} has not "
+            "finished its first list for 10 minutes; names-only requests see unknown nodes and "
+            "score them neutral.",
+        ),
+        _alert(
+            "KvspreadAdapterNoData",
+            f"max by (job, instance) ({n.ADAPTER_SERIES}) == 0",
+            "10m",
+            "warning",
+            "Metrics adapter {{ $labels.instance }} holds no series",
+            "The external-metrics adapter {{ $labels.instance }} has held no OTLP series for "
+            "10 minutes: nothing is pushed to it, so every HPA on kvspread metrics sees them "
+            "missing and keeps its current replica count.",
+        ),
+        _alert(
+            "KvspreadAdapterStaleData",
+            f"sum by (job) (rate({n.ADAPTER_STALE_READS}[10m]))\n"
+            f"  / sum by (job) (rate({ad}[10m])) > 0.1",
+            "10m",
+            "warning",
+            "Metrics adapter refuses stale values",
+            "{{ $value | humanizePercentage }} of external-metric reads on {{ $labels.job }} "
+            "found only values older than the staleness limit over 10 minutes; the HPAs "
+            "concerned do not scale.",
+        ),
+        _alert(
+            "KvspreadAdapterErrors",
+            f'sum by (job) (rate({ad}{{code=~"5.."}}[5m]))\n'
+            f"  / sum by (job) (rate({ad}[5m])) > 0.01",
+            "5m",
+            "warning",
+            "Metrics adapter answers with server errors",
+            "{{ $value | humanizePercentage }} of external-metrics requests to {{ $labels.job }} "
+            "failed with 5xx over 5 minutes.",
+        ),
+        _alert(
+            "KvspreadComponentDown",
+            'up{job=~".*kvspread.*"} == 0',
+            "5m",
+            "warning",
+            "kvspread target {{ $labels.instance }} ({{ $labels.job }}) is down",
+            "Prometheus could not scrape {{ $labels.instance }} of {{ $labels.job }} for "
+            "5 minutes.",
+        ),
+    ]
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    """All rule groups, in the order they are written."""
+    return [
+        {"name": "kvspread-sli.rules", "interval": "30s", "rules": _recording()},
+        {"name": "kvspread-slo-budget.rules", "interval": "5m", "rules": _budget()},
+        {"name": "kvspread-slo.alerts", "rules": _slo_alerts()},
+        {"name": "kvspread-components.alerts", "rules": _component_alerts()},
+    ]
+
+
+def rules_file() -> dict[str, Any]:
+    """The plain Prometheus rules file."""
+    return {"groups": rule_groups()}
+
+
+def prometheus_rule(namespace: str = "kvspread") -> dict[str, Any]:
+    """The same groups as a Prometheus Operator PrometheusRule."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "kvspread",
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": "kvspread",
+                "app.kubernetes.io/part-of": "kvspread",
+            },
+        },
+        "spec": {"groups": rule_groups()},
+    }
+
+
+def alert_names() -> list[str]:
+    """Every distinct alert name, in order."""
+    seen: list[str] = []
+    for g in rule_groups():
+        for r in g["rules"]:
+            if "alert" in r and r["alert"] not in seen:
+                seen.append(r["alert"])
+    return seen
+
+
+def recorded_names() -> list[str]:
+    seen: list[str] = []
+    for g in rule_groups():
+        for r in g["rules"]:
+            if "record" in r and r["record"] not in seen:
+                seen.append(r["record"])
+    return seen

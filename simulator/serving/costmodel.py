@@ -1,0 +1,97 @@
+"""The engine cost model: how long encode, prefill and decode steps take, and how big a KV
+pool is. Pure functions of `CostModel`, `ModelSpec` and `GpuSpec`; times in seconds.
+
+These formulas are what the calibration tests check against the published TTFT and
+per-step figures (tests/simulator/serving/test_costmodel.py).
+"""
+
+from __future__ import annotations
+
+from simulator.serving.config import CostModel, GpuSpec, ModelSpec
+
+__all__ = [
+    "GIB",
+    "encode_s",
+    "prefill_s",
+    "decode_step_s",
+    "mixed_step_s",
+    "kv_pool_tokens",
+    "blocks_for",
+    "sharing_factor",
+]
+
+GIB = float(1 << 30)
+
+
+def encode_s(cost: CostModel, image_tokens: int) -> float:
+    """Vision-encoder time for one image: e0 + ke*tok + qe*tok^2 (ms -> s).
+
+    Quadratic because ViT self-attention over the patch sequence is; 0 tokens costs 0.
+    """
+    if image_tokens <= 0:
+        return 0.0
+    t = float(image_tokens)
+    return (cost.encode_e0_ms + cost.encode_ke_ms * t + cost.encode_qe_ms * t * t) / 1000.0
+
+
+def prefill_s(cost: CostModel, tokens: int) -> float:
+    """One compute-bound prefill pass over `tokens` tokens: p0 + tokens / R_pf."""
+    if tokens <= 0:
+        return 0.0
+    return cost.prefill_p0_ms / 1000.0 + tokens / cost.prefill_tok_s
+
+
+def decode_step_s(cost: CostModel, gpu: GpuSpec, model: ModelSpec, live_tokens: int) -> float:
+    """One memory-bound decode step: d0 + (weights + live KV bytes) / (eta * BW).
+
+    `live_tokens` is the context held by every sequence in the batch; the batch size enters
+    only through it (each step reads every live KV byte once).
+    """
+    bw = cost.eta * gpu.bandwidth_tb_s * 1e12
+    read = model.weights_gb * 1e9 + live_tokens * model.kv_bytes_per_token
+    return cost.decode_d0_ms / 1000.0 + read / bw
+
+
+def mixed_step_s(
+    cost: CostModel,
+    gpu: GpuSpec,
+    model: ModelSpec,
+    prefill_tokens: int,
+    decode_seqs: int,
+    decode_live_tokens: int,
+) -> float:
+    """A chunked-prefill step that also decodes `decode_seqs` sequences.
+
+    Compute-bound part: prefill(prefill_tokens + decode_seqs) (each decode token is one more
+    token of compute and the weights are read once for the pass); plus reading the decoding
+    sequences' KV at decode bandwidth. Without prefill tokens it is a decode step.
+    """
+    if prefill_tokens <= 0:
+        return decode_step_s(cost, gpu, model, decode_live_tokens)
+    bw = cost.eta * gpu.bandwidth_tb_s * 1e12
+    kv_read = decode_live_tokens * model.kv_bytes_per_token / bw if decode_seqs else 0.0
+    return prefill_s(cost, prefill_tokens + decode_seqs) + kv_read
+
+
+def kv_pool_tokens(cost: CostModel, model: ModelSpec, footprint_gib: float) -> int:
+    """KV-cache capacity in tokens (whole blocks) of an instance holding `footprint_gib`.
+
+    pool bytes = footprint - weights - activation reserve (vLLM: util x HBM - weights -
+    activations); negative means the weights do not even fit. Rounded down to whole
+    blocks of `block_tokens`.
+    """
+    pool_bytes = footprint_gib * GIB - model.weights_gb * 1e9 - cost.act_reserve_gb * 1e9
+    if pool_bytes <= 0:
+        return 0
+    blocks = int(pool_bytes // (model.kv_bytes_per_token * cost.block_tokens))
+    return blocks * cost.block_tokens
+
+
+def blocks_for(tokens: int, block_tokens: int) -> int:
+    """Paged-KV blocks a sequence of `tokens` tokens occupies (last block partly filled)."""
+    return -(-tokens // block_tokens) if tokens > 0 else 0
+
+
+def sharing_factor(cost: CostModel, busy_occupants: int) -> float:
+    """Slow-down of a step on a GPU that `busy_occupants` busy processes time-slice."""
+    return 1.0 + cost.sharing_slowdown * max(0, busy_occupants - 1)

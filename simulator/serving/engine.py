@@ -1,0 +1,315 @@
+"""One model instance's continuous-batching scheduler with a paged KV cache (vLLM V1 style).
+
+Each engine step first grows the KV of every running sequence by one token (taking new
+16-token blocks as needed); when the pool is exhausted it preempts the most recently
+admitted running request (RECOMPUTE: its blocks are freed and it goes back to the front
+of the waiting queue, to be prefilled again with the tokens it had generated). Only when
+no preemption happened it admits waiting requests first-come-first-served, while blocks
+for their whole prompt and a sequence slot (max_num_seqs) are free. Prompts are
+prefilled in chunks of `chunk_tokens` minus the step's decode tokens; a request's images
+are encoded, one after the other, in the step where its prefill starts.
+
+A request whose context can never fit in the pool fails with status "oom-kv" (the only
+OOM a paged engine has: vLLM's "exceeds the capacity of block_manager").
+
+Speed: runs of pure decode steps are simulated as one *segment*: K steps whose times
+grow linearly with the live KV (the decode cost is affine in it), ending at the first
+completion or block shortage. A segment can be cut short at any time (`truncate`) when a
+request arrives or the GPU's sharing changes, so the result equals step-by-step
+simulation up to the step in progress.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from simulator.serving.config import CostModel, GpuSpec, ModelSpec
+from simulator.serving.costmodel import blocks_for, encode_s, mixed_step_s
+from simulator.serving.workload import Request
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    """The scheduler and KV-cache state of one instance. Not thread-safe.
+
+    The caller (the event loop) owns time: `plan(now, factor)` starts the next segment
+    and returns when it ends; `finish(now)` applies it and returns the requests that left
+    (finished or failed); `truncate(now)` shortens a decode segment in flight.
+    """
+
+    def __init__(self, cost: CostModel, gpu: GpuSpec, model: ModelSpec, pool_tokens: int) -> None:
+        self.cost = cost
+        self.gpu = gpu
+        self.model = model
+        self.block = cost.block_tokens
+        self.pool_blocks = pool_tokens // cost.block_tokens
+        self.used_blocks = 0
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.preemptions = 0
+        self.steps = 0
+        self.busy_s = 0.0
+        self.slowed_s = 0.0  # busy time x sharing factor
+        self.seg_factor = 1.0
+        # the segment in flight
+        self.in_flight = False
+        self.seg_start = 0.0
+        self.seg_end = 0.0
+        self.seg_mixed = False
+        self.seg_k = 0
+        self.seg_a = 0.0
+        self.seg_b = 0.0
+        self.seg_chunks: list[tuple[Request, int]] = []
+        self.seg_decode: list[Request] = []
+        self.seg_failed: list[Request] = []
+        bw = cost.eta * gpu.bandwidth_tb_s * 1e12
+        self._step_fixed = cost.decode_d0_ms / 1000.0 + model.weights_gb * 1e9 / bw
+        self._per_token = model.kv_bytes_per_token / bw
+
+    # ---- state the router, the metrics and the signals read ----
+    @property
+    def active(self) -> bool:
+        """Has work (running or waiting requests)."""
+        return bool(self.running) or bool(self.waiting)
+
+    @property
+    def load(self) -> int:
+        """Requests in flight: what least-loaded routing compares."""
+        return len(self.running) + len(self.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.used_blocks / self.pool_blocks if self.pool_blocks else 0.0
+
+    def enqueue(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    # ---- scheduling ----
+    def _preempt(self, victim: Request) -> None:
+        self.running.remove(victim)
+        self.used_blocks -= victim.blocks
+        victim.blocks = 0
+        victim.admitted = False
+        victim.need_prefill = victim.prompt + victim.gen
+        victim.done_prefill = 0
+        victim.ctx = 0
+        victim.encoded = False
+        victim.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(victim)
+
+    def _fail(self, req: Request, failed: list[Request]) -> None:
+        req.status = "oom-kv"
+        failed.append(req)
+
+    def _grow_running(self, failed: list[Request]) -> tuple[bool, int]:
+        """Make room for one more token of every decoding sequence; preempt the newest on
+        shortage.
+
+        Returns (preempted, blocks the decoding sequences need this step); after a
+        preemption nothing is admitted this step.
+        """
+        preempted = False
+        while True:
+            need = 0
+            for r in self.running:
+                if r.done_prefill >= r.need_prefill:
+                    need += blocks_for(r.ctx + 1, self.block) - r.blocks
+            if self.used_blocks + need <= self.pool_blocks:
+                break
+            victim = self.running[-1]
+            if len(self.running) == 1:
+                # alone and still too big: it can never finish here
+                self.running.pop()
+                self.used_blocks -= victim.blocks
+                victim.blocks = 0
+                self._fail(victim, failed)
+                continue
+            self._preempt(victim)
+            preempted = True
+        return preempted, need
+
+    def _admit(self, failed: list[Request], reserved: int) -> None:
+        """Admit FCFS while blocks (beyond the `reserved` decode growth) and slots last."""
+        while self.waiting and len(self.running) < self.cost.max_num_seqs:
+            head = self.waiting[0]
+            if head.need_prefill == 0:
+                head.need_prefill = head.prompt + head.gen
+            need = blocks_for(head.need_prefill, self.block)
+            if need > self.pool_blocks:
+                self.waiting.popleft()
+                self._fail(head, failed)
+                continue
+            if self.used_blocks + reserved + need > self.pool_blocks:
+                return
+            self.waiting.popleft()
+            head.blocks = need
+            head.admitted = True
+            self.used_blocks += need
+            self.running.append(head)
+
+    def plan(self, now: float, factor: float) -> float | None:
+        """Start the next segment at `now` with sharing slow-down `factor`.
+
+        Returns its end time, or None when there is nothing to run (idle). Requests that
+        failed while planning are kept for `finish` (they leave at `now`: the caller
+        should call `finish(now)` if plan returns `now`).
+        """
+        failed: list[Request] = []
+        preempted, growth = self._grow_running(failed)
+        if not preempted:
+            self._admit(failed, growth)
+        self.seg_failed = failed
+        self.seg_start = now
+        self.seg_factor = factor
+        decode = [r for r in self.running if r.done_prefill >= r.need_prefill]
+        prefill = [r for r in self.running if r.done_prefill < r.need_prefill]
+        if not decode and not prefill:
+            self.in_flight = bool(failed)
+            self.seg_end = now
+            self.seg_k = 0
+            self.seg_mixed = True
+            self.seg_chunks = []
+            self.seg_decode = []
+            return now if failed else None
+        self.in_flight = True
+        self.seg_decode = decode
+        live = sum(r.ctx + 1 for r in decode)
+        if prefill:
+            budget = self.cost.chunk_tokens - len(decode)
+            chunks: list[tuple[Request, int]] = []
+            encode = 0.0
+            tokens = 0
+            for r in prefill:
+                if budget <= 0:
+                    break
+                take = min(r.need_prefill - r.done_prefill, budget)
+                if not r.encoded:
+                    r.encoded = True
+                    encode += sum(encode_s(self.cost, t) for t in r.images)
+                chunks.append((r, take))
+                budget -= take
+                tokens += take
+            # decode sequences reserve their next block now
+            for r in decode:
+                nb = blocks_for(r.ctx + 1, self.block)
+                self.used_blocks += nb - r.blocks
+                r.blocks = nb
+            dt = factor * (
+                mixed_step_s(self.cost, self.gpu, self.model, tokens, len(decode), live) + encode
+            )
+            self.seg_mixed = True
+            self.seg_chunks = chunks
+            self.seg_k = 1
+            self.seg_end = now + dt
+            return self.seg_end
+        # pure decode: K steps until the first completion or block shortage
+        k = min(r.out - r.gen for r in decode)
+        k = max(1, k)
+        k = self._fit_steps(decode, k)
+        self.seg_mixed = False
+        self.seg_chunks = []
+        self.seg_k = k
+        self.seg_a = factor * (self._step_fixed + live * self._per_token)
+        self.seg_b = factor * len(decode) * self._per_token
+        self.seg_end = now + self._seg_time(k)
+        return self.seg_end
+
+    def _fit_steps(self, decode: list[Request], k: int) -> int:
+        """Largest j <= k such that growing every sequence by j tokens fits the pool."""
+        free = self.pool_blocks - self.used_blocks
+        blk = self.block
+
+        def need(j: int) -> int:
+            return sum(blocks_for(r.ctx + j, blk) - r.blocks for r in decode)
+
+        if need(k) <= free:
+            return k
+        lo, hi = 1, k  # need(1) <= free is guaranteed by _grow_running
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _seg_time(self, k: int) -> float:
+        return k * self.seg_a + self.seg_b * k * (k - 1) / 2.0
+
+    def truncate(self, now: float) -> float | None:
+        """Cut a decode segment after the step in progress at `now`.
+
+        Returns the new end time when it moved (the caller reschedules), else None.
+        """
+        if not self.in_flight or self.seg_mixed or self.seg_k <= 1:
+            return None
+        elapsed = now - self.seg_start
+        a, b = self.seg_a, self.seg_b
+        if b > 0:
+            p = a - b / 2.0
+            done = int((-p + math.sqrt(p * p + 2.0 * b * max(0.0, elapsed))) / b)
+        else:
+            done = int(max(0.0, elapsed) / a)
+        while done > 0 and self._seg_time(done) > elapsed:
+            done -= 1
+        while done < self.seg_k and self._seg_time(done + 1) <= elapsed:
+            done += 1
+        k = min(self.seg_k, done + 1)
+        if k >= self.seg_k:
+            return None
+        self.seg_k = k
+        self.seg_end = self.seg_start + self._seg_time(k)
+        return self.seg_end
+
+    def finish(self, now: float) -> list[Request]:
+        """Apply the segment that ends at `now`; returns requests that finished or failed."""
+        left = list(self.seg_failed)
+        self.seg_failed = []
+        self.in_flight = False
+        self.busy_s += now - self.seg_start
+        self.slowed_s += (now - self.seg_start) * self.seg_factor
+        k = self.seg_k
+        if k == 0:
+            return left
+        self.steps += k
+        blk = self.block
+        for r in self.seg_decode:
+            r.ctx += k
+            r.gen += k
+            nb = blocks_for(r.ctx, blk)
+            if nb > r.blocks:  # decode segments take their blocks when they end
+                self.used_blocks += nb - r.blocks
+                r.blocks = nb
+        for r, take in self.seg_chunks:
+            r.done_prefill += take
+            if r.done_prefill >= r.need_prefill:
+                r.ctx = r.need_prefill
+                if r.gen == 0:
+                    r.first_token = now
+                r.gen += 1
+        done = [r for r in self.running if r.gen >= r.out]
+        if done:
+            for r in done:
+                self.running.remove(r)
+                self.used_blocks -= r.blocks
+                r.blocks = 0
+                r.status = "ok"
+                r.finish = now
+            left.extend(done)
+        self.seg_decode = []
+        self.seg_chunks = []
+        return left
+
+    def drain_all(self) -> list[Request]:
+        """Remove every request (the pod is killed); frees the whole pool."""
+        out = list(self.running) + list(self.waiting)
+        self.running.clear()
+        self.waiting.clear()
+        self.used_blocks = 0
+        for r in out:
+            r.blocks = 0
+        self.in_flight = False
+        return out

@@ -1,0 +1,148 @@
+"""Run many (policy, seed) simulations, in parallel when asked, and write the outputs."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from simulator.serving import report
+from simulator.serving.config import SimConfig
+from simulator.serving.placement import POLICIES
+from simulator.serving.sim import RunResult, simulate
+
+__all__ = [
+    "Experiment",
+    "run_experiment",
+    "write_outputs",
+    "ProgressBar",
+    "parse_seeds",
+    "parse_policies",
+]
+
+
+def parse_seeds(text: str | Sequence[int]) -> list[int]:
+    """'1,2,3', '42..51' or a mix ('1,5..7'); a list of ints passes through."""
+    if not isinstance(text, str):
+        return [int(s) for s in text]
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if ".." in part:
+                lo, hi = (int(x) for x in part.split("..", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError as exc:
+            raise ValueError(f"--seeds: {part!r} is not an integer or a range a..b") from exc
+    if not out:
+        raise ValueError("--seeds: no seed given")
+    return out
+
+
+def parse_policies(text: str | Sequence[str]) -> list[str]:
+    names = [p.strip() for p in text.split(",")] if isinstance(text, str) else list(text)
+    names = [n for n in names if n]
+    for n in names:
+        if n not in POLICIES:
+            raise ValueError(f"--policies: unknown policy {n!r} (one of {', '.join(POLICIES)})")
+    if not names:
+        raise ValueError("--policies: no policy given")
+    return names
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal stream (silent when `stream` is None)."""
+
+    def __init__(self, total: int, stream: TextIO | None, label: str = "serving") -> None:
+        self.total = total
+        self.stream = stream
+        self.label = label
+        self.done = 0.0
+        self._last = -1
+
+    def update(self, done: float) -> None:
+        self.done = done
+        if self.stream is None:
+            return
+        width = 30
+        frac = min(1.0, done / self.total) if self.total else 1.0
+        filled = int(frac * width)
+        pct = int(frac * 100)
+        if pct == self._last:
+            return
+        self._last = pct
+        bar = "#" * filled + "." * (width - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {pct:3d}% ({int(done)}/{self.total} runs)")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _one(job: tuple[SimConfig, str, int]) -> RunResult:
+    cfg, policy, seed = job
+    return simulate(cfg, policy, seed)
+
+
+@dataclass
+class Experiment:
+    results: list[RunResult]
+    rows: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    wall_s: float
+
+
+def run_experiment(
+    cfg: SimConfig,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    jobs: int = 1,
+    progress: TextIO | None = sys.stderr,
+) -> Experiment:
+    """Every policy x seed; results in (policy, seed) order whatever `jobs` is."""
+    work = [(cfg, p, s) for p in policies for s in seeds]
+    bar = ProgressBar(len(work), progress)
+    t0 = time.perf_counter()
+    results: list[RunResult] = []
+    if jobs <= 1 or len(work) == 1:
+        for k, (c, p, s) in enumerate(work):
+            cb: Callable[[float], None] = lambda f, k=k: bar.update(k + f)  # noqa: E731
+            results.append(simulate(c, p, s, progress=cb))
+    else:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(jobs, len(work))) as pool:
+            by_key: dict[tuple[str, int], RunResult] = {}
+            for res in pool.imap_unordered(_one, work):
+                by_key[(res.policy, res.seed)] = res
+                bar.update(len(by_key))
+            results = [by_key[(p, s)] for _, p, s in work]
+    bar.update(len(work))
+    bar.close()
+    wall = time.perf_counter() - t0
+    rows = [report.summarise(r) for r in results]
+    return Experiment(results, rows, report.aggregate(rows), wall)
+
+
+def write_outputs(exp: Experiment, out: Path, command: str, prefix: str = "serving_") -> str:
+    """CSV files, plots and the Markdown section into `out`; returns the Markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    report.write_csv(out / f"{prefix}summary.csv", exp.summary)
+    report.write_csv(out / f"{prefix}runs.csv", exp.rows)
+    report.write_timeline(out / f"{prefix}timeline.csv", exp.results)
+    report.plot_latency(out / f"{prefix}latency.png", exp.results)
+    report.plot_replicas(out / f"{prefix}replicas.png", exp.results)
+    md = report.markdown_section(exp.summary, exp.results, command, exp.wall_s, prefix)
+    (out / f"{prefix}report.md").write_text(md)
+    return md

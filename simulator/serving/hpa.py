@@ -1,0 +1,194 @@
+"""The Horizontal Pod Autoscaler's algorithm (autoscaling/v2), as a pure state machine.
+
+Follows the Kubernetes documentation ("Horizontal Pod Autoscaling", algorithm details and
+configurable scaling behaviour) and the controller's replica calculator for external
+metrics:
+
+- per metric: desiredReplicas = ceil(currentReplicas * currentMetricValue / desiredMetricValue),
+  and no change while |ratio - 1| <= tolerance (0.1). For a `Value` target the ratio is
+  metric / target and it multiplies the ready pod count; for an `AverageValue` target the
+  ratio is metric / (target * currentReplicas) and the proposal is ceil(metric / target).
+- several metrics: the largest proposal wins.
+- stabilisation: the recommendation used for scaling down is the largest one made within
+  the scale-down window (default 300 s); for scaling up, the smallest within the scale-up
+  window (default 0 s).
+- rate limits (`behavior.scaleUp/scaleDown.policies`): at most max(100 %, 4 pods) more per
+  15 s when scaling up, at most 100 % fewer per 15 s when scaling down (selectPolicy Max),
+  counted from the replica count at the start of the period.
+- the result is clamped to [minReplicas, maxReplicas].
+
+The controller acts every sync period (15 s); the caller drives `Hpa.step` at that cadence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = [
+    "replicas_for_value",
+    "replicas_for_average_value",
+    "Hpa",
+    "HpaDecision",
+]
+
+
+def replicas_for_value(
+    current_replicas: int, ready_replicas: int, metric: float, target: float, tolerance: float
+) -> int:
+    """Proposal for a `Value` target (external metric compared as a whole).
+
+    ratio = metric / target; within tolerance keep current_replicas, else
+    ceil(ratio * ready_replicas) (the controller's getUsageRatioReplicaCount).
+    """
+    ratio = metric / target
+    if current_replicas == 0:
+        return math.ceil(ratio)
+    if abs(ratio - 1.0) <= tolerance:
+        return current_replicas
+    return math.ceil(ratio * ready_replicas)
+
+
+def replicas_for_average_value(
+    current_replicas: int, metric: float, target: float, tolerance: float
+) -> int:
+    """Proposal for an `AverageValue` target: the metric is divided among the replicas.
+
+    ratio = metric / (target * current_replicas); within tolerance keep current_replicas,
+    else ceil(metric / target).
+    """
+    if current_replicas > 0:
+        ratio = metric / (target * current_replicas)
+        if abs(ratio - 1.0) <= tolerance:
+            return current_replicas
+    return math.ceil(metric / target)
+
+
+@dataclass(frozen=True)
+class HpaDecision:
+    """What one sync decided: the unclamped proposal, the stabilised recommendation and the
+    replica count to set (after rate limits and min/max)."""
+
+    proposal: int
+    stabilised: int
+    desired: int
+
+
+class Hpa:
+    """One HorizontalPodAutoscaler with its recommendation and scale-event history.
+
+    Not thread-safe; time is whatever the caller passes (seconds, non-decreasing).
+    """
+
+    def __init__(
+        self,
+        min_replicas: int,
+        max_replicas: int,
+        tolerance: float = 0.1,
+        scale_up_window_s: float = 0.0,
+        scale_down_window_s: float = 300.0,
+        scale_up_percent: float = 100.0,
+        scale_up_pods: int = 4,
+        scale_up_period_s: float = 15.0,
+        scale_down_percent: float = 100.0,
+        scale_down_period_s: float = 15.0,
+    ) -> None:
+        if not 1 <= min_replicas <= max_replicas:
+            raise ValueError(
+                f"need 1 <= minReplicas ({min_replicas}) <= maxReplicas ({max_replicas})"
+            )
+        self.min_replicas = min_replicas
+        self.max_replicas = max_replicas
+        self.tolerance = tolerance
+        self.scale_up_window_s = scale_up_window_s
+        self.scale_down_window_s = scale_down_window_s
+        self.scale_up_percent = scale_up_percent
+        self.scale_up_pods = scale_up_pods
+        self.scale_up_period_s = scale_up_period_s
+        self.scale_down_percent = scale_down_percent
+        self.scale_down_period_s = scale_down_period_s
+        self._recommendations: deque[tuple[float, int]] = deque()
+        self._events: deque[tuple[float, int]] = deque()  # (time, replica change)
+
+    def propose(
+        self,
+        current_replicas: int,
+        ready_replicas: int,
+        metrics: list[tuple[str, float, float]],
+    ) -> int | None:
+        """Largest per-metric proposal; `metrics` is [(type, value, target)].
+
+        Metrics whose value is missing (None/NaN) are skipped, as the controller does
+        when it cannot fetch one; None when no metric has a value (no scaling).
+        """
+        best: int | None = None
+        for kind, value, target in metrics:
+            if value is None or isinstance(value, float) and math.isnan(value):
+                continue
+            if kind == "Value":
+                r = replicas_for_value(
+                    current_replicas, ready_replicas, value, target, self.tolerance
+                )
+            elif kind == "AverageValue":
+                r = replicas_for_average_value(current_replicas, value, target, self.tolerance)
+            else:
+                raise ValueError(f"unknown metric target type {kind!r}")
+            best = r if best is None else max(best, r)
+        return best
+
+    def _stabilise(self, now: float, proposal: int, current: int) -> int:
+        self._recommendations.append((now, proposal))
+        horizon = max(self.scale_up_window_s, self.scale_down_window_s)
+        while self._recommendations and self._recommendations[0][0] < now - horizon:
+            self._recommendations.popleft()
+        up_floor = proposal
+        down_ceiling = proposal
+        for t, r in self._recommendations:
+            if t > now - self.scale_up_window_s:  # the controller's timestamp.After(cutoff)
+                up_floor = min(up_floor, r)
+            if t > now - self.scale_down_window_s:
+                down_ceiling = max(down_ceiling, r)
+        # the controller's stabilizeRecommendationWithBehaviors
+        if current < up_floor:
+            return up_floor
+        if current > down_ceiling:
+            return down_ceiling
+        return current
+
+    def _limit(self, now: float, current: int, desired: int) -> int:
+        if desired > current:
+            added = sum(d for t, d in self._events if d > 0 and t > now - self.scale_up_period_s)
+            start = current - added
+            by_percent = math.ceil(start * (1 + self.scale_up_percent / 100.0))
+            by_pods = start + self.scale_up_pods
+            return min(desired, max(by_percent, by_pods))
+        if desired < current:
+            removed = -sum(
+                d for t, d in self._events if d < 0 and t > now - self.scale_down_period_s
+            )
+            start = current + removed
+            floor = math.floor(start * (1 - self.scale_down_percent / 100.0))
+            return max(desired, floor)
+        return desired
+
+    def step(
+        self,
+        now: float,
+        current_replicas: int,
+        ready_replicas: int,
+        metrics: list[tuple[str, float, float]],
+    ) -> HpaDecision:
+        """One sync: propose, stabilise, rate-limit, clamp; records the scale event."""
+        proposal = self.propose(current_replicas, ready_replicas, metrics)
+        if proposal is None:
+            proposal = current_replicas
+        stabilised = self._stabilise(now, proposal, current_replicas)
+        desired = self._limit(now, current_replicas, stabilised)
+        desired = max(self.min_replicas, min(self.max_replicas, desired))
+        if desired != current_replicas:
+            self._events.append((now, desired - current_replicas))
+        horizon = max(self.scale_up_period_s, self.scale_down_period_s)
+        while self._events and self._events[0][0] <= now - horizon:
+            self._events.popleft()
+        return HpaDecision(proposal, stabilised, desired)

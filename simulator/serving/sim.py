@@ -1,0 +1,630 @@
+"""The discrete-event loop: arrivals, engine steps, pod lifecycle, HPA syncs, metric pushes.
+
+One `Simulation` is one (config, placement policy, seed) run. Events live in a heap
+ordered by (time, sequence number), so equal times resolve in insertion order and a run
+is a pure function of its inputs: the same seed gives the same result bit for bit.
+
+Pod lifecycle: pending -> (placed by the policy) loading -> ready -> terminating -> gone;
+a start whose KV pool is too small (the engine sized it from what the GPU really had
+free) goes to crashloop and retries with Kubernetes' back-off. Scale-down deletes pods
+in the ReplicaSet controller's order: pending, then not ready, then those sharing a node
+with more replicas, then the most recently ready.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.serving.cluster import Gpu, Node, Pod
+from simulator.serving.config import ServiceSpec, SimConfig
+from simulator.serving.costmodel import kv_pool_tokens, sharing_factor
+from simulator.serving.engine import Engine
+from simulator.serving.hpa import Hpa
+from simulator.serving.placement import NodeView, PlacementPolicy, Want, make_policy
+from simulator.serving.slis import ServiceMetrics
+from simulator.serving.workload import Request, generate_requests
+
+__all__ = ["Simulation", "RunResult", "simulate", "TimelineRow"]
+
+_STEP, _READY, _RESTART, _HPA, _SCHED, _KILL, _TICK = range(7)
+METRIC_WINDOW_S = 60.0  # adapter SLI window (DESIGN.md section 6 default)
+DRAIN_S = 600.0  # after the last arrival, let in-flight requests finish (HPA keeps running)
+
+
+@dataclass
+class TimelineRow:
+    t: float
+    replicas: dict[str, int]
+    ready: dict[str, int]
+    p95_s: dict[str, float | None]
+    rps: dict[str, float | None]
+    gpus_occupied: int
+
+
+@dataclass
+class RunResult:
+    """Everything one run produced; `report.summarise` turns it into table rows."""
+
+    policy: str
+    seed: int
+    config: SimConfig
+    requests: list[Request]
+    timeline: list[TimelineRow]
+    scale_events: list[tuple[float, str, int, int]]  # (t, service, from, to)
+    pod_gpu_seconds: float
+    occupied_gpu_seconds: float
+    preemptions: int
+    start_failures: int
+    pending_pod_seconds: float
+    unschedulable_attempts: int
+    sim_end: float
+    events: int
+    mean_sharing_factor: float = 1.0  # engine step slow-down from GPU sharing, busy-time mean
+    pods: list[Pod] = field(default_factory=list)
+
+
+class Simulation:
+    """One run. Not thread-safe; `run()` once."""
+
+    def __init__(
+        self,
+        cfg: SimConfig,
+        policy: str,
+        seed: int,
+        progress: Callable[[float], None] | None = None,
+        requests: list[Request] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.seed = seed
+        self.policy_name = policy
+        self.rng = np.random.default_rng([seed, 4242])
+        self.policy: PlacementPolicy = make_policy(
+            policy, np.random.default_rng([seed, 77]), cfg.scoring_config()
+        )
+        self.progress = progress
+        self.requests = requests if requests is not None else generate_requests(cfg, seed)
+        self.end = cfg.warmup_s + cfg.duration_s
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.seq = 0
+        self.events = 0
+        self.nodes: list[Node] = []
+        self.pods: dict[str, Pod] = {}
+        self.pod_counter = 0
+        self.services = cfg.services
+        self.by_service: dict[str, list[Pod]] = {s: [] for s in cfg.services}
+        self.ready: dict[str, list[Pod]] = {s: [] for s in cfg.services}
+        self.backlog: dict[str, list[Request]] = {s: [] for s in cfg.services}
+        self.unscheduled: list[Pod] = []
+        self.metrics = {s: ServiceMetrics() for s in cfg.services}
+        self.node_metrics: dict[int, ServiceMetrics] = {}
+        self.node_cache: dict[int, set[str]] = defaultdict(set)  # models cached per node
+        self.hpas = {
+            s: Hpa(
+                spec.min_replicas,
+                spec.max_replicas,
+                tolerance=cfg.hpa.tolerance,
+                scale_up_window_s=cfg.hpa.scale_up_window_s,
+                scale_down_window_s=cfg.hpa.scale_down_window_s,
+                scale_up_percent=cfg.hpa.scale_up_percent,
+                scale_up_pods=cfg.hpa.scale_up_pods,
+                scale_up_period_s=cfg.hpa.scale_up_period_s,
+                scale_down_percent=cfg.hpa.scale_down_percent,
+                scale_down_period_s=cfg.hpa.scale_down_period_s,
+            )
+            for s, spec in cfg.services.items()
+        }
+        self.spec_replicas = {s: spec.initial_replicas for s, spec in cfg.services.items()}
+        self.views: dict[int, NodeView] = {}
+        self.node_tokens: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        self.node_tokens_prev: dict[int, list[float]] = {}
+        self.timeline: list[TimelineRow] = []
+        self.scale_events: list[tuple[float, str, int, int]] = []
+        self.start_failures = 0
+        self.unschedulable_attempts = 0
+        self.pending_pod_seconds = 0.0
+        self.occupied_gpu_seconds = 0.0
+        self.retired_preemptions = 0
+        self.busy_s = 0.0  # engine busy time, and the same weighted by the sharing factor
+        self.slowed_s = 0.0
+        self.sched_pending = False
+
+    # ---- events ----
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, payload))
+
+    # ---- cluster construction ----
+    def _build_cluster(self) -> None:
+        c = self.cfg.cluster
+        for i in range(c.nodes):
+            gpus = [Gpu(i, j, self.cfg.gpu.hbm_gib) for j in range(c.gpus_per_node)]
+            self.nodes.append(
+                Node(
+                    f"gpu-node-{i}", i, c.pools[i % len(c.pools)], c.nvlink[i % len(c.nvlink)], gpus
+                )
+            )
+            self.node_metrics[i] = ServiceMetrics(keep_s=2 * METRIC_WINDOW_S)
+        bg = self.cfg.background
+        brng = np.random.default_rng([self.seed, 5150])
+        k = 0
+        for node in self.nodes:
+            for g in node.gpus:
+                if bg.mem_gib and brng.random() < bg.gpu_fraction:
+                    mem = float(bg.mem_gib[int(brng.integers(len(bg.mem_gib)))])
+                    busy = bool(brng.random() < bg.busy_p)
+                    pid = f"bg-{k}"
+                    k += 1
+                    g.claims[pid] = mem
+                    g.held[pid] = mem
+                    g.occupants.append(pid)
+                    if busy:
+                        g.busy.add(pid)
+
+    # ---- helpers ----
+    def _gpu(self, pod: Pod) -> Gpu:
+        return self.nodes[pod.node].gpus[pod.gpu]
+
+    def _factor(self, gpu: Gpu) -> float:
+        return sharing_factor(self.cfg.cost, len(gpu.busy))
+
+    def _kick(self, pod: Pod, now: float) -> None:
+        """Start a segment on an idle engine, or cut the one in flight so new work joins."""
+        eng = pod.engine
+        assert eng is not None
+        self._update_busy(pod, now)
+        if not eng.in_flight:
+            end = eng.plan(now, self._factor(self._gpu(pod)))
+            if end is not None:
+                pod.epoch += 1
+                self._push(end, _STEP, (pod.pid, pod.epoch))
+            self._update_busy(pod, now)
+        else:
+            new_end = eng.truncate(now)
+            if new_end is not None:
+                pod.epoch += 1
+                self._push(new_end, _STEP, (pod.pid, pod.epoch))
+
+    def _update_busy(self, pod: Pod, now: float) -> None:
+        eng = pod.engine
+        gpu = self._gpu(pod)
+        active = eng is not None and (eng.active or eng.in_flight)
+        was = pod.pid in gpu.busy
+        if active == was:
+            return
+        if active:
+            gpu.busy.add(pod.pid)
+        else:
+            gpu.busy.discard(pod.pid)
+        self._cut_neighbours(gpu, pod.pid, now)
+
+    def _cut_neighbours(self, gpu: Gpu, pid: str, now: float) -> None:
+        """The GPU's sharing changed: its other engines' steps now take a different time,
+        so their decode segments end after the step in progress and are planned again."""
+        for other_id in gpu.occupants:
+            if other_id == pid:
+                continue
+            other = self.pods.get(other_id)
+            if other is None or other.engine is None or not other.engine.in_flight:
+                continue
+            new_end = other.engine.truncate(now)
+            if new_end is not None:
+                other.epoch += 1
+                self._push(new_end, _STEP, (other.pid, other.epoch))
+
+    # ---- requests ----
+    def _route(self, req: Request, now: float) -> None:
+        spec = self.services[req.service]
+        model = self.cfg.models[spec.model]
+        if req.prompt + req.out > model.max_model_len:
+            req.status = "oom-len"
+            req.finish = now
+            self._record(req, now)
+            return
+        pods = self.ready[req.service]
+        if not pods:
+            self.backlog[req.service].append(req)
+            return
+        best = min(pods, key=lambda p: (p.engine.load, p.tiebreak))  # type: ignore[union-attr]
+        self._assign(req, best, now)
+
+    def _assign(self, req: Request, pod: Pod, now: float) -> None:
+        assert pod.engine is not None
+        req.instance = int(pod.pid.rsplit("-", 1)[1])
+        req.node = pod.node
+        pod.engine.enqueue(req)
+        tok = self.node_tokens[pod.node]
+        tok[0] += req.image_tokens
+        tok[1] += req.prompt
+        self._kick(pod, now)
+
+    def _record(self, req: Request, now: float) -> None:
+        ok = req.status == "ok"
+        if math.isnan(req.finish):
+            req.finish = now
+        self.metrics[req.service].observe(now - req.arrival, ok)
+        if req.node >= 0:
+            self.node_metrics[req.node].observe(now - req.arrival, ok)
+
+    # ---- pods ----
+    def _new_pod(self, service: str, now: float) -> Pod:
+        spec = self.services[service]
+        pid = f"{service}-{self.pod_counter}"
+        self.pod_counter += 1
+        pod = Pod(pid, service, spec.gpu_memory_gib, now, tiebreak=float(self.rng.random()))
+        self.pods[pid] = pod
+        self.by_service[service].append(pod)
+        return pod
+
+    def _replicas_by_node(self) -> dict[int, dict[str, int]]:
+        out: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for pod in self.pods.values():
+            if pod.node >= 0 and pod.state not in ("gone", "pending"):
+                out[pod.node][self.services[pod.service].model] += 1
+        return out
+
+    def _try_place(self, pod: Pod, now: float, initial: bool = False) -> bool:
+        spec = self.services[pod.service]
+        want = Want(spec.model, spec.kind, spec.qos, spec.gpu_memory_gib)
+        choice = self.policy.choose(
+            want, self.nodes, self.cfg.cluster.slots_per_gpu, self.views, self._replicas_by_node()
+        )
+        if choice is None:
+            self.unschedulable_attempts += 1
+            return False
+        pod.node, pod.gpu = choice
+        gpu = self._gpu(pod)
+        gpu.claims[pod.pid] = pod.request_gib
+        gpu.occupants.append(pod.pid)
+        pod.placed_at = now
+        self._start_loading(pod, now, delay=0.0 if initial else None)
+        return True
+
+    def _start_loading(self, pod: Pod, now: float, delay: float | None = None) -> None:
+        gpu = self._gpu(pod)
+        pod.footprint_gib = min(pod.request_gib, gpu.really_free_gib)
+        gpu.held[pod.pid] = pod.footprint_gib
+        pod.state = "loading"
+        pod.attempt += 1
+        model = self.services[pod.service].model
+        cached = self.node_cache[pod.node]
+        if delay is None:
+            delay = self.cfg.startup.load_s if model in cached else self.cfg.startup.cold_load_s
+            if self.cfg.models[model].multimodal:
+                delay += self.cfg.startup.multimodal_extra_s
+        cached.add(model)
+        self._push(now + delay, _READY, (pod.pid, pod.attempt))
+
+    def _on_ready(self, pod: Pod, now: float) -> None:
+        spec = self.services[pod.service]
+        model = self.cfg.models[spec.model]
+        pool = kv_pool_tokens(self.cfg.cost, model, pod.footprint_gib)
+        too_small = pool < self.cfg.cost.block_tokens or (
+            self.cfg.cost.require_max_model_len_fits and pool < model.max_model_len
+        )
+        if too_small:
+            # vLLM exits at start-up; the kubelet restarts it with back-off
+            self.start_failures += 1
+            pod.restarts += 1
+            pod.state = "crashloop"
+            self._gpu(pod).held.pop(pod.pid, None)
+            pod.footprint_gib = 0.0
+            back = min(
+                self.cfg.startup.backoff_max_s,
+                self.cfg.startup.backoff_initial_s * 2 ** (pod.restarts - 1),
+            )
+            self._push(now + back, _RESTART, (pod.pid, pod.attempt))
+            return
+        pod.pool_tokens = pool
+        pod.engine = Engine(self.cfg.cost, self.cfg.gpu, model, pool)
+        pod.state = "ready"
+        pod.ready_at = now
+        self.ready[pod.service].append(pod)
+        backlog = self.backlog[pod.service]
+        self.backlog[pod.service] = []
+        for req in backlog:
+            self._route(req, now)
+
+    def _delete_pod(self, pod: Pod, now: float) -> None:
+        """Scale-down of one pod: immediate unless it is serving, then graceful."""
+        if pod.state == "pending":
+            pod.state = "gone"
+            pod.ended_at = now
+            if pod in self.unscheduled:
+                self.unscheduled.remove(pod)
+            return
+        if pod.state in ("loading", "crashloop"):
+            self._release(pod, now)
+            return
+        if pod.state == "ready":
+            pod.state = "terminating"
+            self.ready[pod.service].remove(pod)
+            if pod.engine is not None and not pod.engine.active and not pod.engine.in_flight:
+                self._release(pod, now)
+            else:
+                self._push(now + self.cfg.startup.grace_s, _KILL, (pod.pid, 0))
+
+    def _release(self, pod: Pod, now: float) -> None:
+        gpu = self._gpu(pod)
+        gpu.claims.pop(pod.pid, None)
+        gpu.held.pop(pod.pid, None)
+        if pod.pid in gpu.busy:
+            gpu.busy.discard(pod.pid)
+            self._cut_neighbours(gpu, pod.pid, now)
+        if pod.pid in gpu.occupants:
+            gpu.occupants.remove(pod.pid)
+        if pod.engine is not None:
+            self.retired_preemptions += pod.engine.preemptions
+            self.busy_s += pod.engine.busy_s
+            self.slowed_s += pod.engine.slowed_s
+            for req in pod.engine.drain_all():
+                req.status = "aborted"
+                req.finish = now
+                self._record(req, now)
+        pod.state = "gone"
+        pod.ended_at = now
+        pod.epoch += 1
+        self.pods.pop(pod.pid, None)
+        self.by_service[pod.service].remove(pod)
+        self._retired.append(pod)
+        self._kick_scheduler(now)
+
+    def _kick_scheduler(self, now: float) -> None:
+        if self.unscheduled and not self.sched_pending:
+            self.sched_pending = True
+            self._push(now, _SCHED, None)
+
+    def _scale(self, service: str, target: int, now: float) -> None:
+        live = [p for p in self.by_service[service] if p.state not in ("terminating", "gone")]
+        if target > len(live):
+            for _ in range(target - len(live)):
+                pod = self._new_pod(service, now)
+                if not self._try_place(pod, now):
+                    self.unscheduled.append(pod)
+                    self._kick_scheduler(now + self.cfg.startup.schedule_retry_s)
+        elif target < len(live):
+            per_node: dict[int, int] = defaultdict(int)
+            for p in live:
+                per_node[p.node] += 1
+            order = {"pending": 0, "crashloop": 1, "loading": 2, "ready": 3}
+
+            def rank(p: Pod) -> tuple[float, ...]:
+                ready_at = p.ready_at if not math.isnan(p.ready_at) else 0.0
+                return (order[p.state], -per_node[p.node], -ready_at, -p.created)
+
+            for p in sorted(live, key=rank)[: len(live) - target]:
+                self._delete_pod(p, now)
+
+    # ---- periodic work ----
+    def _hpa_sync(self, service: str, now: float) -> None:
+        spec: ServiceSpec = self.services[service]
+        m = self.metrics[service]
+        current = self.spec_replicas[service]
+        ready = len(self.ready[service])
+        values = []
+        for target in spec.metrics:
+            v = m.value(target.metric, now, METRIC_WINDOW_S, self.cfg.slo.good_threshold_s)
+            values.append((target.type, v, target.value))
+        decision = self.hpas[service].step(now, current, ready, values)  # type: ignore[arg-type]
+        if decision.desired != current:
+            self.scale_events.append((now, service, current, decision.desired))
+            self.spec_replicas[service] = decision.desired
+            self._scale(service, decision.desired, now)
+
+    def _tick(self, now: float) -> None:
+        step = self.cfg.timeline_step_s
+        occupied = 0
+        for node in self.nodes:
+            for g in node.gpus:
+                if any(o in self.pods for o in g.occupants):
+                    occupied += 1
+        self.occupied_gpu_seconds += occupied * step
+        self.pending_pod_seconds += len(self.unscheduled) * step
+        for s in self.services:
+            pods = self.ready[s]
+            queue = sum(len(p.engine.waiting) for p in pods if p.engine) + len(self.backlog[s])
+            kv = sum(p.engine.kv_usage for p in pods if p.engine) / len(pods) if pods else None
+            self.metrics[s].push(now, queue, kv)
+        for nm in self.node_metrics.values():
+            nm.push(now, 0.0, None)
+        # the collector's signals (published every signals_period_s)
+        period = self.cfg.startup.signals_period_s
+        if now % period < step - 1e-9 or period <= step:
+            self._publish(now)
+        row = TimelineRow(
+            t=now,
+            replicas={s: self.spec_replicas[s] for s in self.services},
+            ready={s: len(self.ready[s]) for s in self.services},
+            p95_s={
+                s: self.metrics[s].value(
+                    "kvspread_request_latency_p95_seconds", now, METRIC_WINDOW_S, 0.2
+                )
+                for s in self.services
+            },
+            rps={
+                s: self.metrics[s].value("kvspread_requests_per_second", now, METRIC_WINDOW_S, 0.2)
+                for s in self.services
+            },
+            gpus_occupied=occupied,
+        )
+        self.timeline.append(row)
+
+    def _publish(self, now: float) -> None:
+        views: dict[int, NodeView] = {}
+        streams: dict[int, int] = defaultdict(int)
+        for pod in self.pods.values():
+            if pod.engine is not None and pod.node >= 0:
+                streams[pod.node] += pod.engine.load
+        for node in self.nodes:
+            tok = self.node_tokens[node.index]
+            prev = self.node_tokens_prev.get(node.index, [0.0, 0.0])
+            d_img, d_all = tok[0] - prev[0], tok[1] - prev[1]
+            self.node_tokens_prev[node.index] = list(tok)
+            views[node.index] = NodeView(
+                used_mib=tuple(g.used_gib * 1024.0 for g in node.gpus),
+                streams=streams[node.index],
+                image_token_share=(d_img / d_all) if d_all > 0 else None,
+                p95_s=self.node_metrics[node.index].value(
+                    "kvspread_request_latency_p95_seconds", now, METRIC_WINDOW_S, 0.2
+                ),
+            )
+        self.views = views
+
+    # ---- main loop ----
+    def run(self) -> RunResult:
+        self._retired: list[Pod] = []
+        self._build_cluster()
+        self._publish(0.0)
+        # initial replicas, placed in turn so no service gets all the good GPUs
+        order: list[str] = []
+        for i in range(max(s.initial_replicas for s in self.services.values())):
+            for name, spec in self.services.items():
+                if i < spec.initial_replicas:
+                    order.append(name)
+        for name in order:
+            pod = self._new_pod(name, 0.0)
+            if not self._try_place(pod, 0.0, initial=True):
+                self.unscheduled.append(pod)
+                self._kick_scheduler(self.cfg.startup.schedule_retry_s)
+            self._publish(0.0)
+        sync = self.cfg.hpa.sync_period_s
+        for name in self.services:
+            self._push(sync, _HPA, name)
+        self._push(self.cfg.timeline_step_s, _TICK, None)
+        reqs = self.requests
+        n_req = len(reqs)
+        i = 0
+        hard_end = self.end + DRAIN_S
+        next_report = 0.0
+        heap = self.heap
+        while True:
+            t_arr = reqs[i].arrival if i < n_req else math.inf
+            t_evt = heap[0][0] if heap else math.inf
+            if t_arr <= t_evt:
+                if t_arr == math.inf:
+                    break
+                now = t_arr
+                self.events += 1
+                self._route(reqs[i], now)
+                i += 1
+                continue
+            now, _, kind, payload = heapq.heappop(heap)
+            if now > hard_end:
+                break
+            if i >= n_req and now > self.end and self._all_done():
+                break
+            self.events += 1
+            if self.progress is not None and now >= next_report:
+                self.progress(min(1.0, now / self.end))
+                next_report = now + 60.0
+            if kind == _STEP:
+                pid, epoch = payload  # type: ignore[misc]
+                pod = self.pods.get(pid)
+                if pod is None or pod.epoch != epoch or pod.engine is None:
+                    continue
+                eng = pod.engine
+                for req in eng.finish(now):
+                    self._record(req, now)
+                if pod.state == "terminating" and not eng.active:
+                    self._release(pod, now)
+                    continue
+                end = eng.plan(now, self._factor(self._gpu(pod)))
+                if end is not None:
+                    pod.epoch += 1
+                    self._push(end, _STEP, (pod.pid, pod.epoch))
+                self._update_busy(pod, now)
+                if pod.state == "terminating" and not eng.active and not eng.in_flight:
+                    self._release(pod, now)
+            elif kind == _READY:
+                pid, attempt = payload  # type: ignore[misc]
+                pod = self.pods.get(pid)
+                if pod is not None and pod.state == "loading" and pod.attempt == attempt:
+                    self._on_ready(pod, now)
+            elif kind == _RESTART:
+                pid, attempt = payload  # type: ignore[misc]
+                pod = self.pods.get(pid)
+                if pod is not None and pod.state == "crashloop" and pod.attempt == attempt:
+                    self._start_loading(pod, now)
+            elif kind == _KILL:
+                pid, _ = payload  # type: ignore[misc]
+                pod = self.pods.get(pid)
+                if pod is not None and pod.state == "terminating":
+                    self._release(pod, now)
+            elif kind == _HPA:
+                self._hpa_sync(str(payload), now)
+                self._push(now + sync, _HPA, payload)
+            elif kind == _SCHED:
+                self.sched_pending = False
+                still: list[Pod] = []
+                for pod in self.unscheduled:
+                    if pod.state != "pending":
+                        continue
+                    if not self._try_place(pod, now):
+                        still.append(pod)
+                self.unscheduled = still
+                if still:
+                    self.sched_pending = True
+                    self._push(now + self.cfg.startup.schedule_retry_s, _SCHED, None)
+            elif kind == _TICK:
+                self._tick(now)
+                self._push(now + self.cfg.timeline_step_s, _TICK, None)
+        return self._result(now)
+
+    def _all_done(self) -> bool:
+        if any(self.backlog.values()):
+            return False
+        return not any(p.engine is not None and p.engine.active for p in self.pods.values())
+
+    def _result(self, now: float) -> RunResult:
+        end = now
+        pod_gpu_s = 0.0
+        preempt = self.retired_preemptions
+        all_pods = list(self._retired) + list(self.pods.values())
+        for pod in all_pods:
+            if math.isnan(pod.placed_at):
+                continue
+            stop = pod.ended_at if not math.isnan(pod.ended_at) else end
+            # a fractional pod is charged its share of the GPU's memory
+            share = pod.request_gib / self.cfg.gpu.hbm_gib
+            pod.gpu_seconds = max(0.0, stop - pod.placed_at) * share
+            pod_gpu_s += pod.gpu_seconds
+        busy, slowed = self.busy_s, self.slowed_s
+        for pod in self.pods.values():
+            if pod.engine is not None:
+                preempt += pod.engine.preemptions
+                busy += pod.engine.busy_s
+                slowed += pod.engine.slowed_s
+        for pod in all_pods:
+            pod.engine = None  # results travel between processes: keep them small
+        if self.progress is not None:
+            self.progress(1.0)
+        return RunResult(
+            policy=self.policy_name,
+            seed=self.seed,
+            config=self.cfg,
+            requests=self.requests,
+            timeline=self.timeline,
+            scale_events=self.scale_events,
+            pod_gpu_seconds=pod_gpu_s,
+            occupied_gpu_seconds=self.occupied_gpu_seconds,
+            preemptions=preempt,
+            start_failures=self.start_failures,
+            pending_pod_seconds=self.pending_pod_seconds,
+            unschedulable_attempts=self.unschedulable_attempts,
+            sim_end=end,
+            events=self.events,
+            mean_sharing_factor=slowed / busy if busy > 0 else 1.0,
+            pods=all_pods,
+        )
+
+
+def simulate(
+    cfg: SimConfig, policy: str, seed: int, progress: Callable[[float], None] | None = None
+) -> RunResult:
+    """Run one (policy, seed) simulation."""
+    return Simulation(cfg, policy, seed, progress=progress).run()

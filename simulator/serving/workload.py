@@ -1,0 +1,158 @@
+"""Requests: the three kinds, their token and image sizes, and bursty arrival times.
+
+Everything is drawn up-front from the seed (one independent random stream per kind and
+one for the burst episodes), so a run is deterministic and the same seed offers every
+placement policy exactly the same requests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.serving.config import KindSpec, SimConfig
+
+__all__ = ["Request", "generate_requests", "burst_episodes", "rate_multiplier"]
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One inference request and what happened to it (times in simulated seconds).
+
+    `prompt` counts text plus image tokens; `images` holds the tokens of each image.
+    `ctx` is the context currently held in the KV cache (prompt + generated tokens once
+    prefilled); `done_prefill` counts tokens of the current (re)prefill already computed.
+    """
+
+    rid: int
+    service: str
+    kind: str
+    arrival: float
+    prompt: int
+    images: tuple[int, ...]
+    out: int
+    gen: int = 0
+    ctx: int = 0
+    done_prefill: int = 0
+    need_prefill: int = 0
+    encoded: bool = False
+    blocks: int = 0
+    admitted: bool = False
+    first_token: float = math.nan
+    finish: float = math.nan
+    status: str = "pending"  # pending | ok | oom | aborted
+    preemptions: int = 0
+    instance: int = -1
+    node: int = -1
+
+    @property
+    def image_tokens(self) -> int:
+        return sum(self.images)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt + self.out
+
+
+def burst_episodes(cfg: SimConfig, seed: int, end: float) -> list[tuple[float, float]]:
+    """Image-burst episodes [(start, stop)]: Poisson starts, uniform lengths."""
+    a = cfg.arrivals
+    rng = np.random.default_rng([seed, 9001])
+    out: list[tuple[float, float]] = []
+    t = 0.0
+    if a.burst_factor <= 1.0 or a.burst_every_s <= 0:
+        return out
+    while True:
+        t += float(rng.exponential(a.burst_every_s))
+        if t >= end:
+            return out
+        length = float(rng.uniform(a.burst_min_s, a.burst_max_s))
+        out.append((t, t + length))
+        t += length
+
+
+def rate_multiplier(cfg: SimConfig, t: float, end: float) -> float:
+    """Slow load swell: 1 + peak_extra * sin^2(pi t / end) (one peak mid-run)."""
+    return 1.0 + cfg.arrivals.peak_extra * math.sin(math.pi * t / end) ** 2
+
+
+def _lognormal(rng: np.random.Generator, median: float, sigma: float) -> float:
+    return float(median * math.exp(sigma * rng.standard_normal()))
+
+
+def _sizes(
+    rng: np.random.Generator, k: KindSpec, cum: np.ndarray | None
+) -> tuple[int, tuple[int, ...], int]:
+    """(prompt tokens incl. images, tokens per image, output tokens) of one request."""
+    if k.text_sigma > 0 and k.text_median > 0:
+        text = max(1, round(_lognormal(rng, k.text_median, k.text_sigma)))
+    else:
+        text = int(rng.integers(k.text_lo, k.text_hi + 1)) if k.text_hi > 0 else 1
+    n_images = 0
+    if k.images_max > 0:
+        if (
+            k.images_tail_p > 0
+            and k.images_tail_max > k.images_max
+            and rng.random() < k.images_tail_p
+        ):
+            n_images = int(rng.integers(k.images_max + 1, k.images_tail_max + 1))
+        else:
+            n_images = int(rng.integers(k.images_min, k.images_max + 1))
+    images: tuple[int, ...] = ()
+    if n_images:
+        if cum is not None:
+            idx = np.searchsorted(cum, rng.random(n_images), side="right")
+            images = tuple(int(k.image_tokens[min(int(i), len(k.image_tokens) - 1)]) for i in idx)
+        else:
+            tok = rng.integers(k.image_tok_lo, k.image_tok_hi + 1, size=n_images)
+            images = tuple(max(4, 4 * round(int(t) / 4)) for t in tok)
+    out = max(1, round(_lognormal(rng, k.out_median, k.out_sigma)))
+    return text + sum(images), images, out
+
+
+def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
+    """All requests of a run (warm-up included), sorted by arrival time.
+
+    Per kind: a renewal process whose gaps are Gamma(shape 1/cv^2, mean 1) divided by the
+    current rate (rate_rps x share x swell, x burst factor for `burst_kinds` in an episode).
+    Each kind goes to the first service configured for it.
+    """
+    end = cfg.warmup_s + cfg.duration_s
+    a = cfg.arrivals
+    shape = 1.0 / (a.cv * a.cv)
+    episodes = burst_episodes(cfg, seed, end)
+    kind_service: dict[str, str] = {}
+    for name, s in cfg.services.items():
+        kind_service.setdefault(s.kind, name)
+    total_share = sum(k.share for k in cfg.kinds.values())
+    reqs: list[Request] = []
+    for idx, (kind, spec) in enumerate(sorted(cfg.kinds.items())):
+        if spec.share <= 0:
+            continue
+        rng = np.random.default_rng([seed, idx + 1])
+        cum = None
+        if spec.image_tokens:
+            w = np.asarray(spec.image_weights, dtype=float)
+            cum = np.cumsum(w / w.sum())
+        base = a.rate_rps * spec.share / total_share
+        bursty = kind in a.burst_kinds
+        t = 0.0
+        ep = 0
+        while True:
+            rate = base * rate_multiplier(cfg, t, end)
+            if bursty:
+                while ep < len(episodes) and episodes[ep][1] <= t:
+                    ep += 1
+                if ep < len(episodes) and episodes[ep][0] <= t < episodes[ep][1]:
+                    rate *= a.burst_factor
+            t += float(rng.gamma(shape, 1.0 / shape)) / rate
+            if t >= end:
+                break
+            prompt, images, out = _sizes(rng, spec, cum)
+            reqs.append(Request(0, kind_service[kind], kind, t, prompt, images, out))
+    reqs.sort(key=lambda r: (r.arrival, r.kind))
+    for i, r in enumerate(reqs):
+        r.rid = i
+    return reqs

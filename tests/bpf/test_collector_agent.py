@@ -1,0 +1,343 @@
+"""The agent end to end without a GPU or a cluster: degrade-never-die, NVML absence,
+engine scrapes, /metrics, /signals, /readyz, publishing to a fake API server, OTLP push."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bpf.agent import Agent
+from bpf.config import CollectorConfig, EngineTarget
+from bpf.gpu import FakeGpuReader, GpuSample, GpuUnavailable, NvmlReader
+from bpf.node import MIB
+from bpf.tracker import RequestRecord
+from kvspread import names as N
+from kvspread.clock import FakeClock
+from kvspread.signals import decode_signals
+from tests.fake_kube import FakeKubeApi, make_node, make_pod
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "engine-metrics"
+
+
+class _Engine(BaseHTTPRequestHandler):
+    def log_message(self, *a: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/garbage":
+            body = b"{{{ not metrics"
+        else:
+            body = (FIXTURES / "vllm-0.11-metrics.txt").read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def engine_url() -> Iterator[str]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def base_config(**kw: Any) -> CollectorConfig:
+    defaults: dict[str, Any] = dict(
+        port=0, listen="127.0.0.1", standalone=True, signals_interval_s=0.2, engine_interval_s=0.2
+    )
+    defaults.update(kw)
+    return CollectorConfig(**defaults)
+
+
+def wait_for(cond: Any, timeout: float = 15.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
+
+
+def test_nvml_without_driver_reports_absence() -> None:
+    try:
+        samples = NvmlReader().read()
+    except GpuUnavailable as exc:
+        assert str(exc)
+    else:  # pragma: no cover - a machine with a GPU driver
+        pytest.skip(f"an NVIDIA driver is present ({len(samples)} GPUs)")
+
+
+def test_bpf_unavailable_collector_runs_on(
+    tmp_path: Path, engine_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    empty_tracefs = tmp_path / "tracefs"
+    empty_tracefs.mkdir()
+    cfg = base_config(
+        tracefs=empty_tracefs,
+        engine_targets=(
+            EngineTarget(f"{engine_url}/metrics"),
+            EngineTarget(f"{engine_url}/garbage"),
+            EngineTarget("http://127.0.0.1:1/metrics"),
+        ),
+    )
+    agent = Agent(cfg, gpu_reader=FakeGpuReader(error="NVML Shared Library Not Found"))
+    caplog.set_level(logging.INFO, logger="kvspread.collector")
+    agent.start()
+    try:
+        base = f"http://127.0.0.1:{agent.server.port}"
+        assert wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
+        ready = httpx.get(f"{base}/readyz").json()
+        assert ready["missing"] == ["bpf", "kubernetes", "nvml"]
+        assert "tracefs is not mounted" in ready["sources"]["bpf"]["reason"]
+        assert ready["sources"]["engine"]["up"] is True
+        metrics = httpx.get(f"{base}/metrics").text
+        assert 'kvspread_collector_source_up{source="bpf"} 0.0' in metrics
+        assert 'kvspread_collector_source_up{source="nvml"} 0.0' in metrics
+        assert 'kvspread_collector_source_up{source="engine"} 1.0' in metrics
+        assert "kvspread_gpu_memory_used_bytes{" not in metrics  # absent, never zeros
+        assert (
+            'kvspread_kv_cache_usage_ratio{k8s_namespace_name="",k8s_pod_name="",'
+            'llm_engine="vllm",llm_model="meta-llama/Llama-3.1-8B-Instruct"} 0.4218'
+        ) in metrics
+        sig = decode_signals(httpx.get(f"{base}/signals").text)
+        assert sig.gpus is None and set(sig.absent) == {"bpf", "kubernetes", "nvml"}
+        assert sig.streams == 4  # engine: 3 running + 1 waiting
+        assert sig.p95_s is None and sig.image_token_share is None
+        time.sleep(0.6)  # several more cycles: reasons are logged once, not per sample
+    finally:
+        agent.stop()
+    missing = [r for r in caplog.records if r.getMessage() == "source missing"]
+    assert sorted(r.kv["source"] for r in missing) == ["bpf", "kubernetes", "nvml"]  # type: ignore[attr-defined]
+    failing = [r for r in caplog.records if r.getMessage() == "engine endpoint failing"]
+    assert len(failing) == 2
+
+
+def test_all_engines_failing_marks_engine_source_down(engine_url: str) -> None:
+    agent = Agent(base_config(engine_targets=(EngineTarget(f"{engine_url}/garbage"),)))
+    agent.scrape_engines()
+    st = agent.state.sources["engine"]
+    assert not st.up and "not Prometheus text" in st.reason
+    agent.server.httpd.server_close()
+
+
+def test_gpu_signals_from_fake_reader() -> None:
+    gpus = [
+        GpuSample(0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.3),
+        GpuSample(1, "GPU-1", "H100", 80 * 1024 * MIB, 70 * 1024 * MIB, 0.9),
+    ]
+    agent = Agent(base_config(bpf_enabled=False), gpu_reader=FakeGpuReader(gpus))
+    sig = agent.cycle()
+    assert sig.gpus is not None and [g.mem_used_mib for g in sig.gpus] == [20480, 71680]
+    assert agent.state.fragmentation == pytest.approx(1 - 60 / 70)
+    assert agent.state.largest_free_mib == 60 * 1024
+    agent.server.start()
+    try:
+        text = httpx.get(f"http://127.0.0.1:{agent.server.port}/metrics").text
+    finally:
+        agent.server.stop()
+    assert (
+        'kvspread_gpu_memory_used_bytes{gpu_index="1",gpu_uuid="GPU-1"} 7.516192768e+10' in text
+    ), [line for line in text.splitlines() if "gpu_memory_used" in line]
+    assert "kvspread_node_fragmentation_ratio" in text
+    assert 'kvspread_collector_source_up{source="nvml"} 1.0' in text
+
+
+def test_server_routes() -> None:
+    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False))
+    agent.server.start()
+    base = f"http://127.0.0.1:{agent.server.port}"
+    try:
+        assert httpx.get(f"{base}/readyz").status_code == 503  # no cycle yet
+        assert httpx.get(f"{base}/signals").status_code == 503
+        r = httpx.get(f"{base}/nope")
+        assert r.status_code == 404 and "/metrics" in r.json()["error"]
+        assert httpx.get(f"{base}/healthz").text == "ok\n"
+        agent.cycle()
+        assert httpx.get(f"{base}/readyz").status_code == 200
+    finally:
+        agent.server.stop()
+
+
+def _record(**kw: Any) -> RequestRecord:
+    d: dict[str, Any] = dict(
+        tgid=1,
+        port=8000,
+        method="POST",
+        route="/v1/chat/completions",
+        status=200,
+        modality="image",
+        images=1,
+        start_ns=0,
+        ttfb_s=0.05,
+        duration_s=0.2,
+        streaming=False,
+        response_bytes=10,
+    )
+    d.update(kw)
+    return RequestRecord(**d)
+
+
+def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
+    clock = FakeClock()
+    with FakeKubeApi() as api:
+        api.put(make_node("gpu-1"))
+        pod = make_pod(
+            "vllm-0",
+            "llm",
+            node_name="gpu-1",
+            labels={N.LABEL_MODEL: "llama"},
+            annotations={N.ANNOTATION_METRICS_PORT: engine_url.rsplit(":", 1)[1]},
+        )
+        pod["metadata"]["uid"] = "7c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"
+        pod["status"]["podIP"] = "127.0.0.1"
+        api.put(pod)
+        api.put(
+            make_pod(
+                "other", "llm", node_name="gpu-2", annotations={N.ANNOTATION_METRICS_PORT: "1"}
+            )
+        )
+        gpus = [GpuSample(0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.3, ((101, 1),))]
+        cfg = base_config(
+            standalone=False,
+            node_name="gpu-1",
+            kube_api_server=api.url,
+            bpf_enabled=False,
+            proc_root=Path(__file__).parent / "fixtures" / "proc",
+        )
+        reader = FakeGpuReader(gpus)
+        agent = Agent(cfg, gpu_reader=reader, clock=clock)
+        agent.refresh_pods()
+        targets = agent.engine_targets()
+        assert [t.pod_name for t in targets] == ["vllm-0"]
+        agent.scrape_engines()
+        assert agent.state.sources["engine"].up
+        sig = agent.cycle()
+        assert sig.gpus is not None and sig.gpus[0].models == ("llama",)
+        assert sig.gpus[0].kv_blocks_total == 27434  # pid 101 runs in pod vllm-0
+        node = api.get("Node", "gpu-1")
+        doc = decode_signals(node["metadata"]["annotations"][N.ANNOTATION_SIGNALS])
+        assert doc.node == "gpu-1" and doc.gpus is not None and doc.streams == 4
+
+        def patches() -> int:
+            return sum(1 for m, p, _ in api.requests if m == "PATCH" and "/nodes/gpu-1" in p)
+
+        assert patches() == 1
+        clock.advance(5)
+        agent.cycle()
+        assert patches() == 1  # rate limited
+        clock.advance(6)
+        agent.cycle()
+        assert patches() == 1  # nothing moved
+        reader.samples[0] = GpuSample(
+            0, "GPU-0", "H100", 80 * 1024 * MIB, 50 * 1024 * MIB, 0.3, ((101, 1),)
+        )
+        agent.cycle()
+        assert patches() == 2
+        # request attribution uses the pod table: namespace, pod and service name
+        agent.record_request(_record(tgid=101))
+        (labels,) = agent.state.requests.snapshot()
+        d = dict(labels)
+        assert (d[N.ATTR_K8S_NAMESPACE], d[N.ATTR_K8S_POD]) == ("llm", "vllm-0")
+        agent.server.httpd.server_close()
+
+
+def test_api_server_down_is_reported_not_fatal() -> None:
+    agent = Agent(
+        base_config(
+            standalone=False,
+            node_name="n",
+            kube_api_server="http://127.0.0.1:1",
+            bpf_enabled=False,
+            nvml_enabled=False,
+        )
+    )
+    sig = agent.cycle()  # tries to publish: fails, logged, counted
+    assert agent.state.publish_failures == 1
+    assert agent.publish(sig) is False
+    assert agent.state.publish_failures == 2
+    assert "annotation patch failed" in agent.state.sources["kubernetes"].reason
+    agent.server.httpd.server_close()
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    bodies: list[bytes] = []
+
+    def log_message(self, *a: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        n = int(self.headers.get("Content-Length", "0"))
+        _Receiver.bodies.append(self.rfile.read(n))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_otlp_push_with_semantic_attributes() -> None:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    _Receiver.bodies = []
+    try:
+        cfg = base_config(
+            bpf_enabled=False,
+            node_name="gpu-1",
+            otlp_interval_s=60,
+            otlp_endpoints=(f"http://127.0.0.1:{srv.server_address[1]}",),
+        )
+        agent = Agent(cfg, gpu_reader=FakeGpuReader(error="no driver"))
+        agent.record_request(_record())
+        agent.cycle()
+        assert agent.otlp is not None and agent.otlp.flush()
+        agent.otlp.shutdown()
+        agent.server.httpd.server_close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert _Receiver.bodies
+    req = ExportMetricsServiceRequest()
+    req.ParseFromString(_Receiver.bodies[0])
+    metrics = {
+        m.name: m for rm in req.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    hist = metrics[N.HTTP_SERVER_REQUEST_DURATION]
+    assert hist.unit == "s"
+    (point,) = hist.histogram.data_points
+    attrs = {a.key: (a.value.string_value or a.value.int_value) for a in point.attributes}
+    assert attrs == {
+        N.ATTR_HTTP_METHOD: "POST",
+        N.ATTR_HTTP_STATUS: 200,
+        N.ATTR_HTTP_ROUTE: "/v1/chat/completions",
+        N.ATTR_SERVER_PORT: 8000,
+        N.ATTR_MODALITY: "image",
+    }
+    assert point.count == 1 and point.sum == pytest.approx(0.2)
+    assert N.GPU_MEMORY_USED not in metrics  # no driver: no GPU points at all
+    up = metrics[N.COLLECTOR_SOURCE_UP].gauge.data_points
+    by_source = {p.attributes[0].value.string_value: p.as_int for p in up}
+    assert by_source["nvml"] == 0 and by_source["bpf"] == 0
+    res = {a.key: a.value.string_value for a in req.resource_metrics[0].resource.attributes}
+    assert res[N.ATTR_K8S_NODE] == "gpu-1"
+
+
+def test_signals_json_shape() -> None:
+    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False, node_name="x"))
+    sig = agent.cycle()
+    doc = json.loads(json.dumps({"v": sig.version}))
+    assert doc == {"v": 1}
+    agent.server.httpd.server_close()

@@ -1,0 +1,153 @@
+"""Configuration layering, strict validation, the CLI and feature detection."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from bpf import loader
+from bpf.cli import build_config
+from bpf.config import CollectorConfig, from_mapping
+from kvspread.cli import build_parser, main
+from kvspread.settings import ConfigError
+
+
+def parse(argv: list[str], environ: dict[str, str] | None = None) -> CollectorConfig:
+    env = environ or {}
+    args = build_parser(env).parse_args(["collector", "run", *argv])
+    return build_config(args, env)
+
+
+def test_defaults_and_downward_api_node_name() -> None:
+    cfg = parse([], {"NODE_NAME": "gpu-7"})
+    assert cfg.port == 9435 and cfg.http_ports is None and cfg.node_name == "gpu-7"
+    assert not cfg.standalone and cfg.otlp_endpoints == ()
+
+
+def test_layering_flag_over_env_over_file(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(
+        "port: 1000\nhttp_ports: [8000]\nsignals: {window_s: 30}\n"
+        "engines: {targets: [{url: 'http://e:1/metrics', engine: vllm}]}\n"
+    )
+    cfg = parse(
+        [
+            "--config",
+            str(f),
+            "--port",
+            "3000",
+            "--otlp-endpoint",
+            "http://a:4318",
+            "--otlp-endpoint",
+            "http://b:4318,dns:///svc.ns:4318",
+            "--standalone",
+        ],
+        {"KVSPREAD_COLLECTOR_PORT": "2000", "KVSPREAD_COLLECTOR_HTTP_PORTS": "80,8080"},
+    )
+    assert cfg.port == 3000
+    assert cfg.http_ports == (80, 8080)
+    assert cfg.window_s == 30 and cfg.standalone
+    assert cfg.otlp_endpoints == ("http://a:4318", "http://b:4318", "dns:///svc.ns:4318")
+    assert cfg.engine_targets[0].engine == "vllm"
+
+
+@pytest.mark.parametrize(
+    "mapping,match",
+    [
+        ({"prot": 1}, "prot: unknown key"),
+        ({"port": "x"}, "port: 'x' is not a number"),
+        ({"port": 70000}, "out of range"),
+        ({"http_ports": "80,abc"}, "http_ports: 'abc' is not a port"),
+        ({"bpf": {"capture_bytes": 500}}, "power of two"),
+        ({"bpf": {"nope": 1}}, "bpf.nope: unknown key"),
+        ({"engines": {"targets": [{"url": "ftp://x"}]}}, "engines.targets\\[0\\].url"),
+        ({"routes": ["v1/x"]}, "must start with '/'"),
+        ({"publish": {"min_interval_s": -1}}, "publish.min_interval_s: must be >= 0"),
+        ({"otlp_endpoints": "ftp://x:1"}, "otlp_endpoints"),
+        ({"log_level": "loud"}, "log_level"),
+    ],
+    ids=[
+        "unknown key",
+        "bad port",
+        "port range",
+        "bad port list",
+        "capture size",
+        "unknown nested key",
+        "bad engine url",
+        "bad route",
+        "negative interval",
+        "bad otlp endpoint",
+        "bad log level",
+    ],
+)
+def test_bad_config_is_rejected_with_the_key(mapping: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        from_mapping(mapping)
+
+
+def test_cli_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["collector", "run", "--port", "nope"], {}) == 2
+    assert "--port" in capsys.readouterr().err
+
+
+def test_print_bpf(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["collector", "run", "--print-bpf", "--http-ports", "8000,9000"], {}) == 0
+    out = capsys.readouterr().out
+    assert "-DTRACE_ALL_PORTS=0" in out and "traced_ports map: 8000, 9000" in out
+    assert "TRACEPOINT_PROBE(syscalls, sys_exit_accept4)" in out
+    assert '#include "events.h"' not in out and "struct http_event {" in out
+
+
+def test_feature_detection_on_a_fake_tracefs(tmp_path: Path) -> None:
+    for tp in loader.PROGRAMS["conn_track.c"] + loader.PROGRAMS["http_latency.c"]:
+        (tmp_path / "events" / tp).mkdir(parents=True)
+    f = loader.detect_features(tmp_path)
+    assert f.programs == ("conn_track.c", "http_latency.c")
+    assert f.missing == {"tcp_rtt.c": ("tcp/tcp_probe", "tcp/tcp_retransmit_skb")}
+    assert not f.has_sys_accept
+    assert loader.detect_features(tmp_path / "nothing").programs == ()
+    assert loader.ensure_tracefs(tmp_path / "nothing") is not None
+
+
+def test_capture_size_checked_before_compiling() -> None:
+    f = loader.Features(frozenset(), ("conn_track.c",), {}, False)
+    with pytest.raises(ValueError, match="power of two"):
+        loader.build_cflags(loader.ProbeConfig(capture_bytes=100), f)
+
+
+MODULES = [
+    "agent",
+    "attribution",
+    "config",
+    "engine",
+    "events",
+    "export",
+    "gpu",
+    "headers",
+    "http",
+    "loader",
+    "node",
+    "publish",
+    "server",
+    "state",
+    "stats",
+    "tracker",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_public_surface(name: str) -> None:
+    mod = importlib.import_module(f"bpf.{name}")
+    assert mod.__all__, name
+    for attr in mod.__all__:
+        assert hasattr(mod, attr), f"bpf.{name}.__all__ names missing {attr}"
+
+
+def test_only_loader_imports_bcc() -> None:
+    root = Path(__file__).parents[2] / "bpf"
+    for p in root.glob("*.py"):
+        text = p.read_text()
+        if p.name != "loader.py":
+            assert "import bcc" not in text, p.name

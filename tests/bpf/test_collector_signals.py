@@ -1,0 +1,170 @@
+"""Node signals (DESIGN.md section 4) and when to publish them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bpf.engine import EngineSample
+from bpf.gpu import GpuSample
+from bpf.node import (
+    MIB,
+    SignalInputs,
+    build_signals,
+    fit_signals,
+    fragmentation,
+    gpu_free_mib,
+    image_token_share,
+    largest_free_extent,
+    load_weight,
+)
+from bpf.publish import PublishConfig, should_publish
+from kvspread.signals import GpuSignal, NodeSignals, decode_signals
+
+
+@pytest.mark.parametrize(
+    "free,rho",
+    [
+        ([0, 0, 30000, 0], 0.0),
+        ([0, 0, 0, 0], 0.0),
+        ([1000, 1000, 1000, 1000], 0.75),
+        ([3000, 1000], 0.25),
+        ([], 0.0),
+    ],
+    ids=["all free on one GPU: rho 0", "nothing free: rho 0", "evenly spread", "uneven", "no GPUs"],
+)
+def test_fragmentation(free: list[float], rho: float) -> None:
+    assert fragmentation(free) == pytest.approx(rho)
+
+
+def test_free_and_extent() -> None:
+    assert gpu_free_mib(80000, 30000) == 50000
+    assert gpu_free_mib(80000, 30000, allocated_mib=60000) == 20000
+    assert gpu_free_mib(80000, 90000) == 0
+    assert largest_free_extent([10, 50, 20]) == 50 and largest_free_extent([]) == 0
+
+
+def test_load_weight_formula() -> None:
+    # 0.4 * 0.5 + 0.3 * 64/256 + 0.3 * 300/(1000+1)
+    assert load_weight(40, 80, 64, 300, 1000) == pytest.approx(0.2 + 0.075 + 0.3 * 300 / 1001)
+
+
+def test_image_token_share_estimate() -> None:
+    img, total = image_token_share(
+        image_parts=2, requests=4, tokens_per_image=576, text_tokens_per_request=700
+    )
+    assert (img, total) == (1152, 1152 + 2800)
+
+
+GPUS = [
+    GpuSample(1, "GPU-b", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.5, ((11, 1),)),
+    GpuSample(0, "GPU-a", "H100", 80 * 1024 * MIB, 60 * 1024 * MIB, None, ()),
+]
+
+
+def test_build_signals_absent_sources_leave_fields_out() -> None:
+    sig = build_signals(
+        SignalInputs("n1", 1000.0, None, {}, {}, None, None, None, ("nvml", "bpf", "nvml"))
+    )
+    assert sig.gpus is None and sig.streams is None and sig.p95_s is None
+    assert sig.absent == ("bpf", "nvml")
+    doc = decode_signals(fit_signals(sig)[1])
+    assert doc.gpus is None and doc.absent == ("bpf", "nvml")
+
+
+def test_build_signals_with_gpus_and_engines() -> None:
+    eng = EngineSample("vllm", "llava", 0.5, 1000, 500, 16)
+    sig = build_signals(
+        SignalInputs("n1", 1000.0, GPUS, {1: ["llava", "llava"]}, {1: [eng]}, 7, 0.25, 0.12)
+    )
+    assert sig.gpus is not None
+    g0, g1 = sig.gpus
+    assert (g0.index, g0.mem_used_mib, g0.util, g0.kv_blocks_total) == (0, 60 * 1024, None, None)
+    assert (g1.index, g1.models, g1.kv_blocks_total, g1.kv_blocks_used) == (
+        1,
+        ("llava",),
+        1000,
+        500,
+    )
+    doc = decode_signals(fit_signals(sig)[1])
+    assert doc.streams == 7 and doc.image_token_share == 0.25 and doc.p95_s == 0.12
+
+
+def test_fit_signals_drops_model_lists_to_fit_4kib() -> None:
+    gpus = tuple(
+        GpuSignal(
+            i,
+            81559,
+            100,
+            uuid=f"GPU-{i:032d}",
+            models=tuple(f"some-org/a-very-long-model-name-{j}-instruct-awq" for j in range(12)),
+        )
+        for i in range(8)
+    )
+    sig = NodeSignals(ts=1.0, node="n", gpus=gpus)
+    slim, text = fit_signals(sig)
+    assert len(text) <= 4096 and slim.gpus is not None and all(not g.models for g in slim.gpus)
+
+
+BASE = NodeSignals(
+    ts=1000.0,
+    node="n",
+    gpus=(GpuSignal(0, 81920, 30000, util=0.5, kv_blocks_total=1000, kv_blocks_used=400),),
+    streams=10,
+    image_token_share=0.2,
+    p95_s=0.1,
+)
+CFG = PublishConfig()
+
+
+def at(t: float, **kw: object) -> NodeSignals:
+    return replace(BASE, ts=t, **kw)  # type: ignore[arg-type]
+
+
+def gpu(**kw: object) -> tuple[GpuSignal, ...]:
+    assert BASE.gpus is not None
+    return (replace(BASE.gpus[0], **kw),)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "previous,current,now,expected",
+    [
+        (None, BASE, 1000.0, True),
+        (BASE, at(1005, gpus=gpu(mem_used_mib=60000)), 1005.0, False),
+        (BASE, at(1011), 1011.0, False),
+        (BASE, at(1011, gpus=gpu(mem_used_mib=31000)), 1011.0, True),
+        (BASE, at(1011, gpus=gpu(mem_used_mib=30400)), 1011.0, False),
+        (BASE, at(1011, gpus=gpu(util=0.7)), 1011.0, True),
+        (BASE, at(1011, gpus=gpu(kv_blocks_used=500)), 1011.0, True),
+        (BASE, at(1011, gpus=gpu(models=("m",))), 1011.0, True),
+        (BASE, at(1011, streams=12), 1011.0, True),
+        (BASE, at(1011, streams=11), 1011.0, False),
+        (BASE, at(1011, image_token_share=0.3), 1011.0, True),
+        (BASE, at(1011, p95_s=0.2), 1011.0, True),
+        (BASE, at(1011, absent=("nvml",), gpus=None), 1011.0, True),
+        (BASE, at(1031), 1031.0, True),
+    ],
+    ids=[
+        "first",
+        "rate limited despite change",
+        "no change",
+        "memory moved",
+        "small memory move",
+        "util moved",
+        "kv moved",
+        "models changed",
+        "streams moved",
+        "one more stream of 10",
+        "image share moved",
+        "p95 moved",
+        "source lost",
+        "heartbeat",
+    ],
+)
+def test_should_publish(
+    previous: NodeSignals | None, current: NodeSignals, now: float, expected: bool
+) -> None:
+    ok, why = should_publish(previous, current, now, CFG)
+    assert ok is expected, why
+    assert why

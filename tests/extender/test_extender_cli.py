@@ -1,0 +1,124 @@
+"""`kvspread extender serve`: help, config precedence, errors, and a real run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from extender.cli import config_from_args
+from kvspread.cli import build_parser, main
+
+WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "k8s-wire"
+
+
+def parse(argv: list[str], environ: dict[str, str]):  # noqa: ANN201
+    return config_from_args(build_parser(environ).parse_args(argv), environ)
+
+
+def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["extender", "serve", "--help"], environ={})
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for flag in (
+        "--host",
+        "--port",
+        "--config",
+        "--tls-cert",
+        "--tls-key",
+        "--log-level",
+        "--standalone",
+        "--kubeconfig",
+        "--kube-api-server",
+        "--filter-verb",
+        "--prioritize-verb",
+        "--ledger-ttl",
+    ):
+        assert flag in out
+    assert "examples:" in out and "KVSPREAD_EXTENDER_SERVER_PORT" in out
+
+
+def test_precedence_flag_over_env_over_yaml_over_default(tmp_path: Path) -> None:
+    cfg_file = tmp_path / "extender.yaml"
+    cfg_file.write_text(
+        "server:\n  port: 7000\n  host: 0.0.0.0\n  log_level: warning\n"
+        "scoring:\n  rho_threshold: 0.5\n"
+    )
+    env = {"KVSPREAD_EXTENDER_SERVER_PORT": "7100", "KVSPREAD_EXTENDER_SERVER_LOG_LEVEL": "debug"}
+    cfg = parse(["extender", "serve", "--config", str(cfg_file), "--port", "7200"], env)
+    assert cfg.port == 7200  # flag
+    assert cfg.log_level == "debug"  # env over YAML
+    assert cfg.host == "0.0.0.0"  # YAML over default
+    assert cfg.scoring.rho_threshold == 0.5
+    assert cfg.filter_verb == "filter"  # default
+    cfg = parse(["extender", "serve", "--config", str(cfg_file)], env)
+    assert cfg.port == 7100
+    assert parse(["extender", "serve", "--standalone"], {}).standalone is True
+    assert parse(["extender", "serve"], {"KVSPREAD_EXTENDER_SERVER_STANDALONE": "true"}).standalone
+
+
+def test_bad_configuration_exits_2_with_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scoring:\n  weights:\n    fragmentaton: 1\n")
+    assert main(["extender", "serve", "--config", str(bad)], environ={}) == 2
+    assert "scoring.weights.fragmentaton: unknown key" in capsys.readouterr().err
+    assert main(["extender", "serve", "--port", "x"], environ={}) == 2
+    assert "--port: invalid value 'x'" in capsys.readouterr().err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_standalone_as_a_process() -> None:
+    port = free_port()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvspread",
+            "extender",
+            "serve",
+            "--standalone",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.1)
+        body = (WIRE / "prioritize-request.nodeCacheCapable-false.json").read_bytes()
+        r = httpx.post(url + "/prioritize", content=body)
+        assert r.status_code == 200 and [h["Host"] for h in r.json()] == [
+            "lab-node-a",
+            "lab-node-b",
+        ]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert '"msg":"extender serving"' in err

@@ -1,0 +1,364 @@
+"""The pure scoring functions: each term's formula on named cases, and the vectorised
+`score_batch` agreeing with the scalar functions node by node."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from extender.batch import NodeBatch
+from extender.config import ScoringConfig
+from extender.model import GpuState, NodeState, PodShape
+from extender.scoring import (
+    NEUTRAL,
+    TermValues,
+    combine,
+    expected_fragmentation,
+    explain,
+    fragmentation_term,
+    load_term,
+    modality_term,
+    node_fragmentation,
+    placement_delta,
+    qos_term,
+    score_batch,
+    score_nodes,
+    spread_term,
+    to_score,
+)
+from extender.shapes import Shape, Shapes
+
+CFG = ScoringConfig()
+G80 = 81920.0
+
+
+def gpus(*free: float, total: float = G80) -> tuple[GpuState, ...]:
+    """GPUs with the given free memory (used = total - free)."""
+    return tuple(GpuState(total_mib=total, used_mib=total - f) for f in free)
+
+
+@pytest.mark.parametrize(
+    ("free", "rho", "largest"),
+    [
+        pytest.param([40000, 0, 0, 0], 0.0, 40000, id="all free on one GPU: rho 0"),
+        pytest.param([0, 0], 0.0, 0.0, id="nothing free: rho 0"),
+        pytest.param([10000, 10000], 0.5, 10000, id="two equal halves: rho 0.5"),
+        pytest.param([10000] * 4, 0.75, 10000, id="four equal quarters: rho 0.75"),
+        pytest.param([30000, 10000], 0.25, 30000, id="3:1 split: rho 0.25"),
+        pytest.param([], 0.0, 0.0, id="no GPUs: rho 0"),
+    ],
+)
+def test_node_fragmentation(free: list[float], rho: float, largest: float) -> None:
+    got_rho, got_largest = node_fragmentation(free)
+    assert got_rho == pytest.approx(rho)
+    assert got_largest == pytest.approx(largest)
+
+
+ONE_WHOLE = Shapes.of([Shape(1, None, 0.0, 1.0)])
+HALF = Shapes.of([Shape(1, 40960.0, 0.0, 1.0)])
+
+
+@pytest.mark.parametrize(
+    ("node_gpus", "shapes", "expected"),
+    [
+        pytest.param(
+            gpus(G80, G80), ONE_WHOLE, 0.0, id="idle GPUs hold no fragment for whole-GPU shape"
+        ),
+        pytest.param(
+            gpus(G80, 1000),
+            ONE_WHOLE,
+            1000.0,
+            id="a partly used GPU is a fragment for whole-GPU shape",
+        ),
+        pytest.param(
+            gpus(30000, 20000),
+            ONE_WHOLE,
+            50000.0,
+            id="shape does not fit: all free memory is fragment",
+        ),
+        pytest.param(
+            gpus(50000, 20000), HALF, 20000.0, id="GPU below the shape's need is a fragment"
+        ),
+        pytest.param(gpus(50000, 45000), HALF, 0.0, id="every GPU can host the shape: no fragment"),
+        pytest.param(
+            gpus(30000, 20000),
+            Shapes.of([Shape(1, None, 0.0, 1.0), Shape(1, 25000.0, 0.0, 1.0)]),
+            0.5 * 50000 + 0.5 * 20000,
+            id="mixture: weighted by p",
+        ),
+        pytest.param(
+            gpus(G80, G80, 1000),
+            Shapes.of([Shape(2, None, 0.0, 1.0)]),
+            1000.0,
+            id="two-GPU shape fits on two idle GPUs",
+        ),
+        pytest.param(
+            gpus(G80, 1000, 1000),
+            Shapes.of([Shape(2, None, 0.0, 1.0)]),
+            G80 + 2000.0,
+            id="two-GPU shape does not fit: everything counts",
+        ),
+    ],
+)
+def test_expected_fragmentation(
+    node_gpus: tuple[GpuState, ...], shapes: Shapes, expected: float
+) -> None:
+    assert expected_fragmentation(node_gpus, shapes, CFG) == pytest.approx(expected)
+
+
+def test_expected_fragmentation_counts_cpu_where_tracked() -> None:
+    shapes = Shapes.of([Shape(1, 10000.0, 8000.0, 1.0)])
+    assert expected_fragmentation(gpus(20000), shapes, CFG, cpu_free_milli=16000) == 0.0
+    assert expected_fragmentation(gpus(20000), shapes, CFG, cpu_free_milli=4000) == 20000.0
+
+
+def test_placement_prefers_the_gpu_that_leaves_least_fragment() -> None:
+    # FGD: a 20 GiB pod should go on the GPU with 25 GiB free (leaving 5), not the idle one.
+    node = NodeState("n", gpus=(GpuState(G80, used_mib=G80 - 25600), GpuState(G80)))
+    pod = PodShape(gpus=1, mem_per_gpu_mib=20480)
+    delta, chosen = placement_delta(pod, node, ONE_WHOLE, CFG)
+    assert chosen == (0,)
+    assert delta == pytest.approx(-20480.0)  # 25600 of fragment becomes 5120
+
+
+def test_placement_delta_is_nan_when_the_pod_does_not_fit() -> None:
+    node = NodeState("n", gpus=gpus(1000, 1000))
+    delta, chosen = placement_delta(PodShape(gpus=1, mem_per_gpu_mib=20480), node, ONE_WHOLE, CFG)
+    assert math.isnan(delta)
+    assert chosen == ()
+
+
+@pytest.mark.parametrize(
+    ("delta", "demand", "expected"),
+    [
+        pytest.param(0.0, 1000.0, 0.5, id="no change: neutral"),
+        pytest.param(-1e9, 1000.0, 1.0, id="removes much fragmentation: 1"),
+        pytest.param(1e9, 1000.0, 0.0, id="creates much fragmentation: 0"),
+        pytest.param(1000.0, 1000.0, 1 / (1 + math.e), id="one demand's worth created"),
+        pytest.param(float("nan"), 1000.0, NEUTRAL, id="not computed: neutral"),
+    ],
+)
+def test_fragmentation_term(delta: float, demand: float, expected: float) -> None:
+    assert fragmentation_term(delta, demand) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("used", "total", "streams", "image", "expected"),
+    [
+        pytest.param(0.0, 100.0, 0.0, 0.0, 1.0, id="idle node: 1"),
+        pytest.param(100.0, 100.0, 256.0, 1.0, 0.0, id="full on every part: 0"),
+        pytest.param(50.0, 100.0, 128.0, 0.5, 0.5, id="half on every part: 0.5"),
+        pytest.param(100.0, 100.0, None, None, 0.0, id="only memory measured, full"),
+        pytest.param(None, None, 0.0, None, 1.0, id="only streams measured, none"),
+        pytest.param(None, None, None, None, NEUTRAL, id="nothing measured: neutral"),
+        pytest.param(40.0, 100.0, 0.0, 0.0, 1 - 0.4 * 0.4, id="0.4 x memory share"),
+    ],
+)
+def test_load_term(
+    used: float | None,
+    total: float | None,
+    streams: float | None,
+    image: float | None,
+    expected: float,
+) -> None:
+    assert load_term(used, total, streams, image, CFG) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "rho", "expected"),
+    [
+        pytest.param(0, 0.9, 1.0, id="no replica: 1 whatever rho"),
+        pytest.param(1, 0.0, 0.5, id="one replica: 0.5"),
+        pytest.param(3, 0.0, 0.25, id="three replicas: 0.25"),
+        pytest.param(1, 0.35, 0.5, id="rho at threshold: no extra repulsion"),
+        pytest.param(1, 0.4, 1 - 0.5 * 1.8, id="rho 0.4: repulsion x 1.8"),
+        pytest.param(3, 0.5, 0.0, id="strong repulsion clipped at 0"),
+    ],
+)
+def test_spread_term(replicas: int, rho: float, expected: float) -> None:
+    assert spread_term(replicas, rho, CFG) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("modality", "pool", "nvlink", "expected"),
+    [
+        pytest.param("text", "language", False, 1.0, id="text on language pool"),
+        pytest.param("text", "vision", False, 0.3, id="text on vision pool"),
+        pytest.param("image", "vision", False, 1.0, id="image on vision pool"),
+        pytest.param("multi-image", "vision", True, 1.0, id="multi-image on NVLink vision"),
+        pytest.param("multi-image", "vision", False, 0.7, id="multi-image without NVLink"),
+        pytest.param("text", None, False, NEUTRAL, id="unlabelled node: neutral"),
+        pytest.param("video", "vision", False, NEUTRAL, id="unknown modality: neutral"),
+    ],
+)
+def test_modality_term(modality: str, pool: str | None, nvlink: bool, expected: float) -> None:
+    assert modality_term(modality, pool, nvlink) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("qos", "p95", "streams", "expected"),
+    [
+        pytest.param("realtime", 0.0, 0.0, 1.0, id="realtime, quiet node: 1"),
+        pytest.param("realtime", 0.12, 256.0, 0.0, id="realtime, at the ceilings: 0"),
+        pytest.param("realtime", 0.06, None, 0.5, id="realtime, half the latency ceiling"),
+        pytest.param("realtime", None, None, NEUTRAL, id="realtime, nothing measured: neutral"),
+        pytest.param("batch", 0.0, 0.0, NEUTRAL, id="batch: neutral"),
+        pytest.param(None, 0.5, 9.0, NEUTRAL, id="no class: neutral"),
+    ],
+)
+def test_qos_term(
+    qos: str | None, p95: float | None, streams: float | None, expected: float
+) -> None:
+    assert qos_term(qos, p95, streams, CFG) == pytest.approx(expected)
+
+
+def test_combine_is_a_weighted_mean() -> None:
+    terms = TermValues(1.0, 0.0, 0.0, 0.0, 0.0)
+    assert combine(terms, CFG.weights) == pytest.approx(0.35)
+    assert combine(TermValues(1, 1, 1, 1, 1), CFG.weights) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("x", "score"),
+    [(0.0, 0), (0.049, 0), (0.05, 1), (0.449, 4), (0.45, 5), (1.0, 10), (1.7, 10), (-1, 0)],
+)
+def test_to_score_rounds_half_up_and_clips(x: float, score: int) -> None:
+    assert to_score(x) == score
+
+
+def _random_nodes(rng: random.Random, n: int) -> list[NodeState]:
+    out = []
+    for i in range(n):
+        fresh = rng.random() > 0.15
+        out.append(
+            NodeState(
+                name=f"n{i}",
+                gpus=tuple(
+                    GpuState(
+                        G80,
+                        used_mib=rng.choice([0.0, 500.0, 20000.0, 50000.0, G80]),
+                        allocated_mib=rng.choice([0.0, 0.0, 16384.0]),
+                    )
+                    for _ in range(rng.choice([1, 2, 4, 8]))
+                )
+                if fresh
+                else (),
+                signals="fresh" if fresh else rng.choice(["stale", "missing", "invalid"]),
+                streams=rng.choice([None, 0.0, 12.0, 300.0]),
+                image_token_share=rng.choice([None, 0.0, 0.4]),
+                p95_s=rng.choice([None, 0.02, 0.2]),
+                pool=rng.choice([None, "language", "mixed", "vision"]),
+                nvlink=rng.random() < 0.5,
+                model_replicas={"llama": rng.choice([0, 1, 2])},
+            )
+        )
+    return out
+
+
+SHAPES = Shapes.of(
+    [
+        Shape(1, None, 0.0, 0.5),
+        Shape(1, 16384.0, 0.0, 0.3),
+        Shape(2, None, 0.0, 0.1),
+        Shape(1, 40960.0, 0.0, 0.1),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pytest.param(PodShape(1, 20480.0, model="llama", qos="realtime"), id="one partial GPU"),
+        pytest.param(PodShape(2, None, model="llama", modality="multi-image"), id="two whole GPUs"),
+        pytest.param(PodShape(3, 30000.0, modality="image"), id="three partial GPUs"),
+        pytest.param(PodShape(0), id="no GPU"),
+    ],
+)
+def test_score_batch_agrees_with_the_scalar_terms(pod: PodShape) -> None:
+    nodes = _random_nodes(random.Random(7), 120)
+    cfg = CFG.with_(normalisation="absolute")
+    scores = score_nodes(pod, nodes, cfg, SHAPES)
+    for node, s in zip(nodes, scores, strict=True):
+        assert s.name == node.name
+        if node.fresh and pod.gpus > 0:
+            delta, chosen = placement_delta(pod, node, SHAPES, cfg)
+            if math.isnan(delta):
+                assert math.isnan(s.delta_f)
+            else:
+                assert s.delta_f == pytest.approx(delta, abs=1e-6)
+                assert s.gpus_chosen == chosen
+        rho = node_fragmentation([g.free_mib for g in node.gpus])[0] if node.fresh else 0.0
+        assert s.rho == pytest.approx(rho)
+        if node.fresh:
+            used = sum(max(g.used_mib, g.allocated_mib) for g in node.gpus)
+            total = sum(g.total_mib for g in node.gpus)
+            load = load_term(used, total, node.streams, node.image_token_share, cfg)
+            qos = qos_term(pod.qos, node.p95_s, node.streams, cfg)
+        else:
+            load = qos = NEUTRAL
+        assert s.terms.load == pytest.approx(load)
+        assert s.terms.qos == pytest.approx(qos)
+        reps = node.model_replicas.get(pod.model, 0) if pod.model else 0
+        assert s.terms.spread == pytest.approx(spread_term(reps, rho, cfg))
+        assert s.terms.modality == pytest.approx(
+            modality_term(pod.modality, node.pool, node.nvlink)
+        )
+        if s.fits:
+            demand = pod.gpus * (
+                pod.mem_per_gpu_mib or max((g.total_mib for g in node.gpus), default=0)
+            )
+            assert s.terms.fragmentation == pytest.approx(fragmentation_term(s.delta_f, demand))
+            assert s.value == pytest.approx(combine(s.terms, cfg.weights))
+            assert s.score == to_score(s.value)
+        else:
+            assert s.score == 0
+
+
+def test_candidate_normalisation_spans_zero_to_ten() -> None:
+    nodes = _random_nodes(random.Random(3), 60)
+    scores = score_nodes(PodShape(1, 20480.0), nodes, CFG, SHAPES)
+    fitting = [s.score for s in scores if s.fits]
+    assert min(fitting) == 0 and max(fitting) == 10
+    assert all(s.score == 0 for s in scores if not s.fits)
+
+
+def test_equal_candidates_keep_their_absolute_score() -> None:
+    nodes = [NodeState(f"n{i}") for i in range(3)]  # no signals at all
+    scores = score_nodes(PodShape(1, 1024.0), nodes, CFG, SHAPES)
+    assert {s.score for s in scores} == {to_score(scores[0].value)}
+
+
+def test_fgd_prefers_the_node_where_the_pod_fills_a_hole() -> None:
+    hole = NodeState("hole", gpus=(GpuState(G80, used_mib=G80 - 20480), GpuState(G80)))
+    idle = NodeState("idle", gpus=(GpuState(G80), GpuState(G80)))
+    cfg = CFG.with_(weights=CFG.weights.__class__(1.0, 0.0, 0.0, 0.0, 0.0))
+    by_name = {s.name: s for s in score_nodes(PodShape(1, 20480.0), [idle, hole], cfg, ONE_WHOLE)}
+    assert by_name["hole"].score == 10
+    assert by_name["idle"].score == 0
+    assert by_name["hole"].delta_f < 0 < by_name["idle"].delta_f
+
+
+def test_explain_is_json_ready() -> None:
+    s = score_nodes(PodShape(1, 20480.0), [NodeState("n", gpus=gpus(G80))], CFG, ONE_WHOLE)[0]
+    doc = explain(s)
+    assert doc["node"] == "n"
+    assert set(doc["terms"]) == {"fragmentation", "load", "spread", "modality", "qos"}
+    assert doc["gpus_chosen"] == [0]
+    assert doc["signals"] == "fresh"
+
+
+def test_empty_batch() -> None:
+    res = score_batch(PodShape(1, 1.0), NodeBatch.from_states([]), CFG, ONE_WHOLE)
+    assert len(res.names) == 0 and res.nodes() == []
+
+
+def test_inputs_are_not_modified() -> None:
+    nodes = _random_nodes(random.Random(1), 20)
+    batch = NodeBatch.from_states(nodes)
+    before = batch.free().copy()
+    score_batch(PodShape(1, 20480.0), batch, CFG, SHAPES)
+    assert np.array_equal(before, batch.free())
+    assert not batch.total.flags.writeable

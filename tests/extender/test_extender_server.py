@@ -1,0 +1,180 @@
+"""HTTP surface: TLS, configurable verbs, /metrics, /debug/explain, /healthz, /readyz,
+the debug decision log, and no 5xx even when the decision code fails."""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+from pathlib import Path
+
+import httpx
+import pytest
+import trustme
+
+from extender.config import ExtenderConfig
+from extender.run import build
+from kvspread.clock import FakeClock
+from kvspread.signals import GpuSignal, NodeSignals, encode_signals
+from tests.extender.conftest import serve_app
+from tests.fake_kube import make_node, make_pod
+
+WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "k8s-wire"
+
+
+def gpu_body(clock: FakeClock, names: list[str] | None = None) -> dict:
+    nodes = []
+    for i, used in enumerate([1000, 50000, 81000]):
+        sig = encode_signals(
+            NodeSignals(
+                ts=clock.now(),
+                gpus=(GpuSignal(index=0, mem_total_mib=81920, mem_used_mib=used),),
+                streams=2,
+                p95_s=0.03,
+            )
+        )
+        nodes.append(make_node(f"g{i}", annotations={"kvspread.io/signals": sig}))
+    pod = make_pod(
+        "llm-0",
+        "serving",
+        gpus=1,
+        labels={"kvspread.io/model": "llama", "kvspread.io/qos": "realtime"},
+        annotations={"kvspread.io/gpu-memory": "24Gi"},
+    )
+    return {"Pod": pod, "Nodes": {"items": nodes}, "NodeNames": None}
+
+
+def test_tls_and_custom_verbs(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert_pem, key_pem, ca_pem = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt"
+    cert.cert_chain_pems[0].write_to_path(str(cert_pem))
+    cert.private_key_pem.write_to_path(str(key_pem))
+    ca.cert_pem.write_to_path(str(ca_pem))
+    cfg = ExtenderConfig.from_mapping(
+        {
+            "server": {
+                "standalone": True,
+                "tls_cert": str(cert_pem),
+                "tls_key": str(key_pem),
+                "filter_verb": "kvspread/filter",
+                "prioritize_verb": "kvspread/prioritize",
+            }
+        }
+    )
+    clock = FakeClock()
+    running = build(cfg, clock)
+    ctx = ssl.create_default_context(cafile=str(ca_pem))
+    with serve_app(running.app, ssl_certfile=str(cert_pem), ssl_keyfile=str(key_pem)) as url:
+        assert url.startswith("https://")
+        with httpx.Client(base_url=url, verify=ctx) as client:
+            r = client.post("/kvspread/filter", json=gpu_body(clock))
+            assert r.status_code == 200
+            assert [n["metadata"]["name"] for n in r.json()["Nodes"]["items"]] == ["g0", "g1"]
+            assert r.json()["FailedNodes"]["g2"].startswith(
+                "kvspread: needs 1 GPU with 24 GiB free"
+            )
+            r = client.post("/kvspread/prioritize", json=gpu_body(clock))
+            scores = {h["Host"]: h["Score"] for h in r.json()}
+            assert scores["g2"] == 0 and max(scores.values()) == 10
+            assert client.post("/filter", json=gpu_body(clock)).status_code == 404
+        with pytest.raises(httpx.ConnectError), httpx.Client(base_url=url) as plain:
+            plain.get("/healthz")  # untrusted certificate
+
+
+@pytest.fixture
+def app_client():  # noqa: ANN201
+    clock = FakeClock()
+    running = build(ExtenderConfig.from_mapping({"server": {"standalone": True}}), clock)
+    with serve_app(running.app) as url, httpx.Client(base_url=url) as client:
+        yield running, client, clock
+
+
+def test_metrics_after_requests(app_client) -> None:  # noqa: ANN001
+    running, client, clock = app_client
+    client.post("/filter", json=gpu_body(clock))
+    client.post("/prioritize", json=gpu_body(clock))
+    client.post("/prioritize", content=b"nope")
+    text = client.get("/metrics").text
+    for line in [
+        'kvspread_extender_requests_total{code="200",verb="filter"} 1.0',
+        'kvspread_extender_requests_total{code="400",verb="prioritize"} 1.0',
+        'kvspread_extender_filter_failures_total{reason="gpu_memory"} 1.0',
+        'kvspread_extender_node_signals_total{state="fresh"} 6.0',
+        'kvspread_extender_decisions_total{outcome="placed"} 1.0',
+        'kvspread_extender_score_term_count{term="fragmentation"} 3.0',
+    ]:
+        assert line in text, line
+    assert 'kvspread_extender_request_duration_seconds_bucket{le="0.005",verb="filter"}' in text
+
+
+def test_explain_gives_each_nodes_terms(app_client) -> None:  # noqa: ANN001
+    _, client, clock = app_client
+    assert client.get("/debug/explain", params={"pod": "serving/llm-0"}).status_code == 404
+    client.post("/prioritize", json=gpu_body(clock))
+    doc = client.get("/debug/explain", params={"pod": "serving/llm-0"}).json()
+    rows = doc["prioritize"]["scores"]
+    assert [r["node"] for r in rows][0] in ("g0", "g1")
+    assert {r["node"] for r in rows} == {"g0", "g1", "g2"}
+    for r in rows:
+        assert set(r["terms"]) == {"fragmentation", "load", "spread", "modality", "qos"}
+        assert 0 <= r["score"] <= 10
+    assert doc["prioritize"]["shape"]["mem_per_gpu_mib"] == 24576.0
+    top = client.get("/debug/explain", params={"pod": "serving/llm-0", "top": 1}).json()
+    assert len(top["prioritize"]["scores"]) == 1
+    for bad in ({"pod": "nonamespace"}, {"pod": "a/b", "top": 0}):
+        r = client.get("/debug/explain", params=bad)
+        assert r.status_code == 400 and r.json()["error"]
+
+
+def test_health_and_readiness() -> None:
+    cfg = ExtenderConfig.from_mapping({"kubernetes": {"api_server": "http://127.0.0.1:9"}})
+    running = build(cfg, FakeClock())  # never started: caches never sync
+    with serve_app(running.app) as url, httpx.Client(base_url=url) as client:
+        assert client.get("/healthz").status_code == 200
+        r = client.get("/readyz")
+        assert r.status_code == 503 and "first list" in r.text
+        assert 'kvspread_extender_cache_synced{resource="nodes"} 0.0' in client.get("/metrics").text
+        running.state.replace_nodes([])
+        running.state.replace_pods([])
+        assert client.get("/readyz").status_code == 200
+
+
+def test_a_failure_inside_the_decision_never_gives_5xx(app_client, monkeypatch, caplog) -> None:  # noqa: ANN001
+    running, client, clock = app_client
+
+    def boom(args: object) -> bytes:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(running.extender, "filter", boom)
+    monkeypatch.setattr(running.extender, "prioritize", boom)
+    with caplog.at_level(logging.ERROR, logger="kvspread.extender.server"):
+        r = client.post("/filter", json=gpu_body(clock))
+        assert r.status_code == 200 and "internal error" in r.json()["Error"]
+        r = client.post("/prioritize", json=gpu_body(clock))
+        assert r.status_code == 200 and [h["Score"] for h in r.json()] == [5, 5, 5]
+    assert any("extender failed" in rec.getMessage() for rec in caplog.records)
+    assert 'code="internal",verb="filter"' in client.get("/metrics").text
+
+
+def test_debug_log_line_per_decision(app_client, caplog) -> None:  # noqa: ANN001
+    _, client, clock = app_client
+    with caplog.at_level(logging.DEBUG, logger="kvspread.extender"):
+        client.post("/prioritize", json=gpu_body(clock))
+    recs = [r for r in caplog.records if r.getMessage() == "prioritize decision"]
+    assert len(recs) == 1
+    kv = recs[0].kv  # type: ignore[attr-defined]
+    assert kv["pod"] == "serving/llm-0" and kv["nodes"] == 3
+    assert kv["best"]["node"] in ("g0", "g1") and "terms" in kv["best"]
+    json.dumps(kv)  # the JSON log formatter can write it
+
+
+def test_invalid_pod_annotation_fails_every_node(app_client) -> None:  # noqa: ANN001
+    _, client, clock = app_client
+    body = gpu_body(clock)
+    body["Pod"]["metadata"]["annotations"]["kvspread.io/gpu-memory"] = "lots"
+    doc = client.post("/filter", json=body).json()
+    assert doc["Nodes"]["items"] == []
+    assert set(doc["FailedNodes"]) == {"g0", "g1", "g2"}
+    reason = doc["FailedNodes"]["g0"]
+    assert "kvspread.io/gpu-memory='lots'" in reason and "Kubernetes quantity" in reason

@@ -1,0 +1,103 @@
+"""Fuzzed paths, selectors, methods and headers against the API shell: never a 5xx."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import quote
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvspread import names
+from kvspread.clock import FakeClock
+from metrics_adapter.apiserver import ApiServer
+from metrics_adapter.auth import AllowListAuthorizer, RequestHeaderAuthenticator
+from metrics_adapter.httpserver import Request
+from metrics_adapter.provider import RuleProvider
+from metrics_adapter.rules import default_rules
+from metrics_adapter.sources.store import GAUGE, Point, SeriesStore
+
+CLOCK = FakeClock()
+STORE = SeriesStore()
+STORE.add(
+    [
+        Point(
+            names.ENGINE_REQUESTS_WAITING,
+            GAUGE,
+            (("k8s.namespace.name", "llm"), ("service.name", "text")),
+            CLOCK.now(),
+            0,
+            (3.0,),
+        )
+    ],
+    CLOCK.now(),
+)
+API = ApiServer(
+    RuleProvider(default_rules(), STORE, CLOCK.now),
+    RequestHeaderAuthenticator(["front-proxy-client"]),
+    AllowListAuthorizer(groups=["system:authenticated"]),
+)
+CERT = {"subject": ((("commonName", "front-proxy-client"),),)}
+LOOP = asyncio.new_event_loop()
+
+segments = st.sampled_from(
+    [
+        "apis",
+        "external.metrics.k8s.io",
+        "v1beta1",
+        "namespaces",
+        "llm",
+        names.SLI_QUEUE_DEPTH,
+        names.SLI_LATENCY_P95,
+        "openapi",
+        "v2",
+        "v3",
+        "healthz",
+        "..",
+        ".",
+        "",
+        "%00",
+        "%2F",
+        "ünï",
+        "a" * 300,
+    ]  # fmt: skip
+) | st.text(max_size=12)
+selector_text = st.text(
+    alphabet=st.sampled_from(list("svcenam=!(),iotx-_./ <>\\\"'%9")), max_size=40
+) | st.text(max_size=20)
+
+
+def _ask(method: str, target: str, cert: dict | None, headers: list[tuple[str, str]]) -> int:
+    req = Request(method, target, headers, b"", cert)
+    resp = LOOP.run_until_complete(API.handle(req))
+    json.loads(resp.body) if resp.content_type == "application/json" else None
+    return resp.status
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(segments, max_size=7),
+    selector_text,
+    st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
+    st.booleans(),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["x-remote-user", "x-remote-group", "accept", "x-junk"]),
+            st.text(max_size=20),
+        ),
+        max_size=4,
+    ),
+)
+def test_fuzzed_requests_never_get_5xx(segs, sel, method, with_cert, headers) -> None:
+    target = "/" + "/".join(quote(s, safe="%/.") for s in segs) + "?labelSelector=" + quote(sel)
+    status = _ask(method, target, CERT if with_cert else None, [("x-remote-user", "hpa"), *headers])
+    assert status < 500, (method, target)
+
+
+@settings(max_examples=300, deadline=None)
+@given(selector_text)
+def test_fuzzed_selectors_on_a_metric_read(sel: str) -> None:
+    target = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_QUEUE_DEPTH}?labelSelector={quote(sel)}"
+    status = _ask("GET", target, CERT, [("x-remote-user", "hpa")])
+    assert status in (200, 400), (sel, status)

@@ -1,0 +1,120 @@
+"""The HPA algorithm against the Kubernetes documentation's worked examples.
+
+Source: kubernetes.io "Horizontal Pod Autoscaling" (algorithm details, stabilization
+window, default behavior) and the controller's replica calculator for external metrics.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.serving.hpa import Hpa, replicas_for_average_value, replicas_for_value
+
+
+@pytest.mark.parametrize(
+    ("current", "metric", "target", "expect"),
+    [
+        (1, 0.200, 0.100, 2),  # docs: 200m vs 100m -> ratio 2.0, replicas doubled
+        (4, 0.200, 0.100, 8),
+        (4, 0.050, 0.100, 2),  # docs: 50m vs 100m -> ratio 0.5, replicas halved
+        (4, 0.105, 0.100, 4),  # within tolerance 0.1: no change
+        (4, 0.095, 0.100, 4),
+        (4, 0.112, 0.100, 5),  # just outside: ceil(1.12 x 4) = 5
+        (3, 0.150, 0.100, 5),  # ceil(1.5 x 3) = 4.5 -> 5
+    ],
+    ids=[
+        "200m/100m doubles 1",
+        "200m/100m doubles 4",
+        "50m/100m halves",
+        "5% over: tolerance",
+        "5% under: tolerance",
+        "10% + epsilon scales",
+        "ceil",
+    ],
+)
+def test_value_target(current: int, metric: float, target: float, expect: int) -> None:
+    assert replicas_for_value(current, current, metric, target, 0.1) == expect
+
+
+def test_value_target_counts_ready_pods() -> None:
+    # the controller multiplies the ratio by the ready pod count
+    assert replicas_for_value(4, 2, 0.3, 0.1, 0.1) == 6
+
+
+@pytest.mark.parametrize(
+    ("current", "metric", "target", "expect"),
+    [
+        (1, 42.0, 10.0, 5),  # ceil(42 / 10)
+        (5, 42.0, 10.0, 5),  # 42 / (10 x 5) = 0.84 -> outside tolerance -> ceil(4.2) = 5
+        (4, 42.0, 10.0, 4),  # 42 / 40 = 1.05 -> within tolerance
+        (10, 42.0, 10.0, 5),
+    ],
+    ids=["42 vs 10 from 1 -> 5", "from 5 -> 5", "from 4 tolerance", "from 10 -> 5"],
+)
+def test_average_value_target(current: int, metric: float, target: float, expect: int) -> None:
+    assert replicas_for_average_value(current, metric, target, 0.1) == expect
+
+
+def _hpa(**kw: float) -> Hpa:
+    args: dict = {"min_replicas": 1, "max_replicas": 20}
+    args.update(kw)
+    return Hpa(**args)
+
+
+def test_step_doubles_with_default_behaviour() -> None:
+    h = _hpa()
+    d = h.step(0.0, 2, 2, [("Value", 0.2, 0.1)])
+    assert (d.proposal, d.desired) == (4, 4)
+
+
+def test_several_metrics_take_the_largest_proposal() -> None:
+    h = _hpa()
+    d = h.step(0.0, 2, 2, [("Value", 0.2, 0.1), ("AverageValue", 42.0, 10.0)])
+    assert d.proposal == 5
+    assert d.desired == 5
+
+
+def test_missing_metric_is_skipped_and_no_metric_means_no_change() -> None:
+    h = _hpa()
+    assert h.step(0.0, 3, 3, [("Value", None, 0.1), ("AverageValue", 42.0, 10.0)]).desired == 5  # type: ignore[list-item]
+    h2 = _hpa()
+    assert h2.step(0.0, 3, 3, [("Value", None, 0.1)]).desired == 3  # type: ignore[list-item]
+
+
+def test_scale_down_uses_the_highest_recommendation_in_the_window() -> None:
+    # docs: "the highest recommendation from within that window" (default 300 s)
+    h = _hpa()
+    assert h.step(0.0, 8, 8, [("AverageValue", 80.0, 10.0)]).desired == 8
+    assert h.step(15.0, 8, 8, [("AverageValue", 60.0, 10.0)]).desired == 8
+    assert h.step(30.0, 8, 8, [("AverageValue", 20.0, 10.0)]).desired == 8
+    # the 8 recommended at t=0 leaves the window after 300 s; 6 (t=15) is then the highest
+    assert h.step(300.0, 8, 8, [("AverageValue", 20.0, 10.0)]).desired == 6
+    assert h.step(316.0, 6, 6, [("AverageValue", 20.0, 10.0)]).desired == 2
+
+
+def test_scale_up_is_not_stabilised_by_default() -> None:
+    h = _hpa()
+    h.step(0.0, 2, 2, [("AverageValue", 20.0, 10.0)])
+    assert h.step(15.0, 2, 2, [("AverageValue", 40.0, 10.0)]).desired == 4
+
+
+def test_scale_up_rate_limit_is_max_of_100_percent_and_4_pods_per_15_s() -> None:
+    h = _hpa(max_replicas=100)
+    # from 1 replica: 100 % -> 2, 4 pods -> 5; Max policy -> 5
+    assert h.step(0.0, 1, 1, [("AverageValue", 1000.0, 10.0)]).desired == 5
+    # 10 s later the period that started at 1 replica still limits to 5
+    assert h.step(10.0, 5, 5, [("AverageValue", 1000.0, 10.0)]).desired == 5
+    # after the period: from 5, 100 % -> 10 beats 4 pods -> 9
+    assert h.step(16.0, 5, 5, [("AverageValue", 1000.0, 10.0)]).desired == 10
+
+
+def test_min_and_max_replicas_clamp() -> None:
+    h = _hpa(min_replicas=2, max_replicas=6)
+    assert h.step(0.0, 3, 3, [("AverageValue", 1000.0, 10.0)]).desired == 6
+    h2 = _hpa(min_replicas=2, max_replicas=6, scale_down_window_s=0.0)
+    assert h2.step(0.0, 3, 3, [("AverageValue", 0.1, 10.0)]).desired == 2
+
+
+def test_invalid_bounds_are_rejected() -> None:
+    with pytest.raises(ValueError, match="minReplicas"):
+        Hpa(min_replicas=3, max_replicas=2)
