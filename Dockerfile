@@ -26,6 +26,7 @@ COPY extender ./extender
 COPY metrics_adapter ./metrics_adapter
 COPY bpf ./bpf
 COPY simulator ./simulator
+COPY observability ./observability
 RUN python3 -m venv /opt/build \
  && /opt/build/bin/pip install --no-cache-dir --upgrade pip wheel \
  && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /wheels .

@@ -8,6 +8,7 @@ at /readyz and as kvspread_collector_source_up) and logged once per change of re
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -112,6 +113,11 @@ class Agent:
 
     # --- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
+        if self.config.nice:
+            try:
+                os.nice(self.config.nice)  # the whole process: event handling yields to work
+            except OSError as exc:
+                log.warning("cannot lower CPU priority", extra={"kv": {"reason": str(exc)}})
         self.server.start()
         log.info("collector listening", extra={"kv": {"port": self.server.port}})
         self._spawn("collector-bpf", self._bpf_loop)
@@ -165,6 +171,7 @@ class Agent:
             max_conns=c.max_conns,
             tracefs=c.tracefs,
             header_cache=c.header_cache,
+            max_requests_per_s=c.max_requests_per_s,
         )
         try:
             session = self._probe_loader(pc)
@@ -418,6 +425,11 @@ class Agent:
         now_mono = self.clock.monotonic()
         if self.session is not None:
             try:
+                lost = self.session.lost_events()
+                for name, n in lost.items():
+                    if n:
+                        key = "over_budget" if name == "budget" else f"kernel_buffer_full_{name}"
+                        st.dropped[key] = n
                 st.tcp = self.session.read_tcp_stats()
             except Exception as exc:  # noqa: BLE001
                 log.debug("tcp stats read failed", extra={"kv": {"reason": str(exc)}})
@@ -428,12 +440,16 @@ class Agent:
         for r in st.engines.values():
             if r.pod_uid:
                 by_pod.setdefault(r.pod_uid, []).extend(r.samples)
+        gpu_pods: dict[tuple[int, str, str, str], int] = {}
         for g in gpus or []:
             uids: set[str] = set()
-            for pid, _mem in g.processes:
+            for pid, mem in g.processes:
                 ref = self.attributor.resolve(pid)
                 if ref is not None:
                     uids.add(ref.uid)
+                    if mem is not None:
+                        key = (g.index, g.uuid, ref.namespace, ref.name or ref.uid)
+                        gpu_pods[key] = gpu_pods.get(key, 0) + mem
             for uid in uids:
                 with self._pods_lock:
                     meta = self._pods.get(uid)
@@ -486,6 +502,7 @@ class Agent:
             st.largest_free_mib = largest_free_extent(free)
         else:
             st.fragmentation = st.largest_free_mib = None
+        st.gpu_pods = gpu_pods
         st.streams = streams
         st.image_share = share
         st.signals = sig
@@ -499,9 +516,7 @@ class Agent:
         ok, why = should_publish(self.last_published, sig, sig.ts, c.publish)
         if not ok:
             return False
-        from bpf.node import fit_signals as fit
-
-        _, text = fit(sig)
+        _, text = fit_signals(sig)
         try:
             patch_node_annotation(self._api(), c.node_name, text)
         except Exception as exc:  # noqa: BLE001 - API errors: retry next cycle

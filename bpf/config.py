@@ -12,7 +12,7 @@ YAML layout (every key optional)::
     otlp_interval_s: 10
     routes: [/v1/chat/completions, /v1/models/{model}]   # replaces the defaults
     bpf: {enabled: true, tracefs: /sys/kernel/tracing, header_cache: /var/cache/kvspread/headers,
-          capture_bytes: 512, max_conns: 65536}
+          capture_bytes: 512, max_conns: 65536, max_requests_per_s: 5000}
     nvml: {enabled: true}
     engines: {targets: [{url: http://127.0.0.1:8000/metrics, engine: vllm, model: m}],
               interval_s: 5, timeout_s: 2}
@@ -21,6 +21,7 @@ YAML layout (every key optional)::
     publish: {min_interval_s: 10, max_interval_s: 30, mem_threshold_mib: 512}
     pods: {refresh_s: 30}
     proc_root: /proc
+    nice: 10                    # CPU niceness (0..19): under contention the workload wins
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ from kvspread.settings import ConfigError
 __all__ = ["EngineTarget", "CollectorConfig", "DEFAULT_PORT", "from_mapping"]
 
 DEFAULT_PORT = 9435
+DEFAULT_MAX_REQUESTS_PER_S = 5000
+"""Requests per second handed to user space (the rest are counted, not timed): bounds the
+collector's CPU at about a third of a core (docs/collector.md, Overhead); LLM inference
+nodes serve far fewer."""
 DEFAULT_TOKENS_PER_IMAGE = 576.0
 """LLaVA-1.5 (CLIP ViT-L/14 at 336 px): 24 x 24 patches, one crop (serving-model.md, sec. 1)."""
 DEFAULT_TEXT_TOKENS = 700.0
@@ -74,6 +79,7 @@ class CollectorConfig:
     header_cache: Path = Path("/var/cache/kvspread/headers")
     capture_bytes: int = 512
     max_conns: int = 65536
+    max_requests_per_s: int = DEFAULT_MAX_REQUESTS_PER_S
     nvml_enabled: bool = True
     engine_targets: tuple[EngineTarget, ...] = ()
     engine_interval_s: float = 5.0
@@ -86,6 +92,7 @@ class CollectorConfig:
     publish: PublishConfig = field(default_factory=PublishConfig)
     pods_refresh_s: float = 30.0
     proc_root: Path = Path("/proc")
+    nice: int = 10  # CPU niceness of the collector: under contention the workload wins
 
 
 def _csv(value: Any, key: str) -> list[str]:
@@ -209,9 +216,17 @@ def from_mapping(m: Mapping[str, Any], environ: Mapping[str, str] | None = None)
         kw["routes"] = tuple(routes)
     if "max_routes" in m:
         kw["max_routes"] = _num(m["max_routes"], "max_routes", 1, True)
+    if "nice" in m:
+        kw["nice"] = _num(m["nice"], "nice", 0, True)
+        if kw["nice"] > 19:
+            raise ConfigError(f"nice: must be 0..19, got {kw['nice']}")
     if "proc_root" in m:
         kw["proc_root"] = Path(str(m["proc_root"]))
-    b = _section(m, "bpf", {"enabled", "tracefs", "header_cache", "capture_bytes", "max_conns"})
+    b = _section(
+        m,
+        "bpf",
+        {"enabled", "tracefs", "header_cache", "capture_bytes", "max_conns", "max_requests_per_s"},
+    )
     if "enabled" in b:
         kw["bpf_enabled"] = _bool(b["enabled"], "bpf.enabled")
     if "tracefs" in b:
@@ -223,6 +238,8 @@ def from_mapping(m: Mapping[str, Any], environ: Mapping[str, str] | None = None)
         if cap > 4096 or cap & (cap - 1):
             raise ConfigError(f"bpf.capture_bytes: must be a power of two in 64..4096, got {cap}")
         kw["capture_bytes"] = cap
+    if "max_requests_per_s" in b:
+        kw["max_requests_per_s"] = _num(b["max_requests_per_s"], "bpf.max_requests_per_s", 0, True)
     if "max_conns" in b:
         kw["max_conns"] = _num(b["max_conns"], "bpf.max_conns", 64, True)
     n = _section(m, "nvml", {"enabled"})

@@ -44,6 +44,7 @@ class HttpEventKind(IntEnum):
     REQUEST_MORE = 2
     RESPONSE = 3
     CLOSE = 4
+    END = 5  # the previous response ended; the next request was not sampled (budget)
 
 
 class ConnState(IntEnum):
@@ -240,7 +241,7 @@ def encode_http_event(ev: HttpEvent, capture_bytes: int = 512) -> bytes:
         kind=int(ev.kind),
         prev_state=int(ev.prev_state),
     )
-    if ev.kind == HttpEventKind.CLOSE:
+    if ev.kind in (HttpEventKind.CLOSE, HttpEventKind.END):
         return bytes(h)
     return bytes(h) + ev.data[:capture_bytes].ljust(capture_bytes, b"\0")
 

@@ -178,6 +178,14 @@ class PrometheusCollector:
             if g.util is not None:
                 util.add_metric(v, g.util)
         yield from (used, total, util)
+        pods = GaugeMetricFamily(
+            prometheus_name(N.GPU_POD_MEMORY_USED, "By", "gauge"),
+            "GPU memory used by a pod's processes on one GPU (NVML, pid -> pod).",
+            labels=[*lbl, label_name(N.ATTR_K8S_NAMESPACE), label_name(N.ATTR_K8S_POD)],
+        )
+        for (index, uuid, ns, pod), mem in sorted(self.state.gpu_pods.items()):
+            pods.add_metric([str(index), uuid, ns, pod], mem)
+        yield pods
 
     def _engines(self) -> Iterator[Metric]:
         lbl = [
@@ -326,6 +334,20 @@ class OtlpExporter:
 
             return cb
 
+        def gpu_pods(_: CallbackOptions) -> list[Observation]:
+            return [
+                Observation(
+                    mem,
+                    {
+                        N.ATTR_GPU_INDEX: i,
+                        N.ATTR_GPU_UUID: u,
+                        N.ATTR_K8S_NAMESPACE: ns,
+                        N.ATTR_K8S_POD: pod,
+                    },
+                )
+                for (i, u, ns, pod), mem in list(self.state.gpu_pods.items())
+            ]
+
         def engine(attr: str) -> Any:
             def cb(_: CallbackOptions) -> list[Observation]:
                 out = []
@@ -363,6 +385,7 @@ class OtlpExporter:
         meter.create_observable_gauge(N.GPU_MEMORY_USED, [gpu("mem_used")], unit="By")
         meter.create_observable_gauge(N.GPU_MEMORY_TOTAL, [gpu("mem_total")], unit="By")
         meter.create_observable_gauge(N.GPU_UTILIZATION, [gpu("util")], unit="1")
+        meter.create_observable_gauge(N.GPU_POD_MEMORY_USED, [gpu_pods], unit="By")
         meter.create_observable_gauge(N.KV_CACHE_USAGE, [engine("kv_usage")], unit="1")
         meter.create_observable_gauge(
             N.ENGINE_REQUESTS_RUNNING, [engine("running")], unit="{request}"

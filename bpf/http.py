@@ -109,8 +109,19 @@ class RouteTemplates:
             self._patterns.append((p, regex))
         self._max = max_routes
         self._seen: set[str] = set()
+        self._cache: dict[str, str] = {}  # path -> route, bounded (hot path: one per request)
 
     def route(self, path: str) -> str:
+        hit = self._cache.get(path)
+        if hit is not None:
+            return hit
+        route = self._match(path)
+        if len(self._cache) >= 4096:
+            self._cache.clear()
+        self._cache[path] = route
+        return route
+
+    def _match(self, path: str) -> str:
         for template, regex in self._patterns:
             if regex.match(path):
                 return template

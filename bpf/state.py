@@ -47,6 +47,8 @@ class CollectorState:
     backlog: dict[int, tuple[int, int]] = field(default_factory=dict)  # port -> (len, max)
     tcp: dict[tuple[int, int], TcpStats] = field(default_factory=dict)
     gpus: list[GpuSample] | None = None
+    # (gpu index, gpu uuid, namespace, pod) -> bytes used by the pod's processes
+    gpu_pods: dict[tuple[int, str, str, str], int] = field(default_factory=dict)
     engines: dict[str, EngineReading] = field(default_factory=dict)
     signals: NodeSignals | None = None
     fragmentation: float | None = None

@@ -145,6 +145,11 @@ class ConnTracker:
                 out.append(rec)
             return out
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
+        if ev.kind == HttpEventKind.END:
+            rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
+            if rec:
+                out.append(rec)
+            return out
         if ev.kind == HttpEventKind.REQUEST:
             if c.pending is not None:
                 rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)

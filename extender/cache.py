@@ -29,10 +29,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from extender.batch import NodeBatch, NodeTable
 from extender.config import ScoringConfig
 from extender.ledger import Ledger
-from extender.model import NodeState
 from extender.objects import NodeInfo, PodInfo, field, parse_node, parse_pod
 from extender.state import build_node_state
 from kvspread.clock import Clock
@@ -355,20 +356,44 @@ class ClusterState:
         with self._lock:
             return self._table.take(names, self._clock.now(), self._cfg.stale_after_s, model)
 
-    def states_for(self, infos: Sequence[NodeInfo]) -> list[NodeState]:
-        """NodeStates for nodes given in a request body (full NodeList mode)."""
+    def batch_for(self, infos: Sequence[NodeInfo]) -> NodeBatch:
+        """Column batch for nodes given in a request body (full NodeList mode), in order.
+
+        A node whose labels and signals annotation are what the cache already holds is
+        taken from the table (no rebuild); the others are built from the body.
+        """
         with self._lock:
-            now = self._clock.now()
-            return [
-                build_node_state(
-                    i,
-                    self._pods_on.get(i.name, {}).values(),
-                    self._ledger.on_node(i.name),
-                    now,
-                    self._cfg,
+            known_pos: list[int] = []
+            other_pos: list[int] = []
+            cached = self._nodes
+            for pos, info in enumerate(infos):
+                (known_pos if cached.get(info.name) == info else other_pos).append(pos)
+            if not other_pos:
+                batch, _ = self._table.take(
+                    [infos[p].name for p in known_pos], self._clock.now(), self._cfg.stale_after_s
                 )
-                for i in infos
-            ]
+                return batch
+            now = self._clock.now()
+            built = NodeBatch.from_states(
+                [
+                    build_node_state(
+                        infos[p],
+                        self._pods_on.get(infos[p].name, {}).values(),
+                        self._ledger.on_node(infos[p].name),
+                        now,
+                        self._cfg,
+                    )
+                    for p in other_pos
+                ]
+            )
+            if not known_pos:
+                return built
+            known, _ = self._table.take(
+                [infos[p].name for p in known_pos], now, self._cfg.stale_after_s
+            )
+        order = np.empty(len(infos), dtype=np.intp)
+        order[np.asarray(known_pos + other_pos, dtype=np.intp)] = np.arange(len(infos))
+        return NodeBatch.concat([known, built]).take(order)
 
     def node_names(self) -> list[str]:
         with self._lock:

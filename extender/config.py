@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_NORMALISATION",
     "MIB",
     "ExtenderConfig",
+    "DEFAULT_LEDGER_TTL_S",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
 ]
@@ -358,6 +359,10 @@ DEFAULT_BACKOFF_MAX_S: Final = 30.0
 """Reconnect backoff: 0.2 s doubling to 30 s with jitter (client-go's reflector backs off
 from 800 ms to 30 s)."""
 DEFAULT_LEDGER_TTL_S: Final = 30.0
+"""How long a recent placement counts before the pod shows up bound: long enough for
+kube-scheduler to bind and the pod watch to deliver it (normally well under a second; 30 s
+covers a slow API server), short enough that a pod placed elsewhere does not hold phantom
+memory for long."""
 DEFAULT_EXPLAIN_PODS: Final = 256
 """Decisions kept for /debug/explain (least recently decided pods are dropped)."""
 

@@ -15,15 +15,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from extender.config import DEFAULT_LEDGER_TTL_S
 from extender.model import PodShape
 from kvspread.clock import Clock
 
 __all__ = ["Placement", "Ledger", "DEFAULT_LEDGER_TTL_S"]
-
-DEFAULT_LEDGER_TTL_S = 30.0
-"""Long enough for kube-scheduler to bind and the pod watch to deliver it (normally well
-under a second; 30 s covers a slow API server), short enough that a pod placed elsewhere
-does not hold phantom memory for long."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,12 @@ Normalisation (`cfg.normalisation`):
 - `candidates` (default): values of the nodes that fit are min-max scaled over the
   candidate set (best 10, worst 0) before rounding; when all are equal the absolute
   value is used. Nodes the pod cannot fit on get 0 and take no part in the scaling.
+  Before scaling, each candidate's value gets a stable per-node preference
+  (`node_preference`, at most STABLE_PREFERENCE_SHARE of the fragmentation weight), so that
+  candidates the terms cannot tell apart resolve the same way every time. Only the best
+  candidate(s) get 10: a node that merely rounds up to 10 gets 9, so the scheduler's random
+  tie-break can never swap the extender's choice for a near miss. `value` and the terms
+  stay as computed; `scaled` includes the preference.
   kube-scheduler multiplies an extender's 0..10 by its weight and adds it to its own
   plugins' normalised scores, so spreading the candidates over the full range makes the
   extender's preference count; the order of the nodes never matters.
@@ -43,7 +49,9 @@ Thread-safety: everything here is pure; inputs are never modified.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +70,8 @@ __all__ = [
     "NodeScore",
     "BatchScores",
     "fragmentation_term",
+    "node_preference",
+    "STABLE_PREFERENCE_SHARE",
     "load_term",
     "spread_term",
     "modality_term",
@@ -81,6 +91,26 @@ __all__ = [
 TERMS = ("fragmentation", "load", "spread", "modality", "qos")
 NEUTRAL = 0.5
 """The value of a term that has nothing to say about a node (missing or stale signals)."""
+
+STABLE_PREFERENCE_SHARE = 0.1
+"""Weight of the stable per-node preference (`node_preference`) in candidate normalisation,
+as a share of the fragmentation weight.
+
+Why: many placements change the expected fragmentation equally (every empty node of a kind,
+every node with a whole GPU free), and kube-scheduler breaks ties at random, which scatters
+pods over empty nodes and leaves no node whole for large instances. A fixed preference order
+makes equal candidates resolve the same way every time (first-fit), so partial placements
+concentrate on the same nodes. The FGD paper's published numbers rely on exactly such an
+order (its simulator picks the first node by name among ties); on the Alibaba trace this share
+brings kvspread below FGD (docs/simulator.md). 0.1 is small enough that a real difference in
+fragmentation still decides."""
+
+
+@lru_cache(maxsize=65536)
+def node_preference(name: str) -> float:
+    """Stable preference of a node in [0,1) from its name (CRC-32, the same in every
+    process and on every restart, unlike Python's salted `hash`)."""
+    return zlib.crc32(name.encode("utf-8")) / 2.0**32
 
 MODALITY_AFFINITY: Mapping[str, Mapping[str | None, float]] = {
     # pod modality -> node pool -> affinity. Vision pools hold the GPUs sized for image
@@ -623,7 +653,7 @@ def score_batch(
         + w.qos * qos
     ) / w.total()
     value = np.clip(value, 0.0, 1.0)
-    scaled, score = finish_scores(value, fits, cfg)
+    scaled, score = finish_scores(value, fits, cfg, batch.names)
     return BatchScores(
         names=batch.names,
         score=score,
@@ -644,14 +674,30 @@ def score_batch(
 
 
 def finish_scores(
-    value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig
+    value: np.ndarray,
+    fits: np.ndarray,
+    cfg: ScoringConfig,
+    names: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scaled, score): the last step of `score_batch`, from the nodes' weighted values to
-    what the scheduler gets: `cfg.normalisation` over the nodes that fit, then rounding to
-    integers 0..10 (half up). Public so that a caller holding values per node (the
-    simulator caches them between pods) finishes exactly as the extender does."""
-    scaled = _normalise(value, fits, cfg)
+    what the scheduler gets: `cfg.normalisation` over the nodes that fit (with the stable
+    node preference when `names` are given and the values differ), then rounding to
+    integers 0..10 (half up), only the best candidate(s) keeping 10. Public so that a caller
+    holding values per node (the simulator caches them between pods) finishes exactly as
+    the extender does."""
+    ranked = value
+    if cfg.normalisation != "absolute" and names is not None and fits.any():
+        v = value[fits]
+        if float(v.max()) - float(v.min()) > 1e-9:
+            w = cfg.weights
+            share = STABLE_PREFERENCE_SHARE * w.fragmentation / w.total()
+            pref = np.fromiter(map(node_preference, names), float, len(value))
+            ranked = value + share * pref
+    scaled = _normalise(ranked, fits, cfg)
     score = np.clip(np.floor(scaled * 10.0 + 0.5), 0, 10).astype(np.int64)
+    if cfg.normalisation != "absolute" and fits.any():
+        top = float(ranked[fits].max())
+        score = np.where(fits & (ranked < top - 1e-12), np.minimum(score, 9), score)
     return scaled, score
 
 

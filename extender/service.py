@@ -95,7 +95,8 @@ class Extender:
         if args.nodes is not None:
             infos = [parse_node(n) for n in args.nodes]
             if self.state is not None:
-                states = self.state.states_for(infos)
+                batch = self.state.batch_for(infos)
+                return batch, np.arange(len(infos)), []
             else:
                 now = self.clock.now()
                 states = [
@@ -233,9 +234,10 @@ class Extender:
         """Put the best fitting node into the ledger; returns its row or None."""
         if not len(scores.names) or not scores.fits.any():
             return None
-        fresh_fit = scores.fits & np.isfinite(scores.delta_f)
-        cand = np.flatnonzero(fresh_fit if fresh_fit.any() else scores.fits)
-        top = cand[np.argmax(scores.value[cand])]
+        # the node the scheduler will most likely bind: the highest scaled score that fits
+        # (scaled carries the candidate normalisation); ties go to the first in the request
+        cand = np.flatnonzero(scores.fits)
+        top = cand[np.argmax(scores.scaled[cand])]
         if pod.shape.gpus <= 0 and not pod.shape.model:
             return int(top)
         chosen = tuple(int(j) for j in np.flatnonzero(scores.chosen[top]))

@@ -13,14 +13,49 @@ GPU look fuller, never emptier, than the larger of the two views.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from extender.config import ScoringConfig
 from extender.ledger import Placement
 from extender.model import GpuState, NodeState, PodShape
 from extender.objects import NodeInfo, PodInfo
-from kvspread.signals import SignalState, read_signals
+from kvspread.signals import (
+    NodeSignals,
+    SignalsError,
+    SignalsReading,
+    SignalState,
+    decode_signals,
+)
 
-__all__ = ["build_node_state"]
+__all__ = ["build_node_state", "read_signals_cached"]
+
+
+@lru_cache(maxsize=32768)
+def _decode(text: str) -> NodeSignals | str:
+    """Decoded document, or the error message; memoised by the annotation text.
+
+    The same annotation arrives many times (watch events of unrelated fields, every
+    full-NodeList request); decoding and validating it dominates otherwise.
+    """
+    try:
+        return decode_signals(text)
+    except SignalsError as exc:
+        return str(exc)
+
+
+def read_signals_cached(annotation: str | None, now: float, stale_after_s: float) -> SignalsReading:
+    """`kvspread.signals.read_signals` with the decoding memoised. Never raises."""
+    if annotation is None or annotation == "":
+        return SignalsReading(SignalState.MISSING, reason="no kvspread.io/signals annotation")
+    sig = _decode(annotation)
+    if isinstance(sig, str):
+        return SignalsReading(SignalState.INVALID, reason=sig)
+    age = now - sig.ts
+    if age > stale_after_s:
+        return SignalsReading(
+            SignalState.STALE, sig, reason=f"signals are {age:.0f}s old", age_s=age
+        )
+    return SignalsReading(SignalState.FRESH, sig, age_s=age)
 
 
 def _place(
@@ -76,7 +111,7 @@ def build_node_state(
     for pl in pending:
         if pl.shape.model:
             replicas[pl.shape.model] = replicas.get(pl.shape.model, 0) + 1
-    reading = read_signals(info.signals_annotation, now, cfg.stale_after_s)
+    reading = read_signals_cached(info.signals_annotation, now, cfg.stale_after_s)
     if reading.state is not SignalState.FRESH or reading.signals is None:
         return NodeState(
             name=info.name,

@@ -49,6 +49,7 @@ from metrics_adapter.selectors import parse_selector
 
 __all__ = [
     "ApiServer",
+    "rfc3339",
     "GROUP",
     "VERSION",
     "GROUP_VERSION",

@@ -41,6 +41,7 @@ __all__ = [
     "AlwaysAllowAuthorizer",
     "SubjectAccessReviewAuthorizer",
     "serving_context",
+    "forbidden",
     "load_extension_apiserver_authentication",
     "DEFAULT_USERNAME_HEADERS",
     "DEFAULT_GROUP_HEADERS",

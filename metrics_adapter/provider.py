@@ -117,6 +117,12 @@ class RuleProvider:
                 )
             return self.prom.evaluate(rule, namespace, selector)
         assert rule.metric is not None
+        with self.store.locked():
+            return self._otlp_values(rule, namespace, selector)
+
+    def _otlp_values(self, rule: Rule, namespace: str, selector: Selector) -> list[MetricValue]:
+        assert rule.metric is not None
+        name = rule.name
         now = self.clock()
         series = self._select(rule, rule.metric, namespace, selector, rule.match, now)
         if rule.aggregation == "ratio":

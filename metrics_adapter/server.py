@@ -300,7 +300,11 @@ class AdapterThread:
 
     def start(self) -> AdapterThread:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self.adapter.start(), self._loop).result(30)
+        try:
+            asyncio.run_coroutine_threadsafe(self.adapter.start(), self._loop).result(30)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def call(self, fn: Any, *args: Any) -> Any:

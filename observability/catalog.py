@@ -321,7 +321,7 @@ _SELF: Final = (
         "counter",
         "{request}",
         ("kind", "code"),
-        "API requests by route kind and HTTP status code.",
+        "API requests by route kind (read, discovery, health, other) and HTTP status code.",
         "adapter",
     ),
     Metric(

@@ -25,8 +25,9 @@ __all__ = ["render_config_doc", "CONFIG_MODULES"]
 CONFIG_MODULES: Final = (
     ("Scheduler extender", "extender.config", "extender.md"),
     ("Metrics adapter", "metrics_adapter.config", "adapter.md"),
+    ("Metrics adapter rules", "metrics_adapter.rules", "adapter.md"),
     ("Collector", "bpf.config", "collector.md"),
-    ("Simulator", "simulator.config", "simulator.md"),
+    ("Serving simulator", "simulator.serving.config", "serving-simulation.md"),
 )
 
 
@@ -47,7 +48,12 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _default(f: dataclasses.Field[Any]) -> str:
+def _default(f: dataclasses.Field[Any], instance: Any = None) -> str:
+    if instance is not None and hasattr(instance, f.name):
+        value = getattr(instance, f.name)
+        if dataclasses.is_dataclass(value):
+            return "(see below)"
+        return f"`{value!r}`".replace("|", "\\|")
     if f.default is not dataclasses.MISSING:
         value = f.default
     elif f.default_factory is not dataclasses.MISSING:
@@ -67,27 +73,65 @@ def _doc(obj: Any) -> str:
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
-def _dataclass_rows(cls: type, prefix: str, seen: set[type]) -> list[str]:
+def _field_default_instance(f: dataclasses.Field[Any], instance: Any) -> Any:
+    """The value a nested config field takes by default, to show its fields' defaults."""
+    if instance is not None:
+        return getattr(instance, f.name, None)
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        try:
+            return f.default_factory()
+        except Exception:
+            return None
+    return None
+
+
+def _dataclass_rows(cls: type, prefix: str, seen: set[type], instance: Any = None) -> list[str]:
     try:
         hints = typing.get_type_hints(cls)
     except Exception:
         hints = {}
     rows: list[str] = []
-    nested: list[tuple[type, str]] = []
+    nested: list[tuple[type, str, Any]] = []
     for f in dataclasses.fields(cls):
         if f.name.startswith("_"):
             continue
         tp = hints.get(f.name, f.type)
         key = f"{prefix}{f.name}"
         type_name = _type_name(tp).replace("|", "\\|")
-        rows.append(f"| `{key}` | `{type_name}` | {_default(f)} |")
+        rows.append(f"| `{key}` | `{type_name}` | {_default(f, instance)} |")
         inner = tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
         if inner is not None and inner not in seen:
-            nested.append((inner, key + "."))
-    for inner, p in nested:
+            nested.append((inner, key + ".", _field_default_instance(f, instance)))
+    for inner, p, value in nested:
         seen.add(inner)
-        rows += _dataclass_rows(inner, p, seen)
+        rows += _dataclass_rows(inner, p, seen, value)
     return rows
+
+
+def _docstring_markdown(doc: str) -> list[str]:
+    """A module docstring as Markdown: indented blocks become fenced code."""
+    out: list[str] = []
+    code: list[str] = []
+
+    def flush() -> None:
+        while code and not code[-1].strip():
+            code.pop()
+        if code:
+            out.extend(["```yaml", *code, "```", ""])
+        code.clear()
+
+    for line in doc.splitlines():
+        if line.startswith("    ") or (code and not line.strip()):
+            code.append(line[4:])
+            continue
+        flush()
+        out.append(line[:-1] if line.endswith("::") else line)
+    flush()
+    while out and not out[-1].strip():
+        out.pop()
+    return out + [""]
 
 
 def _part_section(title: str, modname: str, page: str) -> list[str]:
@@ -96,9 +140,9 @@ def _part_section(title: str, modname: str, page: str) -> list[str]:
         mod = importlib.import_module(modname)
     except ImportError:
         return lines + [f"No `{modname}` module in this build; see [{page}]({page}).", ""]
-    doc = _doc(mod)
+    doc = inspect.getdoc(mod)
     if doc:
-        lines += [doc, ""]
+        lines += _docstring_markdown(doc)
     classes = [
         obj
         for _, obj in inspect.getmembers(mod, inspect.isclass)
@@ -121,7 +165,7 @@ def _part_section(title: str, modname: str, page: str) -> list[str]:
         d = _doc(cls)
         if d and not d.startswith(cls.__name__ + "("):
             lines += [d, ""]
-        lines += ["| key | type | default |", "|---|---|---|"]
+        lines += ["| field | type | default |", "|---|---|---|"]
         lines += _dataclass_rows(cls, "", {cls})
         lines.append("")
     return lines
@@ -186,11 +230,18 @@ def render_config_doc() -> str:
         "`KVSPREAD_<PART>_<KEY>` environment variable, which beats the YAML file given with",
         "`--config`, which beats the documented default. Unknown YAML keys are an error that",
         "names the key. This page is generated from the code: the flags from the `kvspread`",
-        "parser, the YAML keys from each part's config dataclasses.",
+        "parser, the file layout and fields from each part's config module.",
         "",
     ]
     lines += _cli_section()
-    lines += ["## YAML configuration by part", ""]
+    lines += [
+        "## Configuration files by part",
+        "",
+        "For each part: its config module's own description (with the YAML layout where the",
+        "module gives one), then every field of its config classes as the code names them,",
+        "with type and default. Nested classes appear as dotted fields.",
+        "",
+    ]
     for title, modname, page in CONFIG_MODULES:
         lines += _part_section(title, modname, page)
     return "\n".join(lines).rstrip() + "\n"

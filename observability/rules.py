@@ -350,7 +350,7 @@ def _component_alerts() -> list[dict[str, Any]]:
         _alert(
             "KvspreadAdapterStaleData",
             f"sum by (job) (rate({n.ADAPTER_STALE_READS}[10m]))\n"
-            f"  / sum by (job) (rate({ad}[10m])) > 0.1",
+            f'  / sum by (job) (rate({ad}{{kind="read"}}[10m])) > 0.1',
             "10m",
             "warning",
             "Metrics adapter refuses stale values",

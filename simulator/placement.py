@@ -141,6 +141,7 @@ def load_trace(trace: str, node_list: str | None = None) -> Trace:
                 pods.gpu_milli.tolist(),
                 pods.spec_id.tolist(),
                 shape_id.tolist(),
+                strict=True,
             )
         )
     )

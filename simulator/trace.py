@@ -106,7 +106,9 @@ def resolve_pod_list(trace: str) -> tuple[str, Path]:
     path = Path(trace)
     if path.is_file():
         stem = path.stem
-        return (stem[len("openb_pod_list_") :] if stem.startswith("openb_pod_list_") else stem), path
+        return (
+            stem[len("openb_pod_list_") :] if stem.startswith("openb_pod_list_") else stem
+        ), path
     names = ", ".join(bundled_pod_lists())
     raise TraceError(f"trace {trace!r}: not a bundled trace name ({names}) and not a CSV file")
 

@@ -49,7 +49,11 @@ def target_shapes(pods: PodList, threshold: float = POPULARITY_THRESHOLD) -> Tar
     cpu = np.where(pods.cpu_milli > 0, pods.cpu_milli, NONZERO_CPU_MILLI)
     counts: dict[tuple[int, int, int, int], int] = {}
     for key in zip(
-        cpu.tolist(), pods.gpu_milli.tolist(), pods.num_gpu.tolist(), pods.spec_id.tolist()
+        cpu.tolist(),
+        pods.gpu_milli.tolist(),
+        pods.num_gpu.tolist(),
+        pods.spec_id.tolist(),
+        strict=True,
     ):
         counts[key] = counts.get(key, 0) + 1
 

@@ -28,36 +28,59 @@ BPF_PERF_OUTPUT(accept_events);
 BPF_PERF_OUTPUT(http_events);
 #else
 BPF_RINGBUF_OUTPUT(accept_events, 64);
-BPF_RINGBUF_OUTPUT(http_events, 256);
+BPF_RINGBUF_OUTPUT(http_events, 1024);
 #endif
+
+/* No wake-up per event: user space drains the buffers every poll interval, so a request
+ * costs no context switch into the collector (BPF_RB_NO_WAKEUP). */
+#define KV_RB_FLAGS 1
+
+/* Events not delivered: [0] http and [1] accept events the buffers had no room for (user
+ * space fell behind), [2] requests over the MAX_REQUESTS_PER_S budget. */
+BPF_PERCPU_ARRAY(lost_events, u64, 3);
+
+static __always_inline void count_lost(int which)
+{
+    u32 idx = which;
+    u64 *n = lost_events.lookup(&idx);
+    if (n)
+        *n += 1;
+}
 
 /* bcc does not allow map calls inside macros: one small function per output. */
 static __always_inline void emit_accept(void *ctx, struct accept_event *ev)
 {
 #ifdef USE_PERF_BUFFER
-    accept_events.perf_submit(ctx, ev, sizeof(*ev));
+    if (accept_events.perf_submit(ctx, ev, sizeof(*ev)) != 0)
 #else
-    accept_events.ringbuf_output(ev, sizeof(*ev), 0);
+    if (accept_events.ringbuf_output(ev, sizeof(*ev), KV_RB_FLAGS) != 0)
 #endif
+        count_lost(1);
 }
 
+/* Header plus the captured bytes only (ev->len is bounded by capture()). */
 static __always_inline void emit_http(void *ctx, struct http_event *ev)
 {
+    u64 size = offsetof(struct http_event, data) + (ev->len & (2 * CAPTURE_BYTES - 1));
+    if (size > sizeof(*ev))
+        size = sizeof(*ev);
 #ifdef USE_PERF_BUFFER
-    http_events.perf_submit(ctx, ev, sizeof(*ev));
+    if (http_events.perf_submit(ctx, ev, size) != 0)
 #else
-    http_events.ringbuf_output(ev, sizeof(*ev), 0);
+    if (http_events.ringbuf_output(ev, size, KV_RB_FLAGS) != 0)
 #endif
+        count_lost(0);
 }
 
 /* Header only: CLOSE events carry no bytes. */
 static __always_inline void emit_http_header(void *ctx, struct http_event *ev)
 {
 #ifdef USE_PERF_BUFFER
-    http_events.perf_submit(ctx, ev, offsetof(struct http_event, data));
+    if (http_events.perf_submit(ctx, ev, offsetof(struct http_event, data)) != 0)
 #else
-    http_events.ringbuf_output(ev, offsetof(struct http_event, data), 0);
+    if (http_events.ringbuf_output(ev, offsetof(struct http_event, data), KV_RB_FLAGS) != 0)
 #endif
+        count_lost(0);
 }
 
 static __always_inline int port_traced(u16 port)

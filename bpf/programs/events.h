@@ -33,6 +33,9 @@
 #ifndef RTT_SLOTS
 #define RTT_SLOTS 32 /* log2 buckets of smoothed RTT in microseconds */
 #endif
+#ifndef MAX_REQUESTS_PER_S
+#define MAX_REQUESTS_PER_S 0 /* requests per second sent to user space; 0: no limit */
+#endif
 #ifndef TRACE_ALL_PORTS
 #define TRACE_ALL_PORTS 1
 #endif
@@ -44,6 +47,7 @@
 #define HTTP_EV_REQUEST_MORE 2 /* further bytes of the same request */
 #define HTTP_EV_RESPONSE 3     /* first bytes of the response */
 #define HTTP_EV_CLOSE 4        /* the server closed the connection */
+#define HTTP_EV_END 5          /* the previous response ended; the next request is not sampled */
 
 #define CONN_IDLE 0
 #define CONN_REQUEST 1
@@ -62,6 +66,8 @@ struct conn_state {
     u16 port;          /* local (server) port, host order */
     u8 state;          /* CONN_* */
     u8 more;           /* HTTP_EV_REQUEST_MORE events sent for the current request */
+    u8 unsampled;      /* current request over the budget: no events for it */
+    u8 pad[7];
 };
 
 struct http_event {

@@ -23,6 +23,32 @@ BPF_HASH(active_reads, u64, struct io_args, 16384);
 BPF_HASH(active_writes, u64, struct io_args, 16384);
 BPF_PERCPU_ARRAY(http_scratch, struct http_event, 1);
 
+/* A one-second window of requests handed to user space: above MAX_REQUESTS_PER_S the
+ * request is timed by nobody (and counted), which bounds the collector's CPU however busy
+ * the server is. Updates race across CPUs; the budget is approximate by design. */
+struct request_budget {
+    u64 window_ns;
+    u64 count;
+};
+BPF_ARRAY(request_budget, struct request_budget, 1);
+
+static __always_inline int within_budget(u64 now)
+{
+#if MAX_REQUESTS_PER_S > 0
+    u32 zero = 0;
+    struct request_budget *b = request_budget.lookup(&zero);
+    if (!b)
+        return 1;
+    if (now - b->window_ns > 1000000000ULL) {
+        b->window_ns = now;
+        b->count = 0;
+    }
+    return __sync_fetch_and_add(&b->count, 1) < MAX_REQUESTS_PER_S;
+#else
+    return 1;
+#endif
+}
+
 static __always_inline int io_enter(u32 fd, const void *buf, u32 iov, int is_write)
 {
     u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -107,6 +133,31 @@ static __always_inline int read_exit(void *ctx, long ret)
         return 0;
     }
     u64 now = bpf_ktime_get_ns();
+    if (kind == HTTP_EV_REQUEST && !within_budget(now)) {
+        count_lost(2);
+        if (c->state == CONN_RESPONDING && !c->unsampled) {
+            /* the sampled request before this one ends here: say so */
+            ev->ts_ns = now;
+            ev->conn_id = c->id;
+            ev->tgid = pid_tgid >> 32;
+            ev->fd = (u32)a.key;
+            ev->len = 0;
+            ev->total = (u32)ret;
+            ev->port = c->port;
+            ev->kind = HTTP_EV_END;
+            ev->prev_state = c->state;
+            ev->prev_end_ns = c->last_write_ns;
+            ev->prev_resp_bytes = c->resp_bytes;
+            emit_http_header(ctx, ev);
+        }
+        c->state = CONN_REQUEST;
+        c->unsampled = 1;
+        c->more = MAX_MORE_CHUNKS;
+        c->requests += 1;
+        return 0;
+    }
+    if (kind == HTTP_EV_REQUEST)
+        c->unsampled = 0;
     ev->ts_ns = now;
     ev->conn_id = c->id;
     ev->tgid = pid_tgid >> 32;
@@ -157,6 +208,12 @@ static __always_inline int write_exit(void *ctx, long ret)
     }
     if (c->state != CONN_REQUEST)
         return 0; /* a write before any request (server greeting): not HTTP timing */
+    if (c->unsampled) {
+        c->state = CONN_RESPONDING;
+        c->last_write_ns = now;
+        c->resp_bytes = ret;
+        return 0;
+    }
     u32 zero = 0;
     struct http_event *ev = http_scratch.lookup(&zero);
     if (!ev)

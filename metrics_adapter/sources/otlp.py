@@ -17,9 +17,9 @@ Wire behaviour (OTLP/HTTP specification, "OTLP/HTTP Request" and "Response"):
   no longer count exactly). Points flagged NO_RECORDED_VALUE are skipped, not rejected.
   Summaries are rejected as unsupported (the adapter cannot merge precomputed quantiles).
 
-Attributes: a series' identity is its metric name plus the union of resource and point
-attributes (point wins), with values rendered as strings (ints as decimal, bools as
-true/false). Validation happens before anything is stored, so a bad request never changes
+Attributes: a series' identity is its metric name plus its resource attributes and its point
+attributes (each sorted, resource first; where both have a key the point's value is the one
+labels see), with values rendered as strings (ints as decimal, bools as true/false). Validation happens before anything is stored, so a bad request never changes
 stored series.
 """
 
@@ -45,7 +45,17 @@ from metrics_adapter.httpserver import Request, Response
 from metrics_adapter.sli import ExponentialHistogram
 from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Point, SeriesStore
 
-__all__ = ["OtlpReceiver", "DecodeResult", "decode_body", "to_points", "PROTOBUF", "JSON"]
+__all__ = [
+    "OtlpReceiver",
+    "DecodeResult",
+    "decode_body",
+    "to_points",
+    "PROTOBUF",
+    "JSON",
+    "OtlpBadRequest",
+    "OtlpTooLarge",
+    "gzip_body",
+]
 
 log = logging.getLogger("kvspread.adapter.otlp")
 
@@ -168,7 +178,7 @@ def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
             errors.append(msg)
 
     for rm in req.resource_metrics:
-        res = _attrs(rm.resource.attributes)
+        res_key = tuple(sorted(_attrs(rm.resource.attributes).items()))
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 name = sys.intern(m.name)
@@ -202,12 +212,8 @@ def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
                         (kv.key, kv.value.string_value or _attr_value(kv.value))
                         for kv in dp.attributes
                     ]
-                    if res:
-                        merged = dict(res)
-                        merged.update(items)
-                        key = tuple(sorted(merged.items()))
-                    else:
-                        key = tuple(sorted(items))
+                    # resource pairs first, then point pairs: dict(key) lets the point win
+                    key = res_key + tuple(sorted(items)) if res_key else tuple(sorted(items))
                     t = dp.time_unix_nano / 1e9
                     start = dp.start_time_unix_nano / 1e9
                     if which in ("gauge", "sum"):

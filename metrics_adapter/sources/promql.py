@@ -36,6 +36,7 @@ __all__ = [
     "FakePromClient",
     "PromQLSource",
     "build_matchers",
+    "parse_result",
 ]
 
 LABEL_MATCHERS = "<<.LabelMatchers>>"

@@ -30,7 +30,16 @@ from typing import Final
 from kvspread import names
 from metrics_adapter.sli import ExponentialHistogram
 
-__all__ = ["SeriesStore", "Series", "Point", "GAUGE", "SUM", "HISTOGRAM", "EXP_HISTOGRAM"]
+__all__ = [
+    "SeriesStore",
+    "Series",
+    "Point",
+    "GAUGE",
+    "SUM",
+    "HISTOGRAM",
+    "EXP_HISTOGRAM",
+    "canonical_attrs",
+]
 
 GAUGE: Final = 0
 SUM: Final = 1
@@ -218,7 +227,7 @@ class SeriesStore:
         self._lru: OrderedDict[tuple[str, Attrs], Series] = OrderedDict()
         self._index: dict[str, dict[str, dict[tuple[str, Attrs], Series]]] = {}
         self._bounds: dict[tuple[float, ...], tuple[float, ...]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.dropped = 0
         """Series evicted because the store was full (kvspread_adapter_series_dropped_total)."""
         self.expired = 0
@@ -260,7 +269,7 @@ class SeriesStore:
                     key = (p.metric, canonical_attrs(p.attrs))
                     bounds = self._bounds.setdefault(p.bounds, p.bounds)
                     ns = ""
-                    for k, v in p.attrs:
+                    for k, v in reversed(p.attrs):  # point attributes come last and win
                         if k == self.namespace_attribute:
                             ns = v
                             break
@@ -305,6 +314,11 @@ class SeriesStore:
             if namespace is None:
                 return [s for group in by_ns.values() for s in group.values()]
             return list(by_ns.get(namespace, {}).values())
+
+    def locked(self) -> threading.RLock:
+        """The store's (re-entrant) lock: hold it while reading series points, so that a
+        concurrent push cannot trim or extend them mid-read."""
+        return self._lock
 
     def metrics(self) -> list[str]:
         with self._lock:

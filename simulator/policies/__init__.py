@@ -23,7 +23,11 @@ __all__ = [
     "POLICIES",
     "PUBLISHED_LABELS",
     "BASELINES",
-    "DEFAULT_POLICIES", "Policy", "Replay", "make_policy"]
+    "DEFAULT_POLICIES",
+    "Policy",
+    "Replay",
+    "make_policy",
+]
 
 POLICIES: dict[str, Callable[[Replay], Policy]] = {
     "random": RandomPolicy,

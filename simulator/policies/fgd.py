@@ -80,9 +80,7 @@ class FgdPolicy:
             s, o, _ = states.shape
             models = np.broadcast_to(c.model_id[stale][:, None], (s, o))
             after = np.zeros((s, o), dtype=np.float64)
-            after[valid] = self.r.frag.fragmentation(
-                states[valid], cpu_after[valid], models[valid]
-            )
+            after[valid] = self.r.frag.fragmentation(states[valid], cpu_after[valid], models[valid])
             opt = sigmoid_score(self.r.node_frag[stale][:, None] - after)
             opt = np.where(valid, opt, -1)
             best = np.argmax(opt, axis=1)

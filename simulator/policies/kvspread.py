@@ -11,8 +11,10 @@ The trace in extender terms: GPU "memory" is counted in milli-GPU (`GpuState(tot
 allocated_mib=1000 - free)`), a sharing pod is `PodShape(gpus=1, mem_per_gpu_mib=gpu_milli)`,
 a whole-GPU pod `PodShape(gpus=k)` (whole GPUs), CPU is tracked (`cpu_free`). The trace has no
 signals (no streams, image share or latency), no model labels and no pools, so spread,
-modality and QoS are the same on every node; the target shape distribution is the trace's own
-(the GPU shapes of `workload.target_shapes`), as FGD gets it.
+modality and QoS are the same on every node, and the load term is judged from measured
+signals only (`trace_scoring_config`), so it is neutral too; the target shape distribution is
+the trace's own (the GPU shapes of `workload.target_shapes`), as FGD gets it. Node names reach
+`finish_scores`, so the extender's stable node preference applies as in a deployment.
 
 Modes:
 - `kvspread`: the extender's integer 0..10 scores (what a deployment gets).
@@ -31,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from extender.batch import NodeTable
-from extender.config import ScoringConfig
+from extender.config import DEFAULT_LOAD_WEIGHTS, LoadWeights, ScoringConfig
 from extender.fit import fit_batch
 from extender.model import GpuState, NodeState, PodShape
 from extender.scoring import finish_scores, score_batch
@@ -41,6 +43,7 @@ from simulator.policies.base import Replay
 from simulator.trace import MAX_GPUS_PER_NODE, MILLI
 
 __all__ = [
+    "trace_scoring_config",
     "KvspreadPolicy",
     "KvspreadUnroundedPolicy",
     "KvspreadK8sPolicy",
@@ -94,6 +97,22 @@ def balanced_allocation(
     return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
 
 
+def trace_scoring_config(base: ScoringConfig | None = None) -> ScoringConfig:
+    """The extender's configuration as the replay uses it: `base` (default: the extender's
+    defaults) with the load term judged from measured signals only (streams, image share).
+
+    Why: the extender's load term counts a GPU's claims as memory in use
+    (max(used, allocated)); the trace has claims but no measured use, so that part would
+    turn the load term into "prefer the least-claimed node", a spreading rule that undoes
+    fragmentation-aware packing (docs/simulator.md measures it). Without measurements the
+    load term is neutral, as it is on a live node with no signals."""
+    cfg = base if base is not None else ScoringConfig()
+    lw = cfg.load_weights
+    streams = lw.streams if lw.streams + lw.image > 0 else DEFAULT_LOAD_WEIGHTS.streams
+    image = lw.image if lw.streams + lw.image > 0 else DEFAULT_LOAD_WEIGHTS.image
+    return cfg.with_(load_weights=LoadWeights(memory=0.0, streams=streams, image=image))
+
+
 def _pod_shape(pod: Pod) -> PodShape:
     if pod.num_gpu == 0:
         return PodShape(gpus=0, cpu_milli=float(pod.cpu_milli))
@@ -110,7 +129,7 @@ class KvspreadPolicy:
 
     def __init__(self, replay: Replay, cfg: ScoringConfig | None = None) -> None:
         self.r = replay
-        self.cfg = cfg if cfg is not None else ScoringConfig()
+        self.cfg = cfg if cfg is not None else trace_scoring_config()
         t = replay.targets
         gpu = t.num_gpu > 0
         self.shapes = Shapes.of(
@@ -122,12 +141,13 @@ class KvspreadPolicy:
                     p=float(p),
                 )
                 for k, g, c, p in zip(
-                    t.num_gpu[gpu], t.gpu_milli[gpu], t.cpu_milli[gpu], t.weight[gpu]
+                    t.num_gpu[gpu], t.gpu_milli[gpu], t.cpu_milli[gpu], t.weight[gpu], strict=True
                 )
             ]
         )
         c = replay.cluster
         self._names = list(c.nodes.names)
+        self._name_array = np.array(self._names, dtype=object)
         # The extender's own row store (extender.batch.NodeTable), one row per node, updated
         # when a node changes, exactly as the extender's node cache keeps it.
         self.table = NodeTable(width=MAX_GPUS_PER_NODE)
@@ -143,7 +163,9 @@ class KvspreadPolicy:
         free = c.gpu_free[node, : c.n_gpu[node]].tolist()
         return NodeState(
             name=self._names[node],
-            gpus=tuple(GpuState(total_mib=float(MILLI), allocated_mib=float(MILLI - f)) for f in free),
+            gpus=tuple(
+                GpuState(total_mib=float(MILLI), allocated_mib=float(MILLI - f)) for f in free
+            ),
             cpu_free_milli=float(c.cpu_free[node]),
         )
 
@@ -177,7 +199,7 @@ class KvspreadPolicy:
         c = self.r.cluster
         stale = candidates[stamp[candidates] != c.version[candidates]]
         if len(stale):
-            batch, _ = self.table.take([self._names[i] for i in stale.tolist()])
+            batch, _ = self.table.take(self._name_array[stale].tolist())
             ok, _ = fit_batch(shape, batch, self.cfg, reasons=False)
             res = score_batch(shape, batch, self.cfg, self.shapes, fits=ok)
             fits[stale] = ok
@@ -189,7 +211,8 @@ class KvspreadPolicy:
     def extender_scores(self, pod: Pod, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(scaled float, integer 0..10) per candidate, as the extender returns them."""
         ok, value = self.values(pod, candidates)
-        scaled, score = finish_scores(value, ok, self.cfg)
+        names = self._name_array[candidates]
+        scaled, score = finish_scores(value, ok, self.cfg, names)
         return np.where(ok, scaled, -np.inf), np.where(ok, score, -1)
 
     def score(self, pod: Pod, candidates: np.ndarray) -> np.ndarray:

@@ -6,10 +6,12 @@
 - `memory-weighted`: the node with the most free GPU memory (sum over its GPUs of
   free_g = total - max(used, allocated)) among nodes with a GPU that fits the request;
   on it, the GPU with the most free memory.
-- `kvspread`: the extender's own filter (`extender.fit.check_fit`) and prioritize
-  (`extender.scoring.score_nodes`) on NodeStates built from the simulated collector's last
-  published signals and the scheduler's claims; the best 0..10 score wins, ties broken
-  at random as kube-scheduler does; the GPU is the one the scoring chose.
+- `kvspread`: the extender's own code end to end: Node and Pod objects parsed by
+  `extender.objects`, the collector's last `kvspread.io/signals` document (encoded with
+  `kvspread.signals`), NodeStates from `extender.state.build_node_state`, the filter
+  `extender.fit.check_fit` and prioritize `extender.scoring.score_nodes`; the best 0..10
+  score wins, ties broken at random as kube-scheduler does; the GPU is the one the
+  scoring chose.
 
 Every policy also respects time-slicing slots (kube-scheduler's own resource fit runs
 before any extender).
@@ -19,20 +21,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from extender.config import ScoringConfig
 from extender.fit import check_fit
-from extender.model import GpuState, NodeState, PodShape
+from extender.model import NodeState, PodShape
+from extender.objects import parse_node, parse_pod
 from extender.scoring import score_nodes
 from extender.shapes import ShapeDistribution
+from extender.state import build_node_state
+from kvspread import names
+from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from simulator.serving.cluster import Gpu, Node
 
 __all__ = [
     "POLICIES",
     "NodeView",
+    "BoundPod",
     "PlacementPolicy",
     "RoundRobin",
     "MemoryWeighted",
@@ -45,16 +52,59 @@ POLICIES = ("round-robin", "memory-weighted", "kvspread")
 
 @dataclass(frozen=True)
 class NodeView:
-    """What the collector last published for one node (DESIGN.md section 3).
+    """What the simulated collector last published for one node (DESIGN.md section 3):
+    per GPU the memory used (MiB), KV blocks and models served; the node's in-flight
+    `streams`, `image_token_share` of recent tokens and `p95_s` request latency (None when
+    not measured). `annotation()` is the `kvspread.io/signals` document itself."""
 
-    `used_mib` per GPU, in-flight `streams`, `image_token_share` of recent tokens and
-    the node's `p95_s` request latency (None when not measured: nothing completed).
-    """
-
+    ts: float
+    node: str
     used_mib: tuple[float, ...]
+    total_mib: tuple[float, ...]
     streams: int
     image_token_share: float | None
     p95_s: float | None = None
+    models: tuple[tuple[str, ...], ...] = ()
+    kv_blocks: tuple[tuple[int, int] | None, ...] = ()
+
+    def annotation(self) -> str:
+        """The node annotation, encoded by the project's signals codec."""
+        gpus = []
+        for i, (used, total) in enumerate(zip(self.used_mib, self.total_mib, strict=True)):
+            kv = self.kv_blocks[i] if i < len(self.kv_blocks) else None
+            gpus.append(
+                GpuSignal(
+                    index=i,
+                    mem_total_mib=total,
+                    mem_used_mib=min(used, total),
+                    uuid=f"GPU-{self.node}-{i}",
+                    kv_blocks_total=None if kv is None else kv[0],
+                    kv_blocks_used=None if kv is None else kv[1],
+                    models=self.models[i] if i < len(self.models) else (),
+                )
+            )
+        return encode_signals(
+            NodeSignals(
+                ts=self.ts,
+                node=self.node,
+                gpus=tuple(gpus),
+                streams=self.streams,
+                image_token_share=self.image_token_share,
+                p95_s=self.p95_s,
+                absent=("util",),
+            )
+        )
+
+
+@dataclass(frozen=True)
+class BoundPod:
+    """A model instance bound to a node, as the extender's pod cache would list it."""
+
+    name: str
+    model: str
+    modality: str
+    qos: str
+    request_gib: float
 
 
 @dataclass(frozen=True)
@@ -76,7 +126,8 @@ class PlacementPolicy(Protocol):
         nodes: list[Node],
         slots: int,
         views: Mapping[int, NodeView],
-        replicas: Mapping[int, Mapping[str, int]],
+        bound: Mapping[int, list[BoundPod]],
+        now: float,
     ) -> tuple[int, int] | None:
         """(node index, GPU index) or None when the pod is unschedulable now."""
         ...
@@ -92,7 +143,7 @@ class RoundRobin:
     def __init__(self, rng: np.random.Generator) -> None:
         self._next = 0
 
-    def choose(self, want, nodes, slots, views, replicas):  # type: ignore[no-untyped-def]
+    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
         n = len(nodes)
         for i in range(n):
             node = nodes[(self._next + i) % n]
@@ -110,7 +161,7 @@ class MemoryWeighted:
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def choose(self, want, nodes, slots, views, replicas):  # type: ignore[no-untyped-def]
+    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
         best: list[tuple[int, int]] = []
         best_free = -1.0
         for node in nodes:
@@ -129,7 +180,16 @@ class MemoryWeighted:
 
 
 class Kvspread:
-    """Placement through the extender's pure filter and scoring functions."""
+    """Placement through the extender's own ingest, filter and scoring code.
+
+    Each decision builds the Kubernetes objects the extender would read (v1 Node dicts
+    with the `kvspread.io/signals` annotation the simulated collector published, v1 Pod
+    dicts of the bound model instances), parses them with `extender.objects`, assembles
+    NodeStates with `extender.state.build_node_state` (which guesses each pod's GPU the
+    way the real extender does), filters with `extender.fit.check_fit` and scores with
+    `extender.scoring.score_nodes`. Other tenants' pods are not kvspread pods: they show
+    only through the measured memory.
+    """
 
     name = "kvspread"
 
@@ -139,54 +199,55 @@ class Kvspread:
         self.shapes = ShapeDistribution(self.cfg)
         self.last_scores: list[tuple[str, int]] = []
 
+    @staticmethod
+    def node_object(node: Node, slots: int, view: NodeView | None) -> dict[str, Any]:
+        labels = {names.LABEL_POOL: node.pool, names.LABEL_NVLINK: str(node.nvlink).lower()}
+        annotations = {} if view is None else {names.ANNOTATION_SIGNALS: view.annotation()}
+        return {
+            "metadata": {"name": node.name, "labels": labels, "annotations": annotations},
+            "status": {"allocatable": {names.RESOURCE_GPU: str(len(node.gpus) * slots)}},
+        }
+
+    @staticmethod
+    def pod_object(pod: BoundPod, node: str) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "namespace": "inference",
+                "name": pod.name,
+                "uid": f"uid-{pod.name}",
+                "labels": {
+                    names.LABEL_MODEL: pod.model,
+                    names.LABEL_MODALITY: pod.modality,
+                    names.LABEL_QOS: pod.qos,
+                },
+                "annotations": {names.ANNOTATION_GPU_MEMORY: f"{pod.request_gib:g}Gi"},
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {"name": "engine", "resources": {"limits": {names.RESOURCE_GPU: "1"}}}
+                ],
+            },
+            "status": {"phase": "Running"},
+        }
+
     def node_states(
         self,
         nodes: list[Node],
         slots: int,
         views: Mapping[int, NodeView],
-        replicas: Mapping[int, Mapping[str, int]],
+        bound: Mapping[int, list[BoundPod]],
+        now: float,
     ) -> list[NodeState]:
-        """NodeStates as the extender's cache would build them from signals and pods.
-
-        A GPU whose time-slicing slots are all taken cannot take a pod whatever its
-        memory: it is shown fully allocated.
-        """
-        out: list[NodeState] = []
+        """NodeStates exactly as the extender builds them from Node and Pod objects."""
+        out = []
         for node in nodes:
-            view = views.get(node.index)
-            if view is None:
-                out.append(
-                    NodeState(
-                        name=node.name,
-                        signals="missing",
-                        pool=node.pool,
-                        nvlink=node.nvlink,
-                        model_replicas=dict(replicas.get(node.index, {})),
-                    )
-                )
-                continue
-            gpus = []
-            for g, used in zip(node.gpus, view.used_mib, strict=True):
-                total = g.total_gib * 1024.0
-                alloc = g.allocated_gib * 1024.0
-                if not _has_slot(g, slots):
-                    alloc = total
-                gpus.append(GpuState(total_mib=total, used_mib=used, allocated_mib=alloc))
-            out.append(
-                NodeState(
-                    name=node.name,
-                    gpus=tuple(gpus),
-                    streams=view.streams,
-                    image_token_share=view.image_token_share,
-                    p95_s=view.p95_s,
-                    pool=node.pool,
-                    nvlink=node.nvlink,
-                    model_replicas=dict(replicas.get(node.index, {})),
-                )
-            )
+            info = parse_node(self.node_object(node, slots, views.get(node.index)))
+            pods = [parse_pod(self.pod_object(p, node.name)) for p in bound.get(node.index, [])]
+            out.append(build_node_state(info, pods, (), now, self.cfg))
         return out
 
-    def choose(self, want, nodes, slots, views, replicas):  # type: ignore[no-untyped-def]
+    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
         pod = PodShape(
             gpus=1,
             mem_per_gpu_mib=want.request_gib * 1024.0,
@@ -195,33 +256,31 @@ class Kvspread:
             qos=want.qos,
         )
         self.shapes.observe(pod)
-        states = self.node_states(nodes, slots, views, replicas)
+        by_name = {n.name: n for n in nodes}
+        states = self.node_states(nodes, slots, views, bound, now)
+        # kube-scheduler's own resource fit first: a free nvidia.com/gpu slot on the node
+        states = [s for s in states if any(_has_slot(g, slots) for g in by_name[s.name].gpus)]
         passing = [s for s in states if check_fit(pod, s, self.cfg).fits]
-        # kube-scheduler's own resource fit: a node needs a free slot somewhere
-        passing = [
-            s
-            for s in passing
-            if any(_has_slot(g, slots) for g in nodes[int(s.name.rsplit("-", 1)[1])].gpus)
-        ]
         if not passing:
             return None
-        scores = score_nodes(pod, passing, self.cfg, self.shapes.snapshot())
-        top = max(s.score for s in scores if s.fits) if any(s.fits for s in scores) else None
-        if top is None:
+        scores = [s for s in score_nodes(pod, passing, self.cfg, self.shapes.snapshot()) if s.fits]
+        if not scores:
             return None
-        best = [s for s in scores if s.fits and s.score == top]
-        pick = best[int(self._rng.integers(len(best)))]
         self.last_scores = [(s.name, s.score) for s in scores]
-        ni = int(pick.name.rsplit("-", 1)[1])
-        node = nodes[ni]
-        if pick.gpus_chosen:
+        top = max(s.score for s in scores)
+        best = [s for s in scores if s.score == top]
+        pick = best[int(self._rng.integers(len(best)))]
+        node = by_name[pick.name]
+        if pick.gpus_chosen and _has_slot(node.gpus[pick.gpus_chosen[0]], slots):
             gi = pick.gpus_chosen[0]
-        else:  # signals missing: best fit by the scheduler's own ledger
+        else:
+            # signals missing, or the GPU it meant has no time-slicing slot left: the
+            # device plugin takes the best-fitting GPU with room (by the node's truth)
             fits = [g for g in node.gpus if _has_slot(g, slots) and g.free_gib >= want.request_gib]
             if not fits:
                 return None
             gi = min(fits, key=lambda x: (x.free_gib, x.index)).index
-        return ni, gi
+        return node.index, gi
 
 
 def make_policy(

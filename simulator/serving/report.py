@@ -80,6 +80,7 @@ def summarise(result: RunResult) -> dict[str, Any]:
         "scale_downs": sum(1 for e in result.scale_events if e[3] < e[2]),
         "pending_pod_s": result.pending_pod_seconds,
         "sharing_slowdown": result.mean_sharing_factor,
+        "overcommitted_placements": result.overcommits,
         "sim_events": result.events,
     }
     qos_of = {name: s.qos for name, s in cfg.services.items()}
@@ -125,6 +126,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("gpu_hours_pods", "GPU-h (memory share)", "{:.1f}"),
     ("gpu_hours_occupied", "GPU-h (GPUs in use)", "{:.1f}"),
     ("scale_events", "scale events", "{:.1f}"),
+    ("pending_pod_s", "unschedulable pod-s", "{:.0f}"),
     ("sharing_slowdown", "step slow-down from sharing", "{:.2f}x"),
 )
 
@@ -288,7 +290,8 @@ def markdown_section(
             for n, s in cfg.services.items()
         )
         + f"; {cfg.duration_s / 3600:.2g} h simulated after {cfg.warmup_s:.0f} s warm-up, "
-        f"seeds {', '.join(map(str, seeds))}; {cfg.arrivals.rate_rps:g} req/s base rate "
+        f"{'seed' if len(seeds) == 1 else 'seeds'} {', '.join(map(str, seeds))}; "
+        f"{cfg.arrivals.rate_rps:g} req/s base rate "
         f"(Gamma CV {cfg.arrivals.cv:g}, up to {1 + cfg.arrivals.peak_extra:g}x swell, "
         f"{cfg.arrivals.burst_factor:g}x bursts of {', '.join(cfg.arrivals.burst_kinds)}). "
         "Mean over seeds.",
@@ -300,13 +303,14 @@ def markdown_section(
         "end-to-end latency / output tokens within the class budget (realtime 50 ms, batch "
         "120 ms). GPU-h (memory share): pod lifetime x its `gpu-memory` share of the GPU; GPU-h (GPUs in use): time a GPU hosts at "
         "least one model instance. Step slow-down from sharing: busy-time mean of the engines' "
-        "time-slicing factor (1 + busy co-tenants on the GPU).",
+        "time-slicing factor (1 + busy co-tenants on the GPU). Unschedulable pod-s: time new "
+        "pods waited for a GPU with room.",
         "",
         f"![p95 latency over time]({prefix}latency.png)",
         "",
         f"![replicas over time]({prefix}replicas.png)",
         "",
-        f"Command: `{command}` ({n_req:,.0f} simulated requests in {wall_s:.0f} s wall, "
+        f"Command: `{command}` ({n_req:,.0f} scored requests in {wall_s:.0f} s wall, "
         f"{n_req / max(wall_s, 1e-9):,.0f} requests/s). Files: `{prefix}summary.csv`, "
         f"`{prefix}runs.csv`, `{prefix}timeline.csv`.",
         "",

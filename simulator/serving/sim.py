@@ -26,7 +26,7 @@ from simulator.serving.config import ServiceSpec, SimConfig
 from simulator.serving.costmodel import kv_pool_tokens, sharing_factor
 from simulator.serving.engine import Engine
 from simulator.serving.hpa import Hpa
-from simulator.serving.placement import NodeView, PlacementPolicy, Want, make_policy
+from simulator.serving.placement import BoundPod, NodeView, PlacementPolicy, Want, make_policy
 from simulator.serving.slis import ServiceMetrics
 from simulator.serving.workload import Request, generate_requests
 
@@ -66,6 +66,7 @@ class RunResult:
     sim_end: float
     events: int
     mean_sharing_factor: float = 1.0  # engine step slow-down from GPU sharing, busy-time mean
+    overcommits: int = 0  # placements onto a GPU whose claims then exceed its memory
     pods: list[Pod] = field(default_factory=list)
 
 
@@ -130,6 +131,7 @@ class Simulation:
         self.pending_pod_seconds = 0.0
         self.occupied_gpu_seconds = 0.0
         self.retired_preemptions = 0
+        self.overcommits = 0
         self.busy_s = 0.0  # engine busy time, and the same weighted by the sharing factor
         self.slowed_s = 0.0
         self.sched_pending = False
@@ -261,24 +263,30 @@ class Simulation:
         self.by_service[service].append(pod)
         return pod
 
-    def _replicas_by_node(self) -> dict[int, dict[str, int]]:
-        out: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    def _bound_by_node(self) -> dict[int, list[BoundPod]]:
+        """Model instances bound to each node (what the extender's pod cache lists)."""
+        out: dict[int, list[BoundPod]] = defaultdict(list)
         for pod in self.pods.values():
             if pod.node >= 0 and pod.state not in ("gone", "pending"):
-                out[pod.node][self.services[pod.service].model] += 1
+                spec = self.services[pod.service]
+                out[pod.node].append(
+                    BoundPod(pod.pid, spec.model, spec.kind, spec.qos, pod.request_gib)
+                )
         return out
 
     def _try_place(self, pod: Pod, now: float, initial: bool = False) -> bool:
         spec = self.services[pod.service]
         want = Want(spec.model, spec.kind, spec.qos, spec.gpu_memory_gib)
         choice = self.policy.choose(
-            want, self.nodes, self.cfg.cluster.slots_per_gpu, self.views, self._replicas_by_node()
+            want, self.nodes, self.cfg.cluster.slots_per_gpu, self.views, self._bound_by_node(), now
         )
         if choice is None:
             self.unschedulable_attempts += 1
             return False
         pod.node, pod.gpu = choice
         gpu = self._gpu(pod)
+        if gpu.allocated_gib + pod.request_gib > gpu.total_gib + 1e-9:
+            self.overcommits += 1  # promised more memory than the GPU has
         gpu.claims[pod.pid] = pod.request_gib
         gpu.occupants.append(pod.pid)
         pod.placed_at = now
@@ -455,6 +463,7 @@ class Simulation:
         self.timeline.append(row)
 
     def _publish(self, now: float) -> None:
+        """The collector's node signals (DESIGN.md section 3), every signals period."""
         views: dict[int, NodeView] = {}
         streams: dict[int, int] = defaultdict(int)
         for pod in self.pods.values():
@@ -465,13 +474,38 @@ class Simulation:
             prev = self.node_tokens_prev.get(node.index, [0.0, 0.0])
             d_img, d_all = tok[0] - prev[0], tok[1] - prev[1]
             self.node_tokens_prev[node.index] = list(tok)
+            models: list[tuple[str, ...]] = []
+            kv: list[tuple[int, int] | None] = []
+            for g in node.gpus:
+                engines = [
+                    self.pods[o]
+                    for o in g.occupants
+                    if o in self.pods and self.pods[o].engine is not None
+                ]
+                # NVML sees a process (and the collector its pod's model) as soon as it
+                # holds memory: loading engines count too
+                holders = [self.pods[o] for o in g.held if o in self.pods and g.held[o] > 0]
+                models.append(tuple(sorted({self.services[p.service].model for p in holders})))
+                kv.append(
+                    (
+                        sum(p.engine.pool_blocks for p in engines),  # type: ignore[union-attr]
+                        sum(p.engine.used_blocks for p in engines),  # type: ignore[union-attr]
+                    )
+                    if engines
+                    else None
+                )
             views[node.index] = NodeView(
+                ts=now,
+                node=node.name,
                 used_mib=tuple(g.used_gib * 1024.0 for g in node.gpus),
+                total_mib=tuple(g.total_gib * 1024.0 for g in node.gpus),
                 streams=streams[node.index],
                 image_token_share=(d_img / d_all) if d_all > 0 else None,
                 p95_s=self.node_metrics[node.index].value(
                     "kvspread_request_latency_p95_seconds", now, METRIC_WINDOW_S, 0.2
                 ),
+                models=tuple(models),
+                kv_blocks=tuple(kv),
             )
         self.views = views
 
@@ -619,6 +653,7 @@ class Simulation:
             sim_end=end,
             events=self.events,
             mean_sharing_factor=slowed / busy if busy > 0 else 1.0,
+            overcommits=self.overcommits,
             pods=all_pods,
         )
 

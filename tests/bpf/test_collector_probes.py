@@ -276,6 +276,11 @@ def test_sse_stream_ends_at_last_chunk(subscribed: Any, uvicorn_server: Any) -> 
         # the next request on the same connection ends the stream's measurement
         c.get("/v1/models/abc123", headers={"X-LLM-Context-ID": "models-1"})
         time.sleep(0.3)  # a finished response waits for the next request or close
+        # the kernel table holds the connection's last write (used for streams in flight)
+        assert wait_for(lambda: len(rec.accepts) >= 1)
+        acc = rec.accepts[-1]
+        last = subscribed.session.conn_last_write_ns(acc.tgid, acc.fd)
+        assert last is not None and 0 < time.monotonic_ns() - last < 2e9
     assert wait_for(lambda: len(rec.records) >= 2)
     truth = truths(truth_file)
     by_id = {r.context_id: r for r in rec.records}
@@ -338,3 +343,45 @@ def test_accept_queue_delay_and_backlog(subscribed: Any) -> None:
     # the first accept() found every connection waiting in the queue
     assert evs[0].backlog == count
     assert [e.backlog for e in evs] == list(range(count, 0, -1))
+
+
+def test_request_budget_bounds_events_and_keeps_sampled_timings_right(
+    probes: Any, uvicorn_server: Any, tmp_path: Path
+) -> None:
+    """Over bpf.max_requests_per_s the kernel times nobody's request and counts it; the
+    requests it does hand over keep exact timings (the one before a skipped request ends
+    at its own last write)."""
+    from bpf import loader
+
+    with socket.socket() as probe_sock:
+        probe_sock.bind(("127.0.0.1", 0))
+        port = int(probe_sock.getsockname()[1])
+    session = loader.load(
+        loader.ProbeConfig(ports=(port,), header_cache=probes.header_cache, max_requests_per_s=4)
+    )
+    try:
+        rec = Recorder(port)
+        session.open(rec.on_http, rec.on_accept)
+        truth_file = uvicorn_server(port)
+        sent: dict[str, int] = {}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+            for i in range(12):
+                sent[f"b-{i}"] = time.monotonic_ns()
+                c.post(
+                    "/v1/chat/completions",
+                    json={"delay_ms": 5},
+                    headers={"X-LLM-Context-ID": f"b-{i}"},
+                )
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(rec.records) < 4:
+            session.poll(50)
+        session.poll(50)
+        lost = session.lost_events()
+    finally:
+        session.close()
+    assert 1 <= len(rec.records) <= 5  # one window of 4 (+1 if the test spans two windows)
+    assert lost["budget"] == 12 - len(rec.records)
+    truth = truths(truth_file)
+    for r in rec.records:
+        assert r.context_id is not None
+        check_timing(r, truth[r.context_id], sent[r.context_id])

@@ -101,3 +101,14 @@ def test_in_flight_counts_waiting_and_recently_writing() -> None:
     t.on_http(ev(HttpEventKind.RESPONSE, 1 * MS, RESP, fd=3))  # finished long ago
     last = {2: 4_900 * MS, 3: 10 * MS}
     assert t.in_flight(5_000 * MS, lambda tgid, fd: last.get(fd), idle_s=1.0) == 2
+
+
+def test_end_event_closes_the_previous_request_without_opening_one() -> None:
+    """Over the kernel's request budget a request is not sampled; the one before it ends."""
+    t = ConnTracker()
+    t.on_http(ev(HttpEventKind.REQUEST, 0, REQ))
+    t.on_http(ev(HttpEventKind.RESPONSE, 10 * MS, RESP))
+    (r,) = t.on_http(ev(HttpEventKind.END, 50 * MS, prev_end=12 * MS, prev=ConnState.RESPONDING))
+    assert r.duration_s == 0.012
+    assert t.on_http(ev(HttpEventKind.CLOSE, 90 * MS, prev_end=80 * MS)) == []
+    assert t.counters.requests == 1

@@ -16,7 +16,7 @@ from extender.config import ExtenderConfig
 from extender.run import build
 from kvspread.clock import FakeClock
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
-from tests.extender.conftest import serve_app
+from tests.extender.uvicorn_server import serve_app
 from tests.fake_kube import make_node, make_pod
 
 WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "k8s-wire"

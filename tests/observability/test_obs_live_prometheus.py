@@ -467,11 +467,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         for name, p in procs.items():
             # The kvspread commands stop cleanly on SIGINT (KeyboardInterrupt -> exit 130).
             p.send_signal(signal.SIGTERM if name == "prometheus" else signal.SIGINT)
+        stop_by = time.monotonic() + 3
         for p in procs.values():
             try:
-                p.wait(timeout=5)
+                p.wait(timeout=max(0.1, stop_by - time.monotonic()))
             except subprocess.TimeoutExpired:
-                p.kill()
+                p.kill()  # the temporary TSDB and sockets need no graceful shutdown
+                p.wait(timeout=5)
         for s in servers:
             s.shutdown()
             s.server_close()

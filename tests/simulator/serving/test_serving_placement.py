@@ -11,6 +11,7 @@ from extender.scoring import score_nodes
 from extender.shapes import ShapeDistribution
 from simulator.serving.cluster import Gpu, Node
 from simulator.serving.placement import (
+    BoundPod,
     Kvspread,
     MemoryWeighted,
     NodeView,
@@ -38,10 +39,16 @@ def cluster(used: list[list[float]], pools: tuple[str, ...] = ("mixed",)) -> lis
     return nodes
 
 
-def views(nodes: list[Node]) -> dict[int, NodeView]:
+def views(nodes: list[Node], ts: float = 100.0) -> dict[int, NodeView]:
     return {
         n.index: NodeView(
-            tuple(g.used_gib * 1024 for g in n.gpus), streams=0, image_token_share=None
+            ts=ts,
+            node=n.name,
+            used_mib=tuple(g.used_gib * 1024 for g in n.gpus),
+            total_mib=tuple(g.total_gib * 1024 for g in n.gpus),
+            streams=3,
+            image_token_share=0.25,
+            p95_s=2.0,
         )
         for n in nodes
     }
@@ -50,7 +57,7 @@ def views(nodes: list[Node]) -> dict[int, NodeView]:
 def test_round_robin_cycles_nodes_and_ignores_memory() -> None:
     nodes = cluster([[70, 70], [0, 0], [75, 0]])
     rr = RoundRobin(np.random.default_rng(0))
-    picks = [rr.choose(WANT, nodes, 4, {}, {}) for _ in range(4)]
+    picks = [rr.choose(WANT, nodes, 4, {}, {}, 0.0) for _ in range(4)]
     # node 0 first although no GPU there has 32 GiB free; GPU with fewest pods
     assert picks[0] == (0, 0)
     assert picks[1] == (1, 0)
@@ -61,17 +68,17 @@ def test_round_robin_cycles_nodes_and_ignores_memory() -> None:
 def test_round_robin_respects_time_slicing_slots() -> None:
     nodes = cluster([[10], [10]])
     rr = RoundRobin(np.random.default_rng(0))
-    assert rr.choose(WANT, nodes, 1, {}, {}) is None
-    assert rr.choose(WANT, nodes, 2, {}, {}) == (0, 0)
+    assert rr.choose(WANT, nodes, 1, {}, {}, 0.0) is None
+    assert rr.choose(WANT, nodes, 2, {}, {}, 0.0) == (0, 0)
 
 
 def test_memory_weighted_takes_the_node_with_most_free_memory() -> None:
     nodes = cluster([[40, 40], [0, 60], [70, 70]])
     mw = MemoryWeighted(np.random.default_rng(0))
     # node 1 has 80 + 20 = 100 GiB free (node 0: 80); on it the GPU with most free
-    assert mw.choose(WANT, nodes, 4, {}, {}) == (1, 0)
+    assert mw.choose(WANT, nodes, 4, {}, {}, 0.0) == (1, 0)
     full = cluster([[60, 60]])
-    assert mw.choose(WANT, full, 4, {}, {}) is None
+    assert mw.choose(WANT, full, 4, {}, {}, 0.0) is None
 
 
 def test_kvspread_picks_the_extenders_best_score() -> None:
@@ -79,17 +86,23 @@ def test_kvspread_picks_the_extenders_best_score() -> None:
         [[40, 0, 0, 0], [48, 48, 0, 0], [20, 50, 60, 8]], pools=("language", "vision", "mixed")
     )
     vw = views(nodes)
+    bound = {1: [BoundPod("vision-0", "qwen2-vl-7b", "image", "realtime", 32.0)]}
     kv = Kvspread(np.random.default_rng(0))
-    pick = kv.choose(WANT, nodes, 4, vw, {})
+    pick = kv.choose(WANT, nodes, 4, vw, bound, 105.0)
     assert pick is not None
     # recompute with the extender directly on the same states and shape distribution
     cfg = ScoringConfig()
     shapes = ShapeDistribution(cfg)
     pod = PodShape(
-        gpus=1, mem_per_gpu_mib=32 * 1024.0, model=WANT.model, modality=WANT.modality, qos=WANT.qos
+        gpus=1,
+        mem_per_gpu_mib=32 * 1024.0,
+        model=WANT.model,
+        modality=WANT.modality,
+        qos=WANT.qos,
     )
     shapes.observe(pod)
-    scores = score_nodes(pod, kv.node_states(nodes, 4, vw, {}), cfg, shapes.snapshot())
+    states = kv.node_states(nodes, 4, vw, bound, 105.0)
+    scores = score_nodes(pod, states, cfg, shapes.snapshot())
     best = max(s.score for s in scores)
     winners = {s.name for s in scores if s.score == best}
     assert nodes[pick[0]].name in winners
@@ -97,16 +110,56 @@ def test_kvspread_picks_the_extenders_best_score() -> None:
     assert pick[1] == chosen.gpus_chosen[0]
 
 
+def test_kvspread_reads_signals_and_pods_like_the_extender() -> None:
+    nodes = cluster([[40, 0]], pools=("vision",))
+    nodes[0].nvlink = True
+    bound = {0: [BoundPod("docs-3", "qwen2-vl-7b-32k", "multi-image", "batch", 48.0)]}
+    kv = Kvspread(np.random.default_rng(0))
+    (state,) = kv.node_states(nodes, 4, views(nodes), bound, 110.0)
+    assert state.fresh and state.pool == "vision" and state.nvlink
+    assert state.streams == 3 and state.image_token_share == 0.25 and state.p95_s == 2.0
+    assert state.model_replicas == {"qwen2-vl-7b-32k": 1}
+    assert [g.used_mib for g in state.gpus] == [40 * 1024.0, 0.0]
+    # the extender guesses where the bound 48Gi pod sits: the GPU with room for it
+    assert sum(g.allocated_mib for g in state.gpus) == 48 * 1024.0
+    # signals older than the extender's stale age give a neutral, unfiltered node
+    (stale,) = kv.node_states(nodes, 4, views(nodes, ts=0.0), bound, 1000.0)
+    assert stale.signals == "stale" and not stale.gpus
+
+
+def test_signals_document_round_trips() -> None:
+    from kvspread.signals import decode_signals
+
+    nodes = cluster([[40, 0]])
+    view = NodeView(
+        ts=5.0,
+        node="gpu-node-0",
+        used_mib=(40960.0, 0.0),
+        total_mib=(81920.0, 81920.0),
+        streams=7,
+        image_token_share=None,
+        p95_s=None,
+        models=(("llama-3-8b",), ()),
+        kv_blocks=((2751, 100), None),
+    )
+    doc = decode_signals(view.annotation())
+    assert doc.streams == 7 and doc.image_token_share is None and doc.p95_s is None
+    assert doc.gpus is not None and doc.gpus[0].kv_blocks_total == 2751
+    assert doc.gpus[0].models == ("llama-3-8b",) and doc.gpus[1].kv_blocks_total is None
+    assert "util" in doc.absent
+    assert nodes  # the cluster helper is shared with the tests above
+
+
 def test_kvspread_filter_refuses_nodes_without_room() -> None:
     nodes = cluster([[60, 60], [70, 50]])
     kv = Kvspread(np.random.default_rng(0))
-    assert kv.choose(WANT, nodes, 4, views(nodes), {}) is None
+    assert kv.choose(WANT, nodes, 4, views(nodes), {}, 105.0) is None
 
 
-def test_kvspread_sees_full_slots_as_full_gpus() -> None:
-    nodes = cluster([[0, 0]])
-    states = Kvspread(np.random.default_rng(0)).node_states(nodes, 0, views(nodes), {})
-    assert all(g.free_mib == 0 for g in states[0].gpus)
+def test_kvspread_respects_time_slicing_slots() -> None:
+    nodes = cluster([[10, 10]])
+    kv = Kvspread(np.random.default_rng(0))
+    assert kv.choose(WANT, nodes, 1, views(nodes), {}, 105.0) is None
 
 
 def test_unknown_policy() -> None:

@@ -13,7 +13,7 @@ from simulator.serving.experiment import run_experiment, write_outputs
 from simulator.serving.report import TABLE_COLUMNS, markdown_table, summarise
 from simulator.serving.sim import Simulation
 
-SMALL = {"duration_s": 400.0, "warmup_s": 60.0, "arrivals": {"rate_rps": 3.0}}
+SMALL = {"duration_s": 300.0, "warmup_s": 60.0, "arrivals": {"rate_rps": 3.0}}
 
 
 def fingerprint(sim: Simulation) -> list[tuple[int, str, float, int]]:
@@ -41,16 +41,20 @@ def test_other_seed_other_run() -> None:
     assert fingerprint(a) != fingerprint(b)
 
 
-@pytest.mark.parametrize("policy", ["memory-weighted", "kvspread"])
+@pytest.mark.parametrize("policy", ["round-robin", "memory-weighted", "kvspread"])
 def test_invariants_after_a_run(policy: str) -> None:
     cfg = config_from_mapping(SMALL)
     sim = Simulation(cfg, policy, 3)
     res = sim.run()
+    if policy == "memory-weighted":
+        # placement by the scheduler's exact ledger never promises more than a GPU has
+        # (kvspread's extender guesses which GPU a bound pod sits on, so it can)
+        assert res.overcommits == 0
     for node in sim.nodes:
         for g in node.gpus:
-            # memory-aware placement never promises more than a GPU has
-            assert g.allocated_gib <= g.total_gib + 1e-9
-            assert g.used_gib <= g.total_gib + 1e-9
+            if policy == "memory-weighted":
+                assert g.allocated_gib <= g.total_gib + 1e-9
+            assert g.used_gib <= g.total_gib + 1e-9  # processes never hold more than exists
             assert len(g.occupants) <= cfg.cluster.slots_per_gpu
     for r in res.requests:
         assert r.status in ("ok", "oom-len", "oom-kv", "aborted", "pending")

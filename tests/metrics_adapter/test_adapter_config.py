@@ -153,6 +153,7 @@ def test_help_names_kubernetes_flags(capsys) -> None:
 @pytest.mark.parametrize(
     "module",
     [
+        "",
         "sli",
         "selectors",
         "errors",
@@ -168,13 +169,17 @@ def test_help_names_kubernetes_flags(capsys) -> None:
         "sources.promql",
         "sources.store",
         "fake",
-    ],  # fmt: skip
+        "cli",
+    ],
 )
 def test_public_surface(module: str) -> None:
-    mod = importlib.import_module(f"metrics_adapter.{module}")
+    mod = importlib.import_module(f"metrics_adapter.{module}" if module else "metrics_adapter")
     assert mod.__all__, module
     for name in mod.__all__:
-        assert hasattr(mod, name), f"{module}.{name}"
+        assert hasattr(mod, name) or module == "sources", f"{module}.{name}"
+    public = {n for n in vars(mod) if not n.startswith("_") and callable(vars(mod)[n])}
+    own = {n for n in public if getattr(vars(mod)[n], "__module__", None) == mod.__name__}
+    assert own <= set(mod.__all__), f"{module}: public but not in __all__: {own - set(mod.__all__)}"
     fan = importlib.import_module("kvspread.fanout")
     assert all(hasattr(fan, n) for n in fan.__all__)
 

@@ -14,7 +14,7 @@ from openapi_spec_validator import validate
 from kvspread.quantity import parse_quantity
 from metrics_adapter.server import AdapterThread
 from metrics_adapter.sources.store import GAUGE, Point
-from tests.metrics_adapter.conftest import Pki, api_client, base_config
+from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "k8s-wire" / "external-metrics-requests.jsonl"
 RULES = [

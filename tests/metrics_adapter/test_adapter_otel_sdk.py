@@ -10,13 +10,13 @@ import httpx
 from kvspread import names
 from metrics_adapter import sli
 from metrics_adapter.server import AdapterThread
-from tests.metrics_adapter.conftest import Pki, api_client, base_config, hpa_headers
-from tests.metrics_adapter.otel_helpers import (
+from tests.metrics_adapter.adapter_otel_helpers import (
     DURATION_BOUNDS,
     RecordingExporter,
     otlp_exporter,
     provider,
 )
+from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 
 NS = "llm"
 RESOURCE = {

@@ -101,3 +101,40 @@ def test_fuzzed_selectors_on_a_metric_read(sel: str) -> None:
     target = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_QUEUE_DEPTH}?labelSelector={quote(sel)}"
     status = _ask("GET", target, CERT, [("x-remote-user", "hpa")])
     assert status in (200, 400), (sel, status)
+
+
+def test_fuzzed_raw_http_never_gets_5xx(pki) -> None:  # noqa: ANN001 - fixture
+    """Random request lines and headers at the HTTP layer (the OTLP port: same server code)."""
+    import socket
+
+    from hypothesis import HealthCheck
+
+    from metrics_adapter.server import AdapterThread
+    from tests.metrics_adapter.adapter_testing import base_config
+
+    with AdapterThread(base_config(pki)) as a:
+        port = a.adapter.otlp_port
+
+        @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(
+            st.sampled_from(["GET", "POST", "PUT", "X", "", "GET GET"]),
+            st.text(max_size=30),
+            st.lists(st.tuples(st.text(max_size=10), st.text(max_size=20)), max_size=3),
+            st.binary(max_size=64),
+        )
+        def run(method, target, headers, body) -> None:  # noqa: ANN001
+            raw = f"{method} /{target} HTTP/1.1\r\nHost: x\r\n".encode("utf-8", "replace")
+            for k, v in headers:
+                raw += f"{k}: {v}\r\n".encode("utf-8", "replace")
+            raw += f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(raw)
+                s.shutdown(socket.SHUT_WR)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            if data:
+                status = int(data.split(b" ", 2)[1])
+                assert status < 500, (raw, data[:200])
+
+        run()

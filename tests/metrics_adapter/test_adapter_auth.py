@@ -11,7 +11,13 @@ import pytest
 from kvspread.kube import api_client as kube_client
 from metrics_adapter.server import AdapterThread
 from tests.fake_kube import FakeKubeApi, make_configmap
-from tests.metrics_adapter.conftest import FRONT_PROXY_CN, Pki, api_client, base_config, hpa_headers
+from tests.metrics_adapter.adapter_testing import (
+    FRONT_PROXY_CN,
+    Pki,
+    api_client,
+    base_config,
+    hpa_headers,
+)
 
 DISCOVERY = "/apis/external.metrics.k8s.io/v1beta1"
 READ = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/kvspread_queue_depth"

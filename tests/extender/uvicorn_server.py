@@ -1,4 +1,4 @@
-"""Shared helpers for the extender tests: a real uvicorn server on a loopback port."""
+"""A real uvicorn server on a loopback port, for the extender tests."""
 
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ from metrics_adapter.selectors import parse_selector
 from metrics_adapter.server import AdapterThread
 from metrics_adapter.sources.otlp import OtlpReceiver
 from metrics_adapter.sources.store import SeriesStore
-from tests.metrics_adapter.conftest import Pki
-from tests.metrics_adapter.otlp_payloads import DELTA, counter, gauge, histogram, request
+from tests.metrics_adapter.adapter_otlp_payloads import DELTA, counter, gauge, histogram, request
+from tests.metrics_adapter.adapter_testing import Pki
 
 T0 = 1_800_000_000.0
 BOUNDS = (0.1, 0.2, 0.5, 1.0)
@@ -195,7 +195,7 @@ def test_gzip_bomb_gets_413() -> None:
 
 
 def test_body_limit_over_http(pki: Pki) -> None:
-    from tests.metrics_adapter.conftest import base_config
+    from tests.metrics_adapter.adapter_testing import base_config
 
     with AdapterThread(base_config(pki, otlp_max_body_bytes=4096)) as a:
         url = f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics"
@@ -294,3 +294,21 @@ def test_stale_values_are_not_served() -> None:
     clock.advance(200)  # newest point now 230 s old, staleness 120 s
     assert prov.get_external_metric("llm", names.SLI_QUEUE_DEPTH, parse_selector("")) == []
     assert prov.stale_reads == 1
+
+
+def test_otlp_over_tls(pki: Pki) -> None:
+    from tests.metrics_adapter.adapter_testing import base_config, client_context
+
+    cfg = base_config(
+        pki, otlp_tls_cert_file=pki.serving_cert, otlp_tls_private_key_file=pki.serving_key
+    )
+    with AdapterThread(cfg) as a:
+        url = f"https://127.0.0.1:{a.adapter.otlp_port}/v1/metrics"
+        body = _good_request().SerializeToString()
+        with httpx.Client(verify=client_context(pki, None)) as c:
+            r = c.post(url, content=body, headers={"content-type": "application/x-protobuf"})
+        assert r.status_code == 200
+        assert a.call(len, a.adapter.store) == 3
+        with pytest.raises(httpx.HTTPError):  # plain HTTP is not served on a TLS port
+            httpx.post(url.replace("https", "http"), content=body, timeout=3,
+                       headers={"content-type": "application/x-protobuf"})  # fmt: skip

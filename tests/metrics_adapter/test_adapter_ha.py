@@ -12,8 +12,8 @@ import pytest
 from kvspread import names
 from kvspread.fanout import FanoutMetricExporter, parse_endpoints, resolve_endpoints
 from metrics_adapter.server import AdapterThread
-from tests.metrics_adapter.conftest import Pki, api_client, base_config, hpa_headers
-from tests.metrics_adapter.otel_helpers import provider
+from tests.metrics_adapter.adapter_otel_helpers import provider
+from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 
 NS = "llm"
 SERVICE = "kvspread-adapter-otlp.kvspread.svc"

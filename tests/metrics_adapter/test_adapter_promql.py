@@ -26,7 +26,7 @@ from metrics_adapter.sources.promql import (
     PromSample,
     build_matchers,
 )
-from tests.metrics_adapter.conftest import Pki, api_client, base_config, hpa_headers
+from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 
 RULE_DOC = {
     "name": "queue_from_prometheus",

@@ -1,0 +1,85 @@
+"""`kvspread simulate placement` end to end on a small run, and its input errors."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from kvspread.cli import main
+from kvspread.settings import ConfigError
+from simulator.cli import parse_policies, parse_seeds
+from simulator.report import PUBLISHED_ALLOCATION
+
+
+def test_small_run_writes_the_published_layout(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "report"
+    argv = ["simulate", "placement", "--policies", "bestfit,fgd", "--seeds", "42,43"]
+    argv += ["--stop-at", "12", "--out", str(out), "--jobs", "2"]
+    assert main(argv, environ={}) == 0
+    with (out / "allocation.csv").open() as fh:
+        rows = list(csv.reader(fh))
+    with PUBLISHED_ALLOCATION.open() as fh:
+        published_header = next(csv.reader(fh))
+    assert rows[0] == published_header
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows[1:]] == [
+        ("openb_pod_list_default", "05-BestFit", "1.3", "42", "6212"),
+        ("openb_pod_list_default", "05-BestFit", "1.3", "43", "6212"),
+        ("openb_pod_list_default", "06-FGD", "1.3", "42", "6212"),
+        ("openb_pod_list_default", "06-FGD", "1.3", "43", "6212"),
+    ]
+    assert float(rows[1][header_index(rows[0], "10")]) == pytest.approx(10, abs=0.6)
+    assert rows[1][header_index(rows[0], "130")] == ""  # stopped at 12 %
+    for name in ("frag_ratio.csv", "placement.md", "unallocated.png", "frag_ratio.png"):
+        assert (out / name).stat().st_size > 0
+    assert "| FGD |" in capsys.readouterr().out
+
+
+def header_index(header: list[str], col: str) -> int:
+    return header.index(col)
+
+
+def test_environment_sets_defaults(tmp_path: Path) -> None:
+    env = {
+        "KVSPREAD_SIMULATE_PLACEMENT_POLICIES": "random",
+        "KVSPREAD_SIMULATE_PLACEMENT_SEEDS": "7",
+        "KVSPREAD_SIMULATE_PLACEMENT_OUT": str(tmp_path),
+    }
+    assert main(["simulate", "placement", "--stop-at", "3"], environ=env) == 0
+    text = (tmp_path / "allocation.csv").read_text()
+    assert ",01-Random,1.3,7," in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--policies", "fgd,nope"], "unknown policy nope"),
+        (["--seeds", "5..1"], "not a seed or a range"),
+        (["--trace", "nosuch"], "not a bundled trace name"),
+        (["--extender-weight", "-1"], "must be > 0"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str], message: str
+) -> None:
+    code = main(["simulate", "placement", "--out", str(tmp_path), *argv], environ={})
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "allocation.csv").exists()
+
+
+def test_parsers() -> None:
+    assert parse_seeds("42..44,50") == [42, 43, 44, 50]
+    assert parse_policies("FGD, kvspread") == ["fgd", "kvspread"]
+    with pytest.raises(ConfigError):
+        parse_seeds("")
+
+
+def test_help_has_examples(capsys: pytest.CaptureFixture) -> None:
+    for argv in (["simulate", "--help"], ["simulate", "placement", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv, environ={})
+        assert "examples:" in capsys.readouterr().out
