@@ -78,7 +78,18 @@ class _Http(asyncio.Protocol):
             self.t.write(RESPONSE)
 
 
+def _pin(cpu: int) -> None:
+    """Server on CPU 0, load generator on CPU 1: the scheduler cannot stack them on one
+    CPU in some runs and not in others (a large source of run-to-run swings)."""
+    if PIN and os.cpu_count() and os.cpu_count() > 1:  # type: ignore[operator]
+        os.sched_setaffinity(0, {cpu})
+
+
+PIN = True
+
+
 def serve(port: int) -> None:
+    _pin(0)
     loop = asyncio.new_event_loop()
     srv = loop.run_until_complete(loop.create_server(_Http, "127.0.0.1", port, backlog=1024))
     try:
@@ -109,6 +120,7 @@ def saturate(port: int, seconds: float, conns: int, out: Any) -> None:
     server is CPU-bound: throughput then measures CPU cost, not wake-up latency."""
     import selectors
 
+    _pin(1)
     sel = selectors.DefaultSelector()
     socks = [_connect(port) for _ in range(conns)]
     got = {s.fileno(): 0 for s in socks}
@@ -142,6 +154,7 @@ def client(
 ) -> None:
     """One connection, one request at a time, for `seconds` (or `max_requests`), at `rate`
     requests/s (0: as fast as possible); reports the median latency."""
+    _pin(1)
     s = _connect(port)
     n = 0
     lat: list[int] = []
@@ -284,7 +297,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each run")
     ap.add_argument("--pairs", type=int, default=3, help="paired throughput runs")
     ap.add_argument("--rss-requests", type=int, default=200_000)
+    ap.add_argument("--no-pin", action="store_true", help="do not pin server and client CPUs")
     args = ap.parse_args()
+    global PIN
+    PIN = not args.no_pin
     if os.geteuid() != 0:
         print("needs root (BPF)", file=sys.stderr)
         return 2

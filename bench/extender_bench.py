@@ -100,6 +100,51 @@ def measure(
     return lat, flo
 
 
+def cpu_table(sizes: list[int], reps: int) -> None:
+    """Decision cost without HTTP, as process CPU time (robust to other load on the
+    machine): parse + decide + encode in this process, against the JSON floor."""
+    from extender.config import ExtenderConfig
+    from extender.run import build
+    from extender.wire import parse_args
+
+    from bench.extender_nodes import synthetic_pods
+
+    print()
+    print("In-process CPU time per request (time.process_time, best of 3 x", reps, "calls):")
+    print()
+    print("| nodes | mode | verb | CPU ms | JSON floor CPU ms | ratio |")
+    print("|---:|---|---|---:|---:|---:|")
+    for n in sizes:
+        nodes = synthetic_nodes(n)
+        running = build(
+            ExtenderConfig.from_mapping({"kubernetes": {"api_server": "http://127.0.0.1:9"}})
+        )
+        running.state.replace_nodes(nodes)
+        running.state.replace_pods(synthetic_pods(n))
+        ext = running.extender
+        for mode, names_only in (("names-only", True), ("full NodeList", False)):
+            body = request_body(nodes, names_only)
+            k = reps if names_only or n <= 500 else max(2, reps * 500 // n)
+
+            def best(fn: object) -> float:
+                runs = []
+                for _ in range(3):
+                    t0 = time.process_time()
+                    for _ in range(k):
+                        fn()  # type: ignore[operator]
+                    runs.append((time.process_time() - t0) / k)
+                return min(runs)
+
+            fl = best(lambda: json.dumps(json.loads(body)))
+            for verb in ("filter", "prioritize"):
+                call = getattr(ext, verb)
+                cpu = best(lambda call=call: call(parse_args(body)))
+                print(
+                    f"| {n} | {mode} | {verb} | {cpu * 1e3:.2f} | {fl * 1e3:.2f} | {cpu / fl:.2f} |",
+                    flush=True,
+                )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -112,6 +157,7 @@ def main() -> int:
         help="measured requests per cell (full NodeList above 1,000 nodes: scaled down, at least 60)",
     )
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--cpu-only", action="store_true", help="only the in-process CPU table")
     args = ap.parse_args()
     print(
         f"# extender latency, {platform.python_implementation()} {platform.python_version()}, "
@@ -145,6 +191,7 @@ def main() -> int:
         finally:
             proc.terminate()
             proc.wait(10)
+    cpu_table(args.nodes, 20)
     return 0
 
 

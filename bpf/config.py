@@ -174,6 +174,7 @@ _TOP = {
     "publish",
     "pods",
     "proc_root",
+    "nice",
 }
 
 

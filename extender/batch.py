@@ -51,6 +51,22 @@ class NodeBatch:
     replicas: Sequence[Mapping[str, int]]  # (N,) model -> replica count
     model_counts: Mapping[str, np.ndarray] | None = None
     """Precomputed replica_counts columns for some models (NodeTable.take(model=...))."""
+    util: np.ndarray | None = None
+    """(N, G) float GPU utilisation 0..1 (NVML), NaN = not measured; None = none at all."""
+    pods: np.ndarray | None = None
+    """(N, G) float pods per GPU (`GpuState.pods`), NaN = not tracked; None = none at all."""
+
+    def util_or_nan(self) -> np.ndarray:
+        """(N, G) utilisation with NaN where not measured (also when `util` is None)."""
+        if self.util is None:
+            return np.full(self.total.shape, np.nan)
+        return self.util
+
+    def pods_or_nan(self) -> np.ndarray:
+        """(N, G) pods per GPU with NaN where not tracked (also when `pods` is None)."""
+        if self.pods is None:
+            return np.full(self.total.shape, np.nan)
+        return self.pods
 
     def __len__(self) -> int:
         return len(self.names)
@@ -70,6 +86,8 @@ class NodeBatch:
         used = np.zeros((n, width))
         alloc = np.zeros((n, width))
         valid = np.zeros((n, width), dtype=bool)
+        util = np.full((n, width), np.nan)
+        gpu_pods = np.full((n, width), np.nan)
         streams = np.full(n, np.nan)
         image = np.full(n, np.nan)
         p95 = np.full(n, np.nan)
@@ -83,6 +101,10 @@ class NodeBatch:
                     total[i, j] = g.total_mib
                     used[i, j] = g.used_mib
                     alloc[i, j] = g.allocated_mib
+                    if g.util is not None:
+                        util[i, j] = g.util
+                    if g.pods is not None:
+                        gpu_pods[i, j] = g.pods
                 valid[i, : len(s.gpus)] = True
             fresh[i] = s.fresh
             if s.streams is not None:
@@ -110,6 +132,8 @@ class NodeBatch:
             nvlink=_ro(nvlink),
             cpu_free=_ro(cpu),
             replicas=tuple(s.model_replicas for s in nodes),
+            util=_ro(util),
+            pods=_ro(gpu_pods),
         )
 
     def take(self, rows: Sequence[int] | np.ndarray) -> NodeBatch:
@@ -130,6 +154,8 @@ class NodeBatch:
             nvlink=_ro(self.nvlink[idx]),
             cpu_free=_ro(self.cpu_free[idx]),
             replicas=tuple(self.replicas[i] for i in idx),
+            util=None if self.util is None else _ro(self.util[idx]),
+            pods=None if self.pods is None else _ro(self.pods[idx]),
         )
 
     @classmethod
@@ -164,6 +190,8 @@ class NodeBatch:
             nvlink=_ro(np.concatenate([p.nvlink for p in parts])),
             cpu_free=_ro(np.concatenate([p.cpu_free for p in parts])),
             replicas=tuple(r for p in parts for r in p.replicas),
+            util=_ro(np.concatenate([pad(p.util_or_nan(), np.nan) for p in parts])),
+            pods=_ro(np.concatenate([pad(p.pods_or_nan(), np.nan) for p in parts])),
         )
 
     def free(self) -> np.ndarray:
@@ -216,6 +244,8 @@ class NodeTable:
         grow("used", (cap, w), 0.0, float)
         grow("alloc", (cap, w), 0.0, float)
         grow("valid", (cap, w), False, bool)
+        grow("util", (cap, w), np.nan, float)
+        grow("gpu_pods", (cap, w), np.nan, float)
         grow("fresh", (cap,), False, bool)
         grow("sig_ts", (cap,), np.nan, float)
         grow("streams", (cap,), np.nan, float)
@@ -235,9 +265,11 @@ class NodeTable:
         self._cap = cap
 
     def _widen(self, width: int) -> None:
-        for attr in ("total", "used", "alloc", "valid"):
+        for attr in ("total", "used", "alloc", "valid", "util", "gpu_pods"):
             a = getattr(self, attr)
             b = np.zeros((self._cap, width), dtype=a.dtype)
+            if attr in ("util", "gpu_pods"):
+                b[:] = np.nan
             b[:, : a.shape[1]] = a
             setattr(self, attr, b)
         self._width = width
@@ -265,11 +297,17 @@ class NodeTable:
         self.used[i] = 0.0
         self.alloc[i] = 0.0
         self.valid[i] = False
+        self.util[i] = np.nan
+        self.gpu_pods[i] = np.nan
         for j, g in enumerate(s.gpus):
             self.total[i, j] = g.total_mib
             self.used[i, j] = g.used_mib
             self.alloc[i, j] = g.allocated_mib
             self.valid[i, j] = True
+            if g.util is not None:
+                self.util[i, j] = g.util
+            if g.pods is not None:
+                self.gpu_pods[i, j] = g.pods
         self.fresh[i] = s.fresh
         self.sig_ts[i] = np.nan if s.signals_ts is None else s.signals_ts
         self.streams[i] = np.nan if s.streams is None else s.streams
@@ -316,9 +354,11 @@ class NodeTable:
         if None in found:
             missing = [p for p, i in enumerate(found) if i is None]
             idx = [i for i in found if i is not None]
+            known = tuple(self.names[idx])
         else:
             missing, idx = [], found
-        ix = np.fromiter(idx, dtype=np.intp, count=len(idx))
+            known = tuple(names)
+        ix = np.array(idx, dtype=np.intp)
         fresh = self.fresh[ix]
         codes = self.codes[ix]
         if now is not None and stale_after_s is not None and len(ix):
@@ -331,7 +371,7 @@ class NodeTable:
             col = self._model_cols.get(model)
             counts = {model: _ro(col[ix] if col is not None else np.zeros(len(ix)))}
         batch = NodeBatch(
-            names=tuple(self.names[ix]),
+            names=known,
             total=_ro(self.total[ix]),
             used=_ro(self.used[ix]),
             alloc=_ro(self.alloc[ix]),
@@ -346,5 +386,7 @@ class NodeTable:
             cpu_free=_ro(self.cpu[ix]),
             replicas=self.replicas[ix],
             model_counts=counts,
+            util=_ro(self.util[ix]),
+            pods=_ro(self.gpu_pods[ix]),
         )
         return batch, missing

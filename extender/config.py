@@ -8,6 +8,9 @@ rejects values out of range, naming the field and the bad value.
     scoring:
       weights: {fragmentation: 0.35, load: 0.25, spread: 0.15, modality: 0.15, qos: 0.10}
       load_weights: {memory: 0.4, streams: 0.3, image: 0.3}
+      util_share: 0.5
+      busy_gpu_penalty: 1.0
+      gpu_assignment: fewest-pods
       rho_threshold: 0.35
       rho_repulsion: 2.0
       stale_after_s: 60
@@ -34,8 +37,12 @@ __all__ = [
     "LoadWeights",
     "PriorShape",
     "Normalisation",
+    "GpuAssignment",
+    "DEFAULT_GPU_ASSIGNMENT",
     "DEFAULT_TERM_WEIGHTS",
     "DEFAULT_LOAD_WEIGHTS",
+    "DEFAULT_UTIL_SHARE",
+    "DEFAULT_BUSY_GPU_PENALTY",
     "DEFAULT_RHO_THRESHOLD",
     "DEFAULT_RHO_REPULSION",
     "DEFAULT_STALE_AFTER_S",
@@ -57,6 +64,7 @@ __all__ = [
 MIB: Final = 2**20
 
 Normalisation = Literal["candidates", "absolute"]
+GpuAssignment = Literal["fewest-pods", "scored"]
 
 
 @dataclass(frozen=True)
@@ -104,8 +112,23 @@ the source design notes rank memory pressure as the main interference; spread, m
 QoS break ties between nodes that pack equally well. Tuned on the simulator (docs/extender.md)."""
 
 DEFAULT_LOAD_WEIGHTS: Final = LoadWeights(memory=0.4, streams=0.3, image=0.3)
-"""load = 0.4 mem_used/mem_total + 0.3 streams/max_streams + 0.3 image share: the formula of
-the design notes this project grew from (DESIGN.md section 4)."""
+"""load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share: the weights of the design
+notes this project grew from (DESIGN.md section 4), whose first part is mem_used/mem_total.
+Here that part also carries GPU utilisation where the collector measured it (`util_share`)."""
+
+DEFAULT_UTIL_SHARE: Final = 0.5
+"""Share of the load's first part that is GPU utilisation when NVML reports it: busy =
+(1 - 0.5) mem_used/mem_total + 0.5 mean_g util_g. Memory use says how much of the GPU is
+promised, not whether its SMs are taken: an engine holding 30 % of the memory can keep a
+time-sliced GPU busy all the time, and every process added to it slows each step (time-slicing
+runs one context at a time). Half and half because neither signal alone describes the
+interference; without utilisation the part is memory alone, as in the design notes."""
+
+DEFAULT_BUSY_GPU_PENALTY: Final = 1.0
+"""Cost of a busy GPU when the extender picks a node's GPU slot, in units of the pod's demand:
+the slot minimises dF + penalty x util_g x demand, so a fully busy GPU must save as much
+expected fragmentation as the pod's whole memory before it is preferred to an idle one.
+No effect where utilisation is not measured (the Alibaba trace replay)."""
 
 DEFAULT_RHO_THRESHOLD: Final = 0.35
 """Node fragmentation above which replicas of one model repel harder (DESIGN.md section 5)."""
@@ -148,6 +171,17 @@ DEFAULT_NORMALISATION: Final[Normalisation] = "candidates"
 worst 0), as kube-scheduler's own NormalizeScore does; `absolute`: a node's score depends on
 that node alone (weighted sum x 10)."""
 
+DEFAULT_GPU_ASSIGNMENT: Final[GpuAssignment] = "fewest-pods"
+"""Who picks the GPU inside the chosen node, as far as scoring is concerned. kube-scheduler
+binds a pod to a node; the kubelet's device manager asks the device plugin which device to
+give it. `fewest-pods`: the NVIDIA device plugin's distributed allocation for time-sliced
+replicas (k8s-device-plugin `distributedAlloc`: the GPU with the fewest allocated replicas
+first); it ignores GPU memory, so a one-GPU pod fits a node only when every GPU the plugin
+may pick (those with the fewest pods) has room, and the fragmentation and busy costs are
+those of such a GPU. Applies where the per-GPU pod counts are known (`GpuState.pods`, built
+from the signals). `scored`: the GPU slot the scoring picks, for clusters whose device
+plugin honours a scheduler's GPU choice (kvspread ships none) and for the trace replay."""
+
 _WEIGHT_KEYS = ("fragmentation", "load", "spread", "modality", "qos")
 _LOAD_KEYS = ("memory", "streams", "image")
 
@@ -163,6 +197,12 @@ class ScoringConfig:
     """Weights of the five prioritize terms."""
     load_weights: LoadWeights = DEFAULT_LOAD_WEIGHTS
     """Weights inside the load term."""
+    util_share: float = DEFAULT_UTIL_SHARE
+    """Share of the load's memory part taken by measured GPU utilisation (0 = memory only)."""
+    busy_gpu_penalty: float = DEFAULT_BUSY_GPU_PENALTY
+    """Weight of a GPU's utilisation when choosing the GPU slot (0 = fragmentation only)."""
+    gpu_assignment: GpuAssignment = DEFAULT_GPU_ASSIGNMENT
+    """How the GPU inside a node is picked: `fewest-pods` (device plugin) or `scored`."""
     rho_threshold: float = DEFAULT_RHO_THRESHOLD
     """rho above which the spread repulsion is multiplied by 1 + rho_repulsion * rho."""
     rho_repulsion: float = DEFAULT_RHO_REPULSION
@@ -198,6 +238,8 @@ class ScoringConfig:
         if lw.memory + lw.streams + lw.image <= 0:
             raise ConfigError("scoring.load_weights: at least one weight must be > 0")
         _in_range("scoring.rho_threshold", self.rho_threshold, 0.0, 1.0)
+        _in_range("scoring.util_share", self.util_share, 0.0, 1.0)
+        _non_negative("scoring.busy_gpu_penalty", self.busy_gpu_penalty)
         _non_negative("scoring.rho_repulsion", self.rho_repulsion)
         _positive("scoring.stale_after_s", self.stale_after_s)
         _positive("scoring.max_streams", self.max_streams)
@@ -208,6 +250,11 @@ class ScoringConfig:
         if not isinstance(self.max_shapes, int) or self.max_shapes < 1:
             raise ConfigError(
                 f"scoring.max_shapes: must be an integer >= 1, got {self.max_shapes!r}"
+            )
+        if self.gpu_assignment not in ("fewest-pods", "scored"):
+            raise ConfigError(
+                f"scoring.gpu_assignment: must be 'fewest-pods' or 'scored', "
+                f"got {self.gpu_assignment!r}"
             )
         if self.normalisation not in ("candidates", "absolute"):
             raise ConfigError(
@@ -254,6 +301,8 @@ class ScoringConfig:
         for key in (
             "rho_threshold",
             "rho_repulsion",
+            "util_share",
+            "busy_gpu_penalty",
             "stale_after_s",
             "max_streams",
             "qos_p95_ceiling_s",
@@ -270,6 +319,8 @@ class ScoringConfig:
             kw["max_shapes"] = v
         if "normalisation" in data:
             kw["normalisation"] = data["normalisation"]
+        if "gpu_assignment" in data:
+            kw["gpu_assignment"] = data["gpu_assignment"]
         if "shape_prior" in data:
             kw["shape_prior"] = _prior(data["shape_prior"], f"{where}.shape_prior")
         cfg = cls(**kw)

@@ -30,6 +30,12 @@ class GpuState:
     total_mib: float
     used_mib: float = 0.0
     allocated_mib: float = 0.0
+    util: float | None = None
+    """Share of time a kernel ran (NVML utilization.gpu, 0..1); None when not measured."""
+    pods: int | None = None
+    """Pods on this GPU as far as the extender knows (kvspread pods from the signals, the
+    ledger and predictions, plus one for another tenant's unexplained memory use); None
+    when not tracked. The device plugin's GPU choice is predicted from it."""
 
     @property
     def free_mib(self) -> float:

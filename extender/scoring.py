@@ -20,7 +20,7 @@ Terms (each in [0,1], higher is better; one pure scalar function per term below,
 same maths vectorised in `score_batch`):
 
     fragmentation  1 / (1 + exp(dF / D))     dF = F_n(after) - F_n(before), D = pod demand
-    load           1 - load weight           (DESIGN.md 4)
+    load           1 - load weight           (DESIGN.md 4; GPU utilisation in its first part)
     spread         1 - r/(r+1) * (1 + 2 rho if rho > 0.35 else 1), clipped at 0
     modality       pool/modality affinity table, NVLink for multi-image
     qos            realtime: mean(1 - p95/ceiling, 1 - streams/max_streams); others 0.5
@@ -73,12 +73,14 @@ __all__ = [
     "node_preference",
     "STABLE_PREFERENCE_SHARE",
     "load_term",
+    "busy_part",
     "spread_term",
     "modality_term",
     "qos_term",
     "node_fragmentation",
     "expected_fragmentation",
     "placement_delta",
+    "device_plugin_candidates",
     "combine",
     "to_score",
     "explain",
@@ -179,23 +181,44 @@ def fragmentation_term(delta_f: float, demand_mib: float) -> float:
     return 1.0 / (1.0 + math.exp(x))
 
 
+def busy_part(mem_frac: float | None, util: float | None, cfg: ScoringConfig) -> float | None:
+    """The load's first part: memory in use, and GPU utilisation where measured.
+
+    (1 - s) mem_used/mem_total + s util with s = `cfg.util_share`; memory alone without a
+    utilisation reading (DESIGN.md section 4's original part), utilisation alone without a
+    memory reading; None when neither was measured.
+    """
+    if util is None:
+        return mem_frac
+    u = min(1.0, max(0.0, util))
+    if mem_frac is None:
+        return u
+    return (1.0 - cfg.util_share) * mem_frac + cfg.util_share * u
+
+
 def load_term(
     mem_used_mib: float | None,
     mem_total_mib: float | None,
     streams: float | None,
     image_token_share: float | None,
     cfg: ScoringConfig,
+    util: float | None = None,
 ) -> float:
-    """1 - load, load = 0.4 mem_used/mem_total + 0.3 streams/max_streams + 0.3 image share.
+    """1 - load, load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share.
 
-    DESIGN.md section 4; weights from `cfg.load_weights`. A part that was not measured
-    is left out and the remaining weights renormalised (never zero-filled); nothing
-    measured gives the neutral 0.5.
+    busy = `busy_part`: mem_used/mem_total (DESIGN.md section 4), with the node's mean GPU
+    utilisation `util` folded in where the collector measured it. Weights from
+    `cfg.load_weights`. A part that was not measured is left out and the remaining weights
+    renormalised (never zero-filled); nothing measured gives the neutral 0.5.
     """
     lw = cfg.load_weights
     parts: list[tuple[float, float]] = []
+    mem_frac = None
     if mem_used_mib is not None and mem_total_mib:
-        parts.append((lw.memory, min(1.0, max(0.0, mem_used_mib / mem_total_mib))))
+        mem_frac = min(1.0, max(0.0, mem_used_mib / mem_total_mib))
+    busy = busy_part(mem_frac, util, cfg)
+    if busy is not None:
+        parts.append((lw.memory, busy))
     if streams is not None:
         parts.append((lw.streams, min(1.0, max(0.0, streams / cfg.max_streams))))
     if image_token_share is not None:
@@ -303,14 +326,34 @@ def _expected_fragmentation(
     return out
 
 
+def device_plugin_candidates(
+    gpus: Sequence[GpuState], pod: PodShape, cfg: ScoringConfig
+) -> list[int] | None:
+    """The GPUs the device plugin may give a one-GPU pod (`gpu_assignment: fewest-pods`):
+    those with the fewest pods. None where this does not apply (`scored`, a pod of other
+    than one GPU, pod counts not tracked); then the scoring picks the slot itself."""
+    if cfg.gpu_assignment != "fewest-pods" or pod.gpus != 1 or not gpus:
+        return None
+    counts = [g.pods for g in gpus]
+    if any(c is None for c in counts):
+        return None
+    low = min(c for c in counts if c is not None)
+    return [j for j, c in enumerate(counts) if c == low]
+
+
 def placement_delta(
     pod: PodShape, node: NodeState, shapes: Shapes, cfg: ScoringConfig
 ) -> tuple[float, tuple[int, ...]]:
     """(dF, GPUs chosen) for placing `pod` on `node`; (nan, ()) when it does not fit.
 
+    Where the device plugin picks the GPU (`device_plugin_candidates`), the pod fits only
+    when every GPU it may be given qualifies, and the choice below runs among those.
     GPU choice: a one-GPU partial pod tries every qualifying GPU and keeps the one with
     the smallest F after (FGD); otherwise the k qualifying GPUs with the least free
-    memory are taken (best fit), ties by index.
+    memory are taken (best fit), ties by index. Where the signals report GPU utilisation,
+    a busy GPU costs `cfg.busy_gpu_penalty` x util x demand on top (in MiB, like F): an
+    instance added to a GPU that already computes slows every process on it (time-slicing),
+    so a busy GPU is taken only when it saves that much fragmentation.
     """
     free = [g.free_mib for g in node.gpus]
     idle = [g.is_idle(cfg.idle_used_fraction) for g in node.gpus]
@@ -321,8 +364,18 @@ def placement_delta(
     if pod.gpus <= 0:
         return _expected_fragmentation(free, idle, cpu - pod.cpu_milli, shapes) - before, ()
     qual = [i for i, g in enumerate(node.gpus) if gpu_qualifies(g, pod, cfg)]
+    cands = device_plugin_candidates(node.gpus, pod, cfg)
+    if cands is not None:
+        if any(j not in qual for j in cands):
+            return math.nan, ()
+        qual = cands
     if len(qual) < pod.gpus:
         return math.nan, ()
+    per_gpu = _demand(pod, [g.total_mib for g in node.gpus]) / max(1, pod.gpus)
+    busy = [
+        0.0 if g.util is None else cfg.busy_gpu_penalty * min(1.0, max(0.0, g.util)) * per_gpu
+        for g in node.gpus
+    ]
 
     def after(chosen: Sequence[int]) -> float:
         f2, i2 = list(free), list(idle)
@@ -332,13 +385,13 @@ def placement_delta(
         return _expected_fragmentation(f2, i2, cpu - pod.cpu_milli, shapes)
 
     if pod.gpus == 1 and pod.mem_per_gpu_mib is not None:
-        best_j, best_f = qual[0], math.inf
+        best_j, best_f, best_cost = qual[0], math.inf, math.inf
         for j in qual:
             fa = after([j])
-            if fa < best_f - 1e-9:
-                best_j, best_f = j, fa
+            if fa + busy[j] < best_cost - 1e-9:
+                best_j, best_f, best_cost = j, fa, fa + busy[j]
         return best_f - before, (best_j,)
-    chosen = tuple(sorted(sorted(qual, key=lambda j: (free[j], j))[: pod.gpus]))
+    chosen = tuple(sorted(sorted(qual, key=lambda j: (free[j] + busy[j], j))[: pod.gpus]))
     return after(chosen) - before, chosen
 
 
@@ -472,8 +525,14 @@ def _delta_batch(
     ok: np.ndarray,
     cpu: np.ndarray,
     shapes: Shapes,
+    busy: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(dF (N,), chosen (N, G)); NaN / no GPUs where the pod does not fit (ok False)."""
+    """(dF (N,), chosen (N, G)); NaN / no GPUs where the pod does not fit (ok False).
+
+    `busy` (N, G) is the MiB cost of each GPU's utilisation in the slot choice (see
+    `placement_delta`); None or zeros: fragmentation alone."""
+    if busy is None:
+        busy = np.zeros(free.shape)
     n, g = free.shape
     cpu_after = cpu - pod.cpu_milli
     chosen = np.zeros((n, g), dtype=bool)
@@ -494,6 +553,7 @@ def _delta_batch(
         cpu_fit = cpu_after[None, :] >= shapes.cpu[:, None]
         need_m = shapes.need[:, None]
         best = np.full(n, np.inf)
+        best_cost = np.full(n, np.inf)
         best_j = np.zeros(n, dtype=np.intp)
         for j in range(g):
             cand = qual_pod[:, j]
@@ -507,14 +567,16 @@ def _delta_batch(
             all2 = all_free - (fj - fj2)
             nonq2 = all2[None, :] - (qsum - qj * fj[None, :] + qj2 * fj2[None, :])
             fa = shapes.p @ np.where((q2 >= k) & cpu_fit, nonq2, all2[None, :])
-            better = cand & (fa < best - 1e-9)
+            cost = fa + busy[:, j]
+            better = cand & (cost < best_cost - 1e-9)
             best = np.where(better, fa, best)
+            best_cost = np.where(better, cost, best_cost)
             best_j = np.where(better, j, best_j)
         rows = np.flatnonzero(ok)
         chosen[rows, best_j[rows]] = True
         return np.where(ok, best - before, np.nan), chosen
     # k GPUs (whole, or partial on several): best fit, least free first, ties by index.
-    key = np.where(qual_pod, free, np.inf)
+    key = np.where(qual_pod, free + busy, np.inf)
     order = np.argsort(key, axis=1, kind="stable")[:, : pod.gpus]
     np.put_along_axis(chosen, order, True, axis=1)
     chosen &= qual_pod
@@ -568,12 +630,28 @@ def score_batch(
     if fits is None:
         cpu_ok = batch.cpu_free >= pod.cpu_milli
         fits = cpu_ok & (~fresh | (qual_pod.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
+    if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and batch.pods is not None:
+        # the device plugin's pick (see device_plugin_candidates): rows with pod counts
+        gp = batch.pods
+        tracked = ~np.isnan(gp)
+        known = fresh & batch.valid.any(axis=1) & (tracked | ~batch.valid).all(axis=1)
+        gp_v = np.where(batch.valid & tracked, gp, np.inf)
+        cand = batch.valid & (gp_v == gp_v.min(axis=1)[:, None])
+        dp_ok = ~(cand & ~qual_pod).any(axis=1)
+        qual_pod = np.where(known[:, None], qual_pod & cand, qual_pod)
+        fits = fits & (~known | dp_ok)
     # fragmentation: only rows with fresh GPU state where the pod fits
     can = fits & fresh
     delta = np.full(n, np.nan)
     chosen = np.zeros(free.shape, dtype=bool)
+    util = batch.util_or_nan()
     if can.any():
         rows = np.flatnonzero(can)
+        if pod.mem_per_gpu_mib is not None:
+            per_gpu = np.full(len(rows), pod.mem_per_gpu_mib)
+        else:
+            per_gpu = batch.total[rows].max(axis=1)
+        u = np.clip(np.nan_to_num(util[rows], nan=0.0), 0.0, 1.0)
         d_rows, c_rows = _delta_batch(
             pod,
             free[rows],
@@ -582,6 +660,7 @@ def score_batch(
             np.ones(len(rows), bool),
             batch.cpu_free[rows],
             shapes,
+            cfg.busy_gpu_penalty * u * per_gpu[:, None],
         )
         delta[rows] = d_rows
         chosen[rows] = c_rows
@@ -605,6 +684,21 @@ def score_batch(
     tot = np.where(batch.valid, batch.total, 0.0).sum(axis=1)
     used = np.where(batch.valid, np.maximum(batch.used, batch.alloc), 0.0).sum(axis=1)
     mem_part = np.where(tot > 0, np.clip(used / np.where(tot > 0, tot, 1.0), 0, 1), np.nan)
+    mem_part = np.where(fresh, mem_part, np.nan)
+    # GPU utilisation (mean over the node's measured GPUs) folded into the first part
+    u_valid = batch.valid & ~np.isnan(util)
+    u_count = u_valid.sum(axis=1)
+    u_mean = np.where(
+        u_count > 0,
+        np.clip(np.where(u_valid, util, 0.0), 0, 1).sum(axis=1) / np.maximum(u_count, 1),
+        np.nan,
+    )
+    s_u = cfg.util_share
+    mem_part = np.where(
+        np.isnan(u_mean),
+        mem_part,
+        np.where(np.isnan(mem_part), u_mean, (1 - s_u) * mem_part + s_u * u_mean),
+    )
     mem_part = np.where(fresh, mem_part, np.nan)
     streams_part = np.clip(batch.streams / cfg.max_streams, 0, 1)
     image_part = np.clip(batch.image_share, 0, 1)

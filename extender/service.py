@@ -7,7 +7,9 @@ knows nothing of HTTP: `server.py` maps routes onto `filter()`, `prioritize()` a
 
 Unknown nodes (names-only mode, not in the node cache, or no cache at all in
 standalone mode) pass the filter and get the neutral score 5. A pod with invalid
-kvspread labels or annotations fails every node with a reason naming the field.
+kvspread labels or annotations fails every node with a reason naming the field, in
+`FailedAndUnresolvableNodes` (preemption cannot help); nodes short of GPU memory go in
+`FailedNodes` (evicting lower-priority pods could make room).
 
 Thread-safe: the server may call from several threads.
 """
@@ -139,7 +141,8 @@ class Extender:
                 pod.key,
                 _Decision("filter", self.clock.now(), pod, args.names, [], None, failed, 0),
             )
-            return filter_response(args, [False] * n, failed)
+            # unresolvable: evicting other pods (preemption) cannot fix the pod's own spec
+            return filter_response(args, [False] * n, {}, failed_unresolvable=failed)
         self._observe(pod)
         batch, known, unknown = self._batch(args)
         ok, failed = fit_batch(pod.shape, batch, self.scoring)

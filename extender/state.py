@@ -1,13 +1,26 @@
 """Assemble a `NodeState` from what the caches hold: the Node (labels, signals
 annotation), the kvspread pods bound to it and the ledger's recent placements.
 
-Per-GPU claims (allocated_g of DESIGN.md section 4): Kubernetes does not say which GPU
-of a node a pod got (the device plugin decides), so claims are laid out the way the
-extender itself would place them: a ledger placement on the GPU slots it was scored
-for; a bound pod on GPUs whose signals list its model first, then best fit (the
-qualifying GPU with the least free memory), in a stable pod order. Measured use still
-counts through free = total - max(used, allocated), so a wrong guess can only make a
-GPU look fuller, never emptier, than the larger of the two views.
+Per-GPU claims (allocated_g of DESIGN.md section 4). Kubernetes does not say which GPU
+of a node a pod got: kube-scheduler binds to a node and the kubelet's device manager,
+asking the device plugin, picks the device. The claims are laid out from what is known:
+
+1. a ledger placement (scheduled, not yet bound) on the GPU slots it was scored for;
+2. a bound pod whose model the signals list on a GPU is on that GPU: the collector maps
+   NVML's per-process memory to pods, so once it has seen the engine's process the GPU
+   is measured, not guessed (one pod per listed GPU; with more replicas of the model
+   than listed GPUs, the rest are pods the collector has not seen yet);
+3. a bound pod the signals do not show yet (starting: image pull, CUDA init; or signals
+   older than its binding) on the GPU the device plugin picks: the NVIDIA device plugin
+   hands out time-sliced replicas with its distributed allocation (the GPU with the
+   fewest allocated replicas first), so the pod goes to the GPU with the fewest pods,
+   counting a GPU whose measured use exceeds its kvspread claims as holding another
+   tenant's pod; ties to the lower index; a GPU that can take the pod is preferred only
+   among equals.
+
+Measured use still counts through free = total - max(used, allocated), so a wrong
+prediction in step 3 can only make a GPU look fuller, never emptier, than the larger of
+the two views, and it lasts until the collector's next document shows the pod.
 """
 
 from __future__ import annotations
@@ -58,39 +71,72 @@ def read_signals_cached(annotation: str | None, now: float, stale_after_s: float
     return SignalsReading(SignalState.FRESH, sig, age_s=age)
 
 
-def _place(
+def _need(shape: PodShape, total: float) -> float:
+    return total if shape.mem_per_gpu_mib is None else shape.mem_per_gpu_mib
+
+
+def _place_seen(
+    pods: list[PodInfo],
+    total: list[float],
+    alloc: list[float],
+    pods_on: list[int],
+    models: list[tuple[str, ...]],
+) -> list[PodInfo]:
+    """Claims of bound pods the signals show (their model listed on a GPU); returns the
+    pods not shown (or not wholly shown), to be predicted by `_place_unseen`."""
+    taken: dict[str, set[int]] = {}
+    rest = []
+    for p in pods:
+        shape = p.shape
+        if shape.gpus <= 0 or not shape.model:
+            rest.append(p)
+            continue
+        used_by_model = taken.setdefault(shape.model, set())
+        listed = [j for j in range(len(total)) if shape.model in models[j]]
+        free_listed = [j for j in listed if j not in used_by_model]
+        if len(free_listed) < shape.gpus:
+            rest.append(p)
+            continue
+        for j in free_listed[: shape.gpus]:
+            alloc[j] += _need(shape, total[j])
+            pods_on[j] += 1
+            used_by_model.add(j)
+    return rest
+
+
+def _place_unseen(
     shape: PodShape,
     total: list[float],
     used: list[float],
     alloc: list[float],
-    models: list[tuple[str, ...]],
-    cfg: ScoringConfig,
+    pods_on: list[int],
+    fewest_pods: bool = True,
 ) -> None:
-    """Add one bound pod's claims to `alloc` (in place; a private scratch list)."""
+    """Claims of one bound pod the signals do not show yet, on the GPUs the device plugin
+    picks (fewest pods first, see the module docstring); with `fewest_pods` False
+    (`gpu_assignment: scored`) on the GPU the scoring would pick, best fit."""
     n = len(total)
     if shape.gpus <= 0 or n == 0:
         return
 
+    def qualifies(j: int) -> bool:
+        free = max(0.0, total[j] - max(used[j], alloc[j]))
+        if shape.mem_per_gpu_mib is None:
+            return alloc[j] <= 0.0
+        return free >= shape.mem_per_gpu_mib
+
     def free(j: int) -> float:
         return max(0.0, total[j] - max(used[j], alloc[j]))
 
-    def qualifies(j: int) -> bool:
-        if shape.mem_per_gpu_mib is None:
-            return alloc[j] <= 0.0
-        return free(j) >= shape.mem_per_gpu_mib
-
-    order = sorted(
-        range(n),
-        key=lambda j: (
-            not (shape.model and shape.model in models[j]),
-            not qualifies(j),
-            free(j) if qualifies(j) else -free(j),
-            j,
-        ),
-    )
+    if fewest_pods:
+        order = sorted(range(n), key=lambda j: (pods_on[j], not qualifies(j), j))
+    else:
+        order = sorted(
+            range(n), key=lambda j: (not qualifies(j), free(j) if qualifies(j) else -free(j), j)
+        )
     for j in order[: shape.gpus]:
-        need = total[j] if shape.mem_per_gpu_mib is None else shape.mem_per_gpu_mib
-        alloc[j] += need
+        alloc[j] += _need(shape, total[j])
+        pods_on[j] += 1
 
 
 def build_node_state(
@@ -126,19 +172,32 @@ def build_node_state(
     used = [g.mem_used_mib for g in gpus_sig]
     models = [g.models for g in gpus_sig]
     alloc = [0.0] * len(gpus_sig)
+    pods_on = [0] * len(gpus_sig)
     for pl in pending:
         for j in pl.gpus:
             if 0 <= j < len(alloc):
-                alloc[j] += (
-                    total[j] if pl.shape.mem_per_gpu_mib is None else pl.shape.mem_per_gpu_mib
-                )
-    for p in active:
-        _place(p.shape, total, used, alloc, models, cfg)
+                alloc[j] += _need(pl.shape, total[j])
+                pods_on[j] += 1
+    unseen = _place_seen(active, total, alloc, pods_on, models)
+    # another tenant's process: measured use that the kvspread claims do not explain
+    idle_mib = [cfg.idle_used_fraction * t for t in total]
+    seen_alloc = list(alloc)
+    for j in range(len(total)):
+        if used[j] - seen_alloc[j] > idle_mib[j]:
+            pods_on[j] += 1
+    for p in unseen:
+        _place_unseen(p.shape, total, used, alloc, pods_on, cfg.gpu_assignment == "fewest-pods")
     return NodeState(
         name=info.name,
         gpus=tuple(
-            GpuState(total_mib=t, used_mib=u, allocated_mib=a)
-            for t, u, a in zip(total, used, alloc, strict=True)
+            GpuState(
+                total_mib=g.mem_total_mib,
+                used_mib=g.mem_used_mib,
+                allocated_mib=a,
+                util=g.util,
+                pods=k,
+            )
+            for g, a, k in zip(gpus_sig, alloc, pods_on, strict=True)
         ),
         signals=SignalState.FRESH.value,
         streams=None if sig.streams is None else float(sig.streams),

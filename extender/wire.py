@@ -134,11 +134,11 @@ def parse_args(body: bytes | str) -> ExtenderArgs:
                 f"ExtenderArgs.NodeNames must be a list of node names or null, "
                 f"got {type(names_raw).__name__}"
             )
-        for n, name in enumerate(names_raw):
-            if not isinstance(name, str):
-                raise WireError(
-                    f"ExtenderArgs.NodeNames[{n}] must be a string, got {type(name).__name__}"
-                )
+        if not set(map(type, names_raw)) <= {str}:  # one C-level pass over 5,000 names
+            n, name = next((n, x) for n, x in enumerate(names_raw) if not isinstance(x, str))
+            raise WireError(
+                f"ExtenderArgs.NodeNames[{n}] must be a string, got {type(name).__name__}"
+            )
         node_names = names_raw
         if nodes is None:
             names = list(names_raw)

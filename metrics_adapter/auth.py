@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -178,8 +177,8 @@ def load_extension_apiserver_authentication(api_client: Any) -> RequestHeaderCon
 class ClientCA:
     """Holds the serving TLS context and rebuilds it when the client CA changes.
 
-    `load()` returns the request-header settings: from `ca_file` (re-read when its mtime
-    changes) or, without a file, from the ConfigMap through `configmap_loader`.
+    `refresh()` loads the request-header settings: from `ca_file`, or without a file from the
+    ConfigMap through `configmap_loader`, and rebuilds the context when the CA changed.
     `context()` is what the HTTP server calls for each new connection.
     """
 
@@ -196,19 +195,14 @@ class ClientCA:
         self.configmap_loader = configmap_loader
         self._ctx: ssl.SSLContext | None = None
         self._pem: str | None = None
-        self._mtime = 0.0
         self._lock = threading.Lock()
         self.config: RequestHeaderConfig = RequestHeaderConfig(None)
 
     def refresh(self) -> bool:
         """Reload the CA; True when it changed. Raises OSError/ApiException on failure."""
         if self.ca_file:
-            mtime = os.stat(self.ca_file).st_mtime
-            if self._ctx is not None and mtime == self._mtime:
-                return False
-            with open(self.ca_file) as f:
+            with open(self.ca_file) as f:  # small; compared by content, not by mtime
                 pem = f.read()
-            self._mtime = mtime
             cfg = RequestHeaderConfig(pem)
         elif self.configmap_loader is not None:
             cfg = self.configmap_loader()

@@ -41,6 +41,14 @@ policies: random, dotproduct, gpuclustering, gpupacking, bestfit, fgd, kvspread,
           kvspread-k8s (with kube-scheduler's default plugins), kvspread-unrounded
 """
 
+SERVING_EPILOG = """examples:
+  kvspread simulate serving --jobs 2
+      round-robin, memory-weighted and kvspread, seeds 1..3, one simulated hour each
+  kvspread simulate serving --policies kvspread --seeds 1 --duration 600 --out /tmp/s
+  kvspread simulate serving --config my-cluster.yaml --rate 40
+      (keys of the YAML: docs/serving-simulation.md)
+"""
+
 TOP_EPILOG = """examples:
   kvspread simulate                       quick placement + serving report (<= 3 min)
   kvspread simulate --out /tmp/report --jobs 2 --progress
@@ -308,6 +316,7 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
         "serving",
         help="simulate a multimodal serving cluster (docs/serving-simulation.md)",
         description="Discrete-event simulation of a multimodal inference cluster with HPA.",
+        epilog=SERVING_EPILOG,
         formatter_class=fmt,
     )
     from simulator.serving import cli as serving_cli

@@ -190,11 +190,13 @@ def write_plots(results: Sequence[ReplayResult], out_dir: Path, prefix: str = ""
     import matplotlib.pyplot as plt
 
     files = []
+    window = ARRIVED_LEVELS >= 80
     for kind, ylabel, fname in (
         ("unalloc", "Unallocated GPU (%)", f"{prefix}unallocated.png"),
         ("frag", "Fragmentation ratio (% of idle GPU)", f"{prefix}frag_ratio.png"),
     ):
         fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
+        top = 0.0
         for policy in _policies_in_order(results):
             rs = [r for r in results if r.policy == policy]
             if kind == "unalloc":
@@ -210,11 +212,13 @@ def write_plots(results: Sequence[ReplayResult], out_dir: Path, prefix: str = ""
                 hi = np.nanmax(data, axis=0)
             (line,) = ax.plot(ARRIVED_LEVELS, med, label=DISPLAY_NAMES.get(policy, policy))
             ax.fill_between(ARRIVED_LEVELS, lo, hi, color=line.get_color(), alpha=0.2)
+            if np.isfinite(hi[window]).any():
+                top = max(top, float(np.nanmax(hi[window])))
         ax.set_xlabel("Arrived GPU demand (% of cluster GPU capacity)")
         ax.set_ylabel(ylabel)
         if kind == "unalloc":
             ax.set_xlim(80, 130)
-            ax.set_ylim(bottom=0)
+            ax.set_ylim(0, top * 1.1 if top > 0 else 100)
         ax.grid(alpha=0.3)
         trace = results[0].trace if results else ""
         ax.set_title(f"Alibaba GPU trace '{trace}': median over seeds, band = min..max")

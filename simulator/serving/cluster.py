@@ -7,6 +7,10 @@ Two memory views per GPU, as DESIGN.md section 4 distinguishes them:
 free_g = total - max(used, allocated) uses both. An engine sizes its KV pool from what
 the GPU really has free when it starts, so a GPU that was over-promised gives a smaller
 pool (or a failed start), however the scheduler counted.
+
+Utilisation is what NVML reports as `utilization.gpu`: the share of the last sample
+period in which at least one kernel ran. A GPU keeps the times its busy set turned
+non-empty or empty, so `util(now)` is exact for any window ending now.
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ from dataclasses import dataclass, field
 
 from simulator.serving.engine import Engine
 
-__all__ = ["Gpu", "Node", "Pod", "POD_STATES"]
+__all__ = ["Gpu", "Node", "Pod", "POD_STATES", "NVML_UTIL_WINDOW_S", "device_plugin_gpu"]
 
 POD_STATES = ("pending", "loading", "ready", "crashloop", "terminating", "gone")
+
+NVML_UTIL_WINDOW_S = 1.0
+"""NVML's utilisation sample period: "between 1 second and 1/6 second depending on the
+product" (nvmlDeviceGetUtilizationRates); the longest, the smoothest reading."""
+_LOG_KEEP_S = 10.0
 
 
 @dataclass(eq=False)
@@ -31,6 +40,39 @@ class Gpu:
     held: dict[str, float] = field(default_factory=dict)
     busy: set[str] = field(default_factory=set)
     occupants: list[str] = field(default_factory=list)  # ids bound here (slots in use)
+    busy_log: list[tuple[float, bool]] = field(default_factory=list)
+    """(time, any occupant busy) at each change, the last few seconds (for `util`)."""
+
+    def set_busy(self, pid: str, on: bool, now: float) -> None:
+        """Mark an occupant computing (on) or idle, keeping the utilisation log."""
+        if on:
+            self.busy.add(pid)
+        else:
+            self.busy.discard(pid)
+        state = bool(self.busy)
+        log = self.busy_log
+        if not log or log[-1][1] != state:
+            log.append((now, state))
+        cutoff = now - _LOG_KEEP_S
+        k = 0
+        while k + 1 < len(log) and log[k + 1][0] <= cutoff:
+            k += 1
+        if k:
+            del log[:k]
+
+    def util(self, now: float, window: float = NVML_UTIL_WINDOW_S) -> float:
+        """Share of (now - window, now] in which at least one occupant computed."""
+        start = now - window
+        log = self.busy_log
+        busy = 0.0
+        for i, (t, state) in enumerate(log):
+            if not state:
+                continue
+            end = log[i + 1][0] if i + 1 < len(log) else now
+            a, b = max(t, start), min(end, now)
+            if b > a:
+                busy += b - a
+        return min(1.0, busy / window) if window > 0 else 0.0
 
     @property
     def used_gib(self) -> float:
@@ -60,6 +102,17 @@ class Node:
     gpus: list[Gpu]
 
 
+def device_plugin_gpu(node: Node, slots: int) -> Gpu | None:
+    """The GPU the NVIDIA device plugin gives a pod that asks for one time-sliced
+    `nvidia.com/gpu` on `node`: its distributed allocation takes the GPU with the fewest
+    allocated replicas (k8s-device-plugin `distributedAlloc`), here ties to the lower
+    index; None when every GPU's replicas are taken. It knows nothing of GPU memory."""
+    open_gpus = [g for g in node.gpus if len(g.occupants) < slots]
+    if not open_gpus:
+        return None
+    return min(open_gpus, key=lambda g: (len(g.occupants), g.index))
+
+
 @dataclass(eq=False)
 class Pod:
     """A model instance (or, with `service` empty, another tenant's pod)."""
@@ -74,6 +127,7 @@ class Pod:
     placed_at: float = float("nan")
     ready_at: float = float("nan")
     ended_at: float = float("nan")
+    visible_at: float = float("inf")  # when NVML (and so the collector) sees its process
     footprint_gib: float = 0.0
     pool_tokens: int = 0
     restarts: int = 0

@@ -255,7 +255,15 @@ class StartupSpec:
     backoff_max_s: float = 300.0
     grace_s: float = 30.0
     schedule_retry_s: float = 10.0  # unschedulable pods are retried (kube-scheduler backoff)
-    signals_period_s: float = 10.0  # collector publish period (DESIGN.md section 3)
+    signals_period_s: float = 10.0  # collector sample period; it publishes at most this often
+    # when NVML (and so the collector) first sees a starting engine's process: container
+    # start + CUDA context + the first weights allocated. Assumption: vLLM allocates its
+    # weights early in its 14-39 s init (PR #11005), so 15 s with the image cached; on a
+    # node that never ran the model the image pull comes first (60 s, assumed to be most of
+    # the extra cold-start time, 120 - 45 s). Until then the signals show neither the pod's
+    # memory nor its model on any GPU.
+    visible_s: float = 15.0
+    cold_visible_s: float = 60.0
 
 
 def _default_models() -> dict[str, ModelSpec]:

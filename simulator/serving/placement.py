@@ -1,20 +1,22 @@
 """Where a new model instance goes: the three placement policies under comparison.
 
-- `round-robin`: nodes in turn; on the node, the GPU with the fewest pods. Counts only
-  time-slicing slots (`nvidia.com/gpu` replicas), not memory: the behaviour of a default
-  scheduler with a time-sliced device plugin, which does not enforce GPU memory.
+- `round-robin`: nodes in turn. Counts only time-slicing slots (`nvidia.com/gpu`
+  replicas), not memory: the behaviour of a default scheduler with a time-sliced device
+  plugin, which does not enforce GPU memory.
 - `memory-weighted`: the node with the most free GPU memory (sum over its GPUs of
-  free_g = total - max(used, allocated)) among nodes with a GPU that fits the request;
-  on it, the GPU with the most free memory.
+  free_g = total - max(used, allocated)) among nodes with a GPU that fits the request.
 - `kvspread`: the extender's own code end to end: Node and Pod objects parsed by
   `extender.objects`, the collector's last `kvspread.io/signals` document (encoded with
   `kvspread.signals`), NodeStates from `extender.state.build_node_state`, the filter
   `extender.fit.check_fit` and prioritize `extender.scoring.score_nodes`; the best 0..10
-  score wins, ties broken at random as kube-scheduler does; the GPU is the one the
-  scoring chose.
+  score wins, ties broken at random as kube-scheduler does.
 
-Every policy also respects time-slicing slots (kube-scheduler's own resource fit runs
-before any extender).
+A policy picks a node. Each also names the GPU it would prefer (round-robin the one with
+the fewest pods, memory-weighted the one with the most free memory, kvspread the slot its
+scoring chose), but none of them can pin it: kube-scheduler binds a pod to a node and the
+device plugin picks the GPU, so the simulation takes `cluster.device_plugin_gpu` for every
+policy alike and only counts how often the preference differed. Every policy also
+respects time-slicing slots (kube-scheduler's own resource fit runs before any extender).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from extender.shapes import ShapeDistribution
 from extender.state import build_node_state
 from kvspread import names
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
-from simulator.serving.cluster import Gpu, Node
+from simulator.serving.cluster import Gpu, Node, device_plugin_gpu
 
 __all__ = [
     "POLICIES",
@@ -53,9 +55,10 @@ POLICIES = ("round-robin", "memory-weighted", "kvspread")
 @dataclass(frozen=True)
 class NodeView:
     """What the simulated collector last published for one node (DESIGN.md section 3):
-    per GPU the memory used (MiB), KV blocks and models served; the node's in-flight
-    `streams`, `image_token_share` of recent tokens and `p95_s` request latency (None when
-    not measured). `annotation()` is the `kvspread.io/signals` document itself."""
+    per GPU the memory used (MiB), utilisation (NVML's busy share), KV blocks and models
+    served; the node's in-flight `streams`, `image_token_share` of recent tokens and
+    `p95_s` request latency (None when not measured). `annotation()` is the
+    `kvspread.io/signals` document itself."""
 
     ts: float
     node: str
@@ -66,9 +69,15 @@ class NodeView:
     p95_s: float | None = None
     models: tuple[tuple[str, ...], ...] = ()
     kv_blocks: tuple[tuple[int, int] | None, ...] = ()
+    util: tuple[float | None, ...] = ()
 
     def annotation(self) -> str:
         """The node annotation, encoded by the project's signals codec."""
+        return encode_signals(self.signals())
+
+    def signals(self) -> NodeSignals:
+        """The document as `kvspread.signals.NodeSignals` (utilisation absent when the view
+        carries none, never zero-filled)."""
         gpus = []
         for i, (used, total) in enumerate(zip(self.used_mib, self.total_mib, strict=True)):
             kv = self.kv_blocks[i] if i < len(self.kv_blocks) else None
@@ -78,21 +87,20 @@ class NodeView:
                     mem_total_mib=total,
                     mem_used_mib=min(used, total),
                     uuid=f"GPU-{self.node}-{i}",
+                    util=self.util[i] if i < len(self.util) else None,
                     kv_blocks_total=None if kv is None else kv[0],
                     kv_blocks_used=None if kv is None else kv[1],
                     models=self.models[i] if i < len(self.models) else (),
                 )
             )
-        return encode_signals(
-            NodeSignals(
-                ts=self.ts,
-                node=self.node,
-                gpus=tuple(gpus),
-                streams=self.streams,
-                image_token_share=self.image_token_share,
-                p95_s=self.p95_s,
-                absent=("util",),
-            )
+        return NodeSignals(
+            ts=self.ts,
+            node=self.node,
+            gpus=tuple(gpus),
+            streams=self.streams,
+            image_token_share=self.image_token_share,
+            p95_s=self.p95_s,
+            absent=() if self.util else ("util",),
         )
 
 
@@ -185,8 +193,9 @@ class Kvspread:
     Each decision builds the Kubernetes objects the extender would read (v1 Node dicts
     with the `kvspread.io/signals` annotation the simulated collector published, v1 Pod
     dicts of the bound model instances), parses them with `extender.objects`, assembles
-    NodeStates with `extender.state.build_node_state` (which guesses each pod's GPU the
-    way the real extender does), filters with `extender.fit.check_fit` and scores with
+    NodeStates with `extender.state.build_node_state` (which reads each bound pod's GPU
+    from the signals, or predicts the device plugin's pick while the collector has not
+    seen the pod yet, as the real extender does), filters with `extender.fit.check_fit` and scores with
     `extender.scoring.score_nodes`. Other tenants' pods are not kvspread pods: they show
     only through the measured memory.
     """
@@ -271,16 +280,10 @@ class Kvspread:
         best = [s for s in scores if s.score == top]
         pick = best[int(self._rng.integers(len(best)))]
         node = by_name[pick.name]
-        if pick.gpus_chosen and _has_slot(node.gpus[pick.gpus_chosen[0]], slots):
-            gi = pick.gpus_chosen[0]
-        else:
-            # signals missing, or the GPU it meant has no time-slicing slot left: the
-            # device plugin takes the best-fitting GPU with room (by the node's truth)
-            fits = [g for g in node.gpus if _has_slot(g, slots) and g.free_gib >= want.request_gib]
-            if not fits:
-                return None
-            gi = min(fits, key=lambda x: (x.free_gib, x.index)).index
-        return node.index, gi
+        if pick.gpus_chosen:
+            return node.index, pick.gpus_chosen[0]
+        dp = device_plugin_gpu(node, slots)  # no fresh signals: no slot was scored
+        return None if dp is None else (node.index, dp.index)
 
 
 def make_policy(

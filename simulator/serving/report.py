@@ -81,6 +81,7 @@ def summarise(result: RunResult) -> dict[str, Any]:
         "pending_pod_s": result.pending_pod_seconds,
         "sharing_slowdown": result.mean_sharing_factor,
         "overcommitted_placements": result.overcommits,
+        "gpu_not_preferred": result.gpu_overridden,
         "sim_events": result.events,
     }
     qos_of = {name: s.qos for name, s in cfg.services.items()}

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.serving.cluster import Gpu, Node, Pod
+from bpf.publish import PublishConfig, should_publish
+from kvspread.signals import NodeSignals
+from simulator.serving.cluster import Gpu, Node, Pod, device_plugin_gpu
 from simulator.serving.config import ServiceSpec, SimConfig
 from simulator.serving.costmodel import kv_pool_tokens, sharing_factor
 from simulator.serving.engine import Engine
@@ -67,6 +69,7 @@ class RunResult:
     events: int
     mean_sharing_factor: float = 1.0  # engine step slow-down from GPU sharing, busy-time mean
     overcommits: int = 0  # placements onto a GPU whose claims then exceed its memory
+    gpu_overridden: int = 0  # placements where the device plugin's GPU was not the preferred
     pods: list[Pod] = field(default_factory=list)
 
 
@@ -135,6 +138,11 @@ class Simulation:
         self.busy_s = 0.0  # engine busy time, and the same weighted by the sharing factor
         self.slowed_s = 0.0
         self.sched_pending = False
+        self.slots = cfg.cluster.slots_per_gpu
+        # placements where the device plugin's GPU differs from the one the policy preferred
+        self.gpu_overridden = 0
+        self.published: dict[int, NodeSignals] = {}
+        self.publish_cfg = PublishConfig(min_interval_s=cfg.startup.signals_period_s)
 
     # ---- events ----
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -166,7 +174,7 @@ class Simulation:
                     g.held[pid] = mem
                     g.occupants.append(pid)
                     if busy:
-                        g.busy.add(pid)
+                        g.set_busy(pid, True, 0.0)
 
     # ---- helpers ----
     def _gpu(self, pod: Pod) -> Gpu:
@@ -199,10 +207,7 @@ class Simulation:
         was = pod.pid in gpu.busy
         if active == was:
             return
-        if active:
-            gpu.busy.add(pod.pid)
-        else:
-            gpu.busy.discard(pod.pid)
+        gpu.set_busy(pod.pid, active, now)
         self._cut_neighbours(gpu, pod.pid, now)
 
     def _cut_neighbours(self, gpu: Gpu, pid: str, now: float) -> None:
@@ -280,10 +285,15 @@ class Simulation:
         choice = self.policy.choose(
             want, self.nodes, self.cfg.cluster.slots_per_gpu, self.views, self._bound_by_node(), now
         )
-        if choice is None:
+        # the policy picks the node; inside it the device plugin picks the GPU, for every
+        # policy alike (no policy here can pin a GPU: kube-scheduler binds to a node)
+        dp = None if choice is None else device_plugin_gpu(self.nodes[choice[0]], self.slots)
+        if choice is None or dp is None:
             self.unschedulable_attempts += 1
             return False
-        pod.node, pod.gpu = choice
+        pod.node, pod.gpu = choice[0], dp.index
+        if choice[1] != dp.index:
+            self.gpu_overridden += 1
         gpu = self._gpu(pod)
         if gpu.allocated_gib + pod.request_gib > gpu.total_gib + 1e-9:
             self.overcommits += 1  # promised more memory than the GPU has
@@ -301,6 +311,11 @@ class Simulation:
         pod.attempt += 1
         model = self.services[pod.service].model
         cached = self.node_cache[pod.node]
+        st = self.cfg.startup
+        if delay == 0.0:
+            pod.visible_at = now  # the run starts with these engines up
+        else:
+            pod.visible_at = now + (st.visible_s if model in cached else st.cold_visible_s)
         if delay is None:
             delay = self.cfg.startup.load_s if model in cached else self.cfg.startup.cold_load_s
             if self.cfg.models[model].multimodal:
@@ -362,7 +377,7 @@ class Simulation:
         gpu.claims.pop(pod.pid, None)
         gpu.held.pop(pod.pid, None)
         if pod.pid in gpu.busy:
-            gpu.busy.discard(pod.pid)
+            gpu.set_busy(pod.pid, False, now)
             self._cut_neighbours(gpu, pod.pid, now)
         if pod.pid in gpu.occupants:
             gpu.occupants.remove(pod.pid)
@@ -476,16 +491,30 @@ class Simulation:
             self.node_tokens_prev[node.index] = list(tok)
             models: list[tuple[str, ...]] = []
             kv: list[tuple[int, int] | None] = []
+            used: list[float] = []
+            utils: list[float] = []
             for g in node.gpus:
                 engines = [
                     self.pods[o]
                     for o in g.occupants
                     if o in self.pods and self.pods[o].engine is not None
                 ]
-                # NVML sees a process (and the collector its pod's model) as soon as it
-                # holds memory: loading engines count too
-                holders = [self.pods[o] for o in g.held if o in self.pods and g.held[o] > 0]
+                # NVML sees a process (and the collector its pod's model) once it has
+                # started and holds memory (`visible_at`): loading engines count from then
+                holders = [
+                    self.pods[o]
+                    for o in g.held
+                    if o in self.pods and g.held[o] > 0 and self.pods[o].visible_at <= now
+                ]
                 models.append(tuple(sorted({self.services[p.service].model for p in holders})))
+                used.append(
+                    sum(
+                        mem
+                        for o, mem in g.held.items()
+                        if o not in self.pods or self.pods[o].visible_at <= now
+                    )
+                )
+                utils.append(g.util(now))
                 kv.append(
                     (
                         sum(p.engine.pool_blocks for p in engines),  # type: ignore[union-attr]
@@ -494,10 +523,10 @@ class Simulation:
                     if engines
                     else None
                 )
-            views[node.index] = NodeView(
+            view = NodeView(
                 ts=now,
                 node=node.name,
-                used_mib=tuple(g.used_gib * 1024.0 for g in node.gpus),
+                used_mib=tuple(u * 1024.0 for u in used),
                 total_mib=tuple(g.total_gib * 1024.0 for g in node.gpus),
                 streams=streams[node.index],
                 image_token_share=(d_img / d_all) if d_all > 0 else None,
@@ -506,7 +535,17 @@ class Simulation:
                 ),
                 models=tuple(models),
                 kv_blocks=tuple(kv),
+                util=tuple(utils),
             )
+            # the collector's own rule (bpf.publish): at most once per period, and only when
+            # a value moved past its threshold or the 30 s heartbeat is due
+            doc = view.signals()
+            ok, _ = should_publish(self.published.get(node.index), doc, now, self.publish_cfg)
+            if ok:
+                self.published[node.index] = doc
+                views[node.index] = view
+            elif node.index in self.views:
+                views[node.index] = self.views[node.index]
         self.views = views
 
     # ---- main loop ----
@@ -654,6 +693,7 @@ class Simulation:
             events=self.events,
             mean_sharing_factor=slowed / busy if busy > 0 else 1.0,
             overcommits=self.overcommits,
+            gpu_overridden=self.gpu_overridden,
             pods=all_pods,
         )
 

@@ -151,3 +151,21 @@ def test_only_loader_imports_bcc() -> None:
         text = p.read_text()
         if p.name != "loader.py":
             assert "import bcc" not in text, p.name
+
+
+def test_shipped_configmap_is_valid() -> None:
+    import yaml
+
+    root = Path(__file__).parents[2]
+    cm = yaml.safe_load((root / "manifests/collector/base/configmap.yaml").read_text())
+    cfg = from_mapping(yaml.safe_load(cm["data"]["collector.yaml"]), {"NODE_NAME": "gpu-1"})
+    assert cfg.node_name == "gpu-1" and cfg.http_ports is None
+    assert cfg.proc_root == Path("/host/proc") and cfg.nice == 10
+    assert cfg.otlp_endpoints == ("dns:///kvspread-adapter-otlp.kvspread.svc:4318",)
+
+
+def test_nice_and_budget_keys() -> None:
+    cfg = from_mapping({"nice": 0, "bpf": {"max_requests_per_s": 0}})
+    assert cfg.nice == 0 and cfg.max_requests_per_s == 0
+    with pytest.raises(ConfigError, match="nice"):
+        from_mapping({"nice": 25})

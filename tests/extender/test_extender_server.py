@@ -175,6 +175,8 @@ def test_invalid_pod_annotation_fails_every_node(app_client) -> None:  # noqa: A
     body["Pod"]["metadata"]["annotations"]["kvspread.io/gpu-memory"] = "lots"
     doc = client.post("/filter", json=body).json()
     assert doc["Nodes"]["items"] == []
-    assert set(doc["FailedNodes"]) == {"g0", "g1", "g2"}
-    reason = doc["FailedNodes"]["g0"]
+    # preemption cannot fix the pod's own annotation: unresolvable
+    assert doc["FailedNodes"] == {}
+    assert set(doc["FailedAndUnresolvableNodes"]) == {"g0", "g1", "g2"}
+    reason = doc["FailedAndUnresolvableNodes"]["g0"]
     assert "kvspread.io/gpu-memory='lots'" in reason and "Kubernetes quantity" in reason

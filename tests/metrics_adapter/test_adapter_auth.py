@@ -166,3 +166,37 @@ def test_subject_access_review_and_configmap_ca(pki: Pki) -> None:
             "version": "v1beta1",
             "resource": "kvspread_queue_depth",
         }
+
+
+def test_rotated_client_ca_file_is_picked_up(pki: Pki, tmp_path) -> None:  # noqa: ANN001
+    """A new request-header CA in the file applies to new connections, without a restart."""
+    import time
+
+    import trustme
+
+    ca_file = tmp_path / "front-proxy-ca.crt"
+    ca_file.write_text(open(pki.front_proxy_ca_file).read())
+    new_ca = trustme.CA(organization_name="rotated-front-proxy-ca")
+    new_client = tmp_path / "new-client.pem"
+    new_ca.issue_cert(
+        FRONT_PROXY_CN, common_name=FRONT_PROXY_CN
+    ).private_key_and_cert_chain_pem.write_to_path(str(new_client))
+    cfg = base_config(pki, requestheader_client_ca_file=str(ca_file), ca_refresh_interval="1s")
+    with AdapterThread(cfg) as a:
+        with api_client(pki, a) as c:
+            assert c.get(READ, headers=hpa_headers()).status_code == 200
+        time.sleep(0.05)
+        new_ca.cert_pem.write_to_path(str(ca_file))
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with api_client(pki, a, client_pem=str(new_client)) as c:
+                    if c.get(READ, headers=hpa_headers()).status_code == 200:
+                        break
+            except (httpx.HTTPError, ssl.SSLError):
+                pass
+            assert time.monotonic() < deadline, "the rotated CA was not picked up"
+            time.sleep(0.3)
+        with api_client(pki, a) as c:  # the old CA no longer signs valid front-proxy certs
+            with pytest.raises((httpx.HTTPError, ssl.SSLError)):
+                c.get(READ, headers=hpa_headers())
