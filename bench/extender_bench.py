@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,14 +101,24 @@ def measure(
     return lat, flo
 
 
+def _best_cpu(fn: Callable[[], object], k: int) -> float:
+    """Best of 3 runs of k calls: process CPU seconds per call."""
+    runs = []
+    for _ in range(3):
+        t0 = time.process_time()
+        for _ in range(k):
+            fn()
+        runs.append((time.process_time() - t0) / k)
+    return min(runs)
+
+
 def cpu_table(sizes: list[int], reps: int) -> None:
     """Decision cost without HTTP, as process CPU time (robust to other load on the
     machine): parse + decide + encode in this process, against the JSON floor."""
+    from bench.extender_nodes import synthetic_pods
     from extender.config import ExtenderConfig
     from extender.run import build
     from extender.wire import parse_args
-
-    from bench.extender_nodes import synthetic_pods
 
     print()
     print("In-process CPU time per request (time.process_time, best of 3 x", reps, "calls):")
@@ -126,19 +137,10 @@ def cpu_table(sizes: list[int], reps: int) -> None:
             body = request_body(nodes, names_only)
             k = reps if names_only or n <= 500 else max(2, reps * 500 // n)
 
-            def best(fn: object) -> float:
-                runs = []
-                for _ in range(3):
-                    t0 = time.process_time()
-                    for _ in range(k):
-                        fn()  # type: ignore[operator]
-                    runs.append((time.process_time() - t0) / k)
-                return min(runs)
-
-            fl = best(lambda: json.dumps(json.loads(body)))
+            fl = _best_cpu(lambda body=body: json.dumps(json.loads(body)), k)
             for verb in ("filter", "prioritize"):
                 call = getattr(ext, verb)
-                cpu = best(lambda call=call: call(parse_args(body)))
+                cpu = _best_cpu(lambda call=call, body=body: call(parse_args(body)), k)
                 print(
                     f"| {n} | {mode} | {verb} | {cpu * 1e3:.2f} | {fl * 1e3:.2f} | {cpu / fl:.2f} |",
                     flush=True,
@@ -159,6 +161,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--cpu-only", action="store_true", help="only the in-process CPU table")
     args = ap.parse_args()
+    if args.cpu_only:
+        cpu_table(args.nodes, 20)
+        return 0
     print(
         f"# extender latency, {platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, loopback HTTP/1.1 keep-alive"

@@ -16,7 +16,7 @@ from extender.config import ExtenderConfig, ScoringConfig
 from extender.fit import FitResult, check_fit, fit_batch
 from extender.model import GpuState, NodeState, PodShape
 from extender.scoring import BatchScores, NodeScore, explain, score_batch, score_nodes
-from extender.shapes import Shape, Shapes, ShapeDistribution
+from extender.shapes import Shape, ShapeDistribution, Shapes
 
 __all__ = [
     "ScoringConfig",

@@ -51,8 +51,8 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np

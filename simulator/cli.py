@@ -241,7 +241,7 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     placement_md = markdown_report(
         results,
         plots,
-        "kvspread simulate (quick: seeds 42..44; the full run is `kvspread simulate placement`)",
+        "kvspread simulate   (quick: seeds 42..44; full run: kvspread simulate placement)",
         placement_wall,
         heading="##",
     )

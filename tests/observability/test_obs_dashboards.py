@@ -95,3 +95,14 @@ def test_autoscaling_dashboard_reads_kube_state_metrics() -> None:
     exprs = [q.expr for q in QUERIES if q.dashboard == "kvspread-autoscaling.json"]
     assert any("kube_horizontalpodautoscaler_status_current_replicas" in e for e in exprs)
     assert any("kube_horizontalpodautoscaler_status_desired_replicas" in e for e in exprs)
+
+
+def test_package_exports() -> None:
+    import observability
+
+    for name in observability.__all__:
+        assert hasattr(observability, name), name
+    assert observability.label("k8s.namespace.name") == "k8s_namespace_name"
+    assert catalog.by_name("kvspread_node_fragmentation_ratio").unit == "1"
+    with pytest.raises(KeyError, match="not in the kvspread catalogue"):
+        catalog.by_name("nope")

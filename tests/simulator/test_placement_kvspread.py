@@ -54,7 +54,9 @@ def test_scores_are_the_extenders(default_trace: Trace) -> None:
         s.score for s in want if s.fits
     ]
     assert set(got.tolist()) <= set(range(-1, 11))
-    assert (got == 10).sum() >= 1
+    fitting = got[got >= 0]
+    # candidate normalisation: the best gets 10 unless all candidates are equal
+    assert fitting.max() == 10 or len(set(fitting.tolist())) == 1
 
 
 def test_trace_config_keeps_load_from_signals_only() -> None:
