@@ -5,6 +5,7 @@ device plugin's fewest-pods rule in fit and scoring."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -176,3 +177,44 @@ def test_new_settings_parse() -> None:
         {"util_share": 0.25, "busy_gpu_penalty": 2, "gpu_assignment": "scored"}
     )
     assert (cfg.util_share, cfg.busy_gpu_penalty, cfg.gpu_assignment) == (0.25, 2.0, "scored")
+
+
+def _random_nodes(rng: random.Random, n: int) -> list[NodeState]:
+    out = []
+    for i in range(n):
+        gpus = []
+        for _ in range(rng.choice((1, 2, 4, 8))):
+            used = rng.choice((0.0, 8.0, 24.0, 40.0, 70.0)) * GIB
+            gpus.append(
+                GpuState(
+                    80 * GIB,
+                    used,
+                    allocated_mib=rng.choice((0.0, used, used + 8 * GIB)),
+                    util=rng.choice((None, 0.0, 0.3, 1.0)),
+                    pods=rng.choice((0, 1, 2)),
+                )
+            )
+        out.append(NodeState(f"n{i}", gpus=tuple(gpus), streams=float(rng.randint(0, 50))))
+    return out
+
+
+@pytest.mark.parametrize("cfg", [CFG, SCORED], ids=["fewest-pods", "scored"])
+@pytest.mark.parametrize(
+    "pod", [PodShape(1, 16 * GIB), PodShape(1, 48 * GIB), PodShape(2, 24 * GIB)]
+)
+def test_batch_and_scalar_agree_with_utilisation_and_pod_counts(
+    cfg: ScoringConfig, pod: PodShape
+) -> None:
+    nodes = _random_nodes(random.Random(11), 150)
+    scores = score_nodes(pod, nodes, cfg.with_(normalisation="absolute"), SHAPES)
+    for node, s in zip(nodes, scores, strict=True):
+        delta, chosen = placement_delta(pod, node, SHAPES, cfg)
+        assert s.fits == (not math.isnan(delta))
+        if s.fits:
+            assert s.delta_f == pytest.approx(delta, abs=1e-6)
+            assert s.gpus_chosen == chosen
+        mean_util = [g.util for g in node.gpus if g.util is not None]
+        used = sum(max(g.used_mib, g.allocated_mib) for g in node.gpus)
+        total = sum(g.total_mib for g in node.gpus)
+        util = sum(mean_util) / len(mean_util) if mean_util else None
+        assert s.terms.load == pytest.approx(load_term(used, total, node.streams, None, cfg, util))
