@@ -238,21 +238,20 @@ class Agent:
             )
         )
 
-    def _service_name(self, ref: PodRef | None) -> str:
+    def _pod_labels(self, ref: PodRef | None) -> tuple[str, str]:
+        """(service name, QoS class) of the serving pod from its labels, "" when unknown."""
         if ref is None:
-            return ""
+            return "", ""
         with self._pods_lock:
             meta = self._pods.get(ref.uid)
         if meta is None:
-            return ""
-        for key in SERVICE_LABELS:
-            v = meta.label(key)
-            if v:
-                return v
-        return ""
+            return "", ""
+        service = next((v for v in (meta.label(k) for k in SERVICE_LABELS) if v), "")
+        return service, meta.label(N.LABEL_QOS) or ""
 
     def record_request(self, rec: RequestRecord) -> None:
         ref = self.attributor.resolve(rec.tgid)
+        service, qos = self._pod_labels(ref)
         values = {
             N.ATTR_HTTP_METHOD: rec.method,
             N.ATTR_HTTP_STATUS: "" if rec.status is None else str(rec.status),
@@ -261,7 +260,8 @@ class Agent:
             N.ATTR_K8S_NAMESPACE: ref.namespace if ref else "",
             N.ATTR_K8S_POD: ref.name if ref else "",
             N.ATTR_MODALITY: rec.modality,
-            N.ATTR_SERVICE_NAME: self._service_name(ref),
+            N.ATTR_SERVICE_NAME: service,
+            N.ATTR_QOS: qos,
         }
         labels = tuple((k, values[k]) for k in REQUEST_ATTRS)
         if not self.state.requests.observe(labels, rec.duration_s):
@@ -367,12 +367,13 @@ class Agent:
         targets = self.engine_targets()
         readings: dict[str, EngineReading] = {}
         for t in targets:
+            service = self._pod_labels(PodRef(uid=t.pod_uid))[0] if t.pod_uid else ""
             try:
                 samples = engine_mod.scrape(
                     t.url, engine=t.engine, model=t.model, timeout_s=self.config.engine_timeout_s
                 )
                 readings[t.url] = EngineReading(
-                    t.url, t.pod_uid, t.namespace, t.pod_name, tuple(samples)
+                    t.url, t.pod_uid, t.namespace, t.pod_name, tuple(samples), service=service
                 )
             except Exception as exc:  # noqa: BLE001 - down, refused, garbage, HTTP error
                 readings[t.url] = EngineReading(

@@ -36,6 +36,7 @@ REQUEST_ATTRS: tuple[str, ...] = (
     N.ATTR_K8S_POD,
     N.ATTR_MODALITY,
     N.ATTR_SERVICE_NAME,
+    N.ATTR_QOS,
 )
 """Attributes of http.server.request.duration, in label-tuple order."""
 
@@ -363,6 +364,7 @@ class OtlpExporter:
                                         N.ATTR_MODEL: e.model,
                                         N.ATTR_K8S_NAMESPACE: r.namespace,
                                         N.ATTR_K8S_POD: r.pod,
+                                        **({N.ATTR_SERVICE_NAME: r.service} if r.service else {}),
                                     },
                                 )
                             )

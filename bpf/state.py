@@ -35,6 +35,7 @@ class EngineReading:
     pod: str
     samples: tuple[EngineSample, ...] = ()
     error: str = ""
+    service: str = ""  # the engine pod's service label, so the adapter can select by service
 
 
 @dataclass

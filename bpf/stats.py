@@ -33,6 +33,8 @@ DURATION_BUCKETS: tuple[float, ...] = (
     0.05,
     0.075,
     0.1,
+    0.12,
+    0.2,
     0.25,
     0.5,
     0.75,
@@ -45,7 +47,9 @@ DURATION_BUCKETS: tuple[float, ...] = (
     60.0,
     120.0,
 )
-"""OTel's default http.server.request.duration bounds plus 30/60/120 s for long generations."""
+"""OTel's default http.server.request.duration bounds, plus the SLO thresholds the adapter and
+the Prometheus rules read exactly (0.12 s batch QoS, 0.2 s good-request threshold; 0.05 s,
+the realtime threshold, is a default bound already) and 30/60/120 s for long generations."""
 
 QUEUE_BUCKETS: tuple[float, ...] = (
     0.0001,

@@ -338,3 +338,55 @@ def test_otlp_push_with_semantic_attributes() -> None:
     assert by_source["nvml"] == 0 and by_source["bpf"] == 0
     res = {a.key: a.value.string_value for a in req.resource_metrics[0].resource.attributes}
     assert res[N.ATTR_K8S_NODE] == "gpu-1"
+
+
+def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
+    """The SLO rules select by service and QoS class: both come from the serving pod's labels."""
+    from bpf.attribution import PodMeta, PodRef
+    from bpf.tracker import RequestRecord
+    from kvspread import names as N
+
+    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False))
+    meta = PodMeta(
+        uid="u-1",
+        namespace="llm",
+        name="qwen-0",
+        labels=(("app.kubernetes.io/name", "qwen2-vl"), (N.LABEL_QOS, "realtime")),
+    )
+    agent._pods["u-1"] = meta
+    agent.attributor.resolve = lambda tgid: PodRef(uid="u-1", namespace="llm", name="qwen-0")
+    rec = RequestRecord(
+        tgid=42,
+        port=8000,
+        method="POST",
+        route="/v1/chat/completions",
+        status=200,
+        modality="image",
+        images=1,
+        start_ns=0,
+        ttfb_s=0.02,
+        duration_s=0.3,
+        streaming=False,
+        response_bytes=100,
+    )
+    agent.record_request(rec)
+    (labels,) = agent.state.requests.snapshot().keys()
+    got = dict(labels)
+    assert got[N.ATTR_SERVICE_NAME] == "qwen2-vl"
+    assert got[N.ATTR_QOS] == "realtime"
+    assert got[N.ATTR_K8S_NAMESPACE] == "llm" and got[N.ATTR_MODALITY] == "image"
+
+
+def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None:
+    """kvspread_kv_cache_usage_ratio and the queue depth are selected by service in the adapter."""
+    from bpf.attribution import PodMeta
+
+    target = EngineTarget(f"{engine_url}/vllm", pod_uid="u-9", pod_name="vllm-0", namespace="llm")
+    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False, engine_targets=(target,)))
+    agent._pods["u-9"] = PodMeta(
+        uid="u-9", namespace="llm", name="vllm-0", labels=(("app", "chat"),)
+    )
+    agent.scrape_engines()
+    (reading,) = agent.state.engines.values()
+    assert reading.service == "chat" and reading.pod == "vllm-0"
+    agent.server.httpd.server_close()
