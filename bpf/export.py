@@ -57,6 +57,28 @@ def _hist(name: str, doc: str, table: dict[Any, HistogramState], bounds: Sequenc
     return fam
 
 
+def tcp_by_pod(state: CollectorState) -> dict[tuple[str, str, str], Any]:
+    """Kernel (tgid, port) TCP statistics summed per (port, namespace, pod)."""
+    from bpf.events import TcpStats
+
+    out: dict[tuple[str, str, str], TcpStats] = {}
+    resolve = state.pod_of_pid
+    for (tgid, port), st in list(state.tcp.items()):
+        ref = resolve(tgid) if resolve else None
+        key = (str(port), getattr(ref, "namespace", ""), getattr(ref, "name", ""))
+        prev = out.get(key)
+        if prev is None:
+            out[key] = st
+        else:
+            out[key] = TcpStats(
+                prev.rtt_count + st.rtt_count,
+                prev.rtt_sum_us + st.rtt_sum_us,
+                prev.retransmits + st.retransmits,
+                tuple(a + b for a, b in zip(prev.rtt_slots, st.rtt_slots, strict=True)),
+            )
+    return out
+
+
 class PrometheusCollector:
     """prometheus_client collector reading `CollectorState` on every scrape."""
 
@@ -134,25 +156,7 @@ class PrometheusCollector:
         yield retrans
 
     def tcp_by_pod(self) -> dict[tuple[str, str, str], Any]:
-        """Kernel (tgid, port) statistics summed per (port, namespace, pod)."""
-        from bpf.events import TcpStats
-
-        out: dict[tuple[str, str, str], TcpStats] = {}
-        resolve = self.state.pod_of_pid
-        for (tgid, port), st in self.state.tcp.items():
-            ref = resolve(tgid) if resolve else None
-            key = (str(port), getattr(ref, "namespace", ""), getattr(ref, "name", ""))
-            prev = out.get(key)
-            if prev is None:
-                out[key] = st
-            else:
-                out[key] = TcpStats(
-                    prev.rtt_count + st.rtt_count,
-                    prev.rtt_sum_us + st.rtt_sum_us,
-                    prev.retransmits + st.retransmits,
-                    tuple(a + b for a, b in zip(prev.rtt_slots, st.rtt_slots, strict=True)),
-                )
-        return out
+        return tcp_by_pod(self.state)
 
     def _gpu(self) -> Iterator[Metric]:
         gpus = self.state.gpus
@@ -384,6 +388,25 @@ class OtlpExporter:
                 items = list(self.state.sources.items())
             return [Observation(1 if st.up else 0, {"source": k}) for k, st in items]
 
+        def retransmits(_: CallbackOptions) -> list[Observation]:
+            return [
+                Observation(
+                    st.retransmits,
+                    {N.ATTR_SERVER_PORT: int(port), N.ATTR_K8S_NAMESPACE: ns, N.ATTR_K8S_POD: pod},
+                )
+                for (port, ns, pod), st in tcp_by_pod(self.state).items()
+            ]
+
+        def edges(_: CallbackOptions) -> list[Observation]:
+            return [
+                Observation(int(v), {k: x for k, x in labels if x != ""})
+                for labels, v in self.state.edges.snapshot().items()
+            ]
+
+        # The RTT histogram stays Prometheus-only: the kernel aggregates it into log2 slots
+        # and the OTel SDK has no observable histogram to carry pre-aggregated buckets.
+        meter.create_observable_counter(N.TCP_RETRANSMITS, [retransmits], unit="{segment}")
+        meter.create_observable_counter(N.CONNECTION_EDGES, [edges], unit="{connection}")
         meter.create_observable_gauge(N.GPU_MEMORY_USED, [gpu("mem_used")], unit="By")
         meter.create_observable_gauge(N.GPU_MEMORY_TOTAL, [gpu("mem_total")], unit="By")
         meter.create_observable_gauge(N.GPU_UTILIZATION, [gpu("util")], unit="1")

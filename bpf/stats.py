@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kvspread import names as N
+
 __all__ = [
     "DURATION_BUCKETS",
     "QUEUE_BUCKETS",
@@ -26,30 +28,8 @@ __all__ = [
     "quantile",
 ]
 
-DURATION_BUCKETS: tuple[float, ...] = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.12,
-    0.2,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-)
-"""OTel's default http.server.request.duration bounds, plus the SLO thresholds the adapter and
-the Prometheus rules read exactly (0.12 s batch QoS, 0.2 s good-request threshold; 0.05 s,
-the realtime threshold, is a default bound already) and 30/60/120 s for long generations."""
+DURATION_BUCKETS: tuple[float, ...] = N.LATENCY_BUCKETS
+"""The shared latency bounds (kvspread.names.LATENCY_BUCKETS)."""
 
 QUEUE_BUCKETS: tuple[float, ...] = (
     0.0001,

@@ -107,6 +107,16 @@ COLLECTOR_EVENTS: Final = "kvspread.collector.bpf.events"
 COLLECTOR_DROPPED: Final = "kvspread.collector.dropped"
 """Counter, unit {event}: samples or events dropped (full tables, lost perf events)."""
 
+LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.2, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    30.0, 60.0, 120.0,
+)  # fmt: skip
+"""Bucket bounds (s) of the latency histograms (http.server.request.duration, time to first
+byte): OTel's defaults for http.server.request.duration, plus the SLO thresholds that the
+adapter and the Prometheus rules read exactly (0.05 s realtime is a default bound already,
+0.12 s batch, 0.2 s good-request threshold), plus 30/60/120 s for long generations. A bound
+missing here makes an SLI empty, never wrong."""
+
 # --- Adapter external metrics (served names; DESIGN.md section 6) -----------------------
 SLI_LATENCY_P50: Final = "kvspread_request_latency_p50_seconds"
 SLI_LATENCY_P95: Final = "kvspread_request_latency_p95_seconds"

@@ -49,28 +49,10 @@ every series it scrapes, so `node` is the one label all collector series share."
 SERVICE_LABELS: Final = (NAMESPACE, SERVICE, MODALITY)
 """The labels the SLIs are aggregated by: one SLO per namespace, service and modality."""
 
-HISTOGRAM_BUCKETS: Final = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.12,
-    0.2,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-)
-"""Bucket bounds the latency histograms must carry: the OTel semantic-convention defaults for
-`http.server.request.duration` plus 0.12 (the batch threshold) and 0.2 (the HPA example's
-good-request threshold). The SLO rules read the `le="0.05"` and `le="0.12"` buckets, so an
-exporter without those bounds makes the latency SLIs empty, never wrong."""
+HISTOGRAM_BUCKETS: Final = n.LATENCY_BUCKETS
+"""Bucket bounds the latency histograms carry (kvspread.names.LATENCY_BUCKETS). The SLO rules
+read the `le="0.05"` and `le="0.12"` buckets, so an exporter without those bounds makes the
+latency SLIs empty, never wrong."""
 
 _HTTP_LABELS: Final = (METHOD, STATUS, ROUTE, PORT, NAMESPACE, POD, MODALITY, SERVICE, QOS)
 _POD_PORT: Final = (PORT, NAMESPACE, POD)

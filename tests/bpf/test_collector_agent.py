@@ -16,6 +16,7 @@ import pytest
 
 from bpf.agent import Agent
 from bpf.config import CollectorConfig, EngineTarget
+from bpf.events import RTT_SLOTS, TcpStats
 from bpf.gpu import FakeGpuReader, GpuSample, GpuUnavailable, NvmlReader
 from bpf.node import MIB
 from bpf.tracker import RequestRecord
@@ -307,6 +308,12 @@ def test_otlp_push_with_semantic_attributes() -> None:
         )
         agent = Agent(cfg, gpu_reader=FakeGpuReader(error="no driver"))
         agent.record_request(_record())
+        # kernel TCP statistics of one server process and one accepted-connection edge
+        agent.state.tcp[(4242, 8000)] = TcpStats(3, 900, 2, (0,) * RTT_SLOTS)
+        agent.state.edges.add(
+            ((N.ATTR_CLIENT_ADDRESS, "127.0.0.1"), (N.ATTR_CLIENT_POD, ""),
+             (N.ATTR_SERVER_PORT, "8000"), (N.ATTR_K8S_NAMESPACE, ""), (N.ATTR_K8S_POD, ""))
+        )  # fmt: skip
         agent.cycle()
         assert agent.otlp is not None and agent.otlp.flush()
         agent.otlp.shutdown()
@@ -336,6 +343,13 @@ def test_otlp_push_with_semantic_attributes() -> None:
     up = metrics[N.COLLECTOR_SOURCE_UP].gauge.data_points
     by_source = {p.attributes[0].value.string_value: p.as_int for p in up}
     assert by_source["nvml"] == 0 and by_source["bpf"] == 0
+    (retr,) = metrics[N.TCP_RETRANSMITS].sum.data_points
+    assert metrics[N.TCP_RETRANSMITS].sum.is_monotonic and retr.as_int == 2
+    (edge,) = metrics[N.CONNECTION_EDGES].sum.data_points
+    assert edge.as_int == 1
+    assert {a.key: a.value.string_value for a in edge.attributes}[
+        N.ATTR_CLIENT_ADDRESS
+    ] == "127.0.0.1"
     res = {a.key: a.value.string_value for a in req.resource_metrics[0].resource.attributes}
     assert res[N.ATTR_K8S_NODE] == "gpu-1"
 

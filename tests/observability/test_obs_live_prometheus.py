@@ -81,8 +81,8 @@ def _missing_bucket(le: str, what: str) -> Callable[[str], str | None]:
             return None
         return (
             f"collector gap: http.server.request.duration has no {le} s bucket "
-            f"(bpf/stats.py DURATION_BUCKETS; observability.catalog.HISTOGRAM_BUCKETS lists "
-            f"the bounds needed), so {what} cannot be computed"
+            f"(kvspread.names.LATENCY_BUCKETS lists the bounds needed), "
+            f"so {what} cannot be computed"
         )
 
     return probe
