@@ -114,6 +114,7 @@ def node_preference(name: str) -> float:
     process and on every restart, unlike Python's salted `hash`)."""
     return zlib.crc32(name.encode("utf-8")) / 2.0**32
 
+
 MODALITY_AFFINITY: Mapping[str, Mapping[str | None, float]] = {
     # pod modality -> node pool -> affinity. Vision pools hold the GPUs sized for image
     # encoders and long multimodal prompts; a text model there wastes them, an image model
@@ -682,7 +683,10 @@ def score_batch(
     # load
     lw = cfg.load_weights
     tot = np.where(batch.valid, batch.total, 0.0).sum(axis=1)
-    used = np.where(batch.valid, np.maximum(batch.used, batch.alloc), 0.0).sum(axis=1)
+    # measured memory only (DESIGN.md section 4: mem_used/mem_total): claims already count in
+    # fit and fragmentation through free = total - max(used, allocated); counting them here
+    # too would turn load into "prefer the least-claimed node" and undo the packing.
+    used = np.where(batch.valid, batch.used, 0.0).sum(axis=1)
     mem_part = np.where(tot > 0, np.clip(used / np.where(tot > 0, tot, 1.0), 0, 1), np.nan)
     mem_part = np.where(fresh, mem_part, np.nan)
     # GPU utilisation (mean over the node's measured GPUs) folded into the first part

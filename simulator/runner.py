@@ -24,7 +24,6 @@ from simulator.policies.kvspread import (
     KvspreadK8sPolicy,
     KvspreadPolicy,
     KvspreadUnroundedPolicy,
-    trace_scoring_config,
 )
 
 __all__ = ["ReplayJob", "Progress", "run_jobs"]
@@ -45,7 +44,7 @@ class ReplayJob:
     seed: int
     stop_at_percent: float | None = None
     tie_break: str | None = None
-    scoring: ScoringConfig | None = None  # None: trace_scoring_config()
+    scoring: ScoringConfig | None = None  # None: the extender's defaults
     extender_weight: float = DEFAULT_EXTENDER_WEIGHT
 
 
@@ -53,7 +52,7 @@ def _run(job: ReplayJob) -> ReplayResult:
     trace = load_trace(job.trace)
     factory: Callable[[Replay], Policy] | None = None
     if job.policy in KVSPREAD_POLICIES:
-        cfg = job.scoring if job.scoring is not None else trace_scoring_config()
+        cfg = job.scoring if job.scoring is not None else ScoringConfig()
         if job.policy == "kvspread-k8s":
             factory = partial(KvspreadK8sPolicy, cfg=cfg, weight=job.extender_weight)
         else:

@@ -11,8 +11,9 @@ The trace in extender terms: GPU "memory" is counted in milli-GPU (`GpuState(tot
 allocated_mib=1000 - free)`), a sharing pod is `PodShape(gpus=1, mem_per_gpu_mib=gpu_milli)`,
 a whole-GPU pod `PodShape(gpus=k)` (whole GPUs), CPU is tracked (`cpu_free`). The trace has no
 signals (no streams, image share or latency), no model labels and no pools, so spread,
-modality and QoS are the same on every node, and the load term is judged from measured
-signals only (`trace_scoring_config`), so it is neutral too; the target shape distribution is
+modality and QoS are the same on every node, and the load term, which reads measured memory
+only (claims count in fit and fragmentation), is the same on every node too; the replay runs
+the extender's default configuration. The target shape distribution is
 the trace's own (the GPU shapes of `workload.target_shapes`), as FGD gets it. Node names reach
 `finish_scores`, so the extender's stable node preference applies as in a deployment.
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from extender.batch import NodeTable
-from extender.config import DEFAULT_LOAD_WEIGHTS, LoadWeights, ScoringConfig
+from extender.config import ScoringConfig
 from extender.fit import fit_batch
 from extender.model import GpuState, NodeState, PodShape
 from extender.scoring import finish_scores, score_batch
@@ -43,7 +44,6 @@ from simulator.policies.base import Replay
 from simulator.trace import MAX_GPUS_PER_NODE, MILLI
 
 __all__ = [
-    "trace_scoring_config",
     "KvspreadPolicy",
     "KvspreadUnroundedPolicy",
     "KvspreadK8sPolicy",
@@ -97,22 +97,6 @@ def balanced_allocation(
     return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
 
 
-def trace_scoring_config(base: ScoringConfig | None = None) -> ScoringConfig:
-    """The extender's configuration as the replay uses it: `base` (default: the extender's
-    defaults) with the load term judged from measured signals only (streams, image share).
-
-    Why: the extender's load term counts a GPU's claims as memory in use
-    (max(used, allocated)); the trace has claims but no measured use, so that part would
-    turn the load term into "prefer the least-claimed node", a spreading rule that undoes
-    fragmentation-aware packing (docs/simulator.md measures it). Without measurements the
-    load term is neutral, as it is on a live node with no signals."""
-    cfg = base if base is not None else ScoringConfig()
-    lw = cfg.load_weights
-    streams = lw.streams if lw.streams + lw.image > 0 else DEFAULT_LOAD_WEIGHTS.streams
-    image = lw.image if lw.streams + lw.image > 0 else DEFAULT_LOAD_WEIGHTS.image
-    return cfg.with_(load_weights=LoadWeights(memory=0.0, streams=streams, image=image))
-
-
 def _pod_shape(pod: Pod) -> PodShape:
     if pod.num_gpu == 0:
         return PodShape(gpus=0, cpu_milli=float(pod.cpu_milli))
@@ -129,7 +113,7 @@ class KvspreadPolicy:
 
     def __init__(self, replay: Replay, cfg: ScoringConfig | None = None) -> None:
         self.r = replay
-        self.cfg = cfg if cfg is not None else trace_scoring_config()
+        self.cfg = cfg if cfg is not None else ScoringConfig()
         t = replay.targets
         gpu = t.num_gpu > 0
         self.shapes = Shapes.of(

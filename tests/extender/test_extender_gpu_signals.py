@@ -214,7 +214,7 @@ def test_batch_and_scalar_agree_with_utilisation_and_pod_counts(
             assert s.delta_f == pytest.approx(delta, abs=1e-6)
             assert s.gpus_chosen == chosen
         mean_util = [g.util for g in node.gpus if g.util is not None]
-        used = sum(max(g.used_mib, g.allocated_mib) for g in node.gpus)
+        used = sum(g.used_mib for g in node.gpus)  # measured only: claims are not load
         total = sum(g.total_mib for g in node.gpus)
         util = sum(mean_util) / len(mean_util) if mean_util else None
         assert s.terms.load == pytest.approx(load_term(used, total, node.streams, None, cfg, util))

@@ -293,7 +293,7 @@ def test_score_batch_agrees_with_the_scalar_terms(pod: PodShape) -> None:
         rho = node_fragmentation([g.free_mib for g in node.gpus])[0] if node.fresh else 0.0
         assert s.rho == pytest.approx(rho)
         if node.fresh:
-            used = sum(max(g.used_mib, g.allocated_mib) for g in node.gpus)
+            used = sum(g.used_mib for g in node.gpus)  # measured only: claims are not load
             total = sum(g.total_mib for g in node.gpus)
             load = load_term(used, total, node.streams, node.image_token_share, cfg)
             qos = qos_term(pod.qos, node.p95_s, node.streams, cfg)
@@ -362,3 +362,18 @@ def test_inputs_are_not_modified() -> None:
     score_batch(PodShape(1, 20480.0), batch, CFG, SHAPES)
     assert np.array_equal(before, batch.free())
     assert not batch.total.flags.writeable
+
+
+def test_claims_are_not_load_but_still_count_in_fit_and_fragmentation() -> None:
+    """Load reads measured memory only (DESIGN.md section 4); a GPU's claims (pods placed,
+    not yet measured) shape fit and fragmentation instead, so the load term alone never
+    turns into "prefer the least-claimed node"."""
+    pod = PodShape(1, 20_000.0)
+    empty = NodeState("empty", gpus=(GpuState(80_000.0),) * 2)
+    claimed = NodeState("claimed", gpus=(GpuState(80_000.0, allocated_mib=50_000.0),) * 2)
+    measured = NodeState("measured", gpus=(GpuState(80_000.0, used_mib=50_000.0),) * 2)
+    by = {s.name: s for s in score_nodes(pod, [empty, claimed, measured], CFG, SHAPES)}
+    assert by["claimed"].terms.load == pytest.approx(by["empty"].terms.load)
+    assert by["measured"].terms.load < by["empty"].terms.load
+    # the claim still takes free memory: fragmentation differs from the empty node
+    assert by["claimed"].delta_f != pytest.approx(by["empty"].delta_f)

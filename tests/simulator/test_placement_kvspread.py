@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from extender.config import ScoringConfig
 from extender.model import GpuState, NodeState, PodShape
 from extender.scoring import score_nodes
 from simulator.placement import Trace, run_replay
@@ -14,7 +13,6 @@ from simulator.policies.kvspread import (
     KvspreadPolicy,
     balanced_allocation,
     least_allocated,
-    trace_scoring_config,
 )
 
 
@@ -57,12 +55,6 @@ def test_scores_are_the_extenders(default_trace: Trace) -> None:
     fitting = got[got >= 0]
     # candidate normalisation: the best gets 10 unless all candidates are equal
     assert fitting.max() == 10 or len(set(fitting.tolist())) == 1
-
-
-def test_trace_config_keeps_load_from_signals_only() -> None:
-    cfg = trace_scoring_config(ScoringConfig())
-    assert cfg.load_weights.memory == 0.0
-    assert cfg.weights == ScoringConfig().weights
 
 
 def test_kube_scheduler_default_plugins() -> None:
