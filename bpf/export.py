@@ -144,7 +144,7 @@ class PrometheusCollector:
             "TCP segments retransmitted on traced server connections (eBPF).",
             labels=[label_name(a) for a in POD_ATTRS],
         )
-        for labels, st in self.tcp_by_pod().items():
+        for labels, st in tcp_by_pod(self.state).items():
             cum, buckets = 0, []
             for i, c in enumerate(st.rtt_slots):
                 cum += c
@@ -154,9 +154,6 @@ class PrometheusCollector:
             retrans.add_metric(list(labels), st.retransmits)
         yield rtt
         yield retrans
-
-    def tcp_by_pod(self) -> dict[tuple[str, str, str], Any]:
-        return tcp_by_pod(self.state)
 
     def _gpu(self) -> Iterator[Metric]:
         gpus = self.state.gpus

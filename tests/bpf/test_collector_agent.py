@@ -357,8 +357,6 @@ def test_otlp_push_with_semantic_attributes() -> None:
 def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
     """The SLO rules select by service and QoS class: both come from the serving pod's labels."""
     from bpf.attribution import PodMeta, PodRef
-    from bpf.tracker import RequestRecord
-    from kvspread import names as N
 
     agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False))
     meta = PodMeta(
@@ -369,20 +367,7 @@ def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
     )
     agent._pods["u-1"] = meta
     agent.attributor.resolve = lambda tgid: PodRef(uid="u-1", namespace="llm", name="qwen-0")
-    rec = RequestRecord(
-        tgid=42,
-        port=8000,
-        method="POST",
-        route="/v1/chat/completions",
-        status=200,
-        modality="image",
-        images=1,
-        start_ns=0,
-        ttfb_s=0.02,
-        duration_s=0.3,
-        streaming=False,
-        response_bytes=100,
-    )
+    rec = _record(tgid=42, ttfb_s=0.02, duration_s=0.3)
     agent.record_request(rec)
     (labels,) = agent.state.requests.snapshot().keys()
     got = dict(labels)
