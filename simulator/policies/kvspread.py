@@ -57,8 +57,10 @@ MAX_NODE_SCORE = 100
 MAX_EXTENDER_PRIORITY = 10
 DEFAULT_EXTENDER_WEIGHT = 5
 """Extender weight in the KubeSchedulerConfiguration `extenders[].weight` assumed by
-`kvspread-k8s`: 5 makes the extender's 0..10 worth up to 500 points against the two default
-plugins' 200, so kvspread decides and the defaults break its ties."""
+`kvspread-k8s`: the extender's 0..10 is worth up to 500 points against the two default
+plugins' 200, but one step between its best and second-best node is only 50, which the
+defaults' preference for empty nodes outweighs (8.92 % unallocated against 4.59 %; hence the
+shipped profile disables those two score plugins, manifests/extender/)."""
 NONZERO_MEMORY_MIB = 200.0
 NONZERO_CPU_MILLI = 100.0
 
