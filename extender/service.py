@@ -126,7 +126,7 @@ class Extender:
             per = self._decisions.pop(key, {})
             per[d.verb] = d
             self._decisions[key] = per
-            while len(self._decisions) > self.cfg.explain_max_pods:
+            while len(self._decisions) > self.cfg.explain.max_pods:
                 self._decisions.popitem(last=False)
 
     # --- verbs --------------------------------------------------------------------------

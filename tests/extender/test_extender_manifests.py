@@ -42,12 +42,12 @@ def test_scheduler_configuration_registers_the_extender() -> None:
     served = ExtenderConfig.from_mapping(
         yaml.safe_load(one("ConfigMap", "kvspread-extender")["data"]["extender.yaml"])
     )
-    assert ext["filterVerb"] == served.filter_verb
-    assert ext["prioritizeVerb"] == served.prioritize_verb
+    assert ext["filterVerb"] == served.server.filter_verb
+    assert ext["prioritizeVerb"] == served.server.prioritize_verb
     url = urlsplit(ext["urlPrefix"])
     svc = one("Service", "kvspread-extender")
     assert url.hostname == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
-    assert url.port == svc["spec"]["ports"][0]["port"] == served.port
+    assert url.port == svc["spec"]["ports"][0]["port"] == served.server.port
     assert svc["spec"]["sessionAffinity"] == "ClientIP"
     lease = cfg["leaderElection"]
     assert (
