@@ -67,7 +67,7 @@ class Agent:
         self.config = config
         self.clock = clock
         self.state = CollectorState()
-        self.state.window.window_s = config.window_s
+        self.state.window.window_s = config.signals.window_s
         self.gpu_reader: GpuReader | None = gpu_reader
         self._kube = kube_client
         self._probe_loader = probe_loader
@@ -161,17 +161,17 @@ class Agent:
     # --- BPF --------------------------------------------------------------------------
     def _bpf_loop(self) -> None:
         c = self.config
-        if not c.bpf_enabled:
+        if not c.bpf.enabled:
             self._source("bpf", False, "disabled by configuration")
             self.bpf_ready.set()
             return
         pc = loader_mod.ProbeConfig(
             ports=c.http_ports,
-            capture_bytes=c.capture_bytes,
-            max_conns=c.max_conns,
-            tracefs=c.tracefs,
-            header_cache=c.header_cache,
-            max_requests_per_s=c.max_requests_per_s,
+            capture_bytes=c.bpf.capture_bytes,
+            max_conns=c.bpf.max_conns,
+            tracefs=c.bpf.tracefs,
+            header_cache=c.bpf.header_cache,
+            max_requests_per_s=c.bpf.max_requests_per_s,
         )
         try:
             session = self._probe_loader(pc)
@@ -331,7 +331,7 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 - API down, RBAC, no config
                 self._source("kubernetes", False, f"pod list failed: {exc}".splitlines()[0])
             last = time.monotonic()
-            self._pods_wanted.wait(self.config.pods_refresh_s)
+            self._pods_wanted.wait(self.config.pods.refresh_s)
             self._pods_wanted.clear()
             # unknown-pid refreshes at most every 5 s
             wait = 5.0 - (time.monotonic() - last)
@@ -340,7 +340,7 @@ class Agent:
 
     # --- engines ----------------------------------------------------------------------
     def engine_targets(self) -> list[EngineTarget]:
-        targets = list(self.config.engine_targets)
+        targets = list(self.config.engines.targets)
         with self._pods_lock:
             pods = list(self._pods.values())
         for p in pods:
@@ -370,7 +370,7 @@ class Agent:
             service = self._pod_labels(PodRef(uid=t.pod_uid))[0] if t.pod_uid else ""
             try:
                 samples = engine_mod.scrape(
-                    t.url, engine=t.engine, model=t.model, timeout_s=self.config.engine_timeout_s
+                    t.url, engine=t.engine, model=t.model, timeout_s=self.config.engines.timeout_s
                 )
                 readings[t.url] = EngineReading(
                     t.url, t.pod_uid, t.namespace, t.pod_name, tuple(samples), service=service
@@ -402,12 +402,12 @@ class Agent:
         while not self._stop.is_set():
             self.scrape_engines()
             self.engines_ready.set()
-            if self._stop.wait(self.config.engine_interval_s):
+            if self._stop.wait(self.config.engines.interval_s):
                 return
 
     # --- GPU, signals, publishing -----------------------------------------------------
     def read_gpus(self) -> None:
-        if not self.config.nvml_enabled:
+        if not self.config.nvml.enabled:
             self.state.gpus = None
             self._source("nvml", False, "disabled by configuration")
             return
@@ -472,13 +472,13 @@ class Agent:
             session = self.session
             with self._tracker_lock:
                 streams = self.tracker.in_flight(
-                    time.monotonic_ns(), session.conn_last_write_ns, c.stream_idle_s
+                    time.monotonic_ns(), session.conn_last_write_ns, c.signals.stream_idle_s
                 )
         requests, images = st.window.counts(now_mono)
         share: float | None = None
         if requests and self.session is not None:
             img, total = image_token_share(
-                images, requests, c.tokens_per_image, c.text_tokens_per_request
+                images, requests, c.signals.tokens_per_image, c.signals.text_tokens_per_request
             )
             share = img / total if total > 0 else None
         p95 = st.window.p95(now_mono) if self.session is not None else None
@@ -539,8 +539,8 @@ class Agent:
 
     def _signals_loop(self) -> None:
         self.bpf_ready.wait(timeout=60)  # first document with every source's state
-        self.engines_ready.wait(timeout=2 * self.config.engine_timeout_s + 1)
+        self.engines_ready.wait(timeout=2 * self.config.engines.timeout_s + 1)
         while not self._stop.is_set():
             self.cycle()
-            if self._stop.wait(self.config.signals_interval_s):
+            if self._stop.wait(self.config.signals.interval_s):
                 return

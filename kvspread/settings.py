@@ -18,7 +18,9 @@ builds the part's frozen config dataclass from it, driven by the type hints:
 
 A config class may define `validate()` for ranges and cross-field rules; it raises
 `invalid(key, expected, value)` with keys relative to itself, and the loader prefixes the
-section's path. Parts never read sys.argv or os.environ themselves: cli.py hands them
+section's path. A class with a `shorthand` class attribute may also be written as one
+string (`targets: [http://host/metrics]` for `{url: ...}`); fields with
+`metadata=INTERNAL` are set by the program, not by the file. Parts never read sys.argv or os.environ themselves: cli.py hands them
 `environ`.
 """
 
@@ -54,9 +56,13 @@ __all__ = [
     "expected_text",
     "dump",
     "validated",
+    "INTERNAL",
 ]
 
 T = TypeVar("T")
+
+INTERNAL: Mapping[str, Any] = {"config": False}
+"""`field(metadata=INTERNAL)`: a field the program sets, not a configuration key."""
 
 BOOL_WORDS: dict[str, bool] = {
     "true": True,
@@ -327,7 +333,12 @@ def _join(path: str, key: str) -> str:
 
 
 def _field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+    """The YAML keys of config class `cls`: its init fields, less the internal ones."""
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init and not f.name.startswith("_") and f.metadata.get("config", True)
+    ]
 
 
 def _build(cls: type, data: Any, path: str, base: Any, text: frozenset[str]) -> Any:
@@ -422,6 +433,8 @@ def _value(tp: Any, value: Any, path: str, current: Any, text: frozenset[str]) -
         return _from_text(tp, value, path)
     if tp is Any:
         return value
+    if dataclasses.is_dataclass(tp) and isinstance(value, str) and hasattr(tp, "shorthand"):
+        value = {tp.shorthand: value}  # e.g. a target given as its URL alone
     if dataclasses.is_dataclass(tp):
         seed = current if dataclasses.is_dataclass(current) else _default_instance(tp)  # type: ignore[arg-type]
         return _build(tp, value, path, seed, text)  # type: ignore[arg-type]
@@ -535,6 +548,8 @@ def _from_text(tp: Any, text: str, path: str) -> Any:
             return Path(text)
     except (ValueError, TypeError):
         pass
+    if _is_union(tp):  # text is never null: say what the text should have been
+        tp = typing.Union[tuple(a for a in typing.get_args(tp) if a is not type(None))]  # noqa: UP007
     raise invalid(path, expected_text(tp), text)
 
 

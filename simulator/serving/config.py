@@ -3,8 +3,9 @@
 Every default below names its source (the full table with links is in
 docs/serving-simulation.md). Where a value is an assumption of this simulator rather than a
 measurement, the comment says so. A YAML file (`--config`) overrides any field by its
-dotted path (`cost.prefill_tok_s: 20000`, `services.chat.max_replicas: 4`); unknown keys and
-wrong types are a `ConfigError` naming the path and the value.
+dotted path (`cost.prefill_tok_s: 20000`, `services.chat.max_replicas: 4`; `name: null`
+removes an entry of models, kinds or services); unknown keys and wrong types are a
+`ConfigError` naming the path and the value (the shared loader, kvspread.settings.load).
 
 Units: memory in GB (1e9 bytes) where the sources quote GB and GiB where Kubernetes
 quantities are meant (GPU memory requests, GPU size); cost constants in milliseconds;
@@ -13,14 +14,12 @@ durations in seconds.
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvspread.settings import ConfigError
+from extender.config import ScoringConfig
+from kvspread.settings import invalid, load
 
 __all__ = [
     "GpuSpec",
@@ -370,91 +369,90 @@ class SimConfig:
     hpa: HpaBehavior = HpaBehavior()
     slo: SloSpec = SloSpec()
     startup: StartupSpec = StartupSpec()
-    # the extender's `scoring:` section, parsed by extender.config.ScoringConfig.from_mapping
-    # (weights, load_weights, shape prior, normalisation ...); empty = the extender defaults
-    scoring: Mapping[str, Any] = field(default_factory=dict)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    """The kvspread policy's scoring: the extender's `scoring:` section (extender.config)."""
 
     def validate(self) -> SimConfig:
         """Cross-field checks; returns self so it chains."""
-
-        def bad(path: str, value: Any, why: str) -> ConfigError:
-            return ConfigError(f"{path}: {value!r}: {why}")
-
         if self.duration_s <= 0:
-            raise bad("duration_s", self.duration_s, "must be > 0")
+            raise invalid("duration_s", "a number > 0", self.duration_s)
         if self.warmup_s < 0:
-            raise bad("warmup_s", self.warmup_s, "must be >= 0")
-        if self.cluster.nodes < 1 or self.cluster.gpus_per_node < 1:
-            raise bad("cluster", self.cluster, "needs at least one node with one GPU")
-        if self.cluster.slots_per_gpu < 1:
-            raise bad("cluster.slots_per_gpu", self.cluster.slots_per_gpu, "must be >= 1")
-        if not self.cluster.pools or not self.cluster.nvlink:
-            raise bad("cluster.pools", self.cluster.pools, "pools and nvlink must be non-empty")
-        if self.cost.block_tokens < 1 or self.cost.max_num_seqs < 1 or self.cost.chunk_tokens < 1:
-            raise bad("cost", self.cost, "block_tokens, max_num_seqs, chunk_tokens must be >= 1")
-        for name in ("prefill_tok_s", "eta"):
-            if getattr(self.cost, name) <= 0:
-                raise bad(f"cost.{name}", getattr(self.cost, name), "must be > 0")
-        if self.gpu.hbm_gib <= 0 or self.gpu.bandwidth_tb_s <= 0:
-            raise bad("gpu", self.gpu, "hbm_gib and bandwidth_tb_s must be > 0")
-        if self.arrivals.rate_rps <= 0 or self.arrivals.cv <= 0:
-            raise bad("arrivals", self.arrivals, "rate_rps and cv must be > 0")
+            raise invalid("warmup_s", "a number >= 0", self.warmup_s)
+        for key in ("nodes", "gpus_per_node", "slots_per_gpu"):
+            if getattr(self.cluster, key) < 1:
+                raise invalid(f"cluster.{key}", "an integer >= 1", getattr(self.cluster, key))
+        for key in ("pools", "nvlink"):
+            if not getattr(self.cluster, key):
+                raise invalid(f"cluster.{key}", "a non-empty list", [])
+        for key in ("block_tokens", "max_num_seqs", "chunk_tokens"):
+            if getattr(self.cost, key) < 1:
+                raise invalid(f"cost.{key}", "an integer >= 1", getattr(self.cost, key))
+        for key in ("prefill_tok_s", "eta"):
+            if getattr(self.cost, key) <= 0:
+                raise invalid(f"cost.{key}", "a number > 0", getattr(self.cost, key))
+        for key in ("hbm_gib", "bandwidth_tb_s"):
+            if getattr(self.gpu, key) <= 0:
+                raise invalid(f"gpu.{key}", "a number > 0", getattr(self.gpu, key))
+        for key in ("rate_rps", "cv"):
+            if getattr(self.arrivals, key) <= 0:
+                raise invalid(f"arrivals.{key}", "a number > 0", getattr(self.arrivals, key))
         if not self.services:
-            raise bad("services", {}, "at least one service is needed")
+            raise invalid("services", "at least one service", {})
         for kind in self.kinds:
             if kind not in KINDS:
-                raise bad(f"kinds.{kind}", kind, f"unknown request kind (one of {KINDS})")
+                raise invalid(f"kinds.{kind}", f"a request kind ({', '.join(KINDS)})", kind)
         for name, s in self.services.items():
             where = f"services.{name}"
             if s.kind not in self.kinds:
-                raise bad(
-                    f"{where}.kind", s.kind, f"no such request kind in kinds {list(self.kinds)}"
-                )
+                raise invalid(f"{where}.kind", f"a kind of kinds ({', '.join(self.kinds)})", s.kind)
             if s.model not in self.models:
-                raise bad(f"{where}.model", s.model, f"no such model in models {list(self.models)}")
+                raise invalid(
+                    f"{where}.model", f"a model of models ({', '.join(self.models)})", s.model
+                )
             if s.qos not in ("realtime", "batch", "best-effort"):
-                raise bad(f"{where}.qos", s.qos, "must be realtime, batch or best-effort")
+                raise invalid(f"{where}.qos", "realtime, batch or best-effort", s.qos)
             if not 1 <= s.min_replicas <= s.max_replicas:
-                raise bad(f"{where}.min_replicas", s.min_replicas, "need 1 <= min <= max")
+                raise invalid(f"{where}.min_replicas", "1 <= min <= max_replicas", s.min_replicas)
             if not s.min_replicas <= s.initial_replicas <= s.max_replicas:
-                raise bad(f"{where}.initial_replicas", s.initial_replicas, "must be in [min, max]")
+                raise invalid(
+                    f"{where}.initial_replicas", "a count in [min, max]", s.initial_replicas
+                )
             if s.gpu_memory_gib <= 0 or s.gpu_memory_gib > self.gpu.hbm_gib:
-                raise bad(
+                raise invalid(
                     f"{where}.gpu_memory_gib",
+                    f"a size in (0, {self.gpu.hbm_gib}]",
                     s.gpu_memory_gib,
-                    f"must be in (0, {self.gpu.hbm_gib}]",
                 )
             if not s.metrics:
-                raise bad(f"{where}.metrics", s.metrics, "at least one HPA metric is needed")
+                raise invalid(f"{where}.metrics", "at least one HPA metric", [])
             for i, m in enumerate(s.metrics):
                 if m.type not in ("Value", "AverageValue"):
-                    raise bad(f"{where}.metrics[{i}].type", m.type, "must be Value or AverageValue")
+                    raise invalid(f"{where}.metrics[{i}].type", "Value or AverageValue", m.type)
                 if m.value <= 0:
-                    raise bad(f"{where}.metrics[{i}].value", m.value, "must be > 0")
+                    raise invalid(f"{where}.metrics[{i}].value", "a number > 0", m.value)
                 if m.metric not in METRICS:
-                    raise bad(f"{where}.metrics[{i}].metric", m.metric, f"one of {METRICS}")
+                    raise invalid(
+                        f"{where}.metrics[{i}].metric", "one of " + ", ".join(METRICS), m.metric
+                    )
         served = {s.kind for s in self.services.values()}
         for kind, k in self.kinds.items():
             if k.share < 0:
-                raise bad(f"kinds.{kind}.share", k.share, "must be >= 0")
+                raise invalid(f"kinds.{kind}.share", "a number >= 0", k.share)
             if k.share > 0 and kind not in served:
-                raise bad(f"kinds.{kind}", kind, "has a share but no service serves it")
+                raise invalid(f"kinds.{kind}.share", "0 (no service serves this kind)", k.share)
             if k.image_tokens and len(k.image_tokens) != len(k.image_weights):
-                raise bad(
+                raise invalid(
                     f"kinds.{kind}.image_weights",
-                    k.image_weights,
-                    "needs one weight per image_tokens entry",
+                    f"one weight per image_tokens entry ({len(k.image_tokens)})",
+                    list(k.image_weights),
                 )
         if sum(k.share for k in self.kinds.values()) <= 0:
-            raise bad("kinds", {}, "request shares sum to 0")
-        self.scoring_config()  # raises ConfigError naming the bad scoring key
+            raise invalid("kinds", "request shares that sum to more than 0", 0)
         return self
 
-    def scoring_config(self) -> Any:
+    def scoring_config(self) -> ScoringConfig:
         """The kvspread policy's `extender.config.ScoringConfig`."""
-        from extender.config import ScoringConfig
-
-        return ScoringConfig.from_mapping(dict(self.scoring), where="scoring")
+        return self.scoring
 
 
 METRICS = (
@@ -475,76 +473,6 @@ def default_config() -> SimConfig:
     return SimConfig().validate()
 
 
-def _convert(tp: Any, value: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path, tp())  # type: ignore[arg-type]
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: {value!r}: expected true or false")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: {value!r}: expected an integer")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path}: {value!r}: expected a number")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: {value!r}: expected a string")
-        return value
-    if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(tp)
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{path}: {value!r}: expected a list")
-        return tuple(_convert(inner, v, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin in (Mapping, dict) or origin is typing.get_origin(Mapping[str, int]):
-        raise AssertionError("mappings are handled by _build")
-    if isinstance(tp, types.UnionType):  # pragma: no cover - not used in the schema
-        raise AssertionError(tp)
-    raise AssertionError(f"unsupported config type {tp!r} at {path}")
-
-
-def _build(cls: type, data: Any, path: str, base: Any) -> Any:
-    """Override the fields of dataclass instance `base` from `data`, strictly."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path or 'config'}: {data!r}: expected a mapping")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    changes: dict[str, Any] = {}
-    for key, value in data.items():
-        where = f"{path}.{key}" if path else str(key)
-        if key not in names:
-            raise ConfigError(f"{where}: unknown key (known: {', '.join(sorted(names))})")
-        tp = hints[key]
-        if key == "scoring" and cls is SimConfig:
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}: {value!r}: expected a mapping")
-            changes[key] = dict(value)
-        elif typing.get_origin(tp) is Mapping:
-            value_tp = typing.get_args(tp)[1]
-            current = dict(getattr(base, key))
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}: {value!r}: expected a mapping of names")
-            for name, entry in value.items():
-                if entry is None:  # `name: null` removes an entry
-                    current.pop(name, None)
-                    continue
-                seed = current.get(name, value_tp())
-                current[str(name)] = _build(value_tp, entry, f"{where}.{name}", seed)
-            changes[key] = current
-        elif dataclasses.is_dataclass(tp):
-            changes[key] = _build(tp, value, where, getattr(base, key))  # type: ignore[arg-type]
-        else:
-            changes[key] = _convert(tp, value, where)
-    return dataclasses.replace(base, **changes)
-
-
 def config_from_mapping(data: Mapping[str, Any] | None, base: SimConfig | None = None) -> SimConfig:
     """Defaults (or `base`) overridden by a YAML-shaped mapping, validated."""
-    cfg = base or SimConfig()
-    if data:
-        cfg = _build(SimConfig, data, "", cfg)
-    return cfg.validate()
+    return load(SimConfig, data, base=base)

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from bpf.agent import Agent
-from bpf.config import CollectorConfig, EngineTarget
+from bpf.config import CollectorConfig, EnginesConfig, EngineTarget, SignalsConfig
 from bpf.events import RTT_SLOTS, TcpStats
 from bpf.gpu import FakeGpuReader, GpuSample, GpuUnavailable, NvmlReader
 from bpf.node import MIB
@@ -53,16 +54,19 @@ def engine_url() -> Iterator[str]:
 
 
 def base_config(**kw: Any) -> CollectorConfig:
-    defaults: dict[str, Any] = dict(
+    """Fast intervals; a section given as a dict (`bpf={"enabled": False}`) overrides fields."""
+    base = CollectorConfig(
         port=0,
         listen="127.0.0.1",
         standalone=True,
-        signals_interval_s=0.2,
-        engine_interval_s=0.2,
+        signals=SignalsConfig(interval_s=0.2),
+        engines=EnginesConfig(interval_s=0.2),
         nice=0,  # never renice the test process
     )
-    defaults.update(kw)
-    return CollectorConfig(**defaults)
+    changes = {
+        k: replace(getattr(base, k), **v) if isinstance(v, dict) else v for k, v in kw.items()
+    }
+    return replace(base, **changes)
 
 
 def wait_for(cond: Any, timeout: float = 15.0) -> bool:
@@ -89,12 +93,14 @@ def test_bpf_unavailable_collector_runs_on(
     empty_tracefs = tmp_path / "tracefs"
     empty_tracefs.mkdir()
     cfg = base_config(
-        tracefs=empty_tracefs,
-        engine_targets=(
-            EngineTarget(f"{engine_url}/metrics"),
-            EngineTarget(f"{engine_url}/garbage"),
-            EngineTarget("http://127.0.0.1:1/metrics"),
-        ),
+        bpf={"tracefs": empty_tracefs},
+        engines={
+            "targets": (
+                EngineTarget(f"{engine_url}/metrics"),
+                EngineTarget(f"{engine_url}/garbage"),
+                EngineTarget("http://127.0.0.1:1/metrics"),
+            )
+        },
     )
     agent = Agent(cfg, gpu_reader=FakeGpuReader(error="NVML Shared Library Not Found"))
     caplog.set_level(logging.INFO, logger="kvspread.collector")
@@ -129,7 +135,7 @@ def test_bpf_unavailable_collector_runs_on(
 
 
 def test_all_engines_failing_marks_engine_source_down(engine_url: str) -> None:
-    agent = Agent(base_config(engine_targets=(EngineTarget(f"{engine_url}/garbage"),)))
+    agent = Agent(base_config(engines={"targets": (EngineTarget(f"{engine_url}/garbage"),)}))
     agent.scrape_engines()
     st = agent.state.sources["engine"]
     assert not st.up and "not Prometheus text" in st.reason
@@ -141,7 +147,7 @@ def test_gpu_signals_from_fake_reader() -> None:
         GpuSample(0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.3),
         GpuSample(1, "GPU-1", "H100", 80 * 1024 * MIB, 70 * 1024 * MIB, 0.9),
     ]
-    agent = Agent(base_config(bpf_enabled=False), gpu_reader=FakeGpuReader(gpus))
+    agent = Agent(base_config(bpf={"enabled": False}), gpu_reader=FakeGpuReader(gpus))
     sig = agent.cycle()
     assert sig.gpus is not None and [g.mem_used_mib for g in sig.gpus] == [20480, 71680]
     assert agent.state.fragmentation == pytest.approx(1 - 60 / 70)
@@ -159,7 +165,7 @@ def test_gpu_signals_from_fake_reader() -> None:
 
 
 def test_server_routes() -> None:
-    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False))
+    agent = Agent(base_config(bpf={"enabled": False}, nvml={"enabled": False}))
     agent.server.start()
     base = f"http://127.0.0.1:{agent.server.port}"
     try:
@@ -217,7 +223,7 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
             standalone=False,
             node_name="gpu-1",
             kube_api_server=api.url,
-            bpf_enabled=False,
+            bpf={"enabled": False},
             proc_root=Path(__file__).parent / "fixtures" / "proc",
         )
         reader = FakeGpuReader(gpus)
@@ -264,8 +270,8 @@ def test_api_server_down_is_reported_not_fatal() -> None:
             standalone=False,
             node_name="n",
             kube_api_server="http://127.0.0.1:1",
-            bpf_enabled=False,
-            nvml_enabled=False,
+            bpf={"enabled": False},
+            nvml={"enabled": False},
         )
     )
     sig = agent.cycle()  # tries to publish: fails, logged, counted
@@ -301,7 +307,7 @@ def test_otlp_push_with_semantic_attributes() -> None:
     _Receiver.bodies = []
     try:
         cfg = base_config(
-            bpf_enabled=False,
+            bpf={"enabled": False},
             node_name="gpu-1",
             otlp_interval_s=60,
             otlp_endpoints=(f"http://127.0.0.1:{srv.server_address[1]}",),
@@ -358,7 +364,7 @@ def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
     """The SLO rules select by service and QoS class: both come from the serving pod's labels."""
     from bpf.attribution import PodMeta, PodRef
 
-    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False))
+    agent = Agent(base_config(bpf={"enabled": False}, nvml={"enabled": False}))
     meta = PodMeta(
         uid="u-1",
         namespace="llm",
@@ -381,7 +387,9 @@ def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None
     from bpf.attribution import PodMeta
 
     target = EngineTarget(f"{engine_url}/vllm", pod_uid="u-9", pod_name="vllm-0", namespace="llm")
-    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False, engine_targets=(target,)))
+    agent = Agent(
+        base_config(bpf={"enabled": False}, nvml={"enabled": False}, engines={"targets": (target,)})
+    )
     agent._pods["u-9"] = PodMeta(
         uid="u-9", namespace="llm", name="vllm-0", labels=(("app", "chat"),)
     )

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from bpf.agent import Agent
-from bpf.config import CollectorConfig
+from bpf.config import BpfConfig, CollectorConfig, NvmlConfig
 from bpf.events import decode_accept_event, decode_http_event
 from bpf.export import REQUEST_ATTRS
 from bpf.tracker import ConnTracker, RequestRecord
@@ -197,7 +197,11 @@ def test_keepalive_requests_counted_and_timed(subscribed: Any, uvicorn_server: A
     truth_file = uvicorn_server(port)
     agent = Agent(
         CollectorConfig(
-            port=0, listen="127.0.0.1", standalone=True, bpf_enabled=False, nvml_enabled=False
+            port=0,
+            listen="127.0.0.1",
+            standalone=True,
+            bpf=BpfConfig(enabled=False),
+            nvml=NvmlConfig(enabled=False),
         )
     )
     rec = Recorder(port, agent)
