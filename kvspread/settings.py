@@ -7,8 +7,8 @@ None, so "not given" is visible) and `layer` merges the sources into one `Layere
 mapping that remembers where each value came from. `load(ConfigClass, mapping)` then
 builds the part's frozen config dataclass from it, driven by the type hints:
 
-- a nested dataclass field is a nested YAML mapping (`server: {port: 8888}`); an empty
-  section (`server:`) keeps its defaults;
+- a nested dataclass field is a nested YAML mapping (`server: {port: 8888}`);
+- an empty value (`key:`, `key: null`, an empty section `server:`) keeps the default;
 - an unknown key is an error that lists the known keys;
 - a YAML value must have the field's type (`port: "8888"` is not an integer); a value from
   a flag or a variable is text and is parsed by one rule per type: integers, numbers,
@@ -262,7 +262,8 @@ def layer(
     for s in settings:
         env = env_name(part, s)
         raw_flag = getattr(args, s.dest(), None)
-        source, raw = None, None
+        source: str | None = None
+        raw: Any = None
         if raw_flag is not None:
             source, raw = s.flag_name(), raw_flag
         elif env in environ and environ[env] != "":
@@ -352,6 +353,8 @@ def _build(cls: type, data: Any, path: str, base: Any, text: frozenset[str]) -> 
         where = _join(path, str(key))
         if key not in names:
             raise ConfigError(f"unknown key (known: {', '.join(sorted(names))})", key=where)
+        if value is None:
+            continue  # `key:` or `key: null` keeps the default
         current = getattr(base, key) if base is not None else None
         changes[key] = _value(hints[key], value, where, current, text)
     if base is None:
@@ -426,8 +429,6 @@ def _value(tp: Any, value: Any, path: str, current: Any, text: frozenset[str]) -
     if value is None:
         if tp is Any or (_is_union(tp) and type(None) in typing.get_args(tp)):
             return None
-        if dataclasses.is_dataclass(tp) and dataclasses.is_dataclass(current):
-            return current  # an empty section (`server:`) keeps its defaults
         raise invalid(path, expected_text(tp), value)
     if path in text and isinstance(value, str):
         return _from_text(tp, value, path)

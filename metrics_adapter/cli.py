@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping
 
 from kvspread import logs
-from kvspread.settings import add_settings, layer, load_yaml
+from kvspread.settings import add_settings, gather
 from metrics_adapter.config import SETTINGS, AdapterConfig
 
 __all__ = ["register"]
@@ -44,8 +44,7 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
 def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from metrics_adapter.server import run
 
-    file_doc = load_yaml(args.config)
-    merged = layer("adapter", SETTINGS, args, environ, file_doc)
+    merged = gather("adapter", SETTINGS, args, environ, args.config)
     config = AdapterConfig.from_mapping(merged)
     logs.configure(config.log_level)
     return run(config)

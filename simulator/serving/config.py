@@ -50,8 +50,11 @@ class GpuSpec:
     """One GPU type. A100-80GB: 80 GiB HBM2e (81,920 MiB as NVML reports), 2.04 TB/s."""
 
     name: str = "A100-80GB"
+    """GPU model name (labels only)."""
     hbm_gib: float = 80.0
+    """GPU memory, GiB."""
     bandwidth_tb_s: float = 2.04  # NVIDIA A100 datasheet (SXM 80GB); H100 SXM: 3.35
+    """Memory bandwidth, TB/s (decode reads weights and KV cache at this rate)."""
 
 
 @dataclass(frozen=True)
@@ -68,26 +71,39 @@ class CostModel:
     """
 
     block_tokens: int = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE
+    """Tokens per KV-cache block."""
     act_reserve_gb: float = 4.0  # activation/profile reserve (assumption, serving-model)
+    """Memory kept for activations per engine, GB."""
     max_num_seqs: int = 256  # vLLM scheduler default (commonly cited)
+    """Sequences one engine batches at once."""
     chunk_tokens: int = 2048  # chunked-prefill token budget per step (vLLM V1 online default)
+    """Chunked-prefill token budget per step."""
     prefill_p0_ms: float = 8.0
+    """Fixed prefill cost p0, ms."""
     prefill_tok_s: float = 16_000.0
+    """Prefill throughput R_pf, tokens per second."""
     decode_d0_ms: float = 2.0
+    """Fixed cost of one decode step d0, ms."""
     eta: float = 0.85
+    """Share of the memory bandwidth a decode step achieves."""
     encode_e0_ms: float = 5.0
+    """Fixed cost of encoding one image e0, ms."""
     encode_ke_ms: float = 0.04
+    """Linear image-encoding cost ke, ms per image token."""
     encode_qe_ms: float = 2e-5
+    """Quadratic image-encoding cost qe, ms per image token squared."""
     # Time-slicing two CUDA contexts on one GPU roughly serialises their kernels: a step
     # takes (1 + sharing_slowdown * (busy occupants - 1)) times as long. Assumption; MPS
     # or MIG would be lower (0 = perfect isolation).
     sharing_slowdown: float = 1.0
+    """Step slow-down per extra busy occupant of a time-sliced GPU (0: perfect isolation)."""
     # An engine that finds less memory than it was promised starts with a smaller pool
     # (SGLang, TRT-LLM's free_gpu_memory_fraction) and fails requests longer than the
     # pool: the OOM of the comparison table. vLLM V1 instead refuses to start when the
     # pool cannot hold one max_model_len sequence ("... KV cache is needed, which is
     # larger than the available KV cache memory"): set true for that behaviour.
     require_max_model_len_fits: bool = False
+    """An engine whose KV pool cannot hold one max_model_len sequence refuses to start (vLLM V1) instead of starting smaller."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +112,13 @@ class ModelSpec:
     head_dim x 2 bytes, from each model's HF config.json)."""
 
     weights_gb: float = 16.0
+    """Weight bytes, GB."""
     kv_bytes_per_token: int = 131_072
+    """KV-cache bytes per token."""
     max_model_len: int = 8192
+    """Longest sequence, tokens."""
     multimodal: bool = False
+    """A vision model (pays the multimodal start-up profile run)."""
 
 
 @dataclass(frozen=True)
@@ -114,20 +134,35 @@ class KindSpec:
     """
 
     share: float = 0.5
+    """Share of the arrivals of this kind."""
     text_median: float = 1020.0
+    """Median prompt text tokens (lognormal)."""
     text_sigma: float = 0.77
+    """Sigma of the prompt text lognormal; 0: uniform [text_lo, text_hi]."""
     text_lo: int = 0
+    """Fewest prompt text tokens of the uniform case."""
     text_hi: int = 0
+    """Most prompt text tokens of the uniform case."""
     images_min: int = 0
+    """Fewest images per request."""
     images_max: int = 0
+    """Most images per request (outside the tail)."""
     images_tail_p: float = 0.0
+    """Probability of a heavy-tail request with more images."""
     images_tail_max: int = 0
+    """Most images of a heavy-tail request."""
     image_tokens: tuple[int, ...] = ()
+    """Tokens per image to choose from (empty: uniform [image_tok_lo, image_tok_hi])."""
     image_weights: tuple[float, ...] = ()
+    """Probability of each image_tokens entry."""
     image_tok_lo: int = 256
+    """Fewest tokens per image of the uniform case."""
     image_tok_hi: int = 1280
+    """Most tokens per image of the uniform case."""
     out_median: float = 129.0
+    """Median output tokens (lognormal)."""
     out_sigma: float = 0.93
+    """Sigma of the output tokens lognormal."""
 
 
 @dataclass(frozen=True)
@@ -139,8 +174,11 @@ class MetricTarget:
     """
 
     metric: str = "kvspread_requests_per_second"
+    """The adapter SLI (external metric name)."""
     type: str = "AverageValue"
+    """Value (compare the metric) or AverageValue (per replica)."""
     value: float = 5.0
+    """The target."""
 
 
 @dataclass(frozen=True)
@@ -152,12 +190,19 @@ class HpaBehavior:
     sync_period_s: float = 15.0  # --horizontal-pod-autoscaler-sync-period
     tolerance: float = 0.1  # --horizontal-pod-autoscaler-tolerance
     scale_up_window_s: float = 0.0
+    """Scale-up stabilisation window, seconds."""
     scale_up_percent: float = 100.0
+    """Most growth per period, percent."""
     scale_up_pods: int = 4
+    """Most pods added per period (the larger of the two limits applies)."""
     scale_up_period_s: float = 15.0
+    """Scale-up policy period, seconds."""
     scale_down_window_s: float = 300.0
+    """Scale-down stabilisation window, seconds."""
     scale_down_percent: float = 100.0
+    """Most shrinkage per period, percent."""
     scale_down_period_s: float = 15.0
+    """Scale-down policy period, seconds."""
 
 
 @dataclass(frozen=True)
@@ -165,13 +210,20 @@ class ServiceSpec:
     """A Deployment of one model for one request kind, with its HPA."""
 
     kind: str = "text"
+    """Request kind the service serves."""
     model: str = "llama-3-8b"
+    """Model it serves (a key of models)."""
     qos: str = "realtime"
+    """realtime, batch or best-effort."""
     gpu_memory_gib: float = 32.0  # the kvspread.io/gpu-memory annotation
     min_replicas: int = 1
+    """HPA minReplicas."""
     max_replicas: int = 8
+    """HPA maxReplicas."""
     initial_replicas: int = 2
+    """Replicas at the start."""
     metrics: tuple[MetricTarget, ...] = (MetricTarget(),)
+    """HPA metrics and targets."""
 
 
 @dataclass(frozen=True)
@@ -182,10 +234,15 @@ class ClusterSpec:
     pods may share one GPU (memory is not enforced by the device plugin)."""
 
     nodes: int = 3
+    """Nodes."""
     gpus_per_node: int = 4
+    """GPUs per node."""
     pools: tuple[str, ...] = ("language", "mixed", "vision", "mixed")
+    """Node pool label of each node, cycled (language, vision, mixed)."""
     nvlink: tuple[bool, ...] = (False, True, True, False)
+    """Whether each node has NVLink, cycled."""
     slots_per_gpu: int = 4
+    """Pods that may share one GPU (time-slicing replicas)."""
 
 
 @dataclass(frozen=True)
@@ -198,8 +255,11 @@ class BackgroundSpec:
     """
 
     gpu_fraction: float = 0.5
+    """Share of GPUs holding one background pod."""
     mem_gib: tuple[float, ...] = (8.0, 16.0, 24.0, 32.0)
+    """Memory of a background pod, GiB (one value drawn per pod)."""
     busy_p: float = 0.5
+    """Probability that a background pod keeps its GPU busy."""
 
 
 @dataclass(frozen=True)
@@ -214,13 +274,21 @@ class ArrivalSpec:
     """
 
     rate_rps: float = 4.0
+    """Base request rate, requests per second."""
     cv: float = 2.5
+    """Coefficient of variation of the inter-arrival gaps."""
     peak_extra: float = 1.0
+    """Extra rate at the daily peak (rate x (1 + peak_extra sin^2))."""
     burst_factor: float = 5.0
+    """Rate multiplier of the burst kinds inside a burst."""
     burst_kinds: tuple[str, ...] = ("image",)
+    """Request kinds that burst."""
     burst_every_s: float = 900.0
+    """Mean gap between burst starts, seconds."""
     burst_min_s: float = 45.0
+    """Shortest burst, seconds."""
     burst_max_s: float = 120.0
+    """Longest burst, seconds."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +299,9 @@ class SloSpec:
     budget (the normalised latency of the vLLM paper)."""
 
     realtime_s: float = 0.050
+    """Per-token latency budget of realtime requests, seconds."""
     batch_s: float = 0.120
+    """Per-token latency budget of batch requests, seconds."""
     good_threshold_s: float = 0.2  # good_requests_per_second threshold (DESIGN.md sec. 6)
 
 
@@ -245,14 +315,20 @@ class StartupSpec:
     `grace_s` (terminationGracePeriodSeconds)."""
 
     load_s: float = 45.0
+    """Seconds from start to ready with the image and weights cached."""
     multimodal_extra_s: float = 20.0
+    """Extra start seconds of a vision model."""
     # first start of a model on a node: image pull + weights from remote storage + init
     # (serving-model: 120 s cold; ServerlessLLM OSDI'24 load times). Nodes that ran the
     # model before keep image and weights cached.
     cold_load_s: float = 120.0
+    """Seconds from start to ready on a node that never ran the model."""
     backoff_initial_s: float = 10.0
+    """First CrashLoopBackOff delay, seconds."""
     backoff_max_s: float = 300.0
+    """Longest CrashLoopBackOff delay, seconds."""
     grace_s: float = 30.0
+    """Most seconds a deleted pod drains (terminationGracePeriodSeconds)."""
     schedule_retry_s: float = 10.0  # unschedulable pods are retried (kube-scheduler backoff)
     signals_period_s: float = 10.0  # collector sample period; it publishes at most this often
     # when NVML (and so the collector) first sees a starting engine's process: container
@@ -262,7 +338,9 @@ class StartupSpec:
     # the extra cold-start time, 120 - 45 s). Until then the signals show neither the pod's
     # memory nor its model on any GPU.
     visible_s: float = 15.0
+    """Seconds after start until NVML (and the collector) sees the engine's memory."""
     cold_visible_s: float = 60.0
+    """The same on a node that never ran the model (image pull first)."""
 
 
 def _default_models() -> dict[str, ModelSpec]:
@@ -356,19 +434,33 @@ class SimConfig:
     """The whole simulation: cluster, models, services, workload, HPA and SLOs."""
 
     duration_s: float = 3600.0
+    """Simulated seconds per run after the warm-up."""
     warmup_s: float = 120.0  # not scored: the cluster starts empty of requests
+    """Seconds simulated first and not scored (the cluster starts empty of requests)."""
     timeline_step_s: float = 10.0
+    """Seconds between two rows of the timeline output."""
     gpu: GpuSpec = GpuSpec()
+    """The GPU type of every node."""
     cost: CostModel = CostModel()
+    """Engine timing and memory rules."""
     cluster: ClusterSpec = ClusterSpec()
+    """Nodes, GPUs, pools and time-slicing."""
     background: BackgroundSpec = BackgroundSpec()
+    """Other tenants on the shared cluster."""
     models: Mapping[str, ModelSpec] = field(default_factory=_default_models)
+    """Served models by name."""
     kinds: Mapping[str, KindSpec] = field(default_factory=_default_kinds)
+    """Request kinds (text, image, multi-image) by name."""
     services: Mapping[str, ServiceSpec] = field(default_factory=_default_services)
+    """Deployments with their HPAs by name."""
     arrivals: ArrivalSpec = ArrivalSpec()
+    """The request arrival process."""
     hpa: HpaBehavior = HpaBehavior()
+    """HorizontalPodAutoscaler behaviour."""
     slo: SloSpec = SloSpec()
+    """Latency budgets per QoS class."""
     startup: StartupSpec = StartupSpec()
+    """Pod start, restart and drain times."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     """The kvspread policy's scoring: the extender's `scoring:` section (extender.config)."""
 

@@ -100,6 +100,40 @@ def test_invalid_config_names_the_bad_key(doc: dict, key: str) -> None:
     assert str(exc.value).startswith(key), str(exc.value)
 
 
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"secure_port": "6443"}, "secure_port: expected an integer, got '6443'"),
+        ({"window": "soon"}, "window: expected a duration > 0 (seconds, or 30s, 1m30s"),
+        ({"authorization_mode": "RBAC"}, "authorization_mode: expected one of SubjectAccess"),
+        ({"authorization_allow_users": "alice"}, "authorization_allow_users: expected a list"),
+        ({"rules": []}, "rules: expected at least one rule (remove the key for the defaults)"),
+    ],
+)
+def test_invalid_config_wording(doc: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        AdapterConfig.from_mapping(doc)
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_durations_and_lists_from_yaml_and_text() -> None:
+    cfg = AdapterConfig.from_mapping({"idle_expiry": "10m", "window": 30, "max_series": 5})
+    assert (cfg.idle_expiry, cfg.window, cfg.max_series) == (600.0, 30.0, 5)
+    args = build_parser({}).parse_args(["adapter", "serve"])
+    env = {
+        "KVSPREAD_ADAPTER_REQUESTHEADER_USERNAME_HEADERS": "X-User, X-Remote-User",
+        "KVSPREAD_ADAPTER_AUTHORIZATION_MODE": "AllowList",
+        "KVSPREAD_ADAPTER_AUTHORIZATION_ALLOW_GROUPS": "system:masters",
+    }
+    cfg = AdapterConfig.from_mapping(layer("adapter", SETTINGS, args, env, {}))
+    assert cfg.username_headers == ("X-User", "X-Remote-User")
+    assert cfg.authorization_allow_groups == ("system:masters",)
+    with pytest.raises(ConfigError, match="^KVSPREAD_ADAPTER_OTLP_PORT: otlp_port: expected"):
+        AdapterConfig.from_mapping(
+            layer("adapter", SETTINGS, args, {"KVSPREAD_ADAPTER_OTLP_PORT": "x"}, {})
+        )
+
+
 def test_durations() -> None:
     assert parse_duration("1m30s", "k") == 90
     assert parse_duration("500ms", "k") == 0.5
