@@ -297,9 +297,13 @@ def render_config_doc() -> str:
         "",
         "Every part takes its configuration in layers: a command-line flag beats the",
         "`KVSPREAD_<PART>_<KEY>` environment variable, which beats the YAML file given with",
-        "`--config`, which beats the documented default. Unknown YAML keys are an error that",
-        "names the key. This page is generated from the code: the flags from the `kvspread`",
-        "parser, the file layout and fields from each part's config module.",
+        "`--config`, which beats the documented default. One loader reads every part",
+        "(`kvspread.settings.load`): an unknown key is an error that lists the known ones; a",
+        "YAML value must have the key's type; a flag's or variable's text is parsed by type",
+        "(lists comma separated, booleans true/false, yes/no, on/off or 1/0); an empty value",
+        "keeps the default. Every error is one line, `SOURCE: KEY: expected WHAT, got VALUE`,",
+        "and the command exits 2. This page is generated from the code: the flags from the",
+        "`kvspread` parser, the keys and their meanings from each part's config classes.",
         "",
     ]
     lines += _cli_section()
