@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvspread.names import ANNOTATION_SIGNALS
+from kvspread import names
 from kvspread.signals import NodeSignals
 
 __all__ = ["PublishConfig", "should_publish", "patch_node_annotation"]
@@ -104,5 +104,5 @@ def patch_node_annotation(api_client: Any, node: str, document: str) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    body = {"metadata": {"annotations": {ANNOTATION_SIGNALS: document}}}
+    body = {"metadata": {"annotations": {names.ANNOTATION_SIGNALS: document}}}
     core.patch_node(node, body, _content_type="application/merge-patch+json", _request_timeout=10)
