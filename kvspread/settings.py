@@ -135,7 +135,8 @@ def layer(
     for s in settings:
         env = env_name(part, s)
         raw_flag = getattr(args, s.dest(), None)
-        source, raw = None, None
+        source: str | None = None
+        raw: Any = None
         if raw_flag is not None:
             source, raw = s.flag_name(), raw_flag
         elif env in environ and environ[env] != "":
