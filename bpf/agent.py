@@ -39,7 +39,7 @@ from bpf.publish import patch_node_annotation, should_publish
 from bpf.server import CollectorServer
 from bpf.state import CollectorState, EngineReading
 from bpf.tracker import ConnTracker, RequestRecord
-from kvspread import names as N
+from kvspread import names
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.signals import NodeSignals
 
@@ -90,7 +90,7 @@ class Agent:
         if config.otlp_endpoints or otlp_exporter is not None:
             attrs = {"service.name": "kvspread-collector"}
             if config.node_name:
-                attrs[N.ATTR_K8S_NODE] = config.node_name
+                attrs[names.ATTR_K8S_NODE] = config.node_name
             self.otlp = OtlpExporter(
                 self.state, config.otlp_endpoints, config.otlp_interval_s, attrs, otlp_exporter
             )
@@ -221,9 +221,9 @@ class Agent:
         if len(self.state.backlog) > 1024:
             self.state.backlog.pop(next(iter(self.state.backlog)))
         attrs = (
-            (N.ATTR_SERVER_PORT, str(ev.port)),
-            (N.ATTR_K8S_NAMESPACE, ns),
-            (N.ATTR_K8S_POD, pod),
+            (names.ATTR_SERVER_PORT, str(ev.port)),
+            (names.ATTR_K8S_NAMESPACE, ns),
+            (names.ATTR_K8S_POD, pod),
         )
         if ev.queue_ns:
             self.state.accept_delay.observe(attrs, ev.queue_ns / 1e9)
@@ -232,8 +232,11 @@ class Agent:
         client = self._pod_by_ip(ev.peer)
         self.state.edges.add(
             (
-                (N.ATTR_CLIENT_ADDRESS, ev.peer if client is None else ""),
-                (N.ATTR_CLIENT_POD, "" if client is None else f"{client.namespace}/{client.name}"),
+                (names.ATTR_CLIENT_ADDRESS, ev.peer if client is None else ""),
+                (
+                    names.ATTR_CLIENT_POD,
+                    "" if client is None else f"{client.namespace}/{client.name}",
+                ),
                 *attrs,
             )
         )
@@ -247,21 +250,21 @@ class Agent:
         if meta is None:
             return "", ""
         service = next((v for v in (meta.label(k) for k in SERVICE_LABELS) if v), "")
-        return service, meta.label(N.LABEL_QOS) or ""
+        return service, meta.label(names.LABEL_QOS) or ""
 
     def record_request(self, rec: RequestRecord) -> None:
         ref = self.attributor.resolve(rec.tgid)
         service, qos = self._pod_labels(ref)
         values = {
-            N.ATTR_HTTP_METHOD: rec.method,
-            N.ATTR_HTTP_STATUS: "" if rec.status is None else str(rec.status),
-            N.ATTR_HTTP_ROUTE: rec.route,
-            N.ATTR_SERVER_PORT: str(rec.port),
-            N.ATTR_K8S_NAMESPACE: ref.namespace if ref else "",
-            N.ATTR_K8S_POD: ref.name if ref else "",
-            N.ATTR_MODALITY: rec.modality,
-            N.ATTR_SERVICE_NAME: service,
-            N.ATTR_QOS: qos,
+            names.ATTR_HTTP_METHOD: rec.method,
+            names.ATTR_HTTP_STATUS: "" if rec.status is None else str(rec.status),
+            names.ATTR_HTTP_ROUTE: rec.route,
+            names.ATTR_SERVER_PORT: str(rec.port),
+            names.ATTR_K8S_NAMESPACE: ref.namespace if ref else "",
+            names.ATTR_K8S_POD: ref.name if ref else "",
+            names.ATTR_MODALITY: rec.modality,
+            names.ATTR_SERVICE_NAME: service,
+            names.ATTR_QOS: qos,
         }
         labels = tuple((k, values[k]) for k in REQUEST_ATTRS)
         if not self.state.requests.observe(labels, rec.duration_s):
@@ -271,8 +274,8 @@ class Agent:
         if self.otlp:
             attrs: dict[str, Any] = {k: v for k, v in values.items() if v != ""}
             if rec.status is not None:
-                attrs[N.ATTR_HTTP_STATUS] = rec.status
-            attrs[N.ATTR_SERVER_PORT] = rec.port
+                attrs[names.ATTR_HTTP_STATUS] = rec.status
+            attrs[names.ATTR_SERVER_PORT] = rec.port
             self.otlp.record_request(attrs, rec.duration_s, rec.ttfb_s)
 
     # --- Kubernetes pods on this node -------------------------------------------------
@@ -344,18 +347,18 @@ class Agent:
         with self._pods_lock:
             pods = list(self._pods.values())
         for p in pods:
-            port = p.annotation(N.ANNOTATION_METRICS_PORT)
+            port = p.annotation(names.ANNOTATION_METRICS_PORT)
             if not port or not p.ip:
                 continue
-            path = p.annotation(N.ANNOTATION_METRICS_PATH) or "/metrics"
+            path = p.annotation(names.ANNOTATION_METRICS_PATH) or "/metrics"
             if not path.startswith("/"):
                 path = "/" + path
             host = f"[{p.ip}]" if ":" in p.ip else p.ip
             targets.append(
                 EngineTarget(
                     url=f"http://{host}:{port}{path}",
-                    engine=p.annotation(N.ANNOTATION_ENGINE),
-                    model=p.label(N.LABEL_MODEL) or "",
+                    engine=p.annotation(names.ANNOTATION_ENGINE),
+                    model=p.label(names.LABEL_MODEL) or "",
                     pod_uid=p.uid,
                     pod_name=p.name,
                     namespace=p.namespace,
@@ -385,7 +388,7 @@ class Agent:
             self._source(
                 "engine",
                 False,
-                f"no engine endpoints (config or pod annotation {N.ANNOTATION_METRICS_PORT})",
+                f"no engine endpoints (config or pod annotation {names.ANNOTATION_METRICS_PORT})",
             )
         elif len(failing) == len(readings):
             self._source(
@@ -454,7 +457,7 @@ class Agent:
             for uid in uids:
                 with self._pods_lock:
                     meta = self._pods.get(uid)
-                model = meta.label(N.LABEL_MODEL) if meta else None
+                model = meta.label(names.LABEL_MODEL) if meta else None
                 samples = by_pod.get(uid, [])
                 models = [model] if model else [s.model for s in samples if s.model]
                 gpu_models.setdefault(g.index, []).extend(models)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kvspread.names import ANNOTATION_SIGNALS
+from kvspread import names
 from kvspread.settings import invalid
 from kvspread.signals import NodeSignals
 
@@ -122,5 +122,5 @@ def patch_node_annotation(api_client: Any, node: str, document: str) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    body = {"metadata": {"annotations": {ANNOTATION_SIGNALS: document}}}
+    body = {"metadata": {"annotations": {names.ANNOTATION_SIGNALS: document}}}
     core.patch_node(node, body, _content_type="application/merge-patch+json", _request_timeout=10)

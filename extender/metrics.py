@@ -1,4 +1,4 @@
-"""The extender's own Prometheus metrics (names in kvspread/names.py).
+"""The extender's own Prometheus metrics (names and help in kvspread/names.py).
 
 One `CollectorRegistry` per server instance (tests start many). Term histograms are
 accumulated with numpy over every scored node of a request and exposed by a custom
@@ -47,8 +47,8 @@ class _TermHistograms(Collector):
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         fam = HistogramMetricFamily(
-            names.EXTENDER_SCORE_TERM,
-            "Value (0..1) of each prioritize term over all scored nodes",
+            names.EXTENDER_SCORE_TERM.prometheus,
+            names.EXTENDER_SCORE_TERM.help,
             labels=["term"],
         )
         with self._lock:
@@ -67,40 +67,39 @@ class ExtenderMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            names.EXTENDER_REQUESTS.removesuffix("_total"),
-            "Extender HTTP requests by verb and status code",
+            names.EXTENDER_REQUESTS.prometheus,
+            names.EXTENDER_REQUESTS.help,
             ["verb", "code"],
             registry=r,
         )
         self.duration = Histogram(
-            names.EXTENDER_REQUEST_DURATION,
-            "Time to answer an extender request, by verb",
+            names.EXTENDER_REQUEST_DURATION.prometheus,
+            names.EXTENDER_REQUEST_DURATION.help,
             ["verb"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.filter_failures = Counter(
-            names.EXTENDER_FILTER_FAILURES.removesuffix("_total"),
-            "Nodes failed by the filter, by reason (gpu_memory, cpu, invalid_pod)",
+            names.EXTENDER_FILTER_FAILURES.prometheus,
+            names.EXTENDER_FILTER_FAILURES.help,
             ["reason"],
             registry=r,
         )
         self.signals = Counter(
-            names.EXTENDER_SIGNALS.removesuffix("_total"),
-            "Nodes seen in requests by the state of their kvspread.io/signals "
-            "(fresh, stale, missing, invalid, unknown = not in the node cache)",
+            names.EXTENDER_SIGNALS.prometheus,
+            names.EXTENDER_SIGNALS.help,
             ["state"],
             registry=r,
         )
         self.cache_synced = Gauge(
-            names.EXTENDER_CACHE_SYNCED,
-            "1 once the cache has completed its first list (per resource), else 0",
+            names.EXTENDER_CACHE_SYNCED.prometheus,
+            names.EXTENDER_CACHE_SYNCED.help,
             ["resource"],
             registry=r,
         )
         self.decisions = Counter(
-            names.EXTENDER_DECISIONS.removesuffix("_total"),
-            "Prioritize decisions by outcome (placed, no_fit, invalid_pod, no_gpu)",
+            names.EXTENDER_DECISIONS.prometheus,
+            names.EXTENDER_DECISIONS.help,
             ["outcome"],
             registry=r,
         )

@@ -63,15 +63,15 @@ class _SelfMetrics:
     def collect(self) -> Any:
         a = self.adapter
         req = CounterMetricFamily(
-            names.ADAPTER_REQUESTS.removesuffix("_total"),
-            "API requests by route kind and HTTP code",
+            names.ADAPTER_REQUESTS.prometheus,
+            names.ADAPTER_REQUESTS.help,
             labels=["kind", "code"],
         )
         for (kind, code), n in sorted(a.api.requests.items()):
             req.add_metric([kind, str(code)], n)
         yield req
         hist = HistogramMetricFamily(
-            names.ADAPTER_REQUEST_DURATION, "API request handling time (server side), seconds"
+            names.ADAPTER_REQUEST_DURATION.prometheus, names.ADAPTER_REQUEST_DURATION.help
         )
         acc, buckets = 0, []
         for le, n in zip((*DURATION_BOUNDS, float("inf")), a.api.duration_counts, strict=True):
@@ -80,21 +80,21 @@ class _SelfMetrics:
         hist.add_metric([], buckets, sum_value=a.api.duration_sum)
         yield hist
         yield GaugeMetricFamily(
-            names.ADAPTER_SERIES, "series held in the OTLP store", value=len(a.store)
+            names.ADAPTER_SERIES.prometheus, names.ADAPTER_SERIES.help, value=len(a.store)
         )
         yield CounterMetricFamily(
-            names.ADAPTER_SERIES_DROPPED.removesuffix("_total"),
-            "series evicted because the store was full (LRU)",
+            names.ADAPTER_SERIES_DROPPED.prometheus,
+            names.ADAPTER_SERIES_DROPPED.help,
             value=a.store.dropped,
         )
         yield CounterMetricFamily(
-            names.ADAPTER_OTLP_POINTS.removesuffix("_total"),
-            "OTLP data points stored",
+            names.ADAPTER_OTLP_POINTS.prometheus,
+            names.ADAPTER_OTLP_POINTS.help,
             value=a.store.points,
         )
         yield CounterMetricFamily(
-            names.ADAPTER_STALE_READS.removesuffix("_total"),
-            "metric reads whose matching series were all older than the staleness",
+            names.ADAPTER_STALE_READS.prometheus,
+            names.ADAPTER_STALE_READS.help,
             value=a.provider.stale_reads,
         )
 

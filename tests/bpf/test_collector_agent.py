@@ -21,7 +21,7 @@ from bpf.events import RTT_SLOTS, TcpStats
 from bpf.gpu import FakeGpuReader, GpuSample, GpuUnavailable, NvmlReader
 from bpf.node import MIB
 from bpf.tracker import RequestRecord
-from kvspread import names as N
+from kvspread import names
 from kvspread.clock import FakeClock
 from kvspread.signals import decode_signals
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
@@ -207,15 +207,15 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
             "vllm-0",
             "llm",
             node_name="gpu-1",
-            labels={N.LABEL_MODEL: "llama"},
-            annotations={N.ANNOTATION_METRICS_PORT: engine_url.rsplit(":", 1)[1]},
+            labels={names.LABEL_MODEL: "llama"},
+            annotations={names.ANNOTATION_METRICS_PORT: engine_url.rsplit(":", 1)[1]},
         )
         pod["metadata"]["uid"] = "7c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"
         pod["status"]["podIP"] = "127.0.0.1"
         api.put(pod)
         api.put(
             make_pod(
-                "other", "llm", node_name="gpu-2", annotations={N.ANNOTATION_METRICS_PORT: "1"}
+                "other", "llm", node_name="gpu-2", annotations={names.ANNOTATION_METRICS_PORT: "1"}
             )
         )
         gpus = [GpuSample(0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.3, ((101, 1),))]
@@ -238,7 +238,7 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
         assert sig.gpus[0].kv_blocks_total == 27434  # pid 101 runs in pod vllm-0
         assert agent.state.gpu_pods == {(0, "GPU-0", "llm", "vllm-0"): 1}
         node = api.get("Node", "gpu-1")
-        doc = decode_signals(node["metadata"]["annotations"][N.ANNOTATION_SIGNALS])
+        doc = decode_signals(node["metadata"]["annotations"][names.ANNOTATION_SIGNALS])
         assert doc.node == "gpu-1" and doc.gpus is not None and doc.streams == 4
 
         def patches() -> int:
@@ -260,7 +260,7 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
         agent.record_request(_record(tgid=101))
         (labels,) = agent.state.requests.snapshot()
         d = dict(labels)
-        assert (d[N.ATTR_K8S_NAMESPACE], d[N.ATTR_K8S_POD]) == ("llm", "vllm-0")
+        assert (d[names.ATTR_K8S_NAMESPACE], d[names.ATTR_K8S_POD]) == ("llm", "vllm-0")
         agent.server.httpd.server_close()
 
 
@@ -317,8 +317,8 @@ def test_otlp_push_with_semantic_attributes() -> None:
         # kernel TCP statistics of one server process and one accepted-connection edge
         agent.state.tcp[(4242, 8000)] = TcpStats(3, 900, 2, (0,) * RTT_SLOTS)
         agent.state.edges.add(
-            ((N.ATTR_CLIENT_ADDRESS, "127.0.0.1"), (N.ATTR_CLIENT_POD, ""),
-             (N.ATTR_SERVER_PORT, "8000"), (N.ATTR_K8S_NAMESPACE, ""), (N.ATTR_K8S_POD, ""))
+            ((names.ATTR_CLIENT_ADDRESS, "127.0.0.1"), (names.ATTR_CLIENT_POD, ""),
+             (names.ATTR_SERVER_PORT, "8000"), (names.ATTR_K8S_NAMESPACE, ""), (names.ATTR_K8S_POD, ""))
         )  # fmt: skip
         agent.cycle()
         assert agent.otlp is not None and agent.otlp.flush()
@@ -333,31 +333,31 @@ def test_otlp_push_with_semantic_attributes() -> None:
     metrics = {
         m.name: m for rm in req.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
     }
-    hist = metrics[N.HTTP_SERVER_REQUEST_DURATION]
+    hist = metrics[names.HTTP_SERVER_REQUEST_DURATION.name]
     assert hist.unit == "s"
     (point,) = hist.histogram.data_points
     attrs = {a.key: (a.value.string_value or a.value.int_value) for a in point.attributes}
     assert attrs == {
-        N.ATTR_HTTP_METHOD: "POST",
-        N.ATTR_HTTP_STATUS: 200,
-        N.ATTR_HTTP_ROUTE: "/v1/chat/completions",
-        N.ATTR_SERVER_PORT: 8000,
-        N.ATTR_MODALITY: "image",
+        names.ATTR_HTTP_METHOD: "POST",
+        names.ATTR_HTTP_STATUS: 200,
+        names.ATTR_HTTP_ROUTE: "/v1/chat/completions",
+        names.ATTR_SERVER_PORT: 8000,
+        names.ATTR_MODALITY: "image",
     }
     assert point.count == 1 and point.sum == pytest.approx(0.2)
-    assert N.GPU_MEMORY_USED not in metrics  # no driver: no GPU points at all
-    up = metrics[N.COLLECTOR_SOURCE_UP].gauge.data_points
+    assert names.GPU_MEMORY_USED.name not in metrics  # no driver: no GPU points at all
+    up = metrics[names.COLLECTOR_SOURCE_UP.name].gauge.data_points
     by_source = {p.attributes[0].value.string_value: p.as_int for p in up}
     assert by_source["nvml"] == 0 and by_source["bpf"] == 0
-    (retr,) = metrics[N.TCP_RETRANSMITS].sum.data_points
-    assert metrics[N.TCP_RETRANSMITS].sum.is_monotonic and retr.as_int == 2
-    (edge,) = metrics[N.CONNECTION_EDGES].sum.data_points
+    (retr,) = metrics[names.TCP_RETRANSMITS.name].sum.data_points
+    assert metrics[names.TCP_RETRANSMITS.name].sum.is_monotonic and retr.as_int == 2
+    (edge,) = metrics[names.CONNECTION_EDGES.name].sum.data_points
     assert edge.as_int == 1
     assert {a.key: a.value.string_value for a in edge.attributes}[
-        N.ATTR_CLIENT_ADDRESS
+        names.ATTR_CLIENT_ADDRESS
     ] == "127.0.0.1"
     res = {a.key: a.value.string_value for a in req.resource_metrics[0].resource.attributes}
-    assert res[N.ATTR_K8S_NODE] == "gpu-1"
+    assert res[names.ATTR_K8S_NODE] == "gpu-1"
 
 
 def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
@@ -369,7 +369,7 @@ def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
         uid="u-1",
         namespace="llm",
         name="qwen-0",
-        labels=(("app.kubernetes.io/name", "qwen2-vl"), (N.LABEL_QOS, "realtime")),
+        labels=(("app.kubernetes.io/name", "qwen2-vl"), (names.LABEL_QOS, "realtime")),
     )
     agent._pods["u-1"] = meta
     agent.attributor.resolve = lambda tgid: PodRef(uid="u-1", namespace="llm", name="qwen-0")
@@ -377,9 +377,9 @@ def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
     agent.record_request(rec)
     (labels,) = agent.state.requests.snapshot().keys()
     got = dict(labels)
-    assert got[N.ATTR_SERVICE_NAME] == "qwen2-vl"
-    assert got[N.ATTR_QOS] == "realtime"
-    assert got[N.ATTR_K8S_NAMESPACE] == "llm" and got[N.ATTR_MODALITY] == "image"
+    assert got[names.ATTR_SERVICE_NAME] == "qwen2-vl"
+    assert got[names.ATTR_QOS] == "realtime"
+    assert got[names.ATTR_K8S_NAMESPACE] == "llm" and got[names.ATTR_MODALITY] == "image"
 
 
 def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None:

@@ -19,8 +19,8 @@ def test_default_rules_serve_every_design_sli() -> None:
     by = {r.name: r for r in rules}
     assert by[names.SLI_LATENCY_P95].quantile == 0.95
     assert by[names.SLI_GOOD_REQUESTS_PER_SECOND].threshold == 0.2
-    assert by[names.SLI_QUEUE_DEPTH].metric == names.ENGINE_REQUESTS_WAITING
-    assert by[names.SLI_KV_CACHE_USAGE].metric == names.KV_CACHE_USAGE
+    assert by[names.SLI_QUEUE_DEPTH].metric == names.ENGINE_REQUESTS_WAITING.name
+    assert by[names.SLI_KV_CACHE_USAGE].metric == names.KV_CACHE_USAGE.name
     assert all(r.window == 60 for r in rules)
     assert ("llm.modality", "modality") in by[names.SLI_ERROR_RATIO].labels
 
