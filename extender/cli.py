@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Mapping
 
 from extender.config import DEFAULT_HOST, DEFAULT_PORT, ExtenderConfig
-from kvspread import logs
+from kvspread import logs, preflight
 from kvspread.settings import Setting, add_settings, layer, load_yaml, parse_bool
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
@@ -98,6 +98,10 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
 
     def run_serve(args: argparse.Namespace) -> int:
         cfg = config_from_args(args, environ)
+        preflight.check_tls_pair(cfg.tls_cert, cfg.tls_key, "--tls-cert", "--tls-key")
+        preflight.check_port(cfg.host, cfg.port, "--port")
+        if not cfg.standalone:
+            preflight.check_kube_access(cfg.kubeconfig, cfg.api_server, "--standalone")
         logs.configure(cfg.log_level)
         from extender.run import serve as serve_forever
 

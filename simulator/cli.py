@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Setting, add_settings, layer, load_yaml
 
 __all__ = ["register", "parse_seeds", "parse_policies", "run_placement", "run_quick"]
@@ -171,6 +172,7 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         if not weight > 0:
             raise ConfigError(f"--extender-weight: must be > 0, got {weight}")
         extra["extender_weight"] = float(weight)
+    check_output_dir(out, "--out")
     todo = [
         ReplayJob(
             trace=trace,
@@ -230,7 +232,7 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     out = Path(args.out or environ.get("KVSPREAD_SIMULATE_OUT") or DEFAULT_OUT)
     jobs = args.jobs or int(environ.get("KVSPREAD_SIMULATE_JOBS", "0") or 0) or 2
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out, "--out")
     start = time.monotonic()
     todo = [ReplayJob("default", p, seed) for p in DEFAULT_POLICIES for seed in QUICK_SEEDS]
     results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
@@ -288,7 +290,7 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
         "placement",
         help="replay the Alibaba GPU trace (FGD paper's method)",
         description="Replay a pod list on the 1213 GPU nodes of the Alibaba trace: pods arrive "
-        "until their GPU demand is 130 %% of capacity and never leave; writes allocation.csv "
+        "until their GPU demand is 130 % of capacity and never leave; writes allocation.csv "
         "(published layout), frag_ratio.csv, plots and placement.md into --out.",
         epilog=PLACEMENT_EPILOG,
         formatter_class=fmt,
