@@ -21,7 +21,14 @@ from typing import Any
 from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Setting, add_settings, layer, load_yaml
 
-__all__ = ["register", "parse_seeds", "parse_policies", "run_placement", "run_quick"]
+__all__ = [
+    "register",
+    "require_trace_data",
+    "parse_seeds",
+    "parse_policies",
+    "run_placement",
+    "run_quick",
+]
 
 PART = "simulate"
 DEFAULT_OUT = "kvspread-report"
@@ -149,8 +156,22 @@ def _placement_settings(args: argparse.Namespace, environ: Mapping[str, str]) ->
     return {**section, "scoring": scoring}
 
 
+def require_trace_data() -> None:
+    """The replay needs the bundled Alibaba node list. The container image leaves the trace
+    out (research-only data it does not need to schedule), so say where to run instead."""
+    from simulator import trace
+
+    if not trace.DEFAULT_NODE_LIST.is_file():
+        raise ConfigError(
+            f"the bundled Alibaba GPU trace is not installed here ({trace.TRACE_DIR} is absent; "
+            "the container image leaves this research-only data out, see docs/data-licences.md); "
+            "run simulations from the Python package: pip install kvspread"
+        )
+
+
 def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """`kvspread simulate placement`: run, write the report folder, print the table."""
+    require_trace_data()
     from simulator.policies import DEFAULT_POLICIES
     from simulator.report import write_report
     from simulator.runner import Progress, ReplayJob, run_jobs
@@ -230,6 +251,7 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from simulator.runner import Progress, ReplayJob, run_jobs
     from simulator.serving import quick as serving_quick
 
+    require_trace_data()
     out = Path(args.out or environ.get("KVSPREAD_SIMULATE_OUT") or DEFAULT_OUT)
     jobs = args.jobs or int(environ.get("KVSPREAD_SIMULATE_JOBS", "0") or 0) or 2
     check_output_dir(out, "--out")
