@@ -183,3 +183,27 @@ def test_output_dir_is_created_and_left_empty(tmp_path: Path) -> None:
     out = tmp_path / "a" / "b"
     check_output_dir(out, "--out")
     assert out.is_dir() and not list(out.iterdir())
+
+
+HELP_COMMANDS = [
+    [],
+    ["extender", "serve"],
+    ["adapter", "serve"],
+    ["collector", "run"],
+    ["simulate"],
+    ["simulate", "placement"],
+    ["simulate", "serving"],
+]
+
+
+@pytest.mark.parametrize("cmd", HELP_COMMANDS, ids=lambda c: " ".join(c) or "kvspread")
+def test_help_shows_percent_signs_once(cmd: list[str], capsys: pytest.CaptureFixture) -> None:
+    """argparse %-formats help= strings but not descriptions: a '%%' there is printed as is."""
+    from kvspread.cli import main
+
+    with pytest.raises(SystemExit):
+        main([*cmd, "--help"], environ={})
+    out = capsys.readouterr().out
+    assert "%%" not in out
+    if cmd == ["simulate", "placement"]:
+        assert "130 % of capacity" in out
