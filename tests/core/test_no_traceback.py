@@ -207,3 +207,32 @@ def test_help_shows_percent_signs_once(cmd: list[str], capsys: pytest.CaptureFix
     assert "%%" not in out
     if cmd == ["simulate", "placement"]:
         assert "130 % of capacity" in out
+
+
+def test_adapter_names_the_serving_certificate_not_the_client_ca(tmp_path: Path) -> None:
+    """Started without the CLI (tests, embedders), a bad serving pair is still named as such."""
+    import asyncio
+
+    from metrics_adapter.config import AdapterConfig
+    from metrics_adapter.server import Adapter
+
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    config = AdapterConfig.from_mapping(
+        {
+            "tls_cert_file": str(bad),
+            "tls_private_key_file": str(bad),
+            "requestheader_client_ca_file": str(ca_file),
+            "authorization_mode": "AlwaysAllow",
+            "secure_port": 0,
+            "otlp_port": 0,
+        }
+    )
+    adapter = Adapter(config)
+    with pytest.raises(ConfigError) as info:
+        asyncio.run(adapter.start())
+    assert "tls_cert_file" in str(info.value)
+    assert "request-header" not in str(info.value)
