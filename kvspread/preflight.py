@@ -85,7 +85,9 @@ def check_output_dir(path: Path, flag: str) -> None:
             pass
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        if exc.errno == errno.EEXIST:
+            reason = "it is a file, not a folder"
+        elif exc.errno == errno.ENOTDIR:
             reason = "a parent of it is a file, not a folder"
         raise ConfigError(
             f"{flag} {path}: cannot write the report there ({reason}); choose a folder you can "

@@ -111,6 +111,7 @@ CASES: list[tuple[list[str], str]] = [
     (["simulate", "--out", "/etc/hostname/x"], "a parent of it is a file"),
     (["simulate", "placement", "--out", "/etc/hostname/x"], "a parent of it is a file"),
     (["simulate", "placement", "--out", "/sys/kvspread-test/report"], "cannot write"),
+    (["simulate", "placement", "--out", "/etc/hostname"], "it is a file, not a folder"),
     (["simulate", "placement", "--trace", "{missing}"], "--trace"),
     (["simulate", "placement", "--seeds", "many"], "--seeds"),
     (["simulate", "placement", "--policies", "best"], "--policies"),
