@@ -154,6 +154,8 @@ def test_bad_input_is_one_line_not_a_traceback(
     last = proc.stderr.strip().splitlines()[-1]
     assert _fill(expect, values) in last, proc.stderr
     assert not last.startswith("{"), proc.stderr
+    for started in ("extender serving", "adapter serving", "collector listening"):
+        assert started not in output, f"it started serving before failing: {output}"
     assert not list(tmp_path.iterdir()), "a failed run left files behind"
 
 
