@@ -105,8 +105,10 @@ def test_every_bundled_data_set_is_documented() -> None:
     for folder in folders:
         if folder.is_dir():
             rel = folder.relative_to(ROOT).as_posix()
-            parent = folder.parent.relative_to(ROOT).as_posix()
-            assert rel in page or f"{parent}/" in page, f"{rel} is not in docs/data-licences.md"
+            assert f"`{rel}/" in page, f"{rel} is not in docs/data-licences.md"
+            assert rel in notice, f"{rel} is not in NOTICE"
+            terms = [p for p in folder.iterdir() if p.stem.upper() in ("LICENSE", "SOURCE")]
+            assert terms, f"{rel}: no LICENSE or SOURCE file next to the data"
     for phrase in ("study and research", "Apache-2.0", "CC BY 4.0", "Weng", "Splitwise"):
         assert phrase in page
     for phrase in ("study and research", "Apache License 2.0", "CC BY 4.0"):
