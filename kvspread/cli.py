@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from kvspread import __version__
 from kvspread.settings import ConfigError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "one_line"]
 
 PARTS = ("extender.cli", "metrics_adapter.cli", "bpf.cli", "simulator.cli")
 
@@ -43,6 +43,13 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message: str) -> str:
+    """A message on one line: YAML parser errors span several (a source excerpt and a caret
+    under the column); keep their words, drop the caret lines."""
+    parts = [line.strip() for line in message.splitlines()]
+    return " ".join(p for p in parts if p and set(p) != {"^"})
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     parser = build_parser(env)
@@ -54,10 +61,24 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         return int(func(args) or 0)
     except ConfigError as exc:
-        print(f"kvspread: configuration error: {exc}", file=sys.stderr)
+        print(f"kvspread: configuration error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        # a file, folder or port the checks before the run could not foresee
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"kvspread: error:{where} {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if env.get("KVSPREAD_TRACEBACK"):
+            raise
+        print(
+            f"kvspread: internal error: {type(exc).__name__}: {str(exc)[:300]} (rerun with "
+            "KVSPREAD_TRACEBACK=1 for the traceback and report it)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kvspread import __version__
+
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +178,7 @@ def test_overlays_pin_the_release_image() -> None:
             for c in _containers(d)
             if "kvspread/kvspread" in c.get("image", "")
         }
-        assert images == {"ghcr.io/kvspread/kvspread:0.1.0"}, (overlay, images)
+        assert images == {f"ghcr.io/kvspread/kvspread:{__version__}"}, (overlay, images)
 
 
 def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
