@@ -9,7 +9,8 @@ YAML shape (every key optional; defaults shown)::
                 namespace: null, metrics_port: null, metrics_path: /metrics}
     pool:     {name: null, namespace: default}        # watch this InferencePool
     kubernetes: {kubeconfig: null, api_server: null}
-    metrics:  {interval_s: 0.5, stale_after_s: 2.0, timeout_s: 1.0}
+    metrics:  {interval_s: 0.5, stale_after_s: 2.0, timeout_s: 1.0,
+               signals_stale_after_s: 60}        # node kvspread.io/signals
     scoring:  {w_load: 1.0, w_queue: 1.0, w_kv: 1.0, w_modality: 0.5, load_memory: 0.4,
                load_streams: 0.3, load_image: 0.3, max_streams: 64, queue_norm: 16,
                saturation_queue: 8, saturation_kv: 0.95, shed_queue: 0, fallbacks: 2}
@@ -74,6 +75,7 @@ class RouterConfig:
     interval_s: float = 0.5
     stale_after_s: float = 2.0
     timeout_s: float = 1.0
+    signals_stale_after_s: float = 60.0
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     patch: int = 28
     default_image_tokens: int = 1024
@@ -156,6 +158,7 @@ class RouterConfig:
                 "interval_s": ("interval_s", float),
                 "stale_after_s": ("stale_after_s", float),
                 "timeout_s": ("timeout_s", float),
+                "signals_stale_after_s": ("signals_stale_after_s", float),
             },
         )
         section(
@@ -202,7 +205,7 @@ class RouterConfig:
             raise ConfigError("server.tls_cert and server.tls_key: give both or neither")
         if self.max_message_bytes < 4 << 20:
             raise ConfigError("server.max_message_bytes: at least 4194304 (gRPC's default)")
-        for name in ("interval_s", "stale_after_s", "timeout_s"):
+        for name in ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"metrics.{name}: must be > 0")
         if self.stale_after_s < self.interval_s:

@@ -7,8 +7,10 @@ parses it with the collector's parser (bpf/engine.py: vLLM, SGLang, TensorRT-LLM
 A failed or unparsable scrape leaves the endpoint's last numbers in place but its age
 grows, so after `stale_after_s` it is stale (ranked after every fresh endpoint).
 
-The image-token share of an endpoint is the node's `image_token_share` signal when the
-node has fresh kvspread signals, else the picker's own count of the image and total
+The GPU memory share of an endpoint is its node's used / total GPU memory from the node's
+kvspread signals (`kvspread.io/signals`, written by the collector) while they are younger
+than `signals_stale_after_s`; otherwise it is absent. The image-token share is the node's
+`image_token_share` signal when the node has fresh signals, else the picker's own count of the image and total
 tokens it routed there (exponentially decayed with `share_half_life_s`).
 """
 
@@ -100,7 +102,9 @@ class EndpointSet:
         stale_after_s: float = 2.0,
         timeout_s: float = 1.0,
         share_half_life_s: float = 60.0,
+        signals_stale_after_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         scraper: Scraper | None = None,
     ) -> None:
         self.interval_s = interval_s
@@ -108,6 +112,8 @@ class EndpointSet:
         self._timeout_s = timeout_s
         self._half_life_s = share_half_life_s
         self._clock = clock
+        self._wall = wall_clock
+        self._signals_stale_after_s = signals_stale_after_s
         self._scraper = scraper or (lambda ep: _scrape(ep, timeout_s))
         self._lock = threading.Lock()
         self._endpoints: dict[str, Endpoint] = {}
@@ -206,10 +212,12 @@ class EndpointSet:
             m.image_tokens += req.image_tokens
             m.all_tokens += req.prompt_tokens
 
-    def _view(self, ep: Endpoint, m: Measured, now: float) -> EndpointView:
+    def _view(self, ep: Endpoint, m: Measured, now: float, wall: float) -> EndpointView:
         self._decay(m, now)
         own_share = m.image_tokens / (m.all_tokens + 1.0)
         node = self._nodes.get(ep.node) if ep.node else None
+        if node is not None and wall - node.ts > self._signals_stale_after_s:
+            node = None  # stale node signals count as absent (the worst value)
         mem_share = None
         image_share = own_share
         if node is not None:
@@ -241,9 +249,11 @@ class EndpointSet:
         )
 
     def views(self) -> list[EndpointView]:
-        now = self._clock()
+        now, wall = self._clock(), self._wall()
         with self._lock:
-            return [self._view(ep, self._measured[a], now) for a, ep in self._endpoints.items()]
+            return [
+                self._view(ep, self._measured[a], now, wall) for a, ep in self._endpoints.items()
+            ]
 
     def stale_count(self) -> int:
         return sum(1 for v in self.views() if not v.fresh)

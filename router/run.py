@@ -44,7 +44,10 @@ class Router:
         self.cfg = cfg
         self.metrics = RouterMetrics()
         self.endpoints = EndpointSet(
-            interval_s=cfg.interval_s, stale_after_s=cfg.stale_after_s, timeout_s=cfg.timeout_s
+            interval_s=cfg.interval_s,
+            stale_after_s=cfg.stale_after_s,
+            timeout_s=cfg.timeout_s,
+            signals_stale_after_s=cfg.signals_stale_after_s,
         )
         self.picker = Picker(cfg, self.endpoints, self.metrics)
         self.watch = None

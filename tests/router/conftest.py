@@ -27,13 +27,13 @@ def engines() -> Iterator[Callable[..., list[FakeEngine]]]:
         e.stop()
 
 
-def router_config(endpoints: list[str] | None = None, **sections: Any) -> RouterConfig:
+def router_config(static: list[str] | None = None, **sections: Any) -> RouterConfig:
     doc: dict[str, Any] = {
         "server": {"grpc_port": 0, "http_port": 0},
         "metrics": {"interval_s": 0.1, "stale_after_s": 1.0, "timeout_s": 0.5},
     }
-    if endpoints is not None:
-        doc["endpoints"] = {"static": ",".join(endpoints)}
+    if static is not None:
+        doc["endpoints"] = {"static": ",".join(static)}
     for key, value in sections.items():
         doc.setdefault(key, {}).update(value)
     return RouterConfig.from_mapping(doc)

@@ -44,7 +44,7 @@ def vllm_metrics(waiting: float, running: float, kv: float, blocks: int, block_s
 
 
 class FakeEngine:
-    def __init__(self, name: str, chunks: int = 5, host: str = "127.0.0.1") -> None:
+    def __init__(self, name: str, chunks: int = 5, host: str = "127.0.0.1", port: int = 0) -> None:
         self.name = name
         self.chunks = chunks
         self.waiting = 0.0
@@ -55,7 +55,7 @@ class FakeEngine:
         self.metrics_broken = False
         self.requests: list[tuple[str, dict[str, str], int]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, 0), self._handler())
+        self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.address = f"{host}:{self.port}"
