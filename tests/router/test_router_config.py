@@ -1,0 +1,80 @@
+"""`kvspread router serve` configuration: flag > KVSPREAD_ROUTER_* > YAML > defaults, and a
+one-line error with a non-zero exit for anything wrong."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvspread.cli import build_parser
+from kvspread.settings import ConfigError
+from router.cli import config_from_args
+from router.config import RouterConfig
+
+
+def cfg_of(argv: list[str], env: dict[str, str] | None = None) -> RouterConfig:
+    env = env or {}
+    args = build_parser(env).parse_args(["router", "serve", *argv])
+    return config_from_args(args, env)
+
+
+def test_layering(tmp_path: Path) -> None:
+    yml = tmp_path / "r.yaml"
+    yml.write_text(
+        "endpoints: {static: '10.0.0.1:8000'}\n"
+        "scoring: {w_queue: 2.5, fallbacks: 1}\n"
+        "server: {grpc_port: 7000, http_port: 7001}\n"
+    )
+    c = cfg_of(["--config", str(yml)])
+    assert c.static_endpoints == ("10.0.0.1:8000",) and c.grpc_port == 7000
+    assert c.scoring.w_queue == 2.5 and c.scoring.fallbacks == 1
+    c = cfg_of(["--config", str(yml)], {"KVSPREAD_ROUTER_SERVER_GRPC_PORT": "7100"})
+    assert c.grpc_port == 7100
+    c = cfg_of(
+        ["--config", str(yml), "--grpc-port", "7200", "--endpoints", "10.0.0.2:80,10.0.0.3:80"],
+        {"KVSPREAD_ROUTER_SERVER_GRPC_PORT": "7100"},
+    )
+    assert c.grpc_port == 7200 and c.static_endpoints == ("10.0.0.2:80", "10.0.0.3:80")
+    assert c.mode == "static"
+    c = cfg_of(["--pool-name", "qwen", "--pool-namespace", "llm", "--scrape-interval", "0.25"])
+    assert c.mode == "pool" and c.pool_namespace == "llm" and c.interval_s == 0.25
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        ([], "exactly one of"),
+        (["--endpoints", "10.0.0.1"], "is not ip:port"),
+        (["--endpoints", "a:1", "--pool-name", "p"], "exactly one of"),
+        (["--endpoint-selector", "app=x"], "needs --target-port"),
+        (["--endpoints", "a:1", "--tls-cert", "c.pem"], "both or neither"),
+        (["--endpoints", "a:1", "--grpc-port", "x"], "--grpc-port: invalid value"),
+        (["--endpoints", "a:1", "--stale-after", "0.1"], "at least metrics.interval_s"),
+        (["--endpoints", "a:1", "--max-message-bytes", "1000"], "at least 4194304"),
+    ],
+)
+def test_bad_configuration_is_named(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        cfg_of(argv)
+
+
+def test_unknown_yaml_keys(tmp_path: Path) -> None:
+    yml = tmp_path / "r.yaml"
+    yml.write_text("endpoints: {static: 'a:1'}\nscoring: {w_nope: 1}\n")
+    with pytest.raises(ConfigError, match="scoring.w_nope: unknown key"):
+        cfg_of(["--config", str(yml)])
+
+
+def test_cli_prints_one_line_and_exits_non_zero() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "kvspread", "router", "serve", "--endpoints", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
+    assert "not ip:port" in res.stderr and "Traceback" not in res.stderr
