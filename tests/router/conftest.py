@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 
 from router.config import RouterConfig
 from router.run import Router
+from tests.fake_kube import make_pod
 from tests.router.fake_engine import FakeEngine
 
 
@@ -67,3 +69,45 @@ def start_router() -> Iterator[Callable[[RouterConfig], Router]]:
     yield start
     for r in running:
         r.stop()
+
+
+# --- cluster helpers: pods of an InferencePool on 127.0.0.N sharing one port ------------
+GROUP_VERSION = "inference.networking.k8s.io/v1"
+
+
+def shared_port(hosts: list[str]) -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((hosts[0], 0))
+            port = s.getsockname()[1]
+        try:
+            for h in hosts:
+                with socket.socket() as t:
+                    t.bind((h, port))
+            return int(port)
+        except OSError:
+            continue
+    raise RuntimeError("no port free on every loopback address")
+
+
+def ready_pod(name: str, ip: str, node: str, labels: dict[str, str], ready: bool = True) -> dict:
+    pod = make_pod(name, "llm", node_name=node, labels=labels)
+    pod["status"] = {
+        "phase": "Running",
+        "podIP": ip,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
+    return pod
+
+
+def pool(port: int, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "InferencePool",
+        "metadata": {"name": "qwen-vl", "namespace": "llm"},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "targetPorts": [{"number": port}],
+            "endpointPickerRef": {"name": "kvspread-router", "port": {"number": 9002}},
+        },
+    }

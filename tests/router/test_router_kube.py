@@ -4,7 +4,6 @@ as pods of a pool share their target port."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,49 +13,9 @@ import pytest
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from router.request import parse_request
 from router.scoring import choose
-from tests.fake_kube import FakeKubeApi, make_node, make_pod
-from tests.router.conftest import router_config
+from tests.fake_kube import FakeKubeApi, make_node
+from tests.router.conftest import GROUP_VERSION, pool, ready_pod, router_config, shared_port
 from tests.router.fake_engine import FakeEngine
-
-GROUP_VERSION = "inference.networking.k8s.io/v1"
-
-
-def shared_port(hosts: list[str]) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((hosts[0], 0))
-            port = s.getsockname()[1]
-        try:
-            for h in hosts:
-                with socket.socket() as t:
-                    t.bind((h, port))
-            return int(port)
-        except OSError:
-            continue
-    raise RuntimeError("no port free on every loopback address")
-
-
-def ready_pod(name: str, ip: str, node: str, labels: dict[str, str], ready: bool = True) -> dict:
-    pod = make_pod(name, "llm", node_name=node, labels=labels)
-    pod["status"] = {
-        "phase": "Running",
-        "podIP": ip,
-        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-    }
-    return pod
-
-
-def pool(port: int, selector: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": GROUP_VERSION,
-        "kind": "InferencePool",
-        "metadata": {"name": "qwen-vl", "namespace": "llm"},
-        "spec": {
-            "selector": {"matchLabels": selector},
-            "targetPorts": [{"number": port}],
-            "endpointPickerRef": {"name": "kvspread-router", "port": {"number": 9002}},
-        },
-    }
 
 
 @pytest.fixture
