@@ -228,7 +228,7 @@ class EndpointSet:
             if node.image_token_share is not None:
                 image_share = node.image_token_share
         if m.scraped_at is None:
-            fresh, why = False, m.error or "never scraped"
+            fresh, why = False, "never scraped" + (f" ({m.error})" if m.error else "")
         else:
             age = now - m.scraped_at
             fresh = age <= self.stale_after_s
