@@ -55,7 +55,9 @@ class Picker:
         self.metrics = metrics
         self.affinity = ContextAffinity(cfg.affinity_ttl_s, cfg.affinity_max_entries)
         self._clock = clock
-        self._explain: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._explain: OrderedDict[
+            str, tuple[Decision, RequestInfo | None, dict[str, str], str | None]
+        ] = OrderedDict()
         self._explain_max = explain_entries
         self._lock = threading.Lock()
 
@@ -132,6 +134,20 @@ class Picker:
     ) -> None:
         if not rid:
             return
+        with self._lock:
+            self._explain[rid] = (d, req, dict(headers), bound)
+            self._explain.move_to_end(rid)
+            while len(self._explain) > self._explain_max:
+                self._explain.popitem(last=False)
+
+    @staticmethod
+    def _explanation(
+        rid: str,
+        d: Decision,
+        req: RequestInfo | None,
+        headers: Mapping[str, str],
+        bound: str | None,
+    ) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "request_id": rid,
             "status": d.status,
@@ -161,15 +177,13 @@ class Picker:
                 "image_tokens_estimate": req.image_tokens,
                 "max_tokens": req.max_tokens,
             }
-        with self._lock:
-            self._explain[rid] = doc
-            self._explain.move_to_end(rid)
-            while len(self._explain) > self._explain_max:
-                self._explain.popitem(last=False)
+        return doc
 
     def explain(self, request_id: str) -> dict[str, Any] | None:
+        """The decision for a request id, built when asked (picks only keep the objects)."""
         with self._lock:
-            return self._explain.get(request_id)
+            kept = self._explain.get(request_id)
+        return None if kept is None else self._explanation(request_id, *kept)
 
     def recent_ids(self, n: int = 20) -> list[str]:
         with self._lock:
