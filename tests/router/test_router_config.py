@@ -78,3 +78,18 @@ def test_cli_prints_one_line_and_exits_non_zero() -> None:
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0
     assert "not ip:port" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_the_manifests_configuration_loads_and_names_the_example_pool() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "manifests" / "router"
+    cm = yaml.safe_load((root / "configmap.yaml").read_text())
+    cfg = RouterConfig.from_mapping(yaml.safe_load(cm["data"]["router.yaml"]))
+    pool = yaml.safe_load((root / "examples" / "inferencepool.yaml").read_text())
+    assert cfg.mode == "pool" and cfg.host == "0.0.0.0"
+    assert (cfg.pool_name, cfg.pool_namespace) == (
+        pool["metadata"]["name"],
+        pool["metadata"]["namespace"],
+    )
+    assert pool["spec"]["endpointPickerRef"]["port"]["number"] == cfg.grpc_port
