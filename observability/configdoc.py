@@ -28,6 +28,7 @@ CONFIG_MODULES: Final = (
     ("Metrics adapter rules", "metrics_adapter.rules", "adapter.md"),
     ("Collector", "bpf.config", "collector.md"),
     ("Serving simulator", "simulator.serving.config", "serving-simulation.md"),
+    ("Endpoint picker", "router.config", "router.md"),
 )
 
 
