@@ -43,6 +43,14 @@ def vllm_metrics(waiting: float, running: float, kv: float, blocks: int, block_s
     )
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # the stdlib's 5 refuses connections under a burst
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that went away mid-answer is not the fake's concern
+
+
 class FakeEngine:
     def __init__(self, name: str, chunks: int = 5, host: str = "127.0.0.1", port: int = 0) -> None:
         self.name = name
@@ -55,8 +63,7 @@ class FakeEngine:
         self.metrics_broken = False
         self.requests: list[tuple[str, dict[str, str], int]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), self._handler())
         self.port = self._server.server_address[1]
         self.address = f"{host}:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -93,3 +93,17 @@ def test_the_manifests_configuration_loads_and_names_the_example_pool() -> None:
         pool["metadata"]["namespace"],
     )
     assert pool["spec"]["endpointPickerRef"]["port"]["number"] == cfg.grpc_port
+
+
+@pytest.mark.parametrize("cmd", [["router"], ["router", "serve"]])
+def test_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from kvspread.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main([*cmd, "--help"], environ={})
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: kvspread router")
+    assert "router" in build_parser({}).format_help()
+    if cmd[-1] == "serve":
+        assert "KVSPREAD_ROUTER_SERVER_GRPC_PORT" in out and "--pool-name" in out
