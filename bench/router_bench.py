@@ -186,8 +186,8 @@ def main() -> int:
         print(f"# router_bench on {platform.node()} ({os.cpu_count()} CPUs, load "
               f"{os.getloadavg()[0]:.1f}); {args.seconds:g} s per rate and Envoy")  # fmt: skip
         print("| requests/s | n | Envoy p50 ms | Envoy p99 ms | + picker p50 ms | "
-              "+ picker p99 ms | added p50 ms | added p99 ms |")  # fmt: skip
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "+ picker p99 ms | added p50 ms | added p99 ms | non-200 |")  # fmt: skip
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for rate, n, base, picked in rows:
             b50, b99, p50, p99 = (
                 pct(base, 0.5),
@@ -195,8 +195,9 @@ def main() -> int:
                 pct(picked, 0.5),
                 pct(picked, 0.99),
             )
+            errs = f"{base.count(None)} / {picked.count(None)}"
             print(f"| {rate:g} | {n} | {b50:.2f} | {b99:.2f} | {p50:.2f} | {p99:.2f} | "
-                  f"{p50 - b50:.2f} | {p99 - b99:.2f} |")  # fmt: skip
+                  f"{p50 - b50:.2f} | {p99 - b99:.2f} | {errs} |")  # fmt: skip
         return 0
     finally:
         for e in envoys:

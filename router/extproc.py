@@ -43,6 +43,7 @@ from router.picker import Outcome, Picker
 
 __all__ = [
     "ExtProcServicer",
+    "StreamHandler",
     "DESTINATION_HEADER",
     "DESTINATION_NAMESPACE",
     "SUBSET_NAMESPACE",
@@ -139,132 +140,143 @@ def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
     )
 
 
-class _Stream:
-    """One HTTP request's state on its Process stream."""
+class StreamHandler:
+    """One HTTP request's Process stream as a state machine: `on_message` takes Envoy's next
+    message and returns the answers to send now (possibly none). `done` turns true after an
+    ImmediateResponse, when nothing more may be sent. Pure of I/O, so both gRPC servers
+    and the tests drive the same logic."""
 
-    def __init__(self) -> None:
+    def __init__(self, picker: Picker, duplex_default: bool = False) -> None:
+        self.picker = picker
         self.headers: dict[str, str] = {}
         self.subset: list[str] | None = None
-        self.duplex = False
+        self.duplex = duplex_default
         self.response_duplex = False
         self.headers_answered = False
         self.chunks: list[bytes] = []
-        self.size = 0
+        self.done = False
+
+    def _decide(self) -> Outcome:
+        return self.picker.pick(b"".join(self.chunks), self.headers, self.subset)
+
+    def on_message(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        kind = req.WhichOneof("request")
+        if kind == "request_headers":
+            return self._on_headers(req)
+        if kind == "request_body":
+            body = req.request_body
+            self.chunks.append(body.body)
+            if body.end_of_stream:
+                return self._after_body(trailers=False)
+            # STREAMED mode waits for an answer per chunk; duplex never does
+            return [] if self.duplex else [pb.ProcessingResponse(request_body=pb.BodyResponse())]
+        if kind == "request_trailers":
+            out = []
+            if self.duplex and not self.headers_answered:
+                out = self._after_body(trailers=True)
+                if self.done:
+                    return out
+            return out + [pb.ProcessingResponse(request_trailers=pb.TrailersResponse())]
+        if kind == "response_headers":
+            return [pb.ProcessingResponse(response_headers=pb.HeadersResponse())]
+        if kind == "response_body":
+            rb = req.response_body
+            if not self.response_duplex:
+                return [pb.ProcessingResponse(response_body=pb.BodyResponse())]
+            streamed = pb.StreamedBodyResponse(body=rb.body, end_of_stream=rb.end_of_stream)
+            return [
+                pb.ProcessingResponse(
+                    response_body=pb.BodyResponse(
+                        response=pb.CommonResponse(
+                            body_mutation=pb.BodyMutation(streamed_response=streamed)
+                        )
+                    )
+                )
+            ]
+        if kind == "response_trailers":
+            return [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
+        return []  # other kinds carry nothing the picker answers
+
+    def _on_headers(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        self.headers = _headers(req.request_headers)
+        self.subset = subset_hint(req)
+        if req.HasField("protocol_config"):
+            self.duplex = req.protocol_config.request_body_mode == _DUPLEX
+            self.response_duplex = req.protocol_config.response_body_mode == _DUPLEX
+        if req.request_headers.end_of_stream:
+            outcome = self._decide()
+            if outcome.decision.status != 200:
+                self.done = True
+                return [_immediate(outcome)]
+            self.headers_answered = True
+            return [
+                pb.ProcessingResponse(
+                    request_headers=pb.HeadersResponse(
+                        response=_mutation(outcome.decision.destination)
+                    ),
+                    dynamic_metadata=_metadata(outcome),
+                )
+            ]
+        if self.duplex:
+            return []  # answered once the body is complete
+        self.headers_answered = True
+        return [pb.ProcessingResponse(request_headers=pb.HeadersResponse())]
+
+    def _after_body(self, *, trailers: bool) -> list[pb.ProcessingResponse]:
+        """The answers once the whole body is known."""
+        outcome = self._decide()
+        if outcome.decision.status != 200:
+            self.done = True
+            return [_immediate(outcome)]
+        common = _mutation(outcome.decision.destination)
+        md = _metadata(outcome)
+        if not self.duplex:
+            return [
+                pb.ProcessingResponse(
+                    request_body=pb.BodyResponse(response=common), dynamic_metadata=md
+                )
+            ]
+        self.headers_answered = True
+        out = [
+            pb.ProcessingResponse(
+                request_headers=pb.HeadersResponse(response=common), dynamic_metadata=md
+            )
+        ]
+        body = b"".join(self.chunks)
+        self.chunks = []
+        n = max(1, -(-len(body) // BODY_CHUNK_BYTES))
+        for i in range(n):
+            part = body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
+            streamed = pb.StreamedBodyResponse(body=part, end_of_stream=i == n - 1 and not trailers)
+            out.append(
+                pb.ProcessingResponse(
+                    request_body=pb.BodyResponse(
+                        response=pb.CommonResponse(
+                            body_mutation=pb.BodyMutation(streamed_response=streamed)
+                        )
+                    )
+                )
+            )
+        return out
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
+    """The asyncio servicer: one StreamHandler per stream."""
+
     def __init__(self, picker: Picker, *, duplex_default: bool = False) -> None:
         self.picker = picker
         self._duplex_default = duplex_default
-
-    def _decide(self, st: _Stream) -> Outcome:
-        return self.picker.pick(b"".join(st.chunks), st.headers, st.subset)
 
     async def Process(  # noqa: N802 - the gRPC method name
         self,
         request_iterator: AsyncIterator[pb.ProcessingRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.ProcessingResponse]:
-        st = _Stream()
+        h = StreamHandler(self.picker, self._duplex_default)
         async for req in request_iterator:
-            kind = req.WhichOneof("request")
-            if kind == "request_headers":
-                st.headers = _headers(req.request_headers)
-                st.subset = subset_hint(req)
-                if req.HasField("protocol_config"):
-                    st.duplex = req.protocol_config.request_body_mode == _DUPLEX
-                    st.response_duplex = req.protocol_config.response_body_mode == _DUPLEX
-                else:
-                    st.duplex = self._duplex_default
-                if req.request_headers.end_of_stream:
-                    outcome = self._decide(st)
-                    if outcome.decision.status != 200:
-                        yield _immediate(outcome)
-                        return
-                    st.headers_answered = True
-                    yield pb.ProcessingResponse(
-                        request_headers=pb.HeadersResponse(
-                            response=_mutation(outcome.decision.destination)
-                        ),
-                        dynamic_metadata=_metadata(outcome),
-                    )
-                elif not st.duplex:
-                    st.headers_answered = True
-                    yield pb.ProcessingResponse(request_headers=pb.HeadersResponse())
-            elif kind == "request_body":
-                body = req.request_body
-                st.chunks.append(body.body)
-                st.size += len(body.body)
-                if not body.end_of_stream:
-                    if not st.duplex:
-                        # STREAMED mode would wait for an answer per chunk: pass it on.
-                        yield pb.ProcessingResponse(request_body=pb.BodyResponse())
-                    continue
-                async for resp in self._after_body(st, trailers=False):
-                    yield resp
-                    if resp.HasField("immediate_response"):
-                        return
-            elif kind == "request_trailers":
-                if st.duplex and not st.headers_answered:
-                    async for resp in self._after_body(st, trailers=True):
-                        yield resp
-                        if resp.HasField("immediate_response"):
-                            return
-                yield pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
-            elif kind == "response_headers":
-                yield pb.ProcessingResponse(response_headers=pb.HeadersResponse())
-            elif kind == "response_body":
-                rb = req.response_body
-                yield pb.ProcessingResponse(
-                    response_body=pb.BodyResponse(
-                        response=pb.CommonResponse(
-                            body_mutation=pb.BodyMutation(
-                                streamed_response=pb.StreamedBodyResponse(
-                                    body=rb.body, end_of_stream=rb.end_of_stream
-                                )
-                            )
-                        )
-                    )
-                    if st.response_duplex
-                    else pb.BodyResponse()
-                )
-            elif kind == "response_trailers":
-                yield pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
-            # other kinds carry nothing the picker answers
-
-    async def _after_body(
-        self, st: _Stream, *, trailers: bool
-    ) -> AsyncIterator[pb.ProcessingResponse]:
-        """The responses once the whole body is known."""
-        outcome = self._decide(st)
-        if outcome.decision.status != 200:
-            yield _immediate(outcome)
-            return
-        common = _mutation(outcome.decision.destination)
-        md = _metadata(outcome)
-        if not st.duplex:
-            yield pb.ProcessingResponse(
-                request_body=pb.BodyResponse(response=common), dynamic_metadata=md
-            )
-            return
-        st.headers_answered = True
-        yield pb.ProcessingResponse(
-            request_headers=pb.HeadersResponse(response=common), dynamic_metadata=md
-        )
-        body = b"".join(st.chunks)
-        st.chunks = []
-        n = max(1, -(-len(body) // BODY_CHUNK_BYTES))
-        for i in range(n):
-            part = body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
-            last = i == n - 1 and not trailers
-            yield pb.ProcessingResponse(
-                request_body=pb.BodyResponse(
-                    response=pb.CommonResponse(
-                        body_mutation=pb.BodyMutation(
-                            streamed_response=pb.StreamedBodyResponse(body=part, end_of_stream=last)
-                        )
-                    )
-                )
-            )
-            if i % 16 == 15:
-                await asyncio.sleep(0)
+            for n, resp in enumerate(h.on_message(req)):
+                yield resp
+                if n % 16 == 15:
+                    await asyncio.sleep(0)  # a large body: let other streams run
+            if h.done:
+                return
