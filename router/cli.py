@@ -130,7 +130,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ro
     return RouterConfig.from_mapping(merged)
 
 
-def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
+) -> None:
     part = sub.add_parser(
         "router",
         help="endpoint picker for the Gateway API Inference Extension (Envoy ext_proc)",

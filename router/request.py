@@ -17,6 +17,7 @@ import binascii
 import math
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -173,12 +174,14 @@ def _estimate_image(url: str, patch: int, default_tokens: int, max_tokens: int) 
     return ImageEstimate("data", size, w, h, tokens)
 
 
-def _image_url(part: dict) -> str | None:
+def _image_url(part: dict[str, Any]) -> str | None:
     iu = part.get("image_url")
     if isinstance(iu, str):
         return iu
-    if isinstance(iu, dict) and isinstance(iu.get("url"), str):
-        return iu["url"]
+    if isinstance(iu, dict):
+        url = iu.get("url")
+        if isinstance(url, str):
+            return url
     return None
 
 

@@ -10,6 +10,7 @@ import logging
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -22,6 +23,9 @@ from router.endpoints import Endpoint, EndpointSet
 from router.extproc import SERVICE_NAME, ExtProcServicer
 from router.metrics import RouterMetrics
 from router.picker import Picker
+
+if TYPE_CHECKING:
+    from router.kubewatch import PoolWatch
 
 __all__ = ["Router", "serve", "static_endpoints", "HEALTH_SERVICES"]
 
@@ -50,7 +54,7 @@ class Router:
             signals_stale_after_s=cfg.signals_stale_after_s,
         )
         self.picker = Picker(cfg, self.endpoints, self.metrics)
-        self.watch = None
+        self.watch: PoolWatch | None = None
         self.grpc_port = 0
         self.http_port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
