@@ -97,5 +97,6 @@ class DebugServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, so only if it runs
+            self._server.shutdown()
         self._server.server_close()

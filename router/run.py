@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,9 +93,12 @@ class Router:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         bind = f"{self.cfg.host}:{self.cfg.grpc_port}"
         creds = self._credentials()
-        port = server.add_secure_port(bind, creds) if creds else server.add_insecure_port(bind)
+        try:
+            port = server.add_secure_port(bind, creds) if creds else server.add_insecure_port(bind)
+        except RuntimeError as exc:  # grpcio's "Failed to bind"
+            raise ConfigError(f"server.grpc_port: cannot listen on {bind} (in use?)") from exc
         if port == 0:
-            raise ConfigError(f"server.grpc_port: cannot listen on {bind}")
+            raise ConfigError(f"server.grpc_port: cannot listen on {bind} (in use?)")
         self.grpc_port = port
         await server.start()
         self._server = server
@@ -128,6 +132,31 @@ class Router:
             loop.close()
 
     def start(self) -> Router:
+        """Bind both servers first (a port in use fails before anything runs), then start
+        the endpoint source and the scraper."""
+        _check_free(self.cfg.host, self.cfg.grpc_port, "server.grpc_port")
+        try:
+            self._debug = DebugServer(
+                self.cfg.host,
+                self.cfg.http_port,
+                self.picker,
+                self.endpoints,
+                self.metrics,
+                self.ready,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"server.http_port: cannot listen on {self.cfg.host}:{self.cfg.http_port}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        self.http_port = self._debug.port
+        self._thread = threading.Thread(target=self._thread_main, name="router-grpc", daemon=True)
+        self._thread.start()
+        self._started.wait(30)
+        if self._error is not None:
+            self.stop()
+            raise self._error
+        self._debug.start()
         if self.cfg.mode == "static":
             self.endpoints.replace(static_endpoints(self.cfg))
         else:
@@ -136,17 +165,8 @@ class Router:
             self.watch = PoolWatch(self.cfg, self.endpoints)
             self.watch.start()
         self.endpoints.start()
-        self._debug = DebugServer(
-            self.cfg.host, self.cfg.http_port, self.picker, self.endpoints, self.metrics, self.ready
-        )
-        self.http_port = self._debug.port
-        self._debug.start()
-        self._thread = threading.Thread(target=self._thread_main, name="router-grpc", daemon=True)
-        self._thread.start()
-        self._started.wait(30)
-        if self._error is not None:
-            self.stop()
-            raise self._error
+        if self._loop is not None:  # readiness now, not at the next 0.2 s refresh
+            asyncio.run_coroutine_threadsafe(self._set_health(), self._loop).result(5)
         log.info(
             "router serving",
             extra={
@@ -176,12 +196,28 @@ class Router:
         self.endpoints.stop()
         if self._debug is not None:
             self._debug.stop()
+            self._debug = None
 
     def __enter__(self) -> Router:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _check_free(host: str, port: int, key: str) -> None:
+    """Fail with the key's name when the port is taken (grpcio would only log it)."""
+    if port == 0:
+        return
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"{key}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
 
 
 def serve(cfg: RouterConfig) -> int:

@@ -107,3 +107,89 @@ def test_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert "router" in build_parser({}).format_help()
     if cmd[-1] == "serve":
         assert "KVSPREAD_ROUTER_SERVER_GRPC_PORT" in out and "--pool-name" in out
+
+
+def test_serve_runs_answers_health_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import os
+    import signal
+    import socket
+    import time
+
+    import grpc
+    import httpx
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvspread",
+            "router",
+            "serve",
+            "--endpoints",
+            "127.0.0.1:9",
+            "--grpc-port",
+            str(ports[0]),
+            "--http-port",
+            str(ports[1]),
+        ],  # fmt: skip
+        env={**os.environ, "KVSPREAD_ROUTER_SERVER_LOG_LEVEL": "warning"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{ports[1]}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.1)
+        with grpc.insecure_channel(f"127.0.0.1:{ports[0]}") as ch:
+            got = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service="readiness"), timeout=5
+            )
+        assert got.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    assert rc == 0
+
+
+@pytest.mark.parametrize("which", ["--grpc-port", "--http-port"])
+def test_a_port_in_use_is_one_line_naming_it(which: str) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        other = "--http-port" if which == "--grpc-port" else "--grpc-port"
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvspread",
+                "router",
+                "serve",
+                "--endpoints",
+                "127.0.0.1:9",
+                which,
+                str(port),
+                other,
+                "0",
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert f"server.{which[2:].replace('-', '_')}: cannot listen" in res.stderr
