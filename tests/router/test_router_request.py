@@ -116,3 +116,34 @@ def test_completions_prompt() -> None:
 def test_bad_bodies_say_what_is_wrong(body: bytes, message: str) -> None:
     with pytest.raises(RequestError, match=message):
         parse_request(body)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        _json.map(lambda d: json.dumps(d).encode()),
+        st.fixed_dictionaries(
+            {"messages": st.lists(st.dictionaries(st.sampled_from(["role", "content"]), _json))}
+        ).map(lambda d: json.dumps(d).encode()),
+    )
+)
+def test_any_body_is_read_or_refused_with_request_error(body: bytes) -> None:
+    try:
+        r = parse_request(body)
+    except RequestError:
+        return
+    assert r.modality in ("text", "image", "multi-image")
+    assert r.text_tokens >= 0 and r.image_tokens >= 0 and r.max_tokens >= 0
