@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# kvspread: one image for the scheduler extender, the metrics adapter and the node collector.
+# kvspread: one image for the scheduler extender, the metrics adapter, the node collector
+# and the endpoint picker (router).
 #
 #   docker build -t ghcr.io/kvspread/kvspread:0.2.0 .
 #
@@ -33,6 +34,7 @@ COPY metrics_adapter ./metrics_adapter
 COPY bpf ./bpf
 COPY simulator ./simulator
 COPY observability ./observability
+COPY router ./router
 RUN python3 -m venv /opt/build \
  && /opt/build/bin/pip install --no-cache-dir --upgrade pip wheel \
  && /opt/build/bin/pip wheel --no-cache-dir --wheel-dir /wheels .
@@ -56,7 +58,7 @@ COPY --from=build /src/LICENSE /src/NOTICE /usr/share/doc/kvspread/
 RUN python3 -m venv --system-site-packages /opt/kvspread \
  && /opt/kvspread/bin/pip install --no-cache-dir --no-index --find-links /wheels kvspread \
  && rm -rf /wheels \
- && /opt/kvspread/bin/python -c "import bcc, kvspread, extender, metrics_adapter, bpf" \
+ && /opt/kvspread/bin/python -c "import bcc, kvspread, extender, metrics_adapter, bpf, router" \
  && /opt/kvspread/bin/python -c "import sys, simulator.trace as t; sys.exit(t.TRACE_DIR.exists())"
 RUN groupadd --system --gid 65532 kvspread \
  && useradd --system --uid 65532 --gid 65532 --home-dir /var/lib/kvspread --create-home \

@@ -18,13 +18,14 @@ from kvspread.settings import ConfigError
 
 __all__ = ["main", "build_parser", "one_line"]
 
-PARTS = ("extender.cli", "metrics_adapter.cli", "bpf.cli", "simulator.cli")
+PARTS = ("extender.cli", "metrics_adapter.cli", "bpf.cli", "simulator.cli", "router.cli")
 
 EPILOG = """examples:
   kvspread simulate                        quick evaluation, report in ./kvspread-report
   kvspread extender serve --standalone     scheduler extender on 127.0.0.1:8888
   kvspread adapter serve --secure-port 6443
   kvspread collector run --standalone --port 9435
+  kvspread router serve --endpoints 10.0.0.5:8000,10.0.0.6:8000
 """
 
 
@@ -37,7 +38,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"kvspread {__version__}")
-    sub = parser.add_subparsers(dest="part", metavar="{extender,adapter,collector,simulate}")
+    sub = parser.add_subparsers(dest="part", metavar="{extender,adapter,collector,simulate,router}")
     for modname in PARTS:
         importlib.import_module(modname).register(sub, environ)
     return parser

@@ -31,6 +31,11 @@ NO_SCHEMA = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    # Gateway API and its Inference Extension (manifests/router/examples): CRDs as well.
+    ("inference.networking.k8s.io/v1", "InferencePool"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ("gateway.networking.k8s.io/v1", "Gateway"),
+    ("gateway.networking.k8s.io/v1", "GatewayClass"),
 }
 
 PARTS = {"extender", "metrics-adapter", "collector"}
