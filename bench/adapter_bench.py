@@ -45,7 +45,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as mp  # noqa: E402
 from kvspread import names  # noqa: E402
 from metrics_adapter import sli  # noqa: E402
 from metrics_adapter.httpserver import Request  # noqa: E402
-from metrics_adapter.sources.otlp import OtlpReceiver  # noqa: E402
+from metrics_adapter.receiver import OtlpReceiver  # noqa: E402
 from metrics_adapter.sources.store import SeriesStore  # noqa: E402
 
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)

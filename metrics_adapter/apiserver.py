@@ -44,8 +44,9 @@ from metrics_adapter.errors import (
     status_object,
 )
 from metrics_adapter.httpserver import Request, Response
-from metrics_adapter.provider import ExternalMetricsProvider, MetricValue
+from metrics_adapter.provider import ExternalMetricsProvider
 from metrics_adapter.selectors import parse_selector
+from metrics_adapter.values import MetricValue
 
 __all__ = [
     "ApiServer",
@@ -340,7 +341,7 @@ class ApiServer:
             attrs = Attributes("get", path, m.group(1), GROUP, VERSION, m.group(2))
         else:
             attrs = Attributes("get", path)
-        if getattr(self.authorizer, "blocking", False):
+        if self.authorizer.blocking:
             allowed, reason = await asyncio.to_thread(self.authorizer.authorize, user, attrs)
         else:
             allowed, reason = self.authorizer.authorize(user, attrs)
@@ -388,8 +389,7 @@ class ApiServer:
         if len(sel_values) > 1:
             raise BadRequest("labelSelector given more than once")
         selector = parse_selector(sel_values[0] if sel_values else None)
-        blocking = getattr(self.provider, "is_blocking", lambda _n: True)(metric)
-        if blocking:
+        if self.provider.is_blocking(metric):
             values = await asyncio.to_thread(
                 self.provider.get_external_metric, namespace, metric, selector
             )

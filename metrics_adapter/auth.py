@@ -232,18 +232,28 @@ class ClientCA:
 
 
 class Authorizer(Protocol):
-    """Decide whether `user` may do `attrs`; returns (allowed, reason). May block (SAR)."""
+    """Decide whether `user` may do `attrs`; returns (allowed, reason).
+
+    `blocking` is True when `authorize` may wait on I/O (a SubjectAccessReview): the shell
+    then calls it in a worker thread."""
+
+    @property
+    def blocking(self) -> bool: ...
 
     def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]: ...
 
 
 class AlwaysAllowAuthorizer:
+    blocking = False
+
     def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]:
         return True, "always allow"
 
 
 class AllowListAuthorizer:
     """Allow the listed users and members of the listed groups; deny everyone else."""
+
+    blocking = False
 
     def __init__(self, users: Iterable[str] = (), groups: Iterable[str] = ()) -> None:
         self.users = frozenset(users)

@@ -45,7 +45,9 @@ from metrics_adapter.certs import write_self_signed
 from metrics_adapter.config import AdapterConfig
 from metrics_adapter.httpserver import HttpServer, Request, Response
 from metrics_adapter.provider import RuleProvider
-from metrics_adapter.sources.otlp import OtlpReceiver
+from metrics_adapter.receiver import OtlpReceiver
+from metrics_adapter.sources.base import Source
+from metrics_adapter.sources.otlp import OtlpSource
 from metrics_adapter.sources.promql import HttpPromClient, PromClient, PromQLSource
 from metrics_adapter.sources.store import SeriesStore
 
@@ -92,11 +94,14 @@ class _SelfMetrics:
             "OTLP data points stored",
             value=a.store.points,
         )
-        yield CounterMetricFamily(
+        stale = CounterMetricFamily(
             names.ADAPTER_STALE_READS.removesuffix("_total"),
-            "metric reads whose matching series were all older than the staleness",
-            value=a.provider.stale_reads,
+            "metric reads that found no fresh data (docs/adapter.md, No fresh data)",
+            labels=["metric"],
         )
+        for metric, n in sorted(a.provider.stale_reads.items()):
+            stale.add_metric([metric], n)
+        yield stale
 
 
 class Adapter:
@@ -119,13 +124,13 @@ class Adapter:
             idle_expiry=config.idle_expiry,
         )
         self.receiver = OtlpReceiver(self.store, clock.now, config.otlp_max_body_bytes)
-        prom = None
+        sources: dict[str, Source] = {"otlp": OtlpSource(self.store, clock.now)}
         if config.prometheus_url or prom_client is not None:
             client = prom_client or HttpPromClient(config.prometheus_url or "")
-            prom = PromQLSource(
+            sources["promql"] = PromQLSource(
                 client, clock.now, config.prometheus_timeout, config.prometheus_cache_ttl
             )
-        self.provider = RuleProvider(config.rules, self.store, clock.now, prom)
+        self.provider = RuleProvider(config.rules, sources)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         cert, key = config.tls_cert_file, config.tls_private_key_file
         if not cert or not key:
@@ -143,7 +148,7 @@ class Adapter:
             self.provider,
             self.authenticator,
             self.authorizer,
-            lambda: self._ready,
+            lambda: self._ready and self.provider.ready(),
             f"v{__version__}",
         )
         self.registry = CollectorRegistry(auto_describe=True)

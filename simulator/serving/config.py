@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvspread.settings import ConfigError
+from simulator.serving.slis import sli_names
 
 __all__ = [
     "GpuSpec",
@@ -457,16 +458,7 @@ class SimConfig:
         return ScoringConfig.from_mapping(dict(self.scoring), where="scoring")
 
 
-METRICS = (
-    "kvspread_requests_per_second",
-    "kvspread_good_requests_per_second",
-    "kvspread_request_latency_p50_seconds",
-    "kvspread_request_latency_p95_seconds",
-    "kvspread_request_latency_p99_seconds",
-    "kvspread_error_ratio",
-    "kvspread_queue_depth",
-    "kvspread_kv_cache_usage_ratio",
-)
+METRICS = sli_names()
 """Adapter SLIs (DESIGN.md section 6) an HPA metric may name."""
 
 

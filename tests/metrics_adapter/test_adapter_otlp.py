@@ -19,10 +19,11 @@ from kvspread import names
 from kvspread.clock import FakeClock
 from metrics_adapter.httpserver import Request
 from metrics_adapter.provider import RuleProvider
+from metrics_adapter.receiver import OtlpReceiver
 from metrics_adapter.rules import default_rules, parse_rules
 from metrics_adapter.selectors import parse_selector
 from metrics_adapter.server import AdapterThread
-from metrics_adapter.sources.otlp import OtlpReceiver
+from metrics_adapter.sources.otlp import OtlpSource
 from metrics_adapter.sources.store import SeriesStore
 from tests.metrics_adapter.adapter_otlp_payloads import DELTA, counter, gauge, histogram, request
 from tests.metrics_adapter.adapter_testing import Pki
@@ -44,7 +45,7 @@ def _setup(max_series: int = 1000) -> tuple[FakeClock, SeriesStore, OtlpReceiver
     clock = FakeClock(t=T0 + 45)
     store = SeriesStore(retention=180, max_series=max_series, idle_expiry=300)
     rx = OtlpReceiver(store, clock.now, max_body=1 << 20)
-    prov = RuleProvider(default_rules(), store, clock.now)
+    prov = RuleProvider(default_rules(), {"otlp": OtlpSource(store, clock.now)})
     return clock, store, rx, prov
 
 
@@ -222,7 +223,7 @@ def test_delta_temporality_and_counter_reset() -> None:
         {"name": "rps_cum", "metric": "req.cum", "aggregation": "rate"},
         {"name": "p50_delta", "metric": "lat.delta", "aggregation": "quantile", "quantile": 0.5},
     ])  # fmt: skip
-    prov = RuleProvider(rules, store, clock.now)
+    prov = RuleProvider(rules, {"otlp": OtlpSource(store, clock.now)})
     a = {"x": "1"}
     # delta counter: 10, 20, 30 over three 10 s intervals -> 60 in 30 s... from the first point
     pts = [(T0 + 10 * i, T0 + 10 * (i + 1), v, a) for i, v in enumerate((10.0, 20.0, 30.0))]
@@ -270,7 +271,7 @@ def test_exponential_histogram_quantile() -> None:
     rules = parse_rules(
         [{"name": "p50", "metric": "lat.exp", "aggregation": "quantile", "quantile": 0.5}]
     )
-    prov = RuleProvider(rules, store, clock.now)
+    prov = RuleProvider(rules, {"otlp": OtlpSource(store, clock.now)})
     # 40 observations in (1,2], (2,4], (4,8], (8,16]; rank 20 ends bucket (2,4]
     assert prov.get_external_metric("llm", "p50", parse_selector(""))[0].value == pytest.approx(4.0)
 
@@ -293,7 +294,7 @@ def test_stale_values_are_not_served() -> None:
     assert _value(prov, names.SLI_QUEUE_DEPTH) == 3
     clock.advance(200)  # newest point now 230 s old, staleness 120 s
     assert prov.get_external_metric("llm", names.SLI_QUEUE_DEPTH, parse_selector("")) == []
-    assert prov.stale_reads == 1
+    assert prov.stale_reads == {names.SLI_QUEUE_DEPTH: 1}
 
 
 def test_otlp_over_tls(pki: Pki) -> None:

@@ -1,0 +1,286 @@
+"""OTLP metrics decoding (pure): request bodies to validated store `Point`s.
+
+No I/O and no HTTP: the receiver (`metrics_adapter.receiver`) calls `decode_body` and
+`to_points` and answers the client; benchmarks and tests call them directly.
+
+- Bodies are `ExportMetricsServiceRequest` as binary protobuf
+  (`application/x-protobuf`) or protobuf-JSON (`application/json`; unknown fields
+  ignored), optionally gzip-compressed. `decode_body` raises `OtlpBadRequest` when a body
+  cannot be decoded and `OtlpTooLarge` when it (decompressed) is over the limit.
+- A point is invalid when its value is NaN or infinite, its time is missing, histogram
+  bounds are not finite and strictly increasing, there is not one more bucket count than
+  bounds, bucket counts do not add up to `count`, or a count exceeds 2**53 (float64 could
+  no longer count exactly). Points flagged NO_RECORDED_VALUE are skipped, not rejected.
+  Summaries are rejected as unsupported (the adapter cannot merge precomputed quantiles).
+
+Attributes: a series' identity is its metric name plus its resource attributes and its point
+attributes (each sorted, resource first; where both have a key the point's value is the one
+labels see), with values rendered as strings (ints as decimal, bools as true/false).
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import sys
+import zlib
+from dataclasses import dataclass
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+
+from metrics_adapter.sli import ExponentialHistogram
+from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Point
+
+__all__ = [
+    "DecodeResult",
+    "decode_body",
+    "to_points",
+    "PROTOBUF",
+    "JSON",
+    "OtlpBadRequest",
+    "OtlpTooLarge",
+    "gzip_body",
+]
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+MAX_EXACT = 2**53
+_CUMULATIVE = 2  # AggregationTemporality
+_DELTA = 1
+_NO_RECORDED_VALUE = 1
+
+
+class OtlpBadRequest(ValueError):
+    """The body cannot be decoded (400)."""
+
+
+class OtlpTooLarge(ValueError):
+    """The (decompressed) body is over the limit (413)."""
+
+
+@dataclass
+class DecodeResult:
+    points: list[Point]
+    rejected: int
+    errors: list[str]
+
+
+def decode_body(
+    body: bytes, content_type: str, encoding: str | None, limit: int
+) -> ExportMetricsServiceRequest:
+    """Decompress and parse a request body; raises OtlpBadRequest / OtlpTooLarge."""
+    enc = (encoding or "identity").strip().lower()
+    if enc == "gzip":
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            body = d.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise OtlpBadRequest(f"body is not valid gzip: {exc}") from None
+        if len(body) > limit or d.unconsumed_tail:
+            raise OtlpTooLarge(f"decompressed body exceeds {limit} bytes")
+    elif enc not in ("identity", ""):
+        raise OtlpBadRequest(f"unsupported Content-Encoding {encoding!r} (gzip or none)")
+    req = ExportMetricsServiceRequest()
+    if content_type == PROTOBUF:
+        try:
+            req.ParseFromString(body)
+        except (DecodeError, ValueError) as exc:
+            raise OtlpBadRequest(
+                f"body is not a valid ExportMetricsServiceRequest protobuf: {exc}"
+            ) from None
+    else:
+        try:
+            json_format.Parse(body.decode("utf-8"), req, ignore_unknown_fields=True)
+        except (json_format.ParseError, UnicodeDecodeError, ValueError, TypeError) as exc:
+            raise OtlpBadRequest(
+                f"body is not a valid ExportMetricsServiceRequest JSON: {exc}"
+            ) from None
+    return req
+
+
+def _attr_value(v: object) -> str:
+    which = v.WhichOneof("value")  # type: ignore[attr-defined]
+    if which == "string_value":
+        return v.string_value  # type: ignore[attr-defined,no-any-return]
+    if which == "int_value":
+        return str(v.int_value)  # type: ignore[attr-defined]
+    if which == "bool_value":
+        return "true" if v.bool_value else "false"  # type: ignore[attr-defined]
+    if which == "double_value":
+        d = v.double_value  # type: ignore[attr-defined]
+        return str(int(d)) if d.is_integer() else repr(d)
+    if which == "bytes_value":
+        return v.bytes_value.hex()  # type: ignore[attr-defined,no-any-return]
+    if which == "array_value":
+        return ",".join(_attr_value(x) for x in v.array_value.values)  # type: ignore[attr-defined]
+    if which == "kvlist_value":
+        return ",".join(f"{kv.key}={_attr_value(kv.value)}" for kv in v.kvlist_value.values)  # type: ignore[attr-defined]
+    return ""
+
+
+_GOOD_BOUNDS: dict[tuple[float, ...], bool] = {}
+
+
+def _attrs(kvs: object) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for kv in kvs:  # type: ignore[attr-defined]
+        v = kv.value
+        sv = v.string_value  # "" also for other kinds: then look at which one is set
+        out[kv.key] = sv if sv else _attr_value(v)
+    return out
+
+
+def _bounds_ok(bounds: tuple[float, ...]) -> bool:
+    ok = _GOOD_BOUNDS.get(bounds)
+    if ok is None:
+        ok = all(math.isfinite(b) for b in bounds) and all(
+            lo < hi for lo, hi in zip(bounds, bounds[1:], strict=False)
+        )
+        if len(_GOOD_BOUNDS) < 10_000:
+            _GOOD_BOUNDS[bounds] = ok
+    return ok
+
+
+def _check_counts(counts: list[int], where: str) -> str | None:
+    if counts and max(counts) > MAX_EXACT:
+        return f"{where}: bucket count {max(counts)} exceeds 2**53 and cannot be stored exactly"
+    return None
+
+
+def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
+    """Validate every point and turn the valid ones into store `Point`s (pure)."""
+    points: list[Point] = []
+    errors: list[str] = []
+    rejected = 0
+
+    def reject(msg: str) -> None:
+        nonlocal rejected
+        rejected += 1
+        if len(errors) < 5:
+            errors.append(msg)
+
+    for rm in req.resource_metrics:
+        res_key = tuple(sorted(_attrs(rm.resource.attributes).items()))
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                name = sys.intern(m.name)
+                if not name:
+                    kind_field = m.WhichOneof("data")
+                    n = len(getattr(m, kind_field).data_points) if kind_field else 1
+                    for _ in range(max(n, 1)):
+                        reject("metric without a name")
+                    continue
+                which = m.WhichOneof("data")
+                if which is None:
+                    continue
+                if which == "summary":
+                    for _ in m.summary.data_points:
+                        reject(f"{name}: summary points are not supported")
+                    continue
+                data = getattr(m, which)
+                delta = which != "gauge" and data.aggregation_temporality == _DELTA
+                if which != "gauge" and data.aggregation_temporality not in (_DELTA, _CUMULATIVE):
+                    for _ in data.data_points:
+                        reject(f"{name}: aggregation temporality is unspecified")
+                    continue
+                monotonic = which == "sum" and data.is_monotonic
+                for dp in data.data_points:
+                    if dp.flags & _NO_RECORDED_VALUE:
+                        continue
+                    if not dp.time_unix_nano:
+                        reject(f"{name}: data point without time_unix_nano")
+                        continue
+                    items = [
+                        (kv.key, kv.value.string_value or _attr_value(kv.value))
+                        for kv in dp.attributes
+                    ]
+                    # resource pairs first, then point pairs: dict(key) lets the point win
+                    key = res_key + tuple(sorted(items)) if res_key else tuple(sorted(items))
+                    t = dp.time_unix_nano / 1e9
+                    start = dp.start_time_unix_nano / 1e9
+                    if which in ("gauge", "sum"):
+                        vk = dp.WhichOneof("value")
+                        if vk is None:
+                            reject(f"{name}: number point without a value")
+                            continue
+                        v = float(getattr(dp, vk))
+                        if not math.isfinite(v):
+                            reject(f"{name}: value {v} is not finite")
+                            continue
+                        if monotonic and v < 0:
+                            reject(f"{name}: monotonic sum has negative value {v}")
+                            continue
+                        points.append(
+                            Point(name, GAUGE if which == "gauge" else SUM, key, t, start, (v,),
+                                  delta, monotonic)
+                        )  # fmt: skip
+                    elif which == "histogram":
+                        bounds = tuple(dp.explicit_bounds)
+                        counts = list(dp.bucket_counts)
+                        if len(counts) != len(bounds) + 1:
+                            reject(
+                                f"{name}: {len(bounds)} explicit_bounds need {len(bounds) + 1} "
+                                f"bucket_counts, got {len(counts)}"
+                            )
+                            continue
+                        if not _bounds_ok(bounds):
+                            reject(
+                                f"{name}: explicit_bounds must be finite and strictly increasing"
+                            )
+                            continue
+                        err = _check_counts(counts, name)
+                        if err:
+                            reject(err)
+                            continue
+                        total = sum(counts)
+                        if total != dp.count:
+                            reject(f"{name}: bucket_counts add up to {total}, count is {dp.count}")
+                            continue
+                        if dp.HasField("sum") and not math.isfinite(dp.sum):
+                            reject(f"{name}: sum {dp.sum} is not finite")
+                            continue
+                        points.append(
+                            Point(name, HISTOGRAM, key, t, start, counts, delta,
+                                  True, bounds)
+                        )  # fmt: skip
+                    else:
+                        if not -10 <= dp.scale <= 20:
+                            reject(f"{name}: exponential scale {dp.scale} outside [-10, 20]")
+                            continue
+                        pos, neg = list(dp.positive.bucket_counts), list(dp.negative.bucket_counts)
+                        err = _check_counts([*pos, *neg, dp.zero_count], name)
+                        if err:
+                            reject(err)
+                            continue
+                        if sum(pos) + sum(neg) + dp.zero_count != dp.count:
+                            reject(f"{name}: exponential buckets add up to "
+                                   f"{sum(pos) + sum(neg) + dp.zero_count}, count is {dp.count}")  # fmt: skip
+                            continue
+                        if (dp.HasField("sum") and not math.isfinite(dp.sum)) or not math.isfinite(
+                            dp.zero_threshold
+                        ):
+                            reject(f"{name}: sum or zero_threshold is not finite")
+                            continue
+                        exp = ExponentialHistogram(
+                            scale=dp.scale,
+                            zero_count=float(dp.zero_count),
+                            positive_offset=dp.positive.offset,
+                            positive_counts=tuple(map(float, pos)),
+                            negative_offset=dp.negative.offset,
+                            negative_counts=tuple(map(float, neg)),
+                            zero_threshold=dp.zero_threshold,
+                            sum=dp.sum if dp.HasField("sum") else math.nan,
+                        )
+                        points.append(
+                            Point(name, EXP_HISTOGRAM, key, t, start, (), delta, True, (), exp)
+                        )
+    return DecodeResult(points, rejected, errors)
+
+
+def gzip_body(body: bytes) -> bytes:
+    """gzip a body (tests and benchmarks)."""
+    return gzip.compress(body)
