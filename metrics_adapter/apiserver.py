@@ -30,7 +30,6 @@ from typing import Any
 from kvspread.quantity import format_quantity
 from metrics_adapter.auth import (
     AlwaysAllowAuthorizer,
-    Attributes,
     Authorizer,
     RequestHeaderAuthenticator,
     UserInfo,
@@ -45,6 +44,7 @@ from metrics_adapter.errors import (
 )
 from metrics_adapter.httpserver import Request, Response
 from metrics_adapter.provider import ExternalMetricsProvider
+from metrics_adapter.requestinfo import request_attributes
 from metrics_adapter.selectors import parse_selector
 from metrics_adapter.values import MetricValue
 
@@ -337,10 +337,7 @@ class ApiServer:
             else UserInfo("system:anonymous", ("system:unauthenticated",))
         )
         m = _READ.match(path)
-        if m:
-            attrs = Attributes("get", path, m.group(1), GROUP, VERSION, m.group(2))
-        else:
-            attrs = Attributes("get", path)
+        attrs = request_attributes(req.method, path, req.query)
         if self.authorizer.blocking:
             allowed, reason = await asyncio.to_thread(self.authorizer.authorize, user, attrs)
         else:

@@ -71,6 +71,8 @@ class Attributes:
     group: str | None = None
     version: str | None = None
     resource: str | None = None
+    name: str | None = None
+    subresource: str | None = None
 
     @property
     def is_resource(self) -> bool:
@@ -269,8 +271,6 @@ class AllowListAuthorizer:
 
 
 class SubjectAccessReviewAuthorizer:
-    blocking = True
-
     """Ask the Kubernetes API through SubjectAccessReview; cache answers for a TTL.
 
     Parameters:
@@ -280,6 +280,8 @@ class SubjectAccessReviewAuthorizer:
             delegated authoriser defaults: 10 s both).
     A failed call denies, is not cached, and says why in the reason.
     """
+
+    blocking = True
 
     def __init__(
         self,
@@ -318,6 +320,8 @@ class SubjectAccessReviewAuthorizer:
                 group=attrs.group,
                 version=attrs.version,
                 resource=attrs.resource,
+                name=attrs.name,
+                subresource=attrs.subresource,
             )
         else:
             spec.non_resource_attributes = client.V1NonResourceAttributes(

@@ -43,7 +43,7 @@ from metrics_adapter.auth import (
 )
 from metrics_adapter.certs import write_self_signed
 from metrics_adapter.config import AdapterConfig
-from metrics_adapter.httpserver import HttpServer, Request, Response
+from metrics_adapter.httpserver import HttpServer, PortInUse, Request, Response
 from metrics_adapter.provider import RuleProvider
 from metrics_adapter.receiver import OtlpReceiver
 from metrics_adapter.sources.base import Source
@@ -99,8 +99,9 @@ class _SelfMetrics:
             "metric reads that found no fresh data (docs/adapter.md, No fresh data)",
             labels=["metric"],
         )
-        for metric, n in sorted(a.provider.stale_reads.items()):
-            stale.add_metric([metric], n)
+        stale_reads = a.provider.stale_reads
+        for metric in sorted(set(a.provider.list_metrics()) | set(stale_reads)):
+            stale.add_metric([metric], stale_reads.get(metric, 0))  # every rule, from 0
         yield stale
 
 
@@ -230,8 +231,12 @@ class Adapter:
         self.api_http.ssl_context = self.client_ca.context()
         if not self.client_ca.has_ca:
             log.warning("no request-header client CA: every API request will get 401")
-        await self.api_http.start()
-        await self.otlp_http.start()
+        await self._listen(self.api_http, "secure_port", "--secure-port")
+        try:
+            await self._listen(self.otlp_http, "otlp_port", "--otlp-port")
+        except ConfigError:
+            await self.api_http.stop()
+            raise
         self._tasks = [asyncio.create_task(self._housekeeping())]
         self._ready = True
         log.info(
@@ -244,6 +249,17 @@ class Adapter:
                 }
             },
         )
+
+    @staticmethod
+    async def _listen(server: HttpServer, key: str, flag: str) -> None:
+        try:
+            await server.start()
+        except PortInUse as exc:
+            raise ConfigError(
+                f"{key}: cannot listen on {exc.host or '*'}:{exc.port}, it is already in use: "
+                "another process (a second adapter?) holds the port; stop it or choose "
+                f"another {flag}"
+            ) from None
 
     async def _housekeeping(self) -> None:
         last_ca = self.clock.monotonic()

@@ -342,8 +342,8 @@ _SELF: Final = (
         n.ADAPTER_STALE_READS,
         "counter",
         "{read}",
-        (),
-        "Metric reads whose matching series were all older than the staleness limit.",
+        ("metric",),
+        "Metric reads that found no fresh data: matching series, none newer than the staleness limit or too few points in the window (docs/adapter.md).",
         "adapter",
     ),
 )

@@ -76,11 +76,16 @@ class OtlpSource:
             value = self._ratio(rule, num_series, series, now)
         else:
             value = self._compute(rule, series, now)
-        if value is None:
-            return []
+        if value is None or not math.isfinite(value[0]):
+            if not series:
+                return []  # nothing matches: an empty answer, not missing data
+            what = "observations" if rule.aggregation == "quantile" else "points"
+            raise NoFreshData(
+                f"metric {rule.name!r}: the {len(series)} matching series of {rule.metric!r} "
+                f"have too few {what} inside the {rule.window:g} s window to give a value "
+                "(a rate needs two points, a quantile one observation)"
+            )
         v, ts, used = value
-        if not math.isfinite(v):
-            return []
         labels = _common_labels(s.labels(rule.labels) for s in used)
         return [MetricValue(rule.name, v, ts, rule.window, labels)]
 

@@ -17,6 +17,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as mp
 
 from kvspread import names
 from kvspread.clock import FakeClock
+from metrics_adapter.errors import NoFreshData
 from metrics_adapter.httpserver import Request
 from metrics_adapter.provider import RuleProvider
 from metrics_adapter.receiver import OtlpReceiver
@@ -313,3 +314,24 @@ def test_otlp_over_tls(pki: Pki) -> None:
         with pytest.raises(httpx.HTTPError):  # plain HTTP is not served on a TLS port
             httpx.post(url.replace("https", "http"), content=body, timeout=3,
                        headers={"content-type": "application/x-protobuf"})  # fmt: skip
+
+
+def test_no_fresh_data_has_one_definition_and_one_counter() -> None:
+    """Between the window and the staleness limit (the old gap at ~95 s), the rate already
+    has too few points: that read is no fresh data, counted exactly like a stale one."""
+    clock, _, rx, prov = _setup()
+    assert _post(rx, _good_request().SerializeToString())[0] == 200
+    sel = parse_selector("")
+    assert prov.get_external_metric("llm", names.SLI_REQUESTS_PER_SECOND, sel)
+    clock.advance(95)  # newest point 110 s old: inside the 120 s staleness, outside the window
+    with pytest.raises(NoFreshData, match=r"too few points inside the 60 s window"):
+        prov.read("llm", names.SLI_REQUESTS_PER_SECOND, sel)
+    assert prov.get_external_metric("llm", names.SLI_REQUESTS_PER_SECOND, sel) == []
+    assert prov.stale_reads == {names.SLI_REQUESTS_PER_SECOND: 2}
+    clock.advance(30)  # now past the staleness limit too: same definition, same counter
+    with pytest.raises(NoFreshData, match=r"over the 120 s staleness limit"):
+        prov.read("llm", names.SLI_REQUESTS_PER_SECOND, sel)
+    assert prov.stale_reads == {names.SLI_REQUESTS_PER_SECOND: 3}
+    # a selector nothing matches is an empty answer, not missing data
+    assert prov.read("llm", names.SLI_REQUESTS_PER_SECOND, parse_selector("service=none")) == []
+    assert prov.stale_reads == {names.SLI_REQUESTS_PER_SECOND: 3}
