@@ -151,6 +151,7 @@ ADAPTER_SERIES: Final = "kvspread_adapter_series"
 ADAPTER_SERIES_DROPPED: Final = "kvspread_adapter_series_dropped_total"
 ADAPTER_OTLP_POINTS: Final = "kvspread_adapter_otlp_points_total"
 ADAPTER_STALE_READS: Final = "kvspread_adapter_stale_reads_total"
+ADAPTER_REFUSED_READS: Final = "kvspread_adapter_refused_reads_total"
 
 InstrumentKind = Literal["counter", "updowncounter", "gauge", "histogram"]
 

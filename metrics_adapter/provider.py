@@ -8,7 +8,8 @@ Contract (as in custom-metrics-apiserver's ExternalMetricsProvider):
 - `list_metrics()` never raises; it names every metric that may be read.
 - `read(namespace, name, selector)` returns the values or raises an `errors.AdapterError`:
   MetricNotFound for an unknown name, NoFreshData when series match but none can give a
-  value now, SourceUnavailable when a backend is down.
+  value now (counted in `stale_reads`), HistogramTooCoarse when a quantile's bucket cannot
+  bound it (counted in `refused_reads`), SourceUnavailable when a backend is down.
 - `get_external_metric(...)` is `read` for the REST API, where no fresh data is an empty
   list (the HPA sees a missing metric, never an old value).
 - `is_blocking(name)` is True when reading `name` may wait on I/O (the shells then read in
@@ -22,7 +23,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from metrics_adapter.errors import MetricNotFound, NoFreshData, SourceUnavailable
+from metrics_adapter.errors import (
+    HistogramTooCoarse,
+    MetricNotFound,
+    NoFreshData,
+    SourceUnavailable,
+)
 from metrics_adapter.rules import Rule
 from metrics_adapter.selectors import Selector
 from metrics_adapter.sources.base import Source
@@ -60,6 +66,8 @@ class RuleProvider:
         self._lock = threading.Lock()
         self.stale_reads: dict[str, int] = {}
         """metric -> reads that found no fresh data (kvspread_adapter_stale_reads_total)."""
+        self.refused_reads: dict[tuple[str, str], int] = {}
+        """(metric, reason) -> quantiles refused (kvspread_adapter_refused_reads_total)."""
 
     def list_metrics(self) -> list[str]:
         return sorted(self.rules)
@@ -87,6 +95,11 @@ class RuleProvider:
         except NoFreshData:
             with self._lock:
                 self.stale_reads[name] = self.stale_reads.get(name, 0) + 1
+            raise
+        except HistogramTooCoarse as exc:
+            key = (name, exc.refusal)
+            with self._lock:
+                self.refused_reads[key] = self.refused_reads.get(key, 0) + 1
             raise
 
     def get_external_metric(

@@ -59,6 +59,20 @@ class OtlpReceiver:
         self.max_body = max_body
         self.requests = 0
         self.rejected_points = 0
+        self._warned: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+
+    def _warn_ms_bounds(self, metric: str, attrs: tuple[tuple[str, str], ...]) -> None:
+        """Log the unit-s-with-millisecond-bounds mistake once per series (bounded memory)."""
+        if (metric, attrs) in self._warned or len(self._warned) >= 10_000:
+            return
+        self._warned.add((metric, attrs))
+        log.warning(
+            "histogram with unit s uses the OTel SDK's default millisecond bucket bounds "
+            "(0, 5, 10, 25, ...): every request under 5 s lands in one bucket and its "
+            "quantiles are refused; give the instrument a View with the bounds of "
+            "docs/metrics.md, or use exponential histogram aggregation",
+            extra={"kv": {"metric": metric, "series": dict(attrs)}},
+        )
 
     def _encode(self, msg: object, content_type: str, status: int) -> Response:
         if content_type == JSON:
@@ -105,6 +119,8 @@ class OtlpReceiver:
                 f"all {result.rejected} data points rejected: " + "; ".join(result.errors),
                 reply_type,
             )
+        for series in result.ms_bounds_in_seconds:
+            self._warn_ms_bounds(*series)
         if result.points:
             self.store.add(result.points, self.clock())
         resp = ExportMetricsServiceResponse()

@@ -46,6 +46,7 @@ from metrics_adapter.config import AdapterConfig
 from metrics_adapter.httpserver import HttpServer, PortInUse, Request, Response
 from metrics_adapter.provider import RuleProvider
 from metrics_adapter.receiver import OtlpReceiver
+from metrics_adapter.sli import REFUSALS
 from metrics_adapter.sources.base import Source
 from metrics_adapter.sources.otlp import OtlpSource
 from metrics_adapter.sources.promql import HttpPromClient, PromClient, PromQLSource
@@ -103,6 +104,24 @@ class _SelfMetrics:
         for metric in sorted(set(a.provider.list_metrics()) | set(stale_reads)):
             stale.add_metric([metric], stale_reads.get(metric, 0))  # every rule, from 0
         yield stale
+        refused = CounterMetricFamily(
+            names.ADAPTER_REFUSED_READS.removesuffix("_total"),
+            "quantile reads refused because the histogram bucket cannot bound the value",
+            labels=["metric", "reason"],
+        )
+        counts = dict.fromkeys(
+            (
+                (r.name, why)
+                for r in a.config.rules
+                if r.aggregation == "quantile"
+                for why in REFUSALS
+            ),
+            0,
+        )
+        counts.update(a.provider.refused_reads)  # every quantile rule and reason, from 0
+        for (metric, reason), n in sorted(counts.items()):
+            refused.add_metric([metric, reason], n)
+        yield refused
 
 
 class Adapter:

@@ -346,6 +346,14 @@ _SELF: Final = (
         "Metric reads that found no fresh data: matching series, none newer than the staleness limit or too few points in the window (docs/adapter.md).",
         "adapter",
     ),
+    Metric(
+        n.ADAPTER_REFUSED_READS,
+        "counter",
+        "{read}",
+        ("metric", "reason"),
+        "Quantile reads refused because the containing histogram bucket cannot bound the value (reason: overflow_bucket, zero_bucket, wide_bucket; docs/adapter.md).",
+        "adapter",
+    ),
 )
 
 _KSM: Final = (

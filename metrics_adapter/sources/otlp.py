@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 from metrics_adapter import sli
-from metrics_adapter.errors import NoFreshData
+from metrics_adapter.errors import HistogramTooCoarse, NoFreshData
 from metrics_adapter.rules import Rule
 from metrics_adapter.selectors import Selector
 from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Series, SeriesStore
@@ -40,6 +40,43 @@ def _common_labels(label_sets: Iterable[dict[str, str]]) -> dict[str, str]:
             if ls.get(k) != common[k]:
                 del common[k]
     return common
+
+
+_FIX = (
+    "record it with an OTel SDK View whose explicit bucket boundaries are the ones in "
+    "docs/metrics.md (seconds: 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.2, 0.25, 0.5, "
+    "0.75, 1, 2.5, 5, 7.5, 10, 30, 60, 120), or with exponential histogram aggregation"
+)
+
+
+def _too_coarse(
+    rule: Rule,
+    used: Sequence[Series],
+    bounds: tuple[float, ...],
+    value: float,
+    reason: str,
+    lower: float,
+    upper: float,
+) -> HistogramTooCoarse:
+    """The refusal of a quantile whose bucket cannot bound it (docs/adapter.md)."""
+    attrs = _common_labels(s.attr_map() for s in used)
+    series = f"{used[0].metric}{{{', '.join(f'{k}={v}' for k, v in sorted(attrs.items()))}}}"
+    shown = ", ".join(f"{b:g}" for b in bounds[:20]) + (", ..." if len(bounds) > 20 else "")
+    why = {
+        "overflow_bucket": "the +Inf bucket, which has no upper bound",
+        "zero_bucket": "a bucket reaching down to 0, which bounds it only from above",
+        "wide_bucket": (
+            f"a bucket {(upper - lower) / value:.2g} times as wide as the value "
+            f"(limit maxRelativeBucketWidth {rule.max_relative_bucket_width:g})"
+        ),
+    }[reason]
+    assert rule.quantile is not None
+    return HistogramTooCoarse(
+        f"metric {rule.name!r}: refusing the {rule.quantile:g} quantile of {series} "
+        f"({len(used)} series): the estimate {value:g} lies in ({lower:g}, {upper:g}], {why}; "
+        f"the histogram's bounds [{shown}] are too coarse for it. Fix: {_FIX}",
+        reason,
+    )
 
 
 class OtlpSource:
@@ -258,6 +295,11 @@ class OtlpSource:
                 return None
             used = [s for _, s in group]
             value = sli.histogram_quantile(rule.quantile, merged)
+            refusal = sli.quantile_refusal(
+                rule.quantile, merged, value, rule.max_relative_bucket_width
+            )
+            if refusal is not None:
+                raise _too_coarse(rule, used, bounds, value, *refusal)
             return value, max(s.last_time() for s in used), used
         if expo:
             acc = expo[0][0]

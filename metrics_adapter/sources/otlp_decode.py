@@ -24,7 +24,8 @@ import gzip
 import math
 import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -44,6 +45,7 @@ __all__ = [
     "OtlpBadRequest",
     "OtlpTooLarge",
     "gzip_body",
+    "SDK_DEFAULT_BOUNDS",
 ]
 
 PROTOBUF = "application/x-protobuf"
@@ -67,6 +69,19 @@ class DecodeResult:
     points: list[Point]
     rejected: int
     errors: list[str]
+    ms_bounds_in_seconds: list[tuple[str, tuple[tuple[str, str], ...]]] = field(
+        default_factory=list
+    )
+    """(metric, attributes) of histograms with unit `s` but the SDK's millisecond bounds."""
+
+
+SDK_DEFAULT_BOUNDS: Final = (
+    0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0,
+    7500.0, 10000.0,
+)  # fmt: skip
+"""The OTel SDKs' default explicit bucket boundaries (specification, "Explicit Bucket
+Histogram Aggregation"), meant for milliseconds: on a histogram whose unit is `s` they put
+every request under 5 s into one bucket (the receiver logs that once per series)."""
 
 
 def decode_body(
@@ -155,6 +170,7 @@ def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
     """Validate every point and turn the valid ones into store `Point`s (pure)."""
     points: list[Point] = []
     errors: list[str] = []
+    ms_bounds: list[tuple[str, tuple[tuple[str, str], ...]]] = []
     rejected = 0
 
     def reject(msg: str) -> None:
@@ -188,6 +204,7 @@ def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
                         reject(f"{name}: aggregation temporality is unspecified")
                     continue
                 monotonic = which == "sum" and data.is_monotonic
+                seconds = which == "histogram" and m.unit == "s"
                 for dp in data.data_points:
                     if dp.flags & _NO_RECORDED_VALUE:
                         continue
@@ -220,6 +237,8 @@ def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
                         )  # fmt: skip
                     elif which == "histogram":
                         bounds = tuple(dp.explicit_bounds)
+                        if seconds and bounds == SDK_DEFAULT_BOUNDS:
+                            ms_bounds.append((name, key))
                         counts = list(dp.bucket_counts)
                         if len(counts) != len(bounds) + 1:
                             reject(
@@ -278,7 +297,7 @@ def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
                         points.append(
                             Point(name, EXP_HISTOGRAM, key, t, start, (), delta, True, (), exp)
                         )
-    return DecodeResult(points, rejected, errors)
+    return DecodeResult(points, rejected, errors, ms_bounds)
 
 
 def gzip_body(body: bytes) -> bytes:
