@@ -44,8 +44,8 @@ from metrics_adapter.errors import (
 )
 from metrics_adapter.httpserver import Request, Response
 from metrics_adapter.provider import ExternalMetricsProvider
+from metrics_adapter.reads import parse_read
 from metrics_adapter.requestinfo import request_attributes
-from metrics_adapter.selectors import parse_selector
 from metrics_adapter.values import MetricValue
 
 __all__ = [
@@ -67,7 +67,6 @@ GROUP_VERSION = f"{GROUP}/{VERSION}"
 HEALTH_PATHS = ("/healthz", "/livez", "/readyz")
 DURATION_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 """Buckets (seconds) of kvspread_adapter_request_duration_seconds."""
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _READ = re.compile(r"^/apis/external\.metrics\.k8s\.io/v1beta1/namespaces/([^/]*)/([^/]*)$")
 _VALUE_LIST_DEF = "io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValueList"
 _VALUE_DEF = "io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValue"
@@ -380,12 +379,10 @@ class ApiServer:
         }
 
     async def _read(self, req: Request, namespace: str, metric: str) -> Response:
-        if not _DNS_LABEL.match(namespace):
-            raise BadRequest(f"invalid namespace {namespace!r}: must be a DNS-1123 label")
         sel_values = req.query.get("labelSelector", [])
         if len(sel_values) > 1:
             raise BadRequest("labelSelector given more than once")
-        selector = parse_selector(sel_values[0] if sel_values else None)
+        selector = parse_read(namespace, sel_values[0] if sel_values else None)
         if self.provider.is_blocking(metric):
             values = await asyncio.to_thread(
                 self.provider.get_external_metric, namespace, metric, selector

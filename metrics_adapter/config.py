@@ -70,6 +70,11 @@ SETTINGS: Final = [
     Setting("otlp_bind_address", "address the OTLP receiver listens on (default 0.0.0.0)"),
     Setting("otlp_tls_cert_file", "serve OTLP over TLS with this certificate (default plain HTTP)"),
     Setting("otlp_tls_private_key_file", "private key for --otlp-tls-cert-file"),
+    Setting("keda_port", "KEDA external scaler gRPC port (default 0: off)", int),
+    Setting("keda_bind_address", "address the KEDA scaler listens on (default 0.0.0.0)"),
+    Setting("keda_tls_cert_file", "serve the KEDA scaler over TLS (default plaintext)"),
+    Setting("keda_tls_private_key_file", "private key for --keda-tls-cert-file"),
+    Setting("keda_client_ca_file", "require KEDA client certificates signed by this CA"),
     Setting("prometheus_url", "Prometheus base URL for source: promql rules"),
     Setting("log_level", "debug, info, warning or error (default info)"),
 ]
@@ -109,6 +114,11 @@ class AdapterConfig:
     otlp_tls_cert_file: str | None = None
     otlp_tls_private_key_file: str | None = None
     otlp_max_body_bytes: int = 4 * 1024 * 1024
+    keda_port: int = 0
+    keda_bind_address: str = "0.0.0.0"
+    keda_tls_cert_file: str | None = None
+    keda_tls_private_key_file: str | None = None
+    keda_client_ca_file: str | None = None
     max_series: int = 200_000
     idle_expiry: float = 600.0
     prometheus_url: str | None = None
@@ -142,7 +152,7 @@ class AdapterConfig:
                 continue
             if key in _DURATION_KEYS:
                 out[key] = parse_duration(value, key)
-            elif key in ("secure_port", "otlp_port"):
+            elif key in ("secure_port", "otlp_port", "keda_port"):
                 if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
                     raise ConfigError(f"{key}: {value!r} is not a port number (0-65535)")
                 out[key] = value
@@ -188,6 +198,12 @@ class AdapterConfig:
             )
         if bool(out.get("otlp_tls_cert_file")) != bool(out.get("otlp_tls_private_key_file")):
             raise ConfigError("otlp_tls_cert_file: give both OTLP TLS files, or neither")
+        if bool(out.get("keda_tls_cert_file")) != bool(out.get("keda_tls_private_key_file")):
+            raise ConfigError("keda_tls_cert_file: give both KEDA TLS files, or neither")
+        if out.get("keda_client_ca_file") and not out.get("keda_tls_cert_file"):
+            raise ConfigError(
+                "keda_client_ca_file: client certificates need TLS: give --keda-tls-cert-file"
+            )
         window = out.get("window", DEFAULT_WINDOW_S)
         staleness = out.get("staleness", DEFAULT_STALENESS_S)
         if doc.get("rules") is not None:

@@ -44,6 +44,7 @@ from metrics_adapter.auth import (
 from metrics_adapter.certs import write_self_signed
 from metrics_adapter.config import AdapterConfig
 from metrics_adapter.httpserver import HttpServer, PortInUse, Request, Response
+from metrics_adapter.keda.scaler import ExternalScaler, KedaServer
 from metrics_adapter.provider import RuleProvider
 from metrics_adapter.receiver import OtlpReceiver
 from metrics_adapter.sli import REFUSALS
@@ -187,6 +188,15 @@ class Adapter:
             otlp_ctx,
             config.otlp_max_body_bytes,
         )
+        self.keda: KedaServer | None = None
+        if config.keda_port:
+            self.keda = KedaServer(
+                ExternalScaler(self.provider),
+                config.keda_bind_address,
+                config.keda_port,
+                _read_pair(config.keda_tls_cert_file, config.keda_tls_private_key_file),
+                _read_file(config.keda_client_ca_file),
+            )
         self._tasks: list[asyncio.Task[None]] = []
         self._ingest_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp-ingest")
 
@@ -253,8 +263,11 @@ class Adapter:
         await self._listen(self.api_http, "secure_port", "--secure-port")
         try:
             await self._listen(self.otlp_http, "otlp_port", "--otlp-port")
+            if self.keda is not None:
+                await self._listen(self.keda, "keda_port", "--keda-port")
         except ConfigError:
             await self.api_http.stop()
+            await self.otlp_http.stop()
             raise
         self._tasks = [asyncio.create_task(self._housekeeping())]
         self._ready = True
@@ -264,13 +277,14 @@ class Adapter:
                 "kv": {
                     "secure_port": self.api_http.port,
                     "otlp_port": self.otlp_http.port,
+                    "keda_port": self.keda.port if self.keda is not None else 0,
                     "rules": len(self.config.rules),
                 }
             },
         )
 
     @staticmethod
-    async def _listen(server: HttpServer, key: str, flag: str) -> None:
+    async def _listen(server: HttpServer | KedaServer, key: str, flag: str) -> None:
         try:
             await server.start()
         except PortInUse as exc:
@@ -300,6 +314,8 @@ class Adapter:
             t.cancel()
         await self.api_http.stop()
         await self.otlp_http.stop()
+        if self.keda is not None:
+            await self.keda.stop()
         self._ingest_pool.shutdown(wait=False)
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -312,6 +328,21 @@ class Adapter:
     @property
     def otlp_port(self) -> int:
         return self.otlp_http.port
+
+
+def _read_file(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _read_pair(cert: str | None, key: str | None) -> tuple[bytes, bytes] | None:
+    c, k = _read_file(cert), _read_file(key)
+    return (c, k) if c is not None and k is not None else None
 
 
 class _LazyClient:
