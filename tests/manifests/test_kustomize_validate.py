@@ -29,6 +29,8 @@ NO_SCHEMA = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    # KEDA's CRD: validated against its schema in tests/metrics_adapter/test_adapter_keda_manifests.py.
+    ("keda.sh/v1alpha1", "ScaledObject"),
 }
 
 PARTS = {"extender", "metrics-adapter", "collector"}
