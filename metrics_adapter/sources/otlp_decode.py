@@ -25,13 +25,18 @@ import math
 import sys
 import zlib
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from google.protobuf import json_format
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 
 from metrics_adapter.sli import ExponentialHistogram
 from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Point
@@ -99,22 +104,90 @@ def decode_body(
             raise OtlpTooLarge(f"decompressed body exceeds {limit} bytes")
     elif enc not in ("identity", ""):
         raise OtlpBadRequest(f"unsupported Content-Encoding {encoding!r} (gzip or none)")
-    req = ExportMetricsServiceRequest()
-    if content_type == PROTOBUF:
-        try:
-            req.ParseFromString(body)
-        except (DecodeError, ValueError) as exc:
-            raise OtlpBadRequest(
-                f"body is not a valid ExportMetricsServiceRequest protobuf: {exc}"
-            ) from None
-    else:
+    if content_type != PROTOBUF:
+        req = ExportMetricsServiceRequest()
         try:
             json_format.Parse(body.decode("utf-8"), req, ignore_unknown_fields=True)
         except (json_format.ParseError, UnicodeDecodeError, ValueError, TypeError) as exc:
             raise OtlpBadRequest(
                 f"body is not a valid ExportMetricsServiceRequest JSON: {exc}"
             ) from None
-    return req
+        body = req.SerializeToString()
+    raw = RawRequest()
+    try:
+        raw.ParseFromString(body)
+    except (DecodeError, ValueError) as exc:
+        raise OtlpBadRequest(
+            f"body is not a valid ExportMetricsServiceRequest protobuf: {exc}"
+        ) from None
+    return raw
+
+
+def _raw_attributes_class() -> Any:
+    """ExportMetricsServiceRequest with every `attributes` field declared `repeated bytes`.
+
+    Why: a repeated KeyValue and a repeated bytes field have the same wire encoding, so
+    this schema parses the same bodies but hands each attribute over as its raw bytes
+    instead of a message wrapper. Those bytes are a cache key (`_point_attrs`): a series'
+    attributes are decoded once, not on every push. Built at import from the OTLP
+    descriptors themselves (copied into a private pool under the package prefix
+    `kvspread_raw.`), so it follows the installed opentelemetry-proto exactly."""
+    files = [
+        common_pb2.DESCRIPTOR,
+        resource_pb2.DESCRIPTOR,
+        metrics_pb2.DESCRIPTOR,
+        metrics_service_pb2.DESCRIPTOR,
+    ]
+    pool = descriptor_pool.DescriptorPool()
+    kv = ".opentelemetry.proto.common.v1.KeyValue"
+
+    def rewrite(msgs: Any) -> None:
+        for msg in msgs:
+            for f in msg.field:
+                if f.type_name == kv and f.name == "attributes":
+                    f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                    f.ClearField("type_name")
+                elif f.type_name.startswith(".opentelemetry."):
+                    f.type_name = ".kvspread_raw" + f.type_name
+            rewrite(msg.nested_type)
+
+    for fd in files:
+        fdp = descriptor_pb2.FileDescriptorProto()
+        fd.CopyToProto(fdp)
+        fdp.name = "kvspread_raw/" + fdp.name
+        fdp.package = "kvspread_raw." + fdp.package
+        deps = [
+            ("kvspread_raw/" + d if d.startswith("opentelemetry/") else d) for d in fdp.dependency
+        ]
+        del fdp.dependency[:]
+        fdp.dependency.extend(deps)
+        rewrite(fdp.message_type)
+        del fdp.service[:]  # only messages are needed
+        pool.Add(fdp)
+    name = "kvspread_raw.opentelemetry.proto.collector.metrics.v1.ExportMetricsServiceRequest"
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+
+
+RawRequest = _raw_attributes_class()
+"""The request class `decode_body` returns (see `_raw_attributes_class`)."""
+
+_ATTRS_CACHE: dict[tuple[bytes, ...], tuple[tuple[str, str], ...]] = {}
+_ATTRS_CACHE_MAX = 200_000
+
+
+def _point_attrs(raw: tuple[bytes, ...]) -> tuple[tuple[str, str], ...]:
+    """Sorted (key, rendered value) pairs of raw KeyValue bytes (cached, bounded)."""
+    got = _ATTRS_CACHE.get(raw)
+    if got is None:
+        items = []
+        for b in raw:
+            kv = KeyValue.FromString(b)
+            items.append((sys.intern(kv.key), kv.value.string_value or _attr_value(kv.value)))
+        got = tuple(sorted(items))
+        if len(_ATTRS_CACHE) >= _ATTRS_CACHE_MAX:
+            _ATTRS_CACHE.clear()
+        _ATTRS_CACHE[raw] = got
+    return got
 
 
 def _attr_value(v: object) -> str:
@@ -140,15 +213,6 @@ def _attr_value(v: object) -> str:
 _GOOD_BOUNDS: dict[tuple[float, ...], bool] = {}
 
 
-def _attrs(kvs: object) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for kv in kvs:  # type: ignore[attr-defined]
-        v = kv.value
-        sv = v.string_value  # "" also for other kinds: then look at which one is set
-        out[kv.key] = sv if sv else _attr_value(v)
-    return out
-
-
 def _bounds_ok(bounds: tuple[float, ...]) -> bool:
     ok = _GOOD_BOUNDS.get(bounds)
     if ok is None:
@@ -166,8 +230,11 @@ def _check_counts(counts: list[int], where: str) -> str | None:
     return None
 
 
-def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
-    """Validate every point and turn the valid ones into store `Point`s (pure)."""
+def to_points(req: Any) -> DecodeResult:
+    """Validate every point and turn the valid ones into store `Point`s (pure). `req` is
+    what `decode_body` returns, or an ExportMetricsServiceRequest (converted)."""
+    if isinstance(req, ExportMetricsServiceRequest):
+        req = RawRequest.FromString(req.SerializeToString())
     points: list[Point] = []
     errors: list[str] = []
     ms_bounds: list[tuple[str, tuple[tuple[str, str], ...]]] = []
@@ -180,7 +247,8 @@ def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
             errors.append(msg)
 
     for rm in req.resource_metrics:
-        res_key = tuple(sorted(_attrs(rm.resource.attributes).items()))
+        # one decode per resource; a repeated key keeps its last value
+        res_key = tuple(sorted(dict(_point_attrs(tuple(rm.resource.attributes))).items()))
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 name = sys.intern(m.name)
@@ -211,12 +279,9 @@ def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
                     if not dp.time_unix_nano:
                         reject(f"{name}: data point without time_unix_nano")
                         continue
-                    items = [
-                        (kv.key, kv.value.string_value or _attr_value(kv.value))
-                        for kv in dp.attributes
-                    ]
                     # resource pairs first, then point pairs: dict(key) lets the point win
-                    key = res_key + tuple(sorted(items)) if res_key else tuple(sorted(items))
+                    items = _point_attrs(tuple(dp.attributes))
+                    key = res_key + items if res_key else items
                     t = dp.time_unix_nano / 1e9
                     start = dp.start_time_unix_nano / 1e9
                     if which in ("gauge", "sum"):

@@ -335,3 +335,37 @@ def test_no_fresh_data_has_one_definition_and_one_counter() -> None:
     # a selector nothing matches is an empty answer, not missing data
     assert prov.read("llm", names.SLI_REQUESTS_PER_SECOND, parse_selector("service=none")) == []
     assert prov.stale_reads == {names.SLI_REQUESTS_PER_SECOND: 3}
+
+
+def test_attributes_of_every_kind_decode_from_raw_bytes() -> None:
+    """The receiver parses attributes as raw bytes (a cache key) and decodes each distinct
+    set once; the rendering is the same for every AnyValue kind, pushed twice."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+
+    from metrics_adapter.sources.otlp_decode import PROTOBUF, decode_body, to_points
+
+    attrs = [
+        KeyValue(key="s", value=AnyValue(string_value="x")),
+        KeyValue(key="i", value=AnyValue(int_value=-3)),
+        KeyValue(key="b", value=AnyValue(bool_value=True)),
+        KeyValue(key="d", value=AnyValue(double_value=2.5)),
+        KeyValue(key="w", value=AnyValue(double_value=4.0)),
+        KeyValue(key="y", value=AnyValue(bytes_value=b"\x01\xff")),
+        KeyValue(key="a", value=AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=1), AnyValue(string_value="z")]))),
+        KeyValue(key="e", value=AnyValue()),
+    ]  # fmt: skip
+    req = request(RES, [gauge("g", [(T0 + 1, 1.0, {})])])
+    req.resource_metrics[0].scope_metrics[0].metrics[0].gauge.data_points[0].attributes.extend(
+        attrs
+    )
+    want = (
+        (names.ATTR_K8S_NAMESPACE, "llm"), (names.ATTR_SERVICE_NAME, "text"),
+        ("a", "1,z"), ("b", "true"), ("d", "2.5"), ("e", ""), ("i", "-3"), ("s", "x"),
+        ("w", "4"), ("y", "01ff"),
+    )  # fmt: skip
+    body = req.SerializeToString()
+    for _ in range(2):  # second time from the cache
+        (p,) = to_points(decode_body(body, PROTOBUF, None, 1 << 20)).points
+        assert p.attrs == want
+    (p,) = to_points(req).points  # a regular ExportMetricsServiceRequest is accepted too
+    assert p.attrs == want
