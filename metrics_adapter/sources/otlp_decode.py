@@ -39,7 +39,14 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 
 from metrics_adapter.sli import ExponentialHistogram
-from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Point
+from metrics_adapter.sources.store import (
+    EXP_HISTOGRAM,
+    GAUGE,
+    HISTOGRAM,
+    SUM,
+    Point,
+    canonical_attrs,
+)
 
 __all__ = [
     "DecodeResult",
@@ -172,21 +179,28 @@ RawRequest = _raw_attributes_class()
 """The request class `decode_body` returns (see `_raw_attributes_class`)."""
 
 _ATTRS_CACHE: dict[tuple[bytes, ...], tuple[tuple[str, str], ...]] = {}
-_ATTRS_CACHE_MAX = 200_000
+_RAW_KV: dict[bytes, bytes] = {}
+_ATTRS_CACHE_MAX = 100_000
+"""About 300 bytes per distinct attribute set (a key tuple of shared raw attributes; the
+pairs are the store's shared ones): at most ~30 MB. Past it the cache starts again empty, and decoding costs what it did
+without a cache."""
 
 
 def _point_attrs(raw: tuple[bytes, ...]) -> tuple[tuple[str, str], ...]:
-    """Sorted (key, rendered value) pairs of raw KeyValue bytes (cached, bounded)."""
+    """Sorted (key, rendered value) pairs of raw KeyValue bytes (cached, bounded); the pairs
+    are the store's shared, interned ones (`store.canonical_attrs`)."""
     got = _ATTRS_CACHE.get(raw)
     if got is None:
         items = []
         for b in raw:
             kv = KeyValue.FromString(b)
             items.append((sys.intern(kv.key), kv.value.string_value or _attr_value(kv.value)))
-        got = tuple(sorted(items))
+        got = canonical_attrs(tuple(sorted(items)))
         if len(_ATTRS_CACHE) >= _ATTRS_CACHE_MAX:
             _ATTRS_CACHE.clear()
-        _ATTRS_CACHE[raw] = got
+            _RAW_KV.clear()
+        # the stored key shares the bytes of attributes that many series have in common
+        _ATTRS_CACHE[tuple([_RAW_KV.setdefault(b, b) for b in raw])] = got
     return got
 
 
