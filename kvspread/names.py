@@ -339,5 +339,11 @@ ADAPTER_STALE_READS: Final = MetricDescriptor(
     "kvspread_adapter_stale_reads_total",
     "{read}",
     "counter",
-    "metric reads whose matching series were all older than the staleness",
+    "metric reads that found no fresh data (docs/adapter.md, No fresh data)",
+)
+ADAPTER_REFUSED_READS: Final = MetricDescriptor(
+    "kvspread_adapter_refused_reads_total",
+    "{read}",
+    "counter",
+    "quantile reads refused because the histogram bucket cannot bound the value",
 )

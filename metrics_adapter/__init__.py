@@ -6,8 +6,9 @@ is assembled in `metrics_adapter.server` and started by `kvspread adapter serve`
 
 from metrics_adapter.errors import AdapterError, MetricNotFound
 from metrics_adapter.fake import FakeProvider
-from metrics_adapter.provider import ExternalMetricsProvider, MetricValue, RuleProvider
+from metrics_adapter.provider import ExternalMetricsProvider, RuleProvider
 from metrics_adapter.selectors import Selector, parse_selector
+from metrics_adapter.values import MetricValue
 
 __all__ = [
     "AdapterError",

@@ -30,7 +30,6 @@ from typing import Any
 from kvspread.quantity import format_quantity
 from metrics_adapter.auth import (
     AlwaysAllowAuthorizer,
-    Attributes,
     Authorizer,
     RequestHeaderAuthenticator,
     UserInfo,
@@ -44,8 +43,10 @@ from metrics_adapter.errors import (
     status_object,
 )
 from metrics_adapter.httpserver import Request, Response
-from metrics_adapter.provider import ExternalMetricsProvider, MetricValue
-from metrics_adapter.selectors import parse_selector
+from metrics_adapter.provider import ExternalMetricsProvider
+from metrics_adapter.reads import parse_read
+from metrics_adapter.requestinfo import request_attributes
+from metrics_adapter.values import MetricValue
 
 __all__ = [
     "ApiServer",
@@ -66,7 +67,6 @@ GROUP_VERSION = f"{GROUP}/{VERSION}"
 HEALTH_PATHS = ("/healthz", "/livez", "/readyz")
 DURATION_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 """Buckets (seconds) of kvspread_adapter_request_duration_seconds."""
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _READ = re.compile(r"^/apis/external\.metrics\.k8s\.io/v1beta1/namespaces/([^/]*)/([^/]*)$")
 _VALUE_LIST_DEF = "io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValueList"
 _VALUE_DEF = "io.k8s.metrics.pkg.apis.external_metrics.v1beta1.ExternalMetricValue"
@@ -336,11 +336,8 @@ class ApiServer:
             else UserInfo("system:anonymous", ("system:unauthenticated",))
         )
         m = _READ.match(path)
-        if m:
-            attrs = Attributes("get", path, m.group(1), GROUP, VERSION, m.group(2))
-        else:
-            attrs = Attributes("get", path)
-        if getattr(self.authorizer, "blocking", False):
+        attrs = request_attributes(req.method, path, req.query)
+        if self.authorizer.blocking:
             allowed, reason = await asyncio.to_thread(self.authorizer.authorize, user, attrs)
         else:
             allowed, reason = self.authorizer.authorize(user, attrs)
@@ -382,14 +379,11 @@ class ApiServer:
         }
 
     async def _read(self, req: Request, namespace: str, metric: str) -> Response:
-        if not _DNS_LABEL.match(namespace):
-            raise BadRequest(f"invalid namespace {namespace!r}: must be a DNS-1123 label")
         sel_values = req.query.get("labelSelector", [])
         if len(sel_values) > 1:
             raise BadRequest("labelSelector given more than once")
-        selector = parse_selector(sel_values[0] if sel_values else None)
-        blocking = getattr(self.provider, "is_blocking", lambda _n: True)(metric)
-        if blocking:
+        selector = parse_read(namespace, sel_values[0] if sel_values else None)
+        if self.provider.is_blocking(metric):
             values = await asyncio.to_thread(
                 self.provider.get_external_metric, namespace, metric, selector
             )

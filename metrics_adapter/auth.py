@@ -71,6 +71,8 @@ class Attributes:
     group: str | None = None
     version: str | None = None
     resource: str | None = None
+    name: str | None = None
+    subresource: str | None = None
 
     @property
     def is_resource(self) -> bool:
@@ -232,18 +234,28 @@ class ClientCA:
 
 
 class Authorizer(Protocol):
-    """Decide whether `user` may do `attrs`; returns (allowed, reason). May block (SAR)."""
+    """Decide whether `user` may do `attrs`; returns (allowed, reason).
+
+    `blocking` is True when `authorize` may wait on I/O (a SubjectAccessReview): the shell
+    then calls it in a worker thread."""
+
+    @property
+    def blocking(self) -> bool: ...
 
     def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]: ...
 
 
 class AlwaysAllowAuthorizer:
+    blocking = False
+
     def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]:
         return True, "always allow"
 
 
 class AllowListAuthorizer:
     """Allow the listed users and members of the listed groups; deny everyone else."""
+
+    blocking = False
 
     def __init__(self, users: Iterable[str] = (), groups: Iterable[str] = ()) -> None:
         self.users = frozenset(users)
@@ -259,8 +271,6 @@ class AllowListAuthorizer:
 
 
 class SubjectAccessReviewAuthorizer:
-    blocking = True
-
     """Ask the Kubernetes API through SubjectAccessReview; cache answers for a TTL.
 
     Parameters:
@@ -270,6 +280,8 @@ class SubjectAccessReviewAuthorizer:
             delegated authoriser defaults: 10 s both).
     A failed call denies, is not cached, and says why in the reason.
     """
+
+    blocking = True
 
     def __init__(
         self,
@@ -308,6 +320,8 @@ class SubjectAccessReviewAuthorizer:
                 group=attrs.group,
                 version=attrs.version,
                 resource=attrs.resource,
+                name=attrs.name,
+                subresource=attrs.subresource,
             )
         else:
             spec.non_resource_attributes = client.V1NonResourceAttributes(

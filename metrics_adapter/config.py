@@ -75,6 +75,11 @@ SETTINGS: Final = [
     Setting("otlp_bind_address", "address the OTLP receiver listens on (default 0.0.0.0)"),
     Setting("otlp_tls_cert_file", "serve OTLP over TLS with this certificate (default plain HTTP)"),
     Setting("otlp_tls_private_key_file", "private key for --otlp-tls-cert-file"),
+    Setting("keda_port", "KEDA external scaler gRPC port (default 0: off)", int),
+    Setting("keda_bind_address", "address the KEDA scaler listens on (default 0.0.0.0)"),
+    Setting("keda_tls_cert_file", "serve the KEDA scaler over TLS (default plaintext)"),
+    Setting("keda_tls_private_key_file", "private key for --keda-tls-cert-file"),
+    Setting("keda_client_ca_file", "require KEDA client certificates signed by this CA"),
     Setting("prometheus_url", "Prometheus base URL for source: promql rules"),
     Setting("log_level", "debug, info, warning or error (default info)"),
 ]
@@ -134,6 +139,16 @@ class AdapterConfig:
     """Private key of `otlp_tls_cert_file` (PEM)."""
     otlp_max_body_bytes: int = 4 * 1024 * 1024
     """Largest OTLP request body accepted (413 above)."""
+    keda_port: int = 0
+    """Port of the KEDA external scaler gRPC server (`externalscaler.ExternalScaler`); 0 turns it off."""
+    keda_bind_address: str = "0.0.0.0"
+    """Address the KEDA gRPC server listens on."""
+    keda_tls_cert_file: str | None = None
+    """Serving certificate of the KEDA gRPC server (PEM); without it the server is plaintext."""
+    keda_tls_private_key_file: str | None = None
+    """Private key of `keda_tls_cert_file` (PEM)."""
+    keda_client_ca_file: str | None = None
+    """CA that KEDA's client certificates must chain to (`tlsClientCert`); set, a client certificate is required."""
     max_series: int = 200_000
     """Series kept in memory; new series beyond are dropped and counted."""
     idle_expiry: Annotated[float, DURATION] = 600.0
@@ -163,7 +178,7 @@ class AdapterConfig:
         return self.requestheader_group_headers or DEFAULT_GROUP_HEADERS
 
     def validate(self) -> None:
-        for key in ("secure_port", "otlp_port"):
+        for key in ("secure_port", "otlp_port", "keda_port"):
             if not 0 <= getattr(self, key) <= 65535:
                 raise invalid(key, "a port number 0..65535", getattr(self, key))
         for key in ("otlp_max_body_bytes", "max_series"):
@@ -188,11 +203,18 @@ class AdapterConfig:
         for cert, key in (
             ("tls_cert_file", "tls_private_key_file"),
             ("otlp_tls_cert_file", "otlp_tls_private_key_file"),
+            ("keda_tls_cert_file", "keda_tls_private_key_file"),
         ):
             if bool(getattr(self, cert)) != bool(getattr(self, key)):
                 raise invalid(
                     cert, f"{cert} and {key} given together, or neither", getattr(self, cert)
                 )
+        if self.keda_client_ca_file and not self.keda_tls_cert_file:
+            raise invalid(
+                "keda_client_ca_file",
+                "keda_tls_cert_file as well (client certificates need TLS)",
+                self.keda_client_ca_file,
+            )
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any]) -> AdapterConfig:

@@ -12,6 +12,9 @@ shell turns any `AdapterError` into a `Status` object with its `code` and `reaso
     +-- Forbidden                     (403: the authoriser said no)
     +-- MethodNotAllowed              (405)
     +-- SourceUnavailable             (503 ServiceUnavailable: e.g. Prometheus is down)
+    |   +-- NoFreshData               (series match, none can give a value now; the REST
+    |                                  read answers 200 with no items, KEDA UNAVAILABLE)
+    +-- HistogramTooCoarse            (422: the quantile's bucket is too wide to serve)
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ __all__ = [
     "Forbidden",
     "MethodNotAllowed",
     "SourceUnavailable",
+    "NoFreshData",
+    "HistogramTooCoarse",
     "status_object",
 ]
 
@@ -95,6 +100,26 @@ class MethodNotAllowed(AdapterError):
 class SourceUnavailable(AdapterError):
     code = 503
     reason = "ServiceUnavailable"
+
+
+class NoFreshData(SourceUnavailable):
+    """Series match the request but none gives a value now (docs/adapter.md, "No fresh
+    data"). The REST read serves it as an empty list (the HPA sees a missing metric and
+    holds), KEDA gets UNAVAILABLE with this message; either way it is counted once, in
+    kvspread_adapter_stale_reads_total."""
+
+
+class HistogramTooCoarse(AdapterError):
+    """A quantile falls in a bucket too wide to bound it: served values would mislead an
+    HPA, so the read fails with the series, its bounds and the fix (docs/adapter.md)."""
+
+    code = 422
+    reason = "Invalid"
+
+    def __init__(self, message: str, refusal: str) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        """The `reason` label of kvspread_adapter_refused_reads_total."""
 
 
 def status_object(

@@ -6,8 +6,10 @@ listens with an `ssl.SSLContext` (TLS is done by asyncio's SSL protocol, so no b
 client sends early is lost), parses requests with h11, and passes handlers a `Request`
 carrying `peer_cert` (the dict of a verified client certificate, or None).
 `set_ssl_context()` swaps the context for a rotated client CA without dropping a
-connection: a second listener opens on the same port (SO_REUSEPORT) before the old one
-closes; established connections keep their session.
+connection: a second asyncio server starts on a duplicate of the same listening socket
+before the old one closes, so the port never stops accepting; established connections
+keep their session. No SO_REUSEPORT: a port another process holds fails `start()` with
+`PortInUse` instead of silently sharing the traffic with it.
 
 Limits: bodies over `max_body` bytes get 413 before they are read; headers over 64 KiB
 get 431; idle keep-alive connections close after `idle_timeout` seconds. A handler that
@@ -19,7 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,7 +33,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import h11
 
-__all__ = ["Request", "Response", "HttpServer", "Handler"]
+__all__ = ["Request", "Response", "HttpServer", "Handler", "PortInUse"]
 
 log = logging.getLogger("kvspread.adapter.http")
 
@@ -76,6 +81,15 @@ class Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+class PortInUse(OSError):
+    """The listen address is taken, most likely by another adapter on this node."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(errno.EADDRINUSE, f"{host or '*'}:{port} is already in use")
+        self.host = host
+        self.port = port
+
+
 class HttpServer:
     """Serve `handler` on host:port, TLS when `ssl_context` gives a context.
 
@@ -102,43 +116,56 @@ class HttpServer:
         self.max_body = max_body
         self.idle_timeout = idle_timeout
         self.handshake_timeout = handshake_timeout
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._conns: set[asyncio.Task[None]] = set()
         self.tls_failures = 0
 
-    async def _listen(self, port: int) -> asyncio.AbstractServer:
+    async def _listen(self, sock: socket.socket | None = None) -> asyncio.AbstractServer:
+        ctx = self.ssl_context
         return await asyncio.start_server(
             self._serve,
-            self.host,
-            port,
+            None if sock else self.host,
+            None if sock else self.port,
+            sock=sock,
             limit=2**20,
-            ssl=self.ssl_context,
-            ssl_handshake_timeout=self.handshake_timeout if self.ssl_context else None,
-            reuse_port=True,
+            ssl=ctx,
+            ssl_handshake_timeout=self.handshake_timeout if ctx else None,
         )
 
     async def start(self) -> None:
-        self._server = await self._listen(self.port)
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        """Listen; raises `PortInUse` when the address is taken (see the module docstring)."""
+        try:
+            server = await self._listen()
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(self.host, self.port) from None
+            raise
+        self._servers = [server]
+        self.port = server.sockets[0].getsockname()[1]
 
     async def set_ssl_context(self, ctx: ssl.SSLContext) -> None:
         """Serve new connections with `ctx` (see the module docstring)."""
         self.ssl_context = ctx
-        if self._server is None:
+        if not self._servers:
             return
-        new = await self._listen(self.port)
-        old, self._server = self._server, new
-        old.close()
+        new = []
+        for server in self._servers:
+            for s in server.sockets:
+                dup = socket.socket(s.family, s.type, s.proto, os.dup(s.fileno()))
+                new.append(await self._listen(dup))
+        old, self._servers = self._servers, new
+        for server in old:
+            server.close()
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for t in list(self._conns):
-                t.cancel()
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
+        for t in list(self._conns):
+            t.cancel()
+        for server in servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            self._server = None
+                await asyncio.wait_for(server.wait_closed(), 2)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

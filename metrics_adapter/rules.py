@@ -7,6 +7,7 @@ A rule (YAML, under `rules:` in the adapter config) names one external metric::
       metric: http.server.request.duration          # otlp: the OTel metric name
       aggregation: quantile         # quantile | rate | ratio | good-rate | last
       quantile: 0.95                # quantile: 0..1
+      maxRelativeBucketWidth: 2     # quantile: widest bucket served, (upper - lower) / value
       threshold: 0.2                # good-rate: latency threshold, seconds
       window: 1m                    # sliding window (default: defaults.window)
       labels:                       # OTel attribute (point, then resource) -> selector label
@@ -54,6 +55,7 @@ __all__ = [
     "DEFAULT_WINDOW_S",
     "DEFAULT_STALENESS_S",
     "DEFAULT_GOOD_THRESHOLD_S",
+    "DEFAULT_MAX_RELATIVE_BUCKET_WIDTH",
     "AGGREGATIONS",
 ]
 
@@ -63,6 +65,10 @@ DEFAULT_WINDOW_S: Final = 60.0
 """DESIGN.md section 6: windows default to 1 min."""
 DEFAULT_STALENESS_S: Final = 120.0
 """Two windows: a value whose newest point is older is not served (the HPA sees no metric)."""
+DEFAULT_MAX_RELATIVE_BUCKET_WIDTH: Final = 2.0
+"""A quantile is served only from a bucket at most twice as wide as the value: the widest
+the collector's own bounds (docs/metrics.md) and the semantic-convention bounds ever give
+above their first bucket, e.g. (10, 30] at 10 s (docs/adapter.md, "Coarse histograms")."""
 DEFAULT_GOOD_THRESHOLD_S: Final = 0.2
 """The design notes' HPA example counts requests faster than 0.2 s as good."""
 DEFAULT_LABELS: Final = (
@@ -97,6 +103,7 @@ class Rule:
     metric: str | None = None
     query: str | None = None
     quantile: float | None = None
+    max_relative_bucket_width: float = DEFAULT_MAX_RELATIVE_BUCKET_WIDTH
     threshold: float | None = None
     window: float = DEFAULT_WINDOW_S
     labels: tuple[tuple[str, str], ...] = DEFAULT_LABELS
@@ -178,7 +185,7 @@ def _str_map(value: Any, key: str, check_regex: bool = False) -> tuple[tuple[str
 _RULE_KEYS: Final = {
     "name", "source", "metric", "query", "aggregation", "quantile", "threshold", "window",
     "labels", "match", "numerator", "combine", "clusterWide", "cluster_wide", "extrapolation",
-    "staleness",
+    "staleness", "maxRelativeBucketWidth",
 }  # fmt: skip
 
 
@@ -220,6 +227,13 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
         q = float(q)
     elif q is not None:
         raise ConfigError(f"{key}.quantile: only aggregation quantile takes a quantile")
+    width = doc.get("maxRelativeBucketWidth", DEFAULT_MAX_RELATIVE_BUCKET_WIDTH)
+    if agg != "quantile" and "maxRelativeBucketWidth" in doc:
+        raise ConfigError(
+            f"{key}.maxRelativeBucketWidth: only aggregation quantile takes a bucket width"
+        )
+    if isinstance(width, bool) or not isinstance(width, int | float) or not width > 0:
+        raise ConfigError(f"{key}.maxRelativeBucketWidth: want a number > 0, got {width!r}")
     thr = doc.get("threshold")
     if agg == "good-rate":
         thr = DEFAULT_GOOD_THRESHOLD_S if thr is None else parse_duration(thr, f"{key}.threshold")
@@ -268,6 +282,7 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
         metric=metric if source == "otlp" else None,
         query=query if source == "promql" else None,
         quantile=q if agg == "quantile" else None,
+        max_relative_bucket_width=float(width),
         threshold=thr if agg == "good-rate" else None,
         window=window,
         labels=labels,

@@ -44,9 +44,13 @@ from metrics_adapter.auth import (
 )
 from metrics_adapter.certs import write_self_signed
 from metrics_adapter.config import AdapterConfig
-from metrics_adapter.httpserver import HttpServer, Request, Response
+from metrics_adapter.httpserver import HttpServer, PortInUse, Request, Response
+from metrics_adapter.keda.scaler import ExternalScaler, KedaServer
 from metrics_adapter.provider import RuleProvider
-from metrics_adapter.sources.otlp import OtlpReceiver
+from metrics_adapter.receiver import OtlpReceiver
+from metrics_adapter.sli import REFUSALS
+from metrics_adapter.sources.base import Source
+from metrics_adapter.sources.otlp import OtlpSource
 from metrics_adapter.sources.promql import HttpPromClient, PromClient, PromQLSource
 from metrics_adapter.sources.store import SeriesStore
 
@@ -93,11 +97,33 @@ class _SelfMetrics:
             names.ADAPTER_OTLP_POINTS.help,
             value=a.store.points,
         )
-        yield CounterMetricFamily(
+        stale = CounterMetricFamily(
             names.ADAPTER_STALE_READS.prometheus,
             names.ADAPTER_STALE_READS.help,
-            value=a.provider.stale_reads,
+            labels=["metric"],
         )
+        stale_reads = a.provider.stale_reads
+        for metric in sorted(set(a.provider.list_metrics()) | set(stale_reads)):
+            stale.add_metric([metric], stale_reads.get(metric, 0))  # every rule, from 0
+        yield stale
+        refused = CounterMetricFamily(
+            names.ADAPTER_REFUSED_READS.prometheus,
+            names.ADAPTER_REFUSED_READS.help,
+            labels=["metric", "reason"],
+        )
+        counts = dict.fromkeys(
+            (
+                (r.name, why)
+                for r in a.config.rules
+                if r.aggregation == "quantile"
+                for why in REFUSALS
+            ),
+            0,
+        )
+        counts.update(a.provider.refused_reads)  # every quantile rule and reason, from 0
+        for (metric, reason), n in sorted(counts.items()):
+            refused.add_metric([metric, reason], n)
+        yield refused
 
 
 class Adapter:
@@ -120,13 +146,13 @@ class Adapter:
             idle_expiry=config.idle_expiry,
         )
         self.receiver = OtlpReceiver(self.store, clock.now, config.otlp_max_body_bytes)
-        prom = None
+        sources: dict[str, Source] = {"otlp": OtlpSource(self.store, clock.now)}
         if config.prometheus_url or prom_client is not None:
             client = prom_client or HttpPromClient(config.prometheus_url or "")
-            prom = PromQLSource(
+            sources["promql"] = PromQLSource(
                 client, clock.now, config.prometheus_timeout, config.prometheus_cache_ttl
             )
-        self.provider = RuleProvider(config.rules, self.store, clock.now, prom)
+        self.provider = RuleProvider(config.rules, sources)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         cert, key = config.tls_cert_file, config.tls_private_key_file
         if not cert or not key:
@@ -144,7 +170,7 @@ class Adapter:
             self.provider,
             self.authenticator,
             self.authorizer,
-            lambda: self._ready,
+            lambda: self._ready and self.provider.ready(),
             f"v{__version__}",
         )
         self.registry = CollectorRegistry(auto_describe=True)
@@ -163,6 +189,15 @@ class Adapter:
             otlp_ctx,
             config.otlp_max_body_bytes,
         )
+        self.keda: KedaServer | None = None
+        if config.keda_port:
+            self.keda = KedaServer(
+                ExternalScaler(self.provider),
+                config.keda_bind_address,
+                config.keda_port,
+                _read_pair(config.keda_tls_cert_file, config.keda_tls_private_key_file),
+                _read_file(config.keda_client_ca_file),
+            )
         self._tasks: list[asyncio.Task[None]] = []
         self._ingest_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp-ingest")
 
@@ -234,8 +269,15 @@ class Adapter:
         self.api_http.ssl_context = self.client_ca.context()
         if not self.client_ca.has_ca:
             log.warning("no request-header client CA: every API request will get 401")
-        await self.api_http.start()
-        await self.otlp_http.start()
+        await self._listen(self.api_http, "secure_port", "--secure-port")
+        try:
+            await self._listen(self.otlp_http, "otlp_port", "--otlp-port")
+            if self.keda is not None:
+                await self._listen(self.keda, "keda_port", "--keda-port")
+        except ConfigError:
+            await self.api_http.stop()
+            await self.otlp_http.stop()
+            raise
         self._tasks = [asyncio.create_task(self._housekeeping())]
         self._ready = True
         log.info(
@@ -244,10 +286,22 @@ class Adapter:
                 "kv": {
                     "secure_port": self.api_http.port,
                     "otlp_port": self.otlp_http.port,
+                    "keda_port": self.keda.port if self.keda is not None else 0,
                     "rules": len(self.config.rules),
                 }
             },
         )
+
+    @staticmethod
+    async def _listen(server: HttpServer | KedaServer, key: str, flag: str) -> None:
+        try:
+            await server.start()
+        except PortInUse as exc:
+            raise ConfigError(
+                f"{key}: cannot listen on {exc.host or '*'}:{exc.port}, it is already in use: "
+                "another process (a second adapter?) holds the port; stop it or choose "
+                f"another {flag}"
+            ) from None
 
     async def _housekeeping(self) -> None:
         last_ca = self.clock.monotonic()
@@ -269,6 +323,8 @@ class Adapter:
             t.cancel()
         await self.api_http.stop()
         await self.otlp_http.stop()
+        if self.keda is not None:
+            await self.keda.stop()
         self._ingest_pool.shutdown(wait=False)
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -281,6 +337,21 @@ class Adapter:
     @property
     def otlp_port(self) -> int:
         return self.otlp_http.port
+
+
+def _read_file(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _read_pair(cert: str | None, key: str | None) -> tuple[bytes, bytes] | None:
+    c, k = _read_file(cert), _read_file(key)
+    return (c, k) if c is not None and k is not None else None
 
 
 class _LazyClient:

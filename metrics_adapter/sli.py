@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 __all__ = [
     "Sample",
@@ -31,6 +31,9 @@ __all__ = [
     "bucket_quantile",
     "histogram_quantile",
     "quantile_error_bound",
+    "quantile_bucket",
+    "quantile_refusal",
+    "REFUSALS",
     "count_below",
     "exponential_quantile",
     "exponential_downscale",
@@ -186,22 +189,61 @@ def histogram_quantile(q: float, h: ExplicitHistogram) -> float:
     return bucket_quantile(q, _cumulative(h))
 
 
+def quantile_bucket(q: float, h: ExplicitHistogram) -> tuple[float, float] | None:
+    """(lower, upper) of the bucket the q-quantile falls in, with the first bucket's lower
+    edge as `bucket_quantile` assumes it (0, or its bound when that is <= 0); upper is +Inf
+    for the overflow bucket. None when the histogram is empty or q is outside [0, 1]."""
+    cum = _cumulative(h)
+    total = cum[-1][1]
+    if total == 0 or not 0 <= q <= 1:
+        return None
+    rank = q * total
+    for i, (le, c) in enumerate(cum[:-1]):
+        if c >= rank:
+            return (cum[i - 1][0] if i > 0 else min(0.0, le)), le
+    return cum[-2][0] if len(cum) > 1 else -math.inf, math.inf
+
+
 def quantile_error_bound(q: float, h: ExplicitHistogram) -> float:
     """Width of the bucket the q-quantile falls in: the most linear interpolation can miss
     the true quantile by (any sample distribution inside the bucket is possible).
 
     +Inf when the quantile falls in the overflow bucket; NaN when the histogram is empty.
     """
-    cum = _cumulative(h)
-    total = cum[-1][1]
-    if total == 0 or not 0 <= q <= 1:
-        return math.nan
-    rank = q * total
-    for i, (le, c) in enumerate(cum[:-1]):
-        if c >= rank:
-            lower = cum[i - 1][0] if i > 0 else min(0.0, le)
-            return le - lower
-    return math.inf
+    bucket = quantile_bucket(q, h)
+    return math.nan if bucket is None else bucket[1] - bucket[0]
+
+
+REFUSALS: Final = ("overflow_bucket", "zero_bucket", "wide_bucket")
+"""The reasons `quantile_refusal` gives (label values of kvspread_adapter_refused_reads_total)."""
+
+
+def quantile_refusal(
+    q: float, h: ExplicitHistogram, estimate: float, max_relative_width: float
+) -> tuple[str, float, float] | None:
+    """Why the q-quantile `estimate` of `h` must not be served, or None when it may.
+
+    Returns (reason, lower, upper) of the containing bucket, reason one of:
+    - "overflow_bucket": it falls in the +Inf bucket (no upper bound at all);
+    - "zero_bucket": the bucket reaches down to 0 (or below), so it bounds the answer only
+      from above: any value down to 0 is possible (the OTel SDK's default millisecond bounds
+      on a seconds histogram put everything there);
+    - "wide_bucket": (upper - lower) / estimate exceeds `max_relative_width`.
+    A bucket of zero width (all observations at a bound <= 0) is exact and served.
+    """
+    bucket = quantile_bucket(q, h)
+    if bucket is None:
+        return None
+    lower, upper = bucket
+    if math.isinf(upper):
+        return "overflow_bucket", lower, upper
+    if upper == lower:
+        return None
+    if lower <= 0:
+        return "zero_bucket", lower, upper
+    if (upper - lower) / estimate > max_relative_width:
+        return "wide_bucket", lower, upper
+    return None
 
 
 def count_below(threshold: float, h: ExplicitHistogram) -> float:

@@ -284,8 +284,14 @@ _SELF: Final = (
     ),
     _entry(
         names.ADAPTER_STALE_READS,
-        (),
-        "Metric reads whose matching series were all older than the staleness limit.",
+        ("metric",),
+        "Metric reads that found no fresh data: matching series, none newer than the staleness limit or too few points in the window (docs/adapter.md).",
+        "adapter",
+    ),
+    _entry(
+        names.ADAPTER_REFUSED_READS,
+        ("metric", "reason"),
+        "Quantile reads refused because the containing histogram bucket cannot bound the value (reason: overflow_bucket, zero_bucket, wide_bucket; docs/adapter.md).",
         "adapter",
     ),
 )

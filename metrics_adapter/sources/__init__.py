@@ -1,3 +1,7 @@
-"""Where values come from: the embedded OTLP receiver and its series store, and PromQL."""
+"""Where values come from: each module here is one `Source` (base.py) or its storage.
 
-__all__ = ["otlp", "promql", "store"]
+base (the protocol), otlp (rules over the series store), otlp_decode (pure OTLP decoding),
+store (the windowed series store), promql (rules as Prometheus instant queries).
+"""
+
+__all__ = ["base", "otlp", "otlp_decode", "promql", "store"]

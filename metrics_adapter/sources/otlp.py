@@ -1,376 +1,313 @@
-"""The embedded OTLP/HTTP metrics receiver: `POST /v1/metrics` into a `SeriesStore`.
+"""OTLP source: a rule's value computed from the series the embedded receiver stored.
 
-Wire behaviour (OTLP/HTTP specification, "OTLP/HTTP Request" and "Response"):
+A read selects every series of the rule's metric in the request's namespace (through the
+attribute the rule maps to `namespace`, unless clusterWide) whose mapped labels match the
+selector and whose attributes pass the rule's `match`; the SLI is computed over that whole
+population with the pure math of `sli.py` (histograms merged before a quantile, rates
+summed), and its `metricLabels` are the labels every used series shares.
 
-- Bodies are `ExportMetricsServiceRequest` as binary protobuf
-  (`Content-Type: application/x-protobuf`) or protobuf-JSON (`application/json`; unknown
-  fields ignored), optionally `Content-Encoding: gzip`. Other content types get 415.
-- The response uses the request's encoding. 200 carries `ExportMetricsServiceResponse`,
-  with `partial_success` (rejected_data_points + error_message) when some points were
-  refused. 400 (`google.rpc.Status`, code INVALID_ARGUMENT) when the body cannot be decoded
-  or *every* point in it is invalid -- nothing is stored then. 413 for bodies (compressed
-  or decompressed) over the limit; 404/405 for other paths and methods. None of these is
-  retryable by the spec, which is right: resending the same body cannot succeed.
-- A point is invalid when its value is NaN or infinite, its time is missing, histogram
-  bounds are not finite and strictly increasing, there is not one more bucket count than
-  bounds, bucket counts do not add up to `count`, or a count exceeds 2**53 (float64 could
-  no longer count exactly). Points flagged NO_RECORDED_VALUE are skipped, not rejected.
-  Summaries are rejected as unsupported (the adapter cannot merge precomputed quantiles).
-
-Attributes: a series' identity is its metric name plus its resource attributes and its point
-attributes (each sorted, resource first; where both have a key the point's value is the one
-labels see), with values rendered as strings (ints as decimal, bools as true/false). Validation happens before anything is stored, so a bad request never changes
-stored series.
+Reading holds the store's lock so that a concurrent push cannot trim a series mid-read.
+This module knows neither HTTP nor protobuf: the receiver (`metrics_adapter.receiver`)
+decodes pushes (`sources.otlp_decode`) into the store.
 """
 
 from __future__ import annotations
 
-import gzip
-import logging
 import math
-import sys
-import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError
-from google.rpc import status_pb2
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-    ExportMetricsServiceResponse,
+from metrics_adapter import sli
+from metrics_adapter.errors import HistogramTooCoarse, NoFreshData
+from metrics_adapter.rules import Rule
+from metrics_adapter.selectors import Selector
+from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Series, SeriesStore
+from metrics_adapter.values import MetricValue
+
+__all__ = ["OtlpSource"]
+
+_Computed = tuple[float, float, list[Series]]
+"""(value, timestamp of the newest used point, the series used)."""
+
+
+def _common_labels(label_sets: Iterable[dict[str, str]]) -> dict[str, str]:
+    it = iter(label_sets)
+    first = next(it, None)
+    if first is None:
+        return {}
+    common = dict(first)
+    for ls in it:
+        for k in list(common):
+            if ls.get(k) != common[k]:
+                del common[k]
+    return common
+
+
+_FIX = (
+    "record it with an OTel SDK View whose explicit bucket boundaries are the ones in "
+    "docs/metrics.md (seconds: 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.2, 0.25, 0.5, "
+    "0.75, 1, 2.5, 5, 7.5, 10, 30, 60, 120), or with exponential histogram aggregation"
 )
 
-from metrics_adapter.httpserver import Request, Response
-from metrics_adapter.sli import ExponentialHistogram
-from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Point, SeriesStore
 
-__all__ = [
-    "OtlpReceiver",
-    "DecodeResult",
-    "decode_body",
-    "to_points",
-    "PROTOBUF",
-    "JSON",
-    "OtlpBadRequest",
-    "OtlpTooLarge",
-    "gzip_body",
-]
-
-log = logging.getLogger("kvspread.adapter.otlp")
-
-PROTOBUF = "application/x-protobuf"
-JSON = "application/json"
-MAX_EXACT = 2**53
-_CUMULATIVE = 2  # AggregationTemporality
-_DELTA = 1
-_NO_RECORDED_VALUE = 1
-INVALID_ARGUMENT = 3
-
-
-class OtlpBadRequest(ValueError):
-    """The body cannot be decoded (400)."""
-
-
-class OtlpTooLarge(ValueError):
-    """The (decompressed) body is over the limit (413)."""
+def _too_coarse(
+    rule: Rule,
+    used: Sequence[Series],
+    bounds: tuple[float, ...],
+    value: float,
+    reason: str,
+    lower: float,
+    upper: float,
+) -> HistogramTooCoarse:
+    """The refusal of a quantile whose bucket cannot bound it (docs/adapter.md)."""
+    attrs = _common_labels(s.attr_map() for s in used)
+    series = f"{used[0].metric}{{{', '.join(f'{k}={v}' for k, v in sorted(attrs.items()))}}}"
+    shown = ", ".join(f"{b:g}" for b in bounds[:20]) + (", ..." if len(bounds) > 20 else "")
+    why = {
+        "overflow_bucket": "the +Inf bucket, which has no upper bound",
+        "zero_bucket": "a bucket reaching down to 0, which bounds it only from above",
+        "wide_bucket": (
+            f"a bucket {(upper - lower) / value:.2g} times as wide as the value "
+            f"(limit maxRelativeBucketWidth {rule.max_relative_bucket_width:g})"
+        ),
+    }[reason]
+    assert rule.quantile is not None
+    return HistogramTooCoarse(
+        f"metric {rule.name!r}: refusing the {rule.quantile:g} quantile of {series} "
+        f"({len(used)} series): the estimate {value:g} lies in ({lower:g}, {upper:g}], {why}; "
+        f"the histogram's bounds [{shown}] are too coarse for it. Fix: {_FIX}",
+        reason,
+    )
 
 
-@dataclass
-class DecodeResult:
-    points: list[Point]
-    rejected: int
-    errors: list[str]
-
-
-def decode_body(
-    body: bytes, content_type: str, encoding: str | None, limit: int
-) -> ExportMetricsServiceRequest:
-    """Decompress and parse a request body; raises OtlpBadRequest / OtlpTooLarge."""
-    enc = (encoding or "identity").strip().lower()
-    if enc == "gzip":
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            body = d.decompress(body, limit + 1)
-        except zlib.error as exc:
-            raise OtlpBadRequest(f"body is not valid gzip: {exc}") from None
-        if len(body) > limit or d.unconsumed_tail:
-            raise OtlpTooLarge(f"decompressed body exceeds {limit} bytes")
-    elif enc not in ("identity", ""):
-        raise OtlpBadRequest(f"unsupported Content-Encoding {encoding!r} (gzip or none)")
-    req = ExportMetricsServiceRequest()
-    if content_type == PROTOBUF:
-        try:
-            req.ParseFromString(body)
-        except (DecodeError, ValueError) as exc:
-            raise OtlpBadRequest(
-                f"body is not a valid ExportMetricsServiceRequest protobuf: {exc}"
-            ) from None
-    else:
-        try:
-            json_format.Parse(body.decode("utf-8"), req, ignore_unknown_fields=True)
-        except (json_format.ParseError, UnicodeDecodeError, ValueError, TypeError) as exc:
-            raise OtlpBadRequest(
-                f"body is not a valid ExportMetricsServiceRequest JSON: {exc}"
-            ) from None
-    return req
-
-
-def _attr_value(v: object) -> str:
-    which = v.WhichOneof("value")  # type: ignore[attr-defined]
-    if which == "string_value":
-        return v.string_value  # type: ignore[attr-defined,no-any-return]
-    if which == "int_value":
-        return str(v.int_value)  # type: ignore[attr-defined]
-    if which == "bool_value":
-        return "true" if v.bool_value else "false"  # type: ignore[attr-defined]
-    if which == "double_value":
-        d = v.double_value  # type: ignore[attr-defined]
-        return str(int(d)) if d.is_integer() else repr(d)
-    if which == "bytes_value":
-        return v.bytes_value.hex()  # type: ignore[attr-defined,no-any-return]
-    if which == "array_value":
-        return ",".join(_attr_value(x) for x in v.array_value.values)  # type: ignore[attr-defined]
-    if which == "kvlist_value":
-        return ",".join(f"{kv.key}={_attr_value(kv.value)}" for kv in v.kvlist_value.values)  # type: ignore[attr-defined]
-    return ""
-
-
-_GOOD_BOUNDS: dict[tuple[float, ...], bool] = {}
-
-
-def _attrs(kvs: object) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for kv in kvs:  # type: ignore[attr-defined]
-        v = kv.value
-        sv = v.string_value  # "" also for other kinds: then look at which one is set
-        out[kv.key] = sv if sv else _attr_value(v)
-    return out
-
-
-def _bounds_ok(bounds: tuple[float, ...]) -> bool:
-    ok = _GOOD_BOUNDS.get(bounds)
-    if ok is None:
-        ok = all(math.isfinite(b) for b in bounds) and all(
-            lo < hi for lo, hi in zip(bounds, bounds[1:], strict=False)
-        )
-        if len(_GOOD_BOUNDS) < 10_000:
-            _GOOD_BOUNDS[bounds] = ok
-    return ok
-
-
-def _check_counts(counts: list[int], where: str) -> str | None:
-    if counts and max(counts) > MAX_EXACT:
-        return f"{where}: bucket count {max(counts)} exceeds 2**53 and cannot be stored exactly"
-    return None
-
-
-def to_points(req: ExportMetricsServiceRequest) -> DecodeResult:
-    """Validate every point and turn the valid ones into store `Point`s (pure)."""
-    points: list[Point] = []
-    errors: list[str] = []
-    rejected = 0
-
-    def reject(msg: str) -> None:
-        nonlocal rejected
-        rejected += 1
-        if len(errors) < 5:
-            errors.append(msg)
-
-    for rm in req.resource_metrics:
-        res_key = tuple(sorted(_attrs(rm.resource.attributes).items()))
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                name = sys.intern(m.name)
-                if not name:
-                    kind_field = m.WhichOneof("data")
-                    n = len(getattr(m, kind_field).data_points) if kind_field else 1
-                    for _ in range(max(n, 1)):
-                        reject("metric without a name")
-                    continue
-                which = m.WhichOneof("data")
-                if which is None:
-                    continue
-                if which == "summary":
-                    for _ in m.summary.data_points:
-                        reject(f"{name}: summary points are not supported")
-                    continue
-                data = getattr(m, which)
-                delta = which != "gauge" and data.aggregation_temporality == _DELTA
-                if which != "gauge" and data.aggregation_temporality not in (_DELTA, _CUMULATIVE):
-                    for _ in data.data_points:
-                        reject(f"{name}: aggregation temporality is unspecified")
-                    continue
-                monotonic = which == "sum" and data.is_monotonic
-                for dp in data.data_points:
-                    if dp.flags & _NO_RECORDED_VALUE:
-                        continue
-                    if not dp.time_unix_nano:
-                        reject(f"{name}: data point without time_unix_nano")
-                        continue
-                    items = [
-                        (kv.key, kv.value.string_value or _attr_value(kv.value))
-                        for kv in dp.attributes
-                    ]
-                    # resource pairs first, then point pairs: dict(key) lets the point win
-                    key = res_key + tuple(sorted(items)) if res_key else tuple(sorted(items))
-                    t = dp.time_unix_nano / 1e9
-                    start = dp.start_time_unix_nano / 1e9
-                    if which in ("gauge", "sum"):
-                        vk = dp.WhichOneof("value")
-                        if vk is None:
-                            reject(f"{name}: number point without a value")
-                            continue
-                        v = float(getattr(dp, vk))
-                        if not math.isfinite(v):
-                            reject(f"{name}: value {v} is not finite")
-                            continue
-                        if monotonic and v < 0:
-                            reject(f"{name}: monotonic sum has negative value {v}")
-                            continue
-                        points.append(
-                            Point(name, GAUGE if which == "gauge" else SUM, key, t, start, (v,),
-                                  delta, monotonic)
-                        )  # fmt: skip
-                    elif which == "histogram":
-                        bounds = tuple(dp.explicit_bounds)
-                        counts = list(dp.bucket_counts)
-                        if len(counts) != len(bounds) + 1:
-                            reject(
-                                f"{name}: {len(bounds)} explicit_bounds need {len(bounds) + 1} "
-                                f"bucket_counts, got {len(counts)}"
-                            )
-                            continue
-                        if not _bounds_ok(bounds):
-                            reject(
-                                f"{name}: explicit_bounds must be finite and strictly increasing"
-                            )
-                            continue
-                        err = _check_counts(counts, name)
-                        if err:
-                            reject(err)
-                            continue
-                        total = sum(counts)
-                        if total != dp.count:
-                            reject(f"{name}: bucket_counts add up to {total}, count is {dp.count}")
-                            continue
-                        if dp.HasField("sum") and not math.isfinite(dp.sum):
-                            reject(f"{name}: sum {dp.sum} is not finite")
-                            continue
-                        points.append(
-                            Point(name, HISTOGRAM, key, t, start, counts, delta,
-                                  True, bounds)
-                        )  # fmt: skip
-                    else:
-                        if not -10 <= dp.scale <= 20:
-                            reject(f"{name}: exponential scale {dp.scale} outside [-10, 20]")
-                            continue
-                        pos, neg = list(dp.positive.bucket_counts), list(dp.negative.bucket_counts)
-                        err = _check_counts([*pos, *neg, dp.zero_count], name)
-                        if err:
-                            reject(err)
-                            continue
-                        if sum(pos) + sum(neg) + dp.zero_count != dp.count:
-                            reject(f"{name}: exponential buckets add up to "
-                                   f"{sum(pos) + sum(neg) + dp.zero_count}, count is {dp.count}")  # fmt: skip
-                            continue
-                        if (dp.HasField("sum") and not math.isfinite(dp.sum)) or not math.isfinite(
-                            dp.zero_threshold
-                        ):
-                            reject(f"{name}: sum or zero_threshold is not finite")
-                            continue
-                        exp = ExponentialHistogram(
-                            scale=dp.scale,
-                            zero_count=float(dp.zero_count),
-                            positive_offset=dp.positive.offset,
-                            positive_counts=tuple(map(float, pos)),
-                            negative_offset=dp.negative.offset,
-                            negative_counts=tuple(map(float, neg)),
-                            zero_threshold=dp.zero_threshold,
-                            sum=dp.sum if dp.HasField("sum") else math.nan,
-                        )
-                        points.append(
-                            Point(name, EXP_HISTOGRAM, key, t, start, (), delta, True, (), exp)
-                        )
-    return DecodeResult(points, rejected, errors)
-
-
-class OtlpReceiver:
-    """The `/v1/metrics` handler: decode, validate, store (see the module docstring).
+class OtlpSource:
+    """Evaluate `source: otlp` rules against a `SeriesStore`.
 
     Parameters:
-        store: where valid points go.
-        clock: () -> seconds, the receive time recorded for idle expiry.
-        max_body: byte limit for compressed and decompressed bodies (413 above).
+        store: the OTLP series store.
+        clock: () -> wall seconds (the same clock the receiver stamps pushes with).
     """
 
-    def __init__(
-        self, store: SeriesStore, clock: Callable[[], float], max_body: int = 4 << 20
-    ) -> None:
+    blocking = False
+
+    def __init__(self, store: SeriesStore, clock: Callable[[], float]) -> None:
         self.store = store
         self.clock = clock
-        self.max_body = max_body
-        self.requests = 0
-        self.rejected_points = 0
 
-    def _encode(self, msg: object, content_type: str, status: int) -> Response:
-        if content_type == JSON:
-            body = json_format.MessageToJson(msg).encode()  # type: ignore[arg-type]
+    def ready(self) -> bool:
+        return True
+
+    def evaluate(self, rule: Rule, namespace: str, selector: Selector) -> list[MetricValue]:
+        assert rule.metric is not None
+        with self.store.locked():
+            return self._values(rule, namespace, selector)
+
+    def _values(self, rule: Rule, namespace: str, selector: Selector) -> list[MetricValue]:
+        assert rule.metric is not None
+        now = self.clock()
+        series = self._select(rule, rule.metric, namespace, selector, rule.match, now)
+        if rule.aggregation == "ratio":
+            assert rule.numerator is not None
+            num_metric = rule.numerator.metric or rule.metric
+            num_match = rule.match + rule.numerator.match
+            num_series = self._select(rule, num_metric, namespace, selector, num_match, now)
+            value = self._ratio(rule, num_series, series, now)
         else:
-            body = msg.SerializeToString()  # type: ignore[attr-defined]
-        return Response(status, body, content_type)
-
-    def _error(self, status: int, message: str, content_type: str) -> Response:
-        st = status_pb2.Status(code=INVALID_ARGUMENT, message=message)
-        return self._encode(st, content_type, status)
-
-    async def handle(self, req: Request) -> Response:
-        return self.handle_sync(req)
-
-    def handle_sync(self, req: Request) -> Response:
-        """Process one request (synchronous: CPU-bound decoding, no awaits needed)."""
-        ctype_raw = (req.header("content-type") or "").split(";")[0].strip().lower()
-        reply_type = JSON if ctype_raw == JSON else PROTOBUF
-        if req.path != "/v1/metrics":
-            return self._error(
-                404, f"no such path {req.path!r}; metrics go to /v1/metrics", reply_type
+            value = self._compute(rule, series, now)
+        if value is None or not math.isfinite(value[0]):
+            if not series:
+                return []  # nothing matches: an empty answer, not missing data
+            what = "observations" if rule.aggregation == "quantile" else "points"
+            raise NoFreshData(
+                f"metric {rule.name!r}: the {len(series)} matching series of {rule.metric!r} "
+                f"have too few {what} inside the {rule.window:g} s window to give a value "
+                "(a rate needs two points, a quantile one observation)"
             )
-        if req.method != "POST":
-            resp = self._error(405, f"method {req.method} not allowed; use POST", reply_type)
-            resp.headers.append(("allow", "POST"))
-            return resp
-        if ctype_raw not in (PROTOBUF, JSON):
-            return self._error(
-                415, f"unsupported Content-Type {ctype_raw!r}; use {PROTOBUF} or {JSON}", PROTOBUF
-            )
-        self.requests += 1
-        try:
-            msg = decode_body(req.body, ctype_raw, req.header("content-encoding"), self.max_body)
-        except OtlpTooLarge as exc:
-            return self._error(413, str(exc), reply_type)
-        except OtlpBadRequest as exc:
-            return self._error(400, str(exc), reply_type)
-        result = to_points(msg)
-        self.rejected_points += result.rejected
-        if result.rejected and not result.points:
-            return self._error(
-                400,
-                f"all {result.rejected} data points rejected: " + "; ".join(result.errors),
-                reply_type,
-            )
-        if result.points:
-            self.store.add(result.points, self.clock())
-        resp = ExportMetricsServiceResponse()
-        if result.rejected:
-            resp.partial_success.rejected_data_points = result.rejected
-            resp.partial_success.error_message = "; ".join(result.errors)
-            log.info(
-                "otlp points rejected",
-                extra={"kv": {"rejected": result.rejected, "error": result.errors[0]}},
-            )
-        return self._encode(resp, reply_type, 200)
+        v, ts, used = value
+        labels = _common_labels(s.labels(rule.labels) for s in used)
+        return [MetricValue(rule.name, v, ts, rule.window, labels)]
 
+    # --- selection --------------------------------------------------------------------
 
-def gzip_body(body: bytes) -> bytes:
-    """gzip a body (tests and benchmarks)."""
-    return gzip.compress(body)
+    def _select(
+        self,
+        rule: Rule,
+        metric: str,
+        namespace: str,
+        selector: Selector,
+        match: tuple[tuple[str, str], ...],
+        now: float,
+    ) -> list[Series]:
+        ns_attr = rule.namespace_attribute()
+        store = self.store
+        if rule.cluster_wide:
+            candidates = store.select(metric, None)
+        elif ns_attr is None:
+            return []
+        elif ns_attr == store.namespace_attribute:
+            candidates = store.select(metric, namespace)
+        else:
+            candidates = [
+                s for s in store.select(metric, None) if s.attr_map().get(ns_attr) == namespace
+            ]
+        out: list[Series] = []
+        stale: list[Series] = []
+        horizon = now - rule.staleness
+        for s in candidates:
+            if match:
+                attrs = s.attr_map()
+                if not all(rule.pattern(rx).fullmatch(attrs.get(a, "")) for a, rx in match):
+                    continue
+            if selector.requirements and not selector.matches(s.labels(rule.labels)):
+                continue
+            if not len(s) or s.last_time() < horizon:
+                stale.append(s)
+                continue
+            out.append(s)
+        if stale and not out:
+            newest = max(s.last_time() for s in stale)
+            raise NoFreshData(
+                f"metric {rule.name!r}: the newest point of the {len(stale)} matching "
+                f"series of {metric!r} is {now - newest:.0f} s old, over the "
+                f"{rule.staleness:g} s staleness limit"
+            )
+        return out
+
+    # --- computation ------------------------------------------------------------------
+
+    def _window(self, rule: Rule, series: Sequence[Series], now: float) -> tuple[float, float]:
+        newest = max((s.last_time() for s in series), default=now)
+        return now - rule.window, max(now, newest)
+
+    def _hist_deltas(
+        self, rule: Rule, series: Sequence[Series], start: float, end: float
+    ) -> tuple[
+        list[tuple[sli.ExplicitHistogram, float, Series]],
+        list[tuple[sli.ExponentialHistogram, float, Series]],
+    ]:
+        explicit: list[tuple[sli.ExplicitHistogram, float, Series]] = []
+        expo: list[tuple[sli.ExponentialHistogram, float, Series]] = []
+        for s in series:
+            if s.kind == HISTOGRAM:
+                pts = [(t, sli.ExplicitHistogram(s.bounds, c)) for t, c in s.histograms()]
+                got = sli.histogram_increase(pts, start, end, rule.extrapolation)  # type: ignore[arg-type]
+                if got is not None:
+                    explicit.append((got[0], got[1], s))
+            elif s.kind == EXP_HISTOGRAM and s.exp_points is not None:
+                got2 = sli.exponential_increase(s.exp_points, start, end)
+                if got2 is not None:
+                    expo.append((got2[0], got2[1], s))
+        return explicit, expo
+
+    def _rate_of(
+        self, rule: Rule, series: Sequence[Series], now: float
+    ) -> tuple[float, list[Series]] | None:
+        start, end = self._window(rule, series, now)
+        total, used = 0.0, []
+        explicit, expo = self._hist_deltas(rule, series, start, end)
+        for h, secs, s in explicit:
+            total += h.count / secs
+            used.append(s)
+        for e, secs, s in expo:
+            total += e.count / secs
+            used.append(s)
+        for s in series:
+            if s.kind == SUM:
+                r = sli.rate(s.scalars(), start, end, rule.extrapolation)  # type: ignore[arg-type]
+                if r is not None:
+                    total += r
+                    used.append(s)
+        return (total, used) if used else None
+
+    def _ratio(
+        self, rule: Rule, num: Sequence[Series], den: Sequence[Series], now: float
+    ) -> _Computed | None:
+        d = self._rate_of(rule, den, now)
+        if d is None:
+            return None
+        n = self._rate_of(rule, num, now) if num else None
+        n_val = n[0] if n is not None else 0.0
+        r = sli.ratio(n_val, d[0])
+        if r is None:
+            return None
+        return r, max(s.last_time() for s in d[1]), d[1]
+
+    def _compute(self, rule: Rule, series: Sequence[Series], now: float) -> _Computed | None:
+        if not series:
+            return None
+        agg = rule.aggregation
+        if agg == "last":
+            return self._last(rule, series)
+        if agg == "rate":
+            got = self._rate_of(rule, series, now)
+            if got is None:
+                return None
+            return got[0], max(s.last_time() for s in got[1]), got[1]
+        start, end = self._window(rule, series, now)
+        explicit, expo = self._hist_deltas(rule, series, start, end)
+        if agg == "good-rate":
+            assert rule.threshold is not None
+            total, used = 0.0, []
+            for h, secs, s in explicit:
+                g = sli.good_rate(h, secs, rule.threshold)
+                if g is not None:
+                    total += g
+                    used.append(s)
+            if not used:
+                return None
+            return total, max(s.last_time() for s in used), used
+        return self._quantile(rule, explicit, expo)
+
+    def _last(self, rule: Rule, series: Sequence[Series]) -> _Computed | None:
+        vals = [(s.scalars()[-1][1], s) for s in series if s.kind in (GAUGE, SUM) and len(s)]
+        if not vals:
+            return None
+        nums = [v for v, _ in vals]
+        used = [s for _, s in vals]
+        if rule.combine == "sum":
+            v = math.fsum(nums)
+        elif rule.combine == "mean":
+            v = math.fsum(nums) / len(nums)
+        elif rule.combine == "max":
+            v = max(nums)
+        else:
+            v = min(nums)
+        return v, max(s.last_time() for s in used), used
+
+    def _quantile(
+        self,
+        rule: Rule,
+        explicit: list[tuple[sli.ExplicitHistogram, float, Series]],
+        expo: list[tuple[sli.ExponentialHistogram, float, Series]],
+    ) -> _Computed | None:
+        """Merge the windowed histograms of the whole population, then take the quantile."""
+        assert rule.quantile is not None
+        if explicit:
+            by_bounds: dict[tuple[float, ...], list[tuple[sli.ExplicitHistogram, Series]]] = {}
+            for h, _, s in explicit:
+                by_bounds.setdefault(h.bounds, []).append((h, s))
+            bounds, group = max(by_bounds.items(), key=lambda kv: sum(h.count for h, _ in kv[1]))
+            counts = [0.0] * (len(bounds) + 1)
+            for h, _ in group:
+                for i, c in enumerate(h.counts):
+                    counts[i] += c
+            merged = sli.ExplicitHistogram(bounds, tuple(counts))
+            if merged.count == 0:
+                return None
+            used = [s for _, s in group]
+            value = sli.histogram_quantile(rule.quantile, merged)
+            refusal = sli.quantile_refusal(
+                rule.quantile, merged, value, rule.max_relative_bucket_width
+            )
+            if refusal is not None:
+                raise _too_coarse(rule, used, bounds, value, *refusal)
+            return value, max(s.last_time() for s in used), used
+        if expo:
+            acc = expo[0][0]
+            for e, _, _ in expo[1:]:
+                acc = sli.exponential_add(acc, e)
+            if acc.count == 0:
+                return None
+            used = [s for _, _, s in expo]
+            value = sli.exponential_quantile(rule.quantile, acc)
+            return value, max(s.last_time() for s in used), used
+        return None

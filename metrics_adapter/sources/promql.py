@@ -24,10 +24,10 @@ from typing import Any, Protocol
 
 import httpx
 
-from metrics_adapter.errors import AdapterError, SourceUnavailable
-from metrics_adapter.provider import MetricValue
+from metrics_adapter.errors import AdapterError, NoFreshData, SourceUnavailable
 from metrics_adapter.rules import NAMESPACE_LABEL, Rule
 from metrics_adapter.selectors import Selector
+from metrics_adapter.values import MetricValue
 
 __all__ = [
     "PromClient",
@@ -153,6 +153,8 @@ def build_matchers(rule: Rule, namespace: str, selector: Selector) -> str:
 class PromQLSource:
     """Evaluate `source: promql` rules (cached per query string for `cache_ttl` s)."""
 
+    blocking = True  # an HTTP query: the shells call evaluate in a worker thread
+
     def __init__(
         self,
         client: PromClient,
@@ -168,6 +170,9 @@ class PromQLSource:
         self.cache_size = cache_size
         self._cache: dict[str, tuple[float, list[PromSample]]] = {}
         self._lock = threading.Lock()
+
+    def ready(self) -> bool:
+        return True
 
     def _query(self, promql: str) -> list[PromSample]:
         now = self.clock()
@@ -186,6 +191,8 @@ class PromQLSource:
         assert rule.query is not None
         promql = rule.query.replace(LABEL_MATCHERS, build_matchers(rule, namespace, selector))
         out: list[MetricValue] = []
+        stale: list[PromSample] = []
+        now = self.clock()
         for smp in self._query(promql):
             labels = {label: smp.labels[attr] for attr, label in rule.labels if attr in smp.labels}
             if not rule.cluster_wide and labels.get(NAMESPACE_LABEL, namespace) != namespace:
@@ -194,7 +201,14 @@ class PromQLSource:
                 continue
             if not math.isfinite(smp.value):
                 continue
-            if self.clock() - smp.timestamp > rule.staleness:
+            if now - smp.timestamp > rule.staleness:
+                stale.append(smp)
                 continue
             out.append(MetricValue(rule.name, smp.value, smp.timestamp, rule.window, labels))
+        if stale and not out:
+            newest = max(smp.timestamp for smp in stale)
+            raise NoFreshData(
+                f"metric {rule.name!r}: the newest of the {len(stale)} matching samples is "
+                f"{now - newest:.0f} s old, over the {rule.staleness:g} s staleness limit"
+            )
         return out

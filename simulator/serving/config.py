@@ -20,6 +20,7 @@ from typing import Any
 
 from extender.config import ScoringConfig
 from kvspread.settings import invalid, load
+from simulator.serving.slis import sli_names
 
 __all__ = [
     "GpuSpec",
@@ -547,16 +548,7 @@ class SimConfig:
         return self.scoring
 
 
-METRICS = (
-    "kvspread_requests_per_second",
-    "kvspread_good_requests_per_second",
-    "kvspread_request_latency_p50_seconds",
-    "kvspread_request_latency_p95_seconds",
-    "kvspread_request_latency_p99_seconds",
-    "kvspread_error_ratio",
-    "kvspread_queue_depth",
-    "kvspread_kv_cache_usage_ratio",
-)
+METRICS = sli_names()
 """Adapter SLIs (DESIGN.md section 6) an HPA metric may name."""
 
 

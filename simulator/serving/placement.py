@@ -151,7 +151,15 @@ class RoundRobin:
     def __init__(self, rng: np.random.Generator) -> None:
         self._next = 0
 
-    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
+    def choose(
+        self,
+        want: Want,
+        nodes: list[Node],
+        slots: int,
+        views: Mapping[int, NodeView],
+        bound: Mapping[int, list[BoundPod]],
+        now: float,
+    ) -> tuple[int, int] | None:
         n = len(nodes)
         for i in range(n):
             node = nodes[(self._next + i) % n]
@@ -169,7 +177,15 @@ class MemoryWeighted:
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
+    def choose(
+        self,
+        want: Want,
+        nodes: list[Node],
+        slots: int,
+        views: Mapping[int, NodeView],
+        bound: Mapping[int, list[BoundPod]],
+        now: float,
+    ) -> tuple[int, int] | None:
         best: list[tuple[int, int]] = []
         best_free = -1.0
         for node in nodes:
@@ -256,7 +272,15 @@ class Kvspread:
             out.append(build_node_state(info, pods, (), now, self.cfg))
         return out
 
-    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
+    def choose(
+        self,
+        want: Want,
+        nodes: list[Node],
+        slots: int,
+        views: Mapping[int, NodeView],
+        bound: Mapping[int, list[BoundPod]],
+        now: float,
+    ) -> tuple[int, int] | None:
         pod = PodShape(
             gpus=1,
             mem_per_gpu_mib=want.request_gib * 1024.0,

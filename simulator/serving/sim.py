@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bpf.publish import PublishConfig, should_publish
+from bpf.stats import RecentWindow
+from kvspread import names
 from kvspread.signals import NodeSignals
 from simulator.serving.cluster import Gpu, Node, Pod, device_plugin_gpu
 from simulator.serving.config import ServiceSpec, SimConfig
@@ -29,7 +31,7 @@ from simulator.serving.costmodel import kv_pool_tokens, sharing_factor
 from simulator.serving.engine import Engine
 from simulator.serving.hpa import Hpa
 from simulator.serving.placement import BoundPod, NodeView, PlacementPolicy, Want, make_policy
-from simulator.serving.slis import ServiceMetrics
+from simulator.serving.slis import AdapterSlis, ServiceMetrics
 from simulator.serving.workload import Request, generate_requests
 
 __all__ = ["Simulation", "RunResult", "simulate", "TimelineRow"]
@@ -105,8 +107,10 @@ class Simulation:
         self.ready: dict[str, list[Pod]] = {s: [] for s in cfg.services}
         self.backlog: dict[str, list[Request]] = {s: [] for s in cfg.services}
         self.unscheduled: list[Pod] = []
-        self.metrics = {s: ServiceMetrics() for s in cfg.services}
-        self.node_metrics: dict[int, ServiceMetrics] = {}
+        self.adapter = AdapterSlis(METRIC_WINDOW_S, cfg.slo.good_threshold_s)
+        self.metrics = {s: ServiceMetrics(self.adapter, s) for s in cfg.services}
+        # the collector's per-node request window (bpf.stats), for the published p95
+        self.node_metrics: dict[int, RecentWindow] = {}
         self.node_cache: dict[int, set[str]] = defaultdict(set)  # models cached per node
         self.hpas = {
             s: Hpa(
@@ -159,7 +163,7 @@ class Simulation:
                     f"gpu-node-{i}", i, c.pools[i % len(c.pools)], c.nvlink[i % len(c.nvlink)], gpus
                 )
             )
-            self.node_metrics[i] = ServiceMetrics(keep_s=2 * METRIC_WINDOW_S)
+            self.node_metrics[i] = RecentWindow(window_s=METRIC_WINDOW_S)
         bg = self.cfg.background
         brng = np.random.default_rng([self.seed, 5150])
         k = 0
@@ -256,7 +260,7 @@ class Simulation:
             req.finish = now
         self.metrics[req.service].observe(now - req.arrival, ok)
         if req.node >= 0:
-            self.node_metrics[req.node].observe(now - req.arrival, ok)
+            self.node_metrics[req.node].add(now, now - req.arrival, 0)
 
     # ---- pods ----
     def _new_pod(self, service: str, now: float) -> Pod:
@@ -431,7 +435,7 @@ class Simulation:
         ready = len(self.ready[service])
         values = []
         for target in spec.metrics:
-            v = m.value(target.metric, now, METRIC_WINDOW_S, self.cfg.slo.good_threshold_s)
+            v = m.value(target.metric, now)
             values.append((target.type, v, target.value))
         decision = self.hpas[service].step(now, current, ready, values)  # type: ignore[arg-type]
         if decision.desired != current:
@@ -453,8 +457,6 @@ class Simulation:
             queue = sum(len(p.engine.waiting) for p in pods if p.engine) + len(self.backlog[s])
             kv = sum(p.engine.kv_usage for p in pods if p.engine) / len(pods) if pods else None
             self.metrics[s].push(now, queue, kv)
-        for nm in self.node_metrics.values():
-            nm.push(now, 0.0, None)
         # the collector's signals (published every signals_period_s)
         period = self.cfg.startup.signals_period_s
         if now % period < step - 1e-9 or period <= step:
@@ -463,15 +465,9 @@ class Simulation:
             t=now,
             replicas={s: self.spec_replicas[s] for s in self.services},
             ready={s: len(self.ready[s]) for s in self.services},
-            p95_s={
-                s: self.metrics[s].value(
-                    "kvspread_request_latency_p95_seconds", now, METRIC_WINDOW_S, 0.2
-                )
-                for s in self.services
-            },
+            p95_s={s: self.metrics[s].value(names.SLI_LATENCY_P95, now) for s in self.services},
             rps={
-                s: self.metrics[s].value("kvspread_requests_per_second", now, METRIC_WINDOW_S, 0.2)
-                for s in self.services
+                s: self.metrics[s].value(names.SLI_REQUESTS_PER_SECOND, now) for s in self.services
             },
             gpus_occupied=occupied,
         )
@@ -530,9 +526,7 @@ class Simulation:
                 total_mib=tuple(g.total_gib * 1024.0 for g in node.gpus),
                 streams=streams[node.index],
                 image_token_share=(d_img / d_all) if d_all > 0 else None,
-                p95_s=self.node_metrics[node.index].value(
-                    "kvspread_request_latency_p95_seconds", now, METRIC_WINDOW_S, 0.2
-                ),
+                p95_s=self.node_metrics[node.index].p95(now),
                 models=tuple(models),
                 kv_blocks=tuple(kv),
                 util=tuple(utils),

@@ -1,21 +1,25 @@
-"""The SLIs the HPA scales on, computed with the metrics adapter's own SLI code.
+"""The SLIs the HPA scales on, served by the metrics adapter's own store and provider.
 
-The simulated collector keeps, per service, what the real one exports: a cumulative
-latency histogram (explicit buckets, OTel shape) of successful requests, cumulative
-request and error counters, and queue-depth and KV-usage gauges. It takes a snapshot every
-push period; at each HPA sync the adapter's functions (`metrics_adapter.sli`) turn the
-snapshots of the last window into the external metric values of DESIGN.md section 6.
-Nothing here re-implements a quantile or a rate.
+The simulated collector keeps, per service, what a real instrumented service exports over
+OTLP: a cumulative `http.server.request.duration` histogram (explicit buckets) per status
+code (200 for served requests, 500 for failed ones), and the queue-depth and KV-usage
+gauges. Every push period it writes those points into a real `SeriesStore`; at each HPA
+sync the simulator asks the real `RuleProvider` with the adapter's default rules
+(`metrics_adapter.rules.default_rules`), exactly as the HPA reads the external metrics
+API. Nothing here lists an SLI or computes a quantile or a rate.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
+from kvspread import names
+from metrics_adapter.errors import AdapterError
+from metrics_adapter.provider import RuleProvider
+from metrics_adapter.rules import DEFAULT_GOOD_THRESHOLD_S, DEFAULT_WINDOW_S, default_rules
+from metrics_adapter.selectors import parse_selector
+from metrics_adapter.sources.otlp import OtlpSource
+from metrics_adapter.sources.store import GAUGE, HISTOGRAM, Point, SeriesStore
 
-from metrics_adapter import sli
-
-__all__ = ["LATENCY_BOUNDS_S", "ServiceMetrics"]
+__all__ = ["LATENCY_BOUNDS_S", "NAMESPACE", "AdapterSlis", "ServiceMetrics", "sli_names"]
 
 LATENCY_BOUNDS_S: tuple[float, ...] = (
     0.05,
@@ -43,84 +47,94 @@ LATENCY_BOUNDS_S: tuple[float, ...] = (
 HTTP defaults (which stop at 10 s) would put most of them in +Inf; 0.2 s is a bound so
 that the good-request rate at the design's 0.2 s threshold is exact."""
 
+NAMESPACE = "sim"
+"""The Kubernetes namespace every simulated service runs in."""
+
+_EVERYTHING = parse_selector(None)
+
+
+def sli_names() -> tuple[str, ...]:
+    """The external metrics an HPA may name: those of the adapter's default rules."""
+    return tuple(r.name for r in default_rules())
+
+
+class AdapterSlis:
+    """A real series store and rule provider on simulated time (one per simulation)."""
+
+    def __init__(
+        self,
+        window_s: float = DEFAULT_WINDOW_S,
+        good_threshold_s: float = DEFAULT_GOOD_THRESHOLD_S,
+    ) -> None:
+        self.now = 0.0
+        self.store = SeriesStore(retention=window_s + 30.0, max_series=1_000_000)
+        rules = default_rules(window_s, good_threshold=good_threshold_s)
+        self.provider = RuleProvider(rules, {"otlp": OtlpSource(self.store, lambda: self.now)})
+
+    def push(self, points: list[Point], t: float) -> None:
+        self.now = max(self.now, t)
+        self.store.add(points, t)
+
+    def value(self, metric: str, service: str, now: float) -> float | None:
+        """The value the external metrics API serves for `service` at `now`; None where it
+        serves none (no fresh data, or a refusal), so the HPA skips the metric."""
+        self.now = now
+        selector = parse_selector(f"service={service}") if service else _EVERYTHING
+        try:
+            values = self.provider.read(NAMESPACE, metric, selector)
+        except AdapterError:
+            return None
+        return values[0].value if values else None
+
 
 class ServiceMetrics:
-    """One service's collector-side instruments and their pushed snapshots."""
+    """One service's collector-side instruments, pushed into the adapter's store."""
 
-    def __init__(self, keep_s: float = 600.0, bounds: tuple[float, ...] = LATENCY_BOUNDS_S) -> None:
+    def __init__(
+        self, adapter: AdapterSlis, service: str, bounds: tuple[float, ...] = LATENCY_BOUNDS_S
+    ) -> None:
+        self.adapter = adapter
+        self.service = service
         self.bounds = bounds
-        self._counts = [0] * (len(bounds) + 1)
-        self._sum = 0.0
-        self.requests = 0
-        self.errors = 0
-        self.keep_s = keep_s
-        self.hist: deque[tuple[float, sli.ExplicitHistogram]] = deque()
-        self.req_samples: deque[tuple[float, float]] = deque()
-        self.err_samples: deque[tuple[float, float]] = deque()
-        self.queue: deque[tuple[float, float]] = deque()
-        self.kv: deque[tuple[float, float]] = deque()
+        self._counts = {200: [0] * (len(bounds) + 1), 500: [0] * (len(bounds) + 1)}
+        base = ((names.ATTR_K8S_NAMESPACE, NAMESPACE), (names.ATTR_SERVICE_NAME, service))
+        self._attrs = {
+            code: tuple(sorted((*base, (names.ATTR_HTTP_STATUS, str(code)))))
+            for code in self._counts
+        }
+        self._gauge_attrs = tuple(sorted(base))
+
+    @property
+    def requests(self) -> int:
+        """Requests observed so far (served and failed)."""
+        return sum(sum(c) for c in self._counts.values())
 
     def observe(self, latency_s: float, ok: bool) -> None:
-        """One finished request (failed ones count as requests and errors only)."""
-        self.requests += 1
-        if not ok:
-            self.errors += 1
-            return
+        """One finished request: served (status 200) or failed (status 500)."""
         i = 0
         n = len(self.bounds)
         while i < n and latency_s > self.bounds[i]:
             i += 1
-        self._counts[i] += 1
-        self._sum += latency_s
+        self._counts[200 if ok else 500][i] += 1
 
     def push(self, t: float, queue_depth: float, kv_usage: float | None) -> None:
-        """Snapshot what an OTLP push would carry at time t."""
-        self.hist.append(
-            (
-                t,
-                sli.ExplicitHistogram(
-                    self.bounds, tuple(float(c) for c in self._counts), self._sum
-                ),
-            )
-        )
-        self.req_samples.append((t, float(self.requests)))
-        self.err_samples.append((t, float(self.errors)))
-        self.queue.append((t, float(queue_depth)))
+        """What an OTLP push carries at time t, stored as the receiver stores it."""
+        dur = names.HTTP_SERVER_REQUEST_DURATION.name
+        points = [
+            Point(dur, HISTOGRAM, self._attrs[code], t, 0.0, tuple(map(float, counts)),
+                  False, True, self.bounds)
+            for code, counts in self._counts.items()
+        ]  # fmt: skip
+        points.append(
+            Point(names.ENGINE_REQUESTS_WAITING.name, GAUGE, self._gauge_attrs, t, 0.0,
+                  (float(queue_depth),))
+        )  # fmt: skip
         if kv_usage is not None:
-            self.kv.append((t, kv_usage))
-        for dq in (self.hist, self.req_samples, self.err_samples, self.queue, self.kv):
-            while dq and dq[0][0] < t - self.keep_s:
-                dq.popleft()
+            points.append(
+                Point(names.KV_CACHE_USAGE.name, GAUGE, self._gauge_attrs, t, 0.0, (float(kv_usage),))
+            )
+        self.adapter.push(points, t)
 
-    def value(
-        self, metric: str, now: float, window_s: float, good_threshold_s: float
-    ) -> float | None:
-        """The external metric `metric` over (now - window, now]; None when not computable
-        (the adapter would answer 404 and the HPA would skip the metric)."""
-        start = now - window_s
-        if metric == "kvspread_requests_per_second":
-            return sli.rate(list(self.req_samples), start, now, extrapolation="none")
-        if metric == "kvspread_error_ratio":
-            errs = sli.increase(list(self.err_samples), start, now, extrapolation="none")
-            reqs = sli.increase(list(self.req_samples), start, now, extrapolation="none")
-            return sli.ratio(errs, reqs)
-        if metric in ("kvspread_queue_depth", "kvspread_kv_cache_usage_ratio"):
-            series = self.queue if metric == "kvspread_queue_depth" else self.kv
-            return series[-1][1] if series and series[-1][0] > start else None
-        window = sli.histogram_increase(list(self.hist), start, now)
-        if window is None:
-            return None
-        delta, seconds = window
-        if metric == "kvspread_good_requests_per_second":
-            return sli.good_rate(delta, seconds, good_threshold_s)
-        q = {
-            "kvspread_request_latency_p50_seconds": 0.5,
-            "kvspread_request_latency_p95_seconds": 0.95,
-            "kvspread_request_latency_p99_seconds": 0.99,
-        }.get(metric)
-        if q is None:
-            raise ValueError(f"unknown SLI {metric!r}")
-        if delta.count <= 0:
-            return None
-        v = sli.histogram_quantile(q, delta)
-        return None if math.isnan(v) else v
+    def value(self, metric: str, now: float) -> float | None:
+        """The external metric `metric` of this service at `now` (None: not served)."""
+        return self.adapter.value(metric, self.service, now)

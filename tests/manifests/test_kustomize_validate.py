@@ -36,6 +36,8 @@ NO_SCHEMA = {
     ("gateway.networking.k8s.io/v1", "HTTPRoute"),
     ("gateway.networking.k8s.io/v1", "Gateway"),
     ("gateway.networking.k8s.io/v1", "GatewayClass"),
+    # KEDA's CRD: validated against its schema in tests/metrics_adapter/test_adapter_keda_manifests.py.
+    ("keda.sh/v1alpha1", "ScaledObject"),
 }
 
 PARTS = {"extender", "metrics-adapter", "collector"}

@@ -161,7 +161,7 @@ def test_subject_access_review_and_configmap_ca(pki: Pki) -> None:
         ra = hpa[0].get("spec", hpa[0])["resourceAttributes"]
         assert ra == {
             "namespace": "default",
-            "verb": "get",
+            "verb": "list",
             "group": "external.metrics.k8s.io",
             "version": "v1beta1",
             "resource": "kvspread_queue_depth",

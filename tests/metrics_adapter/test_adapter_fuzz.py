@@ -16,6 +16,7 @@ from metrics_adapter.auth import AllowListAuthorizer, RequestHeaderAuthenticator
 from metrics_adapter.httpserver import Request
 from metrics_adapter.provider import RuleProvider
 from metrics_adapter.rules import default_rules
+from metrics_adapter.sources.otlp import OtlpSource
 from metrics_adapter.sources.store import GAUGE, Point, SeriesStore
 
 CLOCK = FakeClock()
@@ -34,7 +35,7 @@ STORE.add(
     CLOCK.now(),
 )
 API = ApiServer(
-    RuleProvider(default_rules(), STORE, CLOCK.now),
+    RuleProvider(default_rules(), {"otlp": OtlpSource(STORE, CLOCK.now)}),
     RequestHeaderAuthenticator(["front-proxy-client"]),
     AllowListAuthorizer(groups=["system:authenticated"]),
 )

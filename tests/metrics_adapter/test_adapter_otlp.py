@@ -17,12 +17,14 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as mp
 
 from kvspread import names
 from kvspread.clock import FakeClock
+from metrics_adapter.errors import NoFreshData
 from metrics_adapter.httpserver import Request
 from metrics_adapter.provider import RuleProvider
+from metrics_adapter.receiver import OtlpReceiver
 from metrics_adapter.rules import default_rules, parse_rules
 from metrics_adapter.selectors import parse_selector
 from metrics_adapter.server import AdapterThread
-from metrics_adapter.sources.otlp import OtlpReceiver
+from metrics_adapter.sources.otlp import OtlpSource
 from metrics_adapter.sources.store import SeriesStore
 from tests.metrics_adapter.adapter_otlp_payloads import DELTA, counter, gauge, histogram, request
 from tests.metrics_adapter.adapter_testing import Pki
@@ -44,7 +46,7 @@ def _setup(max_series: int = 1000) -> tuple[FakeClock, SeriesStore, OtlpReceiver
     clock = FakeClock(t=T0 + 45)
     store = SeriesStore(retention=180, max_series=max_series, idle_expiry=300)
     rx = OtlpReceiver(store, clock.now, max_body=1 << 20)
-    prov = RuleProvider(default_rules(), store, clock.now)
+    prov = RuleProvider(default_rules(), {"otlp": OtlpSource(store, clock.now)})
     return clock, store, rx, prov
 
 
@@ -222,7 +224,7 @@ def test_delta_temporality_and_counter_reset() -> None:
         {"name": "rps_cum", "metric": "req.cum", "aggregation": "rate"},
         {"name": "p50_delta", "metric": "lat.delta", "aggregation": "quantile", "quantile": 0.5},
     ])  # fmt: skip
-    prov = RuleProvider(rules, store, clock.now)
+    prov = RuleProvider(rules, {"otlp": OtlpSource(store, clock.now)})
     a = {"x": "1"}
     # delta counter: 10, 20, 30 over three 10 s intervals -> 60 in 30 s... from the first point
     pts = [(T0 + 10 * i, T0 + 10 * (i + 1), v, a) for i, v in enumerate((10.0, 20.0, 30.0))]
@@ -270,7 +272,7 @@ def test_exponential_histogram_quantile() -> None:
     rules = parse_rules(
         [{"name": "p50", "metric": "lat.exp", "aggregation": "quantile", "quantile": 0.5}]
     )
-    prov = RuleProvider(rules, store, clock.now)
+    prov = RuleProvider(rules, {"otlp": OtlpSource(store, clock.now)})
     # 40 observations in (1,2], (2,4], (4,8], (8,16]; rank 20 ends bucket (2,4]
     assert prov.get_external_metric("llm", "p50", parse_selector(""))[0].value == pytest.approx(4.0)
 
@@ -293,7 +295,7 @@ def test_stale_values_are_not_served() -> None:
     assert _value(prov, names.SLI_QUEUE_DEPTH) == 3
     clock.advance(200)  # newest point now 230 s old, staleness 120 s
     assert prov.get_external_metric("llm", names.SLI_QUEUE_DEPTH, parse_selector("")) == []
-    assert prov.stale_reads == 1
+    assert prov.stale_reads == {names.SLI_QUEUE_DEPTH: 1}
 
 
 def test_otlp_over_tls(pki: Pki) -> None:
@@ -312,3 +314,58 @@ def test_otlp_over_tls(pki: Pki) -> None:
         with pytest.raises(httpx.HTTPError):  # plain HTTP is not served on a TLS port
             httpx.post(url.replace("https", "http"), content=body, timeout=3,
                        headers={"content-type": "application/x-protobuf"})  # fmt: skip
+
+
+def test_no_fresh_data_has_one_definition_and_one_counter() -> None:
+    """Between the window and the staleness limit (the old gap at ~95 s), the rate already
+    has too few points: that read is no fresh data, counted exactly like a stale one."""
+    clock, _, rx, prov = _setup()
+    assert _post(rx, _good_request().SerializeToString())[0] == 200
+    sel = parse_selector("")
+    assert prov.get_external_metric("llm", names.SLI_REQUESTS_PER_SECOND, sel)
+    clock.advance(95)  # newest point 110 s old: inside the 120 s staleness, outside the window
+    with pytest.raises(NoFreshData, match=r"too few points inside the 60 s window"):
+        prov.read("llm", names.SLI_REQUESTS_PER_SECOND, sel)
+    assert prov.get_external_metric("llm", names.SLI_REQUESTS_PER_SECOND, sel) == []
+    assert prov.stale_reads == {names.SLI_REQUESTS_PER_SECOND: 2}
+    clock.advance(30)  # now past the staleness limit too: same definition, same counter
+    with pytest.raises(NoFreshData, match=r"over the 120 s staleness limit"):
+        prov.read("llm", names.SLI_REQUESTS_PER_SECOND, sel)
+    assert prov.stale_reads == {names.SLI_REQUESTS_PER_SECOND: 3}
+    # a selector nothing matches is an empty answer, not missing data
+    assert prov.read("llm", names.SLI_REQUESTS_PER_SECOND, parse_selector("service=none")) == []
+    assert prov.stale_reads == {names.SLI_REQUESTS_PER_SECOND: 3}
+
+
+def test_attributes_of_every_kind_decode_from_raw_bytes() -> None:
+    """The receiver parses attributes as raw bytes (a cache key) and decodes each distinct
+    set once; the rendering is the same for every AnyValue kind, pushed twice."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+
+    from metrics_adapter.sources.otlp_decode import PROTOBUF, decode_body, to_points
+
+    attrs = [
+        KeyValue(key="s", value=AnyValue(string_value="x")),
+        KeyValue(key="i", value=AnyValue(int_value=-3)),
+        KeyValue(key="b", value=AnyValue(bool_value=True)),
+        KeyValue(key="d", value=AnyValue(double_value=2.5)),
+        KeyValue(key="w", value=AnyValue(double_value=4.0)),
+        KeyValue(key="y", value=AnyValue(bytes_value=b"\x01\xff")),
+        KeyValue(key="a", value=AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=1), AnyValue(string_value="z")]))),
+        KeyValue(key="e", value=AnyValue()),
+    ]  # fmt: skip
+    req = request(RES, [gauge("g", [(T0 + 1, 1.0, {})])])
+    req.resource_metrics[0].scope_metrics[0].metrics[0].gauge.data_points[0].attributes.extend(
+        attrs
+    )
+    want = (
+        (names.ATTR_K8S_NAMESPACE, "llm"), (names.ATTR_SERVICE_NAME, "text"),
+        ("a", "1,z"), ("b", "true"), ("d", "2.5"), ("e", ""), ("i", "-3"), ("s", "x"),
+        ("w", "4"), ("y", "01ff"),
+    )  # fmt: skip
+    body = req.SerializeToString()
+    for _ in range(2):  # second time from the cache
+        (p,) = to_points(decode_body(body, PROTOBUF, None, 1 << 20)).points
+        assert p.attrs == want
+    (p,) = to_points(req).points  # a regular ExportMetricsServiceRequest is accepted too
+    assert p.attrs == want

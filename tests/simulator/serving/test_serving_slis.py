@@ -1,15 +1,18 @@
-"""The HPA's inputs come from the metrics adapter's own SLI functions."""
+"""The HPA's inputs come from the metrics adapter's own store, rules and provider."""
 
 from __future__ import annotations
 
 import pytest
 
+from kvspread import names
 from metrics_adapter import sli
-from simulator.serving.slis import LATENCY_BOUNDS_S, ServiceMetrics
+from metrics_adapter.rules import default_rules
+from simulator.serving.config import METRICS
+from simulator.serving.slis import LATENCY_BOUNDS_S, AdapterSlis, ServiceMetrics
 
 
 def filled() -> ServiceMetrics:
-    m = ServiceMetrics()
+    m = ServiceMetrics(AdapterSlis(), "text")
     m.push(0.0, 0, 0.0)
     for i in range(100):  # 100 requests: 0.1 s .. 10 s
         m.observe(0.1 * (i + 1), ok=True)
@@ -23,40 +26,59 @@ def filled() -> ServiceMetrics:
 
 def test_p95_is_the_adapters_histogram_quantile() -> None:
     m = filled()
-    d, secs = sli.histogram_increase(list(m.hist), -1.0, 20.0)  # type: ignore[misc]
-    assert secs == 20.0
-    assert d.count == 120
-    expect = sli.histogram_quantile(0.95, d)
-    assert m.value("kvspread_request_latency_p95_seconds", 20.0, 60.0, 0.2) == expect
+    counts = [0.0] * (len(LATENCY_BOUNDS_S) + 1)
+    for lat in [0.1 * (i + 1) for i in range(100)] + [1.0] + [0.15] * 20:
+        counts[sum(1 for b in LATENCY_BOUNDS_S if lat > b)] += 1
+    expect = sli.histogram_quantile(0.95, sli.ExplicitHistogram(LATENCY_BOUNDS_S, tuple(counts)))
+    assert m.value(names.SLI_LATENCY_P95, 20.0) == pytest.approx(expect)
     assert 5.0 < expect <= 10.0
 
 
 def test_rates_and_ratios() -> None:
     m = filled()
-    assert m.value("kvspread_requests_per_second", 20.0, 60.0, 0.2) == pytest.approx(121 / 20)
-    assert m.value("kvspread_error_ratio", 20.0, 60.0, 0.2) == pytest.approx(1 / 121)
+    assert m.value(names.SLI_REQUESTS_PER_SECOND, 20.0) == pytest.approx(121 / 20)
+    assert m.value(names.SLI_ERROR_RATIO, 20.0) == pytest.approx(1 / 121)
     # good = at most 0.2 s: the 0.1 and 0.2 s requests of the first batch and all 20 later
-    assert m.value("kvspread_good_requests_per_second", 20.0, 60.0, 0.2) == pytest.approx(22 / 20)
-    assert m.value("kvspread_queue_depth", 20.0, 60.0, 0.2) == 5
-    assert m.value("kvspread_kv_cache_usage_ratio", 20.0, 60.0, 0.2) == 0.5
+    assert m.value(names.SLI_GOOD_REQUESTS_PER_SECOND, 20.0) == pytest.approx(22 / 20)
+    assert m.value(names.SLI_QUEUE_DEPTH, 20.0) == 5
+    assert m.value(names.SLI_KV_CACHE_USAGE, 20.0) == 0.5
+
+
+def test_services_are_told_apart_by_selector() -> None:
+    adapter = AdapterSlis()
+    a, b = ServiceMetrics(adapter, "a"), ServiceMetrics(adapter, "b")
+    a.push(0.0, 1, None)
+    b.push(0.0, 7, None)
+    assert a.value(names.SLI_QUEUE_DEPTH, 1.0) == 1
+    assert b.value(names.SLI_QUEUE_DEPTH, 1.0) == 7
 
 
 def test_window_excludes_old_observations() -> None:
-    m = filled()
-    # window (5, 20]: only the push at 10 and 20 -> the 20 fast requests
-    assert m.value("kvspread_request_latency_p95_seconds", 20.0, 15.0, 0.2) == pytest.approx(
-        0.1 + 0.95 * 0.1, rel=1e-9
-    )
+    adapter = AdapterSlis(window_s=15.0)
+    m = ServiceMetrics(adapter, "text")
+    m.push(0.0, 0, 0.0)
+    for i in range(100):
+        m.observe(0.1 * (i + 1), ok=True)
+    m.push(10.0, 0, 0.0)
+    for _ in range(20):
+        m.observe(0.15, ok=True)
+    m.push(20.0, 0, 0.0)
+    # window (5, 20]: only the pushes at 10 and 20 -> the 20 fast requests
+    assert m.value(names.SLI_LATENCY_P95, 20.0) == pytest.approx(0.1 + 0.95 * 0.1, rel=1e-9)
 
 
 def test_nothing_measured_is_none_not_zero() -> None:
-    m = ServiceMetrics()
-    assert m.value("kvspread_request_latency_p95_seconds", 10.0, 60.0, 0.2) is None
-    assert m.value("kvspread_requests_per_second", 10.0, 60.0, 0.2) is None
+    m = ServiceMetrics(AdapterSlis(), "text")
+    assert m.value(names.SLI_LATENCY_P95, 10.0) is None
+    assert m.value(names.SLI_REQUESTS_PER_SECOND, 10.0) is None
     m.push(0.0, 0, None)
     m.push(10.0, 0, None)
-    assert m.value("kvspread_request_latency_p95_seconds", 10.0, 60.0, 0.2) is None
-    assert m.value("kvspread_kv_cache_usage_ratio", 10.0, 60.0, 0.2) is None
+    assert m.value(names.SLI_LATENCY_P95, 10.0) is None
+    assert m.value(names.SLI_KV_CACHE_USAGE, 10.0) is None
+
+
+def test_hpa_metrics_are_the_adapters_rules() -> None:
+    assert METRICS == tuple(r.name for r in default_rules())
 
 
 def test_good_threshold_is_a_bucket_bound() -> None:

@@ -1,0 +1,257 @@
+"""The KEDA external scaler service and its gRPC server.
+
+Trigger metadata (ScaledObject `spec.triggers[].metadata`, type `external`):
+
+    scalerAddress: kvspread-adapter-keda.kvspread.svc:6000   (read by KEDA itself)
+    metricName: kvspread_request_latency_p95_seconds          an SLI name (required)
+    labelSelector: service=vision                             a label selector (optional)
+    targetValue: "2"                                          required, > 0
+    activationThreshold: "0.5"                                optional, default 0
+
+The namespace is the ScaledObject's (ScaledObjectRef.namespace). `GetMetrics` returns the
+values the external metrics API serves for the same namespace, metric and selector (one
+MetricValue per ExternalMetricValue item, `metricValueFloat` exact, `metricValue` rounded);
+`GetMetricSpec` gives `targetSizeFloat` = targetValue (`targetSize` rounded); `IsActive` is
+"some value > activationThreshold"; `StreamIsActive` re-evaluates every `stream_interval`
+seconds and pushes each change. Errors carry the REST API's message with the code:
+
+    unknown metric (MetricNotFound)                        NOT_FOUND
+    bad selector, namespace or trigger metadata            INVALID_ARGUMENT
+    no fresh data, source down                             UNAVAILABLE
+    quantile refused (coarse histogram)                    FAILED_PRECONDITION
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+
+from metrics_adapter.errors import (
+    AdapterError,
+    BadRequest,
+    HistogramTooCoarse,
+    NotFound,
+    SourceUnavailable,
+)
+from metrics_adapter.keda import externalscaler_pb2 as pb
+from metrics_adapter.keda import externalscaler_pb2_grpc as pb_grpc
+from metrics_adapter.provider import ExternalMetricsProvider
+from metrics_adapter.reads import parse_read
+from metrics_adapter.selectors import Selector
+from metrics_adapter.values import MetricValue
+
+__all__ = ["Trigger", "parse_trigger", "status_code", "ExternalScaler", "KedaServer"]
+
+log = logging.getLogger("kvspread.adapter.keda")
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """One ScaledObject trigger, checked."""
+
+    namespace: str
+    metric: str
+    selector: Selector
+    target: float
+    activation: float
+
+
+def _number(meta: dict[str, str], key: str, default: float | None) -> float:
+    text = meta.get(key)
+    if text is None or not text.strip():
+        if default is None:
+            raise BadRequest(f"trigger metadata {key} is required")
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadRequest(f"trigger metadata {key}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise BadRequest(f"trigger metadata {key}: {text!r} is not a finite number")
+    return value
+
+
+def parse_trigger(ref: pb.ScaledObjectRef) -> Trigger:
+    """The trigger of a ScaledObjectRef; BadRequest (INVALID_ARGUMENT) naming the bad key."""
+    meta = dict(ref.scalerMetadata)
+    metric = meta.get("metricName", "").strip()
+    if not metric:
+        raise BadRequest("trigger metadata metricName is required (an SLI name)")
+    selector = parse_read(ref.namespace, meta.get("labelSelector") or None)
+    target = _number(meta, "targetValue", None)
+    if target <= 0:
+        raise BadRequest(f"trigger metadata targetValue: {meta['targetValue']!r} must be > 0")
+    activation = _number(meta, "activationThreshold", 0.0)
+    return Trigger(ref.namespace, metric, selector, target, activation)
+
+
+def status_code(exc: AdapterError) -> grpc.StatusCode:
+    """The gRPC code of an adapter error (module docstring)."""
+    if isinstance(exc, NotFound):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(exc, BadRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(exc, SourceUnavailable):  # NoFreshData included
+        return grpc.StatusCode.UNAVAILABLE
+    if isinstance(exc, HistogramTooCoarse):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    return grpc.StatusCode.INTERNAL
+
+
+class ExternalScaler(pb_grpc.ExternalScalerServicer):
+    """`externalscaler.ExternalScaler` over an `ExternalMetricsProvider` (asyncio)."""
+
+    def __init__(self, provider: ExternalMetricsProvider, stream_interval: float = 5.0) -> None:
+        self.provider = provider
+        self.stream_interval = stream_interval
+        self.calls: dict[tuple[str, str], int] = {}
+        """(method, gRPC code name) -> count."""
+
+    def _count(self, method: str, code: grpc.StatusCode) -> None:
+        key = (method, code.name)
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    async def _read(self, trig: Trigger) -> list[MetricValue]:
+        args = (trig.namespace, trig.metric, trig.selector)
+        if self.provider.is_blocking(trig.metric):
+            return await asyncio.to_thread(self.provider.read, *args)
+        return self.provider.read(*args)
+
+    async def _active(self, ref: pb.ScaledObjectRef) -> bool:
+        trig = parse_trigger(ref)
+        return any(v.value > trig.activation for v in await self._read(trig))
+
+    async def _fail(
+        self, method: str, context: grpc.aio.ServicerContext, exc: AdapterError
+    ) -> None:  # type: ignore[type-arg]
+        code = status_code(exc)
+        self._count(method, code)
+        await context.abort(code, exc.message)
+
+    async def IsActive(  # noqa: N802 - the gRPC method name
+        self,
+        request: pb.ScaledObjectRef,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> pb.IsActiveResponse:
+        try:
+            active = await self._active(request)
+        except AdapterError as exc:
+            await self._fail("IsActive", context, exc)
+        self._count("IsActive", grpc.StatusCode.OK)
+        return pb.IsActiveResponse(result=active)
+
+    async def StreamIsActive(  # noqa: N802
+        self,
+        request: pb.ScaledObjectRef,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> AsyncIterator[pb.IsActiveResponse]:
+        last: bool | None = None
+        while True:
+            try:
+                active = await self._active(request)
+            except (NotFound, BadRequest) as exc:  # will not get better: end the stream
+                await self._fail("StreamIsActive", context, exc)
+            except AdapterError as exc:  # transient (no fresh data): push nothing new
+                log.debug("stream evaluation failed", extra={"kv": {"error": exc.message}})
+            else:
+                if active != last:
+                    last = active
+                    yield pb.IsActiveResponse(result=active)
+            await asyncio.sleep(self.stream_interval)
+
+    async def GetMetricSpec(  # noqa: N802
+        self,
+        request: pb.ScaledObjectRef,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> pb.GetMetricSpecResponse:
+        try:
+            trig = parse_trigger(request)
+        except AdapterError as exc:
+            await self._fail("GetMetricSpec", context, exc)
+        self._count("GetMetricSpec", grpc.StatusCode.OK)
+        spec = pb.MetricSpec(
+            metricName=trig.metric, targetSize=round(trig.target), targetSizeFloat=trig.target
+        )
+        return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+    async def GetMetrics(  # noqa: N802
+        self,
+        request: pb.GetMetricsRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> pb.GetMetricsResponse:
+        try:
+            trig = parse_trigger(request.scaledObjectRef)
+            values = await self._read(trig)
+        except AdapterError as exc:
+            await self._fail("GetMetrics", context, exc)
+        self._count("GetMetrics", grpc.StatusCode.OK)
+        name = request.metricName or trig.metric
+        return pb.GetMetricsResponse(
+            metricValues=[
+                pb.MetricValue(
+                    metricName=name, metricValue=round(v.value), metricValueFloat=v.value
+                )
+                for v in values
+            ]
+        )
+
+
+class KedaServer:
+    """The gRPC server (grpc.aio, on the adapter's event loop).
+
+    Parameters:
+        scaler: the service.
+        host, port: where to listen (port 0: any free port, see `port` after start).
+        tls: (certificate chain PEM, private key PEM) or None for plaintext.
+        client_ca: PEM of the CA client certificates must chain to (None: not asked).
+    """
+
+    def __init__(
+        self,
+        scaler: ExternalScaler,
+        host: str,
+        port: int,
+        tls: tuple[bytes, bytes] | None = None,
+        client_ca: bytes | None = None,
+    ) -> None:
+        self.scaler = scaler
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.client_ca = client_ca
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        """Listen; raises `httpserver.PortInUse` when the port is taken (no SO_REUSEPORT)."""
+        from metrics_adapter.httpserver import PortInUse
+
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_ExternalScalerServicer_to_server(self.scaler, server)
+        address = f"{self.host or '0.0.0.0'}:{self.port}"
+        try:
+            if self.tls is None:
+                bound = server.add_insecure_port(address)
+            else:
+                creds = grpc.ssl_server_credentials(
+                    [(self.tls[1], self.tls[0])],
+                    root_certificates=self.client_ca,
+                    require_client_auth=self.client_ca is not None,
+                )
+                bound = server.add_secure_port(address, creds)
+        except RuntimeError:
+            bound = 0
+        if not bound:
+            raise PortInUse(self.host, self.port)
+        self.port = bound
+        await server.start()
+        self._server = server
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+            self._server = None

@@ -1,0 +1,134 @@
+"""The embedded OTLP/HTTP metrics receiver: `POST /v1/metrics` into a `SeriesStore`.
+
+Wire behaviour (OTLP/HTTP specification, "OTLP/HTTP Request" and "Response"):
+
+- The response uses the request's encoding. 200 carries `ExportMetricsServiceResponse`,
+  with `partial_success` (rejected_data_points + error_message) when some points were
+  refused. 400 (`google.rpc.Status`, code INVALID_ARGUMENT) when the body cannot be decoded
+  or *every* point in it is invalid -- nothing is stored then. 413 for bodies (compressed
+  or decompressed) over the limit; 415 for other content types; 404/405 for other paths
+  and methods. None of these is retryable by the spec, which is right: resending the same
+  body cannot succeed.
+- Decoding and validation are `sources.otlp_decode` (pure); validation happens before
+  anything is stored, so a bad request never changes stored series.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from google.protobuf import json_format
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceResponse,
+)
+
+from metrics_adapter.httpserver import Request, Response
+from metrics_adapter.sources.otlp_decode import (
+    JSON,
+    PROTOBUF,
+    OtlpBadRequest,
+    OtlpTooLarge,
+    decode_body,
+    to_points,
+)
+from metrics_adapter.sources.store import SeriesStore
+
+__all__ = ["OtlpReceiver"]
+
+log = logging.getLogger("kvspread.adapter.otlp")
+
+INVALID_ARGUMENT = 3  # google.rpc.Code
+
+
+class OtlpReceiver:
+    """The `/v1/metrics` handler: decode, validate, store (see the module docstring).
+
+    Parameters:
+        store: where valid points go.
+        clock: () -> seconds, the receive time recorded for idle expiry.
+        max_body: byte limit for compressed and decompressed bodies (413 above).
+    """
+
+    def __init__(
+        self, store: SeriesStore, clock: Callable[[], float], max_body: int = 4 << 20
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.max_body = max_body
+        self.requests = 0
+        self.rejected_points = 0
+        self._warned: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+
+    def _warn_ms_bounds(self, metric: str, attrs: tuple[tuple[str, str], ...]) -> None:
+        """Log the unit-s-with-millisecond-bounds mistake once per series (bounded memory)."""
+        if (metric, attrs) in self._warned or len(self._warned) >= 10_000:
+            return
+        self._warned.add((metric, attrs))
+        log.warning(
+            "histogram with unit s uses the OTel SDK's default millisecond bucket bounds "
+            "(0, 5, 10, 25, ...): every request under 5 s lands in one bucket and its "
+            "quantiles are refused; give the instrument a View with the bounds of "
+            "docs/metrics.md, or use exponential histogram aggregation",
+            extra={"kv": {"metric": metric, "series": dict(attrs)}},
+        )
+
+    def _encode(self, msg: object, content_type: str, status: int) -> Response:
+        if content_type == JSON:
+            body = json_format.MessageToJson(msg).encode()  # type: ignore[arg-type]
+        else:
+            body = msg.SerializeToString()  # type: ignore[attr-defined]
+        return Response(status, body, content_type)
+
+    def _error(self, status: int, message: str, content_type: str) -> Response:
+        st = status_pb2.Status(code=INVALID_ARGUMENT, message=message)
+        return self._encode(st, content_type, status)
+
+    async def handle(self, req: Request) -> Response:
+        return self.handle_sync(req)
+
+    def handle_sync(self, req: Request) -> Response:
+        """Process one request (synchronous: CPU-bound decoding, no awaits needed)."""
+        ctype_raw = (req.header("content-type") or "").split(";")[0].strip().lower()
+        reply_type = JSON if ctype_raw == JSON else PROTOBUF
+        if req.path != "/v1/metrics":
+            return self._error(
+                404, f"no such path {req.path!r}; metrics go to /v1/metrics", reply_type
+            )
+        if req.method != "POST":
+            resp = self._error(405, f"method {req.method} not allowed; use POST", reply_type)
+            resp.headers.append(("allow", "POST"))
+            return resp
+        if ctype_raw not in (PROTOBUF, JSON):
+            return self._error(
+                415, f"unsupported Content-Type {ctype_raw!r}; use {PROTOBUF} or {JSON}", PROTOBUF
+            )
+        self.requests += 1
+        try:
+            msg = decode_body(req.body, ctype_raw, req.header("content-encoding"), self.max_body)
+        except OtlpTooLarge as exc:
+            return self._error(413, str(exc), reply_type)
+        except OtlpBadRequest as exc:
+            return self._error(400, str(exc), reply_type)
+        result = to_points(msg)
+        self.rejected_points += result.rejected
+        if result.rejected and not result.points:
+            return self._error(
+                400,
+                f"all {result.rejected} data points rejected: " + "; ".join(result.errors),
+                reply_type,
+            )
+        for series in result.ms_bounds_in_seconds:
+            self._warn_ms_bounds(*series)
+        if result.points:
+            self.store.add(result.points, self.clock())
+        resp = ExportMetricsServiceResponse()
+        if result.rejected:
+            resp.partial_success.rejected_data_points = result.rejected
+            resp.partial_success.error_message = "; ".join(result.errors)
+            log.info(
+                "otlp points rejected",
+                extra={"kv": {"rejected": result.rejected, "error": result.errors[0]}},
+            )
+        return self._encode(resp, reply_type, 200)

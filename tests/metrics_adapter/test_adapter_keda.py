@@ -1,0 +1,255 @@
+"""KEDA external scaler: a real grpcio client against the running adapter, in both TLS
+modes, giving exactly the REST API's values and messages."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from kvspread import names
+from kvspread.clock import FakeClock
+from kvspread.quantity import format_quantity
+from metrics_adapter.keda import externalscaler_pb2 as pb
+from metrics_adapter.keda import externalscaler_pb2_grpc as pb_grpc
+from metrics_adapter.server import AdapterThread
+from tests.metrics_adapter.adapter_otlp_payloads import counter, gauge, histogram, request
+from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
+
+T0 = 1_800_000_000.0
+NS = "llm"
+BOUNDS = (0.1, 0.2, 0.5, 1.0)
+RES = {names.ATTR_K8S_NAMESPACE: NS, names.ATTR_SERVICE_NAME: "vision"}
+KEDA = Path(__file__).parents[2] / "metrics_adapter" / "keda"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _push(a: AdapterThread, t: float, queue: float) -> None:
+    body = request(
+        RES,
+        [
+            histogram(names.HTTP_SERVER_REQUEST_DURATION.name,
+                      [(T0, t, [10, 20, 30, 30, 0], {names.ATTR_HTTP_STATUS: 200}),
+                       (T0, t, [0, 0, 0, 5, 0], {names.ATTR_HTTP_STATUS: 503})], BOUNDS),
+            gauge(names.ENGINE_REQUESTS_WAITING.name, [(t, queue, {})]),
+            counter("tokens", [(T0, t, 100.0, {})]),
+        ],
+    ).SerializeToString()  # fmt: skip
+    r = httpx.post(f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics", content=body,
+                   headers={"content-type": "application/x-protobuf"})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+@pytest.fixture(scope="module")
+def client_cert(pki: Pki) -> tuple[bytes, bytes]:
+    leaf = pki.front_proxy_ca.issue_cert("keda-operator", common_name="keda-operator")
+    return leaf.private_key_pem.bytes(), leaf.cert_chain_pems[0].bytes()
+
+
+@pytest.fixture(params=["tls", "mtls"])
+def keda(
+    request: pytest.FixtureRequest, pki: Pki
+) -> Iterator[tuple[AdapterThread, FakeClock, str]]:
+    mode = str(request.param)
+    clock = FakeClock(t=T0 + 45)
+    cfg = base_config(
+        pki,
+        keda_port=_free_port(),
+        keda_bind_address="127.0.0.1",
+        keda_tls_cert_file=pki.serving_cert,
+        keda_tls_private_key_file=pki.serving_key,
+        keda_client_ca_file=pki.front_proxy_ca_file if mode == "mtls" else None,
+    )
+    with AdapterThread(cfg, clock=clock) as a:
+        assert a.adapter.keda is not None
+        a.adapter.keda.scaler.stream_interval = 0.05
+        yield a, clock, mode
+
+
+def _channel(pki: Pki, a: AdapterThread, cert: tuple[bytes, bytes] | None) -> grpc.Channel:
+    assert a.adapter.keda is not None
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=pki.serving_ca.cert_pem.bytes(),
+        private_key=cert[0] if cert else None,
+        certificate_chain=cert[1] if cert else None,
+    )
+    return grpc.secure_channel(
+        f"127.0.0.1:{a.adapter.keda.port}",
+        creds,
+        options=[("grpc.ssl_target_name_override", "localhost")],
+    )
+
+
+def _ref(metric: str, selector: str = "service=vision", **extra: str) -> pb.ScaledObjectRef:
+    meta = {"metricName": metric, "labelSelector": selector, "targetValue": "2", **extra}
+    return pb.ScaledObjectRef(name="vision", namespace=NS, scalerMetadata=meta)
+
+
+def _rest(pki: Pki, a: AdapterThread, metric: str, selector: str) -> httpx.Response:
+    with api_client(pki, a) as c:
+        return c.get(f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/{metric}",
+                     params={"labelSelector": selector}, headers=hpa_headers())  # fmt: skip
+
+
+def test_keda_and_rest_give_identical_values(
+    pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
+) -> None:
+    a, _, mode = keda
+    _push(a, T0 + 30, 3)
+    with _channel(pki, a, client_cert) as ch:
+        stub = pb_grpc.ExternalScalerStub(ch)
+        for metric in (names.SLI_LATENCY_P95, names.SLI_GOOD_REQUESTS_PER_SECOND,
+                       names.SLI_ERROR_RATIO, names.SLI_QUEUE_DEPTH):  # fmt: skip
+            got = stub.GetMetrics(
+                pb.GetMetricsRequest(scaledObjectRef=_ref(metric), metricName=metric)
+            )
+            items = _rest(pki, a, metric, "service=vision").json()["items"]
+            assert len(got.metricValues) == len(items) == 1, metric
+            mv = got.metricValues[0]
+            assert mv.metricName == metric
+            assert format_quantity(mv.metricValueFloat) == items[0]["value"], metric
+            assert mv.metricValue == round(mv.metricValueFloat)
+        spec = stub.GetMetricSpec(_ref(names.SLI_QUEUE_DEPTH, targetValue="2.5")).metricSpecs
+        assert [(s.metricName, s.targetSizeFloat, s.targetSize) for s in spec] == [
+            (names.SLI_QUEUE_DEPTH, 2.5, 2)
+        ]
+        assert stub.IsActive(_ref(names.SLI_QUEUE_DEPTH, activationThreshold="2.9")).result
+        assert not stub.IsActive(_ref(names.SLI_QUEUE_DEPTH, activationThreshold="3")).result
+        assert stub.IsActive(_ref(names.SLI_QUEUE_DEPTH)).result is not False  # default 0: active
+    assert a.adapter.keda is not None
+    assert a.adapter.keda.scaler.calls[("GetMetrics", "OK")] == 4
+
+
+def test_errors_have_the_rest_messages_and_grpc_codes(
+    pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
+) -> None:
+    a, clock, _ = keda
+    _push(a, T0 + 30, 3)
+    with _channel(pki, a, client_cert) as ch:
+        stub = pb_grpc.ExternalScalerStub(ch)
+
+        def fail(ref: pb.ScaledObjectRef) -> grpc.RpcError:
+            with pytest.raises(grpc.RpcError) as info:
+                stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref))
+            return info.value
+
+        for metric, selector, code in (
+            ("no_such_metric", "service=vision", grpc.StatusCode.NOT_FOUND),
+            (names.SLI_QUEUE_DEPTH, "service in (vision", grpc.StatusCode.INVALID_ARGUMENT),
+        ):
+            err = fail(_ref(metric, selector))
+            rest = _rest(pki, a, metric, selector)
+            assert err.code() == code
+            assert err.details() == rest.json()["message"], (err.details(), rest.text)
+        err = fail(pb.ScaledObjectRef(namespace=NS, scalerMetadata={"metricName": "x"}))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "targetValue is required" in (err.details() or "")
+        err = fail(_ref(names.SLI_QUEUE_DEPTH, targetValue="fast"))
+        assert "targetValue: 'fast' is not a number" in (err.details() or "")
+        clock.advance(95)  # outside the window, inside the staleness: no fresh data for a rate
+        err = fail(_ref(names.SLI_REQUESTS_PER_SECOND))
+        assert err.code() == grpc.StatusCode.UNAVAILABLE
+        assert "too few points inside the 60 s window" in (err.details() or "")
+        rest = _rest(pki, a, names.SLI_REQUESTS_PER_SECOND, "service=vision")
+        assert rest.status_code == 200 and rest.json()["items"] == []
+        assert a.adapter.provider.stale_reads[names.SLI_REQUESTS_PER_SECOND] == 2
+
+
+def test_stream_is_active_pushes_changes(
+    pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
+) -> None:
+    a, clock, _ = keda
+    _push(a, T0 + 30, 0)
+    with _channel(pki, a, client_cert) as ch:
+        stub = pb_grpc.ExternalScalerStub(ch)
+        stream = stub.StreamIsActive(_ref(names.SLI_QUEUE_DEPTH, activationThreshold="1"))
+        assert next(stream).result is False
+        clock.advance(10)
+        _push(a, T0 + 50, 5)
+        assert next(stream).result is True  # pushed on the change, not polled by KEDA
+        stream.cancel()
+
+
+def test_mutual_tls_refuses_a_client_without_certificate(
+    pki: Pki, keda: tuple[AdapterThread, FakeClock, str]
+) -> None:
+    a, _, mode = keda
+    _push(a, T0 + 30, 3)
+    with _channel(pki, a, None) as ch:
+        stub = pb_grpc.ExternalScalerStub(ch)
+        if mode == "tls":  # server TLS only: KEDA's caCert alone is enough
+            assert stub.IsActive(_ref(names.SLI_QUEUE_DEPTH), timeout=10).result
+        else:  # tlsClientCert/tlsClientKey required
+            with pytest.raises(grpc.RpcError) as info:
+                stub.IsActive(_ref(names.SLI_QUEUE_DEPTH), timeout=10)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_keda_port_zero_disables_and_a_taken_port_fails(pki: Pki) -> None:
+    with AdapterThread(base_config(pki)) as a:
+        assert a.adapter.keda is None
+    from kvspread.settings import ConfigError
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ConfigError, match=r"keda_port: cannot listen .*--keda-port"):
+            AdapterThread(base_config(pki, keda_port=port, keda_bind_address="127.0.0.1")).start()
+
+
+def test_plaintext_when_no_certificate(pki: Pki) -> None:
+    """Without --keda-tls-cert-file the scaler is plaintext (a trigger without caCert)."""
+    with AdapterThread(
+        base_config(pki, keda_port=_free_port(), keda_bind_address="127.0.0.1")
+    ) as a:
+        assert a.adapter.keda is not None
+        with grpc.insecure_channel(f"127.0.0.1:{a.adapter.keda.port}") as ch:
+            stub = pb_grpc.ExternalScalerStub(ch)
+            spec = stub.GetMetricSpec(_ref(names.SLI_QUEUE_DEPTH), timeout=10).metricSpecs
+            assert [s.targetSizeFloat for s in spec] == [2.0]
+            with pytest.raises(grpc.RpcError) as info:
+                stub.IsActive(_ref("unknown"), timeout=10)
+            assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
+    pytest.importorskip("grpc_tools")
+    out = tmp_path / "gen"
+    (out / "metrics_adapter" / "keda").mkdir(parents=True)
+    root = KEDA.parents[1]
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}", f"--python_out={out}",
+         f"--grpc_python_out={out}", f"--pyi_out={out}", "metrics_adapter/keda/externalscaler.proto"],
+        check=True, cwd=root,
+    )  # fmt: skip
+    for name in ("externalscaler_pb2.py", "externalscaler_pb2_grpc.py", "externalscaler_pb2.pyi"):
+        assert (out / "metrics_adapter" / "keda" / name).read_text() == (KEDA / name).read_text(), (
+            name
+        )
+
+
+def test_service_name_is_kedas() -> None:
+    svc = pb.DESCRIPTOR.services_by_name["ExternalScaler"]
+    assert svc.full_name == "externalscaler.ExternalScaler"
+    assert [m.name for m in svc.methods] == [
+        "IsActive",
+        "StreamIsActive",
+        "GetMetricSpec",
+        "GetMetrics",
+    ]
+    assert {f.name: f.number for f in pb.MetricValue.DESCRIPTOR.fields} == {
+        "metricName": 1, "metricValue": 2, "metricValueFloat": 3}  # fmt: skip
+    assert {f.name: f.number for f in pb.MetricSpec.DESCRIPTOR.fields} == {
+        "metricName": 1, "targetSize": 2, "targetSizeFloat": 3}  # fmt: skip
