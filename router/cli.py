@@ -1,5 +1,6 @@
-"""`kvspread router serve`: flags, environment and YAML merged by kvspread.settings,
-validated by `RouterConfig.from_mapping`, then served (router/run.py)."""
+"""`kvspread router serve`: flags, environment and YAML merged by kvspread.settings
+(`gather`), read strictly by the shared loader (`RouterConfig.from_mapping`), then served
+(router/run.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 from collections.abc import Mapping
 
 from kvspread import logs
-from kvspread.settings import Setting, add_settings, layer, load_yaml
+from kvspread.settings import Setting, add_settings, gather
 from router.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, RouterConfig
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
@@ -19,13 +20,11 @@ SETTINGS: list[Setting] = [
     Setting(
         "server.grpc_port",
         f"ext_proc gRPC port (default {DEFAULT_GRPC_PORT})",
-        type=int,
         metavar="PORT",
     ),
     Setting(
         "server.http_port",
         f"HTTP port of /metrics, /debug/explain, /healthz (default {DEFAULT_HTTP_PORT})",
-        type=int,
         metavar="PORT",
     ),
     Setting("server.tls_cert", "serve gRPC over TLS with this PEM certificate", metavar="FILE"),
@@ -34,7 +33,6 @@ SETTINGS: list[Setting] = [
     Setting(
         "server.max_message_bytes",
         "largest gRPC message, so large base64 bodies pass (default 64 MiB)",
-        type=int,
         metavar="BYTES",
     ),
     Setting(
@@ -49,7 +47,7 @@ SETTINGS: list[Setting] = [
         flag="--endpoint-selector",
         metavar="LABELS",
     ),
-    Setting("endpoints.target_port", "port of the selected pods", type=int, metavar="PORT"),
+    Setting("endpoints.target_port", "port of the selected pods", metavar="PORT"),
     Setting(
         "endpoints.namespace",
         "namespace of --endpoint-selector pods (default: all)",
@@ -60,7 +58,6 @@ SETTINGS: list[Setting] = [
         "endpoints.metrics_port",
         "port of the engines' /metrics (default: the endpoint's port, or the pod's "
         "kvspread.io/metrics-port annotation)",
-        type=int,
         metavar="PORT",
     ),
     Setting(
@@ -90,21 +87,18 @@ SETTINGS: list[Setting] = [
         "metrics.interval_s",
         "seconds between engine /metrics scrapes (default 0.5)",
         flag="--scrape-interval",
-        type=float,
         metavar="SECONDS",
     ),
     Setting(
         "metrics.stale_after_s",
         "metrics older than this rank the endpoint after every fresh one (default 2)",
         flag="--stale-after",
-        type=float,
         metavar="SECONDS",
     ),
-    Setting("scoring.fallbacks", "fallback endpoints after the chosen one (default 2)", type=int),
+    Setting("scoring.fallbacks", "fallback endpoints after the chosen one (default 2)"),
     Setting(
         "scoring.shed_queue",
         "answer 429 when every endpoint has this many requests waiting (default 0: never)",
-        type=float,
         metavar="N",
     ),
 ]
@@ -125,8 +119,7 @@ the YAML also holds the scoring weights, see docs/router.md.
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> RouterConfig:
     """Merge flag > env > YAML > defaults and validate strictly."""
-    file_mapping = load_yaml(getattr(args, "config", None))
-    merged = layer(PART, SETTINGS, args, environ, file_mapping)
+    merged = gather(PART, SETTINGS, args, environ, getattr(args, "config", None))
     return RouterConfig.from_mapping(merged)
 
 
@@ -153,7 +146,7 @@ def register(
 
     def run_serve(args: argparse.Namespace) -> int:
         cfg = config_from_args(args, environ)
-        logs.configure(cfg.log_level)
+        logs.configure(cfg.server.log_level)
         from router.run import serve as serve_forever
 
         return serve_forever(cfg)

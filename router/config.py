@@ -1,11 +1,15 @@
-"""The picker's configuration: one strict `RouterConfig.from_mapping` over the merged
-flag > KVSPREAD_ROUTER_* > YAML mapping (kvspread/settings.py).
+"""The picker's configuration: `RouterConfig`, one section per YAML mapping, read by the
+shared strict loader (kvspread.settings.load) over the merged flag > KVSPREAD_ROUTER_* >
+YAML mapping. Each field's docstring says what it means (docs/config.md is generated from
+them); checks across keys (exactly one endpoint source, TLS pair, staleness bound) are in
+the sections' `validate()`.
 
-YAML shape (every key optional; defaults shown)::
+YAML shape (every key optional; defaults shown, except that exactly one of
+`endpoints.static`, `endpoints.selector` and `pool.name` must be given)::
 
     server:   {host: 127.0.0.1, grpc_port: 9002, http_port: 9090, tls_cert: null,
                tls_key: null, log_level: info, max_message_bytes: 67108864}
-    endpoints: {static: "10.0.0.5:8000,10.0.0.6:8000", selector: null, target_port: null,
+    endpoints: {static: [10.0.0.5:8000, 10.0.0.6:8000], selector: null, target_port: null,
                 namespace: null, metrics_port: null, metrics_path: /metrics}
     pool:     {name: null, namespace: default}        # watch this InferencePool
     kubernetes: {kubeconfig: null, api_server: null}
@@ -17,223 +21,276 @@ YAML shape (every key optional; defaults shown)::
     request:  {patch: 28, default_image_tokens: 1024, max_image_tokens: 16384,
                default_max_tokens: 256}
     affinity: {ttl_s: 600, max_entries: 100000}
+
+`endpoints.static` is a list, or one string `ip:port,ip:port` as the `--endpoints` flag takes.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Final
 
 from kvspread.logs import LEVELS
-from kvspread.settings import ConfigError
+from kvspread.settings import Parse, invalid, load
 from router.scoring import ScoringConfig
 
-__all__ = ["RouterConfig", "DEFAULT_GRPC_PORT", "DEFAULT_HTTP_PORT", "parse_endpoints"]
+__all__ = [
+    "RouterConfig",
+    "ServerConfig",
+    "EndpointsConfig",
+    "PoolConfig",
+    "KubernetesConfig",
+    "MetricsConfig",
+    "RequestConfig",
+    "AffinityConfig",
+    "ScoringConfig",
+    "DEFAULT_GRPC_PORT",
+    "DEFAULT_HTTP_PORT",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "MIN_MESSAGE_BYTES",
+    "parse_endpoints",
+]
 
-DEFAULT_GRPC_PORT = 9002  # the port GIE's reference picker listens on
-DEFAULT_HTTP_PORT = 9090
-DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
+DEFAULT_GRPC_PORT: Final = 9002
+"""The port GIE's reference endpoint picker listens on (InferencePool examples use it)."""
+DEFAULT_HTTP_PORT: Final = 9090
+"""/metrics, /debug/explain, /healthz."""
+DEFAULT_MAX_MESSAGE_BYTES: Final = 64 << 20
+"""64 MiB: a chat request with several base64 images fits in one buffered body."""
+MIN_MESSAGE_BYTES: Final = 4 << 20
+"""gRPC's own default limit (4 MiB); a smaller one would refuse ordinary bodies."""
 
 
-def parse_endpoints(text: str) -> list[str]:
-    """`ip:port,ip:port` -> addresses; a malformed entry is a ConfigError naming it."""
-    out = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"endpoints: {item!r} is not ip:port")
-        out.append(item)
-    if not out:
-        raise ConfigError("endpoints: the list is empty (give ip:port,ip:port)")
-    return out
+def parse_endpoints(value: Any) -> tuple[str, ...]:
+    """A list of addresses, or comma-separated text (`ip:port,ip:port`), as a tuple.
+
+    Only the shape is read here; `EndpointsConfig.validate` checks each is ip:port."""
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(v.strip() for v in value)
+    raise ValueError(value)
+
+
+ADDRESSES: Final = Parse(parse_endpoints, "a list of ip:port (or ip:port,ip:port)", "list[ip:port]")
+
+
+def _is_address(item: str) -> bool:
+    host, sep, port = item.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+
+
+def _port(key: str, value: int | None, lowest: int = 1) -> None:
+    if value is not None and not lowest <= value <= 65535:
+        raise invalid(key, f"a port number {lowest}..65535", value)
+
+
+def _positive(key: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise invalid(key, "a number > 0", value)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the picker serves Envoy and its HTTP endpoints (YAML `server:`)."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0 in a pod behind a Service)."""
+    grpc_port: int = DEFAULT_GRPC_PORT
+    """Port of the ext_proc gRPC server Envoy calls (0: any free port)."""
+    http_port: int = DEFAULT_HTTP_PORT
+    """Port of /metrics, /debug/explain, /debug/endpoints and /healthz (0: any free port)."""
+    tls_cert: str | None = None
+    """PEM certificate: serve gRPC over TLS (with `tls_key`); unset: plaintext HTTP/2."""
+    tls_key: str | None = None
+    """PEM private key of `tls_cert`."""
+    log_level: str = "info"
+    """debug, info, warning or error; debug logs one JSON line per pick."""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """Largest gRPC message received or sent, so large base64 bodies pass (>= 4194304)."""
+
+    def validate(self) -> None:
+        _port("grpc_port", self.grpc_port, 0)
+        _port("http_port", self.http_port, 0)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            key = "tls_key" if self.tls_key is None else "tls_cert"
+            raise invalid(key, "tls_cert and tls_key both or neither", None)
+        if self.log_level not in LEVELS:
+            raise invalid("log_level", "one of " + ", ".join(LEVELS), self.log_level)
+        if self.max_message_bytes < MIN_MESSAGE_BYTES:
+            raise invalid(
+                "max_message_bytes",
+                f"an integer >= {MIN_MESSAGE_BYTES} (gRPC's default)",
+                self.max_message_bytes,
+            )
+
+
+@dataclass(frozen=True)
+class EndpointsConfig:
+    """Endpoints without an InferencePool: fixed addresses or pods by label (YAML
+    `endpoints:`); also where their engines' metrics are."""
+
+    static: Annotated[tuple[str, ...], ADDRESSES] = ()
+    """Fixed endpoints `ip:port` (a list, or `ip:port,ip:port`); no cluster needed."""
+    selector: str | None = None
+    """Pods by label selector (`a=b,c=d`), without Gateway API; needs `target_port`."""
+    target_port: int | None = None
+    """Port of the pods `selector` picks."""
+    namespace: str | None = None
+    """Namespace of the `selector` pods; unset: all namespaces."""
+    metrics_port: int | None = None
+    """Port of the engines' /metrics; unset: the pod's `kvspread.io/metrics-port`
+    annotation, else the endpoint's own port."""
+    metrics_path: str = "/metrics"
+    """Path of the engines' metrics (a pod's `kvspread.io/metrics-path` wins)."""
+
+    def validate(self) -> None:
+        for n, item in enumerate(self.static):
+            if not _is_address(item):
+                raise invalid(f"static[{n}]", "ip:port", item)
+        _port("target_port", self.target_port)
+        _port("metrics_port", self.metrics_port)
+        if self.selector and self.target_port is None:
+            raise invalid("target_port", "a port with selector (--target-port)", None)
+        if not self.metrics_path.startswith("/"):
+            raise invalid("metrics_path", "a path starting with /", self.metrics_path)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """The InferencePool (inference.networking.k8s.io/v1) whose Ready pods are the
+    endpoints (YAML `pool:`)."""
+
+    name: str | None = None
+    """Name of the InferencePool to watch; unset: no pool."""
+    namespace: str = "default"
+    """Namespace of the InferencePool (and of its pods)."""
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """How the picker reaches the API server for pools, pods and nodes (YAML
+    `kubernetes:`)."""
+
+    kubeconfig: str | None = None
+    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
+    api_server: str | None = None
+    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Scraping the engines' /metrics and reading the nodes' signals (YAML `metrics:`)."""
+
+    interval_s: float = 0.5
+    """Seconds between two scrapes of one endpoint's /metrics."""
+    stale_after_s: float = 2.0
+    """Metrics older than this rank the endpoint after every fresh one (>= `interval_s`)."""
+    timeout_s: float = 1.0
+    """Timeout of one scrape, seconds."""
+    signals_stale_after_s: float = 60.0
+    """A node's `kvspread.io/signals` older than this count as absent (the extender's bound)."""
+
+    def validate(self) -> None:
+        for key in ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s"):
+            _positive(key, getattr(self, key))
+        if self.stale_after_s < self.interval_s:
+            raise invalid(
+                "stale_after_s",
+                f"a number >= metrics.interval_s ({self.interval_s:g})",
+                self.stale_after_s,
+            )
+
+
+@dataclass(frozen=True)
+class RequestConfig:
+    """Token estimates read from a request body (YAML `request:`)."""
+
+    patch: int = 28
+    """Image patch side in pixels: an image is ceil(w/patch) x ceil(h/patch) tokens."""
+    default_image_tokens: int = 1024
+    """Tokens counted for an image whose size cannot be read (a remote URL)."""
+    max_image_tokens: int = 16384
+    """Cap of one image's token estimate."""
+    default_max_tokens: int = 256
+    """Output tokens assumed when the request gives no max_tokens."""
+
+    def validate(self) -> None:
+        for key in ("patch", "max_image_tokens"):
+            if getattr(self, key) < 1:
+                raise invalid(key, "an integer >= 1", getattr(self, key))
+        for key in ("default_image_tokens", "default_max_tokens"):
+            if getattr(self, key) < 0:
+                raise invalid(key, "an integer >= 0", getattr(self, key))
+
+
+@dataclass(frozen=True)
+class AffinityConfig:
+    """Context affinity: a context id stays on its endpoint (YAML `affinity:`)."""
+
+    ttl_s: float = 600.0
+    """Seconds a context binding lasts after its last request."""
+    max_entries: int = 100_000
+    """Bindings kept (the least recently used are dropped)."""
+
+    def validate(self) -> None:
+        _positive("ttl_s", self.ttl_s)
+        if self.max_entries < 1:
+            raise invalid("max_entries", "an integer >= 1", self.max_entries)
+
+
+SOURCES: Final = (
+    "--endpoints ip:port,... (endpoints.static), "
+    "--endpoint-selector LABELS (endpoints.selector) or --pool-name NAME (pool.name)"
+)
 
 
 @dataclass(frozen=True)
 class RouterConfig:
-    host: str = "127.0.0.1"
-    grpc_port: int = DEFAULT_GRPC_PORT
-    http_port: int = DEFAULT_HTTP_PORT
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    log_level: str = "info"
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    static_endpoints: tuple[str, ...] = ()
-    selector: str | None = None
-    target_port: int | None = None
-    namespace: str | None = None
-    metrics_port: int | None = None
-    metrics_path: str = "/metrics"
-    pool_name: str | None = None
-    pool_namespace: str = "default"
-    kubeconfig: str | None = None
-    api_server: str | None = None
-    interval_s: float = 0.5
-    stale_after_s: float = 2.0
-    timeout_s: float = 1.0
-    signals_stale_after_s: float = 60.0
+    """The whole `kvspread router serve` configuration: one field per YAML section."""
+
+    server: ServerConfig = ServerConfig()
+    """Listening addresses, TLS, log level, message size."""
+    endpoints: EndpointsConfig = EndpointsConfig()
+    """Fixed endpoints or pods by label, and where their metrics are."""
+    pool: PoolConfig = PoolConfig()
+    """The InferencePool to watch."""
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    """API server access."""
+    metrics: MetricsConfig = MetricsConfig()
+    """Scrape timing and staleness bounds."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    patch: int = 28
-    default_image_tokens: int = 1024
-    max_image_tokens: int = 16384
-    default_max_tokens: int = 256
-    affinity_ttl_s: float = 600.0
-    affinity_max_entries: int = 100_000
+    """Weights, norms and saturation bounds of the choice."""
+    request: RequestConfig = RequestConfig()
+    """Token estimates of request bodies."""
+    affinity: AffinityConfig = AffinityConfig()
+    """Context affinity bindings."""
 
     @property
     def mode(self) -> str:
         """static | selector | pool: where the endpoints come from."""
-        if self.pool_name:
+        if self.pool.name:
             return "pool"
-        if self.selector:
+        if self.endpoints.selector:
             return "selector"
         return "static"
 
-    @classmethod
-    def from_mapping(cls, doc: Mapping[str, Any]) -> RouterConfig:
-        known = {
-            "server",
-            "endpoints",
-            "pool",
-            "kubernetes",
-            "metrics",
-            "scoring",
-            "request",
-            "affinity",
-        }
-        for k in doc:
-            if k not in known:
-                raise ConfigError(f"{k}: unknown section (known: {', '.join(sorted(known))})")
-        kw: dict[str, Any] = {}
-
-        def section(name: str, keys: dict[str, tuple[str, type]]) -> None:
-            sec = doc.get(name) or {}
-            if not isinstance(sec, Mapping):
-                raise ConfigError(f"{name}: must be a mapping")
-            for key, value in sec.items():
-                if key not in keys:
-                    raise ConfigError(
-                        f"{name}.{key}: unknown key (known: {', '.join(sorted(keys))})"
-                    )
-                if value is None:
-                    continue
-                attr, typ = keys[key]
-                kw[attr] = _typed(f"{name}.{key}", value, typ)
-
-        section(
-            "server",
-            {
-                "host": ("host", str),
-                "grpc_port": ("grpc_port", int),
-                "http_port": ("http_port", int),
-                "tls_cert": ("tls_cert", str),
-                "tls_key": ("tls_key", str),
-                "log_level": ("log_level", str),
-                "max_message_bytes": ("max_message_bytes", int),
-            },
-        )
-        section(
-            "endpoints",
-            {
-                "static": ("static_endpoints", str),
-                "selector": ("selector", str),
-                "target_port": ("target_port", int),
-                "namespace": ("namespace", str),
-                "metrics_port": ("metrics_port", int),
-                "metrics_path": ("metrics_path", str),
-            },
-        )
-        section("pool", {"name": ("pool_name", str), "namespace": ("pool_namespace", str)})
-        section(
-            "kubernetes",
-            {"kubeconfig": ("kubeconfig", str), "api_server": ("api_server", str)},
-        )
-        section(
-            "metrics",
-            {
-                "interval_s": ("interval_s", float),
-                "stale_after_s": ("stale_after_s", float),
-                "timeout_s": ("timeout_s", float),
-                "signals_stale_after_s": ("signals_stale_after_s", float),
-            },
-        )
-        section(
-            "request",
-            {
-                "patch": ("patch", int),
-                "default_image_tokens": ("default_image_tokens", int),
-                "max_image_tokens": ("max_image_tokens", int),
-                "default_max_tokens": ("default_max_tokens", int),
-            },
-        )
-        section(
-            "affinity",
-            {"ttl_s": ("affinity_ttl_s", float), "max_entries": ("affinity_max_entries", int)},
-        )
-        scoring = doc.get("scoring") or {}
-        if not isinstance(scoring, Mapping):
-            raise ConfigError("scoring: must be a mapping")
-        sfields = {f.name: f for f in dataclasses.fields(ScoringConfig)}
-        skw: dict[str, Any] = {}
-        for key, value in scoring.items():
-            if key not in sfields:
-                raise ConfigError(f"scoring.{key}: unknown key (known: {', '.join(sfields)})")
-            typ = int if key == "fallbacks" else float
-            v = _typed(f"scoring.{key}", value, typ)
-            if v < 0:
-                raise ConfigError(f"scoring.{key}: must be >= 0, got {value!r}")
-            skw[key] = v
-        kw["scoring"] = ScoringConfig(**skw)
-        if isinstance(kw.get("static_endpoints"), str):
-            kw["static_endpoints"] = tuple(parse_endpoints(kw["static_endpoints"]))
-        cfg = cls(**kw)
-        cfg._validate()
-        return cfg
-
-    def _validate(self) -> None:
-        if self.log_level not in LEVELS:
-            raise ConfigError(f"server.log_level: {self.log_level!r} is not one of {LEVELS}")
-        for name in ("grpc_port", "http_port"):
-            v = getattr(self, name)
-            if not 0 <= v < 65536:
-                raise ConfigError(f"server.{name}: {v} is not a port (0..65535)")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("server.tls_cert and server.tls_key: give both or neither")
-        if self.max_message_bytes < 4 << 20:
-            raise ConfigError("server.max_message_bytes: at least 4194304 (gRPC's default)")
-        for name in ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"metrics.{name}: must be > 0")
-        if self.stale_after_s < self.interval_s:
-            raise ConfigError("metrics.stale_after_s: must be at least metrics.interval_s")
-        sources = [bool(self.static_endpoints), bool(self.selector), bool(self.pool_name)]
-        if sum(sources) != 1:
-            raise ConfigError(
-                "endpoints: give exactly one of --endpoints ip:port,..., "
-                "--endpoint-selector LABELS (with --target-port) or --pool-name NAME"
+    def validate(self) -> None:
+        given = [
+            key
+            for key, value in (
+                ("endpoints.static", self.endpoints.static),
+                ("endpoints.selector", self.endpoints.selector),
+                ("pool.name", self.pool.name),
             )
-        if self.selector and self.target_port is None:
-            raise ConfigError("endpoints.target_port: --endpoint-selector needs --target-port")
-        if self.patch <= 0 or self.default_image_tokens < 0 or self.max_image_tokens <= 0:
-            raise ConfigError("request: patch and max_image_tokens must be > 0")
+            if value
+        ]
+        if len(given) != 1:
+            raise invalid("endpoints", f"exactly one of {SOURCES}", given)
 
-
-def _typed(where: str, value: Any, typ: type) -> Any:
-    if typ is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: must be a string, got {value!r}")
-        return value
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: must be a number, got {value!r}")
-    try:
-        if typ is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return int(value)
-        return float(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: must be {typ.__name__}, got {value!r}") from exc
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> RouterConfig:
+        """Strict parse of the layered mapping; ConfigError names the dotted key."""
+        return load(cls, data)

@@ -261,28 +261,32 @@ class PoolWatch:
         self.cfg = cfg
         self.endpoints = endpoints
         self._stop = threading.Event()
-        self._api = api_client(cfg.kubeconfig, cfg.api_server)
+        self._api = api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server)
         self._threads: list[threading.Thread] = []
         self._rebuild_lock = threading.Lock()
         self.pool_problem = ""
         if cfg.mode == "pool":
-            ns = cfg.pool_namespace
+            ns = cfg.pool.namespace
             self.pool: _ListWatch | None = self._lw(
                 "inferencepool",
                 f"/apis/{POOL_GROUP}/{POOL_VERSION}/namespaces/{ns}/inferencepools",
-                [("fieldSelector", f"metadata.name={cfg.pool_name}")],
+                [("fieldSelector", f"metadata.name={cfg.pool.name}")],
             )
             self.pods = self._lw("pods", f"/api/v1/namespaces/{ns}/pods", [])
         else:
             self.pool = None
             try:
-                self._selector = parse_selector(cfg.selector or "")
+                self._selector = parse_selector(cfg.endpoints.selector or "")
             except ValueError as exc:
                 from kvspread.settings import ConfigError
 
                 raise ConfigError(f"endpoints.selector: {exc}") from exc
-            path = f"/api/v1/namespaces/{cfg.namespace}/pods" if cfg.namespace else "/api/v1/pods"
-            self.pods = self._lw("pods", path, [("labelSelector", cfg.selector or "")])
+            path = (
+                f"/api/v1/namespaces/{cfg.endpoints.namespace}/pods"
+                if cfg.endpoints.namespace
+                else "/api/v1/pods"
+            )
+            self.pods = self._lw("pods", path, [("labelSelector", cfg.endpoints.selector or "")])
         self.nodes = self._lw("nodes", "/api/v1/nodes", [])
 
     def _lw(self, name: str, path: str, query: list[tuple[str, str]]) -> _ListWatch:
@@ -290,11 +294,11 @@ class PoolWatch:
 
     def _pool_spec(self) -> tuple[dict[str, str], list[int]] | None:
         if self.pool is None:
-            return self._selector, [int(self.cfg.target_port or 0)]
+            return self._selector, [int(self.cfg.endpoints.target_port or 0)]
         pools = self.pool.snapshot()
         if not pools:
             self.pool_problem = (
-                f"InferencePool {self.cfg.pool_namespace}/{self.cfg.pool_name} does not exist"
+                f"InferencePool {self.cfg.pool.namespace}/{self.cfg.pool.name} does not exist"
             )
             return None
         spec = pools[0].get("spec") or {}
@@ -315,7 +319,7 @@ class PoolWatch:
             spec = self._pool_spec()
             eps = [] if spec is None else pool_endpoints(
                 spec[0], spec[1], self.pods.snapshot(), nodes,
-                self.cfg.metrics_port, self.cfg.metrics_path,
+                self.cfg.endpoints.metrics_port, self.cfg.endpoints.metrics_path,
             )  # fmt: skip
             now = time.time()
             signals = {}

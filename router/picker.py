@@ -53,7 +53,7 @@ class Picker:
         self.cfg = cfg
         self.endpoints = endpoints
         self.metrics = metrics
-        self.affinity = ContextAffinity(cfg.affinity_ttl_s, cfg.affinity_max_entries)
+        self.affinity = ContextAffinity(cfg.affinity.ttl_s, cfg.affinity.max_entries)
         self._clock = clock
         self._explain: OrderedDict[
             str, tuple[Decision, RequestInfo | None, dict[str, str], str | None]
@@ -70,10 +70,10 @@ class Picker:
                 if not body
                 else parse_request(
                     body,
-                    patch=self.cfg.patch,
-                    default_image_tokens=self.cfg.default_image_tokens,
-                    max_image_tokens=self.cfg.max_image_tokens,
-                    default_max_tokens=self.cfg.default_max_tokens,
+                    patch=self.cfg.request.patch,
+                    default_image_tokens=self.cfg.request.default_image_tokens,
+                    max_image_tokens=self.cfg.request.max_image_tokens,
+                    default_max_tokens=self.cfg.request.default_max_tokens,
                 )
             )
         except RequestError as exc:

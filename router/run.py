@@ -37,10 +37,12 @@ HEALTH_SERVICES = ("", "liveness", "readiness", SERVICE_NAME)
 
 def static_endpoints(cfg: RouterConfig) -> list[Endpoint]:
     out = []
-    for addr in cfg.static_endpoints:
+    for addr in cfg.endpoints.static:
         host, _, port = addr.rpartition(":")
-        mport = cfg.metrics_port or int(port)
-        out.append(Endpoint(address=addr, metrics_url=f"http://{host}:{mport}{cfg.metrics_path}"))
+        mport = cfg.endpoints.metrics_port or int(port)
+        out.append(
+            Endpoint(address=addr, metrics_url=f"http://{host}:{mport}{cfg.endpoints.metrics_path}")
+        )
     return out
 
 
@@ -49,10 +51,10 @@ class Router:
         self.cfg = cfg
         self.metrics = RouterMetrics()
         self.endpoints = EndpointSet(
-            interval_s=cfg.interval_s,
-            stale_after_s=cfg.stale_after_s,
-            timeout_s=cfg.timeout_s,
-            signals_stale_after_s=cfg.signals_stale_after_s,
+            interval_s=cfg.metrics.interval_s,
+            stale_after_s=cfg.metrics.stale_after_s,
+            timeout_s=cfg.metrics.timeout_s,
+            signals_stale_after_s=cfg.metrics.signals_stale_after_s,
         )
         self.picker = Picker(cfg, self.endpoints, self.metrics)
         self.watch: PoolWatch | None = None
@@ -70,17 +72,17 @@ class Router:
         return self.endpoints.synced
 
     def _credentials(self) -> grpc.ServerCredentials | None:
-        if not self.cfg.tls_cert:
+        if not self.cfg.server.tls_cert:
             return None
         try:
-            cert = Path(self.cfg.tls_cert).read_bytes()
-            key = Path(str(self.cfg.tls_key)).read_bytes()
+            cert = Path(self.cfg.server.tls_cert).read_bytes()
+            key = Path(str(self.cfg.server.tls_key)).read_bytes()
         except OSError as exc:
             raise ConfigError(f"server.tls_cert/tls_key: cannot read: {exc}") from exc
         return grpc.ssl_server_credentials([(key, cert)])
 
     async def _serve(self) -> None:
-        n = self.cfg.max_message_bytes
+        n = self.cfg.server.max_message_bytes
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", n),
@@ -91,7 +93,7 @@ class Router:
         pb_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.picker), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        bind = f"{self.cfg.host}:{self.cfg.grpc_port}"
+        bind = f"{self.cfg.server.host}:{self.cfg.server.grpc_port}"
         creds = self._credentials()
         try:
             port = server.add_secure_port(bind, creds) if creds else server.add_insecure_port(bind)
@@ -134,11 +136,11 @@ class Router:
     def start(self) -> Router:
         """Bind both servers first (a port in use fails before anything runs), then start
         the endpoint source and the scraper."""
-        _check_free(self.cfg.host, self.cfg.grpc_port, "server.grpc_port")
+        _check_free(self.cfg.server.host, self.cfg.server.grpc_port, "server.grpc_port")
         try:
             self._debug = DebugServer(
-                self.cfg.host,
-                self.cfg.http_port,
+                self.cfg.server.host,
+                self.cfg.server.http_port,
                 self.picker,
                 self.endpoints,
                 self.metrics,
@@ -146,7 +148,7 @@ class Router:
             )
         except OSError as exc:
             raise ConfigError(
-                f"server.http_port: cannot listen on {self.cfg.host}:{self.cfg.http_port}: "
+                f"server.http_port: cannot listen on {self.cfg.server.host}:{self.cfg.server.http_port}: "
                 f"{exc.strerror or exc}"
             ) from exc
         self.http_port = self._debug.port
@@ -174,7 +176,7 @@ class Router:
                     "grpc_port": self.grpc_port,
                     "http_port": self.http_port,
                     "mode": self.cfg.mode,
-                    "tls": bool(self.cfg.tls_cert),
+                    "tls": bool(self.cfg.server.tls_cert),
                 }
             },
         )

@@ -21,9 +21,11 @@ eligible endpoint is fresh and has at least `shed_queue` requests waiting.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from kvspread.settings import invalid
 from router.request import RequestInfo
 
 __all__ = [
@@ -60,19 +62,43 @@ class EndpointView:
 
 @dataclass(frozen=True)
 class ScoringConfig:
+    """Weights, norms and bounds of the choice (YAML `scoring:`); see the module docstring."""
+
     w_load: float = 1.0
+    """Weight of the load term in the score."""
     w_queue: float = 1.0
+    """Weight of the queue term."""
     w_kv: float = 1.0
+    """Weight of the KV-cache term."""
     w_modality: float = 0.5
+    """Weight of the modality term."""
     load_memory: float = 0.4
+    """Share of the load term that is the node's GPU memory used / total (DESIGN.md 4)."""
     load_streams: float = 0.3
+    """Share of the load term that is streams / `max_streams`."""
     load_image: float = 0.3
+    """Share of the load term that is the image-token share."""
     max_streams: float = 64.0
+    """Streams (running + waiting + picks since the scrape) that count as full load."""
     queue_norm: float = 16.0
+    """Waiting requests at which the queue term reaches 1."""
     saturation_queue: float = 8.0
+    """Waiting + picks since the scrape at which an endpoint counts as saturated."""
     saturation_kv: float = 0.95
-    shed_queue: float = 0.0  # 0 disables shedding
+    """KV-cache usage (0..1) at which an endpoint counts as saturated."""
+    shed_queue: float = 0.0
+    """Answer 429 when every eligible endpoint has this many requests waiting; 0: never."""
     fallbacks: int = 2
+    """Fallback endpoints sent after the chosen one in the destination header."""
+
+    def validate(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not (math.isfinite(value) and value >= 0):
+                raise invalid(f.name, "a number >= 0", value)
+        for key in ("max_streams", "queue_norm"):
+            if getattr(self, key) <= 0:
+                raise invalid(key, "a number > 0", getattr(self, key))
 
 
 @dataclass(frozen=True)

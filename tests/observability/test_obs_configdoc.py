@@ -53,6 +53,7 @@ def _loaders() -> dict[str, tuple[type, Callable[[dict[str, Any]], Any]]]:
     from bpf.config import from_mapping as collector
     from extender.config import ExtenderConfig
     from metrics_adapter.config import AdapterConfig
+    from router.config import RouterConfig
     from simulator.config import ReplayConfig
     from simulator.serving.config import SimConfig, config_from_mapping
 
@@ -62,7 +63,21 @@ def _loaders() -> dict[str, tuple[type, Callable[[dict[str, Any]], Any]]]:
         "CollectorConfig": (CollectorConfig, collector),
         "ReplayConfig": (ReplayConfig, lambda m: load(ReplayConfig, m)),
         "SimConfig": (SimConfig, config_from_mapping),
+        "RouterConfig": (RouterConfig, _router_loader),
     }
+
+
+def _router_loader(doc: dict[str, Any]) -> Any:
+    """The picker needs exactly one endpoint source, which no default gives: add one the
+    documented key does not touch (a pool for `endpoints` keys, else a static endpoint)."""
+    from router.config import RouterConfig
+
+    source = (
+        {"pool": {"name": "p"}}
+        if "endpoints" in doc
+        else {"endpoints": {"static": ["127.0.0.1:8000"]}}
+    )
+    return RouterConfig.from_mapping({**source, **doc})
 
 
 REQUIRED = {"url": "http://127.0.0.1:8000/metrics"}

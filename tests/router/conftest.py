@@ -35,7 +35,7 @@ def router_config(static: list[str] | None = None, **sections: Any) -> RouterCon
         "metrics": {"interval_s": 0.1, "stale_after_s": 1.0, "timeout_s": 0.5},
     }
     if static is not None:
-        doc["endpoints"] = {"static": ",".join(static)}
+        doc["endpoints"] = {"static": static}
     for key, value in sections.items():
         doc.setdefault(key, {}).update(value)
     return RouterConfig.from_mapping(doc)
