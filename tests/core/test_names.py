@@ -84,6 +84,7 @@ PROMETHEUS = {
     "ADAPTER_SERIES_DROPPED": "kvspread_adapter_series_dropped_total",
     "ADAPTER_OTLP_POINTS": "kvspread_adapter_otlp_points_total",
     "ADAPTER_STALE_READS": "kvspread_adapter_stale_reads_total",
+    "ADAPTER_REFUSED_READS": "kvspread_adapter_refused_reads_total",
 }
 """The Prometheus names dashboards, rules and users query: renaming one is a breaking change."""
 
