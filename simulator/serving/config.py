@@ -35,6 +35,7 @@ __all__ = [
     "ArrivalSpec",
     "SloSpec",
     "StartupSpec",
+    "WorkloadSpec",
     "SimConfig",
     "default_config",
     "config_from_mapping",
@@ -173,6 +174,9 @@ class ServiceSpec:
     max_replicas: int = 8
     initial_replicas: int = 2
     metrics: tuple[MetricTarget, ...] = (MetricTarget(),)
+    # the `queue-depth` autoscaler's AverageValue target: waiting requests per replica
+    # (assumption; GKE's guide has users pick it from a load test)
+    queue_target: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -353,6 +357,14 @@ def _default_services() -> dict[str, ServiceSpec]:
 
 
 @dataclass(frozen=True)
+class WorkloadSpec:
+    """A real request mix driving one service (simulator.serving.workloads): a ServeGen
+    client folder, an Azure-format CSV or a bundled name (`azure-conv`, ...)."""
+
+    path: str = ""
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """The whole simulation: cluster, models, services, workload, HPA and SLOs."""
 
@@ -370,6 +382,11 @@ class SimConfig:
     hpa: HpaBehavior = HpaBehavior()
     slo: SloSpec = SloSpec()
     startup: StartupSpec = StartupSpec()
+    # real workloads per service (empty: the synthetic kinds/arrivals above); every rate
+    # is multiplied by `rate_scale`, and sim time 0 is trace second `workload_start_s`
+    workloads: Mapping[str, WorkloadSpec] = field(default_factory=dict)
+    workload_start_s: float = 0.0
+    rate_scale: float = 1.0
     # the extender's `scoring:` section, parsed by extender.config.ScoringConfig.from_mapping
     # (weights, load_weights, shape prior, normalisation ...); empty = the extender defaults
     scoring: Mapping[str, Any] = field(default_factory=dict)
@@ -433,11 +450,19 @@ class SimConfig:
                     raise bad(f"{where}.metrics[{i}].value", m.value, "must be > 0")
                 if m.metric not in METRICS:
                     raise bad(f"{where}.metrics[{i}].metric", m.metric, f"one of {METRICS}")
+        for name, w in self.workloads.items():
+            if name not in self.services:
+                raise bad(f"workloads.{name}", w.path, f"no such service {list(self.services)}")
+        if self.workloads and set(self.workloads) != set(self.services):
+            missing = sorted(set(self.services) - set(self.workloads))
+            raise bad("workloads", missing, "services without a workload (give each one)")
+        if self.rate_scale <= 0 or self.workload_start_s < 0:
+            raise bad("rate_scale", self.rate_scale, "needs rate_scale > 0, workload_start_s >= 0")
         served = {s.kind for s in self.services.values()}
         for kind, k in self.kinds.items():
             if k.share < 0:
                 raise bad(f"kinds.{kind}.share", k.share, "must be >= 0")
-            if k.share > 0 and kind not in served:
+            if k.share > 0 and kind not in served and not self.workloads:
                 raise bad(f"kinds.{kind}", kind, "has a share but no service serves it")
             if k.image_tokens and len(k.image_tokens) != len(k.image_weights):
                 raise bad(
@@ -445,7 +470,7 @@ class SimConfig:
                     k.image_weights,
                     "needs one weight per image_tokens entry",
                 )
-        if sum(k.share for k in self.kinds.values()) <= 0:
+        if sum(k.share for k in self.kinds.values()) <= 0 and not self.workloads:
             raise bad("kinds", {}, "request shares sum to 0")
         self.scoring_config()  # raises ConfigError naming the bad scoring key
         return self

@@ -1,5 +1,7 @@
-"""Where a new model instance goes: the three placement policies under comparison.
+"""Where a new model instance goes: the placement policies under comparison.
 
+- `kube-default`: kube-scheduler's default profile without an extender
+  (simulator.serving.kubedefault).
 - `round-robin`: nodes in turn. Counts only time-slicing slots (`nvidia.com/gpu`
   replicas), not memory: the behaviour of a default scheduler with a time-sliced device
   plugin, which does not enforce GPU memory.
@@ -49,7 +51,7 @@ __all__ = [
     "make_policy",
 ]
 
-POLICIES = ("round-robin", "memory-weighted", "kvspread")
+POLICIES = ("kube-default", "round-robin", "memory-weighted", "kvspread")
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,10 @@ def make_policy(
     name: str, rng: np.random.Generator, cfg: ScoringConfig | None = None
 ) -> PlacementPolicy:
     """The policy called `name` (one of POLICIES)."""
+    if name == "kube-default":
+        from simulator.serving.kubedefault import KubeDefault
+
+        return KubeDefault(rng)
     if name == "round-robin":
         return RoundRobin(rng)
     if name == "memory-weighted":
