@@ -30,7 +30,7 @@ __all__ = [
     "POLICIES",
 ]
 
-QUICK_DURATION_S = 1800.0
+QUICK_DURATION_S = 1200.0
 QUICK_SEEDS = (1, 2, 3)
 
 

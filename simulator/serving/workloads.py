@@ -435,7 +435,7 @@ def _csv_requests(
     for c in range(max(copies, 1)):
         shift = 0.0 if c == 0 else float(rng.random() * span)
         laps = int(math.ceil((start_s + length_s) / span)) + 1
-        for lap in range(laps):
+        for lap in range(-1 if shift else 0, laps):
             t = wl.t_s + shift + lap * span - start_s
             sel = np.nonzero((t >= 0) & (t < length_s))[0]
             if keep_p < 1.0:
