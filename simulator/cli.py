@@ -175,7 +175,7 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     seeds = parse_seeds(s.get("seeds") or DEFAULT_SEEDS)
     policies = parse_policies(s.get("policies") or list(DEFAULT_POLICIES))
     jobs = int(s.get("jobs") or 0) or _jobs(args, environ)
-    out = Path(s.get("out") or DEFAULT_OUT)
+    out = Path(s.get("out") or getattr(args, "out", None) or DEFAULT_OUT)
     check_writable(out)  # before the replay, not after it
     weight = s.get("extender_weight")
     try:

@@ -79,7 +79,7 @@ class Progress:
         self.start = time.monotonic()
         isatty = getattr(self.stream, "isatty", None)
         self.tty = bool(isatty()) if callable(isatty) else False
-        self._last_decile = -1
+        self._last_decile = 0
 
     def step(self, label: str) -> None:
         self.done += 1
