@@ -1,6 +1,6 @@
 """Every name that crosses a boundary: Kubernetes labels and annotations, metric names,
 OTel attributes. One place, so that the collector, the extender, the adapter, the
-dashboards and the rules cannot drift apart (DESIGN.md sections 2, 3 and 6).
+dashboards and the rules cannot drift apart (docs/design.md sections 2, 3 and 6).
 
 Metric constants give the OTel instrument and unit in their docstring; the Prometheus
 name is what `prometheus_name` makes of them (the standard OTel-to-Prometheus
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Final, Literal
 
-# --- Kubernetes conventions (DESIGN.md section 2) ---------------------------------------
+# --- Kubernetes conventions (docs/design.md section 2) ---------------------------------------
 DOMAIN: Final = "kvspread.io"
 LABEL_MODEL: Final = "kvspread.io/model"
 """Pod label: model identity; replicas of one model are spread."""
@@ -62,7 +62,7 @@ ATTR_QOS: Final = "llm.qos"
 """The serving pod's `kvspread.io/qos` label (realtime | batch | best-effort), where known;
 the latency SLO rules pick the threshold by it (absent counts as batch)."""
 
-# --- Collector metrics (OTel names; DESIGN.md section 6) ---------------------------------
+# --- Collector metrics (OTel names; docs/design.md section 6) ---------------------------------
 HTTP_SERVER_REQUEST_DURATION: Final = "http.server.request.duration"
 """Histogram, unit s: server-side request duration measured by eBPF."""
 HTTP_SERVER_TIME_TO_FIRST_BYTE: Final = "kvspread.http.server.time_to_first_byte"
@@ -82,7 +82,7 @@ ENGINE_REQUESTS_RUNNING: Final = "kvspread.engine.requests.running"
 ENGINE_REQUESTS_WAITING: Final = "kvspread.engine.requests.waiting"
 """Gauge, unit {request}: requests queued in the engine (queue depth)."""
 NODE_FRAGMENTATION: Final = "kvspread.node.fragmentation"
-"""Gauge, unit 1: node GPU-memory fragmentation rho (DESIGN.md section 4)."""
+"""Gauge, unit 1: node GPU-memory fragmentation rho (docs/design.md section 4)."""
 NODE_LARGEST_FREE_EXTENT: Final = "kvspread.node.largest_free_extent"
 """Gauge, unit By: largest free GPU memory on one GPU of the node."""
 NODE_ACTIVE_STREAMS: Final = "kvspread.node.active_streams"
@@ -117,7 +117,7 @@ adapter and the Prometheus rules read exactly (0.05 s realtime is a default boun
 0.12 s batch, 0.2 s good-request threshold), plus 30/60/120 s for long generations. A bound
 missing here makes an SLI empty, never wrong."""
 
-# --- Adapter external metrics (served names; DESIGN.md section 6) -----------------------
+# --- Adapter external metrics (served names; docs/design.md section 6) -----------------------
 SLI_LATENCY_P50: Final = "kvspread_request_latency_p50_seconds"
 SLI_LATENCY_P95: Final = "kvspread_request_latency_p95_seconds"
 SLI_LATENCY_P99: Final = "kvspread_request_latency_p99_seconds"

@@ -4,7 +4,7 @@ One flat YAML mapping (`--config FILE`); every server key can also come from a f
 `KVSPREAD_ADAPTER_<KEY>` variable (precedence flag > env > file > default, see
 kvspread.settings). Flag names follow Kubernetes' aggregated API servers
 (`--secure-port`, `--tls-cert-file`, `--requestheader-client-ca-file`, ...). `rules:` lists
-the external metrics (rules.py); without it the default rules serve DESIGN.md section 6.
+the external metrics (rules.py); without it the default rules serve docs/design.md section 6.
 `from_mapping` is strict: an unknown key or a bad value is a ConfigError naming the key.
 """
 

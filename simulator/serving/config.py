@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 KINDS = ("text", "image", "multi-image")
-"""The three request kinds (DESIGN.md section 7): text only, one image with short text,
+"""The three request kinds (docs/design.md section 7): text only, one image with short text,
 several images with long context. They double as the `kvspread.io/modality` label."""
 
 
@@ -230,14 +230,14 @@ class ArrivalSpec:
 
 @dataclass(frozen=True)
 class SloSpec:
-    """Per-token latency budget per QoS class (DESIGN.md section 2: realtime < 50 ms per
+    """Per-token latency budget per QoS class (docs/design.md section 2: realtime < 50 ms per
     token step; batch 50-120 ms; best-effort above). A request meets its SLO when it
     completed and its end-to-end latency divided by its output tokens is at most the
     budget (the normalised latency of the vLLM paper)."""
 
     realtime_s: float = 0.050
     batch_s: float = 0.120
-    good_threshold_s: float = 0.2  # good_requests_per_second threshold (DESIGN.md sec. 6)
+    good_threshold_s: float = 0.2  # good_requests_per_second threshold (docs/design.md sec. 6)
 
 
 @dataclass(frozen=True)
@@ -492,7 +492,7 @@ METRICS = (
     "kvspread_queue_depth",
     "kvspread_kv_cache_usage_ratio",
 )
-"""Adapter SLIs (DESIGN.md section 6) an HPA metric may name."""
+"""Adapter SLIs (docs/design.md section 6) an HPA metric may name."""
 
 
 def default_config() -> SimConfig:

@@ -56,7 +56,7 @@ POLICIES = ("kube-default", "round-robin", "memory-weighted", "kvspread")
 
 @dataclass(frozen=True)
 class NodeView:
-    """What the simulated collector last published for one node (DESIGN.md section 3):
+    """What the simulated collector last published for one node (docs/design.md section 3):
     per GPU the memory used (MiB), utilisation (NVML's busy share), KV blocks and models
     served; the node's in-flight `streams`, `image_token_share` of recent tokens and
     `p95_s` request latency (None when not measured). `annotation()` is the

@@ -36,7 +36,7 @@ from simulator.serving.workload import Request, generate_requests
 __all__ = ["Simulation", "RunResult", "simulate", "TimelineRow"]
 
 _STEP, _READY, _RESTART, _HPA, _SCHED, _KILL, _TICK = range(7)
-METRIC_WINDOW_S = 60.0  # adapter SLI window (DESIGN.md section 6 default)
+METRIC_WINDOW_S = 60.0  # adapter SLI window (docs/design.md section 6 default)
 DRAIN_S = 600.0  # after the last arrival, let in-flight requests finish (HPA keeps running)
 
 
@@ -482,7 +482,7 @@ class Simulation:
         self.timeline.append(row)
 
     def _publish(self, now: float) -> None:
-        """The collector's node signals (DESIGN.md section 3), every signals period."""
+        """The collector's node signals (docs/design.md section 3), every signals period."""
         views: dict[int, NodeView] = {}
         streams: dict[int, int] = defaultdict(int)
         for pod in self.pods.values():

@@ -4,7 +4,7 @@ The simulated collector keeps, per service, what the real one exports: a cumulat
 latency histogram (explicit buckets, OTel shape) of successful requests, cumulative
 request and error counters, and queue-depth and KV-usage gauges. It takes a snapshot every
 push period; at each HPA sync the adapter's functions (`metrics_adapter.sli`) turn the
-snapshots of the last window into the external metric values of DESIGN.md section 6.
+snapshots of the last window into the external metric values of docs/design.md section 6.
 Nothing here re-implements a quantile or a rate.
 """
 
