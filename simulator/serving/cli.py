@@ -199,6 +199,11 @@ def _workload_flags(values: list[str] | None) -> dict[str, dict[str, str]]:
 def build_config(args: argparse.Namespace) -> SimConfig:
     """Defaults < the real-workload preset (unless --synthetic) < YAML < flags."""
     synthetic = bool(getattr(args, "synthetic", False))
+    if getattr(args, "rate", None) is not None and not synthetic:
+        raise ConfigError(
+            "--rate: sets the synthetic traffic's base rate; add --synthetic, or scale the "
+            "real workloads with --rate-scale"
+        )
     data: dict = (
         {}
         if synthetic
