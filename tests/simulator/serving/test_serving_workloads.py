@@ -202,3 +202,18 @@ def test_config_refuses_a_workload_for_no_service() -> None:
     data["workloads"]["nobody"] = {"path": "azure-conv"}
     with pytest.raises(ConfigError, match="workloads.nobody"):
         config_from_mapping(data)
+
+
+def test_bad_workload_in_the_config_file_is_a_config_error(tmp_path: Path) -> None:
+    import argparse
+
+    from simulator.serving import cli
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text("workloads:\n  chat: {path: /nonexistent/trace.csv}\n")
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    with pytest.raises(ConfigError, match="workloads.chat: .*no such file or folder"):
+        cli.build_config(parser.parse_args(["--config", str(conf)]))
+    with pytest.raises(ConfigError, match="--rate.*--synthetic"):
+        cli.build_config(parser.parse_args(["--rate", "3"]))
