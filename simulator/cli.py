@@ -174,6 +174,7 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from simulator.report import write_report
     from simulator.runner import Progress, ReplayJob, run_jobs
     from simulator.serving.cli import check_writable
+    from simulator.serving.report import seed_span
     from simulator.trace import TraceError, load_pods
 
     s = _placement_settings(args, environ)
@@ -209,7 +210,7 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     start = time.monotonic()
     results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
     wall = time.monotonic() - start
-    parts = ["--trace", trace, "--seeds", _seed_text(seeds), "--policies", ",".join(policies)]
+    parts = ["--trace", trace, "--seeds", seed_span(seeds), "--policies", ",".join(policies)]
     if args.stop_at is not None:
         parts += ["--stop-at", str(args.stop_at)]
     if args.tie_break:
@@ -221,12 +222,6 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     print(_first_table(md))
     print(f"\nreport: {out / 'placement.md'} (allocation.csv, frag_ratio.csv, plots)")
     return 0
-
-
-def _seed_text(seeds: list[int]) -> str:
-    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
-        return f"{seeds[0]}..{seeds[-1]}"
-    return ",".join(str(s) for s in seeds)
 
 
 def _first_table(md: str) -> str:

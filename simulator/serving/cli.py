@@ -24,7 +24,7 @@ from simulator.serving.experiment import (
 )
 from simulator.serving.placement import POLICIES
 from simulator.serving.presets import CLUSTERS, DEFAULT_CLUSTER, real_workload_mapping
-from simulator.serving.report import markdown_table
+from simulator.serving.report import markdown_table, seed_span
 from simulator.serving.workloads import BUNDLED, WorkloadError, load_workload
 
 __all__ = [
@@ -330,14 +330,8 @@ def command_line(
         if v is not None:
             parts += [f"--{flag.replace('_', '-')}", f"{v:g}" if isinstance(v, float) else str(v)]
     parts += ["--policies", ",".join(policies), "--autoscalers", ",".join(autoscalers)]
-    parts += ["--seeds", seed_text(seeds)]
+    parts += ["--seeds", seed_span(seeds)]
     return "kvspread simulate serving " + shlex.join(parts)
-
-
-def seed_text(seeds: list[int]) -> str:
-    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
-        return f"{seeds[0]}..{seeds[-1]}"
-    return ",".join(map(str, seeds))
 
 
 def default_jobs() -> int:

@@ -39,6 +39,7 @@ __all__ = [
     "comparison_table",
     "compare_rows",
     "POLICY_STYLE",
+    "seed_span",
 ]
 
 QOS_ORDER = ("realtime", "batch", "best-effort")
@@ -526,7 +527,7 @@ def markdown_section(
     seed_text = (
         f"seed {seeds[0]} (one seed: values are that run's, not means)"
         if len(seeds) == 1
-        else f"seeds {_seed_span(seeds)}; values are means over the {len(seeds)} seeds"
+        else f"seeds {seed_span(seeds)}; values are means over the {len(seeds)} seeds"
     )
     if cfg.workloads:
         from simulator.serving.workloads import describe
@@ -595,7 +596,8 @@ def markdown_section(
     return "\n".join(lines)
 
 
-def _seed_span(seeds: Sequence[int]) -> str:
+def seed_span(seeds: Sequence[int]) -> str:
+    """1,2,3,4 -> '1..4'; anything else as a comma list (what --seeds accepts)."""
     if len(seeds) > 2 and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
         return f"{seeds[0]}..{seeds[-1]}"
-    return ", ".join(map(str, seeds))
+    return ",".join(map(str, seeds))
