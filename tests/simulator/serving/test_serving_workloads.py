@@ -217,3 +217,22 @@ def test_bad_workload_in_the_config_file_is_a_config_error(tmp_path: Path) -> No
         cli.build_config(parser.parse_args(["--config", str(conf)]))
     with pytest.raises(ConfigError, match="--rate.*--synthetic"):
         cli.build_config(parser.parse_args(["--rate", "3"]))
+
+
+def test_every_bundled_workload_file_is_package_data() -> None:
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[3]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["simulator"]
+    base = root / "simulator"
+    files = [p for p in (base / "data" / "workloads").rglob("*") if p.is_file()]
+    assert len(files) > 60
+    for f in files:
+        rel = f.relative_to(base).as_posix()
+        # setuptools globs: '*' does not cross '/'
+        assert any(
+            fnmatch.fnmatch(rel, pat) and rel.count("/") == pat.count("/") for pat in patterns
+        ), rel
