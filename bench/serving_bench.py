@@ -55,7 +55,8 @@ def main() -> None:
     print("\n| command | runs | jobs | wall (s) | requests | requests/s wall |")
     print("|---|---:|---:|---:|---:|---:|")
     print(
-        f"| kvspread simulate serving --duration {args.duration:g} --seeds {args.seeds} "
+        f"| kvspread simulate serving --synthetic --autoscalers slo "
+        f"--duration {args.duration:g} --seeds {args.seeds} "
         f"--jobs {args.jobs} | {len(exp.results)} | {args.jobs} | {exp.wall_s:.1f} | "
         f"{total:,} | {total / exp.wall_s:,.0f} |"
     )

@@ -1,4 +1,4 @@
-"""Node signals (DESIGN.md sections 3 and 4) from GPU, engine and request measurements.
+"""Node signals (docs/design.md sections 3 and 4) from GPU, engine and request measurements.
 
 Pure: `build_signals` takes what the sources measured and returns the
 `kvspread.signals.NodeSignals` document; a source that is absent leaves its fields
@@ -34,7 +34,7 @@ MIB = 1024 * 1024
 @dataclass(frozen=True)
 class LoadWeights:
     """load = mem * mem_used/mem_total + streams * active/max_streams
-    + image * image_tokens/(total_tokens + 1) (DESIGN.md section 4; defaults 0.4/0.3/0.3)."""
+    + image * image_tokens/(total_tokens + 1) (docs/design.md section 4; defaults 0.4/0.3/0.3)."""
 
     mem: float = 0.4
     streams: float = 0.3
@@ -69,7 +69,7 @@ def load_weight(
     total_tokens: float,
     w: LoadWeights = LoadWeights(),
 ) -> float:
-    """The load weight of DESIGN.md section 4; lower is better."""
+    """The load weight of docs/design.md section 4; lower is better."""
     mem = mem_used / mem_total if mem_total > 0 else 0.0
     streams = min(1.0, active_streams / w.max_streams) if w.max_streams > 0 else 0.0
     return w.mem * mem + w.streams * streams + w.image * image_tokens / (total_tokens + 1)

@@ -1,6 +1,6 @@
 """Publishing the node-signals annotation: when (pure) and how (one PATCH).
 
-DESIGN.md section 3: at most once per `min_interval_s` (default 10 s) per node, and only
+docs/design.md section 3: at most once per `min_interval_s` (default 10 s) per node, and only
 when a value moved by more than a threshold; a heartbeat every `max_interval_s`
 (default 30 s, below the readers' 60 s staleness) keeps an unchanged document fresh.
 """

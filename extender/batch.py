@@ -195,7 +195,7 @@ class NodeBatch:
         )
 
     def free(self) -> np.ndarray:
-        """free_g = total_g - max(used_g, allocated_g), clipped at 0 (DESIGN.md section 4)."""
+        """free_g = total_g - max(used_g, allocated_g), clipped at 0 (docs/design.md section 4)."""
         return np.maximum(self.total - np.maximum(self.used, self.alloc), 0.0)
 
     def idle(self, idle_used_fraction: float) -> np.ndarray:

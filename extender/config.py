@@ -84,7 +84,7 @@ GpuAssignment = Literal["fewest-pods", "scored"]
 
 @dataclass(frozen=True)
 class TermWeights:
-    """Weights of the prioritize terms (DESIGN.md section 5). Only ratios matter."""
+    """Weights of the prioritize terms (docs/design.md section 5). Only ratios matter."""
 
     fragmentation: float = 0.35
     """Weight of the fragmentation term: expected unusable GPU memory after the placement."""
@@ -109,7 +109,7 @@ class TermWeights:
 
 @dataclass(frozen=True)
 class LoadWeights:
-    """Weights of the load weight's parts (DESIGN.md section 4)."""
+    """Weights of the load weight's parts (docs/design.md section 4)."""
 
     memory: float = 0.4
     """Weight of the busy part (GPU memory used, and utilisation where measured)."""
@@ -127,7 +127,7 @@ class LoadWeights:
 
 @dataclass(frozen=True)
 class PriorShape:
-    """One instance shape of the prior target distribution (DESIGN.md section 4)."""
+    """One instance shape of the prior target distribution (docs/design.md section 4)."""
 
     gpus: int = 1
     """GPUs per instance."""
@@ -174,7 +174,7 @@ QoS break ties between nodes that pack equally well. Tuned on the simulator (doc
 
 DEFAULT_LOAD_WEIGHTS: Final = LoadWeights()
 """load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share: the weights of the design
-notes this project grew from (DESIGN.md section 4), whose first part is mem_used/mem_total.
+notes this project grew from (docs/design.md section 4), whose first part is mem_used/mem_total.
 Here that part also carries GPU utilisation where the collector measured it (`util_share`)."""
 
 DEFAULT_UTIL_SHARE: Final = 0.5
@@ -192,13 +192,13 @@ expected fragmentation as the pod's whole memory before it is preferred to an id
 No effect where utilisation is not measured (the Alibaba trace replay)."""
 
 DEFAULT_RHO_THRESHOLD: Final = 0.35
-"""Node fragmentation above which replicas of one model repel harder (DESIGN.md section 5)."""
+"""Node fragmentation above which replicas of one model repel harder (docs/design.md section 5)."""
 
 DEFAULT_RHO_REPULSION: Final = 2.0
-"""Repulsion multiplier slope: repulsion x (1 + 2 rho) above the threshold (DESIGN.md 5)."""
+"""Repulsion multiplier slope: repulsion x (1 + 2 rho) above the threshold (docs/design.md 5)."""
 
 DEFAULT_STALE_AFTER_S: Final = 60.0
-"""Signals older than this are stale: neutral score, never filtered (DESIGN.md section 3)."""
+"""Signals older than this are stale: neutral score, never filtered (docs/design.md section 3)."""
 
 DEFAULT_MAX_STREAMS: Final = 256
 """Streams at which a node counts as fully loaded: vLLM's default `--max-num-seqs` (256),
@@ -206,7 +206,7 @@ the number of sequences one engine batches at once."""
 
 DEFAULT_QOS_P95_CEILING_S: Final = 0.120
 """p95 latency at which the QoS term reaches 0 for realtime pods: the upper bound of the
-`batch` class (50-120 ms, DESIGN.md section 2); beyond it a node serves no realtime work."""
+`batch` class (50-120 ms, docs/design.md section 2); beyond it a node serves no realtime work."""
 
 DEFAULT_IDLE_USED_FRACTION: Final = 0.05
 """A GPU with no kvspread allocation counts as idle (can take a whole-GPU pod) while NVML
@@ -214,7 +214,7 @@ shows at most this share of its memory used: the CUDA context and driver reserve
 hundred MiB on an otherwise empty GPU (about 0.3-0.6 GiB, under 5 % of a 16 GiB card)."""
 
 DEFAULT_SHAPE_PRIOR: Final = (PriorShape(gpus=1, memory="whole", weight=1.0),)
-"""Until pods are seen, assume whole single-GPU instances (DESIGN.md section 2: a GPU pod
+"""Until pods are seen, assume whole single-GPU instances (docs/design.md section 2: a GPU pod
 without the memory annotation needs whole GPUs); this makes the fragmentation term prefer
 keeping GPUs entirely free, i.e. pack partial instances together."""
 

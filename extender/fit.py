@@ -1,4 +1,4 @@
-"""The filter (DESIGN.md section 5): can this node host the pod at all?
+"""The filter (docs/design.md section 5): can this node host the pod at all?
 
 A node fails when the pod's GPU count cannot be met by GPUs whose free memory covers the
 pod's per-GPU need (free_g >= need; for whole-GPU pods: idle GPUs), or, where CPU is

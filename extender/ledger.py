@@ -1,4 +1,4 @@
-"""The placement ledger: the extender's own recent placements (DESIGN.md section 4).
+"""The placement ledger: the extender's own recent placements (docs/design.md section 4).
 
 Between the moment the extender scores a node best for a pod and the moment the pod
 shows up bound in the pod cache (and its memory in the node's signals), the node looks

@@ -22,7 +22,7 @@ SIGNAL_STATES: Final = ("fresh", "stale", "missing", "invalid")
 class GpuState:
     """One GPU: measured memory use and what kvspread pods have claimed on it (MiB).
 
-    free = total - max(used, allocated) (DESIGN.md section 4): a pod's claim counts even
+    free = total - max(used, allocated) (docs/design.md section 4): a pod's claim counts even
     before its engine has allocated the memory, and measured use counts even when it
     exceeds the claims (processes outside kvspread).
     """

@@ -2,7 +2,7 @@
 `PodShape` and identity), a Node into a `NodeInfo` (labels, allocatable GPUs and the
 raw signals annotation). Pure functions on the JSON dicts; never raise on odd input:
 a pod whose kvspread labels or annotations are invalid gets `error` set, a message
-that names the field and the accepted format (DESIGN.md section 2).
+that names the field and the accepted format (docs/design.md section 2).
 
 Field lookups accept keys in any letter case (as Go's encoding/json does when
 kube-scheduler or the API server decodes them); the exact key is tried first.

@@ -1,4 +1,4 @@
-"""Prioritize scoring (DESIGN.md sections 4 and 5): pure functions, no I/O, no server.
+"""Prioritize scoring (docs/design.md sections 4 and 5): pure functions, no I/O, no server.
 
 Stable API (the extender server and the simulator both call it)::
 
@@ -20,7 +20,7 @@ Terms (each in [0,1], higher is better; one pure scalar function per term below,
 same maths vectorised in `score_batch`):
 
     fragmentation  1 / (1 + exp(dF / D))     dF = F_n(after) - F_n(before), D = pod demand
-    load           1 - load weight           (DESIGN.md 4; GPU utilisation in its first part)
+    load           1 - load weight           (docs/design.md 4; GPU utilisation in its first part)
     spread         1 - r/(r+1) * (1 + 2 rho if rho > 0.35 else 1), clipped at 0
     modality       pool/modality affinity table, NVLink for multi-image
     qos            realtime: mean(1 - p95/ceiling, 1 - streams/max_streams); others 0.5
@@ -118,7 +118,7 @@ def node_preference(name: str) -> float:
 MODALITY_AFFINITY: Mapping[str, Mapping[str | None, float]] = {
     # pod modality -> node pool -> affinity. Vision pools hold the GPUs sized for image
     # encoders and long multimodal prompts; a text model there wastes them, an image model
-    # on a language pool competes with short text requests (DESIGN.md section 2).
+    # on a language pool competes with short text requests (docs/design.md section 2).
     "text": {"language": 1.0, "mixed": 0.7, "vision": 0.3, None: 0.5},
     "image": {"language": 0.2, "mixed": 0.8, "vision": 1.0, None: 0.5},
     "multi-image": {"language": 0.1, "mixed": 0.7, "vision": 1.0, None: 0.5},
@@ -166,7 +166,7 @@ class NodeScore:
 def fragmentation_term(delta_f: float, demand_mib: float) -> float:
     """Fragmentation term in (0,1) from dF, the change of expected fragmentation.
 
-    FGD (Weng et al., USENIX ATC'23; DESIGN.md sections 4-5) places a pod where the
+    FGD (Weng et al., USENIX ATC'23; docs/design.md sections 4-5) places a pod where the
     expected fragmentation F_n grows least. term = 1 / (1 + exp(dF / D)) with D the pod's
     GPU-memory demand: 0.5 when dF = 0, towards 1 when the placement removes fragments,
     towards 0 when it creates them; strictly decreasing in dF, so it keeps FGD's order.
@@ -186,7 +186,7 @@ def busy_part(mem_frac: float | None, util: float | None, cfg: ScoringConfig) ->
     """The load's first part: memory in use, and GPU utilisation where measured.
 
     (1 - s) mem_used/mem_total + s util with s = `cfg.util_share`; memory alone without a
-    utilisation reading (DESIGN.md section 4's original part), utilisation alone without a
+    utilisation reading (docs/design.md section 4's original part), utilisation alone without a
     memory reading; None when neither was measured.
     """
     if util is None:
@@ -207,7 +207,7 @@ def load_term(
 ) -> float:
     """1 - load, load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share.
 
-    busy = `busy_part`: mem_used/mem_total (DESIGN.md section 4), with the node's mean GPU
+    busy = `busy_part`: mem_used/mem_total (docs/design.md section 4), with the node's mean GPU
     utilisation `util` folded in where the collector measured it. Weights from
     `cfg.load_weights`. A part that was not measured is left out and the remaining weights
     renormalised (never zero-filled); nothing measured gives the neutral 0.5.
@@ -234,7 +234,7 @@ def spread_term(replicas: float, rho: float, cfg: ScoringConfig) -> float:
     """1 - repulsion: fewer replicas of the same model on the node score higher.
 
     repulsion = r / (r + 1) for r replicas already there (bound or recently placed),
-    multiplied by 1 + 2 rho when the node's fragmentation rho exceeds 0.35 (DESIGN.md
+    multiplied by 1 + 2 rho when the node's fragmentation rho exceeds 0.35 (docs/design.md
     section 5; slope and threshold from cfg): a fragmented node holding a replica is
     a worse place for another. Clipped to [0,1].
     """
@@ -249,7 +249,7 @@ def spread_term(replicas: float, rho: float, cfg: ScoringConfig) -> float:
 def modality_term(modality: str, pool: str | None, nvlink: bool) -> float:
     """Affinity of the pod's modality to the node's pool (`MODALITY_AFFINITY`).
 
-    Multi-image pods give 30 % of the term to NVLink (DESIGN.md section 5). An unknown
+    Multi-image pods give 30 % of the term to NVLink (docs/design.md section 5). An unknown
     modality or pool is neutral.
     """
     table = MODALITY_AFFINITY.get(modality)
@@ -267,7 +267,7 @@ def qos_term(
     """Realtime pods prefer nodes with lower p95 latency and fewer streams.
 
     realtime: mean of (1 - min(1, p95 / qos_p95_ceiling_s)) and (1 - min(1, streams /
-    max_streams)) over the parts measured (DESIGN.md section 5). Batch and best-effort
+    max_streams)) over the parts measured (docs/design.md section 5). Batch and best-effort
     pods, and nodes with neither measurement, get the neutral 0.5.
     """
     if qos != "realtime":
@@ -281,7 +281,7 @@ def qos_term(
 
 
 def node_fragmentation(free_mib: Sequence[float]) -> tuple[float, float]:
-    """(rho, largest free extent): rho = 1 - max_g free_g / sum_g free_g (DESIGN.md 4).
+    """(rho, largest free extent): rho = 1 - max_g free_g / sum_g free_g (docs/design.md 4).
 
     0 when all free memory sits on one GPU, and 0 when nothing is free.
     """
@@ -302,7 +302,7 @@ def expected_fragmentation(
     cfg: ScoringConfig,
     cpu_free_milli: float | None = None,
 ) -> float:
-    """F_n = sum_m p_m F_n(m) (FGD; DESIGN.md section 4), in MiB.
+    """F_n = sum_m p_m F_n(m) (FGD; docs/design.md section 4), in MiB.
 
     F_n(m) = sum of free_g over GPUs that cannot take one GPU of shape m (free_g < g_m;
     for whole-GPU shapes: GPUs that are not idle) when m fits on the node (k_m such GPUs,
@@ -683,7 +683,7 @@ def score_batch(
     # load
     lw = cfg.load_weights
     tot = np.where(batch.valid, batch.total, 0.0).sum(axis=1)
-    # measured memory only (DESIGN.md section 4: mem_used/mem_total): claims already count in
+    # measured memory only (docs/design.md section 4: mem_used/mem_total): claims already count in
     # fit and fragmentation through free = total - max(used, allocated); counting them here
     # too would turn load into "prefer the least-claimed node" and undo the packing.
     used = np.where(batch.valid, batch.used, 0.0).sum(axis=1)

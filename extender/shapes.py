@@ -2,7 +2,7 @@
 
 FGD (Weng et al., USENIX ATC'23) measures fragmentation against the workload that is
 expected to arrive: shape m (GPU count k_m, per-GPU memory g_m) with weight p_m
-(DESIGN.md section 4). kvspread learns p_m online from the GPU pods it is asked about:
+(docs/design.md section 4). kvspread learns p_m online from the GPU pods it is asked about:
 every observed pod adds 1 to its shape's count and all counts decay with a half-life
 measured in observed pods (deterministic, no clock). A configurable prior with a
 pseudo-count keeps the distribution sensible before any pod is seen.
@@ -29,7 +29,7 @@ __all__ = ["Shape", "Shapes", "ShapeDistribution"]
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """One instance shape with its probability p (the p_m of DESIGN.md section 4)."""
+    """One instance shape with its probability p (the p_m of docs/design.md section 4)."""
 
     gpus: int
     mem_per_gpu_mib: float | None

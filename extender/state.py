@@ -1,7 +1,7 @@
 """Assemble a `NodeState` from what the caches hold: the Node (labels, signals
 annotation), the kvspread pods bound to it and the ledger's recent placements.
 
-Per-GPU claims (allocated_g of DESIGN.md section 4). Kubernetes does not say which GPU
+Per-GPU claims (allocated_g of docs/design.md section 4). Kubernetes does not say which GPU
 of a node a pod got: kube-scheduler binds to a node and the kubelet's device manager,
 asking the device plugin, picks the device. The claims are laid out from what is known:
 

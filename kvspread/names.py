@@ -1,6 +1,6 @@
 """Every name that crosses a boundary: Kubernetes labels and annotations, metric names,
 OTel attributes. One place, so that the collector, the extender, the adapter, the
-dashboards and the rules cannot drift apart (DESIGN.md sections 2, 3 and 6).
+dashboards and the rules cannot drift apart (docs/design.md sections 2, 3 and 6).
 
 Metrics are `MetricDescriptor`s (name, unit, kind, help); their `.prometheus` name is what
 `prometheus_name` makes of them (the standard OTel-to-Prometheus translation), and the
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
-# --- Kubernetes conventions (DESIGN.md section 2) ---------------------------------------
+# --- Kubernetes conventions (docs/design.md section 2) ---------------------------------------
 DOMAIN: Final = "kvspread.io"
 LABEL_MODEL: Final = "kvspread.io/model"
 """Pod label: model identity; replicas of one model are spread."""
@@ -131,7 +131,7 @@ class MetricDescriptor:
         return prometheus_name(self.name, "" if self.boolean else self.unit, self.kind)
 
 
-# --- Collector metrics (OTel names; DESIGN.md section 6) ---------------------------------
+# --- Collector metrics (OTel names; docs/design.md section 6) ---------------------------------
 HTTP_SERVER_REQUEST_DURATION: Final = MetricDescriptor(
     "http.server.request.duration",
     "s",
@@ -175,7 +175,7 @@ ENGINE_REQUESTS_WAITING: Final = MetricDescriptor(
 NODE_FRAGMENTATION: Final = MetricDescriptor(
     "kvspread.node.fragmentation", "1", "gauge", "Node GPU-memory fragmentation rho."
 )
-"""rho of DESIGN.md section 4."""
+"""rho of docs/design.md section 4."""
 NODE_LARGEST_FREE_EXTENT: Final = MetricDescriptor(
     "kvspread.node.largest_free_extent", "By", "gauge", "Largest free GPU memory on one GPU."
 )
@@ -246,7 +246,7 @@ adapter and the Prometheus rules read exactly (0.05 s realtime is a default boun
 0.12 s batch, 0.2 s good-request threshold), plus 30/60/120 s for long generations. A bound
 missing here makes an SLI empty, never wrong."""
 
-# --- Adapter external metrics (served names; DESIGN.md section 6) -----------------------
+# --- Adapter external metrics (served names; docs/design.md section 6) -----------------------
 SLI_LATENCY_P50: Final = "kvspread_request_latency_p50_seconds"
 SLI_LATENCY_P95: Final = "kvspread_request_latency_p95_seconds"
 SLI_LATENCY_P99: Final = "kvspread_request_latency_p99_seconds"

@@ -1,4 +1,4 @@
-"""The node-signals document (DESIGN.md section 3): written by the collector into the
+"""The node-signals document (docs/design.md section 3): written by the collector into the
 Node annotation `kvspread.io/signals` and served at the collector's `GET /signals`;
 read by the extender (and the simulator).
 

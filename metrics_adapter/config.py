@@ -6,7 +6,7 @@ shared strict loader (kvspread.settings.load); most keys can also come from a fl
 Kubernetes' aggregated API servers (`--secure-port`, `--tls-cert-file`,
 `--requestheader-client-ca-file`, ...). Durations are seconds or text such as `30s`, `1m30s`,
 `500ms`. `rules:` lists the external metrics (rules.py); without it the default rules serve
-DESIGN.md section 6. An unknown key or a bad value is a ConfigError naming the key.
+docs/design.md section 6. An unknown key or a bad value is a ConfigError naming the key.
 
     secure_port: 6443
     authorization_mode: SubjectAccessReview
@@ -165,7 +165,7 @@ class AdapterConfig:
     """Default staleness of the rules: no value is served from data older than this."""
     rules: tuple[Rule, ...] = field(default=(), metadata={"doc_expand": False})
     """The external metrics served, one rule each (keys: the rules section below); unset:
-    the default SLIs of DESIGN.md section 6."""
+    the default SLIs of docs/design.md section 6."""
     log_level: str = "info"
     """debug, info, warning or error."""
 

@@ -62,7 +62,7 @@ __all__ = [
 AGGREGATIONS: Final = ("quantile", "rate", "ratio", "good-rate", "last")
 COMBINES: Final = ("sum", "mean", "max", "min")
 DEFAULT_WINDOW_S: Final = 60.0
-"""DESIGN.md section 6: windows default to 1 min."""
+"""docs/design.md section 6: windows default to 1 min."""
 DEFAULT_STALENESS_S: Final = 120.0
 """Two windows: a value whose newest point is older is not served (the HPA sees no metric)."""
 DEFAULT_MAX_RELATIVE_BUCKET_WIDTH: Final = 2.0
@@ -321,7 +321,7 @@ def default_rules(
     staleness: float = DEFAULT_STALENESS_S,
     good_threshold: float = DEFAULT_GOOD_THRESHOLD_S,
 ) -> tuple[Rule, ...]:
-    """The SLIs of DESIGN.md section 6, from the collector's metric names (kvspread.names)."""
+    """The SLIs of docs/design.md section 6, from the collector's metric names (kvspread.names)."""
     dur = names.HTTP_SERVER_REQUEST_DURATION.name
     docs: list[dict[str, Any]] = [
         {"name": names.SLI_LATENCY_P50, "metric": dur, "aggregation": "quantile", "quantile": 0.5},

@@ -4,7 +4,7 @@ out, no clock, no I/O (the endpoint set and the gRPC server do those).
 Each eligible endpoint gets terms in [0, 1], lower is better:
 
     load      0.4 gpu_memory_share + 0.3 min(1, streams / max_streams) + 0.3 image_token_share
-              (DESIGN.md section 4, the design notes' dynamic load weight); streams are the
+              (docs/design.md section 4, the design notes' dynamic load weight); streams are the
               engine's running + waiting requests plus the picks sent since its last scrape
     queue     min(1, (waiting + picks since scrape) / queue_norm)
     kv        KV-cache usage after adding the request's estimated tokens; 1 when they do not fit
@@ -73,7 +73,7 @@ class ScoringConfig:
     w_modality: float = 0.5
     """Weight of the modality term."""
     load_memory: float = 0.4
-    """Share of the load term that is the node's GPU memory used / total (DESIGN.md 4)."""
+    """Share of the load term that is the node's GPU memory used / total (docs/design.md 4)."""
     load_streams: float = 0.3
     """Share of the load term that is streams / `max_streams`."""
     load_image: float = 0.3

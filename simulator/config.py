@@ -39,8 +39,8 @@ class PlacementConfig:
     """Seeds: a list, or text such as 42..51 or 42,43,50..51."""
     policies: str | tuple[str, ...] | None = None
     """Policies to run: a list or comma-separated names; unset: all of them."""
-    jobs: int = 1
-    """Worker processes."""
+    jobs: int | None = None
+    """Worker processes (unset: the CPU count)."""
     out: str = DEFAULT_OUT
     """Report folder."""
     extender_weight: float | None = None
@@ -49,7 +49,7 @@ class PlacementConfig:
     """Stop once arrived GPU demand passes this percentage of capacity (unset: 130)."""
 
     def validate(self) -> None:
-        if self.jobs < 1:
+        if self.jobs is not None and self.jobs < 1:
             raise invalid("jobs", "an integer >= 1", self.jobs)
         if self.extender_weight is not None and not self.extender_weight > 0:
             raise invalid("extender_weight", "a number > 0", self.extender_weight)

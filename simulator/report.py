@@ -61,6 +61,20 @@ DISPLAY_NAMES: dict[str, str] = {
     "kvspread-unrounded": "kvspread, unrounded scores",
 }
 
+PLOT_STYLE: dict[str, tuple[str, str, str]] = {
+    "random": ("#8c564b", "x", ":"),
+    "dotproduct": ("#9467bd", "v", "--"),
+    "gpuclustering": ("#e377c2", "<", "--"),
+    "gpupacking": ("#7f7f7f", ">", "--"),
+    "bestfit": ("#bcbd22", "^", "-."),
+    "fgd": ("#1f77b4", "s", "-"),
+    "kvspread": ("#d62728", "o", "-"),
+    "kvspread-k8s": ("#ff7f0e", "D", "-"),
+    "kvspread-unrounded": ("#2ca02c", "P", "-"),
+}
+"""(colour, marker, line style) per policy: FGD blue squares and kvspread red circles, so
+the two lines that sit closest stay apart on every plot."""
+
 
 def workload_name(trace: str) -> str:
     """The published `workload` column for a trace name."""
@@ -210,7 +224,18 @@ def write_plots(results: Sequence[ReplayResult], out_dir: Path, prefix: str = ""
                 med = np.nanmedian(data, axis=0)
                 lo = np.nanmin(data, axis=0)
                 hi = np.nanmax(data, axis=0)
-            (line,) = ax.plot(ARRIVED_LEVELS, med, label=DISPLAY_NAMES.get(policy, policy))
+            colour, marker, style = PLOT_STYLE.get(policy, ("#17becf", "*", "-"))
+            (line,) = ax.plot(
+                ARRIVED_LEVELS,
+                med,
+                label=DISPLAY_NAMES.get(policy, policy),
+                color=colour,
+                marker=marker,
+                linestyle=style,
+                markevery=max(1, len(ARRIVED_LEVELS) // 10),
+                markersize=5,
+                linewidth=1.6 if policy in ("fgd", "kvspread") else 1.0,
+            )
             ax.fill_between(ARRIVED_LEVELS, lo, hi, color=line.get_color(), alpha=0.2)
             if np.isfinite(hi[window]).any():
                 top = max(top, float(np.nanmax(hi[window])))
@@ -284,7 +309,7 @@ def markdown_report(
             f"{s.pods_per_second:,.0f} |"
         )
     if wall_s is not None:
-        lines += ["", f"Wall time of the whole run: {wall_s:.0f} s."]
+        lines += ["", f"Wall time of this replay: {wall_s:.0f} s."]
     lines += [""]
     for p in plots:
         lines += [f"![{p}]({p})", ""]

@@ -68,7 +68,8 @@ def _run(job: ReplayJob) -> ReplayResult:
 
 
 class Progress:
-    """A one-line progress bar on a stream (stderr), drawn only when enabled."""
+    """Progress on a stream (stderr) when enabled: a one-line bar on a terminal, else
+    (a log, a pipe) one plain line every 10 %."""
 
     def __init__(self, total: int, enabled: bool, stream: TextIO | None = None) -> None:
         self.total = total
@@ -76,10 +77,23 @@ class Progress:
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
         self.start = time.monotonic()
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty()) if callable(isatty) else False
+        self._last_decile = 0
 
     def step(self, label: str) -> None:
         self.done += 1
         if not self.enabled:
+            return
+        if not self.tty:
+            decile = 10 * self.done // max(1, self.total)
+            if decile > self._last_decile:
+                self._last_decile = decile
+                elapsed = time.monotonic() - self.start
+                self.stream.write(
+                    f"placement: {10 * decile}% ({self.done}/{self.total} runs, {elapsed:.0f} s)\n"
+                )
+                self.stream.flush()
             return
         width = 30
         filled = int(width * self.done / max(1, self.total))

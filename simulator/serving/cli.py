@@ -8,11 +8,14 @@ parser (say a shared --out or --jobs) are left alone and read by the same dest n
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 from pathlib import Path
 
 from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Layered, invalid, load_yaml
+from simulator.serving.autoscalers import AUTOSCALERS, parse_autoscalers
 from simulator.serving.config import SimConfig, config_from_mapping
 from simulator.serving.experiment import (
     parse_policies,
@@ -21,11 +24,20 @@ from simulator.serving.experiment import (
     write_outputs,
 )
 from simulator.serving.placement import POLICIES
-from simulator.serving.report import markdown_table
+from simulator.serving.presets import CLUSTERS, DEFAULT_CLUSTER, real_workload_mapping
+from simulator.serving.report import markdown_table, seed_span
+from simulator.serving.workloads import BUNDLED, WorkloadError, load_workload
 
-__all__ = ["add_arguments", "run", "load_config"]
+__all__ = [
+    "add_arguments",
+    "run",
+    "load_config",
+    "build_config",
+    "default_jobs",
+    "command_line",
+]
 
-DEFAULT_SEEDS = "1,2,3"
+DEFAULT_SEEDS = "1..10"
 DEFAULT_OUT = "kvspread-report"
 
 
@@ -36,7 +48,61 @@ def _add(parser: argparse.ArgumentParser, flag: str, **kw: object) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the serving simulation's flags to `parser`."""
+    """Add the serving simulation's flags to `parser`.
+
+    --out, --jobs and --progress default to "not given" (SUPPRESS) so that a value set on
+    `kvspread simulate` before the subcommand name still counts."""
+    _add(
+        parser,
+        "--workload",
+        action="append",
+        default=None,
+        metavar="SERVICE=PATH",
+        help="drive SERVICE from a ServeGen client folder, an Azure-format CSV "
+        "(TIMESTAMP,ContextTokens,GeneratedTokens[,NumImages]) or a bundled name "
+        f"({', '.join(BUNDLED)}); repeatable. Default: the bundled real workloads",
+    )
+    _add(
+        parser,
+        "--cluster",
+        choices=CLUSTERS,
+        default=None,
+        help=f"cluster and services of the real-workload setup (default {DEFAULT_CLUSTER}): "
+        "small = 3 nodes x 4 shared GPUs, shared = 16 such nodes, whole-gpu = 16 nodes x 8 "
+        "GPUs, one replica per GPU",
+    )
+    _add(
+        parser,
+        "--hours",
+        default=None,
+        metavar="A-B",
+        help="part of the ServeGen day to run, in hours (e.g. 10-11; sets the start and "
+        "--duration; default 10-11)",
+    )
+    _add(
+        parser,
+        "--offset",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="start at this trace second of the ServeGen data instead (CSV traces always "
+        "start at their first request)",
+    )
+    _add(
+        parser,
+        "--rate-scale",
+        type=float,
+        default=None,
+        metavar="F",
+        help="multiply every workload rate by F (default: the cluster's stated factor)",
+    )
+    _add(
+        parser,
+        "--synthetic",
+        action="store_true",
+        default=False,
+        help="the synthetic traffic model instead of real workloads (arrivals:/kinds: keys)",
+    )
     _add(
         parser,
         "--duration",
@@ -54,6 +120,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add(
         parser,
+        "--autoscalers",
+        default=",".join(AUTOSCALERS),
+        metavar="LIST",
+        help=f"comma-separated autoscalers (default {','.join(AUTOSCALERS)})",
+    )
+    _add(
+        parser,
         "--seeds",
         default=DEFAULT_SEEDS,
         metavar="LIST",
@@ -62,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add(
         parser,
         "--out",
-        default=DEFAULT_OUT,
+        default=argparse.SUPPRESS,
         metavar="DIR",
         help=f"output folder (default ./{DEFAULT_OUT}); files are prefixed serving_",
     )
@@ -70,9 +143,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--jobs",
         type=int,
-        default=1,
+        default=argparse.SUPPRESS,
         metavar="N",
-        help="worker processes, one run (policy x seed) each (default 1)",
+        help="worker processes, one run each (default: the CPU count)",
     )
     _add(
         parser,
@@ -88,22 +161,119 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="RPS",
-        help="base request rate (overrides arrivals.rate_rps)",
+        help="base request rate of the synthetic traffic (overrides arrivals.rate_rps)",
     )
     _add(
         parser,
-        "--no-progress",
-        action="store_true",
-        default=False,
-        help="no progress bar on stderr",
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=argparse.SUPPRESS,
+        help="progress on stderr (default on: a bar on a terminal, a line every 10 %% otherwise)",
     )
+
+
+def _hours(text: str) -> tuple[float, float]:
+    try:
+        a, b = (float(x) for x in text.split("-", 1))
+    except ValueError:
+        raise ConfigError(f"--hours: {text!r}: expected A-B in hours, e.g. 10-11") from None
+    if not 0 <= a < b:
+        raise ConfigError(f"--hours: {text!r}: need 0 <= A < B")
+    return a, b
+
+
+def _workload_flags(values: list[str] | None) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for v in values or []:
+        name, sep, path = v.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--workload: {v!r}: expected SERVICE=PATH")
+        try:
+            load_workload(path)
+        except WorkloadError as exc:
+            raise ConfigError(f"--workload {name}: {exc}") from None
+        out[name] = {"path": path}
+    return out
+
+
+def build_config(args: argparse.Namespace) -> SimConfig:
+    """Defaults < the real-workload preset (unless --synthetic) < YAML < flags."""
+    synthetic = bool(getattr(args, "synthetic", False))
+    if getattr(args, "rate", None) is not None and not synthetic:
+        raise ConfigError(
+            "--rate: sets the synthetic traffic's base rate; add --synthetic, or scale the "
+            "real workloads with --rate-scale"
+        )
+    data: dict = (
+        {}
+        if synthetic
+        else real_workload_mapping(getattr(args, "cluster", None) or DEFAULT_CLUSTER)
+    )
+    _merge(data, load_yaml(getattr(args, "config", None)))
+    flags = _workload_flags(getattr(args, "workload", None))
+    if flags:
+        if synthetic:
+            raise ConfigError("--workload and --synthetic: give one or the other")
+        wl = dict(data.get("workloads") or {})
+        wl.update(flags)
+        data["workloads"] = wl
+        services = data.setdefault("services", {})
+        for name in flags:  # a new service name: a text service with the defaults
+            if (
+                isinstance(services, dict)
+                and name not in services
+                and name not in SimConfig().services
+            ):
+                services[name] = {}
+    duration = getattr(args, "duration", None)
+    hours = getattr(args, "hours", None)
+    if hours is not None:
+        a, b = _hours(hours)
+        data["workload_start_s"] = a * 3600.0
+        if duration is None:
+            duration = (b - a) * 3600.0
+    if getattr(args, "offset", None) is not None:
+        if args.offset < 0:
+            raise ConfigError(f"--offset: {args.offset!r}: must be >= 0")
+        data["workload_start_s"] = float(args.offset)
+    if getattr(args, "rate_scale", None) is not None:
+        if not args.rate_scale > 0:
+            raise ConfigError(f"--rate-scale: {args.rate_scale!r}: must be > 0")
+        data["rate_scale"] = float(args.rate_scale)
+    cfg = load_config_mapping(data, duration, getattr(args, "rate", None), getattr(args, "config", None))
+    for name, spec in cfg.workloads.items():  # a bad path from --config, before any run
+        try:
+            load_workload(spec.path)
+        except WorkloadError as exc:
+            raise ConfigError(f"workloads.{name}: {exc}") from None
+    return cfg
+
+
+def _merge(base: dict, over: dict) -> None:
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = v
 
 
 def load_config(
     path: str | None, duration: float | None = None, rate: float | None = None
 ) -> SimConfig:
     """Defaults < YAML file < flags; ConfigError names the bad key."""
-    data = Layered(load_yaml(path), None if path is None else str(path))
+    return load_config_mapping(load_yaml(path), duration, rate, path)
+
+
+def load_config_mapping(
+    mapping: dict,
+    duration: float | None = None,
+    rate: float | None = None,
+    source: str | None = None,
+) -> SimConfig:
+    """A YAML-shaped mapping (from `source`, for error messages) < --duration/--rate;
+    validated."""
+    data = Layered(mapping, None if source is None else str(source))
+    path = source
     if duration is not None:
         if duration <= 0:
             raise invalid("duration_s", "a number > 0", duration).at("--duration")
@@ -118,39 +288,60 @@ def load_config(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run every policy x seed, write the outputs into args.out, print the table."""
+    """Run every policy x autoscaler x seed, write the outputs into args.out, print the
+    table."""
+    out = Path(getattr(args, "out", None) or DEFAULT_OUT)
     try:
         seeds = parse_seeds(getattr(args, "seeds", DEFAULT_SEEDS) or DEFAULT_SEEDS)
         policies = parse_policies(getattr(args, "policies", ",".join(POLICIES)) or POLICIES)
+        autoscalers = parse_autoscalers(
+            getattr(args, "autoscalers", ",".join(AUTOSCALERS)) or AUTOSCALERS
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    raw_jobs = getattr(args, "jobs", 1)
+    raw_jobs = getattr(args, "jobs", None)
     try:
-        jobs = 1 if raw_jobs is None else int(raw_jobs)
+        jobs = default_jobs() if raw_jobs is None else int(raw_jobs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"expected an integer, got {raw_jobs!r}", key="--jobs") from exc
     if jobs < 1:
         raise ConfigError(f"expected an integer >= 1, got {jobs!r}", key="--jobs")
-    cfg = load_config(
-        getattr(args, "config", None), getattr(args, "duration", None), getattr(args, "rate", None)
+    cfg = build_config(args)
+    check_output_dir(out, "--out")  # after the config's checks, before any run
+    progress = sys.stderr if getattr(args, "progress", True) is not False else None
+    exp = run_experiment(
+        cfg, policies, seeds, jobs=jobs, progress=progress, autoscalers=autoscalers
     )
-    out = Path(getattr(args, "out", DEFAULT_OUT) or DEFAULT_OUT)
-    check_output_dir(out, "--out")
-    progress = None if getattr(args, "no_progress", False) else sys.stderr
-    exp = run_experiment(cfg, policies, seeds, jobs=jobs, progress=progress)
-    command = "kvspread simulate serving " + " ".join(
-        [
-            f"--duration {cfg.duration_s:g}",
-            f"--policies {','.join(policies)}",
-            f"--seeds {','.join(map(str, seeds))}",
-            f"--jobs {jobs}",
-        ]
-        + ([f"--config {args.config}"] if getattr(args, "config", None) else [])
-    )
-    write_outputs(exp, out, command)
+    write_outputs(exp, out, command_line(args, seeds, policies, autoscalers))
     print(markdown_table(exp.summary))
     print(
         f"\n{sum(r['requests'] for r in exp.rows):,} scored requests, {exp.wall_s:.1f} s wall; "
         f"outputs in {out}/serving_*"
     )
     return 0
+
+
+def command_line(
+    args: argparse.Namespace, seeds: list[int], policies: list[str], autoscalers: list[str]
+) -> str:
+    """The command that reproduces this run, quoted for a shell."""
+    parts: list[str] = []
+    if getattr(args, "synthetic", False):
+        parts.append("--synthetic")
+    for v in getattr(args, "workload", None) or []:
+        parts += ["--workload", v]
+    for flag in ("cluster", "hours", "offset", "rate_scale", "duration", "rate", "config"):
+        v = getattr(args, flag, None)
+        if v is not None:
+            parts += [f"--{flag.replace('_', '-')}", f"{v:g}" if isinstance(v, float) else str(v)]
+    parts += ["--policies", ",".join(policies), "--autoscalers", ",".join(autoscalers)]
+    parts += ["--seeds", seed_span(seeds)]
+    return "kvspread simulate serving " + shlex.join(parts)
+
+
+def default_jobs() -> int:
+    """--jobs default: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)

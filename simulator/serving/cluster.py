@@ -1,6 +1,6 @@
 """The simulated cluster: nodes, GPUs with their memory ledger, and pods.
 
-Two memory views per GPU, as DESIGN.md section 4 distinguishes them:
+Two memory views per GPU, as docs/design.md section 4 distinguishes them:
 - `claims`: what the scheduler knows was promised (each pod's `kvspread.io/gpu-memory`);
 - `held`: what processes actually hold (an engine preallocates weights + KV pool when it
   starts; a crash-looping pod holds nothing; other tenants hold their size).

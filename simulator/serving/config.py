@@ -35,6 +35,7 @@ __all__ = [
     "ArrivalSpec",
     "SloSpec",
     "StartupSpec",
+    "WorkloadSpec",
     "SimConfig",
     "default_config",
     "config_from_mapping",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 KINDS = ("text", "image", "multi-image")
-"""The three request kinds (DESIGN.md section 7): text only, one image with short text,
+"""The three request kinds (docs/design.md section 7): text only, one image with short text,
 several images with long context. They double as the `kvspread.io/modality` label."""
 
 
@@ -225,6 +226,8 @@ class ServiceSpec:
     """Replicas at the start."""
     metrics: tuple[MetricTarget, ...] = (MetricTarget(),)
     """HPA metrics and targets."""
+    queue_target: float = 3.0
+    """AverageValue target of the `queue-depth` autoscaler: waiting requests per replica (an assumption; GKE's guide has users pick it from a load test)."""
 
 
 @dataclass(frozen=True)
@@ -294,7 +297,7 @@ class ArrivalSpec:
 
 @dataclass(frozen=True)
 class SloSpec:
-    """Per-token latency budget per QoS class (DESIGN.md section 2: realtime < 50 ms per
+    """Per-token latency budget per QoS class (docs/design.md section 2: realtime < 50 ms per
     token step; batch 50-120 ms; best-effort above). A request meets its SLO when it
     completed and its end-to-end latency divided by its output tokens is at most the
     budget (the normalised latency of the vLLM paper)."""
@@ -303,7 +306,7 @@ class SloSpec:
     """Per-token latency budget of realtime requests, seconds."""
     batch_s: float = 0.120
     """Per-token latency budget of batch requests, seconds."""
-    good_threshold_s: float = 0.2  # good_requests_per_second threshold (DESIGN.md sec. 6)
+    good_threshold_s: float = 0.2  # good_requests_per_second threshold (docs/design.md sec. 6)
 
 
 @dataclass(frozen=True)
@@ -431,6 +434,15 @@ def _default_services() -> dict[str, ServiceSpec]:
 
 
 @dataclass(frozen=True)
+class WorkloadSpec:
+    """A real request mix driving one service (simulator.serving.workloads): a ServeGen
+    client folder, an Azure-format CSV or a bundled name (`azure-conv`, ...)."""
+
+    path: str = ""
+    """A bundled workload name (`azure-conv`, `servegen-mm-image`, `servegen-language`), a ServeGen client folder or an Azure-format CSV."""
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """The whole simulation: cluster, models, services, workload, HPA and SLOs."""
 
@@ -462,6 +474,12 @@ class SimConfig:
     """Latency budgets per QoS class."""
     startup: StartupSpec = StartupSpec()
     """Pod start, restart and drain times."""
+    workloads: Mapping[str, WorkloadSpec] = field(default_factory=dict)
+    """Real workload per service (empty: the synthetic kinds and arrivals above)."""
+    workload_start_s: float = 0.0
+    """Simulated time 0 is this second of the workload traces (which part of the day runs)."""
+    rate_scale: float = 1.0
+    """Every workload rate is multiplied by this one factor (scales the trace to the cluster)."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     """The kvspread policy's scoring: the extender's `scoring:` section (extender.config)."""
 
@@ -527,11 +545,23 @@ class SimConfig:
                     raise invalid(
                         f"{where}.metrics[{i}].metric", "one of " + ", ".join(METRICS), m.metric
                     )
+        for name in self.workloads:
+            if name not in self.services:
+                raise invalid(
+                    f"workloads.{name}", "one of the services " + ", ".join(self.services), name
+                )
+        if self.workloads and set(self.workloads) != set(self.services):
+            missing = sorted(set(self.services) - set(self.workloads))
+            raise invalid("workloads", "a workload for every service", missing)
+        if self.rate_scale <= 0:
+            raise invalid("rate_scale", "a number > 0", self.rate_scale)
+        if self.workload_start_s < 0:
+            raise invalid("workload_start_s", "a number >= 0", self.workload_start_s)
         served = {s.kind for s in self.services.values()}
         for kind, k in self.kinds.items():
             if k.share < 0:
                 raise invalid(f"kinds.{kind}.share", "a number >= 0", k.share)
-            if k.share > 0 and kind not in served:
+            if k.share > 0 and kind not in served and not self.workloads:
                 raise invalid(f"kinds.{kind}.share", "0 (no service serves this kind)", k.share)
             if k.image_tokens and len(k.image_tokens) != len(k.image_weights):
                 raise invalid(
@@ -539,7 +569,7 @@ class SimConfig:
                     f"one weight per image_tokens entry ({len(k.image_tokens)})",
                     list(k.image_weights),
                 )
-        if sum(k.share for k in self.kinds.values()) <= 0:
+        if sum(k.share for k in self.kinds.values()) <= 0 and not self.workloads:
             raise invalid("kinds", "request shares that sum to more than 0", 0)
         return self
 
@@ -549,7 +579,7 @@ class SimConfig:
 
 
 METRICS = sli_names()
-"""Adapter SLIs (DESIGN.md section 6) an HPA metric may name."""
+"""Adapter SLIs (docs/design.md section 6) an HPA metric may name."""
 
 
 def default_config() -> SimConfig:

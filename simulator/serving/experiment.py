@@ -1,4 +1,5 @@
-"""Run many (policy, seed) simulations, in parallel when asked, and write the outputs."""
+"""Run many (policy, autoscaler, seed) simulations, in parallel when asked, and write the
+outputs. A seed fixes the arrivals, so every pair of a seed sees the same requests."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from simulator.serving import report
+from simulator.serving.autoscalers import DEFAULT_AUTOSCALER
 from simulator.serving.config import SimConfig
 from simulator.serving.placement import POLICIES
 from simulator.serving.sim import RunResult, simulate
@@ -61,7 +63,8 @@ def parse_policies(text: str | Sequence[str]) -> list[str]:
 
 
 class ProgressBar:
-    """A one-line progress bar on a terminal stream (silent when `stream` is None)."""
+    """A one-line progress bar on a terminal; on any other stream (a log, a pipe) one
+    plain line every 10 %; silent when `stream` is None."""
 
     def __init__(self, total: int, stream: TextIO | None, label: str = "serving") -> None:
         self.total = total
@@ -69,6 +72,8 @@ class ProgressBar:
         self.label = label
         self.done = 0.0
         self._last = -1
+        isatty = getattr(stream, "isatty", None)
+        self.tty = bool(isatty()) if callable(isatty) else False
 
     def update(self, done: float) -> None:
         self.done = done
@@ -78,6 +83,14 @@ class ProgressBar:
         frac = min(1.0, done / self.total) if self.total else 1.0
         filled = int(frac * width)
         pct = int(frac * 100)
+        if not self.tty:
+            step = pct // 10 * 10
+            if step <= self._last:
+                return
+            self._last = step
+            self.stream.write(f"{self.label}: {step}% ({int(done)}/{self.total} runs)\n")
+            self.stream.flush()
+            return
         if pct == self._last:
             return
         self._last = pct
@@ -86,14 +99,14 @@ class ProgressBar:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.stream is not None:
+        if self.stream is not None and self.tty:
             self.stream.write("\n")
             self.stream.flush()
 
 
-def _one(job: tuple[SimConfig, str, int]) -> RunResult:
-    cfg, policy, seed = job
-    return simulate(cfg, policy, seed)
+def _one(job: tuple[SimConfig, str, str, int]) -> RunResult:
+    cfg, policy, autoscaler, seed = job
+    return simulate(cfg, policy, seed, autoscaler=autoscaler)
 
 
 @dataclass
@@ -110,24 +123,25 @@ def run_experiment(
     seeds: Sequence[int],
     jobs: int = 1,
     progress: TextIO | None = sys.stderr,
+    autoscalers: Sequence[str] = (DEFAULT_AUTOSCALER,),
 ) -> Experiment:
-    """Every policy x seed; results in (policy, seed) order whatever `jobs` is."""
-    work = [(cfg, p, s) for p in policies for s in seeds]
+    """Every policy x autoscaler x seed; results in that order whatever `jobs` is."""
+    work = [(cfg, p, a, s) for p in policies for a in autoscalers for s in seeds]
     bar = ProgressBar(len(work), progress)
     t0 = time.perf_counter()
     results: list[RunResult] = []
     if jobs <= 1 or len(work) == 1:
-        for k, (c, p, s) in enumerate(work):
+        for k, (c, p, a, s) in enumerate(work):
             cb: Callable[[float], None] = lambda f, k=k: bar.update(k + f)  # noqa: E731
-            results.append(simulate(c, p, s, progress=cb))
+            results.append(simulate(c, p, s, progress=cb, autoscaler=a))
     else:
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(min(jobs, len(work))) as pool:
-            by_key: dict[tuple[str, int], RunResult] = {}
+            by_key: dict[tuple[str, str, int], RunResult] = {}
             for res in pool.imap_unordered(_one, work):
-                by_key[(res.policy, res.seed)] = res
+                by_key[(res.policy, res.autoscaler, res.seed)] = res
                 bar.update(len(by_key))
-            results = [by_key[(p, s)] for _, p, s in work]
+            results = [by_key[(p, a, s)] for _, p, a, s in work]
     bar.update(len(work))
     bar.close()
     wall = time.perf_counter() - t0
@@ -135,14 +149,21 @@ def run_experiment(
     return Experiment(results, rows, report.aggregate(rows), wall)
 
 
-def write_outputs(exp: Experiment, out: Path, command: str, prefix: str = "serving_") -> str:
+def write_outputs(
+    exp: Experiment, out: Path, command: str, prefix: str = "serving_", heading: str = "##"
+) -> str:
     """CSV files, plots and the Markdown section into `out`; returns the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
+    cmp = report.compare_rows(exp.rows)
     report.write_csv(out / f"{prefix}summary.csv", exp.summary)
     report.write_csv(out / f"{prefix}runs.csv", exp.rows)
+    report.write_csv(out / f"{prefix}comparison.csv", cmp)
     report.write_timeline(out / f"{prefix}timeline.csv", exp.results)
     report.plot_latency(out / f"{prefix}latency.png", exp.results)
     report.plot_replicas(out / f"{prefix}replicas.png", exp.results)
-    md = report.markdown_section(exp.summary, exp.results, command, exp.wall_s, prefix)
+    report.plot_cost(out / f"{prefix}cost.png", exp.summary, exp.rows)
+    md = report.markdown_section(
+        exp.summary, exp.results, command, exp.wall_s, prefix, exp.rows, cmp, heading
+    )
     (out / f"{prefix}report.md").write_text(md)
     return md

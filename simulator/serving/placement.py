@@ -1,5 +1,7 @@
-"""Where a new model instance goes: the three placement policies under comparison.
+"""Where a new model instance goes: the placement policies under comparison.
 
+- `kube-default`: kube-scheduler's default profile without an extender
+  (simulator.serving.kubedefault).
 - `round-robin`: nodes in turn. Counts only time-slicing slots (`nvidia.com/gpu`
   replicas), not memory: the behaviour of a default scheduler with a time-sliced device
   plugin, which does not enforce GPU memory.
@@ -49,12 +51,12 @@ __all__ = [
     "make_policy",
 ]
 
-POLICIES = ("round-robin", "memory-weighted", "kvspread")
+POLICIES = ("kube-default", "round-robin", "memory-weighted", "kvspread")
 
 
 @dataclass(frozen=True)
 class NodeView:
-    """What the simulated collector last published for one node (DESIGN.md section 3):
+    """What the simulated collector last published for one node (docs/design.md section 3):
     per GPU the memory used (MiB), utilisation (NVML's busy share), KV blocks and models
     served; the node's in-flight `streams`, `image_token_share` of recent tokens and
     `p95_s` request latency (None when not measured). `annotation()` is the
@@ -314,6 +316,10 @@ def make_policy(
     name: str, rng: np.random.Generator, cfg: ScoringConfig | None = None
 ) -> PlacementPolicy:
     """The policy called `name` (one of POLICIES)."""
+    if name == "kube-default":
+        from simulator.serving.kubedefault import KubeDefault
+
+        return KubeDefault(rng)
     if name == "round-robin":
         return RoundRobin(rng)
     if name == "memory-weighted":

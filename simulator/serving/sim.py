@@ -25,8 +25,9 @@ from bpf.publish import PublishConfig, should_publish
 from bpf.stats import RecentWindow
 from kvspread import names
 from kvspread.signals import NodeSignals
+from simulator.serving.autoscalers import DEFAULT_AUTOSCALER, hpa_metrics
 from simulator.serving.cluster import Gpu, Node, Pod, device_plugin_gpu
-from simulator.serving.config import ServiceSpec, SimConfig
+from simulator.serving.config import SimConfig
 from simulator.serving.costmodel import kv_pool_tokens, sharing_factor
 from simulator.serving.engine import Engine
 from simulator.serving.hpa import Hpa
@@ -37,7 +38,7 @@ from simulator.serving.workload import Request, generate_requests
 __all__ = ["Simulation", "RunResult", "simulate", "TimelineRow"]
 
 _STEP, _READY, _RESTART, _HPA, _SCHED, _KILL, _TICK = range(7)
-METRIC_WINDOW_S = 60.0  # adapter SLI window (DESIGN.md section 6 default)
+METRIC_WINDOW_S = 60.0  # adapter SLI window (docs/design.md section 6 default)
 DRAIN_S = 600.0  # after the last arrival, let in-flight requests finish (HPA keeps running)
 
 
@@ -73,6 +74,7 @@ class RunResult:
     overcommits: int = 0  # placements onto a GPU whose claims then exceed its memory
     gpu_overridden: int = 0  # placements where the device plugin's GPU was not the preferred
     pods: list[Pod] = field(default_factory=list)
+    autoscaler: str = DEFAULT_AUTOSCALER
 
 
 class Simulation:
@@ -85,8 +87,11 @@ class Simulation:
         seed: int,
         progress: Callable[[float], None] | None = None,
         requests: list[Request] | None = None,
+        autoscaler: str = DEFAULT_AUTOSCALER,
     ) -> None:
         self.cfg = cfg
+        self.autoscaler = autoscaler
+        self.hpa_metrics = {s: hpa_metrics(autoscaler, spec) for s, spec in cfg.services.items()}
         self.seed = seed
         self.policy_name = policy
         self.rng = np.random.default_rng([seed, 4242])
@@ -429,12 +434,11 @@ class Simulation:
 
     # ---- periodic work ----
     def _hpa_sync(self, service: str, now: float) -> None:
-        spec: ServiceSpec = self.services[service]
         m = self.metrics[service]
         current = self.spec_replicas[service]
         ready = len(self.ready[service])
         values = []
-        for target in spec.metrics:
+        for target in self.hpa_metrics[service] or ():
             v = m.value(target.metric, now)
             values.append((target.type, v, target.value))
         decision = self.hpas[service].step(now, current, ready, values)  # type: ignore[arg-type]
@@ -474,7 +478,7 @@ class Simulation:
         self.timeline.append(row)
 
     def _publish(self, now: float) -> None:
-        """The collector's node signals (DESIGN.md section 3), every signals period."""
+        """The collector's node signals (docs/design.md section 3), every signals period."""
         views: dict[int, NodeView] = {}
         streams: dict[int, int] = defaultdict(int)
         for pod in self.pods.values():
@@ -561,7 +565,8 @@ class Simulation:
             self._publish(0.0)
         sync = self.cfg.hpa.sync_period_s
         for name in self.services:
-            self._push(sync, _HPA, name)
+            if self.hpa_metrics[name] is not None:  # autoscaler `none`: fixed replicas
+                self._push(sync, _HPA, name)
         self._push(self.cfg.timeline_step_s, _TICK, None)
         reqs = self.requests
         n_req = len(reqs)
@@ -689,11 +694,16 @@ class Simulation:
             overcommits=self.overcommits,
             gpu_overridden=self.gpu_overridden,
             pods=all_pods,
+            autoscaler=self.autoscaler,
         )
 
 
 def simulate(
-    cfg: SimConfig, policy: str, seed: int, progress: Callable[[float], None] | None = None
+    cfg: SimConfig,
+    policy: str,
+    seed: int,
+    progress: Callable[[float], None] | None = None,
+    autoscaler: str = DEFAULT_AUTOSCALER,
 ) -> RunResult:
-    """Run one (policy, seed) simulation."""
-    return Simulation(cfg, policy, seed, progress=progress).run()
+    """Run one (policy, autoscaler, seed) simulation; the seed alone fixes the arrivals."""
+    return Simulation(cfg, policy, seed, progress=progress, autoscaler=autoscaler).run()

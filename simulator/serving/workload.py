@@ -117,9 +117,12 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
 
     Per kind: a renewal process whose gaps are Gamma(shape 1/cv^2, mean 1) divided by the
     current rate (rate_rps x share x swell, x burst factor for `burst_kinds` in an episode).
-    Each kind goes to the first service configured for it.
+    Each kind goes to the first service configured for it. With `cfg.workloads` set, each
+    service's requests come from its real workload instead (simulator.serving.workloads).
     """
     end = cfg.warmup_s + cfg.duration_s
+    if cfg.workloads:
+        return _real_requests(cfg, seed, end)
     a = cfg.arrivals
     shape = 1.0 / (a.cv * a.cv)
     episodes = burst_episodes(cfg, seed, end)
@@ -153,6 +156,23 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
             prompt, images, out = _sizes(rng, spec, cum)
             reqs.append(Request(0, kind_service[kind], kind, t, prompt, images, out))
     reqs.sort(key=lambda r: (r.arrival, r.kind))
+    for i, r in enumerate(reqs):
+        r.rid = i
+    return reqs
+
+
+def _real_requests(cfg: SimConfig, seed: int, end: float) -> list[Request]:
+    from simulator.serving.workloads import load_workload, workload_requests
+
+    reqs: list[Request] = []
+    for idx, (name, spec) in enumerate(sorted(cfg.services.items())):
+        wl = load_workload(cfg.workloads[name].path)
+        reqs.extend(
+            workload_requests(
+                wl, name, spec.kind, seed, idx, cfg.workload_start_s, end, cfg.rate_scale
+            )
+        )
+    reqs.sort(key=lambda r: (r.arrival, r.service))
     for i, r in enumerate(reqs):
         r.rid = i
     return reqs

@@ -1,4 +1,4 @@
-"""Node signals (DESIGN.md section 4) and when to publish them."""
+"""Node signals (docs/design.md section 4) and when to publish them."""
 
 from __future__ import annotations
 

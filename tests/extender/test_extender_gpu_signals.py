@@ -98,7 +98,7 @@ def test_busy_part_and_load_term_fold_in_utilisation() -> None:
     idle = load_term(20.0, 100.0, None, None, CFG, util=0.0)
     busy = load_term(20.0, 100.0, None, None, CFG, util=1.0)
     assert idle == pytest.approx(1 - 0.1) and busy == pytest.approx(1 - 0.6)
-    # without a reading the memory part is DESIGN.md's mem_used/mem_total
+    # without a reading the memory part is docs/design.md's mem_used/mem_total
     assert load_term(20.0, 100.0, None, None, CFG) == pytest.approx(0.8)
 
 

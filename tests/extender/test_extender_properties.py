@@ -63,7 +63,7 @@ class GenPod:
 
 
 def oracle_fits(pod: GenPod, node: GenNode) -> bool:
-    """Independent statement of DESIGN.md section 5's filter rule (a memory annotation
+    """Independent statement of docs/design.md section 5's filter rule (a memory annotation
     without a GPU limit means one GPU, extender/objects.py)."""
     gpus = pod.gpus or (1 if pod.mem_gib else 0)
     if node.signals != "fresh" or not node.gpus or gpus == 0:

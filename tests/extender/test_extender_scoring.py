@@ -365,7 +365,7 @@ def test_inputs_are_not_modified() -> None:
 
 
 def test_claims_are_not_load_but_still_count_in_fit_and_fragmentation() -> None:
-    """Load reads measured memory only (DESIGN.md section 4); a GPU's claims (pods placed,
+    """Load reads measured memory only (docs/design.md section 4); a GPU's claims (pods placed,
     not yet measured) shape fit and fragmentation instead, so the load term alone never
     turns into "prefer the least-claimed node"."""
     pod = PodShape(1, 20_000.0)

@@ -84,6 +84,13 @@ REQUIRED = {"url": "http://127.0.0.1:8000/metrics"}
 """Values of required item keys (an engine target needs its URL)."""
 
 
+NAMED_SAMPLES: dict[tuple[str, str], Any] = {
+    # a workload per service (the loader wants one for each), all the bundled Azure trace
+    ("SimConfig", "workloads"): lambda d: {svc: {"path": "azure-conv"} for svc in d["services"]},
+}
+"""Entries for named mappings that are empty by default, so their keys can be loaded."""
+
+
 def _sample(cls: Any, default: Any, parts: list[str]) -> Any:
     """A YAML mapping that sets the dotted doc key `parts` of config class `cls` to its
     default (`default`: `dump` of the class's default instance)."""
@@ -99,6 +106,8 @@ def _sample(cls: Any, default: Any, parts: list[str]) -> Any:
         return {name: [{**items[0], **_sample(elem, items[0], rest)}]}
     if rest and rest[0] == "<name>":
         elem = typing.get_args(tp)[1]
+        if not default[name] and (cls.__name__, name) in NAMED_SAMPLES:
+            return {name: NAMED_SAMPLES[cls.__name__, name](default)}
         entry = next(iter(default[name]))
         return {name: {entry: _sample(elem, default[name][entry], rest[1:])}}
     return {name: _sample(tp, default[name], rest)}

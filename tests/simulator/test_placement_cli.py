@@ -134,3 +134,54 @@ def test_help_has_examples(capsys: pytest.CaptureFixture) -> None:
         with pytest.raises(SystemExit):
             main(argv, environ={})
         assert "examples:" in capsys.readouterr().out
+
+
+def test_unwritable_out_fails_before_the_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the folder should go: mkdir fails
+    argv = ["simulate", "placement", "--policies", "fgd", "--seeds", "42"]
+    code = main([*argv, "--out", str(blocker / "report"), "--no-progress"], environ={})
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "cannot write" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_out_jobs_progress_before_the_subcommand_are_kept() -> None:
+    import argparse
+
+    from simulator.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"), {})
+    for mode in ("serving", "placement"):
+        args = parser.parse_args(
+            ["simulate", "--out", "/tmp/x", "--jobs", "3", "--no-progress", mode]
+        )
+        assert (args.out, args.jobs, args.progress) == ("/tmp/x", 3, False)
+        args = parser.parse_args(["simulate", mode, "--out", "/tmp/y", "--progress"])
+        assert (
+            "/tmp/y"
+            in (
+                getattr(args, "out", None),
+                args.cfg__placement__out if mode == "placement" else None,
+            )
+            and args.progress is True
+        )
+    bare = parser.parse_args(["simulate"])
+    assert bare.out is None and bare.jobs is None and bare.progress is None
+
+
+def test_placement_progress_lines_off_a_terminal() -> None:
+    import io
+
+    from simulator.runner import Progress
+
+    stream = io.StringIO()
+    p = Progress(20, True, stream)
+    for _ in range(20):
+        p.step("fgd seed 42")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("placement: 100% (20/20 runs")

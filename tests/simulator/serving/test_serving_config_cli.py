@@ -115,7 +115,7 @@ def test_add_arguments_keeps_flags_the_caller_defined() -> None:
     p = parser_with("--out", "--jobs")
     args = p.parse_args(["--duration", "60"])
     assert args.out == "caller" and args.jobs == "caller"
-    assert args.duration == 60.0 and args.seeds == "1,2,3"
+    assert args.duration == 60.0 and args.seeds == "1..10"
 
 
 def test_run_writes_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -141,7 +141,7 @@ def test_run_writes_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert cli.run(args) == 0
     printed = capsys.readouterr().out
     assert "| kvspread |" in printed
-    assert (out / "serving_summary.csv").read_text().startswith("policy,seeds,")
+    assert (out / "serving_summary.csv").read_text().startswith("policy,autoscaler,seeds,")
     assert "--config" in (out / "serving_report.md").read_text()
 
 

@@ -203,7 +203,14 @@ def test_quick_writes_a_report_section(tmp_path: Path, monkeypatch: pytest.Monke
     import simulator.serving as serving
 
     monkeypatch.setattr(serving, "QUICK_DURATION_S", 200.0)
-    md = quick(tmp_path, jobs=1)
+    monkeypatch.setattr(serving, "QUICK_SEEDS", (1, 2))
+    md, headline = quick(tmp_path, jobs=2, progress=False)
     assert md.startswith("## Serving simulation")
-    assert "| kvspread |" in md and "| round-robin |" in md
+    assert "| kvspread | slo |" in md and "| kube-default | request-rate |" in md
+    # the report opens with the claim, worded from the paired comparison
+    assert 3 <= len(headline) <= 5
+    assert "kube-default" in headline[0] and "95 % CI" in headline[0]
+    assert "Against kube-default + request-rate" in md
+    assert (tmp_path / "serving_comparison.csv").exists()
+    assert (tmp_path / "serving_cost.png").exists()
     assert (tmp_path / "serving_latency.png").exists()

@@ -1,0 +1,108 @@
+"""`kube-default`: kube-scheduler's default profile scoring a GPU inference pod.
+
+What a cluster without kvspread does: the filter is resource fit on `nvidia.com/gpu`
+(a free time-slicing slot; GPU memory is invisible to it), and the score plugins of the
+default profile that can tell nodes apart here, at their default weights:
+
+- NodeResourcesFit, strategy LeastAllocated (weight 1), over CPU and memory: the mean of
+  (allocatable - requested) x 100 / allocatable, the incoming pod included. Extended
+  resources such as `nvidia.com/gpu` are not scored by default.
+- NodeResourcesBalancedAllocation (weight 1): (1 - std of the CPU and memory request
+  fractions) x 100.
+- PodTopologySpread (weight 2) with the system default constraints (hostname maxSkew 3,
+  zone maxSkew 5, ScheduleAnyway; the simulated nodes carry no zone label, so only the
+  hostname one applies; a service's pods are those serving its model): raw = its pods on
+  the node x log(nodes + 2)
+  + (maxSkew - 1), normalised as 100 x (max + min - raw) / max.
+- ImageLocality (weight 1): the serving image (`IMAGE_MB`) counts once a node has run any
+  engine; 100 x clamp((size x spread - 23 MB) / (1000 MB - 23 MB)), spread = share of
+  nodes holding it.
+
+Pod and node CPU/memory sizes are assumptions of this simulator (`POD_CPU` ...): every
+serving pod and every other tenant's pod requests them per GPU slot it takes.
+TaintToleration, NodeAffinity and InterPodAffinity score every node alike here and are
+left out. The highest total wins; ties are broken at random, as kube-scheduler does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.serving.cluster import Node, device_plugin_gpu
+
+if TYPE_CHECKING:
+    from simulator.serving.placement import BoundPod
+
+__all__ = ["KubeDefault", "scores", "POD_CPU", "POD_MEMORY_GIB", "NODE_CPU", "NODE_MEMORY_GIB"]
+
+POD_CPU = 8.0  # vCPU per model instance (assumption: a vLLM pod's usual request)
+POD_MEMORY_GIB = 64.0  # host memory per model instance (assumption)
+NODE_CPU = 96.0  # allocatable vCPU of a GPU node (an 8-GPU A100 VM has 96)
+NODE_MEMORY_GIB = 1024.0  # allocatable host memory of a GPU node (assumption)
+IMAGE_MB = 9000.0  # a vLLM OpenAI-server image (about 9 GB uncompressed)
+MAX_SKEW_HOSTNAME = 3
+WEIGHTS = {"fit": 1, "balanced": 1, "spread": 2, "image": 1}
+MIN_IMAGE_MB, MAX_IMAGE_MB = 23.0, 1000.0  # ImageLocality thresholds (one container)
+
+
+class KubeDefault:
+    """kube-scheduler's default score plugins for one GPU pod (module docstring)."""
+
+    name = "kube-default"
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
+        feasible, total = scores(nodes, slots, bound, want.model)
+        if not feasible:
+            return None
+        best = np.flatnonzero(total == total.max())
+        node = feasible[int(best[int(self._rng.integers(len(best)))])]
+        g = device_plugin_gpu(node, slots)
+        return None if g is None else (node.index, g.index)
+
+
+def scores(
+    nodes: list[Node], slots: int, bound: Mapping[int, list[BoundPod]], model: str
+) -> tuple[list[Node], np.ndarray]:
+    """The feasible nodes and their total default-profile scores."""
+    feasible = [n for n in nodes if any(len(g.occupants) < slots for g in n.gpus)]
+    if not feasible:
+        return [], np.empty(0)
+    taken = np.array([sum(len(g.occupants) for g in n.gpus) for n in feasible], dtype=float)
+    cpu_used = np.minimum((taken + 1) * POD_CPU, NODE_CPU * 10)
+    mem_used = (taken + 1) * POD_MEMORY_GIB
+    cpu_s = np.where(cpu_used > NODE_CPU, 0, (NODE_CPU - cpu_used) * 100 // NODE_CPU)
+    mem_s = np.where(
+        mem_used > NODE_MEMORY_GIB, 0, (NODE_MEMORY_GIB - mem_used) * 100 // NODE_MEMORY_GIB
+    )
+    fit = (cpu_s + mem_s) // 2
+    cpu_f = np.minimum(cpu_used / NODE_CPU, 1.0)
+    mem_f = np.minimum(mem_used / NODE_MEMORY_GIB, 1.0)
+    balanced = ((1.0 - np.abs(cpu_f - mem_f) / 2.0) * 100).astype(np.int64)
+    same = np.array(
+        [sum(1 for p in bound.get(n.index, []) if p.model == model) for n in feasible],
+        dtype=float,
+    )
+    raw = same * math.log(len(nodes) + 2) + (MAX_SKEW_HOSTNAME - 1)
+    hi, lo = raw.max(), raw.min()
+    spread = np.full(len(feasible), 100.0) if hi <= 0 else 100.0 * (hi + lo - raw) / hi
+    spread = spread.astype(np.int64)
+    has_image = np.array([1.0 if bound.get(n.index) else 0.0 for n in nodes])
+    share = has_image.mean() if len(nodes) else 0.0
+    with_image = np.array([1.0 if bound.get(n.index) else 0.0 for n in feasible])
+    size = IMAGE_MB * share * with_image
+    image = np.clip((size - MIN_IMAGE_MB) / (MAX_IMAGE_MB - MIN_IMAGE_MB), 0.0, 1.0) * 100
+    image = image.astype(np.int64)
+    total = (
+        WEIGHTS["fit"] * fit
+        + WEIGHTS["balanced"] * balanced
+        + WEIGHTS["spread"] * spread
+        + WEIGHTS["image"] * image
+    )
+    return feasible, total

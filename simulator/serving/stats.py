@@ -1,0 +1,126 @@
+"""Paired comparisons over seeds: mean difference, 95 % confidence interval, verdict.
+
+Every (policy, autoscaler) pair runs on the same arrivals for a seed, so the fair test of
+"is A better than B" is on the per-seed differences A - B: their mean, and a Student t
+interval mean +/- t(0.975, n-1) x sd / sqrt(n). The verdict reads the interval: it lies
+wholly on the good side ("better"), wholly on the bad side ("worse"), or contains 0
+("no significant difference"). With one seed there is no interval ("one seed: no CI").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["t_quantile_975", "Paired", "paired", "compare", "HIGHER_IS_BETTER"]
+
+# two-sided 95 % Student t quantiles t(0.975, df) for df = 1..30 (standard tables)
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+HIGHER_IS_BETTER: Mapping[str, bool] = {
+    "slo_realtime": True,
+    "slo_batch": True,
+    "mean_e2e_s": False,
+    "p99_e2e_s": False,
+    "p99_ttft_s": False,
+    "oom_rate": False,
+    "failed_starts": False,
+    "gpu_hours_pods": False,
+    "gpu_hours_occupied": False,
+    "preemptions": False,
+}
+"""Which way is good for each compared metric."""
+
+
+def t_quantile_975(df: int) -> float:
+    """t(0.975, df): scipy's when installed, else the table (df > 30: the normal 1.96
+    plus the first-order correction 2.4 / df)."""
+    if df < 1:
+        return math.nan
+    try:
+        from scipy.stats import t
+
+        return float(t.ppf(0.975, df))
+    except ImportError:  # pragma: no cover - scipy is installed here
+        return _T975[df - 1] if df <= 30 else 1.95996 + 2.4 / df
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Mean of the per-seed differences (candidate - baseline) and its 95 % CI."""
+
+    metric: str
+    n: int
+    mean: float
+    low: float
+    high: float
+    verdict: str  # better | worse | no significant difference | one seed: no CI
+
+
+def paired(metric: str, candidate: Sequence[float], baseline: Sequence[float]) -> Paired:
+    """Compare two equally long per-seed series (NaN pairs dropped)."""
+    diffs = [
+        a - b
+        for a, b in zip(candidate, baseline, strict=True)
+        if not (math.isnan(a) or math.isnan(b))
+    ]
+    n = len(diffs)
+    if n == 0:
+        return Paired(metric, 0, math.nan, math.nan, math.nan, "no data")
+    mean = sum(diffs) / n
+    if n == 1:
+        return Paired(metric, 1, mean, math.nan, math.nan, "one seed: no CI")
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    low, high = mean - half, mean + half
+    good_up = HIGHER_IS_BETTER.get(metric, True)
+    if low > 0:
+        verdict = "better" if good_up else "worse"
+    elif high < 0:
+        verdict = "worse" if good_up else "better"
+    else:
+        verdict = "no significant difference"
+    return Paired(metric, n, mean, low, high, verdict)
+
+
+def compare(
+    rows: Sequence[Mapping[str, object]],
+    baseline: tuple[str, str],
+    metrics: Sequence[str],
+) -> list[dict[str, object]]:
+    """Every (policy, autoscaler) of `rows` against `baseline` on `metrics`, paired by
+    seed (only seeds both have). One dict per (pair, metric)."""
+    by: dict[tuple[str, str], dict[int, Mapping[str, object]]] = {}
+    for r in rows:
+        key = (str(r["policy"]), str(r["autoscaler"]))
+        by.setdefault(key, {})[int(r["seed"])] = r  # type: ignore[call-overload]
+    base = by.get(baseline, {})
+    out: list[dict[str, object]] = []
+    for key, runs in by.items():
+        if key == baseline:
+            continue
+        seeds = sorted(set(runs) & set(base))
+        for m in metrics:
+            p = paired(
+                m,
+                [float(runs[s][m]) for s in seeds],  # type: ignore[arg-type]
+                [float(base[s][m]) for s in seeds],  # type: ignore[arg-type]
+            )
+            out.append(
+                {
+                    "policy": key[0],
+                    "autoscaler": key[1],
+                    "metric": m,
+                    "seeds": p.n,
+                    "mean_diff": p.mean,
+                    "ci_low": p.low,
+                    "ci_high": p.high,
+                    "verdict": p.verdict,
+                }
+            )
+    return out
