@@ -1,18 +1,16 @@
-"""Cluster state for the extender: node and pod caches fed by list+watch, the ledger's
-effect on them, and a column table that answers names-only requests quickly.
+"""The extender's view of the cluster behind one interface, `NodeSource`.
 
-`Reflector` runs the classic list-then-watch loop for one resource through the
-`kubernetes` client (raw JSON, no model deserialisation: 5,000 nodes must stay cheap):
-list -> remember metadata.resourceVersion -> watch from it (`allowWatchBookmarks`) ->
-apply ADDED/MODIFIED/DELETED and move the resourceVersion -> when the watch ends
-(server timeout), watch again from the last resourceVersion; on 410 Gone (an ERROR
-event with a Status code 410, or an HTTP 410) list again; on any other error wait with
-exponential backoff (with jitter, capped) and list again.
+`ClusterState` (the default) holds what the list+watch reflectors
+(`kvspread.kube.Reflector`) deliver: `NodeInfo` by node, `PodInfo` of the GPU/kvspread
+pods bound to each node, and a `NodeTable` row per node with the `NodeState` the scorer
+needs (rebuilt for a node whenever its Node, its pods or its ledger entries change).
+`ready` turns true after the first full list of both.
 
-`ClusterState` holds what the reflectors deliver: `NodeInfo` by node, `PodInfo` of the
-GPU/kvspread pods bound to each node, and a `NodeTable` row per node with the
-`NodeState` the scorer needs (rebuilt for a node whenever its Node, its pods or its
-ledger entries change). `ready` turns true after the first full list of both.
+`StaticState` serves standalone mode (no API server): it knows no node by name, builds
+the nodes of a full-NodeList request from the request body alone, and is always ready.
+
+Both own the placement ledger: `record_placement()` remembers the extender's pick and
+updates whatever the pick changes, so the service never touches the ledger itself.
 
 Thread-safety: reflector threads and request handlers share `ClusterState` through
 one lock; `take()` returns copies.
@@ -20,227 +18,74 @@ one lock; `take()` returns copies.
 
 from __future__ import annotations
 
-import json
-import logging
-import random
-import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from extender.batch import NodeBatch, NodeTable
 from extender.config import ScoringConfig
 from extender.ledger import Ledger
-from extender.objects import NodeInfo, PodInfo, field, parse_node, parse_pod
+from extender.model import PodShape
+from extender.objects import NodeInfo, PodInfo, parse_node, parse_pod
 from extender.state import build_node_state
 from kvspread.clock import Clock
 
-__all__ = ["Reflector", "ReflectorStats", "ClusterState", "Backoff"]
-
-log = logging.getLogger("kvspread.extender.cache")
+__all__ = ["NodeSource", "ClusterState", "StaticState"]
 
 
-@dataclass
-class Backoff:
-    """Exponential backoff with full jitter: delay in [base/2, cap], doubling per failure."""
+class NodeSource(Protocol):
+    """What the service needs from the cluster state."""
 
-    base_s: float = 0.2
-    cap_s: float = 30.0
-    failures: int = 0
+    ledger: Ledger
 
-    def next_delay(self, rng: random.Random) -> float:
-        self.failures += 1
-        top = min(self.cap_s, self.base_s * (2 ** (self.failures - 1)))
-        return rng.uniform(top / 2, top)
+    @property
+    def ready(self) -> bool: ...
 
-    def reset(self) -> None:
-        self.failures = 0
+    def synced(self) -> Mapping[str, bool]:
+        """Resource -> first list done (for the cache_synced gauge); empty standalone."""
+        ...
 
+    def take(self, names: Sequence[str], model: str | None = None) -> tuple[NodeBatch, list[int]]:
+        """Rows for `names` (request order) and the positions of names not known."""
+        ...
 
-@dataclass
-class ReflectorStats:
-    """Counters a test or /metrics can read."""
+    def batch_for(self, infos: Sequence[NodeInfo]) -> NodeBatch:
+        """Rows for the nodes of a full-NodeList request body, in order."""
+        ...
 
-    lists: int = 0
-    watches: int = 0
-    events: int = 0
-    gone: int = 0
-    errors: int = 0
-    resource_version: str = ""
-    synced: bool = False
-    last_error: str = ""
+    def record_placement(self, pod: str, node: str, shape: PodShape, gpus: tuple[int, ...]) -> None:
+        """Remember that `pod` ("ns/name") was scored best on `node`, GPU slots `gpus`."""
+        ...
 
 
-class _Gone(Exception):
-    pass
+class StaticState:
+    """Standalone mode: no caches; the ledger still spreads bursts over NodeList nodes."""
 
+    def __init__(self, cfg: ScoringConfig, ledger: Ledger, clock: Clock) -> None:
+        self._cfg = cfg
+        self.ledger = ledger
+        self._clock = clock
 
-class Reflector:
-    """List+watch one resource and feed `on_list(items)` / `on_event(type, obj)`.
+    @property
+    def ready(self) -> bool:
+        return True
 
-    `list_call(**kw)` is a `kubernetes` client list method (e.g. `CoreV1Api.list_node`);
-    it is called with `_preload_content=False` so the raw JSON is parsed here.
-    """
+    def synced(self) -> Mapping[str, bool]:
+        return {}
 
-    def __init__(
-        self,
-        name: str,
-        list_call: Callable[..., Any],
-        on_list: Callable[[list[dict[str, Any]]], None],
-        on_event: Callable[[str, dict[str, Any]], None],
-        *,
-        field_selector: str | None = None,
-        watch_timeout_s: int = 300,
-        backoff: Backoff | None = None,
-        request_timeout_s: float = 30.0,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.name = name
-        self._list_call = list_call
-        self._on_list = on_list
-        self._on_event = on_event
-        self._field_selector = field_selector
-        self._watch_timeout_s = watch_timeout_s
-        self._backoff = backoff or Backoff()
-        self._request_timeout_s = request_timeout_s
-        self._rng = rng or random.Random()
-        self._stop = threading.Event()
-        self._resp_lock = threading.Lock()
-        self._resp: Any = None
-        self._thread: threading.Thread | None = None
-        self.stats = ReflectorStats()
+    def take(self, names: Sequence[str], model: str | None = None) -> tuple[NodeBatch, list[int]]:
+        return NodeBatch.from_states([]), list(range(len(names)))
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name=f"reflector-{self.name}", daemon=True)
-        self._thread.start()
-
-    def stop(self, join_timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        with self._resp_lock:
-            resp = self._resp
-        if resp is not None:
-            # Unblock the reader thread: shut the socket down under the response (closing
-            # the response alone does not interrupt a blocked recv).
-            conn = getattr(resp, "connection", None)
-            sock = getattr(conn, "sock", None) if conn is not None else None
-            try:
-                if sock is not None:
-                    sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._thread is not None:
-            self._thread.join(join_timeout_s)
-
-    def _kw(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"_preload_content": False}
-        if self._field_selector:
-            kw["field_selector"] = self._field_selector
-        return kw
-
-    def _list(self) -> str:
-        resp = self._list_call(**self._kw(), _request_timeout=self._request_timeout_s)
-        try:
-            doc = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        items = field(doc, "items") or []
-        rv = field(field(doc, "metadata"), "resourceVersion") or ""
-        self._on_list([i for i in items if isinstance(i, dict)])
-        self.stats.lists += 1
-        self.stats.resource_version = str(rv)
-        self.stats.synced = True
-        return str(rv)
-
-    def _watch(self, rv: str) -> str:
-        from kubernetes.watch.watch import iter_resp_lines
-
-        kw = self._kw()
-        kw.update(
-            watch=True,
-            resource_version=rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout_s,
-            _request_timeout=(self._request_timeout_s, self._watch_timeout_s + 30),
+    def batch_for(self, infos: Sequence[NodeInfo]) -> NodeBatch:
+        now = self._clock.now()
+        return NodeBatch.from_states(
+            [build_node_state(i, (), self.ledger.on_node(i.name), now, self._cfg) for i in infos]
         )
-        resp = self._list_call(**kw)
-        with self._resp_lock:
-            self._resp = resp
-        self.stats.watches += 1
-        try:
-            if self._stop.is_set():
-                return rv
-            for line in iter_resp_lines(resp):
-                if self._stop.is_set():
-                    break
-                if not line or not line.strip():
-                    continue
-                event = json.loads(line)
-                etype = field(event, "type")
-                obj = field(event, "object")
-                if etype == "ERROR":
-                    code = field(obj, "code")
-                    if code == 410:
-                        raise _Gone(field(obj, "message") or "410 Gone")
-                    raise RuntimeError(f"watch error event: {obj!r}")
-                new_rv = field(field(obj, "metadata"), "resourceVersion")
-                if etype in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
-                    self._on_event(etype, obj)
-                    self.stats.events += 1
-                if new_rv:
-                    rv = str(new_rv)
-                    self.stats.resource_version = rv
-        finally:
-            with self._resp_lock:
-                self._resp = None
-            try:
-                resp.release_conn()
-            except Exception:  # noqa: BLE001
-                pass
-        return rv
 
-    def run(self) -> None:
-        """The loop; returns after stop()."""
-        from kubernetes.client.exceptions import ApiException
-
-        rv: str | None = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    rv = self._list()
-                    self._backoff.reset()
-                rv = self._watch(rv)
-            except _Gone as exc:
-                self.stats.gone += 1
-                log.info(
-                    "watch expired, listing again",
-                    extra={"kv": {"resource": self.name, "why": str(exc)}},
-                )
-                rv = None
-            except ApiException as exc:
-                if exc.status == 410:
-                    self.stats.gone += 1
-                    rv = None
-                    continue
-                self._failed(f"HTTP {exc.status}: {exc.reason}")
-                rv = None
-            except Exception as exc:  # noqa: BLE001 - network, parse; keep the loop alive
-                if self._stop.is_set():
-                    break
-                self._failed(f"{type(exc).__name__}: {exc}")
-                rv = None
-
-    def _failed(self, why: str) -> None:
-        self.stats.errors += 1
-        self.stats.last_error = why
-        delay = self._backoff.next_delay(self._rng)
-        log.warning(
-            "list/watch failed, retrying",
-            extra={"kv": {"resource": self.name, "error": why, "retry_in_s": round(delay, 3)}},
-        )
-        self._stop.wait(delay)
+    def record_placement(self, pod: str, node: str, shape: PodShape, gpus: tuple[int, ...]) -> None:
+        self.ledger.record(pod, node, shape, gpus)
 
 
 class ClusterState:
@@ -248,7 +93,7 @@ class ClusterState:
 
     def __init__(self, cfg: ScoringConfig, ledger: Ledger, clock: Clock) -> None:
         self._cfg = cfg
-        self._ledger = ledger
+        self.ledger = ledger
         self._clock = clock
         self._lock = threading.RLock()
         self._nodes: dict[str, NodeInfo] = {}
@@ -257,11 +102,13 @@ class ClusterState:
         self._table = NodeTable()
         self.nodes_synced = False
         self.pods_synced = False
-        self.on_change: Callable[[], None] | None = None
 
     @property
     def ready(self) -> bool:
         return self.nodes_synced and self.pods_synced
+
+    def synced(self) -> Mapping[str, bool]:
+        return {"nodes": self.nodes_synced, "pods": self.pods_synced}
 
     # --- feeding ------------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[dict[str, Any]]) -> None:
@@ -309,7 +156,7 @@ class ClusterState:
                 self._pods_on.get(old.node_name, {}).pop(old.key, None)
                 touched.add(old.node_name)
             if etype == "DELETED":
-                was = self._ledger.forget(pod.key)
+                was = self.ledger.forget(pod.key)
                 if was:
                     touched.add(was)
             else:
@@ -322,7 +169,7 @@ class ClusterState:
     def _add_pod(self, pod: PodInfo) -> None:
         if not pod.node_name:
             return
-        was = self._ledger.forget(pod.key)  # bound: the ledger entry has done its job
+        was = self.ledger.forget(pod.key)  # bound: the ledger entry has done its job
         if was and was != pod.node_name:
             self._refresh(was)
         if not pod.active or (pod.shape.gpus <= 0 and not pod.shape.model):
@@ -337,16 +184,16 @@ class ClusterState:
         state = build_node_state(
             info,
             self._pods_on.get(info.name, {}).values(),
-            self._ledger.on_node(info.name),
+            self.ledger.on_node(info.name),
             self._clock.now(),
             self._cfg,
         )
         self._table.set(state)
 
-    def ledger_changed(self, nodes: Iterable[str]) -> None:
-        """Rebuild the rows of nodes whose ledger entries changed."""
+    def record_placement(self, pod: str, node: str, shape: PodShape, gpus: tuple[int, ...]) -> None:
+        """Remember the placement and rebuild the rows of nodes whose view changed."""
         with self._lock:
-            for name in nodes:
+            for name in self.ledger.record(pod, node, shape, gpus):
                 self._refresh(name)
 
     # --- reading ------------------------------------------------------------------------
@@ -379,7 +226,7 @@ class ClusterState:
                     build_node_state(
                         infos[p],
                         self._pods_on.get(infos[p].name, {}).values(),
-                        self._ledger.on_node(infos[p].name),
+                        self.ledger.on_node(infos[p].name),
                         now,
                         self._cfg,
                     )

@@ -217,8 +217,6 @@ class ScoringConfig:
     shape_half_life_pods: float = DEFAULT_SHAPE_HALF_LIFE_PODS
     max_shapes: int = DEFAULT_MAX_SHAPES
     normalisation: Normalisation = DEFAULT_NORMALISATION
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
-    """Reserved for experiments (e.g. the simulator); ignored by the extender."""
 
     def with_(self, **changes: Any) -> ScoringConfig:
         """A validated copy with some fields replaced."""
@@ -283,7 +281,7 @@ class ScoringConfig:
             data = {}
         if not isinstance(data, Mapping):
             raise ConfigError(f"{where}: must be a mapping, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = {f.name for f in fields(cls)}
         for key in data:
             if key not in known:
                 raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")

@@ -24,8 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from extender.decisions import FilterDecision, PrioritizeDecision
 from extender.service import NEUTRAL_SCORE, Extender
-from extender.wire import WireError, dumps, parse_args, prioritize_response
+from extender.wire import WireError, dumps, encode_filter, encode_prioritize, parse_args
 
 __all__ = ["create_app"]
 
@@ -60,22 +61,18 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
                 code = "400"
                 return JSONResponse({"error": "request body nests too deeply"}, status_code=400)
             try:
-                out = ext.filter(args) if verb == "filter" else ext.prioritize(args)
+                if verb == "filter":
+                    out = encode_filter(args, ext.filter(args))
+                else:
+                    out = encode_prioritize(args, ext.prioritize(args))
             except Exception:
                 code = "internal"
                 log.exception("extender failed on a valid request", extra={"kv": {"verb": verb}})
+                n = len(args.names)
                 if verb == "filter":
-                    out = dumps(
-                        {
-                            "Nodes": None,
-                            "NodeNames": None,
-                            "FailedNodes": {},
-                            "FailedAndUnresolvableNodes": {},
-                            "Error": "kvspread extender internal error; see its log",
-                        }
-                    )
+                    out = encode_filter(args, FilterDecision.failure(n))
                 else:
-                    out = prioritize_response(args.names, [NEUTRAL_SCORE] * len(args.names))
+                    out = encode_prioritize(args, PrioritizeDecision.neutral(n, NEUTRAL_SCORE))
             return Response(content=out, media_type=_JSON)
         finally:
             m.requests.labels(verb, code).inc()
@@ -105,9 +102,8 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
-        if ext.state is not None:
-            m.cache_synced.labels("nodes").set(1 if ext.state.nodes_synced else 0)
-            m.cache_synced.labels("pods").set(1 if ext.state.pods_synced else 0)
+        for resource, synced in ext.state.synced().items():
+            m.cache_synced.labels(resource).set(1 if synced else 0)
         return Response(content=generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
