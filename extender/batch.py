@@ -124,16 +124,8 @@ class NodeBatch:
         if len(parts) == 1:
             return parts[0]
         width = max(p.total.shape[1] for p in parts)
-
-        def pad(a: np.ndarray, c: Column) -> np.ndarray:
-            if not c.per_gpu or a.shape[1] == width:
-                return a
-            out = np.full((a.shape[0], width), c.fill, dtype=a.dtype)
-            out[:, : a.shape[1]] = a
-            return out
-
         cols: dict[str, Any] = {
-            c.name: _ro(np.concatenate([pad(getattr(p, c.name), c) for p in parts]))
+            c.name: _ro(np.concatenate([_pad(getattr(p, c.name), c, width) for p in parts]))
             for c in COLUMNS
         }
         return cls(
@@ -141,6 +133,28 @@ class NodeBatch:
             replicas=tuple(r for p in parts for r in p.replicas),
             **cols,
         )
+
+    def with_rows(self, rows: Sequence[int], other: NodeBatch) -> NodeBatch:
+        """This batch with rows `rows` replaced by the rows of `other`, in order (the
+        names stay; used to re-view a few nodes without rebuilding the whole batch)."""
+        idx = np.asarray(rows, dtype=np.intp)
+        width = max(self.total.shape[1], other.total.shape[1])
+        cols: dict[str, Any] = {}
+        for c in COLUMNS:
+            a = _pad(getattr(self, c.name), c, width).copy()
+            a[idx] = _pad(getattr(other, c.name), c, width)
+            cols[c.name] = _ro(a)
+        replicas = list(self.replicas)
+        for k, i in enumerate(idx):
+            replicas[i] = other.replicas[k]
+        counts = None
+        if self.model_counts is not None:
+            counts = {}
+            for model, col in self.model_counts.items():
+                col = col.copy()
+                col[idx] = other.replica_counts(model)
+                counts[model] = _ro(col)
+        return NodeBatch(names=self.names, replicas=tuple(replicas), model_counts=counts, **cols)
 
     def free(self) -> np.ndarray:
         """(N, G) free memory per GPU (`kvspread.gpumem.free_mib`)."""
@@ -165,6 +179,15 @@ COLUMNS: tuple[Column, ...] = tuple(
 """The array columns of NodeBatch, in declaration order."""
 _GPU_COLUMNS = tuple(c for c in COLUMNS if c.per_gpu)
 _NODE_COLUMNS = tuple(c for c in COLUMNS if not c.per_gpu)
+
+
+def _pad(a: np.ndarray, c: Column, width: int) -> np.ndarray:
+    """Per-GPU column `a` widened to `width` slots with the column's fill."""
+    if not c.per_gpu or a.shape[1] == width:
+        return a
+    out = np.full((a.shape[0], width), c.fill, dtype=a.dtype)
+    out[:, : a.shape[1]] = a
+    return out
 
 
 def _value(c: Column, obj: GpuState | NodeState) -> Any:

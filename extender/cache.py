@@ -26,8 +26,8 @@ import numpy as np
 
 from extender.batch import NodeBatch, NodeTable
 from extender.config import ScoringConfig
-from extender.ledger import Ledger
-from extender.model import PodShape
+from extender.ledger import Ledger, PodRef
+from extender.model import NodeState, PodShape
 from extender.objects import NodeInfo, PodInfo, parse_node, parse_pod
 from extender.state import build_node_state
 from kvspread.clock import Clock
@@ -47,16 +47,22 @@ class NodeSource(Protocol):
         """Resource -> first list done (for the cache_synced gauge); empty standalone."""
         ...
 
-    def take(self, names: Sequence[str], model: str | None = None) -> tuple[NodeBatch, list[int]]:
-        """Rows for `names` (request order) and the positions of names not known."""
+    def take(
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+    ) -> tuple[NodeBatch, list[int]]:
+        """Rows for `names` (request order) and the positions of names not known; the
+        ledger entries of `pod` (the pod being decided) are left out of its view."""
         ...
 
-    def batch_for(self, infos: Sequence[NodeInfo]) -> NodeBatch:
-        """Rows for the nodes of a full-NodeList request body, in order."""
+    def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
+        """Rows for the nodes of a full-NodeList request body, in order (without `pod`'s
+        own ledger entries)."""
         ...
 
-    def record_placement(self, pod: str, node: str, shape: PodShape, gpus: tuple[int, ...]) -> None:
-        """Remember that `pod` ("ns/name") was scored best on `node`, GPU slots `gpus`."""
+    def record_placement(
+        self, pod: PodRef, node: str, shape: PodShape, gpus: tuple[int, ...]
+    ) -> None:
+        """Remember that `pod` was scored best on `node`, GPU slots `gpus`."""
         ...
 
 
@@ -75,17 +81,24 @@ class StaticState:
     def synced(self) -> Mapping[str, bool]:
         return {}
 
-    def take(self, names: Sequence[str], model: str | None = None) -> tuple[NodeBatch, list[int]]:
+    def take(
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+    ) -> tuple[NodeBatch, list[int]]:
         return NodeBatch.from_states([]), list(range(len(names)))
 
-    def batch_for(self, infos: Sequence[NodeInfo]) -> NodeBatch:
+    def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         now = self._clock.now()
         return NodeBatch.from_states(
-            [build_node_state(i, (), self.ledger.on_node(i.name), now, self._cfg) for i in infos]
+            [
+                build_node_state(i, (), self.ledger.on_node(i.name, pod), now, self._cfg)
+                for i in infos
+            ]
         )
 
-    def record_placement(self, pod: str, node: str, shape: PodShape, gpus: tuple[int, ...]) -> None:
-        self.ledger.record(pod, node, shape, gpus)
+    def record_placement(
+        self, pod: PodRef, node: str, shape: PodShape, gpus: tuple[int, ...]
+    ) -> None:
+        self.ledger.record(pod[0], node, shape, gpus, pod[1])
 
 
 class ClusterState:
@@ -177,33 +190,48 @@ class ClusterState:
         self._pods[pod.key] = pod
         self._pods_on.setdefault(pod.node_name, {})[pod.key] = pod
 
-    def _refresh(self, name: str) -> None:
-        info = self._nodes.get(name)
-        if info is None:
-            return
-        state = build_node_state(
+    def _state(self, info: NodeInfo, now: float, pod: PodRef | None = None) -> NodeState:
+        """The node as the scorer sees it, without `pod`'s own ledger entries."""
+        return build_node_state(
             info,
             self._pods_on.get(info.name, {}).values(),
-            self.ledger.on_node(info.name),
-            self._clock.now(),
+            self.ledger.on_node(info.name, pod),
+            now,
             self._cfg,
         )
-        self._table.set(state)
 
-    def record_placement(self, pod: str, node: str, shape: PodShape, gpus: tuple[int, ...]) -> None:
+    def _refresh(self, name: str) -> None:
+        info = self._nodes.get(name)
+        if info is not None:
+            self._table.set(self._state(info, self._clock.now()))
+
+    def record_placement(
+        self, pod: PodRef, node: str, shape: PodShape, gpus: tuple[int, ...]
+    ) -> None:
         """Remember the placement and rebuild the rows of nodes whose view changed."""
         with self._lock:
-            for name in self.ledger.record(pod, node, shape, gpus):
+            for name in self.ledger.record(pod[0], node, shape, gpus, pod[1]):
                 self._refresh(name)
 
     # --- reading ------------------------------------------------------------------------
-    def take(self, names: Sequence[str], model: str | None = None) -> tuple[NodeBatch, list[int]]:
+    def take(
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+    ) -> tuple[NodeBatch, list[int]]:
         """Rows for `names` (request order) and the positions of names not in the cache;
-        `model` precomputes that model's replica counts."""
+        `model` precomputes that model's replica counts. The rows of nodes holding `pod`'s
+        own ledger entries are rebuilt without them."""
         with self._lock:
-            return self._table.take(names, self._clock.now(), self._cfg.stale_after_s, model)
+            now = self._clock.now()
+            batch, missing = self._table.take(names, now, self._cfg.stale_after_s, model)
+            own = self.ledger.nodes_of(pod) if pod is not None else set()
+            rows = [i for i, n in enumerate(batch.names) if n in own] if own else []
+            if not rows:
+                return batch, missing
+            states = [self._state(self._nodes[batch.names[i]], now, pod) for i in rows]
+            fixed = NodeBatch.from_states(states)  # built at `now`: freshness is current
+            return batch.with_rows(rows, fixed), missing
 
-    def batch_for(self, infos: Sequence[NodeInfo]) -> NodeBatch:
+    def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         """Column batch for nodes given in a request body (full NodeList mode), in order.
 
         A node whose labels and signals annotation are what the cache already holds is
@@ -213,26 +241,17 @@ class ClusterState:
             known_pos: list[int] = []
             other_pos: list[int] = []
             cached = self._nodes
+            own = self.ledger.nodes_of(pod) if pod is not None else set()
             for pos, info in enumerate(infos):
-                (known_pos if cached.get(info.name) == info else other_pos).append(pos)
+                same = cached.get(info.name) == info and info.name not in own
+                (known_pos if same else other_pos).append(pos)
             if not other_pos:
                 batch, _ = self._table.take(
                     [infos[p].name for p in known_pos], self._clock.now(), self._cfg.stale_after_s
                 )
                 return batch
             now = self._clock.now()
-            built = NodeBatch.from_states(
-                [
-                    build_node_state(
-                        infos[p],
-                        self._pods_on.get(infos[p].name, {}).values(),
-                        self.ledger.on_node(infos[p].name),
-                        now,
-                        self._cfg,
-                    )
-                    for p in other_pos
-                ]
-            )
+            built = NodeBatch.from_states([self._state(infos[p], now, pod) for p in other_pos])
             if not known_pos:
                 return built
             known, _ = self._table.take(

@@ -90,13 +90,15 @@ class Extender:
         self.shapes.observe(pod.shape)
 
     def _batch(
-        self, args: ExtenderArgs, model: str | None = None
+        self, args: ExtenderArgs, pod: PodInfo, model: str | None = None
     ) -> tuple[NodeBatch, np.ndarray, list[int]]:
-        """(batch of known nodes, their positions in args.names, unknown positions)."""
+        """(batch of known nodes, their positions in args.names, unknown positions), as
+        `pod` sees them: its own earlier placements left out."""
+        ref = (pod.key, pod.uid)
         if args.nodes is not None:
-            batch = self.state.batch_for([parse_node(n) for n in args.nodes])
+            batch = self.state.batch_for([parse_node(n) for n in args.nodes], ref)
             return batch, np.arange(len(args.nodes)), []
-        batch, missing = self.state.take(args.names, model)
+        batch, missing = self.state.take(args.names, model, ref)
         if missing:
             mask = np.ones(len(args.names), dtype=bool)
             mask[missing] = False
@@ -128,7 +130,7 @@ class Extender:
             # unresolvable: evicting other pods (preemption) cannot fix the pod's own spec
             return FilterDecision([False] * n, unresolvable=dict.fromkeys(args.names, reason))
         self._observe(pod)
-        batch, known, unknown = self._batch(args)
+        batch, known, unknown = self._batch(args, pod)
         ok, failed = fit_batch(pod.shape, batch, self.scoring)
         passed = np.ones(n, dtype=bool)
         passed[known] = ok
@@ -177,7 +179,7 @@ class Extender:
             self.metrics.decisions.labels("invalid_pod").inc()
             return PrioritizeDecision([0] * n)
         self._observe(pod)
-        batch, known, unknown = self._batch(args, pod.shape.model)
+        batch, known, unknown = self._batch(args, pod, pod.shape.model)
         scores = score_batch(pod.shape, batch, self.scoring, self.shapes.snapshot())
         out = np.full(n, NEUTRAL_SCORE, dtype=np.int64)
         out[known] = scores.score
@@ -230,7 +232,7 @@ class Extender:
         if pod.shape.gpus <= 0 and not pod.shape.model:
             return int(top)
         chosen = tuple(int(j) for j in np.flatnonzero(scores.chosen[top]))
-        self.state.record_placement(pod.key, scores.names[top], pod.shape, chosen)
+        self.state.record_placement((pod.key, pod.uid), scores.names[top], pod.shape, chosen)
         return int(top)
 
     # --- explain ------------------------------------------------------------------------
