@@ -435,13 +435,14 @@ _SECTIONS: Final = {
     ),
     "ledger": ("ttl_s",),
     "explain": ("max_pods",),
+    "signals": ("exclude_after_s",),
 }
 
 
 @dataclass(frozen=True)
 class ExtenderConfig:
     """The whole `kvspread extender serve` configuration (YAML sections server,
-    kubernetes, ledger, explain, scoring; see docs/extender.md)."""
+    kubernetes, ledger, explain, signals, scoring; see docs/extender.md)."""
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -460,6 +461,10 @@ class ExtenderConfig:
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
     ledger_ttl_s: float = DEFAULT_LEDGER_TTL_S
     explain_max_pods: int = DEFAULT_EXPLAIN_PODS
+    signals_exclude_after_s: float | None = None
+    """YAML `signals.exclude_after_s`: past this age a node's signals fail the filter for
+    GPU pods (reason names the age); None (default) = never, such nodes only rank below
+    every fresh node that fits."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
 
     @classmethod
@@ -483,6 +488,7 @@ class ExtenderConfig:
                 attr = {
                     ("ledger", "ttl_s"): "ledger_ttl_s",
                     ("explain", "max_pods"): "explain_max_pods",
+                    ("signals", "exclude_after_s"): "signals_exclude_after_s",
                 }.get((section, k), k)
                 kw[attr] = _typed(attr, v, f"{section}.{k}")
         kw["scoring"] = ScoringConfig.from_mapping(data.get("scoring"))
@@ -517,6 +523,8 @@ class ExtenderConfig:
         _positive("kubernetes.backoff_base_s", self.backoff_base_s)
         _positive("kubernetes.backoff_max_s", self.backoff_max_s)
         _positive("ledger.ttl_s", self.ledger_ttl_s)
+        if self.signals_exclude_after_s is not None:
+            _positive("signals.exclude_after_s", self.signals_exclude_after_s)
         if self.explain_max_pods < 1:
             raise ConfigError(f"explain.max_pods: must be >= 1, got {self.explain_max_pods!r}")
 
@@ -537,12 +545,19 @@ _TYPES: Final = {
     "backoff_max_s": float,
     "ledger_ttl_s": float,
     "explain_max_pods": int,
+    "signals_exclude_after_s": float,
 }
 
 
 def _typed(attr: str, value: Any, where: str) -> Any:
     t = _TYPES[attr]
-    if value is None and t is str and attr in ("tls_cert", "tls_key", "kubeconfig", "api_server"):
+    if value is None and attr in (
+        "tls_cert",
+        "tls_key",
+        "kubeconfig",
+        "api_server",
+        "signals_exclude_after_s",
+    ):
         return None
     if t is bool:
         if isinstance(value, bool):

@@ -30,6 +30,7 @@ __all__ = [
     "check_fit",
     "fit_batch",
     "qualifying_gpus",
+    "exclude_stale",
     "format_mib",
     "fit_reason",
 ]
@@ -44,6 +45,8 @@ class FilterReason(StrEnum):
     """Not enough free CPU (where CPU is tracked)."""
     INVALID_POD = "invalid_pod"
     """The pod's own kvspread labels or annotations are invalid (every node fails)."""
+    STALE_SIGNALS = "stale_signals"
+    """The node's signals are older than `signals.exclude_after_s` (GPU pods only)."""
 
 
 class Failure(NamedTuple):
@@ -92,6 +95,31 @@ def check_fit(pod: PodShape, node: NodeState, cfg: ScoringConfig) -> FitResult:
     ok, failed = fit_batch(pod, NodeBatch.from_states([node]), cfg)
     failure = failed.get(node.name)
     return FitResult(bool(ok[0]), failure.message if failure else "")
+
+
+def exclude_stale(
+    pod: PodShape, batch: NodeBatch, now: float, limit_s: float | None
+) -> tuple[np.ndarray, dict[str, Failure]]:
+    """(N,) nodes to fail because their signals are older than `limit_s`, with reasons.
+
+    Only GPU pods, and only nodes whose signals have a known age (a stale document);
+    nodes without any document (no collector) are never excluded: they still rank below
+    every fresh node that fits (extender/scoring.py)."""
+    n = len(batch)
+    if limit_s is None or pod.gpus <= 0 or n == 0:
+        return np.zeros(n, dtype=bool), {}
+    age = now - batch.sig_ts
+    with np.errstate(invalid="ignore"):
+        old = ~batch.fresh & (age > limit_s)
+    failed = {
+        batch.names[i]: Failure(
+            FilterReason.STALE_SIGNALS,
+            f"kvspread: node signals are {age[i]:.0f}s old "
+            f"(signals.exclude_after_s is {limit_s:g}s): is the collector running?",
+        )
+        for i in np.flatnonzero(old)
+    }
+    return old, failed
 
 
 def qualifying_gpus(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:

@@ -27,6 +27,10 @@ Terms (each in [0,1], higher is better; one vectorised pure function per term ov
 
 A node without fresh signals gets 0.5 for fragmentation, load and qos (neutral) and is
 counted by the caller; spread and modality come from labels and pods and still apply.
+Such a node never wins against fresh data: while any node with fresh signals fits, every
+candidate without them scores 0 and the fresh candidates at least 1 (`below_fresh`); it
+stays a candidate (and passes the filter) for when no fresh node fits or the cluster runs
+no collectors at all.
 
 Normalisation (`cfg.normalisation`):
 - `absolute`: score = round(10 * value); a node's score depends on that node alone.
@@ -86,6 +90,7 @@ __all__ = [
     "score_nodes",
     "score_batch",
     "finish_scores",
+    "below_fresh",
     "MODALITY_AFFINITY",
 ]
 
@@ -157,6 +162,9 @@ class NodeScore:
     largest_free_mib: float
     gpus_chosen: tuple[int, ...]
     signals: str
+    below_fresh: bool = False
+    """Fits, but without fresh signals: ranked below every fresh node the pod fits on."""
+    signals_age_s: float = math.nan
 
 
 # --- BatchScores ------------------------------------------------------------------------
@@ -181,6 +189,8 @@ class BatchScores:
     largest_free: np.ndarray
     chosen: np.ndarray  # (N, G) bool: GPU slots the pod would take
     codes: np.ndarray  # (N,) int8 index into SIGNAL_STATES
+    demoted: np.ndarray  # (N,) bool: fits, no fresh signals, ranked below the fresh nodes
+    age_s: np.ndarray  # (N,) age of the node's signals in seconds, NaN = unknown
 
     @property
     def signals(self) -> tuple[str, ...]:
@@ -200,6 +210,8 @@ class BatchScores:
             largest_free_mib=float(self.largest_free[i]),
             gpus_chosen=tuple(int(j) for j in np.flatnonzero(self.chosen[i])),
             signals=SIGNAL_STATES[self.codes[i]],
+            below_fresh=bool(self.demoted[i]),
+            signals_age_s=float(self.age_s[i]),
         )
 
     def nodes(self) -> list[NodeScore]:
@@ -224,7 +236,22 @@ def explain(score: NodeScore) -> dict[str, Any]:
         "rho": r(score.rho),
         "largest_free_mib": r(score.largest_free_mib),
         "gpus_chosen": list(score.gpus_chosen),
+        "signals_age_s": r(score.signals_age_s),
+        "note": _note(score),
     }
+
+
+def _note(score: NodeScore) -> str | None:
+    """Why a node ranks where it does when the terms alone do not say it."""
+    if score.below_fresh:
+        age = f", {score.signals_age_s:.0f} s old" if math.isfinite(score.signals_age_s) else ""
+        return (
+            f"signals {score.signals}{age}: ranked below every node with fresh signals "
+            "the pod fits on"
+        )
+    if score.fits and score.signals != SIGNAL_STATES[0]:
+        return f"signals {score.signals}: neutral terms (no node with fresh signals fits)"
+    return None
 
 
 # --- fit of the pod's GPUs ---------------------------------------------------------------
@@ -548,12 +575,14 @@ def score_batch(
     shapes: Shapes,
     *,
     fits: np.ndarray | None = None,
+    now: float | None = None,
 ) -> BatchScores:
     """Score `pod` on every row of `batch` (see the module docstring).
 
     `fits` may pass a precomputed filter outcome (from `fit_batch`); otherwise it is
-    computed with the same rules.
+    computed with the same rules. `now` (wall seconds) gives the signals' age for explain.
     """
+    age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
     qual, fits = candidate_gpus(pod, batch, cfg, fits)
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
     rho, largest = node_fragmentation(batch.free())
@@ -566,7 +595,7 @@ def score_batch(
         "qos": qos_term(pod, batch, cfg),
     }
     value = combine(terms, cfg.weights)
-    scaled, score = finish_scores(value, fits, cfg, batch.names)
+    scaled, score = finish_scores(value, fits, cfg, batch.names, batch.fresh)
     return BatchScores(
         names=batch.names,
         score=score,
@@ -578,8 +607,19 @@ def score_batch(
         largest_free=np.where(batch.fresh, largest, np.nan),
         chosen=chosen,
         codes=batch.codes,
+        demoted=below_fresh(fits, batch.fresh),
+        age_s=age_s,
         **terms,
     )
+
+
+def below_fresh(fits: np.ndarray, fresh: np.ndarray | None) -> np.ndarray:
+    """(N,) candidates without fresh signals that rank below the fresh ones: every node
+    the pod fits on but whose signals are stale, missing or invalid, as long as at least
+    one node with fresh signals fits (otherwise they stay ordinary candidates)."""
+    if fresh is None or not (fits & fresh).any():
+        return np.zeros(len(fits), dtype=bool)
+    return fits & ~fresh
 
 
 def finish_scores(
@@ -587,13 +627,19 @@ def finish_scores(
     fits: np.ndarray,
     cfg: ScoringConfig,
     names: Sequence[str] | None = None,
+    fresh: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scaled, score): the last step of `score_batch`, from the nodes' weighted values to
     what the scheduler gets: `cfg.normalisation` over the nodes that fit (with the stable
     node preference when `names` are given and the values differ), then rounding to
-    integers 0..10 (half up), only the best candidate(s) keeping 10. Public so that a caller
-    holding values per node (the simulator caches them between pods) finishes exactly as
-    the extender does."""
+    integers 0..10 (half up), only the best candidate(s) keeping 10. With `fresh` given,
+    candidates without fresh signals rank below every fresh one (`below_fresh`): they get
+    0 and take no part in the scaling, and fresh candidates get at least 1. Public so that
+    a caller holding values per node (the simulator caches them between pods) finishes
+    exactly as the extender does."""
+    demoted = below_fresh(fits, fresh)
+    if demoted.any():
+        fits = fits & ~demoted
     ranked = value
     if cfg.normalisation != "absolute" and names is not None and fits.any():
         v = value[fits]
@@ -607,6 +653,8 @@ def finish_scores(
     if cfg.normalisation != "absolute" and fits.any():
         top = float(ranked[fits].max())
         score = np.where(fits & (ranked < top - 1e-12), np.minimum(score, 9), score)
+    if demoted.any():
+        score = np.where(fits, np.maximum(score, 1), 0)
     return scaled, score
 
 

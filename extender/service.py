@@ -30,7 +30,7 @@ from extender.batch import NodeBatch
 from extender.cache import NodeSource
 from extender.config import ExtenderConfig
 from extender.decisions import FilterDecision, PrioritizeDecision
-from extender.fit import Failure, FilterReason, fit_batch
+from extender.fit import Failure, FilterReason, exclude_stale, fit_batch
 from extender.metrics import ExtenderMetrics
 from extender.objects import PodInfo, parse_node, parse_pod
 from extender.scoring import TERMS, BatchScores, explain, score_batch
@@ -132,6 +132,12 @@ class Extender:
         self._observe(pod)
         batch, known, unknown = self._batch(args, pod)
         ok, failed = fit_batch(pod.shape, batch, self.scoring)
+        old, excluded = exclude_stale(
+            pod.shape, batch, self.clock.now(), self.cfg.signals_exclude_after_s
+        )
+        if excluded:
+            ok = ok & ~old
+            failed.update(excluded)
         passed = np.ones(n, dtype=bool)
         passed[known] = ok
         self._count_failures(failed)
@@ -180,7 +186,9 @@ class Extender:
             return PrioritizeDecision([0] * n)
         self._observe(pod)
         batch, known, unknown = self._batch(args, pod, pod.shape.model)
-        scores = score_batch(pod.shape, batch, self.scoring, self.shapes.snapshot())
+        scores = score_batch(
+            pod.shape, batch, self.scoring, self.shapes.snapshot(), now=self.clock.now()
+        )
         out = np.full(n, NEUTRAL_SCORE, dtype=np.int64)
         out[known] = scores.score
         best = self._record_best(pod, scores)
@@ -227,7 +235,7 @@ class Extender:
             return None
         # the node the scheduler will most likely bind: the highest scaled score that fits
         # (scaled carries the candidate normalisation); ties go to the first in the request
-        cand = np.flatnonzero(scores.fits)
+        cand = np.flatnonzero(scores.fits & ~scores.demoted)
         top = cand[np.argmax(scores.scaled[cand])]
         if pod.shape.gpus <= 0 and not pod.shape.model:
             return int(top)

@@ -165,6 +165,7 @@ def build_node_state(
             pool=info.pool,
             nvlink=info.nvlink,
             model_replicas=replicas,
+            signals_ts=None if reading.signals is None else reading.signals.ts,
         )
     sig = reading.signals
     gpus_sig = sorted(sig.gpus or (), key=lambda g: g.index)

@@ -93,3 +93,99 @@ def test_standalone_rescoring_is_stable_too() -> None:
     body = json.dumps({"Pod": pod, "Nodes": {"items": nodes}})
     first = prioritize_scores(running.extender, body)
     assert prioritize_scores(running.extender, body) == first
+
+
+# --- 2. stale or missing signals never win -----------------------------------------------
+
+
+def _stale_cases() -> list[tuple[list[float], str, float]]:
+    """40 simple cases: fresh nodes at various GPU use (GiB used per GPU) and one node
+    without fresh signals (stale of some age, or missing)."""
+    cases = []
+    for used in ([0.0], [40.0], [60.0], [0.0, 50.0], [10.0, 20.0, 60.0]):
+        for kind in ("stale", "missing"):
+            for age in (61.0, 3600.0):
+                for mem in ("8Gi", "20Gi"):
+                    cases.append((used, kind, age, mem))
+    return cases  # type: ignore[return-value]
+
+
+def test_a_node_without_fresh_signals_ranks_below_every_fresh_fitting_node() -> None:
+    cases = _stale_cases()
+    assert len(cases) == 40
+    for used, kind, age, mem in cases:  # type: ignore[misc]
+        clock = FakeClock()
+        nodes = [
+            make_node(f"fresh-{i}", annotations={"kvspread.io/signals": signals(clock, u)})
+            for i, u in enumerate(used)
+        ]
+        ann = {"kvspread.io/signals": signals(clock, 0, age_s=age)} if kind == "stale" else {}
+        nodes.append(make_node("dark", annotations=ann))
+        running = cluster(clock, nodes)
+        pod = gpu_pod("p", mem=mem, model="llama", uid="uid-p")
+        body = names_body(pod, [n["metadata"]["name"] for n in nodes])
+        passed = filter_doc(running.extender, body)["NodeNames"]
+        assert "dark" in passed  # still a candidate
+        scores = prioritize_scores(running.extender, body)
+        fresh_fit = [n for n in passed if n != "dark"]
+        assert fresh_fit, (used, mem)
+        assert all(scores["dark"] < scores[n] for n in fresh_fit), (used, kind, age, mem, scores)
+        explain = running.extender.explain("serving/p")
+        assert explain is not None
+        dark = next(s for s in explain["prioritize"]["scores"] if s["node"] == "dark")
+        assert "ranked below every node with fresh signals" in dark["note"]
+        # the pick in the ledger is a fresh node
+        assert running.state.ledger.nodes_of(("serving/p", "uid-p")) <= set(fresh_fit)
+
+
+def test_without_any_fresh_node_the_dark_nodes_stay_ordinary_candidates() -> None:
+    clock = FakeClock()
+    nodes = [make_node(f"dark-{i}") for i in range(3)]  # no collector anywhere
+    running = cluster(clock, nodes)
+    body = names_body(gpu_pod("p"), [n["metadata"]["name"] for n in nodes])
+    assert filter_doc(running.extender, body)["NodeNames"] == ["dark-0", "dark-1", "dark-2"]
+    scores = prioritize_scores(running.extender, body)
+    assert len(set(scores.values())) == 1 and min(scores.values()) > 0  # equal, none demoted
+
+
+def test_exclude_after_s_fails_old_signals_for_gpu_pods_naming_the_age() -> None:
+    clock = FakeClock()
+    nodes = [
+        make_node("fresh", annotations={"kvspread.io/signals": signals(clock, 0)}),
+        make_node("old", annotations={"kvspread.io/signals": signals(clock, 0, age_s=900)}),
+        make_node("none"),
+    ]
+    cfg = ExtenderConfig.from_mapping(
+        {
+            "kubernetes": {"api_server": "http://127.0.0.1:9"},
+            "signals": {"exclude_after_s": 600},
+        }
+    )
+    running = build(cfg, clock)
+    running.state.replace_nodes(nodes)  # type: ignore[attr-defined]
+    running.state.replace_pods([])  # type: ignore[attr-defined]
+    doc = filter_doc(running.extender, names_body(gpu_pod("p"), ["fresh", "old", "none"]))
+    assert doc["NodeNames"] == ["fresh", "none"]
+    assert "900s old" in doc["FailedNodes"]["old"]
+    assert "signals.exclude_after_s" in doc["FailedNodes"]["old"]
+    # a pod without GPUs is never excluded
+    cpu_pod = make_pod("web", "serving")
+    assert filter_doc(running.extender, names_body(cpu_pod, ["old"]))["NodeNames"] == ["old"]
+    text = running.extender.metrics.registry.get_sample_value(
+        "kvspread_extender_filter_failures_total", {"reason": "stale_signals"}
+    )
+    assert text == 1.0
+    stale = running.extender.metrics.registry.get_sample_value(
+        "kvspread_extender_node_signals_total", {"state": "stale"}
+    )
+    assert stale is not None and stale >= 1
+
+
+def test_exclude_after_s_is_validated() -> None:
+    import pytest
+
+    from kvspread.settings import ConfigError
+
+    with pytest.raises(ConfigError, match="signals.exclude_after_s"):
+        ExtenderConfig.from_mapping({"signals": {"exclude_after_s": 0}})
+    assert ExtenderConfig().signals_exclude_after_s is None
