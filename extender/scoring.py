@@ -28,8 +28,7 @@ Terms (each in [0,1], higher is better; one vectorised pure function per term ov
 A node without fresh signals gets 0.5 for fragmentation, load and qos (neutral) and is
 counted by the caller; spread and modality come from labels and pods and still apply.
 Such a node never wins against fresh data: while any node with fresh signals fits, every
-candidate without them scores 0 and the fresh candidates at least 1 (`below_fresh`); it
-stays a candidate (and passes the filter) for when no fresh node fits or the cluster runs
+candidate without them ranks below every fresh one (`rank_tiers`); it stays a candidate (and passes the filter) for when no fresh node fits or the cluster runs
 no collectors at all.
 
 Normalisation (`cfg.normalisation`):
@@ -90,7 +89,10 @@ __all__ = [
     "score_nodes",
     "score_batch",
     "finish_scores",
-    "below_fresh",
+    "rank_tiers",
+    "TIER_SPREAD",
+    "TIER_NO_SIGNALS",
+    "SPREAD_SLACK",
     "MODALITY_AFFINITY",
 ]
 
@@ -162,8 +164,9 @@ class NodeScore:
     largest_free_mib: float
     gpus_chosen: tuple[int, ...]
     signals: str
-    below_fresh: bool = False
-    """Fits, but without fresh signals: ranked below every fresh node the pod fits on."""
+    tier: int = 0
+    """Rank tier (`rank_tiers`): TIER_NO_SIGNALS = fits without fresh signals, ranked below
+    every fresh node the pod fits on; TIER_SPREAD = over the replica-spread bound."""
     signals_age_s: float = math.nan
 
 
@@ -189,7 +192,7 @@ class BatchScores:
     largest_free: np.ndarray
     chosen: np.ndarray  # (N, G) bool: GPU slots the pod would take
     codes: np.ndarray  # (N,) int8 index into SIGNAL_STATES
-    demoted: np.ndarray  # (N,) bool: fits, no fresh signals, ranked below the fresh nodes
+    tier: np.ndarray  # (N,) int8 rank tier (`rank_tiers`): 0 ordinary, higher ranks below
     age_s: np.ndarray  # (N,) age of the node's signals in seconds, NaN = unknown
 
     @property
@@ -210,7 +213,7 @@ class BatchScores:
             largest_free_mib=float(self.largest_free[i]),
             gpus_chosen=tuple(int(j) for j in np.flatnonzero(self.chosen[i])),
             signals=SIGNAL_STATES[self.codes[i]],
-            below_fresh=bool(self.demoted[i]),
+            tier=int(self.tier[i]),
             signals_age_s=float(self.age_s[i]),
         )
 
@@ -243,12 +246,17 @@ def explain(score: NodeScore) -> dict[str, Any]:
 
 def _note(score: NodeScore) -> str | None:
     """Why a node ranks where it does when the terms alone do not say it."""
-    if score.below_fresh:
+    if score.tier == TIER_NO_SIGNALS:
         age = f", {score.signals_age_s:.0f} s old" if math.isfinite(score.signals_age_s) else ""
         return (
             f"signals {score.signals}{age}: ranked below every node with fresh signals "
             "the pod fits on"
         )
+    if score.tier == TIER_SPREAD:
+        return (
+            "holds SPREAD_SLACK or more replicas of the model above the least-loaded "
+            "candidate: ranked below the nodes holding fewer"
+        ).replace("SPREAD_SLACK", str(SPREAD_SLACK))
     if score.fits and score.signals != SIGNAL_STATES[0]:
         return f"signals {score.signals}: neutral terms (no node with fresh signals fits)"
     return None
@@ -587,15 +595,18 @@ def score_batch(
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
     rho, largest = node_fragmentation(batch.free())
     rho = np.where(batch.fresh, rho, 0.0)
+    terms_replicas = batch.replica_counts(pod.model)
     terms = {
         "fragmentation": np.where(fits, fragmentation_term(delta, _demand(pod, batch)), 0.0),
         "load": load_term(batch, cfg),
-        "spread": spread_term(batch.replica_counts(pod.model), rho, cfg),
+        "spread": spread_term(terms_replicas, rho, cfg),
         "modality": modality_term(pod, batch),
         "qos": qos_term(pod, batch, cfg),
     }
     value = combine(terms, cfg.weights)
-    scaled, score = finish_scores(value, fits, cfg, batch.names, batch.fresh)
+    replicas = terms_replicas if pod.model else None
+    tier = rank_tiers(fits, batch.fresh, replicas)
+    scaled, score = finish_scores(value, fits, cfg, batch.names, tier)
     return BatchScores(
         names=batch.names,
         score=score,
@@ -607,19 +618,43 @@ def score_batch(
         largest_free=np.where(batch.fresh, largest, np.nan),
         chosen=chosen,
         codes=batch.codes,
-        demoted=below_fresh(fits, batch.fresh),
+        tier=tier,
         age_s=age_s,
         **terms,
     )
 
 
-def below_fresh(fits: np.ndarray, fresh: np.ndarray | None) -> np.ndarray:
-    """(N,) candidates without fresh signals that rank below the fresh ones: every node
-    the pod fits on but whose signals are stale, missing or invalid, as long as at least
-    one node with fresh signals fits (otherwise they stay ordinary candidates)."""
-    if fresh is None or not (fits & fresh).any():
-        return np.zeros(len(fits), dtype=bool)
-    return fits & ~fresh
+TIER_SPREAD = 1
+"""Rank tier of a candidate holding SPREAD_SLACK or more replicas of the pod's model above
+the least-loaded candidate (see `rank_tiers`)."""
+TIER_NO_SIGNALS = 2
+"""Rank tier of a candidate without fresh signals while a node with fresh signals fits."""
+SPREAD_SLACK = 2
+"""A candidate holding r >= r_min + SPREAD_SLACK replicas of the pod's model (r_min: the
+fewest on any node the pod fits on) ranks below those holding fewer. Placing only where
+r <= r_min + 1 keeps every node at most r_min + 2 <= ceil(replicas / fitting nodes) + 1
+(if r_min reached replicas / nodes, the total would exceed the replicas), whatever the
+weights; below that bound fragmentation and the other terms decide as usual."""
+
+
+def rank_tiers(
+    fits: np.ndarray, fresh: np.ndarray | None = None, replicas: np.ndarray | None = None
+) -> np.ndarray:
+    """(N,) int8 rank tier of each candidate; a lower tier always ranks above a higher one.
+
+    0: ordinary. TIER_SPREAD: over the replica-spread bound (`SPREAD_SLACK`; `replicas` is
+    the per-node count of the pod's model, None for a pod without a model). TIER_NO_SIGNALS:
+    no fresh signals (stale, missing, invalid) while at least one node with fresh signals
+    fits; such a node stays a candidate for when none does."""
+    tier = np.zeros(len(fits), dtype=np.int8)
+    if not fits.any():
+        return tier
+    if replicas is not None:
+        r_min = float(replicas[fits].min())
+        tier[fits & (replicas >= r_min + SPREAD_SLACK)] = TIER_SPREAD
+    if fresh is not None and (fits & fresh).any():
+        tier[fits & ~fresh] = TIER_NO_SIGNALS
+    return tier
 
 
 def finish_scores(
@@ -627,19 +662,23 @@ def finish_scores(
     fits: np.ndarray,
     cfg: ScoringConfig,
     names: Sequence[str] | None = None,
-    fresh: np.ndarray | None = None,
+    tier: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scaled, score): the last step of `score_batch`, from the nodes' weighted values to
     what the scheduler gets: `cfg.normalisation` over the nodes that fit (with the stable
     node preference when `names` are given and the values differ), then rounding to
-    integers 0..10 (half up), only the best candidate(s) keeping 10. With `fresh` given,
-    candidates without fresh signals rank below every fresh one (`below_fresh`): they get
-    0 and take no part in the scaling, and fresh candidates get at least 1. Public so that
-    a caller holding values per node (the simulator caches them between pods) finishes
-    exactly as the extender does."""
-    demoted = below_fresh(fits, fresh)
-    if demoted.any():
-        fits = fits & ~demoted
+    integers 0..10 (half up), only the best candidate(s) keeping 10. With `tier`
+    (`rank_tiers`), only the best tier present is scaled; with k lower tiers present its
+    candidates get at least k and the lower tiers k-1 .. 0, best first (scaled 0). Public
+    so that a caller holding values per node (the simulator caches them between pods)
+    finishes exactly as the extender does."""
+    lower: list[int] = []
+    all_fits = fits
+    if tier is not None and fits.any():
+        present = sorted({int(t) for t in tier[fits]})
+        lower = present[1:]
+        if lower:
+            fits = fits & (tier == present[0])
     ranked = value
     if cfg.normalisation != "absolute" and names is not None and fits.any():
         v = value[fits]
@@ -653,8 +692,11 @@ def finish_scores(
     if cfg.normalisation != "absolute" and fits.any():
         top = float(ranked[fits].max())
         score = np.where(fits & (ranked < top - 1e-12), np.minimum(score, 9), score)
-    if demoted.any():
-        score = np.where(fits, np.maximum(score, 1), 0)
+    if lower and tier is not None:
+        k = len(lower)
+        score = np.where(fits, np.maximum(score, k), score)
+        for rank, t in enumerate(lower):
+            score = np.where(all_fits & (tier == t), k - 1 - rank, score)
     return scaled, score
 
 

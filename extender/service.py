@@ -235,7 +235,8 @@ class Extender:
             return None
         # the node the scheduler will most likely bind: the highest scaled score that fits
         # (scaled carries the candidate normalisation); ties go to the first in the request
-        cand = np.flatnonzero(scores.fits & ~scores.demoted)
+        best_tier = int(scores.tier[scores.fits].min())
+        cand = np.flatnonzero(scores.fits & (scores.tier == best_tier))
         top = cand[np.argmax(scores.scaled[cand])]
         if pod.shape.gpus <= 0 and not pod.shape.model:
             return int(top)

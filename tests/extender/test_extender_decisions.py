@@ -189,3 +189,71 @@ def test_exclude_after_s_is_validated() -> None:
     with pytest.raises(ConfigError, match="signals.exclude_after_s"):
         ExtenderConfig.from_mapping({"signals": {"exclude_after_s": 0}})
     assert ExtenderConfig().signals_exclude_after_s is None
+
+
+# --- 3. replicas of one model actually spread --------------------------------------------
+
+
+def _schedule_replicas(
+    running: Running, nodes: list[dict], replicas: int, full: bool, bind: bool
+) -> dict[str, int]:
+    """kube-scheduler's part, played by the test: filter, prioritize, bind the best
+    (ties to the first), and (cluster mode) the pod then shows up bound in the pod cache."""
+    import math
+
+    names = [n["metadata"]["name"] for n in nodes]
+    held = dict.fromkeys(names, 0)
+    for k in range(replicas):
+        pod = gpu_pod(f"llama-{k}", mem="20Gi", model="llama", uid=f"uid-{k}")
+        if full:
+            body = json.dumps({"Pod": pod, "Nodes": {"items": nodes}})
+        else:
+            body = names_body(pod, names)
+        fd = filter_doc(running.extender, body)
+        passed = [n["metadata"]["name"] for n in fd["Nodes"]["items"]] if full else fd["NodeNames"]
+        scores = prioritize_scores(running.extender, body)
+        best = max(passed, key=lambda n: scores[n])
+        held[best] += 1
+        if bind:
+            pod["spec"]["nodeName"] = best
+            running.state.pod_event("ADDED", pod)  # type: ignore[attr-defined]
+        bound = math.ceil((k + 1) / len(passed)) + 1
+        assert max(held.values()) <= bound or min(held[n] for n in passed) >= max(held.values()), (
+            held
+        )
+    return held
+
+
+def test_ten_replicas_over_twelve_nodes_spread_in_cluster_mode() -> None:
+    clock = FakeClock()
+    nodes = [
+        make_node(f"g{i:02d}", annotations={"kvspread.io/signals": signals(clock, 0, gpus=8)})
+        for i in range(12)
+    ]
+    running = cluster(clock, nodes)
+    held = _schedule_replicas(running, nodes, 10, full=False, bind=True)
+    assert max(held.values()) <= 2, held
+
+
+def test_replicas_spread_while_the_ledger_alone_knows_them_in_standalone_mode() -> None:
+    clock = FakeClock()
+    nodes = [
+        make_node(f"g{i:02d}", annotations={"kvspread.io/signals": signals(clock, 0, gpus=8)})
+        for i in range(12)
+    ]
+    running = build(ExtenderConfig.from_mapping({"server": {"standalone": True}}), clock)
+    held = _schedule_replicas(running, nodes, 10, full=True, bind=False)
+    assert max(held.values()) <= 2, held
+
+
+def test_replicas_spread_on_partly_used_nodes_too() -> None:
+    clock = FakeClock()
+    nodes = [
+        make_node(
+            f"p{i:02d}", annotations={"kvspread.io/signals": signals(clock, 10.0 * (i % 4), gpus=4)}
+        )
+        for i in range(6)
+    ]
+    running = cluster(clock, nodes)
+    held = _schedule_replicas(running, nodes, 14, full=False, bind=True)
+    assert max(held.values()) <= 4, held  # ceil(14 / 6) + 1
