@@ -412,6 +412,10 @@ DEFAULT_LEDGER_TTL_S: Final = 30.0
 kube-scheduler to bind and the pod watch to deliver it (normally well under a second; 30 s
 covers a slow API server), short enough that a pod placed elsewhere does not hold phantom
 memory for long."""
+DEFAULT_MAX_BODY_BYTES: Final = 256 * 1024 * 1024
+"""Largest request body accepted (413 above): a full NodeList of 15,000 nodes at up to
+~17 KiB per node (the kubelet's 50 image entries, conditions, labels and the <= 4 KiB
+kvspread.io/signals annotation) is ~250 MiB. Names-only requests are a few hundred KiB."""
 DEFAULT_EXPLAIN_PODS: Final = 256
 """Decisions kept for /debug/explain (least recently decided pods are dropped)."""
 
@@ -425,6 +429,7 @@ _SECTIONS: Final = {
         "standalone",
         "filter_verb",
         "prioritize_verb",
+        "max_body_bytes",
     ),
     "kubernetes": (
         "kubeconfig",
@@ -453,6 +458,8 @@ class ExtenderConfig:
     """No cluster: no watches; full-NodeList requests are scored from the body alone."""
     filter_verb: str = "filter"
     prioritize_verb: str = "prioritize"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """YAML `server.max_body_bytes`: larger request bodies get 413 before being buffered."""
     kubeconfig: str | None = None
     api_server: str | None = None
     """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
@@ -519,6 +526,7 @@ class ExtenderConfig:
                 )
         if self.filter_verb == self.prioritize_verb:
             raise ConfigError("server.filter_verb and server.prioritize_verb must differ")
+        _positive("server.max_body_bytes", self.max_body_bytes)
         _positive("kubernetes.watch_timeout_s", self.watch_timeout_s)
         _positive("kubernetes.backoff_base_s", self.backoff_base_s)
         _positive("kubernetes.backoff_max_s", self.backoff_max_s)
@@ -538,6 +546,7 @@ _TYPES: Final = {
     "standalone": bool,
     "filter_verb": str,
     "prioritize_verb": str,
+    "max_body_bytes": int,
     "kubeconfig": str,
     "api_server": str,
     "watch_timeout_s": int,

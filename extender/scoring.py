@@ -37,8 +37,9 @@ Normalisation (`cfg.normalisation`):
   candidate set (best 10, worst 0) before rounding; when all are equal the absolute
   value is used. Nodes the pod cannot fit on get 0 and take no part in the scaling.
   Before scaling, each candidate's value gets a stable per-node preference
-  (`node_preference`, at most STABLE_PREFERENCE_SHARE of the fragmentation weight), so that
-  candidates the terms cannot tell apart resolve the same way every time. Only the best
+  (`tie_break`: less than TIE_EPSILON x `node_preference`), so that candidates whose values
+  are equal within TIE_EPSILON resolve the same way every time; it never reorders values
+  further apart. Only the best
   candidate(s) get 10: a node that merely rounds up to 10 gets 9, so the scheduler's random
   tie-break can never swap the extender's choice for a near miss. `value` and the terms
   stay as computed; `scaled` includes the preference.
@@ -74,7 +75,8 @@ __all__ = [
     "NodeScore",
     "BatchScores",
     "node_preference",
-    "STABLE_PREFERENCE_SHARE",
+    "TIE_EPSILON",
+    "tie_break",
     "candidate_gpus",
     "expected_fragmentation",
     "placement_delta",
@@ -100,18 +102,20 @@ TERMS = ("fragmentation", "load", "spread", "modality", "qos")
 NEUTRAL = 0.5
 """The value of a term that has nothing to say about a node (missing or stale signals)."""
 
-STABLE_PREFERENCE_SHARE = 0.1
-"""Weight of the stable per-node preference (`node_preference`) in candidate normalisation,
-as a share of the fragmentation weight.
+TIE_EPSILON = 1e-4
+"""Values (the weighted mean in [0,1]) closer than this count as equal; among them the stable
+per-node preference (`node_preference`) decides. The preference adds at most TIE_EPSILON x
+`node_preference(name)` before candidate scaling, so it can never reorder two candidates
+whose values differ by TIE_EPSILON or more (0.01 % of the value range: below anything the
+terms resolve from real measurements).
 
-Why: many placements change the expected fragmentation equally (every empty node of a kind,
-every node with a whole GPU free), and kube-scheduler breaks ties at random, which scatters
-pods over empty nodes and leaves no node whole for large instances. A fixed preference order
-makes equal candidates resolve the same way every time (first-fit), so partial placements
-concentrate on the same nodes. The FGD paper's published numbers rely on exactly such an
-order (its simulator picks the first node by name among ties); on the Alibaba trace this share
-brings kvspread below FGD (docs/simulator.md). 0.1 is small enough that a real difference in
-fragmentation still decides."""
+Why it exists: many placements change the expected fragmentation equally (every empty node
+of a kind, every node with a whole GPU free), and kube-scheduler breaks ties at random,
+which scatters pods over empty nodes and leaves no node whole for large instances. A fixed
+order makes equal candidates resolve the same way every time (first-fit), so partial
+placements concentrate on the same nodes; the FGD paper's published numbers rely on exactly
+such an order (its simulator picks the first node by name among ties), and on the Alibaba
+trace it keeps kvspread below FGD (docs/simulator.md)."""
 
 
 @lru_cache(maxsize=65536)
@@ -168,6 +172,8 @@ class NodeScore:
     """Rank tier (`rank_tiers`): TIER_NO_SIGNALS = fits without fresh signals, ranked below
     every fresh node the pod fits on; TIER_SPREAD = over the replica-spread bound."""
     signals_age_s: float = math.nan
+    tie_break: float = 0.0
+    """What the stable preference added to `value` before scaling (< TIE_EPSILON)."""
 
 
 # --- BatchScores ------------------------------------------------------------------------
@@ -193,6 +199,7 @@ class BatchScores:
     chosen: np.ndarray  # (N, G) bool: GPU slots the pod would take
     codes: np.ndarray  # (N,) int8 index into SIGNAL_STATES
     tier: np.ndarray  # (N,) int8 rank tier (`rank_tiers`): 0 ordinary, higher ranks below
+    tie_break: np.ndarray  # (N,) the stable preference added before scaling (`tie_break`)
     age_s: np.ndarray  # (N,) age of the node's signals in seconds, NaN = unknown
 
     @property
@@ -214,6 +221,7 @@ class BatchScores:
             gpus_chosen=tuple(int(j) for j in np.flatnonzero(self.chosen[i])),
             signals=SIGNAL_STATES[self.codes[i]],
             tier=int(self.tier[i]),
+            tie_break=float(self.tie_break[i]),
             signals_age_s=float(self.age_s[i]),
         )
 
@@ -240,6 +248,7 @@ def explain(score: NodeScore) -> dict[str, Any]:
         "largest_free_mib": r(score.largest_free_mib),
         "gpus_chosen": list(score.gpus_chosen),
         "signals_age_s": r(score.signals_age_s),
+        "tie_break": None if not math.isfinite(score.tie_break) else round(score.tie_break, 7),
         "note": _note(score),
     }
 
@@ -606,7 +615,7 @@ def score_batch(
     value = combine(terms, cfg.weights)
     replicas = terms_replicas if pod.model else None
     tier = rank_tiers(fits, batch.fresh, replicas)
-    scaled, score = finish_scores(value, fits, cfg, batch.names, tier)
+    scaled, score, tb = _finish(value, fits, cfg, batch.names, tier)
     return BatchScores(
         names=batch.names,
         score=score,
@@ -619,6 +628,7 @@ def score_batch(
         chosen=chosen,
         codes=batch.codes,
         tier=tier,
+        tie_break=tb,
         age_s=age_s,
         **terms,
     )
@@ -635,6 +645,22 @@ fewest on any node the pod fits on) ranks below those holding fewer. Placing onl
 r <= r_min + 1 keeps every node at most r_min + 2 <= ceil(replicas / fitting nodes) + 1
 (if r_min reached replicas / nodes, the total would exceed the replicas), whatever the
 weights; below that bound fragmentation and the other terms decide as usual."""
+
+
+def tie_break(
+    value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig, names: Sequence[str] | None
+) -> np.ndarray:
+    """(N,) what the stable preference adds to each value before scaling: TIE_EPSILON x
+    `node_preference` (see TIE_EPSILON), 0 under `absolute` normalisation, without names,
+    or when every candidate's value is the same (then the absolute value is used)."""
+    zero = np.zeros(len(value))
+    if cfg.normalisation == "absolute" or names is None or not fits.any():
+        return zero
+    v = value[fits]
+    if float(v.max()) - float(v.min()) <= 1e-9:
+        return zero
+    pref = np.fromiter(map(node_preference, names), float, len(value))
+    return np.where(fits, TIE_EPSILON * pref, 0.0)
 
 
 def rank_tiers(
@@ -672,6 +698,18 @@ def finish_scores(
     candidates get at least k and the lower tiers k-1 .. 0, best first (scaled 0). Public
     so that a caller holding values per node (the simulator caches them between pods)
     finishes exactly as the extender does."""
+    scaled, score, _ = _finish(value, fits, cfg, names, tier)
+    return scaled, score
+
+
+def _finish(
+    value: np.ndarray,
+    fits: np.ndarray,
+    cfg: ScoringConfig,
+    names: Sequence[str] | None,
+    tier: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`finish_scores` plus the tie-break each node got."""
     lower: list[int] = []
     all_fits = fits
     if tier is not None and fits.any():
@@ -679,14 +717,8 @@ def finish_scores(
         lower = present[1:]
         if lower:
             fits = fits & (tier == present[0])
-    ranked = value
-    if cfg.normalisation != "absolute" and names is not None and fits.any():
-        v = value[fits]
-        if float(v.max()) - float(v.min()) > 1e-9:
-            w = cfg.weights
-            share = STABLE_PREFERENCE_SHARE * w.fragmentation / w.total()
-            pref = np.fromiter(map(node_preference, names), float, len(value))
-            ranked = value + share * pref
+    tb = tie_break(value, fits, cfg, names)
+    ranked = value + tb
     scaled = _normalise(ranked, fits, cfg)
     score = to_score(scaled)
     if cfg.normalisation != "absolute" and fits.any():
@@ -697,7 +729,7 @@ def finish_scores(
         score = np.where(fits, np.maximum(score, k), score)
         for rank, t in enumerate(lower):
             score = np.where(all_fits & (tier == t), k - 1 - rank, score)
-    return scaled, score
+    return scaled, score, tb
 
 
 def _normalise(value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig) -> np.ndarray:

@@ -8,7 +8,9 @@
     GET  /readyz             200 after the first list of nodes and pods (always, standalone)
 
 Bodies are read raw and parsed by wire.py (no pydantic on the hot path). A body that is
-not an ExtenderArgs gets 400 with a JSON {"error": message}. Nothing the scheduler can
+not an ExtenderArgs gets 400 with a JSON {"error": message}; one larger than
+`server.max_body_bytes` (default 256 MiB, a 15,000-node full NodeList) gets 413, refused
+from its Content-Length or while streaming, never buffered whole. Nothing the scheduler can
 send produces a 5xx: an unexpected failure is logged and counted (code "internal") and
 answered with `Error` set (filter; kube-scheduler then treats the extender as failed,
 or skips it when registered `ignorable: true`) or neutral scores (prioritize).
@@ -35,6 +37,22 @@ log = logging.getLogger("kvspread.extender.server")
 _JSON = "application/json"
 
 
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None when it exceeds `limit` bytes: refused from Content-Length before
+    reading, else while streaming, so an oversized body is never buffered whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
     """Build the ASGI app for `ext`; `ready()` backs /readyz."""
     app = FastAPI(
@@ -44,6 +62,7 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
         openapi_url=None,
     )
     m = ext.metrics
+    limit = ext.cfg.max_body_bytes
     fverb = ext.cfg.filter_verb.strip("/")
     pverb = ext.cfg.prioritize_verb.strip("/")
 
@@ -51,7 +70,17 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
         start = time.perf_counter()
         code = "200"
         try:
-            body = await request.body()
+            body = await _read_body(request, limit)
+            if body is None:
+                code = "413"
+                return JSONResponse(
+                    {
+                        "error": f"request body is larger than server.max_body_bytes "
+                        f"({limit} bytes); raise it for clusters with larger NodeLists, or "
+                        "register the extender with nodeCacheCapable: true (names only)"
+                    },
+                    status_code=413,
+                )
             try:
                 args = parse_args(body)
             except WireError as exc:
