@@ -81,7 +81,7 @@ class ExtenderMetrics:
         )
         self.filter_failures = Counter(
             names.EXTENDER_FILTER_FAILURES.removesuffix("_total"),
-            "Nodes failed by the filter, by reason (gpu_memory, cpu, invalid_pod)",
+            "Nodes failed by the filter, by reason (gpu_memory, cpu, invalid_pod, stale_signals)",
             ["reason"],
             registry=r,
         )
@@ -98,9 +98,17 @@ class ExtenderMetrics:
             ["resource"],
             registry=r,
         )
-        self.decisions = Counter(
-            names.EXTENDER_DECISIONS.removesuffix("_total"),
-            "Prioritize decisions by outcome (placed, no_fit, invalid_pod, no_gpu)",
+        self.filter_decisions = Counter(
+            names.EXTENDER_FILTER_DECISIONS.removesuffix("_total"),
+            "Filter calls by outcome: passed (at least one node passed), no_fit (every "
+            "node failed), invalid_pod (the pod's kvspread fields are invalid)",
+            ["outcome"],
+            registry=r,
+        )
+        self.prioritize_decisions = Counter(
+            names.EXTENDER_PRIORITIZE_DECISIONS.removesuffix("_total"),
+            "Prioritize calls by outcome: placed (a best node was picked), no_fit (no "
+            "node fits), no_gpu (no known node to score), invalid_pod",
             ["outcome"],
             registry=r,
         )

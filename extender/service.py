@@ -123,6 +123,7 @@ class Extender:
             reason = f"kvspread: pod {pod.key} cannot be placed: {pod.error}"
             failed = dict.fromkeys(args.names, Failure(FilterReason.INVALID_POD, reason))
             self._count_failures(failed)
+            self.metrics.filter_decisions.labels("invalid_pod").inc()
             self._remember(
                 pod.key,
                 _Decision("filter", self.clock.now(), pod, args.names, [], None, failed, 0),
@@ -141,6 +142,7 @@ class Extender:
         passed = np.ones(n, dtype=bool)
         passed[known] = ok
         self._count_failures(failed)
+        self.metrics.filter_decisions.labels("passed" if passed.any() else "no_fit").inc()
         self.metrics.count_signals(batch.codes, len(unknown))
         self._remember(
             pod.key,
@@ -182,7 +184,7 @@ class Extender:
         pod = parse_pod(args.pod)
         n = len(args.names)
         if pod.error:
-            self.metrics.decisions.labels("invalid_pod").inc()
+            self.metrics.prioritize_decisions.labels("invalid_pod").inc()
             return PrioritizeDecision([0] * n)
         self._observe(pod)
         batch, known, unknown = self._batch(args, pod, pod.shape.model)
@@ -198,7 +200,7 @@ class Extender:
             outcome = "no_fit" if len(batch) else "no_gpu"
         else:
             outcome = "placed"
-        self.metrics.decisions.labels(outcome).inc()
+        self.metrics.prioritize_decisions.labels(outcome).inc()
         self._remember(
             pod.key,
             _Decision(

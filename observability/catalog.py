@@ -291,11 +291,21 @@ _SELF: Final = (
         "extender",
     ),
     Metric(
-        n.EXTENDER_DECISIONS,
+        n.EXTENDER_FILTER_DECISIONS,
         "counter",
         "{decision}",
         ("outcome",),
-        "Prioritize decisions by outcome (placed, no_fit, invalid_pod, no_gpu).",
+        "Filter calls by outcome: passed (at least one node passed), no_fit (every node "
+        "failed), invalid_pod (the pod's kvspread fields are invalid).",
+        "extender",
+    ),
+    Metric(
+        n.EXTENDER_PRIORITIZE_DECISIONS,
+        "counter",
+        "{decision}",
+        ("outcome",),
+        "Prioritize calls by outcome: placed (a best node was picked), no_fit (no node "
+        "fits), no_gpu (no known node to score), invalid_pod.",
         "extender",
     ),
     Metric(

@@ -257,3 +257,33 @@ def test_replicas_spread_on_partly_used_nodes_too() -> None:
     running = cluster(clock, nodes)
     held = _schedule_replicas(running, nodes, 14, full=False, bind=True)
     assert max(held.values()) <= 4, held  # ceil(14 / 6) + 1
+
+
+# --- 6. metrics say what they count -------------------------------------------------------
+
+
+def test_one_decision_counter_per_verb_counting_every_outcome() -> None:
+    clock = FakeClock()
+    node = make_node("n1", annotations={"kvspread.io/signals": signals(clock, 70, gpus=1)})
+    running = cluster(clock, [node])
+    ext = running.extender
+    bad = gpu_pod("bad", mem="lots")
+    filter_doc(ext, names_body(gpu_pod("big", mem="50Gi"), ["n1"]))  # fails every node
+    filter_doc(ext, names_body(gpu_pod("small", mem="4Gi"), ["n1"]))
+    filter_doc(ext, names_body(bad, ["n1"]))
+    prioritize_scores(ext, names_body(bad, ["n1"]))
+    prioritize_scores(ext, names_body(gpu_pod("small", mem="4Gi"), ["n1"]))
+
+    def count(name: str, outcome: str) -> float | None:
+        return ext.metrics.registry.get_sample_value(name, {"outcome": outcome})
+
+    f, p = (
+        "kvspread_extender_filter_decisions_total",
+        "kvspread_extender_prioritize_decisions_total",
+    )
+    assert (count(f, "no_fit"), count(f, "passed"), count(f, "invalid_pod")) == (1.0, 1.0, 1.0)
+    assert (count(p, "invalid_pod"), count(p, "placed"), count(p, "no_fit")) == (1.0, 1.0, None)
+    assert count("kvspread_extender_decisions_total", "invalid_pod") is None
+    helps = {m.name: m.documentation for m in ext.metrics.registry.collect()}
+    assert helps[f.removesuffix("_total")].startswith("Filter calls by outcome")
+    assert helps[p.removesuffix("_total")].startswith("Prioritize calls by outcome")

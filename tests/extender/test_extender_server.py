@@ -101,7 +101,8 @@ def test_metrics_after_requests(app_client) -> None:  # noqa: ANN001
         'kvspread_extender_requests_total{code="400",verb="prioritize"} 1.0',
         'kvspread_extender_filter_failures_total{reason="gpu_memory"} 1.0',
         'kvspread_extender_node_signals_total{state="fresh"} 6.0',
-        'kvspread_extender_decisions_total{outcome="placed"} 1.0',
+        'kvspread_extender_prioritize_decisions_total{outcome="placed"} 1.0',
+        'kvspread_extender_filter_decisions_total{outcome="passed"} 1.0',
         'kvspread_extender_score_term_count{term="fragmentation"} 3.0',
     ]:
         assert line in text, line
