@@ -287,3 +287,38 @@ def test_one_decision_counter_per_verb_counting_every_outcome() -> None:
     helps = {m.name: m.documentation for m in ext.metrics.registry.collect()}
     assert helps[f.removesuffix("_total")].startswith("Filter calls by outcome")
     assert helps[p.removesuffix("_total")].startswith("Prioritize calls by outcome")
+
+
+# --- 4. the tie-break preference only breaks ties ----------------------------------------
+
+
+def test_the_preference_never_overrides_a_difference_in_another_term() -> None:
+    """Issue 10.4: a vision-pool node (value 0.7257) got 9 and a mixed-pool node (0.7163)
+    got 10 for an image pod, because the node preference outweighed the modality term."""
+    from extender.scoring import node_preference
+
+    clock = FakeClock()
+    # two node names whose preference favours the mixed-pool node as much as possible
+    mixed = max((f"mixed-{i}" for i in range(300)), key=node_preference)
+    vision = min((f"vision-{i}" for i in range(300)), key=node_preference)
+    assert node_preference(mixed) - node_preference(vision) > 0.9
+    sig = signals(clock, 0)
+    nodes = [
+        make_node(
+            mixed, labels={"kvspread.io/pool": "mixed"}, annotations={"kvspread.io/signals": sig}
+        ),
+        make_node(
+            vision, labels={"kvspread.io/pool": "vision"}, annotations={"kvspread.io/signals": sig}
+        ),
+        make_node("busy", annotations={"kvspread.io/signals": signals(clock, 70)}),
+    ]
+    running = cluster(clock, nodes)
+    pod = gpu_pod("img", mem="8Gi", uid="uid-img")
+    pod["metadata"]["labels"]["kvspread.io/modality"] = "image"
+    scores = prioritize_scores(running.extender, names_body(pod, [mixed, vision, "busy"]))
+    assert scores[vision] == 10 and scores[mixed] < 10, scores
+    doc = running.extender.explain("serving/img")
+    assert doc is not None
+    by = {s["node"]: s for s in doc["prioritize"]["scores"]}
+    assert by[vision]["value"] > by[mixed]["value"]
+    assert "tie_break" in by[vision]

@@ -178,3 +178,41 @@ def test_names_only_mode_agrees_with_full_mode_and_passes_unknown_nodes(
     scores = prioritize_scores(running.extender, body)
     assert all(scores[u] == 5 for u in unknown)
     assert all(0 <= s <= 10 for s in scores.values())
+
+
+def _cluster_with(nodes: list[GenNode]):  # noqa: ANN202
+    cfg = ExtenderConfig.from_mapping({"kubernetes": {"api_server": "http://127.0.0.1:9"}})
+    running = build(cfg, CLOCK)  # reflectors never started: the cache is fed directly
+    running.state.replace_nodes([n.obj() for n in nodes])
+    running.state.replace_pods([])
+    return running
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod=pods_st, nodes=nodes_st, repeats=st.integers(2, 4))
+def test_rescoring_the_same_pod_is_idempotent(
+    pod: GenPod, nodes: list[GenNode], repeats: int
+) -> None:
+    running = _cluster_with(nodes)
+    body = json.dumps({"Pod": pod.obj(), "NodeNames": [n.name for n in nodes]})
+    first = prioritize_scores(running.extender, body)
+    for _ in range(repeats):
+        assert prioritize_scores(running.extender, body) == first
+    # the filter too: the pod's own recorded pick never fails it
+    passed = filter_doc(running.extender, body)["NodeNames"]
+    assert passed == [n.name for n in nodes if oracle_fits(pod, n)]
+
+
+@PROPS
+@given(pod=pods_st, nodes=nodes_st)
+def test_stale_nodes_never_outrank_fresh_fitting_ones(pod: GenPod, nodes: list[GenNode]) -> None:
+    scores = prioritize(pod, nodes)
+    # fresh nodes the pod fits on; a score of 0 means prioritize found it does not fit after
+    # all (the device plugin's GPU lacks room, a rule the filter leaves to prioritize)
+    fresh_fit = [
+        n.name for n in nodes if n.signals == "fresh" and oracle_fits(pod, n) and scores[n.name]
+    ]
+    dark = [n.name for n in nodes if n.signals != "fresh"]
+    for d in dark:
+        for f in fresh_fit:
+            assert scores[d] < scores[f], (d, f, scores)
