@@ -66,6 +66,10 @@ class ExtenderMetrics:
     def __init__(self, terms: tuple[str, ...]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+
+        def counter(name: str, doc: str, labels: str) -> Counter:
+            return Counter(name.removesuffix("_total"), doc, [labels], registry=r)
+
         self.requests = Counter(
             names.EXTENDER_REQUESTS.removesuffix("_total"),
             "Extender HTTP requests by verb and status code",
@@ -79,18 +83,16 @@ class ExtenderMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.filter_failures = Counter(
-            names.EXTENDER_FILTER_FAILURES.removesuffix("_total"),
+        self.filter_failures = counter(
+            names.EXTENDER_FILTER_FAILURES,
             "Nodes failed by the filter, by reason (gpu_memory, cpu, invalid_pod, stale_signals)",
-            ["reason"],
-            registry=r,
+            "reason",
         )
-        self.signals = Counter(
-            names.EXTENDER_SIGNALS.removesuffix("_total"),
+        self.signals = counter(
+            names.EXTENDER_SIGNALS,
             "Nodes seen in requests by the state of their kvspread.io/signals "
             "(fresh, stale, missing, invalid, unknown = not in the node cache)",
-            ["state"],
-            registry=r,
+            "state",
         )
         self.cache_synced = Gauge(
             names.EXTENDER_CACHE_SYNCED,
@@ -98,19 +100,17 @@ class ExtenderMetrics:
             ["resource"],
             registry=r,
         )
-        self.filter_decisions = Counter(
-            names.EXTENDER_FILTER_DECISIONS.removesuffix("_total"),
+        self.filter_decisions = counter(
+            names.EXTENDER_FILTER_DECISIONS,
             "Filter calls by outcome: passed (at least one node passed), no_fit (every "
             "node failed), invalid_pod (the pod's kvspread fields are invalid)",
-            ["outcome"],
-            registry=r,
+            "outcome",
         )
-        self.prioritize_decisions = Counter(
-            names.EXTENDER_PRIORITIZE_DECISIONS.removesuffix("_total"),
+        self.prioritize_decisions = counter(
+            names.EXTENDER_PRIORITIZE_DECISIONS,
             "Prioritize calls by outcome: placed (a best node was picked), no_fit (no "
             "node fits), no_gpu (no known node to score), invalid_pod",
-            ["outcome"],
-            registry=r,
+            "outcome",
         )
         self.terms = _TermHistograms(terms)
         r.register(self.terms)
