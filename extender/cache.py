@@ -224,7 +224,7 @@ class ClusterState:
             now = self._clock.now()
             batch, missing = self._table.take(names, now, self._cfg.stale_after_s, model)
             own = self.ledger.nodes_of(pod) if pod is not None else set()
-            rows = [i for i, n in enumerate(batch.names) if n in own] if own else []
+            rows = [batch.names.index(n) for n in own if n in self._nodes and n in batch.names]
             if not rows:
                 return batch, missing
             states = [self._state(self._nodes[batch.names[i]], now, pod) for i in rows]

@@ -132,6 +132,18 @@ def node_preference(name: str) -> float:
     return zlib.crc32(name.encode("utf-8")) / 2.0**32
 
 
+@lru_cache(maxsize=8)
+def _preferences(names: tuple[str, ...]) -> np.ndarray:
+    """`node_preference` of each name, kept for the last few node lists (kube-scheduler
+    sends the same list call after call)."""
+    return _ro(np.fromiter(map(node_preference, names), float, len(names)))
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
 MODALITY_AFFINITY: Mapping[str, Mapping[str | None, float]] = {
     # pod modality -> node pool -> affinity. Vision pools hold the GPUs sized for image
     # encoders and long multimodal prompts; a text model there wastes them, an image model
@@ -679,7 +691,7 @@ def tie_break(
     v = value[c]
     if float(v.max()) - float(v.min()) <= 1e-9:
         return zero
-    pref = np.fromiter(map(node_preference, names), float, len(value))[c]
+    pref = _preferences(tuple(names))[c]
     w = cfg.weights
     key = v + FRAGMENTATION_TIE * (w.fragmentation / w.total()) * pref
     if rest is None:
