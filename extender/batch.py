@@ -214,7 +214,8 @@ class NodeTable:
         self._names = np.zeros(0, dtype=object)
         self._replicas = np.zeros(0, dtype=object)
         self._model_cols: dict[str, np.ndarray] = {}
-        self._version = 0
+        self._layout = 0
+        """Bumped when a name gets or loses its row (the cached lookup is then stale)."""
         self._last: tuple[int, list[str], Any] | None = None
         self._grow(64)
 
@@ -260,7 +261,6 @@ class NodeTable:
 
     def set(self, s: NodeState) -> None:
         """Insert or replace the row for `s.name`."""
-        self._version += 1
         if len(s.gpus) > self._width:
             self._widen(len(s.gpus))
         i = self._rows.get(s.name)
@@ -269,6 +269,7 @@ class NodeTable:
                 self._grow(self._cap * 2)
             i = self._free_rows.pop()
             self._rows[s.name] = i
+            self._layout += 1
         cols = self._cols
         for c in _GPU_COLUMNS:
             row = cols[c.name][i]
@@ -293,8 +294,8 @@ class NodeTable:
 
     def remove(self, name: str) -> None:
         i = self._rows.pop(name, None)
-        self._version += 1
         if i is not None:
+            self._layout += 1
             self._names[i] = ""
             self._set_replicas(i, {})
             self._cols["fresh"][i] = False
@@ -311,7 +312,8 @@ class NodeTable:
 
         `model` adds that model's replica column (`NodeBatch.model_counts`).
         """
-        missing, ix, known, replicas = self._rows_of(names)
+        missing, ix, known = self._rows_of(names)
+        replicas = tuple(self._replicas[ix])
         cols = {c.name: self._cols[c.name][ix] for c in COLUMNS}
         if now is not None and stale_after_s is not None and len(ix):
             fresh = cols["fresh"]
@@ -327,16 +329,14 @@ class NodeTable:
         batch = NodeBatch(names=known, replicas=replicas, model_counts=counts, **ro)
         return batch, list(missing)
 
-    def _rows_of(
-        self, names: Sequence[str]
-    ) -> tuple[tuple[int, ...], np.ndarray, tuple[str, ...], tuple[Mapping[str, int], ...]]:
-        """(missing positions, row indices, known names, their replica maps) for `names`.
+    def _rows_of(self, names: Sequence[str]) -> tuple[tuple[int, ...], np.ndarray, tuple[str, ...]]:
+        """(missing positions, row indices, known names) for `names`.
 
         kube-scheduler sends the same node list call after call, so the lookup of the last
-        list is kept until a row is added, removed or replaced (one list comparison, in C,
-        instead of 5,000 dict lookups and array builds per request)."""
+        list is kept until a node is added or removed (one list comparison, in C, instead
+        of 5,000 dict lookups and an array build per request)."""
         last = self._last
-        if last is not None and last[0] == self._version and last[1] == names:
+        if last is not None and last[0] == self._layout and last[1] == names:
             return last[2]
         found: list[int | None] = list(map(self._rows.get, names))
         idx: list[int]
@@ -348,6 +348,6 @@ class NodeTable:
             missing, idx = (), found  # type: ignore[assignment]  # no None in found
             known = tuple(names)
         ix = _ro(np.array(idx, dtype=np.intp))
-        out = (missing, ix, known, tuple(self._replicas[ix]))
-        self._last = (self._version, list(names), out)
+        out = (missing, ix, known)
+        self._last = (self._layout, list(names), out)
         return out
