@@ -157,8 +157,13 @@ class NodeBatch:
         return NodeBatch(names=self.names, replicas=tuple(replicas), model_counts=counts, **cols)
 
     def free(self) -> np.ndarray:
-        """(N, G) free memory per GPU (`kvspread.gpumem.free_mib`)."""
-        return free_mib(self.total, self.used, self.alloc)
+        """(N, G) free memory per GPU (`kvspread.gpumem.free_mib`); computed once per
+        batch (read-only, like every column)."""
+        cached = self.__dict__.get("_free")
+        if cached is None:
+            cached = _ro(free_mib(self.total, self.used, self.alloc))
+            object.__setattr__(self, "_free", cached)
+        return cached
 
     def idle(self, idle_used_fraction: float) -> np.ndarray:
         """GPUs that can take a whole-GPU instance: real, unclaimed, near-zero use."""

@@ -761,7 +761,7 @@ def _finish(
     lower: list[int] = []
     all_fits = fits
     if tier is not None and fits.any():
-        present = sorted({int(t) for t in tier[fits]})
+        present = [int(t) for t in np.unique(tier[fits])]
         lower = present[1:]
         if lower:
             fits = fits & (tier == present[0])
