@@ -70,7 +70,7 @@ def build_requests(series: int, points: int, t0: float, per_request: int = 1000)
             rm = req.resource_metrics.add()
             rm.resource.attributes.extend([_kv(names.ATTR_K8S_NODE, "node-1")])
             m = rm.scope_metrics.add().metrics.add()
-            m.name = names.HTTP_SERVER_REQUEST_DURATION
+            m.name = names.HTTP_SERVER_REQUEST_DURATION.name
             m.unit = "s"
             m.histogram.aggregation_temporality = mp.AGGREGATION_TEMPORALITY_CUMULATIVE
             for i in range(chunk, min(chunk + per_request, series)):

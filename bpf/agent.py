@@ -36,7 +36,7 @@ from bpf.publish import patch_node_annotation, should_publish
 from bpf.server import CollectorServer
 from bpf.state import CollectorState, EngineReading
 from bpf.tracker import ConnTracker, RequestRecord
-from kvspread import names as N
+from kvspread import names
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.gpumem import free_mib, node_fragmentation_of
 from kvspread.kube import Reflector
@@ -90,7 +90,7 @@ class Agent:
         self.config = config
         self.clock = clock
         self.state = CollectorState()
-        self.state.window.window_s = config.window_s
+        self.state.window.window_s = config.signals.window_s
         self.gpu_reader: GpuReader | None = gpu_reader
         self._kube = kube_client
         self._probe_loader = probe_loader
@@ -113,7 +113,7 @@ class Agent:
         if config.otlp_endpoints or otlp_exporter is not None:
             attrs = {"service.name": "kvspread-collector"}
             if config.node_name:
-                attrs[N.ATTR_K8S_NODE] = config.node_name
+                attrs[names.ATTR_K8S_NODE] = config.node_name
             self.otlp = OtlpExporter(
                 self.state, config.otlp_endpoints, config.otlp_interval_s, attrs, otlp_exporter
             )
@@ -185,17 +185,17 @@ class Agent:
     # --- BPF --------------------------------------------------------------------------
     def _bpf_loop(self) -> None:
         c = self.config
-        if not c.bpf_enabled:
+        if not c.bpf.enabled:
             self._source("bpf", False, "disabled by configuration")
             self.bpf_ready.set()
             return
         pc = loader_mod.ProbeConfig(
             ports=c.http_ports,
-            capture_bytes=c.capture_bytes,
-            max_conns=c.max_conns,
-            tracefs=c.tracefs,
-            header_cache=c.header_cache,
-            max_requests_per_s=c.max_requests_per_s,
+            capture_bytes=c.bpf.capture_bytes,
+            max_conns=c.bpf.max_conns,
+            tracefs=c.bpf.tracefs,
+            header_cache=c.bpf.header_cache,
+            max_requests_per_s=c.bpf.max_requests_per_s,
         )
         try:
             session = self._probe_loader(pc)
@@ -245,9 +245,9 @@ class Agent:
         if len(self.state.backlog) > 1024:
             self.state.backlog.pop(next(iter(self.state.backlog)))
         attrs = (
-            (N.ATTR_SERVER_PORT, str(ev.port)),
-            (N.ATTR_K8S_NAMESPACE, ns),
-            (N.ATTR_K8S_POD, pod),
+            (names.ATTR_SERVER_PORT, str(ev.port)),
+            (names.ATTR_K8S_NAMESPACE, ns),
+            (names.ATTR_K8S_POD, pod),
         )
         if ev.queue_ns:
             self.state.accept_delay.observe(attrs, ev.queue_ns / 1e9)
@@ -256,8 +256,11 @@ class Agent:
         client = self._pod_by_ip(ev.peer)
         self.state.edges.add(
             (
-                (N.ATTR_CLIENT_ADDRESS, ev.peer if client is None else ""),
-                (N.ATTR_CLIENT_POD, "" if client is None else f"{client.namespace}/{client.name}"),
+                (names.ATTR_CLIENT_ADDRESS, ev.peer if client is None else ""),
+                (
+                    names.ATTR_CLIENT_POD,
+                    "" if client is None else f"{client.namespace}/{client.name}",
+                ),
                 *attrs,
             )
         )
@@ -271,21 +274,21 @@ class Agent:
         if meta is None:
             return "", ""
         service = next((v for v in (meta.label(k) for k in SERVICE_LABELS) if v), "")
-        return service, meta.label(N.LABEL_QOS) or ""
+        return service, meta.label(names.LABEL_QOS) or ""
 
     def record_request(self, rec: RequestRecord) -> None:
         ref = self.attributor.resolve(rec.tgid)
         service, qos = self._pod_labels(ref)
         values = {
-            N.ATTR_HTTP_METHOD: rec.method,
-            N.ATTR_HTTP_STATUS: "" if rec.status is None else str(rec.status),
-            N.ATTR_HTTP_ROUTE: rec.route,
-            N.ATTR_SERVER_PORT: str(rec.port),
-            N.ATTR_K8S_NAMESPACE: ref.namespace if ref else "",
-            N.ATTR_K8S_POD: ref.name if ref else "",
-            N.ATTR_MODALITY: rec.modality,
-            N.ATTR_SERVICE_NAME: service,
-            N.ATTR_QOS: qos,
+            names.ATTR_HTTP_METHOD: rec.method,
+            names.ATTR_HTTP_STATUS: "" if rec.status is None else str(rec.status),
+            names.ATTR_HTTP_ROUTE: rec.route,
+            names.ATTR_SERVER_PORT: str(rec.port),
+            names.ATTR_K8S_NAMESPACE: ref.namespace if ref else "",
+            names.ATTR_K8S_POD: ref.name if ref else "",
+            names.ATTR_MODALITY: rec.modality,
+            names.ATTR_SERVICE_NAME: service,
+            names.ATTR_QOS: qos,
         }
         labels = tuple((k, values[k]) for k in REQUEST_ATTRS)
         if not self.state.requests.observe(labels, rec.duration_s):
@@ -295,8 +298,8 @@ class Agent:
         if self.otlp:
             attrs: dict[str, Any] = {k: v for k, v in values.items() if v != ""}
             if rec.status is not None:
-                attrs[N.ATTR_HTTP_STATUS] = rec.status
-            attrs[N.ATTR_SERVER_PORT] = rec.port
+                attrs[names.ATTR_HTTP_STATUS] = rec.status
+            attrs[names.ATTR_SERVER_PORT] = rec.port
             self.otlp.record_request(attrs, rec.duration_s, rec.ttfb_s)
 
     # --- Kubernetes pods on this node -------------------------------------------------
@@ -335,7 +338,7 @@ class Agent:
                 self._replace_pods,
                 self._pod_event,
                 field_selector=f"spec.nodeName={self.config.node_name}",
-                watch_timeout_s=max(1, int(self.config.pods_refresh_s)),
+                watch_timeout_s=max(1, int(self.config.pods.refresh_s)),
                 request_timeout_s=15.0,
                 on_error=lambda why: self._source("kubernetes", False, f"pod watch failed: {why}"),
             )
@@ -364,22 +367,22 @@ class Agent:
 
     # --- engines ----------------------------------------------------------------------
     def engine_targets(self) -> list[EngineTarget]:
-        targets = list(self.config.engine_targets)
+        targets = list(self.config.engines.targets)
         with self._pods_lock:
             pods = list(self._pods.values())
         for p in pods:
-            port = p.annotation(N.ANNOTATION_METRICS_PORT)
+            port = p.annotation(names.ANNOTATION_METRICS_PORT)
             if not port or not p.ip:
                 continue
-            path = p.annotation(N.ANNOTATION_METRICS_PATH) or "/metrics"
+            path = p.annotation(names.ANNOTATION_METRICS_PATH) or "/metrics"
             if not path.startswith("/"):
                 path = "/" + path
             host = f"[{p.ip}]" if ":" in p.ip else p.ip
             targets.append(
                 EngineTarget(
                     url=f"http://{host}:{port}{path}",
-                    engine=p.annotation(N.ANNOTATION_ENGINE),
-                    model=p.label(N.LABEL_MODEL) or "",
+                    engine=p.annotation(names.ANNOTATION_ENGINE),
+                    model=p.label(names.LABEL_MODEL) or "",
                     pod_uid=p.uid,
                     pod_name=p.name,
                     namespace=p.namespace,
@@ -394,7 +397,7 @@ class Agent:
             service = self._pod_labels(PodRef(uid=t.pod_uid))[0] if t.pod_uid else ""
             try:
                 samples = engine_mod.scrape(
-                    t.url, engine=t.engine, model=t.model, timeout_s=self.config.engine_timeout_s
+                    t.url, engine=t.engine, model=t.model, timeout_s=self.config.engines.timeout_s
                 )
                 readings[t.url] = EngineReading(
                     t.url, t.pod_uid, t.namespace, t.pod_name, tuple(samples), service=service
@@ -409,7 +412,7 @@ class Agent:
             self._source(
                 "engine",
                 False,
-                f"no engine endpoints (config or pod annotation {N.ANNOTATION_METRICS_PORT})",
+                f"no engine endpoints (config or pod annotation {names.ANNOTATION_METRICS_PORT})",
             )
         elif len(failing) == len(readings):
             self._source(
@@ -426,12 +429,12 @@ class Agent:
         while not self._stop.is_set():
             self.scrape_engines()
             self.engines_ready.set()
-            if self._stop.wait(self.config.engine_interval_s):
+            if self._stop.wait(self.config.engines.interval_s):
                 return
 
     # --- GPU, signals, publishing -----------------------------------------------------
     def read_gpus(self) -> None:
-        if not self.config.nvml_enabled:
+        if not self.config.nvml.enabled:
             self.state.gpus = None
             self._source("nvml", False, "disabled by configuration")
             return
@@ -478,7 +481,7 @@ class Agent:
             for uid in uids:
                 with self._pods_lock:
                     meta = self._pods.get(uid)
-                model = meta.label(N.LABEL_MODEL) if meta else None
+                model = meta.label(names.LABEL_MODEL) if meta else None
                 samples = by_pod.get(uid, [])
                 models = [model] if model else [s.model for s in samples if s.model]
                 gpu_models.setdefault(g.index, []).extend(models)
@@ -496,13 +499,13 @@ class Agent:
             session = self.session
             with self._tracker_lock:
                 streams = self.tracker.in_flight(
-                    time.monotonic_ns(), session.conn_last_write_ns, c.stream_idle_s
+                    time.monotonic_ns(), session.conn_last_write_ns, c.signals.stream_idle_s
                 )
         requests, images = st.window.counts(now_mono)
         share: float | None = None
         if requests and self.session is not None:
             img, total = image_token_share(
-                images, requests, c.tokens_per_image, c.text_tokens_per_request
+                images, requests, c.signals.tokens_per_image, c.signals.text_tokens_per_request
             )
             share = img / total if total > 0 else None
         p95 = st.window.p95(now_mono) if self.session is not None else None
@@ -562,8 +565,8 @@ class Agent:
 
     def _signals_loop(self) -> None:
         self.bpf_ready.wait(timeout=60)  # first document with every source's state
-        self.engines_ready.wait(timeout=2 * self.config.engine_timeout_s + 1)
+        self.engines_ready.wait(timeout=2 * self.config.engines.timeout_s + 1)
         while not self._stop.is_set():
             self.cycle()
-            if self._stop.wait(self.config.signals_interval_s):
+            if self._stop.wait(self.config.signals.interval_s):
                 return

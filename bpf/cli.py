@@ -8,14 +8,14 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from kvspread.settings import Setting, add_settings, layer, load_yaml
+from kvspread.settings import Setting, add_settings, gather
 
 __all__ = ["register", "SETTINGS", "build_config"]
 
 PART = "collector"
 
 SETTINGS: list[Setting] = [
-    Setting("port", "port of /metrics, /signals, /healthz, /readyz (default 9435)", int),
+    Setting("port", "port of /metrics, /signals, /healthz, /readyz (default 9435)"),
     Setting("listen", "address to listen on (default 0.0.0.0)"),
     Setting(
         "http_ports",
@@ -52,26 +52,24 @@ EPILOG = """examples:
 def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Any:
     from bpf.config import from_mapping
 
-    merged = layer(PART, SETTINGS, args, environ, load_yaml(args.config))
+    merged = gather(PART, SETTINGS, args, environ, args.config)
     eps = list(args.otlp_endpoint or [])
     env_eps = environ.get("KVSPREAD_COLLECTOR_OTLP_ENDPOINTS", "")
-    if eps:
-        merged["otlp_endpoints"] = eps
+    if eps:  # repeatable, each maybe a comma list: text, split by the loader
+        merged.put("otlp_endpoints", ",".join(eps), "--otlp-endpoint")
     elif env_eps:
-        merged["otlp_endpoints"] = env_eps
+        merged.put("otlp_endpoints", env_eps, "KVSPREAD_COLLECTOR_OTLP_ENDPOINTS")
     if args.engine_target:
-        merged.setdefault("engines", {})
-        merged["engines"] = dict(merged["engines"] or {})
-        merged["engines"]["targets"] = list(args.engine_target)
+        merged.put("engines.targets", list(args.engine_target), "--engine-target")
     if args.no_bpf:
-        merged["bpf"] = {**dict(merged.get("bpf") or {}), "enabled": False}
+        merged.put("bpf.enabled", False, "--no-bpf")
     if args.no_nvml:
-        merged["nvml"] = {"enabled": False}
+        merged.put("nvml.enabled", False, "--no-nvml")
     return from_mapping(merged, environ)
 
 
 def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    from kvspread import logs
+    from kvspread import logs, preflight
 
     config = build_config(args, environ)
     if args.print_bpf:
@@ -79,18 +77,22 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
         pc = loader.ProbeConfig(
             ports=config.http_ports,
-            capture_bytes=config.capture_bytes,
-            max_conns=config.max_conns,
-            tracefs=config.tracefs,
+            capture_bytes=config.bpf.capture_bytes,
+            max_conns=config.bpf.max_conns,
+            tracefs=config.bpf.tracefs,
         )
-        features = loader.detect_features(config.tracefs)
+        features = loader.detect_features(config.bpf.tracefs)
         if not features.programs:
             print(
-                f"no programs can load: tracepoints missing under {config.tracefs}", file=sys.stderr
+                f"no programs can load: tracepoints missing under {config.bpf.tracefs}",
+                file=sys.stderr,
             )
             features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {}, True)
         print(loader.render(pc, features))
         return 0
+    preflight.check_port(config.listen, config.port, "--port")
+    if config.kubeconfig and not config.standalone:
+        preflight.check_kube_access(config.kubeconfig, config.kube_api_server, "--standalone")
     logs.configure(config.log_level)
     from bpf.agent import Agent
 

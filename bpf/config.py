@@ -1,5 +1,6 @@
-"""Collector configuration: a frozen dataclass with documented defaults and a strict
-`from_mapping` (unknown keys and bad values are errors naming the dotted key).
+"""Collector configuration: frozen dataclasses whose fields are the YAML keys (a nested
+section is a nested class), read by the shared strict loader (kvspread.settings.load):
+unknown keys and bad values are errors naming the dotted key.
 
 YAML layout (every key optional)::
 
@@ -29,13 +30,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Final
 
 from bpf.http import DEFAULT_ROUTES
 from bpf.publish import PublishConfig
-from kvspread.settings import ConfigError
+from kvspread.settings import INTERNAL, Parse, invalid, load
 
-__all__ = ["EngineTarget", "CollectorConfig", "DEFAULT_PORT", "from_mapping"]
+__all__ = [
+    "EngineTarget",
+    "CollectorConfig",
+    "BpfConfig",
+    "NvmlConfig",
+    "EnginesConfig",
+    "SignalsConfig",
+    "PodsConfig",
+    "DEFAULT_PORT",
+    "from_mapping",
+]
 
 DEFAULT_PORT = 9435
 DEFAULT_MAX_REQUESTS_PER_S = 5000
@@ -50,246 +61,208 @@ DEFAULT_TEXT_TOKENS = 700.0
 
 @dataclass(frozen=True)
 class EngineTarget:
-    """One engine metrics endpoint given by config (pods annotated on the node add more)."""
+    """One engine metrics endpoint given by config (pods annotated on the node add more).
+    A plain string stands for `{url: STRING}`."""
+
+    shorthand: ClassVar[str] = "url"
 
     url: str
+    """The engine's Prometheus /metrics URL (http or https)."""
     engine: str | None = None
+    """vllm, sglang or tensorrt-llm; unset: recognised from the metric names."""
     model: str = ""
-    pod_uid: str = ""
-    pod_name: str = ""
-    namespace: str = ""
+    """The served model's name, for the engine's metrics."""
+    pod_uid: str = field(default="", metadata=INTERNAL)
+    pod_name: str = field(default="", metadata=INTERNAL)
+    namespace: str = field(default="", metadata=INTERNAL)
+
+    def validate(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise invalid("url", "an http(s) URL", self.url)
+
+
+def _ports(value: Any) -> tuple[int, ...] | None:
+    """A list of ports, or comma-separated text; empty or `all`: every port (None)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        items: list[Any] = [v.strip() for v in value.split(",") if v.strip()]
+        if items == ["all"]:
+            return None
+        items = [int(v) for v in items]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise ValueError(value)
+    if not all(isinstance(p, int) and not isinstance(p, bool) and 1 <= p <= 65535 for p in items):
+        raise ValueError(value)
+    return tuple(sorted(set(items))) or None
+
+
+PORTS: Final = Parse(_ports, "a list of ports 1..65535, or all (also [] or unset)", "ports")
+
+
+def _at_least(key: str, value: float, lo: float) -> None:
+    if not value >= lo:
+        raise invalid(key, f"a number >= {lo:g}", value)
+
+
+@dataclass(frozen=True)
+class BpfConfig:
+    """eBPF tracing of the inference servers' HTTP and TCP (YAML `bpf:`)."""
+
+    enabled: bool = True
+    """Load the BPF programs (false, or --no-bpf: no HTTP or TCP metrics)."""
+    tracefs: Path = Path("/sys/kernel/tracing")
+    """tracefs mount point (tracepoint detection)."""
+    header_cache: Path = Path("/var/cache/kvspread/headers")
+    """Folder of the kernel header tree built from BTF, kept between restarts."""
+    capture_bytes: int = 512
+    """Bytes of each request and response captured for parsing (power of two, 64..4096)."""
+    max_conns: int = 65536
+    """Connections tracked at once (BPF map size)."""
+    max_requests_per_s: int = DEFAULT_MAX_REQUESTS_PER_S
+    """Requests per second timed in user space (the rest are counted); 0: no limit."""
+
+    def validate(self) -> None:
+        cap = self.capture_bytes
+        if not 64 <= cap <= 4096 or cap & (cap - 1):
+            raise invalid("capture_bytes", "a power of two in 64..4096", cap)
+        _at_least("max_conns", self.max_conns, 64)
+        _at_least("max_requests_per_s", self.max_requests_per_s, 0)
+
+
+@dataclass(frozen=True)
+class NvmlConfig:
+    """GPU memory and utilisation from NVML (YAML `nvml:`)."""
+
+    enabled: bool = True
+    """Read NVML (false, or --no-nvml: GPU signals are absent)."""
+
+
+@dataclass(frozen=True)
+class EnginesConfig:
+    """Scrapes of the inference engines' own /metrics (YAML `engines:`)."""
+
+    targets: tuple[EngineTarget, ...] = ()
+    """Endpoints to scrape besides the annotated pods on this node."""
+    interval_s: float = 5.0
+    """Seconds between scrapes."""
+    timeout_s: float = 2.0
+    """Timeout of one scrape, seconds."""
+
+    def validate(self) -> None:
+        _at_least("interval_s", self.interval_s, 0.1)
+        _at_least("timeout_s", self.timeout_s, 0.1)
+
+
+@dataclass(frozen=True)
+class SignalsConfig:
+    """The node signals computed from the measurements (YAML `signals:`)."""
+
+    interval_s: float = 5.0
+    """Seconds between signal computations."""
+    window_s: float = 60.0
+    """Sliding window of the latency percentiles and the image share, seconds."""
+    tokens_per_image: float = DEFAULT_TOKENS_PER_IMAGE
+    """Tokens one image stands for in the image-token share."""
+    text_tokens_per_request: float = DEFAULT_TEXT_TOKENS
+    """Text tokens one request stands for in the image-token share."""
+    stream_idle_s: float = 1.0
+    """A connection silent this long no longer counts as an active stream, seconds."""
+
+    def validate(self) -> None:
+        for f in fields(self):
+            _at_least(f.name, getattr(self, f.name), 0.0)
+
+
+@dataclass(frozen=True)
+class PodsConfig:
+    """Lookups of the pods on this node (YAML `pods:`)."""
+
+    refresh_s: float = 30.0
+    """Longest a watch of this node's pods runs before it is renewed, seconds (the pods are
+    listed once, then followed by watch events)."""
+
+    def validate(self) -> None:
+        _at_least("refresh_s", self.refresh_s, 1.0)
+
+
+_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
 @dataclass(frozen=True)
 class CollectorConfig:
+    """The whole `kvspread collector run` configuration."""
+
     port: int = DEFAULT_PORT
+    """Port of /metrics, /signals, /healthz and /readyz (0: any free port)."""
     listen: str = "0.0.0.0"
+    """Address those endpoints listen on."""
     node_name: str = ""
+    """This node's name; unset: $NODE_NAME (the downward API)."""
     standalone: bool = False
+    """No Kubernetes API: no annotation publishing, no pod lookups."""
     kubeconfig: str | None = None
+    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
     kube_api_server: str | None = None
+    """API server URL without credentials (kubectl proxy, tests)."""
     log_level: str = "info"
-    http_ports: tuple[int, ...] | None = None  # None: every port
+    """debug, info, warning or error."""
+    http_ports: Annotated[tuple[int, ...] | None, PORTS] = None
+    """Server ports to trace; unset or []: every listening port."""
     otlp_endpoints: tuple[str, ...] = ()
+    """OTLP/HTTP endpoints to push metrics to; dns:///name:port pushes to every address."""
     otlp_interval_s: float = 10.0
+    """Seconds between OTLP pushes."""
     routes: tuple[str, ...] = DEFAULT_ROUTES
+    """URL route templates that label requests (replace the defaults; `{name}` is a segment)."""
     max_routes: int = 64
-    bpf_enabled: bool = True
-    tracefs: Path = Path("/sys/kernel/tracing")
-    header_cache: Path = Path("/var/cache/kvspread/headers")
-    capture_bytes: int = 512
-    max_conns: int = 65536
-    max_requests_per_s: int = DEFAULT_MAX_REQUESTS_PER_S
-    nvml_enabled: bool = True
-    engine_targets: tuple[EngineTarget, ...] = ()
-    engine_interval_s: float = 5.0
-    engine_timeout_s: float = 2.0
-    signals_interval_s: float = 5.0
-    window_s: float = 60.0
-    tokens_per_image: float = DEFAULT_TOKENS_PER_IMAGE
-    text_tokens_per_request: float = DEFAULT_TEXT_TOKENS
-    stream_idle_s: float = 1.0
+    """Distinct routes labelled; more are counted as `other`."""
+    bpf: BpfConfig = BpfConfig()
+    """eBPF tracing."""
+    nvml: NvmlConfig = NvmlConfig()
+    """NVML GPU readings."""
+    engines: EnginesConfig = EnginesConfig()
+    """Engine /metrics scrapes."""
+    signals: SignalsConfig = SignalsConfig()
+    """Node signal computation."""
     publish: PublishConfig = field(default_factory=PublishConfig)
-    pods_refresh_s: float = 30.0
+    """When the node annotation is rewritten."""
+    pods: PodsConfig = PodsConfig()
+    """Pod lookups."""
     proc_root: Path = Path("/proc")
-    nice: int = 10  # CPU niceness of the collector: under contention the workload wins
+    """procfs of the host (/host/proc in the DaemonSet), for process-to-pod attribution."""
+    nice: int = 10
+    """CPU niceness of the collector (0..19): under contention the workload wins."""
 
-
-def _csv(value: Any, key: str) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(value, list | tuple):
-        out: list[str] = []
-        for v in value:
-            out.extend(_csv(v, key) if isinstance(v, str) else [str(v)])
-        return out
-    raise ConfigError(f"{key}: expected a list or comma-separated string, got {value!r}")
-
-
-def _ports(value: Any, key: str) -> tuple[int, ...] | None:
-    items = _csv(value, key)
-    if not items or items == ["all"]:
-        return None
-    out = []
-    for it in items:
-        try:
-            p = int(it)
-        except ValueError:
-            raise ConfigError(f"{key}: {it!r} is not a port number") from None
-        if not 1 <= p <= 65535:
-            raise ConfigError(f"{key}: port {p} out of range 1..65535")
-        out.append(p)
-    return tuple(sorted(set(out)))
-
-
-def _num(value: Any, key: str, lo: float = 0.0, integer: bool = False) -> Any:
-    try:
-        v = int(value) if integer else float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}: {value!r} is not a number") from None
-    if v < lo:
-        raise ConfigError(f"{key}: must be >= {lo}, got {value!r}")
-    return v
-
-
-def _bool(value: Any, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise ConfigError(f"{key}: {value!r} is not a boolean")
-
-
-def _section(m: Mapping[str, Any], key: str, allowed: set[str]) -> dict[str, Any]:
-    sec = m.get(key) or {}
-    if not isinstance(sec, Mapping):
-        raise ConfigError(f"{key}: must be a mapping")
-    unknown = set(sec) - allowed
-    if unknown:
-        raise ConfigError(
-            f"{key}.{sorted(unknown)[0]}: unknown key (known: {', '.join(sorted(allowed))})"
-        )
-    return dict(sec)
-
-
-_TOP = {
-    "port",
-    "listen",
-    "node_name",
-    "standalone",
-    "kubeconfig",
-    "kube_api_server",
-    "log_level",
-    "http_ports",
-    "otlp_endpoints",
-    "otlp_interval_s",
-    "routes",
-    "max_routes",
-    "bpf",
-    "nvml",
-    "engines",
-    "signals",
-    "publish",
-    "pods",
-    "proc_root",
-    "nice",
-}
-
-
-def from_mapping(m: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> CollectorConfig:
-    """Validate a layered mapping into a CollectorConfig (strict)."""
-    unknown = set(m) - _TOP
-    if unknown:
-        raise ConfigError(f"{sorted(unknown)[0]}: unknown key (known: {', '.join(sorted(_TOP))})")
-    c = CollectorConfig()
-    kw: dict[str, Any] = {}
-    if "port" in m:
-        kw["port"] = _num(m["port"], "port", 0, True)
-        if kw["port"] > 65535:
-            raise ConfigError(f"port: {kw['port']} out of range")
-    for k in ("listen", "node_name", "kubeconfig", "kube_api_server", "log_level"):
-        if m.get(k) is not None:
-            kw[k] = str(m[k])
-    if "log_level" in kw and kw["log_level"].lower() not in ("debug", "info", "warning", "error"):
-        raise ConfigError(f"log_level: {kw['log_level']!r} is not debug|info|warning|error")
-    if "standalone" in m:
-        kw["standalone"] = _bool(m["standalone"], "standalone")
-    if "http_ports" in m:
-        kw["http_ports"] = _ports(m["http_ports"], "http_ports")
-    if "otlp_endpoints" in m:
-        eps = _csv(m["otlp_endpoints"], "otlp_endpoints")
+    def validate(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise invalid("port", "a port number 0..65535", self.port)
+        if self.log_level not in _LOG_LEVELS:
+            raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
         from kvspread.fanout import parse_endpoints
 
         try:
-            parse_endpoints(",".join(eps)) if eps else None
+            if self.otlp_endpoints:
+                parse_endpoints(list(self.otlp_endpoints))
         except ValueError as exc:
-            raise ConfigError(f"otlp_endpoints: {exc}") from exc
-        kw["otlp_endpoints"] = tuple(eps)
-    if "otlp_interval_s" in m:
-        kw["otlp_interval_s"] = _num(m["otlp_interval_s"], "otlp_interval_s", 0.1)
-    if "routes" in m:
-        routes = _csv(m["routes"], "routes")
-        for r in routes:
+            raise invalid(
+                "otlp_endpoints", f"OTLP endpoint URLs ({exc})", list(self.otlp_endpoints)
+            ) from None
+        _at_least("otlp_interval_s", self.otlp_interval_s, 0.1)
+        for i, r in enumerate(self.routes):
             if not r.startswith("/"):
-                raise ConfigError(f"routes: pattern {r!r} must start with '/'")
-        kw["routes"] = tuple(routes)
-    if "max_routes" in m:
-        kw["max_routes"] = _num(m["max_routes"], "max_routes", 1, True)
-    if "nice" in m:
-        kw["nice"] = _num(m["nice"], "nice", 0, True)
-        if kw["nice"] > 19:
-            raise ConfigError(f"nice: must be 0..19, got {kw['nice']}")
-    if "proc_root" in m:
-        kw["proc_root"] = Path(str(m["proc_root"]))
-    b = _section(
-        m,
-        "bpf",
-        {"enabled", "tracefs", "header_cache", "capture_bytes", "max_conns", "max_requests_per_s"},
-    )
-    if "enabled" in b:
-        kw["bpf_enabled"] = _bool(b["enabled"], "bpf.enabled")
-    if "tracefs" in b:
-        kw["tracefs"] = Path(str(b["tracefs"]))
-    if "header_cache" in b:
-        kw["header_cache"] = Path(str(b["header_cache"]))
-    if "capture_bytes" in b:
-        cap = _num(b["capture_bytes"], "bpf.capture_bytes", 64, True)
-        if cap > 4096 or cap & (cap - 1):
-            raise ConfigError(f"bpf.capture_bytes: must be a power of two in 64..4096, got {cap}")
-        kw["capture_bytes"] = cap
-    if "max_requests_per_s" in b:
-        kw["max_requests_per_s"] = _num(b["max_requests_per_s"], "bpf.max_requests_per_s", 0, True)
-    if "max_conns" in b:
-        kw["max_conns"] = _num(b["max_conns"], "bpf.max_conns", 64, True)
-    n = _section(m, "nvml", {"enabled"})
-    if "enabled" in n:
-        kw["nvml_enabled"] = _bool(n["enabled"], "nvml.enabled")
-    e = _section(m, "engines", {"targets", "interval_s", "timeout_s"})
-    if "targets" in e:
-        targets = []
-        for i, t in enumerate(e["targets"] or []):
-            where = f"engines.targets[{i}]"
-            if isinstance(t, str):
-                t = {"url": t}
-            if not isinstance(t, Mapping) or "url" not in t:
-                raise ConfigError(f"{where}: needs a url")
-            bad = set(t) - {"url", "engine", "model"}
-            if bad:
-                raise ConfigError(f"{where}.{sorted(bad)[0]}: unknown key")
-            if not str(t["url"]).startswith(("http://", "https://")):
-                raise ConfigError(f"{where}.url: {t['url']!r} is not an http(s) URL")
-            targets.append(EngineTarget(str(t["url"]), t.get("engine"), str(t.get("model", ""))))
-        kw["engine_targets"] = tuple(targets)
-    if "interval_s" in e:
-        kw["engine_interval_s"] = _num(e["interval_s"], "engines.interval_s", 0.1)
-    if "timeout_s" in e:
-        kw["engine_timeout_s"] = _num(e["timeout_s"], "engines.timeout_s", 0.1)
-    s = _section(
-        m,
-        "signals",
-        {"interval_s", "window_s", "tokens_per_image", "text_tokens_per_request", "stream_idle_s"},
-    )
-    for key, attr in (
-        ("interval_s", "signals_interval_s"),
-        ("window_s", "window_s"),
-        ("tokens_per_image", "tokens_per_image"),
-        ("text_tokens_per_request", "text_tokens_per_request"),
-        ("stream_idle_s", "stream_idle_s"),
-    ):
-        if key in s:
-            kw[attr] = _num(s[key], f"signals.{key}", 0.0)
-    pub_fields = {f.name for f in fields(PublishConfig)}
-    p = _section(m, "publish", pub_fields)
-    if p:
-        kw["publish"] = replace(
-            PublishConfig(), **{k: _num(v, f"publish.{k}", 0.0) for k, v in p.items()}
-        )
-    pods = _section(m, "pods", {"refresh_s"})
-    if "refresh_s" in pods:
-        kw["pods_refresh_s"] = _num(pods["refresh_s"], "pods.refresh_s", 1.0)
-    cfg = replace(c, **kw)
+                raise invalid(f"routes[{i}]", "a route starting with '/'", r)
+        _at_least("max_routes", self.max_routes, 1)
+        if not 0 <= self.nice <= 19:
+            raise invalid("nice", "an integer 0..19", self.nice)
+
+
+def from_mapping(m: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> CollectorConfig:
+    """Validate a layered mapping into a CollectorConfig (strict); `node_name` defaults to
+    $NODE_NAME from `environ`."""
+    cfg = load(CollectorConfig, m)
     if not cfg.node_name and environ is not None:
         cfg = replace(cfg, node_name=environ.get("NODE_NAME", ""))
     return cfg

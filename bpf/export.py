@@ -1,7 +1,8 @@
 """Exporters: Prometheus exposition built at scrape time, and OTLP/HTTP push.
 
-Names come from `kvspread.names` (OTel names; Prometheus names through
-`prometheus_name`). Label names are the OTel attribute names with `.` as `_`.
+Names, units and help come from the `kvspread.names` descriptors (OTel names over OTLP,
+their `.prometheus` names in the exposition). Label names are the OTel attribute names with
+`.` as `_`.
 The OTLP side uses the real opentelemetry-sdk: request histograms are recorded as
 requests complete, gauges are observed at export time; several endpoints go through
 `kvspread.fanout.FanoutMetricExporter`. A failed export is logged and counted by the
@@ -22,34 +23,35 @@ from prometheus_client.core import (
 
 from bpf.state import CollectorState
 from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState
-from kvspread import names as N
-from kvspread.names import prometheus_name
+from kvspread import names
 
 __all__ = ["PrometheusCollector", "OtlpExporter", "label_name", "REQUEST_ATTRS"]
 
 REQUEST_ATTRS: tuple[str, ...] = (
-    N.ATTR_HTTP_METHOD,
-    N.ATTR_HTTP_STATUS,
-    N.ATTR_HTTP_ROUTE,
-    N.ATTR_SERVER_PORT,
-    N.ATTR_K8S_NAMESPACE,
-    N.ATTR_K8S_POD,
-    N.ATTR_MODALITY,
-    N.ATTR_SERVICE_NAME,
-    N.ATTR_QOS,
+    names.ATTR_HTTP_METHOD,
+    names.ATTR_HTTP_STATUS,
+    names.ATTR_HTTP_ROUTE,
+    names.ATTR_SERVER_PORT,
+    names.ATTR_K8S_NAMESPACE,
+    names.ATTR_K8S_POD,
+    names.ATTR_MODALITY,
+    names.ATTR_SERVICE_NAME,
+    names.ATTR_QOS,
 )
 """Attributes of http.server.request.duration, in label-tuple order."""
 
-POD_ATTRS = (N.ATTR_SERVER_PORT, N.ATTR_K8S_NAMESPACE, N.ATTR_K8S_POD)
+POD_ATTRS = (names.ATTR_SERVER_PORT, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
 
 
 def label_name(attr: str) -> str:
     return attr.replace(".", "_")
 
 
-def _hist(name: str, doc: str, table: dict[Any, HistogramState], bounds: Sequence[float]) -> Metric:
+def _hist(
+    d: names.MetricDescriptor, table: dict[Any, HistogramState], bounds: Sequence[float]
+) -> Metric:
     keys = next(iter(table), ())
-    fam = HistogramMetricFamily(name, doc, labels=[label_name(k) for k, _ in keys])
+    fam = HistogramMetricFamily(d.prometheus, d.help, labels=[label_name(k) for k, _ in keys])
     for labels, st in table.items():
         cum = st.cumulative()
         buckets = [(repr(float(b)), cum[i]) for i, b in enumerate(bounds)] + [("+Inf", cum[-1])]
@@ -92,21 +94,17 @@ class PrometheusCollector:
     def collect(self) -> Iterator[Metric]:
         s = self.state
         yield _hist(
-            prometheus_name(N.HTTP_SERVER_REQUEST_DURATION, "s", "histogram"),
-            "Server-side HTTP request duration, first request byte read to last response "
-            "byte written (eBPF).",
+            names.HTTP_SERVER_REQUEST_DURATION,
             s.requests.snapshot(),
             DURATION_BUCKETS,
         )
         yield _hist(
-            prometheus_name(N.HTTP_SERVER_TIME_TO_FIRST_BYTE, "s", "histogram"),
-            "First request byte read to first response byte written (eBPF).",
+            names.HTTP_SERVER_TIME_TO_FIRST_BYTE,
             s.ttfb.snapshot(),
             DURATION_BUCKETS,
         )
         yield _hist(
-            prometheus_name(N.ACCEPT_QUEUE_DELAY, "s", "histogram"),
-            "Handshake complete (connection queued) to accept() per listening port (eBPF).",
+            names.ACCEPT_QUEUE_DELAY,
             s.accept_delay.snapshot(),
             QUEUE_BUCKETS,
         )
@@ -119,29 +117,32 @@ class PrometheusCollector:
     def _tcp(self) -> Iterator[Metric]:
         s = self.state
         backlog = GaugeMetricFamily(
-            prometheus_name(N.ACCEPT_QUEUE_BACKLOG, "{connection}", "gauge"),
-            "Accept queue length of the listening socket at the last accept() (eBPF).",
-            labels=[label_name(N.ATTR_SERVER_PORT), "limit"],
+            names.ACCEPT_QUEUE_BACKLOG.prometheus,
+            names.ACCEPT_QUEUE_BACKLOG.help,
+            labels=[label_name(names.ATTR_SERVER_PORT), "limit"],
         )
         for port, (length, limit) in sorted(list(s.backlog.items())):
             backlog.add_metric([str(port), str(limit)], length)
         yield backlog
         edges = CounterMetricFamily(
-            prometheus_name(N.CONNECTION_EDGES, "{connection}", "counter").removesuffix("_total"),
-            "Accepted connections from client to server pod:port (eBPF).",
-            labels=[label_name(a) for a in (N.ATTR_CLIENT_ADDRESS, N.ATTR_CLIENT_POD, *POD_ATTRS)],
+            names.CONNECTION_EDGES.prometheus,
+            names.CONNECTION_EDGES.help,
+            labels=[
+                label_name(a)
+                for a in (names.ATTR_CLIENT_ADDRESS, names.ATTR_CLIENT_POD, *POD_ATTRS)
+            ],
         )
         for labels, v in s.edges.snapshot().items():
             edges.add_metric([x for _, x in labels], v)
         yield edges
         rtt = HistogramMetricFamily(
-            prometheus_name(N.TCP_RTT, "s", "histogram"),
-            "Smoothed TCP RTT samples of traced server connections, log2 buckets (eBPF).",
+            names.TCP_RTT.prometheus,
+            names.TCP_RTT.help,
             labels=[label_name(a) for a in POD_ATTRS],
         )
         retrans = CounterMetricFamily(
-            prometheus_name(N.TCP_RETRANSMITS, "{segment}", "counter").removesuffix("_total"),
-            "TCP segments retransmitted on traced server connections (eBPF).",
+            names.TCP_RETRANSMITS.prometheus,
+            names.TCP_RETRANSMITS.help,
             labels=[label_name(a) for a in POD_ATTRS],
         )
         for labels, st in tcp_by_pod(self.state).items():
@@ -159,18 +160,18 @@ class PrometheusCollector:
         gpus = self.state.gpus
         if gpus is None:
             return  # absent, never zeros
-        lbl = [label_name(N.ATTR_GPU_INDEX), label_name(N.ATTR_GPU_UUID)]
+        lbl = [label_name(names.ATTR_GPU_INDEX), label_name(names.ATTR_GPU_UUID)]
         used = GaugeMetricFamily(
-            prometheus_name(N.GPU_MEMORY_USED, "By", "gauge"), "GPU memory used (NVML).", labels=lbl
+            names.GPU_MEMORY_USED.prometheus, names.GPU_MEMORY_USED.help, labels=lbl
         )
         total = GaugeMetricFamily(
-            prometheus_name(N.GPU_MEMORY_TOTAL, "By", "gauge"),
-            "GPU memory total (NVML).",
+            names.GPU_MEMORY_TOTAL.prometheus,
+            names.GPU_MEMORY_TOTAL.help,
             labels=lbl,
         )
         util = GaugeMetricFamily(
-            prometheus_name(N.GPU_UTILIZATION, "1", "gauge"),
-            "GPU utilisation 0..1 (NVML).",
+            names.GPU_UTILIZATION.prometheus,
+            names.GPU_UTILIZATION.help,
             labels=lbl,
         )
         for g in gpus:
@@ -181,9 +182,9 @@ class PrometheusCollector:
                 util.add_metric(v, g.util)
         yield from (used, total, util)
         pods = GaugeMetricFamily(
-            prometheus_name(N.GPU_POD_MEMORY_USED, "By", "gauge"),
-            "GPU memory used by a pod's processes on one GPU (NVML, pid -> pod).",
-            labels=[*lbl, label_name(N.ATTR_K8S_NAMESPACE), label_name(N.ATTR_K8S_POD)],
+            names.GPU_POD_MEMORY_USED.prometheus,
+            names.GPU_POD_MEMORY_USED.help,
+            labels=[*lbl, label_name(names.ATTR_K8S_NAMESPACE), label_name(names.ATTR_K8S_POD)],
         )
         for (index, uuid, ns, pod), mem in sorted(self.state.gpu_pods.items()):
             pods.add_metric([str(index), uuid, ns, pod], mem)
@@ -192,21 +193,26 @@ class PrometheusCollector:
     def _engines(self) -> Iterator[Metric]:
         lbl = [
             label_name(a)
-            for a in (N.ATTR_ENGINE, N.ATTR_MODEL, N.ATTR_K8S_NAMESPACE, N.ATTR_K8S_POD)
+            for a in (
+                names.ATTR_ENGINE,
+                names.ATTR_MODEL,
+                names.ATTR_K8S_NAMESPACE,
+                names.ATTR_K8S_POD,
+            )
         ]
         kv = GaugeMetricFamily(
-            prometheus_name(N.KV_CACHE_USAGE, "1", "gauge"),
-            "KV-cache usage 0..1 reported by the engine.",
+            names.KV_CACHE_USAGE.prometheus,
+            names.KV_CACHE_USAGE.help,
             labels=lbl,
         )
         run = GaugeMetricFamily(
-            prometheus_name(N.ENGINE_REQUESTS_RUNNING, "{request}", "gauge"),
-            "Requests in the engine's running batch.",
+            names.ENGINE_REQUESTS_RUNNING.prometheus,
+            names.ENGINE_REQUESTS_RUNNING.help,
             labels=lbl,
         )
         wait = GaugeMetricFamily(
-            prometheus_name(N.ENGINE_REQUESTS_WAITING, "{request}", "gauge"),
-            "Requests queued in the engine.",
+            names.ENGINE_REQUESTS_WAITING.prometheus,
+            names.ENGINE_REQUESTS_WAITING.help,
             labels=lbl,
         )
         for r in list(self.state.engines.values()):
@@ -222,34 +228,27 @@ class PrometheusCollector:
 
     def _node(self) -> Iterator[Metric]:
         s = self.state
-        node_lbl = [label_name(N.ATTR_K8S_NODE)]
-        for name, unit, doc, value in (
-            (N.NODE_FRAGMENTATION, "1", "Node GPU-memory fragmentation rho.", s.fragmentation),
+        node_lbl = [label_name(names.ATTR_K8S_NODE)]
+        for d, value in (
+            (names.NODE_FRAGMENTATION, s.fragmentation),
             (
-                N.NODE_LARGEST_FREE_EXTENT,
-                "By",
-                "Largest free GPU memory on one GPU.",
+                names.NODE_LARGEST_FREE_EXTENT,
                 None if s.largest_free_mib is None else s.largest_free_mib * 1024 * 1024,
             ),
-            (N.NODE_ACTIVE_STREAMS, "{request}", "Inference requests in flight.", s.streams),
-            (
-                N.NODE_IMAGE_TOKEN_SHARE,
-                "1",
-                "Estimated image-token share of recent traffic.",
-                s.image_share,
-            ),
+            (names.NODE_ACTIVE_STREAMS, s.streams),
+            (names.NODE_IMAGE_TOKEN_SHARE, s.image_share),
         ):
             if value is None:
                 continue
-            fam = GaugeMetricFamily(prometheus_name(name, unit, "gauge"), doc, labels=node_lbl)
+            fam = GaugeMetricFamily(d.prometheus, d.help, labels=node_lbl)
             fam.add_metric([self.node], value)
             yield fam
 
     def _self(self) -> Iterator[Metric]:
         s = self.state
         up = GaugeMetricFamily(
-            prometheus_name(N.COLLECTOR_SOURCE_UP, "1", "gauge").removesuffix("_ratio"),
-            "1 when the source works, 0 when it is missing (see /readyz for why).",
+            names.COLLECTOR_SOURCE_UP.prometheus,
+            names.COLLECTOR_SOURCE_UP.help,
             labels=["source"],
         )
         with s.lock:
@@ -260,16 +259,16 @@ class PrometheusCollector:
             up.add_metric([name], 1.0 if st.up else 0.0)
         yield up
         ev = CounterMetricFamily(
-            prometheus_name(N.COLLECTOR_EVENTS, "{event}", "counter").removesuffix("_total"),
-            "Events read from the BPF programs.",
+            names.COLLECTOR_EVENTS.prometheus,
+            names.COLLECTOR_EVENTS.help,
             labels=["program"],
         )
         for k, v in sorted(events.items()):
             ev.add_metric([k], v)
         yield ev
         dr = CounterMetricFamily(
-            prometheus_name(N.COLLECTOR_DROPPED, "{event}", "counter").removesuffix("_total"),
-            "Samples or events dropped (full tables, lost events, unparsable bytes).",
+            names.COLLECTOR_DROPPED.prometheus,
+            names.COLLECTOR_DROPPED.help,
             labels=["reason"],
         )
         for k, v in sorted(dropped.items()):
@@ -303,15 +302,15 @@ class OtlpExporter:
         )
         views = [
             View(
-                instrument_name=N.HTTP_SERVER_REQUEST_DURATION,
+                instrument_name=names.HTTP_SERVER_REQUEST_DURATION.name,
                 aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
             ),
             View(
-                instrument_name=N.HTTP_SERVER_TIME_TO_FIRST_BYTE,
+                instrument_name=names.HTTP_SERVER_TIME_TO_FIRST_BYTE.name,
                 aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
             ),
             View(
-                instrument_name=N.ACCEPT_QUEUE_DELAY,
+                instrument_name=names.ACCEPT_QUEUE_DELAY.name,
                 aggregation=ExplicitBucketHistogramAggregation(QUEUE_BUCKETS),
             ),
         ]
@@ -319,9 +318,13 @@ class OtlpExporter:
             resource=Resource.create(resource_attrs), metric_readers=[self.reader], views=views
         )
         meter = self.provider.get_meter("kvspread.collector")
-        self.duration = meter.create_histogram(N.HTTP_SERVER_REQUEST_DURATION, unit="s")
-        self.ttfb = meter.create_histogram(N.HTTP_SERVER_TIME_TO_FIRST_BYTE, unit="s")
-        self.accept = meter.create_histogram(N.ACCEPT_QUEUE_DELAY, unit="s")
+
+        def histogram(d: names.MetricDescriptor) -> Any:
+            return meter.create_histogram(d.name, unit=d.unit)
+
+        self.duration = histogram(names.HTTP_SERVER_REQUEST_DURATION)
+        self.ttfb = histogram(names.HTTP_SERVER_TIME_TO_FIRST_BYTE)
+        self.accept = histogram(names.ACCEPT_QUEUE_DELAY)
 
         def gpu(attr: str) -> Any:
             def cb(_: CallbackOptions) -> list[Observation]:
@@ -330,7 +333,9 @@ class OtlpExporter:
                     v = getattr(g, attr)
                     if v is not None:
                         out.append(
-                            Observation(v, {N.ATTR_GPU_INDEX: g.index, N.ATTR_GPU_UUID: g.uuid})
+                            Observation(
+                                v, {names.ATTR_GPU_INDEX: g.index, names.ATTR_GPU_UUID: g.uuid}
+                            )
                         )
                 return out
 
@@ -341,10 +346,10 @@ class OtlpExporter:
                 Observation(
                     mem,
                     {
-                        N.ATTR_GPU_INDEX: i,
-                        N.ATTR_GPU_UUID: u,
-                        N.ATTR_K8S_NAMESPACE: ns,
-                        N.ATTR_K8S_POD: pod,
+                        names.ATTR_GPU_INDEX: i,
+                        names.ATTR_GPU_UUID: u,
+                        names.ATTR_K8S_NAMESPACE: ns,
+                        names.ATTR_K8S_POD: pod,
                     },
                 )
                 for (i, u, ns, pod), mem in list(self.state.gpu_pods.items())
@@ -361,11 +366,15 @@ class OtlpExporter:
                                 Observation(
                                     v,
                                     {
-                                        N.ATTR_ENGINE: e.engine,
-                                        N.ATTR_MODEL: e.model,
-                                        N.ATTR_K8S_NAMESPACE: r.namespace,
-                                        N.ATTR_K8S_POD: r.pod,
-                                        **({N.ATTR_SERVICE_NAME: r.service} if r.service else {}),
+                                        names.ATTR_ENGINE: e.engine,
+                                        names.ATTR_MODEL: e.model,
+                                        names.ATTR_K8S_NAMESPACE: r.namespace,
+                                        names.ATTR_K8S_POD: r.pod,
+                                        **(
+                                            {names.ATTR_SERVICE_NAME: r.service}
+                                            if r.service
+                                            else {}
+                                        ),
                                     },
                                 )
                             )
@@ -389,7 +398,11 @@ class OtlpExporter:
             return [
                 Observation(
                     st.retransmits,
-                    {N.ATTR_SERVER_PORT: int(port), N.ATTR_K8S_NAMESPACE: ns, N.ATTR_K8S_POD: pod},
+                    {
+                        names.ATTR_SERVER_PORT: int(port),
+                        names.ATTR_K8S_NAMESPACE: ns,
+                        names.ATTR_K8S_POD: pod,
+                    },
                 )
                 for (port, ns, pod), st in tcp_by_pod(self.state).items()
             ]
@@ -400,28 +413,29 @@ class OtlpExporter:
                 for labels, v in self.state.edges.snapshot().items()
             ]
 
+        def observe(d: names.MetricDescriptor, callback: Any) -> None:
+            """An observable counter or gauge, as the descriptor declares it."""
+            if d.kind == "counter":
+                meter.create_observable_counter(d.name, [callback], unit=d.unit)
+            else:
+                meter.create_observable_gauge(d.name, [callback], unit=d.unit)
+
         # The RTT histogram stays Prometheus-only: the kernel aggregates it into log2 slots
         # and the OTel SDK has no observable histogram to carry pre-aggregated buckets.
-        meter.create_observable_counter(N.TCP_RETRANSMITS, [retransmits], unit="{segment}")
-        meter.create_observable_counter(N.CONNECTION_EDGES, [edges], unit="{connection}")
-        meter.create_observable_gauge(N.GPU_MEMORY_USED, [gpu("mem_used")], unit="By")
-        meter.create_observable_gauge(N.GPU_MEMORY_TOTAL, [gpu("mem_total")], unit="By")
-        meter.create_observable_gauge(N.GPU_UTILIZATION, [gpu("util")], unit="1")
-        meter.create_observable_gauge(N.GPU_POD_MEMORY_USED, [gpu_pods], unit="By")
-        meter.create_observable_gauge(N.KV_CACHE_USAGE, [engine("kv_usage")], unit="1")
-        meter.create_observable_gauge(
-            N.ENGINE_REQUESTS_RUNNING, [engine("running")], unit="{request}"
-        )
-        meter.create_observable_gauge(
-            N.ENGINE_REQUESTS_WAITING, [engine("waiting")], unit="{request}"
-        )
-        meter.create_observable_gauge(N.NODE_FRAGMENTATION, [node("fragmentation")], unit="1")
-        meter.create_observable_gauge(
-            N.NODE_LARGEST_FREE_EXTENT, [node("largest_free_mib", 1024 * 1024)], unit="By"
-        )
-        meter.create_observable_gauge(N.NODE_ACTIVE_STREAMS, [node("streams")], unit="{request}")
-        meter.create_observable_gauge(N.NODE_IMAGE_TOKEN_SHARE, [node("image_share")], unit="1")
-        meter.create_observable_gauge(N.COLLECTOR_SOURCE_UP, [sources], unit="1")
+        observe(names.TCP_RETRANSMITS, retransmits)
+        observe(names.CONNECTION_EDGES, edges)
+        observe(names.GPU_MEMORY_USED, gpu("mem_used"))
+        observe(names.GPU_MEMORY_TOTAL, gpu("mem_total"))
+        observe(names.GPU_UTILIZATION, gpu("util"))
+        observe(names.GPU_POD_MEMORY_USED, gpu_pods)
+        observe(names.KV_CACHE_USAGE, engine("kv_usage"))
+        observe(names.ENGINE_REQUESTS_RUNNING, engine("running"))
+        observe(names.ENGINE_REQUESTS_WAITING, engine("waiting"))
+        observe(names.NODE_FRAGMENTATION, node("fragmentation"))
+        observe(names.NODE_LARGEST_FREE_EXTENT, node("largest_free_mib", 1024 * 1024))
+        observe(names.NODE_ACTIVE_STREAMS, node("streams"))
+        observe(names.NODE_IMAGE_TOKEN_SHARE, node("image_share"))
+        observe(names.COLLECTOR_SOURCE_UP, sources)
 
     def record_request(self, attrs: dict[str, Any], duration_s: float, ttfb_s: float) -> None:
         self.duration.record(duration_s, attrs)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kvspread.names import MODALITIES
+from kvspread import names
 
 __all__ = [
     "RequestInfo",
@@ -202,7 +202,7 @@ def parse_request(data: bytes, routes: RouteTemplates) -> RequestInfo | None:
     hdr = _headers(fields)
     modality, images = sniff_modality(body)
     declared = hdr.get("x-modality", "").strip().lower()
-    if declared in MODALITIES:
+    if declared in names.MODALITIES:
         modality = declared
     return RequestInfo(
         method=method,

@@ -7,10 +7,11 @@ when a value moved by more than a threshold; a heartbeat every `max_interval_s`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from kvspread.names import ANNOTATION_SIGNALS
+from kvspread import names
+from kvspread.settings import invalid
 from kvspread.signals import NodeSignals
 
 __all__ = ["PublishConfig", "should_publish", "patch_node_annotation"]
@@ -18,14 +19,31 @@ __all__ = ["PublishConfig", "should_publish", "patch_node_annotation"]
 
 @dataclass(frozen=True)
 class PublishConfig:
+    """When the node annotation is rewritten (YAML `publish:`): at most every
+    `min_interval_s`, at least every `max_interval_s`, and in between when a signal moved by
+    more than its threshold."""
+
     min_interval_s: float = 10.0
+    """Fewest seconds between two annotation writes."""
     max_interval_s: float = 30.0
-    mem_threshold_mib: float = 512.0  # GPU memory used moved by more than this
-    util_threshold: float = 0.10  # GPU utilisation moved by more than this (0..1)
-    kv_threshold: float = 0.05  # KV blocks used moved by more than this share of total
-    streams_threshold: float = 0.10  # relative change of active streams (and at least 1)
-    share_threshold: float = 0.05  # image-token share moved by more than this
-    p95_threshold: float = 0.10  # relative change of p95 latency
+    """Most seconds between two writes, changed or not (keeps the signals fresh)."""
+    mem_threshold_mib: float = 512.0
+    """GPU memory used moved by more than this, MiB."""
+    util_threshold: float = 0.10
+    """GPU utilisation moved by more than this (0..1)."""
+    kv_threshold: float = 0.05
+    """KV blocks used moved by more than this share of the total."""
+    streams_threshold: float = 0.10
+    """Relative change of active streams (and at least 1)."""
+    share_threshold: float = 0.05
+    """Image-token share moved by more than this."""
+    p95_threshold: float = 0.10
+    """Relative change of the p95 latency."""
+
+    def validate(self) -> None:
+        for f in fields(self):
+            if not getattr(self, f.name) >= 0:
+                raise invalid(f.name, "a number >= 0", getattr(self, f.name))
 
 
 def _rel(a: float, b: float) -> float:
@@ -104,5 +122,5 @@ def patch_node_annotation(api_client: Any, node: str, document: str) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
-    body = {"metadata": {"annotations": {ANNOTATION_SIGNALS: document}}}
+    body = {"metadata": {"annotations": {names.ANNOTATION_SIGNALS: document}}}
     core.patch_node(node, body, _content_type="application/merge-patch+json", _request_timeout=10)

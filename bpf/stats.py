@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvspread import names as N
+from kvspread import names
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -28,7 +28,7 @@ __all__ = [
     "quantile",
 ]
 
-DURATION_BUCKETS: tuple[float, ...] = N.LATENCY_BUCKETS
+DURATION_BUCKETS: tuple[float, ...] = names.LATENCY_BUCKETS
 """The shared latency bounds (kvspread.names.LATENCY_BUCKETS)."""
 
 QUEUE_BUCKETS: tuple[float, ...] = (

@@ -7,8 +7,8 @@ import argparse
 from collections.abc import Mapping
 
 from extender.config import DEFAULT_HOST, DEFAULT_PORT, ExtenderConfig
-from kvspread import logs
-from kvspread.settings import Setting, add_settings, layer, load_yaml, parse_bool
+from kvspread import logs, preflight
+from kvspread.settings import Setting, add_settings, gather
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
 
@@ -16,7 +16,7 @@ PART = "extender"
 
 SETTINGS: list[Setting] = [
     Setting("server.host", f"address to listen on (default {DEFAULT_HOST})"),
-    Setting("server.port", f"port to listen on (default {DEFAULT_PORT})", type=int),
+    Setting("server.port", f"port to listen on (default {DEFAULT_PORT})"),
     Setting(
         "server.tls_cert", "serve HTTPS with this PEM certificate (with --tls-key)", metavar="FILE"
     ),
@@ -28,7 +28,6 @@ SETTINGS: list[Setting] = [
     Setting(
         "server.standalone",
         "no cluster: no watches; full-NodeList requests are scored from the body alone",
-        type=parse_bool,
         is_flag=True,
     ),
     Setting("server.filter_verb", "URL path of the filter verb (default filter)", metavar="VERB"),
@@ -52,8 +51,13 @@ SETTINGS: list[Setting] = [
         "ledger.ttl_s",
         "seconds a recent placement counts before the pod shows up bound (default 30)",
         flag="--ledger-ttl",
-        type=float,
         metavar="SECONDS",
+    ),
+    Setting(
+        "explain.enabled",
+        "serve /debug/explain: true (default) or false (404; it shows pod names and node state)",
+        flag="--explain",
+        metavar="BOOL",
     ),
 ]
 
@@ -73,8 +77,7 @@ the YAML also holds the scoring section (weights, thresholds), see docs/extender
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> ExtenderConfig:
     """Merge flag > env > YAML > defaults and validate strictly."""
-    file_mapping = load_yaml(getattr(args, "config", None))
-    merged = layer(PART, SETTINGS, args, environ, file_mapping)
+    merged = gather(PART, SETTINGS, args, environ, getattr(args, "config", None))
     return ExtenderConfig.from_mapping(merged)
 
 
@@ -98,7 +101,12 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
 
     def run_serve(args: argparse.Namespace) -> int:
         cfg = config_from_args(args, environ)
-        logs.configure(cfg.log_level)
+        srv, kube = cfg.server, cfg.kubernetes
+        preflight.check_tls_pair(srv.tls_cert, srv.tls_key, "--tls-cert", "--tls-key")
+        preflight.check_port(srv.host, srv.port, "--port")
+        if not srv.standalone:
+            preflight.check_kube_access(kube.kubeconfig, kube.api_server, "--standalone")
+        logs.configure(srv.log_level)
         from extender.run import serve as serve_forever
 
         return serve_forever(cfg)

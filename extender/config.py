@@ -1,10 +1,20 @@
-"""Scoring configuration of the extender: weights, thresholds and the shape prior.
+"""The extender's configuration: `ExtenderConfig` with one section per YAML mapping.
 
-`ScoringConfig` is the reference: each field says what it means and where its default
-comes from. `ScoringConfig.from_mapping()` parses the `scoring:` section of the YAML
-config strictly (an unknown key is an error naming its dotted path) and `validate()`
-rejects values out of range, naming the field and the bad value.
+Each field's docstring says what it means (docs/config.md is generated from them) and each
+default's constant says where it comes from. `ExtenderConfig.from_mapping()` (the shared
+loader, kvspread.settings.load) parses the YAML strictly: an unknown key is an error listing
+the known ones, a wrong type or a value out of range names its dotted key.
 
+    server:
+      host: 0.0.0.0
+      port: 8888
+    kubernetes:
+      watch_timeout_s: 300
+    ledger:
+      ttl_s: 30
+    explain:
+      enabled: true
+      max_pods: 256
     scoring:
       weights: {fragmentation: 0.35, load: 0.25, spread: 0.15, modality: 0.15, qos: 0.10}
       load_weights: {memory: 0.4, streams: 0.3, image: 0.3}
@@ -25,11 +35,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Final, Literal
 
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
-from kvspread.settings import ConfigError
+from kvspread.settings import invalid, load, validated
 
 __all__ = [
     "ScoringConfig",
@@ -56,6 +67,12 @@ __all__ = [
     "DEFAULT_NORMALISATION",
     "MIB",
     "ExtenderConfig",
+    "ServerConfig",
+    "KubernetesConfig",
+    "LedgerConfig",
+    "ExplainConfig",
+    "SignalsConfig",
+    "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_LEDGER_TTL_S",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
@@ -71,47 +88,93 @@ GpuAssignment = Literal["fewest-pods", "scored"]
 class TermWeights:
     """Weights of the prioritize terms (DESIGN.md section 5). Only ratios matter."""
 
-    fragmentation: float
-    load: float
-    spread: float
-    modality: float
-    qos: float
+    fragmentation: float = 0.35
+    """Weight of the fragmentation term: expected unusable GPU memory after the placement."""
+    load: float = 0.25
+    """Weight of the load term: memory use, GPU utilisation, streams and image share."""
+    spread: float = 0.15
+    """Weight of the spread term: replicas of one model repel each other across nodes."""
+    modality: float = 0.15
+    """Weight of the modality term: vision and text pods go to their node pools."""
+    qos: float = 0.10
+    """Weight of the QoS term: realtime pods avoid nodes with a high p95 latency."""
 
     def total(self) -> float:
         return self.fragmentation + self.load + self.spread + self.modality + self.qos
+
+    def validate(self) -> None:
+        for k in _WEIGHT_KEYS:
+            _non_negative(k, getattr(self, k))
+        if self.total() <= 0:
+            raise invalid("fragmentation", "at least one weight > 0", self.fragmentation)
 
 
 @dataclass(frozen=True)
 class LoadWeights:
     """Weights of the load weight's parts (DESIGN.md section 4)."""
 
-    memory: float
-    streams: float
-    image: float
+    memory: float = 0.4
+    """Weight of the busy part (GPU memory used, and utilisation where measured)."""
+    streams: float = 0.3
+    """Weight of active streams over `max_streams`."""
+    image: float = 0.3
+    """Weight of the node's share of image requests."""
+
+    def validate(self) -> None:
+        for k in _LOAD_KEYS:
+            _non_negative(k, getattr(self, k))
+        if self.memory + self.streams + self.image <= 0:
+            raise invalid("memory", "at least one load weight > 0", self.memory)
 
 
 @dataclass(frozen=True)
 class PriorShape:
-    """One instance shape of the prior target distribution (DESIGN.md section 4).
+    """One instance shape of the prior target distribution (DESIGN.md section 4)."""
 
-    `mem_per_gpu_mib` None means whole GPUs (a pod without `kvspread.io/gpu-memory`).
-    """
+    gpus: int = 1
+    """GPUs per instance."""
+    memory: str | int = "whole"
+    """GPU memory per GPU as a Kubernetes quantity (`24Gi`), or `whole` for whole GPUs (a pod
+    without `kvspread.io/gpu-memory`)."""
+    weight: float = 1.0
+    """Relative weight of this shape in the prior."""
+    cpu: str | float = 0
+    """CPU per instance as a Kubernetes quantity (`8`, `500m`); 0: CPU is not modelled."""
 
-    gpus: int
-    mem_per_gpu_mib: float | None
-    weight: float
-    cpu_milli: float = 0.0
+    @cached_property
+    def mem_per_gpu_mib(self) -> float | None:
+        """`memory` in MiB; None for whole GPUs."""
+        if self.memory == "whole":
+            return None
+        return float(parse_quantity(self.memory)) / MIB
+
+    @cached_property
+    def cpu_milli(self) -> float:
+        return float(parse_quantity(self.cpu)) * 1000.0
+
+    def validate(self) -> None:
+        if self.gpus < 1:
+            raise invalid("gpus", "an integer >= 1", self.gpus)
+        try:
+            mem = self.mem_per_gpu_mib
+        except QuantityError:
+            raise invalid("memory", f"'whole' or {QUANTITY_FORMAT_HELP}", self.memory) from None
+        if mem is not None:
+            _positive("memory", mem)
+        _positive("weight", self.weight)
+        try:
+            _non_negative("cpu", self.cpu_milli)
+        except QuantityError:
+            raise invalid("cpu", QUANTITY_FORMAT_HELP, self.cpu) from None
 
 
-DEFAULT_TERM_WEIGHTS: Final = TermWeights(
-    fragmentation=0.35, load=0.25, spread=0.15, modality=0.15, qos=0.10
-)
+DEFAULT_TERM_WEIGHTS: Final = TermWeights()
 """Fragmentation first: it is the term with measured value (FGD, Weng et al., USENIX ATC'23,
 cuts unallocated GPUs from 7-9 % to 4.8 % against packing heuristics); load second because
 the source design notes rank memory pressure as the main interference; spread, modality and
 QoS break ties between nodes that pack equally well. Tuned on the simulator (docs/extender.md)."""
 
-DEFAULT_LOAD_WEIGHTS: Final = LoadWeights(memory=0.4, streams=0.3, image=0.3)
+DEFAULT_LOAD_WEIGHTS: Final = LoadWeights()
 """load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share: the weights of the design
 notes this project grew from (DESIGN.md section 4), whose first part is mem_used/mem_total.
 Here that part also carries GPU utilisation where the collector measured it (`util_share`)."""
@@ -152,7 +215,7 @@ DEFAULT_IDLE_USED_FRACTION: Final = 0.05
 shows at most this share of its memory used: the CUDA context and driver reserve a few
 hundred MiB on an otherwise empty GPU (about 0.3-0.6 GiB, under 5 % of a 16 GiB card)."""
 
-DEFAULT_SHAPE_PRIOR: Final = (PriorShape(gpus=1, mem_per_gpu_mib=None, weight=1.0),)
+DEFAULT_SHAPE_PRIOR: Final = (PriorShape(gpus=1, memory="whole", weight=1.0),)
 """Until pods are seen, assume whole single-GPU instances (DESIGN.md section 2: a GPU pod
 without the memory annotation needs whole GPUs); this makes the fragmentation term prefer
 keeping GPUs entirely free, i.e. pack partial instances together."""
@@ -206,194 +269,70 @@ class ScoringConfig:
     rho_threshold: float = DEFAULT_RHO_THRESHOLD
     """rho above which the spread repulsion is multiplied by 1 + rho_repulsion * rho."""
     rho_repulsion: float = DEFAULT_RHO_REPULSION
+    """Slope of that repulsion multiplier above `rho_threshold`."""
     stale_after_s: float = DEFAULT_STALE_AFTER_S
-    """Age beyond which a node's signals are stale."""
+    """Age beyond which a node's signals are stale (neutral score, never filtered)."""
     max_streams: float = DEFAULT_MAX_STREAMS
     """Active streams that count as full load (load and QoS terms)."""
     qos_p95_ceiling_s: float = DEFAULT_QOS_P95_CEILING_S
+    """p95 latency at which the QoS term reaches 0 for realtime pods."""
     idle_used_fraction: float = DEFAULT_IDLE_USED_FRACTION
+    """Share of a GPU's memory NVML may show used while it still counts as idle."""
     shape_prior: tuple[PriorShape, ...] = DEFAULT_SHAPE_PRIOR
+    """Instance shapes assumed until pods are seen (list of gpus, memory, weight, cpu)."""
     shape_prior_weight: float = DEFAULT_SHAPE_PRIOR_WEIGHT
+    """Pseudo-count of the prior against observed pods."""
     shape_half_life_pods: float = DEFAULT_SHAPE_HALF_LIFE_PODS
+    """Observed shape counts halve every this many pods."""
     max_shapes: int = DEFAULT_MAX_SHAPES
+    """Distinct shapes kept (the lightest are dropped)."""
     normalisation: Normalisation = DEFAULT_NORMALISATION
+    """`candidates` (min-max over one request's nodes) or `absolute` (per node)."""
 
     def with_(self, **changes: Any) -> ScoringConfig:
         """A validated copy with some fields replaced."""
-        cfg = replace(self, **changes)
-        cfg.validate()
-        return cfg
+        return validated(replace(self, **changes), "scoring")
 
     def validate(self) -> None:
-        """Raise ConfigError naming the field path and the bad value."""
-        for k in _WEIGHT_KEYS:
-            _non_negative(f"scoring.weights.{k}", getattr(self.weights, k))
-        if self.weights.total() <= 0:
-            raise ConfigError("scoring.weights: at least one weight must be > 0")
-        for k in _LOAD_KEYS:
-            _non_negative(f"scoring.load_weights.{k}", getattr(self.load_weights, k))
-        lw = self.load_weights
-        if lw.memory + lw.streams + lw.image <= 0:
-            raise ConfigError("scoring.load_weights: at least one weight must be > 0")
-        _in_range("scoring.rho_threshold", self.rho_threshold, 0.0, 1.0)
-        _in_range("scoring.util_share", self.util_share, 0.0, 1.0)
-        _non_negative("scoring.busy_gpu_penalty", self.busy_gpu_penalty)
-        _non_negative("scoring.rho_repulsion", self.rho_repulsion)
-        _positive("scoring.stale_after_s", self.stale_after_s)
-        _positive("scoring.max_streams", self.max_streams)
-        _positive("scoring.qos_p95_ceiling_s", self.qos_p95_ceiling_s)
-        _in_range("scoring.idle_used_fraction", self.idle_used_fraction, 0.0, 1.0)
-        _non_negative("scoring.shape_prior_weight", self.shape_prior_weight)
-        _positive("scoring.shape_half_life_pods", self.shape_half_life_pods)
-        if not isinstance(self.max_shapes, int) or self.max_shapes < 1:
-            raise ConfigError(
-                f"scoring.max_shapes: must be an integer >= 1, got {self.max_shapes!r}"
-            )
-        if self.gpu_assignment not in ("fewest-pods", "scored"):
-            raise ConfigError(
-                f"scoring.gpu_assignment: must be 'fewest-pods' or 'scored', "
-                f"got {self.gpu_assignment!r}"
-            )
-        if self.normalisation not in ("candidates", "absolute"):
-            raise ConfigError(
-                f"scoring.normalisation: must be 'candidates' or 'absolute', "
-                f"got {self.normalisation!r}"
-            )
+        """Ranges of the scalar fields; sections validate themselves. Keys are relative."""
+        validated(self.weights, "weights")
+        validated(self.load_weights, "load_weights")
+        _in_range("rho_threshold", self.rho_threshold, 0.0, 1.0)
+        _in_range("util_share", self.util_share, 0.0, 1.0)
+        _non_negative("busy_gpu_penalty", self.busy_gpu_penalty)
+        _non_negative("rho_repulsion", self.rho_repulsion)
+        _positive("stale_after_s", self.stale_after_s)
+        _positive("max_streams", self.max_streams)
+        _positive("qos_p95_ceiling_s", self.qos_p95_ceiling_s)
+        _in_range("idle_used_fraction", self.idle_used_fraction, 0.0, 1.0)
+        _non_negative("shape_prior_weight", self.shape_prior_weight)
+        _positive("shape_half_life_pods", self.shape_half_life_pods)
+        if self.max_shapes < 1:
+            raise invalid("max_shapes", "an integer >= 1", self.max_shapes)
         if not self.shape_prior:
-            raise ConfigError("scoring.shape_prior: must hold at least one shape")
-        for n, s in enumerate(self.shape_prior):
-            where = f"scoring.shape_prior[{n}]"
-            if not isinstance(s.gpus, int) or s.gpus < 1:
-                raise ConfigError(f"{where}.gpus: must be an integer >= 1, got {s.gpus!r}")
-            if s.mem_per_gpu_mib is not None:
-                _positive(f"{where}.memory", s.mem_per_gpu_mib)
-            _positive(f"{where}.weight", s.weight)
-            _non_negative(f"{where}.cpu", s.cpu_milli)
+            raise invalid("shape_prior", "at least one shape", list(self.shape_prior))
+        for n, shape in enumerate(self.shape_prior):
+            validated(shape, f"shape_prior[{n}]")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, where: str = "scoring") -> ScoringConfig:
-        """Parse the `scoring:` mapping strictly; missing keys take the defaults.
-
-        Raises ConfigError for an unknown key (naming its dotted path), a value of the
-        wrong type, or a value out of range.
-        """
-        if data is None:
-            data = {}
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where}: must be a mapping, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        for key in data:
-            if key not in known:
-                raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(known))})")
-        kw: dict[str, Any] = {}
-        if "weights" in data:
-            kw["weights"] = TermWeights(
-                **_sub(data["weights"], f"{where}.weights", _WEIGHT_KEYS, DEFAULT_TERM_WEIGHTS)
-            )
-        if "load_weights" in data:
-            kw["load_weights"] = LoadWeights(
-                **_sub(
-                    data["load_weights"], f"{where}.load_weights", _LOAD_KEYS, DEFAULT_LOAD_WEIGHTS
-                )
-            )
-        for key in (
-            "rho_threshold",
-            "rho_repulsion",
-            "util_share",
-            "busy_gpu_penalty",
-            "stale_after_s",
-            "max_streams",
-            "qos_p95_ceiling_s",
-            "idle_used_fraction",
-            "shape_prior_weight",
-            "shape_half_life_pods",
-        ):
-            if key in data:
-                kw[key] = _number(data[key], f"{where}.{key}")
-        if "max_shapes" in data:
-            v = data["max_shapes"]
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ConfigError(f"{where}.max_shapes: must be an integer, got {v!r}")
-            kw["max_shapes"] = v
-        if "normalisation" in data:
-            kw["normalisation"] = data["normalisation"]
-        if "gpu_assignment" in data:
-            kw["gpu_assignment"] = data["gpu_assignment"]
-        if "shape_prior" in data:
-            kw["shape_prior"] = _prior(data["shape_prior"], f"{where}.shape_prior")
-        cfg = cls(**kw)
-        cfg.validate()
-        return cfg
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ConfigError(f"{where}: must be finite, got {value!r}")
-    return float(value)
+        """Parse the `scoring:` mapping strictly; missing keys take the defaults."""
+        return load(cls, data, where=where)
 
 
 def _non_negative(where: str, value: float) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{where}: must be a finite number >= 0, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise invalid(where, "a finite number >= 0", value)
 
 
 def _positive(where: str, value: float) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise ConfigError(f"{where}: must be a finite number > 0, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise invalid(where, "a finite number > 0", value)
 
 
 def _in_range(where: str, value: float, lo: float, hi: float) -> None:
-    if not (isinstance(value, int | float) and lo <= value <= hi):
-        raise ConfigError(f"{where}: must be between {lo} and {hi}, got {value!r}")
-
-
-def _sub(data: Any, where: str, keys: tuple[str, ...], default: Any) -> dict[str, float]:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: must be a mapping, got {data!r}")
-    out = {k: float(getattr(default, k)) for k in keys}
-    for k, v in data.items():
-        if k not in keys:
-            raise ConfigError(f"{where}.{k}: unknown key (known: {', '.join(keys)})")
-        out[k] = _number(v, f"{where}.{k}")
-    return out
-
-
-def _prior(data: Any, where: str) -> tuple[PriorShape, ...]:
-    if not isinstance(data, list):
-        raise ConfigError(f"{where}: must be a list of shapes, got {data!r}")
-    out = []
-    for n, item in enumerate(data):
-        w = f"{where}[{n}]"
-        if not isinstance(item, Mapping):
-            raise ConfigError(f"{w}: must be a mapping with gpus, memory, weight; got {item!r}")
-        for k in item:
-            if k not in ("gpus", "memory", "weight", "cpu"):
-                raise ConfigError(f"{w}.{k}: unknown key (known: cpu, gpus, memory, weight)")
-        gpus = item.get("gpus", 1)
-        if isinstance(gpus, bool) or not isinstance(gpus, int):
-            raise ConfigError(f"{w}.gpus: must be an integer, got {gpus!r}")
-        mem_raw = item.get("memory", "whole")
-        mem: float | None
-        if mem_raw == "whole" or mem_raw is None:
-            mem = None
-        else:
-            try:
-                mem = float(parse_quantity(mem_raw)) / MIB
-            except QuantityError as exc:
-                raise ConfigError(
-                    f"{w}.memory: {mem_raw!r} is neither 'whole' nor {QUANTITY_FORMAT_HELP}"
-                ) from exc
-        weight = _number(item.get("weight", 1.0), f"{w}.weight")
-        cpu = 0.0
-        if "cpu" in item:
-            try:
-                cpu = float(parse_quantity(item["cpu"])) * 1000.0
-            except QuantityError as exc:
-                raise ConfigError(f"{w}.cpu: {exc}") from exc
-        out.append(PriorShape(gpus=gpus, mem_per_gpu_mib=mem, weight=weight, cpu_milli=cpu))
-    return tuple(out)
+    if not lo <= value <= hi:
+        raise invalid(where, f"a number between {lo} and {hi}", value)
 
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -419,100 +358,42 @@ kvspread.io/signals annotation) is ~250 MiB. Names-only requests are a few hundr
 DEFAULT_EXPLAIN_PODS: Final = 256
 """Decisions kept for /debug/explain (least recently decided pods are dropped)."""
 
-_SECTIONS: Final = {
-    "server": (
-        "host",
-        "port",
-        "tls_cert",
-        "tls_key",
-        "log_level",
-        "standalone",
-        "filter_verb",
-        "prioritize_verb",
-        "max_body_bytes",
-    ),
-    "kubernetes": (
-        "kubeconfig",
-        "api_server",
-        "watch_timeout_s",
-        "backoff_base_s",
-        "backoff_max_s",
-    ),
-    "ledger": ("ttl_s",),
-    "explain": ("max_pods",),
-    "signals": ("exclude_after_s",),
-}
+_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 
 @dataclass(frozen=True)
-class ExtenderConfig:
-    """The whole `kvspread extender serve` configuration (YAML sections server,
-    kubernetes, ledger, explain, signals, scoring; see docs/extender.md)."""
+class ServerConfig:
+    """How the extender serves kube-scheduler (YAML `server:`)."""
 
     host: str = DEFAULT_HOST
+    """Address to listen on (0.0.0.0 in a pod behind a Service)."""
     port: int = DEFAULT_PORT
+    """Port to listen on (0: any free port)."""
     tls_cert: str | None = None
+    """PEM certificate: serve HTTPS (with `tls_key`); unset: plain HTTP."""
     tls_key: str | None = None
+    """PEM private key of `tls_cert`."""
     log_level: str = "info"
+    """debug, info, warning or error; debug logs one line per decision."""
     standalone: bool = False
     """No cluster: no watches; full-NodeList requests are scored from the body alone."""
     filter_verb: str = "filter"
+    """URL path of the filter verb (the scheduler's `filterVerb`)."""
     prioritize_verb: str = "prioritize"
+    """URL path of the prioritize verb (the scheduler's `prioritizeVerb`)."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    """YAML `server.max_body_bytes`: larger request bodies get 413 before being buffered."""
-    kubeconfig: str | None = None
-    api_server: str | None = None
-    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
-    watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S
-    backoff_base_s: float = DEFAULT_BACKOFF_BASE_S
-    backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
-    ledger_ttl_s: float = DEFAULT_LEDGER_TTL_S
-    explain_max_pods: int = DEFAULT_EXPLAIN_PODS
-    signals_exclude_after_s: float | None = None
-    """YAML `signals.exclude_after_s`: past this age a node's signals fail the filter for
-    GPU pods (reason names the age); None (default) = never, such nodes only rank below
-    every fresh node that fits."""
-    scoring: ScoringConfig = field(default_factory=ScoringConfig)
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> ExtenderConfig:
-        """Strict parse of the layered mapping; ConfigError names the dotted key."""
-        data = dict(data or {})
-        known = set(_SECTIONS) | {"scoring"}
-        for key in data:
-            if key not in known:
-                raise ConfigError(f"{key}: unknown section (known: {', '.join(sorted(known))})")
-        kw: dict[str, Any] = {}
-        for section, keys in _SECTIONS.items():
-            sub = data.get(section) or {}
-            if not isinstance(sub, Mapping):
-                raise ConfigError(f"{section}: must be a mapping, got {sub!r}")
-            for k, v in sub.items():
-                if k not in keys:
-                    raise ConfigError(
-                        f"{section}.{k}: unknown key (known: {', '.join(sorted(keys))})"
-                    )
-                attr = {
-                    ("ledger", "ttl_s"): "ledger_ttl_s",
-                    ("explain", "max_pods"): "explain_max_pods",
-                    ("signals", "exclude_after_s"): "signals_exclude_after_s",
-                }.get((section, k), k)
-                kw[attr] = _typed(attr, v, f"{section}.{k}")
-        kw["scoring"] = ScoringConfig.from_mapping(data.get("scoring"))
-        cfg = cls(**kw)
-        cfg.validate()
-        return cfg
+    """Larger request bodies get 413, refused from Content-Length or while streaming
+    (never buffered whole); default 256 MiB, a full NodeList of 15,000 nodes."""
 
     def validate(self) -> None:
-        if not (0 <= self.port <= 65535):
-            raise ConfigError(f"server.port: must be 0..65535, got {self.port!r}")
+        if not 0 <= self.port <= 65535:
+            raise invalid("port", "a port number 0..65535", self.port)
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("server.tls_cert and server.tls_key must be given together")
-        if self.log_level not in ("debug", "info", "warning", "error"):
-            raise ConfigError(
-                f"server.log_level: must be debug, info, warning or error, got {self.log_level!r}"
-            )
-        for where, verb in (
+            key = "tls_key" if self.tls_key is None else "tls_cert"
+            raise invalid(key, "tls_cert and tls_key given together", None)
+        if self.log_level not in _LOG_LEVELS:
+            raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
+        for key, verb in (
             ("filter_verb", self.filter_verb),
             ("prioritize_verb", self.prioritize_verb),
         ):
@@ -521,70 +402,90 @@ class ExtenderConfig:
                 or not all(c.isalnum() or c in "-_./" for c in verb)
                 or verb.startswith("/")
             ):
-                raise ConfigError(
-                    f"server.{where}: must be a URL path segment like 'filter', got {verb!r}"
-                )
+                raise invalid(key, "a URL path segment like 'filter'", verb)
         if self.filter_verb == self.prioritize_verb:
-            raise ConfigError("server.filter_verb and server.prioritize_verb must differ")
-        _positive("server.max_body_bytes", self.max_body_bytes)
-        _positive("kubernetes.watch_timeout_s", self.watch_timeout_s)
-        _positive("kubernetes.backoff_base_s", self.backoff_base_s)
-        _positive("kubernetes.backoff_max_s", self.backoff_max_s)
-        _positive("ledger.ttl_s", self.ledger_ttl_s)
-        if self.signals_exclude_after_s is not None:
-            _positive("signals.exclude_after_s", self.signals_exclude_after_s)
-        if self.explain_max_pods < 1:
-            raise ConfigError(f"explain.max_pods: must be >= 1, got {self.explain_max_pods!r}")
+            raise invalid("prioritize_verb", "a verb other than filter_verb", self.prioritize_verb)
+        _positive("max_body_bytes", self.max_body_bytes)
 
 
-_TYPES: Final = {
-    "host": str,
-    "port": int,
-    "tls_cert": str,
-    "tls_key": str,
-    "log_level": str,
-    "standalone": bool,
-    "filter_verb": str,
-    "prioritize_verb": str,
-    "max_body_bytes": int,
-    "kubeconfig": str,
-    "api_server": str,
-    "watch_timeout_s": int,
-    "backoff_base_s": float,
-    "backoff_max_s": float,
-    "ledger_ttl_s": float,
-    "explain_max_pods": int,
-    "signals_exclude_after_s": float,
-}
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """How the extender reaches the API server to watch nodes and pods (YAML `kubernetes:`)."""
+
+    kubeconfig: str | None = None
+    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
+    api_server: str | None = None
+    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
+    watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S
+    """Server-side timeout of each watch request, seconds; a renewal is cheap."""
+    backoff_base_s: float = DEFAULT_BACKOFF_BASE_S
+    """First reconnect delay after a failed list or watch, seconds (doubles, with jitter)."""
+    backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
+    """Longest reconnect delay, seconds."""
+
+    def validate(self) -> None:
+        _positive("watch_timeout_s", self.watch_timeout_s)
+        _positive("backoff_base_s", self.backoff_base_s)
+        _positive("backoff_max_s", self.backoff_max_s)
 
 
-def _typed(attr: str, value: Any, where: str) -> Any:
-    t = _TYPES[attr]
-    if value is None and attr in (
-        "tls_cert",
-        "tls_key",
-        "kubeconfig",
-        "api_server",
-        "signals_exclude_after_s",
-    ):
-        return None
-    if t is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: must be true or false, got {value!r}")
-    if t is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                return int(value)
-            raise ConfigError(f"{where}: must be an integer, got {value!r}")
-        return value
-    if t is float:
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError as exc:
-                raise ConfigError(f"{where}: must be a number, got {value!r}") from exc
-        return _number(value, where)
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: must be a string, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class LedgerConfig:
+    """Recent placements not yet seen bound (YAML `ledger:`)."""
+
+    ttl_s: float = DEFAULT_LEDGER_TTL_S
+    """Seconds a placement counts as allocated before the pod shows up bound."""
+
+    def validate(self) -> None:
+        _positive("ttl_s", self.ttl_s)
+
+
+@dataclass(frozen=True)
+class ExplainConfig:
+    """The `/debug/explain` endpoint (YAML `explain:`)."""
+
+    enabled: bool = True
+    """Serve `/debug/explain`; false answers 404 (it shows pod names and node state to
+    anyone who can reach the port)."""
+    max_pods: int = DEFAULT_EXPLAIN_PODS
+    """Decisions kept for `/debug/explain` (least recently decided pods are dropped)."""
+
+    def validate(self) -> None:
+        if self.max_pods < 1:
+            raise invalid("max_pods", "an integer >= 1", self.max_pods)
+
+
+@dataclass(frozen=True)
+class SignalsConfig:
+    """How the extender treats nodes whose signals are old (YAML `signals:`)."""
+
+    exclude_after_s: float | None = None
+    """Signals older than this fail the filter for GPU pods (the reason names the age);
+    unset (default): such nodes pass and rank below every fresh node the pod fits on."""
+
+    def validate(self) -> None:
+        if self.exclude_after_s is not None:
+            _positive("exclude_after_s", self.exclude_after_s)
+
+
+@dataclass(frozen=True)
+class ExtenderConfig:
+    """The whole `kvspread extender serve` configuration: one field per YAML section."""
+
+    server: ServerConfig = ServerConfig()
+    """Listening address, TLS, log level, verbs."""
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    """API server access and watch timing."""
+    ledger: LedgerConfig = LedgerConfig()
+    """Placements not yet seen bound."""
+    explain: ExplainConfig = ExplainConfig()
+    """The debug endpoint."""
+    signals: SignalsConfig = SignalsConfig()
+    """Old signals: rank last (default) or fail the filter past an age."""
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    """Weights, thresholds and the shape prior of the scoring."""
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> ExtenderConfig:
+        """Strict parse of the layered mapping; ConfigError names the dotted key."""
+        return load(cls, data)

@@ -1,4 +1,4 @@
-"""The extender's own Prometheus metrics (names in kvspread/names.py).
+"""The extender's own Prometheus metrics (names and help in kvspread/names.py).
 
 One `CollectorRegistry` per server instance (tests start many). Term histograms are
 accumulated with numpy over every scored node of a request and exposed by a custom
@@ -47,8 +47,8 @@ class _TermHistograms(Collector):
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         fam = HistogramMetricFamily(
-            names.EXTENDER_SCORE_TERM,
-            "Value (0..1) of each prioritize term over all scored nodes",
+            names.EXTENDER_SCORE_TERM.prometheus,
+            names.EXTENDER_SCORE_TERM.help,
             labels=["term"],
         )
         with self._lock:
@@ -67,51 +67,32 @@ class ExtenderMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
 
-        def counter(name: str, doc: str, labels: str) -> Counter:
-            return Counter(name.removesuffix("_total"), doc, [labels], registry=r)
+        def counter(m: names.MetricDescriptor, label: str) -> Counter:
+            return Counter(m.prometheus, m.help, [label], registry=r)
 
         self.requests = Counter(
-            names.EXTENDER_REQUESTS.removesuffix("_total"),
-            "Extender HTTP requests by verb and status code",
+            names.EXTENDER_REQUESTS.prometheus,
+            names.EXTENDER_REQUESTS.help,
             ["verb", "code"],
             registry=r,
         )
         self.duration = Histogram(
-            names.EXTENDER_REQUEST_DURATION,
-            "Time to answer an extender request, by verb",
+            names.EXTENDER_REQUEST_DURATION.prometheus,
+            names.EXTENDER_REQUEST_DURATION.help,
             ["verb"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.filter_failures = counter(
-            names.EXTENDER_FILTER_FAILURES,
-            "Nodes failed by the filter, by reason (gpu_memory, cpu, invalid_pod, stale_signals)",
-            "reason",
-        )
-        self.signals = counter(
-            names.EXTENDER_SIGNALS,
-            "Nodes seen in requests by the state of their kvspread.io/signals "
-            "(fresh, stale, missing, invalid, unknown = not in the node cache)",
-            "state",
-        )
+        self.filter_failures = counter(names.EXTENDER_FILTER_FAILURES, "reason")
+        self.signals = counter(names.EXTENDER_SIGNALS, "state")
         self.cache_synced = Gauge(
-            names.EXTENDER_CACHE_SYNCED,
-            "1 once the cache has completed its first list (per resource), else 0",
+            names.EXTENDER_CACHE_SYNCED.prometheus,
+            names.EXTENDER_CACHE_SYNCED.help,
             ["resource"],
             registry=r,
         )
-        self.filter_decisions = counter(
-            names.EXTENDER_FILTER_DECISIONS,
-            "Filter calls by outcome: passed (at least one node passed), no_fit (every "
-            "node failed), invalid_pod (the pod's kvspread fields are invalid)",
-            "outcome",
-        )
-        self.prioritize_decisions = counter(
-            names.EXTENDER_PRIORITIZE_DECISIONS,
-            "Prioritize calls by outcome: placed (a best node was picked), no_fit (no "
-            "node fits), no_gpu (no known node to score), invalid_pod",
-            "outcome",
-        )
+        self.filter_decisions = counter(names.EXTENDER_FILTER_DECISIONS, "outcome")
+        self.prioritize_decisions = counter(names.EXTENDER_PRIORITIZE_DECISIONS, "outcome")
         self.terms = _TermHistograms(terms)
         r.register(self.terms)
 

@@ -52,15 +52,15 @@ class Running:
 
 def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
     """Assemble everything; the Kubernetes client is created only when not standalone."""
-    ledger = Ledger(clock, cfg.ledger_ttl_s)
+    ledger = Ledger(clock, cfg.ledger.ttl_s)
     state: NodeSource = StaticState(cfg.scoring, ledger, clock)
     reflectors: list[Reflector] = []
-    if not cfg.standalone:
+    if not cfg.server.standalone:
         from kubernetes import client
 
         from kvspread.kube import api_client
 
-        api = client.CoreV1Api(api_client(cfg.kubeconfig, cfg.api_server))
+        api = client.CoreV1Api(api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server))
         cluster = ClusterState(cfg.scoring, ledger, clock)
         state = cluster
         reflectors = [
@@ -69,8 +69,8 @@ def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
                 api.list_node,
                 cluster.replace_nodes,
                 cluster.node_event,
-                watch_timeout_s=cfg.watch_timeout_s,
-                backoff=Backoff(cfg.backoff_base_s, cfg.backoff_max_s),
+                watch_timeout_s=cfg.kubernetes.watch_timeout_s,
+                backoff=Backoff(cfg.kubernetes.backoff_base_s, cfg.kubernetes.backoff_max_s),
             ),
             Reflector(
                 "pods",
@@ -78,8 +78,8 @@ def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
                 cluster.replace_pods,
                 cluster.pod_event,
                 field_selector=POD_FIELD_SELECTOR,
-                watch_timeout_s=cfg.watch_timeout_s,
-                backoff=Backoff(cfg.backoff_base_s, cfg.backoff_max_s),
+                watch_timeout_s=cfg.kubernetes.watch_timeout_s,
+                backoff=Backoff(cfg.kubernetes.backoff_base_s, cfg.kubernetes.backoff_max_s),
             ),
         ]
     ext = Extender(cfg, clock, state)
@@ -96,22 +96,22 @@ def serve(cfg: ExtenderConfig) -> int:
         "extender serving",
         extra={
             "kv": {
-                "host": cfg.host,
-                "port": cfg.port,
-                "tls": cfg.tls_cert is not None,
-                "standalone": cfg.standalone,
-                "filter": "/" + cfg.filter_verb,
-                "prioritize": "/" + cfg.prioritize_verb,
+                "host": cfg.server.host,
+                "port": cfg.server.port,
+                "tls": cfg.server.tls_cert is not None,
+                "standalone": cfg.server.standalone,
+                "filter": "/" + cfg.server.filter_verb,
+                "prioritize": "/" + cfg.server.prioritize_verb,
             }
         },
     )
     server = uvicorn.Server(
         uvicorn.Config(
             running.app,
-            host=cfg.host,
-            port=cfg.port,
-            ssl_certfile=cfg.tls_cert,
-            ssl_keyfile=cfg.tls_key,
+            host=cfg.server.host,
+            port=cfg.server.port,
+            ssl_certfile=cfg.server.tls_cert,
+            ssl_keyfile=cfg.server.tls_key,
             log_level="warning",
             access_log=False,
             log_config=None,

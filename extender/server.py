@@ -3,6 +3,7 @@
     POST /<filterVerb>       ExtenderArgs -> ExtenderFilterResult      (default /filter)
     POST /<prioritizeVerb>   ExtenderArgs -> HostPriorityList          (default /prioritize)
     GET  /debug/explain?pod=NS/NAME[&top=N]   each node's terms for the last decisions
+                             (404 when `explain.enabled` is false)
     GET  /metrics            Prometheus text format
     GET  /healthz            200 while the process serves
     GET  /readyz             200 after the first list of nodes and pods (always, standalone)
@@ -62,9 +63,9 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
         openapi_url=None,
     )
     m = ext.metrics
-    limit = ext.cfg.max_body_bytes
-    fverb = ext.cfg.filter_verb.strip("/")
-    pverb = ext.cfg.prioritize_verb.strip("/")
+    limit = ext.cfg.server.max_body_bytes
+    fverb = ext.cfg.server.filter_verb.strip("/")
+    pverb = ext.cfg.server.prioritize_verb.strip("/")
 
     async def handle(request: Request, verb: str) -> Response:
         start = time.perf_counter()
@@ -117,6 +118,8 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
 
     @app.get("/debug/explain")
     async def explain_route(pod: str = "", top: int | None = None) -> Response:
+        if not ext.cfg.explain.enabled:
+            return JSONResponse({"error": "/debug/explain is off (explain.enabled)"}, 404)
         if "/" not in pod or pod.startswith("/") or pod.endswith("/"):
             return JSONResponse(
                 {"error": "query parameter pod must be NAMESPACE/NAME, e.g. ?pod=default/llm-0"},

@@ -112,7 +112,7 @@ class Extender:
             per = self._decisions.pop(key, {})
             per[d.verb] = d
             self._decisions[key] = per
-            while len(self._decisions) > self.cfg.explain_max_pods:
+            while len(self._decisions) > self.cfg.explain.max_pods:
                 self._decisions.popitem(last=False)
 
     # --- verbs --------------------------------------------------------------------------
@@ -134,7 +134,7 @@ class Extender:
         batch, known, unknown = self._batch(args, pod)
         ok, failed = fit_batch(pod.shape, batch, self.scoring)
         old, excluded = exclude_stale(
-            pod.shape, batch, self.clock.now(), self.cfg.signals_exclude_after_s
+            pod.shape, batch, self.clock.now(), self.cfg.signals.exclude_after_s
         )
         if excluded:
             ok = ok & ~old

@@ -188,8 +188,8 @@ class FanoutMetricExporter(MetricExporter):
         # child built with the same options so that both always agree (env vars included).
         template = exporter_factory("http://127.0.0.1:4318/v1/metrics", self._options)
         super().__init__(
-            preferred_temporality=dict(template._preferred_temporality),
-            preferred_aggregation=dict(template._preferred_aggregation),
+            preferred_temporality=dict(template._preferred_temporality or {}),
+            preferred_aggregation=dict(template._preferred_aggregation or {}),
         )
         template.shutdown()
         self._children: dict[str, MetricExporter] = {}

@@ -2,14 +2,16 @@
 OTel attributes. One place, so that the collector, the extender, the adapter, the
 dashboards and the rules cannot drift apart (DESIGN.md sections 2, 3 and 6).
 
-Metric constants give the OTel instrument and unit in their docstring; the Prometheus
-name is what `prometheus_name` makes of them (the standard OTel-to-Prometheus
-translation), and the dashboards and rules use those.
+Metrics are `MetricDescriptor`s (name, unit, kind, help); their `.prometheus` name is what
+`prometheus_name` makes of them (the standard OTel-to-Prometheus translation), and the
+exporters, the catalogue, the dashboards and the rules all read them. Labels, annotations
+and attributes stay plain strings.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final, Literal
 
 # --- Kubernetes conventions (DESIGN.md section 2) ---------------------------------------
@@ -62,97 +64,7 @@ ATTR_QOS: Final = "llm.qos"
 """The serving pod's `kvspread.io/qos` label (realtime | batch | best-effort), where known;
 the latency SLO rules pick the threshold by it (absent counts as batch)."""
 
-# --- Collector metrics (OTel names; DESIGN.md section 6) ---------------------------------
-HTTP_SERVER_REQUEST_DURATION: Final = "http.server.request.duration"
-"""Histogram, unit s: server-side request duration measured by eBPF."""
-HTTP_SERVER_TIME_TO_FIRST_BYTE: Final = "kvspread.http.server.time_to_first_byte"
-"""Histogram, unit s: first request byte read to first response byte written."""
-GPU_MEMORY_USED: Final = "kvspread.gpu.memory.used"
-"""Gauge, unit By: GPU memory used (NVML)."""
-GPU_MEMORY_TOTAL: Final = "kvspread.gpu.memory.total"
-"""Gauge, unit By: GPU memory total (NVML)."""
-GPU_UTILIZATION: Final = "kvspread.gpu.utilization"
-"""Gauge, unit 1: GPU utilisation 0..1 (NVML)."""
-GPU_POD_MEMORY_USED: Final = "kvspread.gpu.pod.memory.used"
-"""Gauge, unit By: GPU memory used by one pod's processes on one GPU (NVML + cgroups)."""
-KV_CACHE_USAGE: Final = "kvspread.kv_cache.usage"
-"""Gauge, unit 1: KV-cache usage 0..1 per engine instance."""
-ENGINE_REQUESTS_RUNNING: Final = "kvspread.engine.requests.running"
-"""Gauge, unit {request}: requests in the engine's running batch."""
-ENGINE_REQUESTS_WAITING: Final = "kvspread.engine.requests.waiting"
-"""Gauge, unit {request}: requests queued in the engine (queue depth)."""
-NODE_FRAGMENTATION: Final = "kvspread.node.fragmentation"
-"""Gauge, unit 1: node GPU-memory fragmentation rho (DESIGN.md section 4)."""
-NODE_LARGEST_FREE_EXTENT: Final = "kvspread.node.largest_free_extent"
-"""Gauge, unit By: largest free GPU memory on one GPU of the node."""
-NODE_ACTIVE_STREAMS: Final = "kvspread.node.active_streams"
-"""Gauge, unit {request}: inference requests in flight on the node."""
-NODE_IMAGE_TOKEN_SHARE: Final = "kvspread.node.image_token_share"
-"""Gauge, unit 1: share of image tokens in recent traffic."""
-TCP_RTT: Final = "kvspread.tcp.rtt"
-"""Histogram, unit s: smoothed TCP round-trip time per pod."""
-TCP_RETRANSMITS: Final = "kvspread.tcp.retransmits"
-"""Counter, unit {segment}: TCP retransmissions per pod."""
-ACCEPT_QUEUE_DELAY: Final = "kvspread.accept_queue.delay"
-"""Histogram, unit s: SYN (connection established) to accept() per listening port."""
-ACCEPT_QUEUE_BACKLOG: Final = "kvspread.accept_queue.backlog"
-"""Gauge, unit {connection}: connections waiting in the accept queue per listening port."""
-CONNECTION_EDGES: Final = "kvspread.connections"
-"""Counter, unit {connection}: connections from client pod to server pod:port."""
-COLLECTOR_SOURCE_UP: Final = "kvspread.collector.source.up"
-"""Gauge, no unit (so Prometheus sees kvspread_collector_source_up): 1 when a source
-(bpf, nvml, engine, kubernetes, otlp) works, else 0."""
-COLLECTOR_EVENTS: Final = "kvspread.collector.bpf.events"
-"""Counter, unit {event}: events read from BPF programs."""
-COLLECTOR_DROPPED: Final = "kvspread.collector.dropped"
-"""Counter, unit {event}: samples or events dropped (full tables, lost perf events)."""
-
-LATENCY_BUCKETS: Final = (
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.2, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    30.0, 60.0, 120.0,
-)  # fmt: skip
-"""Bucket bounds (s) of the latency histograms (http.server.request.duration, time to first
-byte): OTel's defaults for http.server.request.duration, plus the SLO thresholds that the
-adapter and the Prometheus rules read exactly (0.05 s realtime is a default bound already,
-0.12 s batch, 0.2 s good-request threshold), plus 30/60/120 s for long generations. A bound
-missing here makes an SLI empty, never wrong."""
-
-# --- Adapter external metrics (served names; DESIGN.md section 6) -----------------------
-SLI_LATENCY_P50: Final = "kvspread_request_latency_p50_seconds"
-SLI_LATENCY_P95: Final = "kvspread_request_latency_p95_seconds"
-SLI_LATENCY_P99: Final = "kvspread_request_latency_p99_seconds"
-SLI_REQUESTS_PER_SECOND: Final = "kvspread_requests_per_second"
-SLI_GOOD_REQUESTS_PER_SECOND: Final = "kvspread_good_requests_per_second"
-SLI_ERROR_RATIO: Final = "kvspread_error_ratio"
-SLI_QUEUE_DEPTH: Final = "kvspread_queue_depth"
-SLI_KV_CACHE_USAGE: Final = "kvspread_kv_cache_usage_ratio"
-SLI_NAMES: Final = (
-    SLI_LATENCY_P50,
-    SLI_LATENCY_P95,
-    SLI_LATENCY_P99,
-    SLI_REQUESTS_PER_SECOND,
-    SLI_GOOD_REQUESTS_PER_SECOND,
-    SLI_ERROR_RATIO,
-    SLI_QUEUE_DEPTH,
-    SLI_KV_CACHE_USAGE,
-)
-
-# --- Self-monitoring metrics (Prometheus names) ------------------------------------------
-EXTENDER_REQUESTS: Final = "kvspread_extender_requests_total"
-EXTENDER_REQUEST_DURATION: Final = "kvspread_extender_request_duration_seconds"
-EXTENDER_FILTER_FAILURES: Final = "kvspread_extender_filter_failures_total"
-EXTENDER_SCORE_TERM: Final = "kvspread_extender_score_term"
-EXTENDER_SIGNALS: Final = "kvspread_extender_node_signals_total"
-EXTENDER_CACHE_SYNCED: Final = "kvspread_extender_cache_synced"
-EXTENDER_FILTER_DECISIONS: Final = "kvspread_extender_filter_decisions_total"
-EXTENDER_PRIORITIZE_DECISIONS: Final = "kvspread_extender_prioritize_decisions_total"
-ADAPTER_REQUESTS: Final = "kvspread_adapter_requests_total"
-ADAPTER_REQUEST_DURATION: Final = "kvspread_adapter_request_duration_seconds"
-ADAPTER_SERIES: Final = "kvspread_adapter_series"
-ADAPTER_SERIES_DROPPED: Final = "kvspread_adapter_series_dropped_total"
-ADAPTER_OTLP_POINTS: Final = "kvspread_adapter_otlp_points_total"
-ADAPTER_STALE_READS: Final = "kvspread_adapter_stale_reads_total"
-
+# --- Metric descriptors and the OTel-to-Prometheus translation ------------------------
 InstrumentKind = Literal["counter", "updowncounter", "gauge", "histogram"]
 
 _UNIT_SUFFIX: Final = {
@@ -187,3 +99,253 @@ def prometheus_name(otel_name: str, unit: str, kind: InstrumentKind) -> str:
     if kind == "counter" and not name.endswith("_total"):
         name = f"{name}_total"
     return name
+
+
+MetricKind = Literal["counter", "gauge", "histogram"]
+"""The instrument kinds kvspread declares (a subset of InstrumentKind)."""
+
+
+@dataclass(frozen=True)
+class MetricDescriptor:
+    """One metric: the name it is declared under, its UCUM unit, its kind and its help.
+
+    The exporters, the catalogue, the dashboards and the rules all read these, so a name
+    and its unit are written once. Collector metrics are declared by their OTel name (what
+    OTLP carries); self-monitoring metrics by their Prometheus name, which the translation
+    leaves as it is. `help` is the HELP text of the Prometheus exposition (the catalogue in
+    observability/ keeps a longer reference text).
+    """
+
+    name: str
+    unit: str
+    kind: MetricKind
+    help: str
+    boolean: bool = False
+    """A 0/1 state (source up, cache synced): unit 1 on the wire, but the Prometheus name
+    takes no `_ratio`, as `up` does not."""
+
+    @property
+    def prometheus(self) -> str:
+        """The Prometheus family name (`_total` included for counters; prometheus_client
+        strips it itself where it appends one)."""
+        return prometheus_name(self.name, "" if self.boolean else self.unit, self.kind)
+
+
+# --- Collector metrics (OTel names; DESIGN.md section 6) ---------------------------------
+HTTP_SERVER_REQUEST_DURATION: Final = MetricDescriptor(
+    "http.server.request.duration",
+    "s",
+    "histogram",
+    "Server-side HTTP request duration, first request byte read to last response "
+    "byte written (eBPF).",
+)
+HTTP_SERVER_TIME_TO_FIRST_BYTE: Final = MetricDescriptor(
+    "kvspread.http.server.time_to_first_byte",
+    "s",
+    "histogram",
+    "First request byte read to first response byte written (eBPF).",
+)
+GPU_MEMORY_USED: Final = MetricDescriptor(
+    "kvspread.gpu.memory.used", "By", "gauge", "GPU memory used (NVML)."
+)
+GPU_MEMORY_TOTAL: Final = MetricDescriptor(
+    "kvspread.gpu.memory.total", "By", "gauge", "GPU memory total (NVML)."
+)
+GPU_UTILIZATION: Final = MetricDescriptor(
+    "kvspread.gpu.utilization", "1", "gauge", "GPU utilisation 0..1 (NVML)."
+)
+GPU_POD_MEMORY_USED: Final = MetricDescriptor(
+    "kvspread.gpu.pod.memory.used",
+    "By",
+    "gauge",
+    "GPU memory used by a pod's processes on one GPU (NVML, pid -> pod).",
+)
+KV_CACHE_USAGE: Final = MetricDescriptor(
+    "kvspread.kv_cache.usage", "1", "gauge", "KV-cache usage 0..1 reported by the engine."
+)
+ENGINE_REQUESTS_RUNNING: Final = MetricDescriptor(
+    "kvspread.engine.requests.running",
+    "{request}",
+    "gauge",
+    "Requests in the engine's running batch.",
+)
+ENGINE_REQUESTS_WAITING: Final = MetricDescriptor(
+    "kvspread.engine.requests.waiting", "{request}", "gauge", "Requests queued in the engine."
+)
+NODE_FRAGMENTATION: Final = MetricDescriptor(
+    "kvspread.node.fragmentation", "1", "gauge", "Node GPU-memory fragmentation rho."
+)
+"""rho of DESIGN.md section 4."""
+NODE_LARGEST_FREE_EXTENT: Final = MetricDescriptor(
+    "kvspread.node.largest_free_extent", "By", "gauge", "Largest free GPU memory on one GPU."
+)
+NODE_ACTIVE_STREAMS: Final = MetricDescriptor(
+    "kvspread.node.active_streams", "{request}", "gauge", "Inference requests in flight."
+)
+NODE_IMAGE_TOKEN_SHARE: Final = MetricDescriptor(
+    "kvspread.node.image_token_share",
+    "1",
+    "gauge",
+    "Estimated image-token share of recent traffic.",
+)
+TCP_RTT: Final = MetricDescriptor(
+    "kvspread.tcp.rtt",
+    "s",
+    "histogram",
+    "Smoothed TCP RTT samples of traced server connections, log2 buckets (eBPF).",
+)
+TCP_RETRANSMITS: Final = MetricDescriptor(
+    "kvspread.tcp.retransmits",
+    "{segment}",
+    "counter",
+    "TCP segments retransmitted on traced server connections (eBPF).",
+)
+ACCEPT_QUEUE_DELAY: Final = MetricDescriptor(
+    "kvspread.accept_queue.delay",
+    "s",
+    "histogram",
+    "Handshake complete (connection queued) to accept() per listening port (eBPF).",
+)
+ACCEPT_QUEUE_BACKLOG: Final = MetricDescriptor(
+    "kvspread.accept_queue.backlog",
+    "{connection}",
+    "gauge",
+    "Accept queue length of the listening socket at the last accept() (eBPF).",
+)
+CONNECTION_EDGES: Final = MetricDescriptor(
+    "kvspread.connections",
+    "{connection}",
+    "counter",
+    "Accepted connections from client to server pod:port (eBPF).",
+)
+COLLECTOR_SOURCE_UP: Final = MetricDescriptor(
+    "kvspread.collector.source.up",
+    "1",
+    "gauge",
+    "1 when the source works, 0 when it is missing (see /readyz for why).",
+    boolean=True,
+)
+"""Per source: bpf, nvml, engine, kubernetes, otlp."""
+COLLECTOR_EVENTS: Final = MetricDescriptor(
+    "kvspread.collector.bpf.events", "{event}", "counter", "Events read from the BPF programs."
+)
+COLLECTOR_DROPPED: Final = MetricDescriptor(
+    "kvspread.collector.dropped",
+    "{event}",
+    "counter",
+    "Samples or events dropped (full tables, lost events, unparsable bytes).",
+)
+
+LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.2, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    30.0, 60.0, 120.0,
+)  # fmt: skip
+"""Bucket bounds (s) of the latency histograms (http.server.request.duration, time to first
+byte): OTel's defaults for http.server.request.duration, plus the SLO thresholds that the
+adapter and the Prometheus rules read exactly (0.05 s realtime is a default bound already,
+0.12 s batch, 0.2 s good-request threshold), plus 30/60/120 s for long generations. A bound
+missing here makes an SLI empty, never wrong."""
+
+# --- Adapter external metrics (served names; DESIGN.md section 6) -----------------------
+SLI_LATENCY_P50: Final = "kvspread_request_latency_p50_seconds"
+SLI_LATENCY_P95: Final = "kvspread_request_latency_p95_seconds"
+SLI_LATENCY_P99: Final = "kvspread_request_latency_p99_seconds"
+SLI_REQUESTS_PER_SECOND: Final = "kvspread_requests_per_second"
+SLI_GOOD_REQUESTS_PER_SECOND: Final = "kvspread_good_requests_per_second"
+SLI_ERROR_RATIO: Final = "kvspread_error_ratio"
+SLI_QUEUE_DEPTH: Final = "kvspread_queue_depth"
+SLI_KV_CACHE_USAGE: Final = "kvspread_kv_cache_usage_ratio"
+SLI_NAMES: Final = (
+    SLI_LATENCY_P50,
+    SLI_LATENCY_P95,
+    SLI_LATENCY_P99,
+    SLI_REQUESTS_PER_SECOND,
+    SLI_GOOD_REQUESTS_PER_SECOND,
+    SLI_ERROR_RATIO,
+    SLI_QUEUE_DEPTH,
+    SLI_KV_CACHE_USAGE,
+)
+
+# --- Self-monitoring metrics (Prometheus-native: `name` is the Prometheus name already) ----
+EXTENDER_REQUESTS: Final = MetricDescriptor(
+    "kvspread_extender_requests_total",
+    "{request}",
+    "counter",
+    "Extender HTTP requests by verb and status code",
+)
+EXTENDER_REQUEST_DURATION: Final = MetricDescriptor(
+    "kvspread_extender_request_duration_seconds",
+    "s",
+    "histogram",
+    "Time to answer an extender request, by verb",
+)
+EXTENDER_FILTER_FAILURES: Final = MetricDescriptor(
+    "kvspread_extender_filter_failures_total",
+    "{node}",
+    "counter",
+    "Nodes failed by the filter, by reason (gpu_memory, cpu, invalid_pod, stale_signals)",
+)
+EXTENDER_SCORE_TERM: Final = MetricDescriptor(
+    "kvspread_extender_score_term",
+    "1",
+    "histogram",
+    "Value (0..1) of each prioritize term over all scored nodes",
+)
+EXTENDER_SIGNALS: Final = MetricDescriptor(
+    "kvspread_extender_node_signals_total",
+    "{read}",
+    "counter",
+    "Nodes seen in requests by the state of their kvspread.io/signals "
+    "(fresh, stale, missing, invalid, unknown = not in the node cache)",
+)
+EXTENDER_CACHE_SYNCED: Final = MetricDescriptor(
+    "kvspread_extender_cache_synced",
+    "1",
+    "gauge",
+    "1 once the cache has completed its first list (per resource), else 0",
+    boolean=True,
+)
+EXTENDER_FILTER_DECISIONS: Final = MetricDescriptor(
+    "kvspread_extender_filter_decisions_total",
+    "{decision}",
+    "counter",
+    "Filter calls by outcome: passed (at least one node passed), no_fit (every node "
+    "failed), invalid_pod (the pod's kvspread fields are invalid)",
+)
+EXTENDER_PRIORITIZE_DECISIONS: Final = MetricDescriptor(
+    "kvspread_extender_prioritize_decisions_total",
+    "{decision}",
+    "counter",
+    "Prioritize calls by outcome: placed (a best node was picked), no_fit (no node fits), "
+    "no_gpu (no known node to score), invalid_pod",
+)
+ADAPTER_REQUESTS: Final = MetricDescriptor(
+    "kvspread_adapter_requests_total",
+    "{request}",
+    "counter",
+    "API requests by route kind and HTTP code",
+)
+ADAPTER_REQUEST_DURATION: Final = MetricDescriptor(
+    "kvspread_adapter_request_duration_seconds",
+    "s",
+    "histogram",
+    "API request handling time (server side), seconds",
+)
+ADAPTER_SERIES: Final = MetricDescriptor(
+    "kvspread_adapter_series", "{series}", "gauge", "series held in the OTLP store"
+)
+ADAPTER_SERIES_DROPPED: Final = MetricDescriptor(
+    "kvspread_adapter_series_dropped_total",
+    "{series}",
+    "counter",
+    "series evicted because the store was full (LRU)",
+)
+ADAPTER_OTLP_POINTS: Final = MetricDescriptor(
+    "kvspread_adapter_otlp_points_total", "{point}", "counter", "OTLP data points stored"
+)
+ADAPTER_STALE_READS: Final = MetricDescriptor(
+    "kvspread_adapter_stale_reads_total",
+    "{read}",
+    "counter",
+    "metric reads whose matching series were all older than the staleness",
+)

@@ -1,37 +1,128 @@
-"""Layered configuration shared by every subcommand.
+"""Layered configuration shared by every subcommand, and the one strict loader.
 
 Precedence: command-line flag > environment variable (`KVSPREAD_<PART>_<KEY>`) >
 YAML file (`--config FILE`) > the part's documented defaults. A part declares its
 overridable keys as `Setting`s; `add_settings` turns them into argparse flags (default
-None, so "not given" is visible) and `layer` merges the sources into one mapping that
-the part's strict `Config.from_mapping` then validates. Parts never read sys.argv or
-os.environ themselves: cli.py hands them `environ`.
+None, so "not given" is visible) and `layer` merges the sources into one `Layered`
+mapping that remembers where each value came from. `load(ConfigClass, mapping)` then
+builds the part's frozen config dataclass from it, driven by the type hints:
+
+- a nested dataclass field is a nested YAML mapping (`server: {port: 8888}`);
+- an empty value (`key:`, `key: null`, an empty section `server:`) keeps the default;
+- an unknown key is an error that lists the known keys;
+- a YAML value must have the field's type (`port: "8888"` is not an integer); a value from
+  a flag or a variable is text and is parsed by one rule per type: integers, numbers,
+  comma-separated lists, and booleans as true/false, yes/no, on/off or 1/0;
+- every error has one shape: `SOURCE: KEY: expected WHAT, got VALUE`, where SOURCE is the
+  YAML file, the flag or the variable the value came from.
+
+A config class may define `validate()` for ranges and cross-field rules; it raises
+`invalid(key, expected, value)` with keys relative to itself, and the loader prefixes the
+section's path. A class with a `shorthand` class attribute may also be written as one
+string (`targets: [http://host/metrics]` for `{url: ...}`); fields with
+`metadata=INTERNAL` are set by the program, not by the file. Parts never read sys.argv or os.environ themselves: cli.py hands them
+`environ`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
+import math
+import re
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 
-__all__ = ["Setting", "ConfigError", "add_settings", "layer", "load_yaml", "env_name", "parse_bool"]
+__all__ = [
+    "Setting",
+    "ConfigError",
+    "Layered",
+    "Parse",
+    "add_settings",
+    "layer",
+    "gather",
+    "load",
+    "load_yaml",
+    "env_name",
+    "parse_bool",
+    "invalid",
+    "expected_text",
+    "dump",
+    "validated",
+    "INTERNAL",
+]
+
+T = TypeVar("T")
+
+INTERNAL: Mapping[str, Any] = {"config": False}
+"""`field(metadata=INTERNAL)`: a field the program sets, not a configuration key."""
+
+BOOL_WORDS: dict[str, bool] = {
+    "true": True,
+    "yes": True,
+    "on": True,
+    "1": True,
+    "false": False,
+    "no": False,
+    "off": False,
+    "0": False,
+}
+"""The one text rule for booleans (flags and variables); YAML has its own booleans."""
 
 
 class ConfigError(ValueError):
-    """Invalid configuration; the message names the key (dotted path) and the bad value."""
+    """Invalid configuration: `SOURCE: KEY: what is wrong`.
+
+    `key` is the dotted path (`server.port`, `rules[3].quantile`) when one is known, `origin`
+    the YAML file, flag or variable the value came from. `ConfigError("text")` still works
+    for messages that name no single key.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, origin: str | None = None):
+        self.detail, self.key, self.origin = message, key, origin
+        super().__init__(": ".join(p for p in (origin, key, message) if p))
+
+    def within(self, prefix: str) -> ConfigError:
+        """The same error for a key one section deeper (`port` within `server`)."""
+        if not prefix:
+            return self
+        key = self.key or ""
+        joined = prefix + key if key.startswith("[") or not key else f"{prefix}.{key}"
+        return ConfigError(self.detail, key=joined, origin=self.origin)
+
+    def at(self, origin: str) -> ConfigError:
+        return ConfigError(self.detail, key=self.key, origin=origin)
+
+
+def invalid(key: str, expected: str, value: Any) -> ConfigError:
+    """The one error wording: `KEY: expected WHAT, got VALUE`."""
+    return ConfigError(f"expected {expected}, got {value!r}", key=key)
 
 
 def parse_bool(text: str) -> bool:
+    """true/false, yes/no, on/off, 1/0 (any case); ValueError otherwise."""
     t = str(text).strip().lower()
-    if t in ("1", "true", "yes", "on"):
-        return True
-    if t in ("0", "false", "no", "off"):
-        return False
+    if t in BOOL_WORDS:
+        return BOOL_WORDS[t]
     raise ValueError(f"{text!r} is not a boolean (true/false)")
+
+
+@dataclass(frozen=True)
+class Parse:
+    """`Annotated[T, Parse(fn, expected)]`: the field's value (YAML or text) goes through
+    `fn`, which raises ValueError when it does not fit; `expected` says what fits and
+    `name` is the type's name in docs/config.md."""
+
+    fn: Callable[[Any], Any]
+    expected: str
+    name: str
 
 
 @dataclass(frozen=True)
@@ -41,6 +132,8 @@ class Setting:
     `key` is the dotted path in the YAML mapping (e.g. `server.port`); the flag is
     `--<last part with dashes>` unless `flag` is given; the variable is
     `KVSPREAD_<PART>_<KEY with dots and dashes as underscores>` unless `env` is given.
+    The value stays text unless `type` converts it; the loader parses text by the config
+    field's type, so `type` is only needed for keys no config class holds.
     """
 
     key: str
@@ -96,6 +189,8 @@ def load_yaml(path: str | Path | None) -> dict[str, Any]:
         data = yaml.safe_load(p.read_text())
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"config file {p} is a directory") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from exc
     if data is None:
@@ -103,6 +198,36 @@ def load_yaml(path: str | Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a mapping at the top level")
     return data
+
+
+class Layered(dict[str, Any]):
+    """A merged configuration mapping that remembers where values came from: `file` (the
+    YAML path, or None) and `origins` (dotted key -> the flag or variable that set it).
+    Values set from a flag or a variable are text; the loader parses them by type."""
+
+    def __init__(
+        self,
+        data: Mapping[str, Any] | None = None,
+        file: str | None = None,
+        origins: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(copy.deepcopy(dict(data or {})))
+        self.file = file
+        self.origins: dict[str, str] = dict(origins or {})
+
+    def put(self, key: str, value: Any, origin: str) -> None:
+        """Set dotted `key` to a value from `origin` (a flag or variable name)."""
+        _set_path(self, key, value)
+        self.origins[key] = origin
+
+    def origin(self, key: str) -> str | None:
+        """The flag or variable that set `key` (or a section above it), else the file."""
+        k = key
+        while k:
+            if k in self.origins:
+                return self.origins[k]
+            k = re.sub(r"(\.[^.\[]*|\[\d*\])$", "", k) if re.search(r"[.\[]", k) else ""
+        return self.file
 
 
 def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
@@ -117,35 +242,327 @@ def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+_TYPE_WORDS: dict[Any, str] = {int: "an integer", float: "a number"}
+
+
 def layer(
     part: str,
     settings: list[Setting],
     args: argparse.Namespace,
     environ: Mapping[str, str],
     file_mapping: Mapping[str, Any],
-) -> dict[str, Any]:
-    """Merge file < env < flags for the declared settings; returns a new mapping.
+    file: str | Path | None = None,
+) -> Layered:
+    """Merge file < env < flags for the declared settings; returns a new `Layered`.
 
-    Values from env and flags are converted with the setting's `type`; a bad value is a
-    ConfigError naming the flag or variable.
+    Values stay text (the loader parses them by the field's type) except for a setting with
+    its own `type`, converted here; a bad value is a ConfigError naming the flag or variable.
     """
-    import copy
-
-    merged: dict[str, Any] = copy.deepcopy(dict(file_mapping))
+    merged = Layered(file_mapping, None if file is None else str(file))
     for s in settings:
         env = env_name(part, s)
         raw_flag = getattr(args, s.dest(), None)
-        source, raw = None, None
+        source: str | None = None
+        raw: Any = None
         if raw_flag is not None:
             source, raw = s.flag_name(), raw_flag
         elif env in environ and environ[env] != "":
             source, raw = env, environ[env]
         if source is None:
             continue
-        conv = parse_bool if s.is_flag else s.type
-        try:
-            value = raw if (s.is_flag and raw is True) else conv(raw)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{source}: invalid value {raw!r}: {exc}") from exc
-        _set_path(merged, s.key, value)
+        value = raw
+        if s.is_flag or s.type is not str:
+            conv = parse_bool if s.is_flag else s.type
+            try:
+                value = raw if (s.is_flag and raw is True) else conv(raw)
+            except (ValueError, TypeError) as exc:
+                what = "true or false" if s.is_flag else _TYPE_WORDS.get(conv, str(exc))
+                raise invalid(s.key, what, raw).at(source) from None
+        merged.put(s.key, value, source)
     return merged
+
+
+def gather(
+    part: str,
+    settings: list[Setting],
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    path: str | Path | None,
+) -> Layered:
+    """`layer` over the YAML file at `path` (None: no file)."""
+    return layer(part, settings, args, environ, load_yaml(path), path)
+
+
+# --- the loader -------------------------------------------------------------------------
+
+
+def load(
+    cls: type[T], data: Mapping[str, Any] | None, *, where: str = "", base: T | None = None
+) -> T:
+    """Build config dataclass `cls` from a YAML-shaped mapping, strictly.
+
+    Missing keys keep `base`'s values (default: `cls()`). `where` is the dotted path of
+    `data` inside a larger file (errors name `where.key`). When `data` is a `Layered`
+    mapping, an error also names the file, flag or variable the bad value came from.
+    """
+    layered = data if isinstance(data, Layered) else None
+    text = frozenset(layered.origins) if layered is not None else frozenset()
+    start = base if base is not None else cls()
+    try:
+        return typing.cast(T, _build(cls, {} if data is None else data, where, start, text))
+    except ConfigError as exc:
+        if layered is not None and exc.key and exc.origin is None:
+            origin = layered.origin(exc.key)
+            if origin:
+                raise exc.at(origin) from None
+        raise
+
+
+def validated(obj: T, where: str = "") -> T:
+    """Run `obj.validate()` (if any); its errors name keys below `where`."""
+    check = getattr(obj, "validate", None)
+    if check is not None:
+        try:
+            check()
+        except ConfigError as exc:
+            raise exc.within(where) from None
+    return obj
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _field_names(cls: type) -> list[str]:
+    """The YAML keys of config class `cls`: its init fields, less the internal ones."""
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init and not f.name.startswith("_") and f.metadata.get("config", True)
+    ]
+
+
+def _build(cls: type, data: Any, path: str, base: Any, text: frozenset[str]) -> Any:
+    """Override the fields of dataclass instance `base` (None: all required) from `data`."""
+    if not isinstance(data, Mapping):
+        raise invalid(path or "(top level)", "a mapping", data)
+    hints = typing.get_type_hints(cls, include_extras=True)
+    names = _field_names(cls)
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        where = _join(path, str(key))
+        if key not in names:
+            raise ConfigError(f"unknown key (known: {', '.join(sorted(names))})", key=where)
+        if value is None:
+            continue  # `key:` or `key: null` keeps the default
+        current = getattr(base, key) if base is not None else None
+        changes[key] = _value(hints[key], value, where, current, text)
+    if base is None:
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.init
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [n for n in required if n not in changes]
+        if missing:
+            raise invalid(path, f"a mapping with {', '.join(missing)}", dict(data))
+        obj = cls(**changes)
+    else:
+        obj = dataclasses.replace(base, **changes)
+    return validated(obj, path)
+
+
+def _strip(tp: Any) -> tuple[Any, Parse | None]:
+    if typing.get_origin(tp) is Annotated:
+        base, *meta = typing.get_args(tp)
+        return base, next((m for m in meta if isinstance(m, Parse)), None)
+    return tp, None
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _default_instance(tp: type) -> Any:
+    try:
+        return tp()
+    except TypeError:  # required fields: the mapping must give them all
+        return None
+
+
+def expected_text(tp: Any) -> str:
+    """What a value of type `tp` looks like, in words (for errors and docs)."""
+    tp, parser = _strip(tp)
+    if parser is not None:
+        return parser.expected
+    if _is_union(tp):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        words = " or ".join(expected_text(a) for a in args)
+        return words + " or null" if len(args) < len(typing.get_args(tp)) else words
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return "a list"
+    if origin in (Mapping, dict) or tp in (dict,) or dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        Path: "a path",
+    }.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _value(tp: Any, value: Any, path: str, current: Any, text: frozenset[str]) -> Any:
+    tp, parser = _strip(tp)
+    if parser is not None:
+        if value is None and _is_union(tp) and type(None) in typing.get_args(tp):
+            return None
+        try:
+            return parser.fn(value)
+        except (ValueError, TypeError):
+            raise invalid(path, parser.expected, value) from None
+    if value is None:
+        if tp is Any or (_is_union(tp) and type(None) in typing.get_args(tp)):
+            return None
+        raise invalid(path, expected_text(tp), value)
+    if path in text and isinstance(value, str):
+        return _from_text(tp, value, path)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(value, str) and hasattr(tp, "shorthand"):
+        value = {tp.shorthand: value}  # e.g. a target given as its URL alone
+    if dataclasses.is_dataclass(tp):
+        seed = current if dataclasses.is_dataclass(current) else _default_instance(tp)  # type: ignore[arg-type]
+        return _build(tp, value, path, seed, text)  # type: ignore[arg-type]
+    if _is_union(tp):
+        for alt in typing.get_args(tp):
+            if alt is type(None):
+                continue
+            try:
+                return _value(alt, value, path, current, text)
+            except ConfigError:
+                continue
+        raise invalid(path, expected_text(tp), value)
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value in typing.get_args(tp) and not isinstance(value, bool):
+            return value
+        raise invalid(path, expected_text(tp), value)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise invalid(path, "a list", value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(
+                _value(args[0], v, f"{path}[{i}]", None, text) for i, v in enumerate(value)
+            )
+        if len(value) != len(args):
+            raise invalid(path, f"a list of {len(args)}", value)
+        return tuple(
+            _value(a, v, f"{path}[{i}]", None, text)
+            for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
+    if origin in (Mapping, dict):
+        return _mapping(tp, value, path, current, text)
+    return _scalar(tp, value, path)
+
+
+def _mapping(tp: Any, value: Any, path: str, current: Any, text: frozenset[str]) -> Any:
+    """A mapping of names. Entries of dataclass type merge into the current entries
+    (`name: null` removes one); other values are converted as they are."""
+    if not isinstance(value, Mapping):
+        raise invalid(path, "a mapping", value)
+    _key_tp, value_tp = typing.get_args(tp) or (str, Any)
+    if not dataclasses.is_dataclass(value_tp):
+        return {str(k): _value(value_tp, v, f"{path}.{k}", None, text) for k, v in value.items()}
+    out = dict(current or {})
+    for name, entry in value.items():
+        if entry is None:
+            out.pop(name, None)
+            continue
+        seed = out.get(name) or _default_instance(value_tp)  # type: ignore[arg-type]
+        out[str(name)] = _build(value_tp, entry, f"{path}.{name}", seed, text)  # type: ignore[arg-type]
+    return out
+
+
+def _scalar(tp: Any, value: Any, path: str) -> Any:
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif tp is Path:
+        if isinstance(value, str) and value:
+            return Path(value)
+    else:
+        raise TypeError(f"config type {tp!r} at {path} is not supported by the loader")
+    raise invalid(path, expected_text(tp), value)
+
+
+def _from_text(tp: Any, text: str, path: str) -> Any:
+    """A flag's or variable's text as a value of `tp` (the one text rule per type)."""
+    tp, parser = _strip(tp)
+    try:
+        if parser is not None:
+            return parser.fn(text)
+        if _is_union(tp):
+            alts = [a for a in typing.get_args(tp) if a is not type(None)]
+            for alt in alts:
+                try:
+                    return _from_text(alt, text, path)
+                except ConfigError:
+                    continue
+            raise ValueError(text)
+        origin = typing.get_origin(tp)
+        if origin is tuple:
+            inner = typing.get_args(tp)[0]
+            items = [x.strip() for x in text.split(",") if x.strip()]
+            return tuple(_from_text(inner, x, f"{path}[{i}]") for i, x in enumerate(items))
+        if origin is Literal:
+            if text in typing.get_args(tp):
+                return text
+            raise ValueError(text)
+        if tp is bool:
+            return parse_bool(text)
+        if tp is int:
+            return int(text.strip())
+        if tp is float:
+            number = float(text.strip())
+            if not math.isfinite(number):
+                raise ValueError(text)
+            return number
+        if tp is str or tp is Any:
+            return text
+        if tp is Path and text:
+            return Path(text)
+    except (ValueError, TypeError):
+        pass
+    if _is_union(tp):  # text is never null: say what the text should have been
+        tp = typing.Union[tuple(a for a in typing.get_args(tp) if a is not type(None))]  # noqa: UP007
+    raise invalid(path, expected_text(tp), text)
+
+
+def dump(obj: Any) -> Any:
+    """A config value as the YAML-shaped data `load` reads back (tuples as lists, paths
+    as strings, dataclasses as mappings of their fields)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {n: dump(getattr(obj, n)) for n in _field_names(type(obj))}
+    if isinstance(obj, tuple | list):
+        return [dump(v) for v in obj]
+    if isinstance(obj, Mapping):
+        return {str(k): dump(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

@@ -1,20 +1,27 @@
 """The adapter's configuration: server, authentication, sources and rules.
 
-One flat YAML mapping (`--config FILE`); every server key can also come from a flag or a
-`KVSPREAD_ADAPTER_<KEY>` variable (precedence flag > env > file > default, see
-kvspread.settings). Flag names follow Kubernetes' aggregated API servers
-(`--secure-port`, `--tls-cert-file`, `--requestheader-client-ca-file`, ...). `rules:` lists
-the external metrics (rules.py); without it the default rules serve DESIGN.md section 6.
-`from_mapping` is strict: an unknown key or a bad value is a ConfigError naming the key.
+One flat YAML mapping (`--config FILE`) whose keys are `AdapterConfig`'s fields, read by the
+shared strict loader (kvspread.settings.load); most keys can also come from a flag or a
+`KVSPREAD_ADAPTER_<KEY>` variable (precedence flag > env > file > default). Flag names follow
+Kubernetes' aggregated API servers (`--secure-port`, `--tls-cert-file`,
+`--requestheader-client-ca-file`, ...). Durations are seconds or text such as `30s`, `1m30s`,
+`500ms`. `rules:` lists the external metrics (rules.py); without it the default rules serve
+DESIGN.md section 6. An unknown key or a bad value is a ConfigError naming the key.
+
+    secure_port: 6443
+    authorization_mode: SubjectAccessReview
+    window: 1m
+    staleness: 2m
+    rules: [...]
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Final
 
-from kvspread.settings import ConfigError, Setting
+from kvspread.settings import Layered, Parse, Setting, invalid, load
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
 from metrics_adapter.rules import (
     DEFAULT_STALENESS_S,
@@ -35,7 +42,7 @@ def _csv(text: str) -> list[str]:
 
 
 SETTINGS: Final = [
-    Setting("secure_port", "HTTPS port of the external-metrics API (default 6443)", int),
+    Setting("secure_port", "HTTPS port of the external-metrics API (default 6443)"),
     Setting("bind_address", "address the HTTPS API listens on (default 0.0.0.0)"),
     Setting(
         "tls_cert_file", "serving certificate (PEM); a self-signed pair is generated when unset"
@@ -49,24 +56,22 @@ SETTINGS: Final = [
     Setting(
         "requestheader_allowed_names",
         "allowed client certificate CNs, comma separated (empty: any)",
-        _csv,
     ),
     Setting(
         "requestheader_username_headers",
         "headers holding the user name (default X-Remote-User)",
-        _csv,
     ),
-    Setting("requestheader_group_headers", "headers holding groups (default X-Remote-Group)", _csv),
+    Setting("requestheader_group_headers", "headers holding groups (default X-Remote-Group)"),
     Setting("authorization_mode", "SubjectAccessReview (default), AllowList or AlwaysAllow"),
-    Setting("authorization_allow_users", "AllowList mode: users allowed, comma separated", _csv),
-    Setting("authorization_allow_groups", "AllowList mode: groups allowed, comma separated", _csv),
+    Setting("authorization_allow_users", "AllowList mode: users allowed, comma separated"),
+    Setting("authorization_allow_groups", "AllowList mode: groups allowed, comma separated"),
     Setting("kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)"),
     Setting(
         "kube_server",
         "Kubernetes API URL without credentials (kubectl proxy, tests)",
         flag="--kube-api-server",
     ),
-    Setting("otlp_port", "OTLP/HTTP receiver port (default 4318)", int),
+    Setting("otlp_port", "OTLP/HTTP receiver port (default 4318)"),
     Setting("otlp_bind_address", "address the OTLP receiver listens on (default 0.0.0.0)"),
     Setting("otlp_tls_cert_file", "serve OTLP over TLS with this certificate (default plain HTTP)"),
     Setting("otlp_tls_private_key_file", "private key for --otlp-tls-cert-file"),
@@ -74,15 +79,14 @@ SETTINGS: Final = [
     Setting("log_level", "debug, info, warning or error (default info)"),
 ]
 
-_DURATION_KEYS: Final = {
-    "window": DEFAULT_WINDOW_S,
-    "staleness": DEFAULT_STALENESS_S,
-    "idle_expiry": 600.0,
-    "authorization_cache_ttl": 10.0,
-    "ca_refresh_interval": 60.0,
-    "prometheus_timeout": 5.0,
-    "prometheus_cache_ttl": 5.0,
-}
+DURATION: Final = Parse(
+    lambda v: parse_duration(v, "duration"),
+    "a duration > 0 (seconds, or 30s, 1m30s, 500ms, 2h)",
+    "duration",
+)
+_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+Names = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -90,34 +94,65 @@ class AdapterConfig:
     """Every adapter option; defaults are the documented ones (docs/adapter.md)."""
 
     secure_port: int = 6443
+    """HTTPS port of the external-metrics API (0: any free port)."""
     bind_address: str = "0.0.0.0"
+    """Address the HTTPS API listens on."""
     tls_cert_file: str | None = None
+    """Serving certificate (PEM); unset: a self-signed pair is generated at start."""
     tls_private_key_file: str | None = None
+    """Private key of `tls_cert_file` (PEM)."""
     requestheader_client_ca_file: str | None = None
-    requestheader_allowed_names: tuple[str, ...] | None = None
-    requestheader_username_headers: tuple[str, ...] | None = None
-    requestheader_group_headers: tuple[str, ...] | None = None
+    """CA of the aggregator's front-proxy client certificate; unset: read from ConfigMap
+    kube-system/extension-apiserver-authentication."""
+    requestheader_allowed_names: Names | None = None
+    """Client certificate CNs allowed to send requests (unset or empty: any the CA signed)."""
+    requestheader_username_headers: Names | None = None
+    """Headers holding the user name (unset: X-Remote-User)."""
+    requestheader_group_headers: Names | None = None
+    """Headers holding the groups (unset: X-Remote-Group)."""
     authorization_mode: str = "SubjectAccessReview"
-    authorization_allow_users: tuple[str, ...] = ()
-    authorization_allow_groups: tuple[str, ...] = ()
-    authorization_cache_ttl: float = 10.0
+    """SubjectAccessReview (ask the API server), AllowList or AlwaysAllow."""
+    authorization_allow_users: Names = ()
+    """AllowList mode: users allowed."""
+    authorization_allow_groups: Names = ()
+    """AllowList mode: groups allowed."""
+    authorization_cache_ttl: Annotated[float, DURATION] = 10.0
+    """How long a SubjectAccessReview answer is reused."""
     kubeconfig: str | None = None
+    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
     kube_server: str | None = None
-    ca_refresh_interval: float = 60.0
+    """Kubernetes API URL without credentials (kubectl proxy, tests)."""
+    ca_refresh_interval: Annotated[float, DURATION] = 60.0
+    """How often the front-proxy CA is re-read (file or ConfigMap)."""
     otlp_port: int = 4318
+    """OTLP/HTTP receiver port (0: any free port)."""
     otlp_bind_address: str = "0.0.0.0"
+    """Address the OTLP receiver listens on."""
     otlp_tls_cert_file: str | None = None
+    """Serve OTLP over TLS with this certificate (PEM); unset: plain HTTP."""
     otlp_tls_private_key_file: str | None = None
+    """Private key of `otlp_tls_cert_file` (PEM)."""
     otlp_max_body_bytes: int = 4 * 1024 * 1024
+    """Largest OTLP request body accepted (413 above)."""
     max_series: int = 200_000
-    idle_expiry: float = 600.0
+    """Series kept in memory; new series beyond are dropped and counted."""
+    idle_expiry: Annotated[float, DURATION] = 600.0
+    """A series without points for this long is dropped."""
     prometheus_url: str | None = None
-    prometheus_timeout: float = 5.0
-    prometheus_cache_ttl: float = 5.0
-    window: float = DEFAULT_WINDOW_S
-    staleness: float = DEFAULT_STALENESS_S
-    rules: tuple[Rule, ...] = ()
+    """Prometheus base URL for `source: promql` rules."""
+    prometheus_timeout: Annotated[float, DURATION] = 5.0
+    """Timeout of one Prometheus query."""
+    prometheus_cache_ttl: Annotated[float, DURATION] = 5.0
+    """How long a Prometheus answer is reused."""
+    window: Annotated[float, DURATION] = DEFAULT_WINDOW_S
+    """Default sliding window of the rules."""
+    staleness: Annotated[float, DURATION] = DEFAULT_STALENESS_S
+    """Default staleness of the rules: no value is served from data older than this."""
+    rules: tuple[Rule, ...] = field(default=(), metadata={"doc_expand": False})
+    """The external metrics served, one rule each (keys: the rules section below); unset:
+    the default SLIs of DESIGN.md section 6."""
     log_level: str = "info"
+    """debug, info, warning or error."""
 
     @property
     def username_headers(self) -> tuple[str, ...]:
@@ -127,84 +162,59 @@ class AdapterConfig:
     def group_headers(self) -> tuple[str, ...]:
         return self.requestheader_group_headers or DEFAULT_GROUP_HEADERS
 
+    def validate(self) -> None:
+        for key in ("secure_port", "otlp_port"):
+            if not 0 <= getattr(self, key) <= 65535:
+                raise invalid(key, "a port number 0..65535", getattr(self, key))
+        for key in ("otlp_max_body_bytes", "max_series"):
+            if getattr(self, key) < 1:
+                raise invalid(key, "an integer >= 1", getattr(self, key))
+        if self.authorization_mode not in AUTHORIZATION_MODES:
+            raise invalid(
+                "authorization_mode",
+                "one of " + ", ".join(AUTHORIZATION_MODES),
+                self.authorization_mode,
+            )
+        if self.authorization_mode == "AllowList" and not (
+            self.authorization_allow_users or self.authorization_allow_groups
+        ):
+            raise invalid(
+                "authorization_allow_users",
+                "at least one user or group in AllowList mode",
+                list(self.authorization_allow_users),
+            )
+        if self.log_level not in _LOG_LEVELS:
+            raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
+        for cert, key in (
+            ("tls_cert_file", "tls_private_key_file"),
+            ("otlp_tls_cert_file", "otlp_tls_private_key_file"),
+        ):
+            if bool(getattr(self, cert)) != bool(getattr(self, key)):
+                raise invalid(
+                    cert, f"{cert} and {key} given together, or neither", getattr(self, cert)
+                )
+
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any]) -> AdapterConfig:
         """Strictly build a config; ConfigError names the key and the bad value."""
-        fields = cls.__dataclass_fields__
-        unknown = sorted(k for k in doc if k not in fields)
-        if unknown:
-            raise ConfigError(f"{unknown[0]}: unknown key (known: {', '.join(sorted(fields))})")
-        out: dict[str, Any] = {}
-        for key, value in doc.items():
-            if value is None:
-                continue
-            if key == "rules":
-                continue
-            if key in _DURATION_KEYS:
-                out[key] = parse_duration(value, key)
-            elif key in ("secure_port", "otlp_port"):
-                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-                    raise ConfigError(f"{key}: {value!r} is not a port number (0-65535)")
-                out[key] = value
-            elif key in ("otlp_max_body_bytes", "max_series"):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ConfigError(f"{key}: {value!r} must be a positive integer")
-                out[key] = value
-            elif key in (
-                "requestheader_allowed_names",
-                "requestheader_username_headers",
-                "requestheader_group_headers",
-                "authorization_allow_users",
-                "authorization_allow_groups",
-            ):
-                items = _csv(value) if isinstance(value, str) else value
-                if not isinstance(items, list | tuple) or not all(
-                    isinstance(x, str) for x in items
-                ):
-                    raise ConfigError(f"{key}: want a list of strings, got {value!r}")
-                out[key] = tuple(items)
-            else:
-                if not isinstance(value, str):
-                    raise ConfigError(f"{key}: want a string, got {value!r}")
-                out[key] = value
-        mode = out.get("authorization_mode", cls.authorization_mode)
-        if mode not in AUTHORIZATION_MODES:
-            raise ConfigError(
-                f"authorization_mode: {mode!r} is not one of {', '.join(AUTHORIZATION_MODES)}"
-            )
-        if mode == "AllowList" and not (
-            out.get("authorization_allow_users") or out.get("authorization_allow_groups")
-        ):
-            raise ConfigError(
-                "authorization_allow_users: AllowList mode needs at least one user or group"
-            )
-        if out.get("log_level", "info") not in ("debug", "info", "warning", "error"):
-            raise ConfigError(
-                f"log_level: {out['log_level']!r} is not one of debug, info, warning, error"
-            )
-        if bool(out.get("tls_cert_file")) != bool(out.get("tls_private_key_file")):
-            raise ConfigError(
-                "tls_cert_file: give both --tls-cert-file and --tls-private-key-file, or neither"
-            )
-        if bool(out.get("otlp_tls_cert_file")) != bool(out.get("otlp_tls_private_key_file")):
-            raise ConfigError("otlp_tls_cert_file: give both OTLP TLS files, or neither")
-        window = out.get("window", DEFAULT_WINDOW_S)
-        staleness = out.get("staleness", DEFAULT_STALENESS_S)
+        rest = {k: v for k, v in doc.items() if k != "rules"}
+        if isinstance(doc, Layered):
+            rest = Layered(rest, doc.file, doc.origins)
+        cfg = load(cls, rest)
         if doc.get("rules") is not None:
-            rules = parse_rules(doc["rules"], window, staleness)
+            rules = parse_rules(doc["rules"], cfg.window, cfg.staleness)
             if not rules:
-                raise ConfigError(
-                    "rules: the list is empty; remove the key to serve the default rules"
-                )
+                raise invalid("rules", "at least one rule (remove the key for the defaults)", [])
         else:
-            rules = default_rules(window, staleness)
-        if any(r.source == "promql" for r in rules) and not out.get("prometheus_url"):
+            rules = default_rules(cfg.window, cfg.staleness)
+        if any(r.source == "promql" for r in rules) and not cfg.prometheus_url:
             bad = next(i for i, r in enumerate(rules) if r.source == "promql")
-            raise ConfigError(
-                f"rules[{bad}].source: promql rules need prometheus_url (--prometheus-url)"
+            raise invalid(
+                f"rules[{bad}].source",
+                "prometheus_url (--prometheus-url) for promql rules",
+                "promql",
             )
-        out["rules"] = rules
-        return cls(**out)
+        return replace(cfg, rules=rules)
 
     def retention(self) -> float:
         """How long the store keeps points: the longest window plus 30 s, so that one point

@@ -307,7 +307,7 @@ def default_rules(
     good_threshold: float = DEFAULT_GOOD_THRESHOLD_S,
 ) -> tuple[Rule, ...]:
     """The SLIs of DESIGN.md section 6, from the collector's metric names (kvspread.names)."""
-    dur = names.HTTP_SERVER_REQUEST_DURATION
+    dur = names.HTTP_SERVER_REQUEST_DURATION.name
     docs: list[dict[str, Any]] = [
         {"name": names.SLI_LATENCY_P50, "metric": dur, "aggregation": "quantile", "quantile": 0.5},
         {"name": names.SLI_LATENCY_P95, "metric": dur, "aggregation": "quantile", "quantile": 0.95},
@@ -327,13 +327,13 @@ def default_rules(
         },
         {
             "name": names.SLI_QUEUE_DEPTH,
-            "metric": names.ENGINE_REQUESTS_WAITING,
+            "metric": names.ENGINE_REQUESTS_WAITING.name,
             "aggregation": "last",
             "combine": "sum",
         },
         {
             "name": names.SLI_KV_CACHE_USAGE,
-            "metric": names.KV_CACHE_USAGE,
+            "metric": names.KV_CACHE_USAGE.name,
             "aggregation": "last",
             "combine": "mean",
         },

@@ -40,6 +40,7 @@ from metrics_adapter.auth import (
     RequestHeaderAuthenticator,
     SubjectAccessReviewAuthorizer,
     load_extension_apiserver_authentication,
+    serving_context,
 )
 from metrics_adapter.certs import write_self_signed
 from metrics_adapter.config import AdapterConfig
@@ -63,15 +64,15 @@ class _SelfMetrics:
     def collect(self) -> Any:
         a = self.adapter
         req = CounterMetricFamily(
-            names.ADAPTER_REQUESTS.removesuffix("_total"),
-            "API requests by route kind and HTTP code",
+            names.ADAPTER_REQUESTS.prometheus,
+            names.ADAPTER_REQUESTS.help,
             labels=["kind", "code"],
         )
         for (kind, code), n in sorted(a.api.requests.items()):
             req.add_metric([kind, str(code)], n)
         yield req
         hist = HistogramMetricFamily(
-            names.ADAPTER_REQUEST_DURATION, "API request handling time (server side), seconds"
+            names.ADAPTER_REQUEST_DURATION.prometheus, names.ADAPTER_REQUEST_DURATION.help
         )
         acc, buckets = 0, []
         for le, n in zip((*DURATION_BOUNDS, float("inf")), a.api.duration_counts, strict=True):
@@ -80,21 +81,21 @@ class _SelfMetrics:
         hist.add_metric([], buckets, sum_value=a.api.duration_sum)
         yield hist
         yield GaugeMetricFamily(
-            names.ADAPTER_SERIES, "series held in the OTLP store", value=len(a.store)
+            names.ADAPTER_SERIES.prometheus, names.ADAPTER_SERIES.help, value=len(a.store)
         )
         yield CounterMetricFamily(
-            names.ADAPTER_SERIES_DROPPED.removesuffix("_total"),
-            "series evicted because the store was full (LRU)",
+            names.ADAPTER_SERIES_DROPPED.prometheus,
+            names.ADAPTER_SERIES_DROPPED.help,
             value=a.store.dropped,
         )
         yield CounterMetricFamily(
-            names.ADAPTER_OTLP_POINTS.removesuffix("_total"),
-            "OTLP data points stored",
+            names.ADAPTER_OTLP_POINTS.prometheus,
+            names.ADAPTER_OTLP_POINTS.help,
             value=a.store.points,
         )
         yield CounterMetricFamily(
-            names.ADAPTER_STALE_READS.removesuffix("_total"),
-            "metric reads whose matching series were all older than the staleness",
+            names.ADAPTER_STALE_READS.prometheus,
+            names.ADAPTER_STALE_READS.help,
             value=a.provider.stale_reads,
         )
 
@@ -210,6 +211,14 @@ class Adapter:
         return await loop.run_in_executor(self._ingest_pool, self.receiver.handle_sync, req)
 
     async def start(self) -> None:
+        try:
+            serving_context(self.client_ca.cert_file, self.client_ca.key_file, None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"tls_cert_file / tls_private_key_file: cannot load the serving certificate "
+                f"{self.client_ca.cert_file} with key {self.client_ca.key_file}: {exc} "
+                "(give a PEM certificate and its matching private key)"
+            ) from exc
         try:
             await asyncio.to_thread(self.client_ca.refresh)
         except Exception as exc:  # noqa: BLE001 - turned into a clear start-up error

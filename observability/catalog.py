@@ -1,11 +1,11 @@
 """The catalogue of every metric kvspread's dashboards and rules read, with type, unit and
 labels, in Prometheus form.
 
-Collector metrics are declared by their OTel name and unit and translated with
-`kvspread.names.prometheus_name`, exactly as the collector's exposition does; OTel attribute
-names become labels with dots as underscores (`k8s.namespace.name` -> `k8s_namespace_name`).
-Self-monitoring metrics of the extender and the adapter are Prometheus names already. The
-same catalogue renders docs/metrics.md, so the reference and the queries share one source.
+Every kvspread entry is built from its `kvspread.names` descriptor (name, type, unit), the
+one the exporters read, so the catalogue's Prometheus names are the exposition's; OTel
+attribute names become labels with dots as underscores (`k8s.namespace.name` ->
+`k8s_namespace_name`). The same catalogue renders docs/metrics.md, so the reference and the
+queries share one source.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from kvspread import names as n
+from kvspread import names
 
 __all__ = ["Metric", "CATALOG", "label", "by_name", "SERVICE_LABELS", "HISTOGRAM_BUCKETS"]
 
@@ -25,20 +25,20 @@ def label(attribute: str) -> str:
     return attribute.replace(".", "_").replace("-", "_")
 
 
-NAMESPACE: Final = label(n.ATTR_K8S_NAMESPACE)
-POD: Final = label(n.ATTR_K8S_POD)
-NODE: Final = label(n.ATTR_K8S_NODE)
-SERVICE: Final = label(n.ATTR_SERVICE_NAME)
-MODALITY: Final = label(n.ATTR_MODALITY)
-QOS: Final = label(n.ATTR_QOS)
-ROUTE: Final = label(n.ATTR_HTTP_ROUTE)
-METHOD: Final = label(n.ATTR_HTTP_METHOD)
-STATUS: Final = label(n.ATTR_HTTP_STATUS)
-PORT: Final = label(n.ATTR_SERVER_PORT)
-GPU_INDEX: Final = label(n.ATTR_GPU_INDEX)
-GPU_UUID: Final = label(n.ATTR_GPU_UUID)
-ENGINE: Final = label(n.ATTR_ENGINE)
-MODEL: Final = label(n.ATTR_MODEL)
+NAMESPACE: Final = label(names.ATTR_K8S_NAMESPACE)
+POD: Final = label(names.ATTR_K8S_POD)
+NODE: Final = label(names.ATTR_K8S_NODE)
+SERVICE: Final = label(names.ATTR_SERVICE_NAME)
+MODALITY: Final = label(names.ATTR_MODALITY)
+QOS: Final = label(names.ATTR_QOS)
+ROUTE: Final = label(names.ATTR_HTTP_ROUTE)
+METHOD: Final = label(names.ATTR_HTTP_METHOD)
+STATUS: Final = label(names.ATTR_HTTP_STATUS)
+PORT: Final = label(names.ATTR_SERVER_PORT)
+GPU_INDEX: Final = label(names.ATTR_GPU_INDEX)
+GPU_UUID: Final = label(names.ATTR_GPU_UUID)
+ENGINE: Final = label(names.ATTR_ENGINE)
+MODEL: Final = label(names.ATTR_MODEL)
 
 NODE_FROM_SCRAPE: Final = "node"
 """The node label the dashboards and alerts filter collector series by. The collector writes
@@ -49,7 +49,7 @@ every series it scrapes, so `node` is the one label all collector series share."
 SERVICE_LABELS: Final = (NAMESPACE, SERVICE, MODALITY)
 """The labels the SLIs are aggregated by: one SLO per namespace, service and modality."""
 
-HISTOGRAM_BUCKETS: Final = n.LATENCY_BUCKETS
+HISTOGRAM_BUCKETS: Final = names.LATENCY_BUCKETS
 """Bucket bounds the latency histograms carry (kvspread.names.LATENCY_BUCKETS). The SLO rules
 read the `le="0.05"` and `le="0.12"` buckets, so an exporter without those bounds makes the
 latency SLIs empty, never wrong."""
@@ -87,271 +87,211 @@ class Metric:
         return f"{self.name}_{suffix}"
 
 
-def _otel(
-    otel_name: str,
-    unit: str,
-    kind: MetricType,
+def _entry(
+    d: names.MetricDescriptor,
     labels: tuple[str, ...],
     help: str,
+    source: Literal["collector", "extender", "adapter"],
 ) -> Metric:
-    prom_unit = "" if unit.startswith("{") else unit
+    """A catalogue entry: name, type and unit from the descriptor; `help` is the reference
+    text (longer than the exposition's HELP line)."""
     return Metric(
-        name=n.prometheus_name(otel_name, prom_unit, kind),
-        type=kind,
-        unit=unit,
+        name=d.prometheus,
+        type=d.kind,
+        unit=d.unit,
         labels=labels,
         help=help,
-        source="collector",
-        otel_name=otel_name,
+        source=source,
+        otel_name=d.name if source == "collector" else None,
     )
+
+
+def _otel(d: names.MetricDescriptor, labels: tuple[str, ...], help: str) -> Metric:
+    return _entry(d, labels, help, "collector")
 
 
 _COLLECTOR: Final = (
     _otel(
-        n.HTTP_SERVER_REQUEST_DURATION,
-        "s",
-        "histogram",
+        names.HTTP_SERVER_REQUEST_DURATION,
         _HTTP_LABELS,
         "Server-side request duration measured by eBPF, first request byte read to last "
         "response byte written (streamed responses included).",
     ),
     _otel(
-        n.HTTP_SERVER_TIME_TO_FIRST_BYTE,
-        "s",
-        "histogram",
+        names.HTTP_SERVER_TIME_TO_FIRST_BYTE,
         _HTTP_LABELS,
         "First request byte read to first response byte written.",
     ),
     _otel(
-        n.GPU_MEMORY_USED,
-        "By",
-        "gauge",
+        names.GPU_MEMORY_USED,
         (GPU_INDEX, GPU_UUID),
         "GPU memory used (NVML). Absent, never zero, where no driver answers.",
     ),
-    _otel(n.GPU_MEMORY_TOTAL, "By", "gauge", (GPU_INDEX, GPU_UUID), "GPU memory total (NVML)."),
-    _otel(n.GPU_UTILIZATION, "1", "gauge", (GPU_INDEX, GPU_UUID), "GPU utilisation 0..1 (NVML)."),
+    _otel(names.GPU_MEMORY_TOTAL, (GPU_INDEX, GPU_UUID), "GPU memory total (NVML)."),
+    _otel(names.GPU_UTILIZATION, (GPU_INDEX, GPU_UUID), "GPU utilisation 0..1 (NVML)."),
     _otel(
-        n.KV_CACHE_USAGE,
-        "1",
-        "gauge",
+        names.KV_CACHE_USAGE,
         (ENGINE, MODEL, NAMESPACE, POD),
         "KV-cache usage 0..1 per engine instance, from the engine's own metrics.",
     ),
     _otel(
-        n.ENGINE_REQUESTS_RUNNING,
-        "{request}",
-        "gauge",
+        names.ENGINE_REQUESTS_RUNNING,
         (ENGINE, MODEL, NAMESPACE, POD),
         "Requests in the engine's running batch.",
     ),
     _otel(
-        n.ENGINE_REQUESTS_WAITING,
-        "{request}",
-        "gauge",
+        names.ENGINE_REQUESTS_WAITING,
         (ENGINE, MODEL, NAMESPACE, POD),
         "Requests queued in the engine (queue depth).",
     ),
     _otel(
-        n.NODE_FRAGMENTATION,
-        "1",
-        "gauge",
+        names.NODE_FRAGMENTATION,
         (NODE,),
         "Node GPU-memory fragmentation rho = 1 - max_g(free_g) / sum_g(free_g).",
     ),
     _otel(
-        n.NODE_LARGEST_FREE_EXTENT,
-        "By",
-        "gauge",
+        names.NODE_LARGEST_FREE_EXTENT,
         (NODE,),
         "Largest free GPU memory on one GPU of the node, max_g(free_g).",
     ),
     _otel(
-        n.NODE_ACTIVE_STREAMS,
-        "{request}",
-        "gauge",
+        names.NODE_ACTIVE_STREAMS,
         (NODE,),
         "Inference requests in flight on the node.",
     ),
     _otel(
-        n.NODE_IMAGE_TOKEN_SHARE,
-        "1",
-        "gauge",
+        names.NODE_IMAGE_TOKEN_SHARE,
         (NODE,),
         "Share of image tokens in the node's recent traffic.",
     ),
     _otel(
-        n.TCP_RTT,
-        "s",
-        "histogram",
+        names.TCP_RTT,
         _POD_PORT,
         "Smoothed TCP round-trip time per pod (tcp:tcp_probe srtt).",
     ),
     _otel(
-        n.TCP_RETRANSMITS,
-        "{segment}",
-        "counter",
+        names.TCP_RETRANSMITS,
         _POD_PORT,
         "TCP retransmissions per pod (tcp:tcp_retransmit_skb).",
     ),
     _otel(
-        n.ACCEPT_QUEUE_DELAY,
-        "s",
-        "histogram",
+        names.ACCEPT_QUEUE_DELAY,
         _POD_PORT,
         "Connection established to accept() per listening port: head-of-line wait.",
     ),
     _otel(
-        n.ACCEPT_QUEUE_BACKLOG,
-        "{connection}",
-        "gauge",
+        names.ACCEPT_QUEUE_BACKLOG,
         (PORT, "limit"),
         "Accept-queue length at the last accept() per listening port; `limit` is the "
         "socket's backlog limit.",
     ),
     _otel(
-        n.CONNECTION_EDGES,
-        "{connection}",
-        "counter",
+        names.CONNECTION_EDGES,
         ("client_address", "client_pod", PORT, NAMESPACE, POD),
         "Connections from a client pod to a server pod:port (dependency graph edges).",
     ),
     _otel(
-        n.COLLECTOR_SOURCE_UP,
-        "",
-        "gauge",
+        names.COLLECTOR_SOURCE_UP,
         ("source",),
         "1 when a collector source (bpf, nvml, engine, kubernetes, otlp) works, else 0.",
     ),
     _otel(
-        n.COLLECTOR_EVENTS,
-        "{event}",
-        "counter",
+        names.COLLECTOR_EVENTS,
         ("program",),
         "Events read from the collector's BPF programs.",
     ),
     _otel(
-        n.COLLECTOR_DROPPED,
-        "{event}",
-        "counter",
+        names.COLLECTOR_DROPPED,
         ("reason",),
         "Samples or events dropped (full tables, lost perf events, failed exports).",
     ),
 )
 
 _SELF: Final = (
-    Metric(
-        n.EXTENDER_REQUESTS,
-        "counter",
-        "{request}",
+    _entry(
+        names.EXTENDER_REQUESTS,
         ("verb", "code"),
         "Extender HTTP requests by verb (filter, prioritize, ...) and status code.",
         "extender",
     ),
-    Metric(
-        n.EXTENDER_REQUEST_DURATION,
-        "histogram",
-        "s",
+    _entry(
+        names.EXTENDER_REQUEST_DURATION,
         ("verb",),
         "Extender request latency per verb, body read to response written.",
         "extender",
     ),
-    Metric(
-        n.EXTENDER_FILTER_FAILURES,
-        "counter",
-        "{node}",
+    _entry(
+        names.EXTENDER_FILTER_FAILURES,
         ("reason",),
         "Nodes failed by the filter, by reason.",
         "extender",
     ),
-    Metric(
-        n.EXTENDER_SCORE_TERM,
-        "histogram",
-        "1",
+    _entry(
+        names.EXTENDER_SCORE_TERM,
         ("term",),
         "Distribution of each prioritize term (fragmentation, load, spread, modality, qos) "
         "in [0, 1].",
         "extender",
     ),
-    Metric(
-        n.EXTENDER_SIGNALS,
-        "counter",
-        "{read}",
+    _entry(
+        names.EXTENDER_SIGNALS,
         ("state",),
         "Nodes seen in requests by the state of their signals: fresh, stale, missing, "
         "invalid, or unknown (not in the node cache).",
         "extender",
     ),
-    Metric(
-        n.EXTENDER_CACHE_SYNCED,
-        "gauge",
-        "1",
+    _entry(
+        names.EXTENDER_CACHE_SYNCED,
         ("resource",),
         "1 once the node or pod cache (resource nodes, pods) finished its first list, else 0.",
         "extender",
     ),
-    Metric(
-        n.EXTENDER_FILTER_DECISIONS,
-        "counter",
-        "{decision}",
+    _entry(
+        names.EXTENDER_FILTER_DECISIONS,
         ("outcome",),
         "Filter calls by outcome: passed (at least one node passed), no_fit (every node "
         "failed), invalid_pod (the pod's kvspread fields are invalid).",
         "extender",
     ),
-    Metric(
-        n.EXTENDER_PRIORITIZE_DECISIONS,
-        "counter",
-        "{decision}",
+    _entry(
+        names.EXTENDER_PRIORITIZE_DECISIONS,
         ("outcome",),
         "Prioritize calls by outcome: placed (a best node was picked), no_fit (no node "
         "fits), no_gpu (no known node to score), invalid_pod.",
         "extender",
     ),
-    Metric(
-        n.ADAPTER_REQUESTS,
-        "counter",
-        "{request}",
+    _entry(
+        names.ADAPTER_REQUESTS,
         ("kind", "code"),
         "API requests by route kind (read, discovery, health, other) and HTTP status code.",
         "adapter",
     ),
-    Metric(
-        n.ADAPTER_REQUEST_DURATION,
-        "histogram",
-        "s",
+    _entry(
+        names.ADAPTER_REQUEST_DURATION,
         (),
         "External-metrics API request latency.",
         "adapter",
     ),
-    Metric(
-        n.ADAPTER_SERIES,
-        "gauge",
-        "{series}",
+    _entry(
+        names.ADAPTER_SERIES,
         (),
         "Series held by the OTLP source's windowed store.",
         "adapter",
     ),
-    Metric(
-        n.ADAPTER_SERIES_DROPPED,
-        "counter",
-        "{series}",
+    _entry(
+        names.ADAPTER_SERIES_DROPPED,
         (),
         "Series evicted because the store was full (LRU).",
         "adapter",
     ),
-    Metric(
-        n.ADAPTER_OTLP_POINTS,
-        "counter",
-        "{point}",
+    _entry(
+        names.ADAPTER_OTLP_POINTS,
         (),
         "OTLP data points stored.",
         "adapter",
     ),
-    Metric(
-        n.ADAPTER_STALE_READS,
-        "counter",
-        "{read}",
+    _entry(
+        names.ADAPTER_STALE_READS,
         (),
         "Metric reads whose matching series were all older than the staleness limit.",
         "adapter",

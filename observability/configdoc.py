@@ -3,32 +3,44 @@
 Two sources, both introspected at generation time so the page cannot drift:
 - the `kvspread` command line (`kvspread.cli.build_parser`): every subcommand's flags with
   their help, which names the `KVSPREAD_*` environment variable each one reads;
-- each part's config module (`extender.config`, `metrics_adapter.config`, `bpf.config`,
-  `simulator.config`, where present): every dataclass it defines, field by field with
-  type and default, as the YAML keys of `--config FILE`.
+- each part's root config class (the one `kvspread.settings.load` reads): every YAML key,
+  nested sections as dotted keys, with type, default and meaning. The meaning is the
+  field's docstring (the string literal under it), else its trailing comment.
 
-A test regenerates the page and compares it with the committed one.
+A test regenerates the page and compares it with the committed one, and another loads every
+key the page lists through its part's loader.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import functools
 import importlib
 import inspect
+import io
+import textwrap
+import tokenize
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["render_config_doc", "CONFIG_MODULES"]
+from kvspread.settings import Parse
+
+__all__ = ["render_config_doc", "CONFIG_MODULES", "field_docs", "config_keys"]
 
 CONFIG_MODULES: Final = (
-    ("Scheduler extender", "extender.config", "extender.md"),
-    ("Metrics adapter", "metrics_adapter.config", "adapter.md"),
-    ("Metrics adapter rules", "metrics_adapter.rules", "adapter.md"),
-    ("Collector", "bpf.config", "collector.md"),
-    ("Serving simulator", "simulator.serving.config", "serving-simulation.md"),
+    ("Scheduler extender", "extender.config", "ExtenderConfig", "extender.md"),
+    ("Metrics adapter", "metrics_adapter.config", "AdapterConfig", "adapter.md"),
+    ("Metrics adapter rules", "metrics_adapter.rules", None, "adapter.md"),
+    ("Collector", "bpf.config", "CollectorConfig", "collector.md"),
+    ("Trace replay", "simulator.config", "ReplayConfig", "simulator.md"),
+    ("Serving simulator", "simulator.serving.config", "SimConfig", "serving-simulation.md"),
+    ("Endpoint picker", "router.config", "RouterConfig", "router.md"),
 )
+"""(title, module, root config class or None for a docstring-only section, page)."""
 
 
 def _type_name(tp: Any) -> str:
@@ -39,6 +51,12 @@ def _type_name(tp: Any) -> str:
     if tp is Ellipsis:
         return "..."
     origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        parser = next((m for m in typing.get_args(tp)[1:] if isinstance(m, Parse)), None)
+        inner = typing.get_args(tp)[0]
+        return parser.name if parser is not None else _type_name(inner)
+    if origin is typing.Literal:
+        return " | ".join(str(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is not None:
@@ -48,66 +66,137 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _default(f: dataclasses.Field[Any], instance: Any = None) -> str:
-    if instance is not None and hasattr(instance, f.name):
-        value = getattr(instance, f.name)
-        if dataclasses.is_dataclass(value):
-            return "(see below)"
-        return f"`{value!r}`".replace("|", "\\|")
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        try:
-            value = f.default_factory()
-        except Exception:  # a factory needing context: say so rather than guess
-            return "(computed)"
-    else:
-        return "(required)"
-    if dataclasses.is_dataclass(value):
-        return "(see below)"
-    return f"`{value!r}`".replace("|", "\\|")
-
-
 def _doc(obj: Any) -> str:
     doc = inspect.getdoc(obj) or ""
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
-def _field_default_instance(f: dataclasses.Field[Any], instance: Any) -> Any:
-    """The value a nested config field takes by default, to show its fields' defaults."""
-    if instance is not None:
-        return getattr(instance, f.name, None)
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        try:
-            return f.default_factory()
-        except Exception:
-            return None
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Field name -> its meaning: the docstring under the field, else its trailing comment."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    body = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)).body
+    out: dict[str, str] = {}
+    for i, node in enumerate(body):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        if (
+            isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            out[node.target.id] = " ".join(nxt.value.value.split())
+        elif (node.end_lineno or node.lineno) in comments:
+            out[node.target.id] = comments[node.end_lineno or node.lineno]
+    return out
+
+
+def _cell(value: Any) -> str:
+    text = f"`{value!r}`" if not isinstance(value, str) or value else "`''`"
+    if len(text) > 90:
+        text = text[:80] + "...`"
+    return text.replace("|", "\\|")
+
+
+def _default_text(value: Any) -> str:
+    if dataclasses.is_dataclass(value):
+        return "(section)"
+    if (
+        isinstance(value, Mapping)
+        and value
+        and all(dataclasses.is_dataclass(v) for v in value.values())
+    ):
+        return "entries " + ", ".join(f"`{k}`" for k in value)
+    if isinstance(value, tuple) and value and all(dataclasses.is_dataclass(v) for v in value):
+        return f"{len(value)} item{'s' if len(value) > 1 else ''} (see below)"
+    return _cell(value)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _keys(cls: type) -> list[dataclasses.Field[Any]]:
+    return [
+        f
+        for f in dataclasses.fields(cls)
+        if f.init and not f.name.startswith("_") and f.metadata.get("config", True)
+    ]
+
+
+def _element(tp: Any) -> tuple[str, Any] | None:
+    """('[]', C) for a list of dataclass C, ('.<name>', C) for a mapping of names to C."""
+    tp = typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is tuple and args and dataclasses.is_dataclass(args[0]):
+        return "[]", args[0]
+    if typing.get_origin(tp) in (Mapping, dict) and len(args) == 2:
+        if dataclasses.is_dataclass(args[1]):
+            return ".<name>", args[1]
     return None
 
 
-def _dataclass_rows(cls: type, prefix: str, seen: set[type], instance: Any = None) -> list[str]:
+def _instance(cls: type) -> Any:
     try:
-        hints = typing.get_type_hints(cls)
-    except Exception:
-        hints = {}
-    rows: list[str] = []
-    nested: list[tuple[type, str, Any]] = []
-    for f in dataclasses.fields(cls):
-        if f.name.startswith("_"):
-            continue
-        tp = hints.get(f.name, f.type)
-        key = f"{prefix}{f.name}"
-        type_name = _type_name(tp).replace("|", "\\|")
-        rows.append(f"| `{key}` | `{type_name}` | {_default(f, instance)} |")
-        inner = tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
-        if inner is not None and inner not in seen:
-            nested.append((inner, key + ".", _field_default_instance(f, instance)))
-    for inner, p, value in nested:
-        seen.add(inner)
-        rows += _dataclass_rows(inner, p, seen, value)
+        return cls()
+    except TypeError:
+        return None
+
+
+def config_keys(
+    cls: type, prefix: str = "", instance: Any = None
+) -> list[tuple[str, Any, Any, str]]:
+    """(dotted key, type, default, meaning) for every YAML key of config class `cls`,
+    sections first then their keys; `a[]` is an item of list `a`, `a.<name>` an entry of
+    mapping `a`. Defaults come from `instance` (default: `cls()`, where it can be built)."""
+    if instance is None:
+        instance = _instance(cls)
+    hints, docs = _hints(cls), field_docs(cls)
+    rows: list[tuple[str, Any, Any, str]] = []
+    for f in _keys(cls):
+        tp = hints[f.name]
+        key = prefix + f.name
+        value = getattr(instance, f.name) if instance is not None else dataclasses.MISSING
+        rows.append((key, tp, value, docs.get(f.name, "")))
+        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
+        if not f.metadata.get("doc_expand", True):
+            continue  # its items have their own parser and section
+        if dataclasses.is_dataclass(inner):
+            rows += config_keys(inner, key + ".", value)  # type: ignore[arg-type]
+        elif (elem := _element(tp)) is not None:
+            rows += config_keys(elem[1], key + elem[0] + ".")
     return rows
+
+
+def _key_table(cls: type, shown: dict[Any, str]) -> list[str]:
+    """The key table of root class `cls`. A section whose class an earlier part already
+    listed (`shown`: class -> where) points there instead of repeating its keys."""
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    skip: str | None = None
+    for key, tp, value, meaning in config_keys(cls):
+        if skip is not None and key.startswith(skip):
+            continue
+        skip = None
+        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
+        section = dataclasses.is_dataclass(inner)
+        type_name = "section" if section else _type_name(tp).replace("|", "\\|")
+        default = "(required)" if value is dataclasses.MISSING else _default_text(value)
+        text = meaning.replace("|", "\\|")
+        if section and inner in shown:
+            text += f" Same keys as {shown[inner]}."
+            skip = key + "."
+        elif section:
+            shown.setdefault(inner, f"`{key}` of the {cls.__name__} table")
+        lines.append(f"| `{key}` | `{type_name}` | {default} | {text} |")
+    return lines
 
 
 def _docstring_markdown(doc: str) -> list[str]:
@@ -134,7 +223,9 @@ def _docstring_markdown(doc: str) -> list[str]:
     return out + [""]
 
 
-def _part_section(title: str, modname: str, page: str) -> list[str]:
+def _part_section(
+    title: str, modname: str, root: str | None, page: str, shown: dict[Any, str]
+) -> list[str]:
     lines = [f"### {title} (`{modname}`)", ""]
     try:
         mod = importlib.import_module(modname)
@@ -143,32 +234,11 @@ def _part_section(title: str, modname: str, page: str) -> list[str]:
     doc = inspect.getdoc(mod)
     if doc:
         lines += _docstring_markdown(doc)
-    classes = [
-        obj
-        for _, obj in inspect.getmembers(mod, inspect.isclass)
-        if dataclasses.is_dataclass(obj) and obj.__module__ == mod.__name__
-    ]
-    # Nested config classes are documented under the class that holds them.
-    contained: set[type] = set()
-    for cls in classes:
-        for f in dataclasses.fields(cls):
-            try:
-                tp = typing.get_type_hints(cls).get(f.name)
-            except Exception:
-                tp = None
-            if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-                contained.add(tp)
-    for cls in sorted(classes, key=lambda c: c.__name__):
-        if cls in contained:
-            continue
-        lines += [f"#### `{cls.__name__}`", ""]
-        d = _doc(cls)
-        if d and not d.startswith(cls.__name__ + "("):
-            lines += [d, ""]
-        lines += ["| field | type | default |", "|---|---|---|"]
-        lines += _dataclass_rows(cls, "", {cls})
-        lines.append("")
-    return lines
+    if root is None:
+        return lines + [f"More in [{page}]({page}).", ""]
+    cls = getattr(mod, root)
+    lines += [f"Keys of `{root}` ({_doc(cls)}); more in [{page}]({page}).", ""]
+    return lines + _key_table(cls, shown) + [""]
 
 
 def _subparsers(
@@ -228,9 +298,13 @@ def render_config_doc() -> str:
         "",
         "Every part takes its configuration in layers: a command-line flag beats the",
         "`KVSPREAD_<PART>_<KEY>` environment variable, which beats the YAML file given with",
-        "`--config`, which beats the documented default. Unknown YAML keys are an error that",
-        "names the key. This page is generated from the code: the flags from the `kvspread`",
-        "parser, the file layout and fields from each part's config module.",
+        "`--config`, which beats the documented default. One loader reads every part",
+        "(`kvspread.settings.load`): an unknown key is an error that lists the known ones; a",
+        "YAML value must have the key's type; a flag's or variable's text is parsed by type",
+        "(lists comma separated, booleans true/false, yes/no, on/off or 1/0); an empty value",
+        "keeps the default. Every error is one line, `SOURCE: KEY: expected WHAT, got VALUE`,",
+        "and the command exits 2. This page is generated from the code: the flags from the",
+        "`kvspread` parser, the keys and their meanings from each part's config classes.",
         "",
     ]
     lines += _cli_section()
@@ -238,10 +312,12 @@ def render_config_doc() -> str:
         "## Configuration files by part",
         "",
         "For each part: its config module's own description (with the YAML layout where the",
-        "module gives one), then every field of its config classes as the code names them,",
-        "with type and default. Nested classes appear as dotted fields.",
+        "module gives one), then every YAML key its loader accepts, with type, default and",
+        "meaning. A section's keys are dotted (`server.port`); `a[].b` is key `b` of each item",
+        "of list `a`; `a.<name>.b` is key `b` of each named entry of mapping `a`.",
         "",
     ]
-    for title, modname, page in CONFIG_MODULES:
-        lines += _part_section(title, modname, page)
+    shown: dict[Any, str] = {}
+    for title, modname, root, page in CONFIG_MODULES:
+        lines += _part_section(title, modname, root, page, shown)
     return "\n".join(lines).rstrip() + "\n"

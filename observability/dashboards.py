@@ -32,7 +32,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import heatmap as hm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from kvspread import names as n
+from kvspread import names
 from observability import catalog as c
 from observability import rules as r
 
@@ -43,25 +43,25 @@ DS: Final = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAGS: Final = ["kvspread"]
 
 HTTP: Final = r.HTTP
-TTFB: Final = n.prometheus_name(n.HTTP_SERVER_TIME_TO_FIRST_BYTE, "s", "histogram")
-GPU_USED: Final = n.prometheus_name(n.GPU_MEMORY_USED, "By", "gauge")
-GPU_TOTAL: Final = n.prometheus_name(n.GPU_MEMORY_TOTAL, "By", "gauge")
-GPU_UTIL: Final = n.prometheus_name(n.GPU_UTILIZATION, "1", "gauge")
-KV: Final = n.prometheus_name(n.KV_CACHE_USAGE, "1", "gauge")
-RUNNING: Final = n.prometheus_name(n.ENGINE_REQUESTS_RUNNING, "", "gauge")
-WAITING: Final = n.prometheus_name(n.ENGINE_REQUESTS_WAITING, "", "gauge")
-RHO: Final = n.prometheus_name(n.NODE_FRAGMENTATION, "1", "gauge")
-EXTENT: Final = n.prometheus_name(n.NODE_LARGEST_FREE_EXTENT, "By", "gauge")
-STREAMS: Final = n.prometheus_name(n.NODE_ACTIVE_STREAMS, "", "gauge")
-IMAGE_SHARE: Final = n.prometheus_name(n.NODE_IMAGE_TOKEN_SHARE, "1", "gauge")
-RTT: Final = n.prometheus_name(n.TCP_RTT, "s", "histogram")
-RETRANS: Final = n.prometheus_name(n.TCP_RETRANSMITS, "", "counter")
-ACCEPT_DELAY: Final = n.prometheus_name(n.ACCEPT_QUEUE_DELAY, "s", "histogram")
-BACKLOG: Final = n.prometheus_name(n.ACCEPT_QUEUE_BACKLOG, "", "gauge")
-EDGES: Final = n.prometheus_name(n.CONNECTION_EDGES, "", "counter")
-SOURCE_UP: Final = n.prometheus_name(n.COLLECTOR_SOURCE_UP, "", "gauge")
-BPF_EVENTS: Final = n.prometheus_name(n.COLLECTOR_EVENTS, "", "counter")
-DROPPED: Final = n.prometheus_name(n.COLLECTOR_DROPPED, "", "counter")
+TTFB: Final = names.HTTP_SERVER_TIME_TO_FIRST_BYTE.prometheus
+GPU_USED: Final = names.GPU_MEMORY_USED.prometheus
+GPU_TOTAL: Final = names.GPU_MEMORY_TOTAL.prometheus
+GPU_UTIL: Final = names.GPU_UTILIZATION.prometheus
+KV: Final = names.KV_CACHE_USAGE.prometheus
+RUNNING: Final = names.ENGINE_REQUESTS_RUNNING.prometheus
+WAITING: Final = names.ENGINE_REQUESTS_WAITING.prometheus
+RHO: Final = names.NODE_FRAGMENTATION.prometheus
+EXTENT: Final = names.NODE_LARGEST_FREE_EXTENT.prometheus
+STREAMS: Final = names.NODE_ACTIVE_STREAMS.prometheus
+IMAGE_SHARE: Final = names.NODE_IMAGE_TOKEN_SHARE.prometheus
+RTT: Final = names.TCP_RTT.prometheus
+RETRANS: Final = names.TCP_RETRANSMITS.prometheus
+ACCEPT_DELAY: Final = names.ACCEPT_QUEUE_DELAY.prometheus
+BACKLOG: Final = names.ACCEPT_QUEUE_BACKLOG.prometheus
+EDGES: Final = names.CONNECTION_EDGES.prometheus
+SOURCE_UP: Final = names.COLLECTOR_SOURCE_UP.prometheus
+BPF_EVENTS: Final = names.COLLECTOR_EVENTS.prometheus
+DROPPED: Final = names.COLLECTOR_DROPPED.prometheus
 
 # Selectors built from the template variables.
 SVC: Final = f'{c.NAMESPACE}=~"$namespace", {c.SERVICE}=~"$service", {c.MODALITY}=~"$modality"'
@@ -503,9 +503,9 @@ def scheduling() -> db.Dashboard:
         "kvspread / Scheduling",
         "The kube-scheduler extender: latency per verb, decisions, filter reasons, node-signal "
         "freshness and the prioritize terms.",
-        [],
+        _variables(),
     )
-    dur = n.EXTENDER_REQUEST_DURATION
+    dur = names.EXTENDER_REQUEST_DURATION.prometheus
     d = d.with_row(db.Row("Extender"))
     d = d.with_panel(
         _ts(
@@ -513,7 +513,7 @@ def scheduling() -> db.Dashboard:
             "Calls from kube-scheduler per second.",
             "reqps",
             (
-                f"sum by (verb, code) (rate({n.EXTENDER_REQUESTS}[{RI}]))",
+                f"sum by (verb, code) (rate({names.EXTENDER_REQUESTS.prometheus}[{RI}]))",
                 "{{verb}} {{code}}",
             ),
         )
@@ -536,11 +536,11 @@ def scheduling() -> db.Dashboard:
             "invalid_pod; prioritize: placed, no_fit, no_gpu, invalid_pod).",
             "ops",
             (
-                f"sum by (outcome) (rate({n.EXTENDER_FILTER_DECISIONS}[{RI}]))",
+                f"sum by (outcome) (rate({names.EXTENDER_FILTER_DECISIONS.prometheus}[{RI}]))",
                 "filter {{outcome}}",
             ),
             (
-                f"sum by (outcome) (rate({n.EXTENDER_PRIORITIZE_DECISIONS}[{RI}]))",
+                f"sum by (outcome) (rate({names.EXTENDER_PRIORITIZE_DECISIONS.prometheus}[{RI}]))",
                 "prioritize {{outcome}}",
             ),
             stacked=True,
@@ -553,7 +553,7 @@ def scheduling() -> db.Dashboard:
             "shows comes from the same reasons).",
             "ops",
             (
-                f"sum by (reason) (rate({n.EXTENDER_FILTER_FAILURES}[{RI}]))",
+                f"sum by (reason) (rate({names.EXTENDER_FILTER_FAILURES.prometheus}[{RI}]))",
                 "{{reason}}",
             ),
             bars=True,
@@ -568,7 +568,7 @@ def scheduling() -> db.Dashboard:
             "missing nodes get a neutral signal score; invalid documents count apart, and "
             "unknown means the node is not in the extender's cache.",
             "ops",
-            (f"sum by (state) (rate({n.EXTENDER_SIGNALS}[{RI}]))", "{{state}}"),
+            (f"sum by (state) (rate({names.EXTENDER_SIGNALS.prometheus}[{RI}]))", "{{state}}"),
             stacked=True,
         )
     )
@@ -579,8 +579,8 @@ def scheduling() -> db.Dashboard:
             "KvspreadNodeSignalsStale alert fires above 20 %.",
             "percentunit",
             (
-                f'sum(rate({n.EXTENDER_SIGNALS}{{state=~"stale|missing|invalid"}}[{RI}])) '
-                f"/ sum(rate({n.EXTENDER_SIGNALS}[{RI}]))",
+                f'sum(rate({names.EXTENDER_SIGNALS.prometheus}{{state=~"stale|missing|invalid"}}[{RI}])) '
+                f"/ sum(rate({names.EXTENDER_SIGNALS.prometheus}[{RI}]))",
                 "stale or missing",
             ),
             thresholds=_thresholds((None, "green"), (0.2, "red")),
@@ -593,8 +593,8 @@ def scheduling() -> db.Dashboard:
             "Distribution of each prioritize term in [0, 1] over the scored nodes: "
             "fragmentation, load, spread, modality, qos.",
             "percentunit",
-            (_hq(0.5, n.EXTENDER_SCORE_TERM, "term", ""), "{{term}} p50"),
-            (_hq(0.9, n.EXTENDER_SCORE_TERM, "term", ""), "{{term}} p90"),
+            (_hq(0.5, names.EXTENDER_SCORE_TERM.prometheus, "term", ""), "{{term}} p50"),
+            (_hq(0.9, names.EXTENDER_SCORE_TERM.prometheus, "term", ""), "{{term}} p90"),
             minmax=(0, 1),
         )
     )
@@ -605,7 +605,7 @@ def scheduling() -> db.Dashboard:
         .datasource(DS)
         .span(12)
         .height(8)
-        .targets([_q(f"{n.EXTENDER_CACHE_SYNCED}", "{{instance}} {{resource}}")])
+        .targets([_q(f"{names.EXTENDER_CACHE_SYNCED.prometheus}", "{{instance}} {{resource}}")])
         .mappings(_up_mappings("synced", "not synced"))
         .thresholds(_thresholds((None, "red"), (1, "green")))
     )
@@ -692,7 +692,10 @@ def autoscaling() -> db.Dashboard:
             "External-metrics requests by code",
             "Reads by the HPA controller through the aggregator.",
             "reqps",
-            (f"sum by (kind, code) (rate({n.ADAPTER_REQUESTS}[{RI}]))", "{{kind}} {{code}}"),
+            (
+                f"sum by (kind, code) (rate({names.ADAPTER_REQUESTS.prometheus}[{RI}]))",
+                "{{kind}} {{code}}",
+            ),
         )
     )
     d = d.with_panel(
@@ -700,7 +703,7 @@ def autoscaling() -> db.Dashboard:
             "Adapter latency p99",
             "External-metrics request latency.",
             "s",
-            (_hq(0.99, n.ADAPTER_REQUEST_DURATION, "instance", ""), "{{instance}}"),
+            (_hq(0.99, names.ADAPTER_REQUEST_DURATION.prometheus, "instance", ""), "{{instance}}"),
         )
     )
     d = d.with_panel(
@@ -708,9 +711,9 @@ def autoscaling() -> db.Dashboard:
             "Series held and OTLP points",
             "Series in the windowed store and OTLP data points received per second.",
             "short",
-            (f"sum by (instance) ({n.ADAPTER_SERIES})", "{{instance}} series"),
+            (f"sum by (instance) ({names.ADAPTER_SERIES.prometheus})", "{{instance}} series"),
             (
-                f"sum by (instance) (rate({n.ADAPTER_OTLP_POINTS}[{RI}]))",
+                f"sum by (instance) (rate({names.ADAPTER_OTLP_POINTS.prometheus}[{RI}]))",
                 "{{instance}} points/s",
             ),
         )
@@ -721,9 +724,12 @@ def autoscaling() -> db.Dashboard:
             "Reads refused because the newest value was too old (the HPA sees the metric "
             "missing), and series evicted by the cap or expired.",
             "ops",
-            (f"sum by (instance) (rate({n.ADAPTER_STALE_READS}[{RI}]))", "{{instance}} stale"),
             (
-                f"sum by (instance) (rate({n.ADAPTER_SERIES_DROPPED}[{RI}]))",
+                f"sum by (instance) (rate({names.ADAPTER_STALE_READS.prometheus}[{RI}]))",
+                "{{instance}} stale",
+            ),
+            (
+                f"sum by (instance) (rate({names.ADAPTER_SERIES_DROPPED.prometheus}[{RI}]))",
                 "{{instance}} evicted",
             ),
         )

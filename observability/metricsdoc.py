@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from kvspread import names as n
+from kvspread import names
 from observability import rules as r
 from observability.catalog import CATALOG, HISTOGRAM_BUCKETS, Metric
 
@@ -72,7 +72,7 @@ def render_metrics_doc() -> str:
     lines += [
         "## Histogram buckets",
         "",
-        f"`{n.HTTP_SERVER_REQUEST_DURATION}` and `{n.HTTP_SERVER_TIME_TO_FIRST_BYTE}` carry the",
+        f"`{names.HTTP_SERVER_REQUEST_DURATION.name}` and `{names.HTTP_SERVER_TIME_TO_FIRST_BYTE.name}` carry the",
         f"bucket bounds {buckets} (seconds): the OTel semantic-convention defaults plus 0.12",
         "(the batch class threshold) and 0.2 (the good-request threshold of the HPA example).",
         'The SLO rules read the `le="0.05"` and `le="0.12"` buckets directly; without them the',
@@ -84,7 +84,7 @@ def render_metrics_doc() -> str:
         "scraped (see [adapter.md](adapter.md)):",
         "",
     ]
-    lines += [f"- `{name}`" for name in n.SLI_NAMES]
+    lines += [f"- `{name}`" for name in names.SLI_NAMES]
     lines += [
         "",
         "## Recorded series (observability/rules.py)",

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kvspread import names as n
+from kvspread import names
 from observability import catalog as c
 
 __all__ = [
@@ -89,11 +89,11 @@ LATENCY_SLOS: Final = (
     LatencySlo("batch", 0.12, 0.99, f'{c.QOS}!~"realtime|best-effort"'),
 )
 
-HTTP: Final = n.prometheus_name(n.HTTP_SERVER_REQUEST_DURATION, "s", "histogram")
+HTTP: Final = names.HTTP_SERVER_REQUEST_DURATION.prometheus
 BY: Final = ", ".join((*c.SERVICE_LABELS, c.QOS))
-EXTENDER_DURATION: Final = n.EXTENDER_REQUEST_DURATION
-COLLECTOR_UP: Final = n.prometheus_name(n.COLLECTOR_SOURCE_UP, "", "gauge")
-COLLECTOR_DROPPED: Final = n.prometheus_name(n.COLLECTOR_DROPPED, "", "counter")
+EXTENDER_DURATION: Final = names.EXTENDER_REQUEST_DURATION.prometheus
+COLLECTOR_UP: Final = names.COLLECTOR_SOURCE_UP.prometheus
+COLLECTOR_DROPPED: Final = names.COLLECTOR_DROPPED.prometheus
 
 
 def _le(seconds: float) -> str:
@@ -270,9 +270,9 @@ def _slo_alerts() -> list[dict[str, Any]]:
 
 
 def _component_alerts() -> list[dict[str, Any]]:
-    sig = n.EXTENDER_SIGNALS
-    ext = n.EXTENDER_REQUESTS
-    ad = n.ADAPTER_REQUESTS
+    sig = names.EXTENDER_SIGNALS.prometheus
+    ext = names.EXTENDER_REQUESTS.prometheus
+    ad = names.ADAPTER_REQUESTS.prometheus
     return [
         _alert(
             "KvspreadNodeSignalsStale",
@@ -329,7 +329,7 @@ def _component_alerts() -> list[dict[str, Any]]:
         ),
         _alert(
             "KvspreadExtenderCacheNotSynced",
-            f"{n.EXTENDER_CACHE_SYNCED} == 0",
+            f"{names.EXTENDER_CACHE_SYNCED.prometheus} == 0",
             "10m",
             "warning",
             "Scheduler extender {{ $labels.instance }} has not synced its {{ $labels.resource }} cache",
@@ -339,7 +339,7 @@ def _component_alerts() -> list[dict[str, Any]]:
         ),
         _alert(
             "KvspreadAdapterNoData",
-            f"max by (job, instance) ({n.ADAPTER_SERIES}) == 0",
+            f"max by (job, instance) ({names.ADAPTER_SERIES.prometheus}) == 0",
             "10m",
             "warning",
             "Metrics adapter {{ $labels.instance }} holds no series",
@@ -349,7 +349,7 @@ def _component_alerts() -> list[dict[str, Any]]:
         ),
         _alert(
             "KvspreadAdapterStaleData",
-            f"sum by (job) (rate({n.ADAPTER_STALE_READS}[10m]))\n"
+            f"sum by (job) (rate({names.ADAPTER_STALE_READS.prometheus}[10m]))\n"
             f'  / sum by (job) (rate({ad}{{kind="read"}}[10m])) > 0.1',
             "10m",
             "warning",

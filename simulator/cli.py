@@ -15,16 +15,24 @@ import shlex
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from kvspread.settings import ConfigError, Setting, add_settings, layer, load_yaml
+from kvspread.preflight import check_output_dir
+from kvspread.settings import ConfigError, Setting, add_settings, gather, load
+from simulator.config import DEFAULT_OUT, DEFAULT_SEEDS
 
-__all__ = ["register", "parse_seeds", "parse_policies", "run_placement", "run_quick"]
+__all__ = [
+    "register",
+    "require_trace_data",
+    "parse_seeds",
+    "parse_policies",
+    "run_placement",
+    "run_quick",
+]
 
 PART = "simulate"
-DEFAULT_OUT = "kvspread-report"
-DEFAULT_SEEDS = "42..51"
 QUICK_SEEDS = (42, 43, 44)
 
 PLACEMENT_EPILOG = """examples:
@@ -58,16 +66,13 @@ TOP_EPILOG = """examples:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    """`--jobs` of bare `kvspread simulate`: one line naming the flag when it is wrong."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise ValueError("must be >= 1")
-    return value
-
-
-def _percent(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 130:
-        raise ValueError("must be in (0, 130]")
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
 
 
@@ -75,13 +80,18 @@ SETTINGS = [
     Setting("placement.trace", "pod list: a bundled name (default) or a CSV path"),
     Setting("placement.seeds", f"seeds, e.g. 42..51 or 42,43 (default {DEFAULT_SEEDS})"),
     Setting("placement.policies", "comma-separated policy names (default: all 8)"),
-    Setting("placement.jobs", "worker processes (default 1)", type=_positive_int, flag="--jobs"),
+    Setting("placement.jobs", "worker processes (default 1)", flag="--jobs"),
     Setting("placement.out", f"report folder (default ./{DEFAULT_OUT})", flag="--out"),
     Setting(
         "placement.extender_weight",
         "extender weight for kvspread-k8s (default 5)",
-        type=float,
         flag="--extender-weight",
+    ),
+    Setting(
+        "placement.stop_at",
+        "stop once arrived demand passes PCT %% of capacity, 0 < PCT <= 130 (default: run to 130)",
+        flag="--stop-at",
+        metavar="PCT",
     ),
 ]
 
@@ -131,25 +141,35 @@ def _show_progress(args: argparse.Namespace) -> bool:
 
 
 def _placement_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
-    file = load_yaml(getattr(args, "config", None))
-    merged = layer(PART, SETTINGS, args, environ, file)
-    section = merged.get("placement") or {}
-    if not isinstance(section, dict):
-        raise ConfigError("placement: must be a mapping")
-    known = {s.key.split(".", 1)[1] for s in SETTINGS}
-    unknown = set(section) - known
-    if unknown:
-        raise ConfigError(f"placement: unknown key(s) {', '.join(sorted(unknown))}")
-    scoring = None
-    if "scoring" in merged:
-        from extender.config import ScoringConfig
+    """flag > env > the `placement:` section of --config > defaults, strictly loaded."""
+    from simulator.config import ReplayConfig
 
-        scoring = ScoringConfig.from_mapping(merged["scoring"])
-    return {**section, "scoring": scoring}
+    merged = gather(PART, SETTINGS, args, environ, getattr(args, "config", None))
+    cfg = load(ReplayConfig, merged)
+    section = {f.name: getattr(cfg.placement, f.name) for f in fields(cfg.placement)}
+    for key in ("seeds", "policies"):
+        if isinstance(section[key], tuple):
+            section[key] = list(section[key])
+    # no scoring section: the policies' own default (the extender's defaults)
+    return {**section, "scoring": cfg.scoring if "scoring" in merged else None}
+
+
+def require_trace_data() -> None:
+    """The replay needs the bundled Alibaba node list. The container image leaves the trace
+    out (research-only data it does not need to schedule), so say where to run instead."""
+    from simulator import trace
+
+    if not trace.DEFAULT_NODE_LIST.is_file():
+        raise ConfigError(
+            f"the bundled Alibaba GPU trace is not installed here ({trace.TRACE_DIR} is absent; "
+            "the container image leaves this research-only data out, see docs/data-licences.md); "
+            "run simulations from the Python package: pip install kvspread"
+        )
 
 
 def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """`kvspread simulate placement`: run, write the report folder, print the table."""
+    require_trace_data()
     from simulator.policies import DEFAULT_POLICIES
     from simulator.report import write_report
     from simulator.runner import Progress, ReplayJob, run_jobs
@@ -159,24 +179,24 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     trace = str(s.get("trace") or "default")
     seeds = parse_seeds(s.get("seeds") or DEFAULT_SEEDS)
     policies = parse_policies(s.get("policies") or list(DEFAULT_POLICIES))
-    jobs = int(s.get("jobs") or 1)
-    out = Path(s.get("out") or DEFAULT_OUT)
-    weight = s.get("extender_weight")
+    jobs = int(s["jobs"])
+    out = Path(s["out"] or DEFAULT_OUT)
+    weight = s["extender_weight"]
+    stop_at = s["stop_at"]
     try:
         load_pods(trace)
     except TraceError as exc:
         raise ConfigError(f"--trace: {exc}") from None
     extra: dict[str, Any] = {}
     if weight is not None:
-        if not weight > 0:
-            raise ConfigError(f"--extender-weight: must be > 0, got {weight}")
         extra["extender_weight"] = float(weight)
+    check_output_dir(out, "--out")
     todo = [
         ReplayJob(
             trace=trace,
             policy=p,
             seed=seed,
-            stop_at_percent=args.stop_at,
+            stop_at_percent=stop_at,
             tie_break=args.tie_break,
             scoring=s["scoring"],
             **extra,
@@ -188,8 +208,8 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
     wall = time.monotonic() - start
     parts = ["--trace", trace, "--seeds", _seed_text(seeds), "--policies", ",".join(policies)]
-    if args.stop_at is not None:
-        parts += ["--stop-at", str(args.stop_at)]
+    if stop_at is not None:
+        parts += ["--stop-at", f"{stop_at:g}"]
     if args.tie_break:
         parts += ["--tie-break", args.tie_break]
     if weight is not None:
@@ -228,9 +248,10 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from simulator.runner import Progress, ReplayJob, run_jobs
     from simulator.serving import quick as serving_quick
 
+    require_trace_data()
     out = Path(args.out or environ.get("KVSPREAD_SIMULATE_OUT") or DEFAULT_OUT)
     jobs = args.jobs or int(environ.get("KVSPREAD_SIMULATE_JOBS", "0") or 0) or 2
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out, "--out")
     start = time.monotonic()
     todo = [ReplayJob("default", p, seed) for p in DEFAULT_POLICIES for seed in QUICK_SEEDS]
     results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
@@ -288,20 +309,13 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
         "placement",
         help="replay the Alibaba GPU trace (FGD paper's method)",
         description="Replay a pod list on the 1213 GPU nodes of the Alibaba trace: pods arrive "
-        "until their GPU demand is 130 %% of capacity and never leave; writes allocation.csv "
+        "until their GPU demand is 130 % of capacity and never leave; writes allocation.csv "
         "(published layout), frag_ratio.csv, plots and placement.md into --out.",
         epilog=PLACEMENT_EPILOG,
         formatter_class=fmt,
     )
     add_settings(place, PART, SETTINGS)
     place.add_argument("--config", default=None, metavar="FILE", help="YAML: placement:, scoring:")
-    place.add_argument(
-        "--stop-at",
-        type=_percent,
-        default=None,
-        metavar="PCT",
-        help="stop once arrived demand passes PCT %% of capacity (default: run to 130)",
-    )
     place.add_argument(
         "--tie-break",
         choices=("node-order", "random"),

@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvspread.settings import ConfigError, load_yaml
+from kvspread.preflight import check_output_dir
+from kvspread.settings import ConfigError, Layered, invalid, load_yaml
 from simulator.serving.config import SimConfig, config_from_mapping
 from simulator.serving.experiment import (
     parse_policies,
@@ -102,18 +103,17 @@ def load_config(
     path: str | None, duration: float | None = None, rate: float | None = None
 ) -> SimConfig:
     """Defaults < YAML file < flags; ConfigError names the bad key."""
-    data = load_yaml(path)
+    data = Layered(load_yaml(path), None if path is None else str(path))
     if duration is not None:
         if duration <= 0:
-            raise ConfigError(f"--duration: {duration!r}: must be > 0")
-        data["duration_s"] = float(duration)
+            raise invalid("duration_s", "a number > 0", duration).at("--duration")
+        data.put("duration_s", float(duration), "--duration")
     if rate is not None:
         if rate <= 0:
-            raise ConfigError(f"--rate: {rate!r}: must be > 0")
-        data.setdefault("arrivals", {})
-        if not isinstance(data["arrivals"], dict):
-            raise ConfigError("arrivals: expected a mapping")
-        data["arrivals"]["rate_rps"] = float(rate)
+            raise invalid("arrivals.rate_rps", "a number > 0", rate).at("--rate")
+        if not isinstance(data.get("arrivals", {}), dict):
+            raise invalid("arrivals", "a mapping", data["arrivals"]).at(str(path))
+        data.put("arrivals.rate_rps", float(rate), "--rate")
     return config_from_mapping(data)
 
 
@@ -128,13 +128,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         jobs = 1 if raw_jobs is None else int(raw_jobs)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"--jobs: {raw_jobs!r}: not an integer") from exc
+        raise ConfigError(f"expected an integer, got {raw_jobs!r}", key="--jobs") from exc
     if jobs < 1:
-        raise ConfigError(f"--jobs: {jobs}: must be >= 1")
+        raise ConfigError(f"expected an integer >= 1, got {jobs!r}", key="--jobs")
     cfg = load_config(
         getattr(args, "config", None), getattr(args, "duration", None), getattr(args, "rate", None)
     )
     out = Path(getattr(args, "out", DEFAULT_OUT) or DEFAULT_OUT)
+    check_output_dir(out, "--out")
     progress = None if getattr(args, "no_progress", False) else sys.stderr
     exp = run_experiment(cfg, policies, seeds, jobs=jobs, progress=progress)
     command = "kvspread simulate serving " + " ".join(

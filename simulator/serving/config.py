@@ -3,8 +3,9 @@
 Every default below names its source (the full table with links is in
 docs/serving-simulation.md). Where a value is an assumption of this simulator rather than a
 measurement, the comment says so. A YAML file (`--config`) overrides any field by its
-dotted path (`cost.prefill_tok_s: 20000`, `services.chat.max_replicas: 4`); unknown keys and
-wrong types are a `ConfigError` naming the path and the value.
+dotted path (`cost.prefill_tok_s: 20000`, `services.chat.max_replicas: 4`; `name: null`
+removes an entry of models, kinds or services); unknown keys and wrong types are a
+`ConfigError` naming the path and the value (the shared loader, kvspread.settings.load).
 
 Units: memory in GB (1e9 bytes) where the sources quote GB and GiB where Kubernetes
 quantities are meant (GPU memory requests, GPU size); cost constants in milliseconds;
@@ -13,14 +14,12 @@ durations in seconds.
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvspread.settings import ConfigError
+from extender.config import ScoringConfig
+from kvspread.settings import invalid, load
 
 __all__ = [
     "GpuSpec",
@@ -51,8 +50,11 @@ class GpuSpec:
     """One GPU type. A100-80GB: 80 GiB HBM2e (81,920 MiB as NVML reports), 2.04 TB/s."""
 
     name: str = "A100-80GB"
+    """GPU model name (labels only)."""
     hbm_gib: float = 80.0
+    """GPU memory, GiB."""
     bandwidth_tb_s: float = 2.04  # NVIDIA A100 datasheet (SXM 80GB); H100 SXM: 3.35
+    """Memory bandwidth, TB/s (decode reads weights and KV cache at this rate)."""
 
 
 @dataclass(frozen=True)
@@ -69,26 +71,39 @@ class CostModel:
     """
 
     block_tokens: int = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE
+    """Tokens per KV-cache block."""
     act_reserve_gb: float = 4.0  # activation/profile reserve (assumption, serving-model)
+    """Memory kept for activations per engine, GB."""
     max_num_seqs: int = 256  # vLLM scheduler default (commonly cited)
+    """Sequences one engine batches at once."""
     chunk_tokens: int = 2048  # chunked-prefill token budget per step (vLLM V1 online default)
+    """Chunked-prefill token budget per step."""
     prefill_p0_ms: float = 8.0
+    """Fixed prefill cost p0, ms."""
     prefill_tok_s: float = 16_000.0
+    """Prefill throughput R_pf, tokens per second."""
     decode_d0_ms: float = 2.0
+    """Fixed cost of one decode step d0, ms."""
     eta: float = 0.85
+    """Share of the memory bandwidth a decode step achieves."""
     encode_e0_ms: float = 5.0
+    """Fixed cost of encoding one image e0, ms."""
     encode_ke_ms: float = 0.04
+    """Linear image-encoding cost ke, ms per image token."""
     encode_qe_ms: float = 2e-5
+    """Quadratic image-encoding cost qe, ms per image token squared."""
     # Time-slicing two CUDA contexts on one GPU roughly serialises their kernels: a step
     # takes (1 + sharing_slowdown * (busy occupants - 1)) times as long. Assumption; MPS
     # or MIG would be lower (0 = perfect isolation).
     sharing_slowdown: float = 1.0
+    """Step slow-down per extra busy occupant of a time-sliced GPU (0: perfect isolation)."""
     # An engine that finds less memory than it was promised starts with a smaller pool
     # (SGLang, TRT-LLM's free_gpu_memory_fraction) and fails requests longer than the
     # pool: the OOM of the comparison table. vLLM V1 instead refuses to start when the
     # pool cannot hold one max_model_len sequence ("... KV cache is needed, which is
     # larger than the available KV cache memory"): set true for that behaviour.
     require_max_model_len_fits: bool = False
+    """An engine whose KV pool cannot hold one max_model_len sequence refuses to start (vLLM V1) instead of starting smaller."""
 
 
 @dataclass(frozen=True)
@@ -97,9 +112,13 @@ class ModelSpec:
     head_dim x 2 bytes, from each model's HF config.json)."""
 
     weights_gb: float = 16.0
+    """Weight bytes, GB."""
     kv_bytes_per_token: int = 131_072
+    """KV-cache bytes per token."""
     max_model_len: int = 8192
+    """Longest sequence, tokens."""
     multimodal: bool = False
+    """A vision model (pays the multimodal start-up profile run)."""
 
 
 @dataclass(frozen=True)
@@ -115,20 +134,35 @@ class KindSpec:
     """
 
     share: float = 0.5
+    """Share of the arrivals of this kind."""
     text_median: float = 1020.0
+    """Median prompt text tokens (lognormal)."""
     text_sigma: float = 0.77
+    """Sigma of the prompt text lognormal; 0: uniform [text_lo, text_hi]."""
     text_lo: int = 0
+    """Fewest prompt text tokens of the uniform case."""
     text_hi: int = 0
+    """Most prompt text tokens of the uniform case."""
     images_min: int = 0
+    """Fewest images per request."""
     images_max: int = 0
+    """Most images per request (outside the tail)."""
     images_tail_p: float = 0.0
+    """Probability of a heavy-tail request with more images."""
     images_tail_max: int = 0
+    """Most images of a heavy-tail request."""
     image_tokens: tuple[int, ...] = ()
+    """Tokens per image to choose from (empty: uniform [image_tok_lo, image_tok_hi])."""
     image_weights: tuple[float, ...] = ()
+    """Probability of each image_tokens entry."""
     image_tok_lo: int = 256
+    """Fewest tokens per image of the uniform case."""
     image_tok_hi: int = 1280
+    """Most tokens per image of the uniform case."""
     out_median: float = 129.0
+    """Median output tokens (lognormal)."""
     out_sigma: float = 0.93
+    """Sigma of the output tokens lognormal."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +174,11 @@ class MetricTarget:
     """
 
     metric: str = "kvspread_requests_per_second"
+    """The adapter SLI (external metric name)."""
     type: str = "AverageValue"
+    """Value (compare the metric) or AverageValue (per replica)."""
     value: float = 5.0
+    """The target."""
 
 
 @dataclass(frozen=True)
@@ -153,12 +190,19 @@ class HpaBehavior:
     sync_period_s: float = 15.0  # --horizontal-pod-autoscaler-sync-period
     tolerance: float = 0.1  # --horizontal-pod-autoscaler-tolerance
     scale_up_window_s: float = 0.0
+    """Scale-up stabilisation window, seconds."""
     scale_up_percent: float = 100.0
+    """Most growth per period, percent."""
     scale_up_pods: int = 4
+    """Most pods added per period (the larger of the two limits applies)."""
     scale_up_period_s: float = 15.0
+    """Scale-up policy period, seconds."""
     scale_down_window_s: float = 300.0
+    """Scale-down stabilisation window, seconds."""
     scale_down_percent: float = 100.0
+    """Most shrinkage per period, percent."""
     scale_down_period_s: float = 15.0
+    """Scale-down policy period, seconds."""
 
 
 @dataclass(frozen=True)
@@ -166,13 +210,20 @@ class ServiceSpec:
     """A Deployment of one model for one request kind, with its HPA."""
 
     kind: str = "text"
+    """Request kind the service serves."""
     model: str = "llama-3-8b"
+    """Model it serves (a key of models)."""
     qos: str = "realtime"
+    """realtime, batch or best-effort."""
     gpu_memory_gib: float = 32.0  # the kvspread.io/gpu-memory annotation
     min_replicas: int = 1
+    """HPA minReplicas."""
     max_replicas: int = 8
+    """HPA maxReplicas."""
     initial_replicas: int = 2
+    """Replicas at the start."""
     metrics: tuple[MetricTarget, ...] = (MetricTarget(),)
+    """HPA metrics and targets."""
 
 
 @dataclass(frozen=True)
@@ -183,10 +234,15 @@ class ClusterSpec:
     pods may share one GPU (memory is not enforced by the device plugin)."""
 
     nodes: int = 3
+    """Nodes."""
     gpus_per_node: int = 4
+    """GPUs per node."""
     pools: tuple[str, ...] = ("language", "mixed", "vision", "mixed")
+    """Node pool label of each node, cycled (language, vision, mixed)."""
     nvlink: tuple[bool, ...] = (False, True, True, False)
+    """Whether each node has NVLink, cycled."""
     slots_per_gpu: int = 4
+    """Pods that may share one GPU (time-slicing replicas)."""
 
 
 @dataclass(frozen=True)
@@ -199,8 +255,11 @@ class BackgroundSpec:
     """
 
     gpu_fraction: float = 0.5
+    """Share of GPUs holding one background pod."""
     mem_gib: tuple[float, ...] = (8.0, 16.0, 24.0, 32.0)
+    """Memory of a background pod, GiB (one value drawn per pod)."""
     busy_p: float = 0.5
+    """Probability that a background pod keeps its GPU busy."""
 
 
 @dataclass(frozen=True)
@@ -215,13 +274,21 @@ class ArrivalSpec:
     """
 
     rate_rps: float = 4.0
+    """Base request rate, requests per second."""
     cv: float = 2.5
+    """Coefficient of variation of the inter-arrival gaps."""
     peak_extra: float = 1.0
+    """Extra rate at the daily peak (rate x (1 + peak_extra sin^2))."""
     burst_factor: float = 5.0
+    """Rate multiplier of the burst kinds inside a burst."""
     burst_kinds: tuple[str, ...] = ("image",)
+    """Request kinds that burst."""
     burst_every_s: float = 900.0
+    """Mean gap between burst starts, seconds."""
     burst_min_s: float = 45.0
+    """Shortest burst, seconds."""
     burst_max_s: float = 120.0
+    """Longest burst, seconds."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +299,9 @@ class SloSpec:
     budget (the normalised latency of the vLLM paper)."""
 
     realtime_s: float = 0.050
+    """Per-token latency budget of realtime requests, seconds."""
     batch_s: float = 0.120
+    """Per-token latency budget of batch requests, seconds."""
     good_threshold_s: float = 0.2  # good_requests_per_second threshold (DESIGN.md sec. 6)
 
 
@@ -246,14 +315,20 @@ class StartupSpec:
     `grace_s` (terminationGracePeriodSeconds)."""
 
     load_s: float = 45.0
+    """Seconds from start to ready with the image and weights cached."""
     multimodal_extra_s: float = 20.0
+    """Extra start seconds of a vision model."""
     # first start of a model on a node: image pull + weights from remote storage + init
     # (serving-model: 120 s cold; ServerlessLLM OSDI'24 load times). Nodes that ran the
     # model before keep image and weights cached.
     cold_load_s: float = 120.0
+    """Seconds from start to ready on a node that never ran the model."""
     backoff_initial_s: float = 10.0
+    """First CrashLoopBackOff delay, seconds."""
     backoff_max_s: float = 300.0
+    """Longest CrashLoopBackOff delay, seconds."""
     grace_s: float = 30.0
+    """Most seconds a deleted pod drains (terminationGracePeriodSeconds)."""
     schedule_retry_s: float = 10.0  # unschedulable pods are retried (kube-scheduler backoff)
     signals_period_s: float = 10.0  # collector sample period; it publishes at most this often
     # when NVML (and so the collector) first sees a starting engine's process: container
@@ -263,7 +338,9 @@ class StartupSpec:
     # the extra cold-start time, 120 - 45 s). Until then the signals show neither the pod's
     # memory nor its model on any GPU.
     visible_s: float = 15.0
+    """Seconds after start until NVML (and the collector) sees the engine's memory."""
     cold_visible_s: float = 60.0
+    """The same on a node that never ran the model (image pull first)."""
 
 
 def _default_models() -> dict[str, ModelSpec]:
@@ -357,104 +434,117 @@ class SimConfig:
     """The whole simulation: cluster, models, services, workload, HPA and SLOs."""
 
     duration_s: float = 3600.0
+    """Simulated seconds per run after the warm-up."""
     warmup_s: float = 120.0  # not scored: the cluster starts empty of requests
+    """Seconds simulated first and not scored (the cluster starts empty of requests)."""
     timeline_step_s: float = 10.0
+    """Seconds between two rows of the timeline output."""
     gpu: GpuSpec = GpuSpec()
+    """The GPU type of every node."""
     cost: CostModel = CostModel()
+    """Engine timing and memory rules."""
     cluster: ClusterSpec = ClusterSpec()
+    """Nodes, GPUs, pools and time-slicing."""
     background: BackgroundSpec = BackgroundSpec()
+    """Other tenants on the shared cluster."""
     models: Mapping[str, ModelSpec] = field(default_factory=_default_models)
+    """Served models by name."""
     kinds: Mapping[str, KindSpec] = field(default_factory=_default_kinds)
+    """Request kinds (text, image, multi-image) by name."""
     services: Mapping[str, ServiceSpec] = field(default_factory=_default_services)
+    """Deployments with their HPAs by name."""
     arrivals: ArrivalSpec = ArrivalSpec()
+    """The request arrival process."""
     hpa: HpaBehavior = HpaBehavior()
+    """HorizontalPodAutoscaler behaviour."""
     slo: SloSpec = SloSpec()
+    """Latency budgets per QoS class."""
     startup: StartupSpec = StartupSpec()
-    # the extender's `scoring:` section, parsed by extender.config.ScoringConfig.from_mapping
-    # (weights, load_weights, shape prior, normalisation ...); empty = the extender defaults
-    scoring: Mapping[str, Any] = field(default_factory=dict)
+    """Pod start, restart and drain times."""
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    """The kvspread policy's scoring: the extender's `scoring:` section (extender.config)."""
 
     def validate(self) -> SimConfig:
         """Cross-field checks; returns self so it chains."""
-
-        def bad(path: str, value: Any, why: str) -> ConfigError:
-            return ConfigError(f"{path}: {value!r}: {why}")
-
         if self.duration_s <= 0:
-            raise bad("duration_s", self.duration_s, "must be > 0")
+            raise invalid("duration_s", "a number > 0", self.duration_s)
         if self.warmup_s < 0:
-            raise bad("warmup_s", self.warmup_s, "must be >= 0")
-        if self.cluster.nodes < 1 or self.cluster.gpus_per_node < 1:
-            raise bad("cluster", self.cluster, "needs at least one node with one GPU")
-        if self.cluster.slots_per_gpu < 1:
-            raise bad("cluster.slots_per_gpu", self.cluster.slots_per_gpu, "must be >= 1")
-        if not self.cluster.pools or not self.cluster.nvlink:
-            raise bad("cluster.pools", self.cluster.pools, "pools and nvlink must be non-empty")
-        if self.cost.block_tokens < 1 or self.cost.max_num_seqs < 1 or self.cost.chunk_tokens < 1:
-            raise bad("cost", self.cost, "block_tokens, max_num_seqs, chunk_tokens must be >= 1")
-        for name in ("prefill_tok_s", "eta"):
-            if getattr(self.cost, name) <= 0:
-                raise bad(f"cost.{name}", getattr(self.cost, name), "must be > 0")
-        if self.gpu.hbm_gib <= 0 or self.gpu.bandwidth_tb_s <= 0:
-            raise bad("gpu", self.gpu, "hbm_gib and bandwidth_tb_s must be > 0")
-        if self.arrivals.rate_rps <= 0 or self.arrivals.cv <= 0:
-            raise bad("arrivals", self.arrivals, "rate_rps and cv must be > 0")
+            raise invalid("warmup_s", "a number >= 0", self.warmup_s)
+        for key in ("nodes", "gpus_per_node", "slots_per_gpu"):
+            if getattr(self.cluster, key) < 1:
+                raise invalid(f"cluster.{key}", "an integer >= 1", getattr(self.cluster, key))
+        for key in ("pools", "nvlink"):
+            if not getattr(self.cluster, key):
+                raise invalid(f"cluster.{key}", "a non-empty list", [])
+        for key in ("block_tokens", "max_num_seqs", "chunk_tokens"):
+            if getattr(self.cost, key) < 1:
+                raise invalid(f"cost.{key}", "an integer >= 1", getattr(self.cost, key))
+        for key in ("prefill_tok_s", "eta"):
+            if getattr(self.cost, key) <= 0:
+                raise invalid(f"cost.{key}", "a number > 0", getattr(self.cost, key))
+        for key in ("hbm_gib", "bandwidth_tb_s"):
+            if getattr(self.gpu, key) <= 0:
+                raise invalid(f"gpu.{key}", "a number > 0", getattr(self.gpu, key))
+        for key in ("rate_rps", "cv"):
+            if getattr(self.arrivals, key) <= 0:
+                raise invalid(f"arrivals.{key}", "a number > 0", getattr(self.arrivals, key))
         if not self.services:
-            raise bad("services", {}, "at least one service is needed")
+            raise invalid("services", "at least one service", {})
         for kind in self.kinds:
             if kind not in KINDS:
-                raise bad(f"kinds.{kind}", kind, f"unknown request kind (one of {KINDS})")
+                raise invalid(f"kinds.{kind}", f"a request kind ({', '.join(KINDS)})", kind)
         for name, s in self.services.items():
             where = f"services.{name}"
             if s.kind not in self.kinds:
-                raise bad(
-                    f"{where}.kind", s.kind, f"no such request kind in kinds {list(self.kinds)}"
-                )
+                raise invalid(f"{where}.kind", f"a kind of kinds ({', '.join(self.kinds)})", s.kind)
             if s.model not in self.models:
-                raise bad(f"{where}.model", s.model, f"no such model in models {list(self.models)}")
+                raise invalid(
+                    f"{where}.model", f"a model of models ({', '.join(self.models)})", s.model
+                )
             if s.qos not in ("realtime", "batch", "best-effort"):
-                raise bad(f"{where}.qos", s.qos, "must be realtime, batch or best-effort")
+                raise invalid(f"{where}.qos", "realtime, batch or best-effort", s.qos)
             if not 1 <= s.min_replicas <= s.max_replicas:
-                raise bad(f"{where}.min_replicas", s.min_replicas, "need 1 <= min <= max")
+                raise invalid(f"{where}.min_replicas", "1 <= min <= max_replicas", s.min_replicas)
             if not s.min_replicas <= s.initial_replicas <= s.max_replicas:
-                raise bad(f"{where}.initial_replicas", s.initial_replicas, "must be in [min, max]")
+                raise invalid(
+                    f"{where}.initial_replicas", "a count in [min, max]", s.initial_replicas
+                )
             if s.gpu_memory_gib <= 0 or s.gpu_memory_gib > self.gpu.hbm_gib:
-                raise bad(
+                raise invalid(
                     f"{where}.gpu_memory_gib",
+                    f"a size in (0, {self.gpu.hbm_gib}]",
                     s.gpu_memory_gib,
-                    f"must be in (0, {self.gpu.hbm_gib}]",
                 )
             if not s.metrics:
-                raise bad(f"{where}.metrics", s.metrics, "at least one HPA metric is needed")
+                raise invalid(f"{where}.metrics", "at least one HPA metric", [])
             for i, m in enumerate(s.metrics):
                 if m.type not in ("Value", "AverageValue"):
-                    raise bad(f"{where}.metrics[{i}].type", m.type, "must be Value or AverageValue")
+                    raise invalid(f"{where}.metrics[{i}].type", "Value or AverageValue", m.type)
                 if m.value <= 0:
-                    raise bad(f"{where}.metrics[{i}].value", m.value, "must be > 0")
+                    raise invalid(f"{where}.metrics[{i}].value", "a number > 0", m.value)
                 if m.metric not in METRICS:
-                    raise bad(f"{where}.metrics[{i}].metric", m.metric, f"one of {METRICS}")
+                    raise invalid(
+                        f"{where}.metrics[{i}].metric", "one of " + ", ".join(METRICS), m.metric
+                    )
         served = {s.kind for s in self.services.values()}
         for kind, k in self.kinds.items():
             if k.share < 0:
-                raise bad(f"kinds.{kind}.share", k.share, "must be >= 0")
+                raise invalid(f"kinds.{kind}.share", "a number >= 0", k.share)
             if k.share > 0 and kind not in served:
-                raise bad(f"kinds.{kind}", kind, "has a share but no service serves it")
+                raise invalid(f"kinds.{kind}.share", "0 (no service serves this kind)", k.share)
             if k.image_tokens and len(k.image_tokens) != len(k.image_weights):
-                raise bad(
+                raise invalid(
                     f"kinds.{kind}.image_weights",
-                    k.image_weights,
-                    "needs one weight per image_tokens entry",
+                    f"one weight per image_tokens entry ({len(k.image_tokens)})",
+                    list(k.image_weights),
                 )
         if sum(k.share for k in self.kinds.values()) <= 0:
-            raise bad("kinds", {}, "request shares sum to 0")
-        self.scoring_config()  # raises ConfigError naming the bad scoring key
+            raise invalid("kinds", "request shares that sum to more than 0", 0)
         return self
 
-    def scoring_config(self) -> Any:
+    def scoring_config(self) -> ScoringConfig:
         """The kvspread policy's `extender.config.ScoringConfig`."""
-        from extender.config import ScoringConfig
-
-        return ScoringConfig.from_mapping(dict(self.scoring), where="scoring")
+        return self.scoring
 
 
 METRICS = (
@@ -475,76 +565,6 @@ def default_config() -> SimConfig:
     return SimConfig().validate()
 
 
-def _convert(tp: Any, value: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path, tp())  # type: ignore[arg-type]
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: {value!r}: expected true or false")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{path}: {value!r}: expected an integer")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path}: {value!r}: expected a number")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: {value!r}: expected a string")
-        return value
-    if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(tp)
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{path}: {value!r}: expected a list")
-        return tuple(_convert(inner, v, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin in (Mapping, dict) or origin is typing.get_origin(Mapping[str, int]):
-        raise AssertionError("mappings are handled by _build")
-    if isinstance(tp, types.UnionType):  # pragma: no cover - not used in the schema
-        raise AssertionError(tp)
-    raise AssertionError(f"unsupported config type {tp!r} at {path}")
-
-
-def _build(cls: type, data: Any, path: str, base: Any) -> Any:
-    """Override the fields of dataclass instance `base` from `data`, strictly."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path or 'config'}: {data!r}: expected a mapping")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    changes: dict[str, Any] = {}
-    for key, value in data.items():
-        where = f"{path}.{key}" if path else str(key)
-        if key not in names:
-            raise ConfigError(f"{where}: unknown key (known: {', '.join(sorted(names))})")
-        tp = hints[key]
-        if key == "scoring" and cls is SimConfig:
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}: {value!r}: expected a mapping")
-            changes[key] = dict(value)
-        elif typing.get_origin(tp) is Mapping:
-            value_tp = typing.get_args(tp)[1]
-            current = dict(getattr(base, key))
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}: {value!r}: expected a mapping of names")
-            for name, entry in value.items():
-                if entry is None:  # `name: null` removes an entry
-                    current.pop(name, None)
-                    continue
-                seed = current.get(name, value_tp())
-                current[str(name)] = _build(value_tp, entry, f"{where}.{name}", seed)
-            changes[key] = current
-        elif dataclasses.is_dataclass(tp):
-            changes[key] = _build(tp, value, where, getattr(base, key))  # type: ignore[arg-type]
-        else:
-            changes[key] = _convert(tp, value, where)
-    return dataclasses.replace(base, **changes)
-
-
 def config_from_mapping(data: Mapping[str, Any] | None, base: SimConfig | None = None) -> SimConfig:
     """Defaults (or `base`) overridden by a YAML-shaped mapping, validated."""
-    cfg = base or SimConfig()
-    if data:
-        cfg = _build(SimConfig, data, "", cfg)
-    return cfg.validate()
+    return load(SimConfig, data, base=base)

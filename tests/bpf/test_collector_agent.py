@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,12 @@ import httpx
 import pytest
 
 from bpf.agent import Agent
-from bpf.config import CollectorConfig, EngineTarget
+from bpf.config import CollectorConfig, EnginesConfig, EngineTarget, SignalsConfig
 from bpf.events import RTT_SLOTS, TcpStats
 from bpf.gpu import FakeGpuReader, GpuSample, GpuUnavailable, NvmlReader
 from bpf.node import MIB
 from bpf.tracker import RequestRecord
-from kvspread import names as N
+from kvspread import names
 from kvspread.clock import FakeClock
 from kvspread.signals import decode_signals
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
@@ -53,16 +54,19 @@ def engine_url() -> Iterator[str]:
 
 
 def base_config(**kw: Any) -> CollectorConfig:
-    defaults: dict[str, Any] = dict(
+    """Fast intervals; a section given as a dict (`bpf={"enabled": False}`) overrides fields."""
+    base = CollectorConfig(
         port=0,
         listen="127.0.0.1",
         standalone=True,
-        signals_interval_s=0.2,
-        engine_interval_s=0.2,
+        signals=SignalsConfig(interval_s=0.2),
+        engines=EnginesConfig(interval_s=0.2),
         nice=0,  # never renice the test process
     )
-    defaults.update(kw)
-    return CollectorConfig(**defaults)
+    changes = {
+        k: replace(getattr(base, k), **v) if isinstance(v, dict) else v for k, v in kw.items()
+    }
+    return replace(base, **changes)
 
 
 def wait_for(cond: Any, timeout: float = 15.0) -> bool:
@@ -89,12 +93,14 @@ def test_bpf_unavailable_collector_runs_on(
     empty_tracefs = tmp_path / "tracefs"
     empty_tracefs.mkdir()
     cfg = base_config(
-        tracefs=empty_tracefs,
-        engine_targets=(
-            EngineTarget(f"{engine_url}/metrics"),
-            EngineTarget(f"{engine_url}/garbage"),
-            EngineTarget("http://127.0.0.1:1/metrics"),
-        ),
+        bpf={"tracefs": empty_tracefs},
+        engines={
+            "targets": (
+                EngineTarget(f"{engine_url}/metrics"),
+                EngineTarget(f"{engine_url}/garbage"),
+                EngineTarget("http://127.0.0.1:1/metrics"),
+            )
+        },
     )
     agent = Agent(cfg, gpu_reader=FakeGpuReader(error="NVML Shared Library Not Found"))
     caplog.set_level(logging.INFO, logger="kvspread.collector")
@@ -129,7 +135,7 @@ def test_bpf_unavailable_collector_runs_on(
 
 
 def test_all_engines_failing_marks_engine_source_down(engine_url: str) -> None:
-    agent = Agent(base_config(engine_targets=(EngineTarget(f"{engine_url}/garbage"),)))
+    agent = Agent(base_config(engines={"targets": (EngineTarget(f"{engine_url}/garbage"),)}))
     agent.scrape_engines()
     st = agent.state.sources["engine"]
     assert not st.up and "not Prometheus text" in st.reason
@@ -141,7 +147,7 @@ def test_gpu_signals_from_fake_reader() -> None:
         GpuSample(0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.3),
         GpuSample(1, "GPU-1", "H100", 80 * 1024 * MIB, 70 * 1024 * MIB, 0.9),
     ]
-    agent = Agent(base_config(bpf_enabled=False), gpu_reader=FakeGpuReader(gpus))
+    agent = Agent(base_config(bpf={"enabled": False}), gpu_reader=FakeGpuReader(gpus))
     sig = agent.cycle()
     assert sig.gpus is not None and [g.mem_used_mib for g in sig.gpus] == [20480, 71680]
     assert agent.state.fragmentation == pytest.approx(1 - 60 / 70)
@@ -159,7 +165,7 @@ def test_gpu_signals_from_fake_reader() -> None:
 
 
 def test_server_routes() -> None:
-    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False))
+    agent = Agent(base_config(bpf={"enabled": False}, nvml={"enabled": False}))
     agent.server.start()
     base = f"http://127.0.0.1:{agent.server.port}"
     try:
@@ -201,15 +207,15 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
             "vllm-0",
             "llm",
             node_name="gpu-1",
-            labels={N.LABEL_MODEL: "llama"},
-            annotations={N.ANNOTATION_METRICS_PORT: engine_url.rsplit(":", 1)[1]},
+            labels={names.LABEL_MODEL: "llama"},
+            annotations={names.ANNOTATION_METRICS_PORT: engine_url.rsplit(":", 1)[1]},
         )
         pod["metadata"]["uid"] = "7c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"
         pod["status"]["podIP"] = "127.0.0.1"
         api.put(pod)
         api.put(
             make_pod(
-                "other", "llm", node_name="gpu-2", annotations={N.ANNOTATION_METRICS_PORT: "1"}
+                "other", "llm", node_name="gpu-2", annotations={names.ANNOTATION_METRICS_PORT: "1"}
             )
         )
         gpus = [GpuSample(0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.3, ((101, 1),))]
@@ -217,7 +223,7 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
             standalone=False,
             node_name="gpu-1",
             kube_api_server=api.url,
-            bpf_enabled=False,
+            bpf={"enabled": False},
             proc_root=Path(__file__).parent / "fixtures" / "proc",
         )
         reader = FakeGpuReader(gpus)
@@ -232,7 +238,7 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
         assert sig.gpus[0].kv_blocks_total == 27434  # pid 101 runs in pod vllm-0
         assert agent.state.gpu_pods == {(0, "GPU-0", "llm", "vllm-0"): 1}
         node = api.get("Node", "gpu-1")
-        doc = decode_signals(node["metadata"]["annotations"][N.ANNOTATION_SIGNALS])
+        doc = decode_signals(node["metadata"]["annotations"][names.ANNOTATION_SIGNALS])
         assert doc.node == "gpu-1" and doc.gpus is not None and doc.streams == 4
 
         def patches() -> int:
@@ -254,7 +260,7 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
         agent.record_request(_record(tgid=101))
         (labels,) = agent.state.requests.snapshot()
         d = dict(labels)
-        assert (d[N.ATTR_K8S_NAMESPACE], d[N.ATTR_K8S_POD]) == ("llm", "vllm-0")
+        assert (d[names.ATTR_K8S_NAMESPACE], d[names.ATTR_K8S_POD]) == ("llm", "vllm-0")
         agent.server.httpd.server_close()
 
 
@@ -265,9 +271,8 @@ def test_the_pod_table_follows_watch_events_without_relisting() -> None:
             standalone=False,
             node_name="gpu-1",
             kube_api_server=api.url,
-            bpf_enabled=False,
-            nvml_enabled=False,
-            pods_refresh_s=30.0,
+            bpf={"enabled": False},
+            nvml={"enabled": False},
         )
         agent = Agent(cfg)
         watcher = agent._pods_watcher()
@@ -276,7 +281,7 @@ def test_the_pod_table_follows_watch_events_without_relisting() -> None:
         try:
             assert wait_for(lambda: watcher.stats.synced)
             pod = make_pod(
-                "vllm-1", "llm", node_name="gpu-1", annotations={N.ANNOTATION_METRICS_PORT: "9"}
+                "vllm-1", "llm", node_name="gpu-1", annotations={names.ANNOTATION_METRICS_PORT: "9"}
             )
             pod["metadata"]["uid"] = "0c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"
             pod["status"]["podIP"] = "10.0.0.7"
@@ -299,8 +304,8 @@ def test_api_server_down_is_reported_not_fatal() -> None:
             standalone=False,
             node_name="n",
             kube_api_server="http://127.0.0.1:1",
-            bpf_enabled=False,
-            nvml_enabled=False,
+            bpf={"enabled": False},
+            nvml={"enabled": False},
         )
     )
     sig = agent.cycle()  # tries to publish: fails, logged, counted
@@ -336,7 +341,7 @@ def test_otlp_push_with_semantic_attributes() -> None:
     _Receiver.bodies = []
     try:
         cfg = base_config(
-            bpf_enabled=False,
+            bpf={"enabled": False},
             node_name="gpu-1",
             otlp_interval_s=60,
             otlp_endpoints=(f"http://127.0.0.1:{srv.server_address[1]}",),
@@ -346,8 +351,8 @@ def test_otlp_push_with_semantic_attributes() -> None:
         # kernel TCP statistics of one server process and one accepted-connection edge
         agent.state.tcp[(4242, 8000)] = TcpStats(3, 900, 2, (0,) * RTT_SLOTS)
         agent.state.edges.add(
-            ((N.ATTR_CLIENT_ADDRESS, "127.0.0.1"), (N.ATTR_CLIENT_POD, ""),
-             (N.ATTR_SERVER_PORT, "8000"), (N.ATTR_K8S_NAMESPACE, ""), (N.ATTR_K8S_POD, ""))
+            ((names.ATTR_CLIENT_ADDRESS, "127.0.0.1"), (names.ATTR_CLIENT_POD, ""),
+             (names.ATTR_SERVER_PORT, "8000"), (names.ATTR_K8S_NAMESPACE, ""), (names.ATTR_K8S_POD, ""))
         )  # fmt: skip
         agent.cycle()
         assert agent.otlp is not None and agent.otlp.flush()
@@ -362,43 +367,43 @@ def test_otlp_push_with_semantic_attributes() -> None:
     metrics = {
         m.name: m for rm in req.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
     }
-    hist = metrics[N.HTTP_SERVER_REQUEST_DURATION]
+    hist = metrics[names.HTTP_SERVER_REQUEST_DURATION.name]
     assert hist.unit == "s"
     (point,) = hist.histogram.data_points
     attrs = {a.key: (a.value.string_value or a.value.int_value) for a in point.attributes}
     assert attrs == {
-        N.ATTR_HTTP_METHOD: "POST",
-        N.ATTR_HTTP_STATUS: 200,
-        N.ATTR_HTTP_ROUTE: "/v1/chat/completions",
-        N.ATTR_SERVER_PORT: 8000,
-        N.ATTR_MODALITY: "image",
+        names.ATTR_HTTP_METHOD: "POST",
+        names.ATTR_HTTP_STATUS: 200,
+        names.ATTR_HTTP_ROUTE: "/v1/chat/completions",
+        names.ATTR_SERVER_PORT: 8000,
+        names.ATTR_MODALITY: "image",
     }
     assert point.count == 1 and point.sum == pytest.approx(0.2)
-    assert N.GPU_MEMORY_USED not in metrics  # no driver: no GPU points at all
-    up = metrics[N.COLLECTOR_SOURCE_UP].gauge.data_points
+    assert names.GPU_MEMORY_USED.name not in metrics  # no driver: no GPU points at all
+    up = metrics[names.COLLECTOR_SOURCE_UP.name].gauge.data_points
     by_source = {p.attributes[0].value.string_value: p.as_int for p in up}
     assert by_source["nvml"] == 0 and by_source["bpf"] == 0
-    (retr,) = metrics[N.TCP_RETRANSMITS].sum.data_points
-    assert metrics[N.TCP_RETRANSMITS].sum.is_monotonic and retr.as_int == 2
-    (edge,) = metrics[N.CONNECTION_EDGES].sum.data_points
+    (retr,) = metrics[names.TCP_RETRANSMITS.name].sum.data_points
+    assert metrics[names.TCP_RETRANSMITS.name].sum.is_monotonic and retr.as_int == 2
+    (edge,) = metrics[names.CONNECTION_EDGES.name].sum.data_points
     assert edge.as_int == 1
     assert {a.key: a.value.string_value for a in edge.attributes}[
-        N.ATTR_CLIENT_ADDRESS
+        names.ATTR_CLIENT_ADDRESS
     ] == "127.0.0.1"
     res = {a.key: a.value.string_value for a in req.resource_metrics[0].resource.attributes}
-    assert res[N.ATTR_K8S_NODE] == "gpu-1"
+    assert res[names.ATTR_K8S_NODE] == "gpu-1"
 
 
 def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
     """The SLO rules select by service and QoS class: both come from the serving pod's labels."""
     from bpf.attribution import PodMeta, PodRef
 
-    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False))
+    agent = Agent(base_config(bpf={"enabled": False}, nvml={"enabled": False}))
     meta = PodMeta(
         uid="u-1",
         namespace="llm",
         name="qwen-0",
-        labels=(("app.kubernetes.io/name", "qwen2-vl"), (N.LABEL_QOS, "realtime")),
+        labels=(("app.kubernetes.io/name", "qwen2-vl"), (names.LABEL_QOS, "realtime")),
     )
     agent._pods["u-1"] = meta
     agent.attributor.resolve = lambda tgid: PodRef(uid="u-1", namespace="llm", name="qwen-0")
@@ -406,9 +411,9 @@ def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
     agent.record_request(rec)
     (labels,) = agent.state.requests.snapshot().keys()
     got = dict(labels)
-    assert got[N.ATTR_SERVICE_NAME] == "qwen2-vl"
-    assert got[N.ATTR_QOS] == "realtime"
-    assert got[N.ATTR_K8S_NAMESPACE] == "llm" and got[N.ATTR_MODALITY] == "image"
+    assert got[names.ATTR_SERVICE_NAME] == "qwen2-vl"
+    assert got[names.ATTR_QOS] == "realtime"
+    assert got[names.ATTR_K8S_NAMESPACE] == "llm" and got[names.ATTR_MODALITY] == "image"
 
 
 def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None:
@@ -416,7 +421,9 @@ def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None
     from bpf.attribution import PodMeta
 
     target = EngineTarget(f"{engine_url}/vllm", pod_uid="u-9", pod_name="vllm-0", namespace="llm")
-    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False, engine_targets=(target,)))
+    agent = Agent(
+        base_config(bpf={"enabled": False}, nvml={"enabled": False}, engines={"targets": (target,)})
+    )
     agent._pods["u-9"] = PodMeta(
         uid="u-9", namespace="llm", name="vllm-0", labels=(("app", "chat"),)
     )

@@ -48,34 +48,49 @@ def test_layering_flag_over_env_over_file(tmp_path: Path) -> None:
     )
     assert cfg.port == 3000
     assert cfg.http_ports == (80, 8080)
-    assert cfg.window_s == 30 and cfg.standalone
+    assert cfg.signals.window_s == 30 and cfg.standalone
     assert cfg.otlp_endpoints == ("http://a:4318", "http://b:4318", "dns:///svc.ns:4318")
-    assert cfg.engine_targets[0].engine == "vllm"
+    assert cfg.engines.targets[0].engine == "vllm"
+    env_eps = parse([], {"KVSPREAD_COLLECTOR_OTLP_ENDPOINTS": "http://a:1,http://b:2"})
+    assert env_eps.otlp_endpoints == ("http://a:1", "http://b:2")
+    off = parse(["--no-bpf", "--no-nvml", "--engine-target", "http://e:1/metrics"])
+    assert not off.bpf.enabled and not off.nvml.enabled
+    assert off.engines.targets[0].url == "http://e:1/metrics"
+    assert parse([], {"KVSPREAD_COLLECTOR_STANDALONE": "yes"}).standalone
+    assert parse([], {"KVSPREAD_COLLECTOR_HTTP_PORTS": "all"}).http_ports is None
 
 
 @pytest.mark.parametrize(
     "mapping,match",
     [
-        ({"prot": 1}, "prot: unknown key"),
-        ({"port": "x"}, "port: 'x' is not a number"),
-        ({"port": 70000}, "out of range"),
-        ({"http_ports": "80,abc"}, "http_ports: 'abc' is not a port"),
-        ({"bpf": {"capture_bytes": 500}}, "power of two"),
-        ({"bpf": {"nope": 1}}, "bpf.nope: unknown key"),
-        ({"engines": {"targets": [{"url": "ftp://x"}]}}, "engines.targets\\[0\\].url"),
-        ({"routes": ["v1/x"]}, "must start with '/'"),
-        ({"publish": {"min_interval_s": -1}}, "publish.min_interval_s: must be >= 0"),
-        ({"otlp_endpoints": "ftp://x:1"}, "otlp_endpoints"),
-        ({"log_level": "loud"}, "log_level"),
+        ({"prot": 1}, "^prot: unknown key \\(known: bpf, engines, http_ports,"),
+        ({"port": "x"}, "^port: expected an integer, got 'x'$"),
+        ({"port": 70000}, "^port: expected a port number 0..65535, got 70000$"),
+        ({"http_ports": "80,abc"}, "^http_ports: expected a list of ports 1..65535, or all"),
+        ({"http_ports": [80, 70000]}, "^http_ports: expected a list of ports"),
+        ({"bpf": {"capture_bytes": 500}}, "^bpf.capture_bytes: expected a power of two"),
+        ({"bpf": {"nope": 1}}, "^bpf.nope: unknown key"),
+        ({"bpf": {"enabled": "yes"}}, "^bpf.enabled: expected true or false, got 'yes'$"),
+        ({"engines": {"targets": [{"url": "ftp://x"}]}}, "^engines.targets\\[0\\].url"),
+        ({"engines": {"targets": [{"url": "http://x", "pod_uid": "u"}]}}, "pod_uid: unknown"),
+        ({"engines": {"targets": [{"engine": "vllm"}]}}, "^engines.targets\\[0\\]: expected"),
+        ({"routes": ["v1/x"]}, "^routes\\[0\\]: expected a route starting with '/'"),
+        ({"publish": {"min_interval_s": -1}}, "^publish.min_interval_s: expected a number >= 0"),
+        ({"otlp_endpoints": ["ftp://x:1"]}, "^otlp_endpoints: expected OTLP endpoint URLs"),
+        ({"log_level": "loud"}, "^log_level: expected one of debug, info, warning, error"),
     ],
     ids=[
         "unknown key",
         "bad port",
         "port range",
         "bad port list",
+        "port out of range",
         "capture size",
         "unknown nested key",
+        "bool text",
         "bad engine url",
+        "internal field",
+        "target without url",
         "bad route",
         "negative interval",
         "bad otlp endpoint",
@@ -89,7 +104,7 @@ def test_bad_config_is_rejected_with_the_key(mapping: dict, match: str) -> None:
 
 def test_cli_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["collector", "run", "--port", "nope"], {}) == 2
-    assert "--port" in capsys.readouterr().err
+    assert "--port: port: expected an integer, got 'nope'" in capsys.readouterr().err
 
 
 def test_print_bpf(capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,6 +181,10 @@ def test_shipped_configmap_is_valid() -> None:
 
 def test_nice_and_budget_keys() -> None:
     cfg = from_mapping({"nice": 0, "bpf": {"max_requests_per_s": 0}})
-    assert cfg.nice == 0 and cfg.max_requests_per_s == 0
+    assert cfg.nice == 0 and cfg.bpf.max_requests_per_s == 0
+    plain = from_mapping({"engines": {"targets": ["http://127.0.0.1:8000/metrics"]}})
+    assert plain.engines.targets[0].url == "http://127.0.0.1:8000/metrics"
+    assert from_mapping({"http_ports": []}).http_ports is None
+    assert from_mapping({"http_ports": [8080, 80, 80]}).http_ports == (80, 8080)
     with pytest.raises(ConfigError, match="nice"):
         from_mapping({"nice": 25})

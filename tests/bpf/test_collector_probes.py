@@ -19,11 +19,11 @@ import httpx
 import pytest
 
 from bpf.agent import Agent
-from bpf.config import CollectorConfig
+from bpf.config import BpfConfig, CollectorConfig, NvmlConfig
 from bpf.events import decode_accept_event, decode_http_event
 from bpf.export import REQUEST_ATTRS
 from bpf.tracker import ConnTracker, RequestRecord
-from kvspread import names as N
+from kvspread import names
 
 pytestmark = [pytest.mark.bpf, pytest.mark.timeout(120)]
 
@@ -197,7 +197,11 @@ def test_keepalive_requests_counted_and_timed(subscribed: Any, uvicorn_server: A
     truth_file = uvicorn_server(port)
     agent = Agent(
         CollectorConfig(
-            port=0, listen="127.0.0.1", standalone=True, bpf_enabled=False, nvml_enabled=False
+            port=0,
+            listen="127.0.0.1",
+            standalone=True,
+            bpf=BpfConfig(enabled=False),
+            nvml=NvmlConfig(enabled=False),
         )
     )
     rec = Recorder(port, agent)
@@ -249,7 +253,9 @@ def test_keepalive_requests_counted_and_timed(subscribed: Any, uvicorn_server: A
     for labels, st in agent.state.requests.snapshot().items():
         d = dict(labels)
         assert tuple(k for k, _ in labels) == REQUEST_ATTRS
-        got[(d[N.ATTR_HTTP_ROUTE], d[N.ATTR_HTTP_STATUS], d[N.ATTR_MODALITY])] += st.count
+        got[(d[names.ATTR_HTTP_ROUTE], d[names.ATTR_HTTP_STATUS], d[names.ATTR_MODALITY])] += (
+            st.count
+        )
     assert got == plan
     # Two keep-alive connections: two accepts, each queued briefly.
     assert len(rec.accepts) >= 2  # two keep-alive clients (+ the readiness probe)

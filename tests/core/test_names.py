@@ -1,7 +1,8 @@
+import dataclasses
+
 import pytest
 
 from kvspread import names
-from kvspread.names import prometheus_name
 
 
 @pytest.mark.parametrize(
@@ -25,13 +26,13 @@ from kvspread.names import prometheus_name
     ],
 )
 def test_otel_to_prometheus_translation(otel, unit, kind, prom):
-    assert prometheus_name(otel, unit, kind) == prom
+    assert names.prometheus_name(otel, unit, kind) == prom
 
 
 def test_sli_names_are_prometheus_safe_and_unique():
     assert len(set(names.SLI_NAMES)) == len(names.SLI_NAMES)
     for n in names.SLI_NAMES:
-        assert prometheus_name(n, "", "gauge") == n
+        assert names.prometheus_name(n, "", "gauge") == n
 
 
 def test_kubernetes_names_share_the_domain():
@@ -44,3 +45,78 @@ def test_kubernetes_names_share_the_domain():
         names.ANNOTATION_SIGNALS,
     ):
         assert value.startswith(names.DOMAIN + "/")
+
+
+DESCRIPTORS = {k: v for k, v in vars(names).items() if isinstance(v, names.MetricDescriptor)}
+
+PROMETHEUS = {
+    "HTTP_SERVER_REQUEST_DURATION": "http_server_request_duration_seconds",
+    "HTTP_SERVER_TIME_TO_FIRST_BYTE": "kvspread_http_server_time_to_first_byte_seconds",
+    "GPU_MEMORY_USED": "kvspread_gpu_memory_used_bytes",
+    "GPU_MEMORY_TOTAL": "kvspread_gpu_memory_total_bytes",
+    "GPU_UTILIZATION": "kvspread_gpu_utilization_ratio",
+    "GPU_POD_MEMORY_USED": "kvspread_gpu_pod_memory_used_bytes",
+    "KV_CACHE_USAGE": "kvspread_kv_cache_usage_ratio",
+    "ENGINE_REQUESTS_RUNNING": "kvspread_engine_requests_running",
+    "ENGINE_REQUESTS_WAITING": "kvspread_engine_requests_waiting",
+    "NODE_FRAGMENTATION": "kvspread_node_fragmentation_ratio",
+    "NODE_LARGEST_FREE_EXTENT": "kvspread_node_largest_free_extent_bytes",
+    "NODE_ACTIVE_STREAMS": "kvspread_node_active_streams",
+    "NODE_IMAGE_TOKEN_SHARE": "kvspread_node_image_token_share_ratio",
+    "TCP_RTT": "kvspread_tcp_rtt_seconds",
+    "TCP_RETRANSMITS": "kvspread_tcp_retransmits_total",
+    "ACCEPT_QUEUE_DELAY": "kvspread_accept_queue_delay_seconds",
+    "ACCEPT_QUEUE_BACKLOG": "kvspread_accept_queue_backlog",
+    "CONNECTION_EDGES": "kvspread_connections_total",
+    "COLLECTOR_SOURCE_UP": "kvspread_collector_source_up",
+    "COLLECTOR_EVENTS": "kvspread_collector_bpf_events_total",
+    "COLLECTOR_DROPPED": "kvspread_collector_dropped_total",
+    "EXTENDER_REQUESTS": "kvspread_extender_requests_total",
+    "EXTENDER_REQUEST_DURATION": "kvspread_extender_request_duration_seconds",
+    "EXTENDER_FILTER_FAILURES": "kvspread_extender_filter_failures_total",
+    "EXTENDER_SCORE_TERM": "kvspread_extender_score_term",
+    "EXTENDER_SIGNALS": "kvspread_extender_node_signals_total",
+    "EXTENDER_CACHE_SYNCED": "kvspread_extender_cache_synced",
+    "EXTENDER_FILTER_DECISIONS": "kvspread_extender_filter_decisions_total",
+    "EXTENDER_PRIORITIZE_DECISIONS": "kvspread_extender_prioritize_decisions_total",
+    "ADAPTER_REQUESTS": "kvspread_adapter_requests_total",
+    "ADAPTER_REQUEST_DURATION": "kvspread_adapter_request_duration_seconds",
+    "ADAPTER_SERIES": "kvspread_adapter_series",
+    "ADAPTER_SERIES_DROPPED": "kvspread_adapter_series_dropped_total",
+    "ADAPTER_OTLP_POINTS": "kvspread_adapter_otlp_points_total",
+    "ADAPTER_STALE_READS": "kvspread_adapter_stale_reads_total",
+}
+"""The Prometheus names dashboards, rules and users query: renaming one is a breaking change."""
+
+
+def test_every_descriptor_keeps_its_prometheus_name():
+    assert {k: d.prometheus for k, d in DESCRIPTORS.items()} == PROMETHEUS
+
+
+def test_descriptor_names_are_unique_and_described():
+    assert len({d.name for d in DESCRIPTORS.values()}) == len(DESCRIPTORS)
+    assert len({d.prometheus for d in DESCRIPTORS.values()}) == len(DESCRIPTORS)
+    for key, d in DESCRIPTORS.items():
+        assert d.help.strip() == d.help and d.help, key
+        assert d.kind in ("counter", "gauge", "histogram"), key
+
+
+def test_self_metrics_are_declared_by_their_prometheus_name():
+    for key, d in DESCRIPTORS.items():
+        if key.startswith(("EXTENDER_", "ADAPTER_")):
+            assert d.prometheus == d.name, key
+        else:
+            assert "." in d.name, f"{key}: collector metrics carry their OTel name"
+
+
+def test_boolean_gauges_keep_unit_1_without_ratio_suffix():
+    up = names.COLLECTOR_SOURCE_UP
+    assert (up.unit, up.kind, up.boolean) == ("1", "gauge", True)
+    assert up.prometheus == "kvspread_collector_source_up"
+    plain = dataclasses.replace(up, boolean=False)
+    assert plain.prometheus == "kvspread_collector_source_up_ratio"
+
+
+def test_descriptors_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        names.TCP_RTT.name = "other"  # type: ignore[misc]

@@ -40,6 +40,7 @@ def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         "--filter-verb",
         "--prioritize-verb",
         "--ledger-ttl",
+        "--explain",
     ):
         assert flag in out
     assert "examples:" in out and "KVSPREAD_EXTENDER_SERVER_PORT" in out
@@ -53,15 +54,19 @@ def test_precedence_flag_over_env_over_yaml_over_default(tmp_path: Path) -> None
     )
     env = {"KVSPREAD_EXTENDER_SERVER_PORT": "7100", "KVSPREAD_EXTENDER_SERVER_LOG_LEVEL": "debug"}
     cfg = parse(["extender", "serve", "--config", str(cfg_file), "--port", "7200"], env)
-    assert cfg.port == 7200  # flag
-    assert cfg.log_level == "debug"  # env over YAML
-    assert cfg.host == "0.0.0.0"  # YAML over default
+    assert cfg.server.port == 7200  # flag
+    assert cfg.server.log_level == "debug"  # env over YAML
+    assert cfg.server.host == "0.0.0.0"  # YAML over default
     assert cfg.scoring.rho_threshold == 0.5
-    assert cfg.filter_verb == "filter"  # default
+    assert cfg.server.filter_verb == "filter"  # default
     cfg = parse(["extender", "serve", "--config", str(cfg_file)], env)
-    assert cfg.port == 7100
-    assert parse(["extender", "serve", "--standalone"], {}).standalone is True
-    assert parse(["extender", "serve"], {"KVSPREAD_EXTENDER_SERVER_STANDALONE": "true"}).standalone
+    assert cfg.server.port == 7100
+    assert parse(["extender", "serve", "--standalone"], {}).server.standalone is True
+    on = parse(["extender", "serve"], {"KVSPREAD_EXTENDER_SERVER_STANDALONE": "on"})
+    assert on.server.standalone is True
+    assert parse(["extender", "serve", "--explain", "false"], {}).explain.enabled is False
+    off = parse(["extender", "serve"], {"KVSPREAD_EXTENDER_EXPLAIN_ENABLED": "no"})
+    assert off.explain.enabled is False
 
 
 def test_bad_configuration_exits_2_with_the_key(
@@ -72,7 +77,11 @@ def test_bad_configuration_exits_2_with_the_key(
     assert main(["extender", "serve", "--config", str(bad)], environ={}) == 2
     assert "scoring.weights.fragmentaton: unknown key" in capsys.readouterr().err
     assert main(["extender", "serve", "--port", "x"], environ={}) == 2
-    assert "--port: invalid value 'x'" in capsys.readouterr().err
+    assert "--port: server.port: expected an integer, got 'x'" in capsys.readouterr().err
+    assert main(["extender", "serve", "--explain", "maybe"], environ={}) == 2
+    assert "--explain: explain.enabled: expected true or false, got 'maybe'" in (
+        capsys.readouterr().err
+    )
 
 
 def free_port() -> int:

@@ -9,6 +9,7 @@ from extender.config import (
     DEFAULT_RHO_THRESHOLD,
     DEFAULT_STALE_AFTER_S,
     MIB,
+    ExplainConfig,
     ExtenderConfig,
     ScoringConfig,
 )
@@ -62,40 +63,57 @@ def test_full_mapping_is_read() -> None:
             {"weights": {"frag": 1}}, "scoring.weights.frag: unknown key", id="typo in weights"
         ),
         pytest.param(
-            {"rho_threshold": 1.5}, "scoring.rho_threshold: must be between", id="rho above 1"
+            {"rho_threshold": 1.5},
+            "scoring.rho_threshold: expected a number between 0.0 and 1.0, got 1.5",
+            id="rho above 1",
         ),
         pytest.param(
-            {"rho_threshold": "high"}, "scoring.rho_threshold: must be a number", id="rho text"
+            {"rho_threshold": "high"},
+            "scoring.rho_threshold: expected a number, got 'high'",
+            id="rho text",
         ),
         pytest.param(
-            {"stale_after_s": 0}, "scoring.stale_after_s: must be a finite number > 0", id="stale 0"
+            {"stale_after_s": 0},
+            "scoring.stale_after_s: expected a finite number > 0, got 0.0",
+            id="stale 0",
         ),
         pytest.param(
             {"weights": {"load": -1}},
-            "scoring.weights.load: must be a finite number >= 0",
+            "scoring.weights.load: expected a finite number >= 0, got -1.0",
             id="negative weight",
         ),
         pytest.param(
             {"weights": {"fragmentation": 0, "load": 0, "spread": 0, "modality": 0, "qos": 0}},
-            "at least one weight must be > 0",
+            "at least one weight > 0",
             id="all weights zero",
         ),
         pytest.param(
-            {"normalisation": "zscore"}, "scoring.normalisation", id="unknown normalisation"
+            {"normalisation": "zscore"},
+            "scoring.normalisation: expected one of candidates, absolute, got 'zscore'",
+            id="unknown normalisation",
         ),
         pytest.param(
             {"shape_prior": [{"gpus": 1, "memory": "lots"}]},
-            "scoring.shape_prior[0].memory: 'lots' is neither 'whole' nor a Kubernetes quantity",
+            "scoring.shape_prior[0].memory: expected 'whole' or a Kubernetes quantity",
             id="bad prior memory",
         ),
         pytest.param({"shape_prior": []}, "at least one shape", id="empty prior"),
         pytest.param(
-            {"shape_prior": [{"gpus": 0}]}, "scoring.shape_prior[0].gpus", id="prior 0 GPUs"
+            {"shape_prior": [{"gpus": 0}]},
+            "scoring.shape_prior[0].gpus: expected an integer >= 1, got 0",
+            id="prior 0 GPUs",
         ),
         pytest.param(
-            {"max_shapes": True}, "scoring.max_shapes: must be an integer", id="bool max_shapes"
+            {"shape_prior": [{"gpus": 1, "weigth": 2}]},
+            "scoring.shape_prior[0].weigth: unknown key (known: cpu, gpus, memory, weight)",
+            id="prior typo",
         ),
-        pytest.param([], "scoring: must be a mapping", id="not a mapping"),
+        pytest.param(
+            {"max_shapes": True},
+            "scoring.max_shapes: expected an integer, got True",
+            id="bool max_shapes",
+        ),
+        pytest.param([], "scoring: expected a mapping, got []", id="not a mapping"),
     ],
 )
 def test_bad_values_name_the_key_and_value(mapping: object, message: str) -> None:
@@ -104,45 +122,81 @@ def test_bad_values_name_the_key_and_value(mapping: object, message: str) -> Non
     assert message in str(err.value)
 
 
+def test_with_validates_and_names_the_scoring_key() -> None:
+    with pytest.raises(ConfigError, match=r"^scoring\.max_streams: expected a finite number > 0"):
+        ScoringConfig().with_(max_streams=0.0)
+
+
 def test_extender_config_sections() -> None:
     cfg = ExtenderConfig.from_mapping(
         {
             "server": {"host": "0.0.0.0", "port": 9000, "standalone": True, "filter_verb": "f"},
             "kubernetes": {"watch_timeout_s": 60},
             "ledger": {"ttl_s": 5},
+            "explain": {"enabled": False, "max_pods": 3},
             "scoring": {"max_streams": 128},
         }
     )
-    assert (cfg.host, cfg.port, cfg.standalone, cfg.filter_verb) == ("0.0.0.0", 9000, True, "f")
-    assert cfg.watch_timeout_s == 60 and cfg.ledger_ttl_s == 5.0
+    s = cfg.server
+    assert (s.host, s.port, s.standalone, s.filter_verb) == ("0.0.0.0", 9000, True, "f")
+    assert cfg.kubernetes.watch_timeout_s == 60 and cfg.ledger.ttl_s == 5.0
+    assert cfg.explain == ExplainConfig(enabled=False, max_pods=3)
     assert cfg.scoring.max_streams == 128.0
+    assert ExtenderConfig.from_mapping({}) == ExtenderConfig()
+    assert ExtenderConfig.from_mapping({"server": None, "explain": None}) == ExtenderConfig()
+    assert ExtenderConfig().explain.enabled is True
 
 
 @pytest.mark.parametrize(
     ("mapping", "message"),
     [
-        pytest.param({"sever": {}}, "sever: unknown section", id="typo section"),
-        pytest.param({"server": {"prot": 1}}, "server.prot: unknown key", id="typo key"),
-        pytest.param({"server": {"port": 70000}}, "server.port: must be 0..65535", id="port range"),
         pytest.param(
-            {"server": {"port": "http"}}, "server.port: must be an integer", id="port text"
+            {"sever": {}},
+            "sever: unknown key (known: explain, kubernetes, ledger, scoring, server, signals)",
+            id="typo section",
+        ),
+        pytest.param({"server": {"prot": 1}}, "server.prot: unknown key", id="typo key"),
+        pytest.param(
+            {"server": {"port": 70000}},
+            "server.port: expected a port number 0..65535, got 70000",
+            id="port range",
         ),
         pytest.param(
-            {"server": {"tls_cert": "a.pem"}}, "must be given together", id="cert without key"
+            {"server": {"port": "http"}},
+            "server.port: expected an integer, got 'http'",
+            id="port text",
+        ),
+        pytest.param(
+            {"server": {"tls_cert": "a.pem"}},
+            "server.tls_key: expected tls_cert and tls_key given together",
+            id="cert without key",
         ),
         pytest.param({"server": {"log_level": "loud"}}, "server.log_level", id="log level"),
         pytest.param(
             {"server": {"standalone": "yes"}},
-            "server.standalone: must be true or false",
+            "server.standalone: expected true or false, got 'yes'",
             id="bool text",
         ),
         pytest.param(
             {"server": {"filter_verb": "a b"}}, "server.filter_verb", id="verb with space"
         ),
         pytest.param(
-            {"server": {"filter_verb": "x", "prioritize_verb": "x"}}, "must differ", id="same verbs"
+            {"server": {"filter_verb": "x", "prioritize_verb": "x"}},
+            "server.prioritize_verb: expected a verb other than filter_verb",
+            id="same verbs",
         ),
         pytest.param({"ledger": {"ttl_s": 0}}, "ledger.ttl_s", id="ttl zero"),
+        pytest.param(
+            {"explain": {"enabled": 1}},
+            "explain.enabled: expected true or false, got 1",
+            id="explain enabled int",
+        ),
+        pytest.param(
+            {"explain": {"max_pods": 0}},
+            "explain.max_pods: expected an integer >= 1, got 0",
+            id="explain max pods",
+        ),
+        pytest.param({"server": 8888}, "server: expected a mapping, got 8888", id="not a section"),
     ],
 )
 def test_extender_config_errors(mapping: dict[str, object], message: str) -> None:

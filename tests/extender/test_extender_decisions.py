@@ -188,7 +188,7 @@ def test_exclude_after_s_is_validated() -> None:
 
     with pytest.raises(ConfigError, match="signals.exclude_after_s"):
         ExtenderConfig.from_mapping({"signals": {"exclude_after_s": 0}})
-    assert ExtenderConfig().signals_exclude_after_s is None
+    assert ExtenderConfig().signals.exclude_after_s is None
 
 
 # --- 3. replicas of one model actually spread --------------------------------------------

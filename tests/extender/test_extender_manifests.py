@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from extender.config import ExtenderConfig
+from kvspread import __version__
 
 DIR = Path(__file__).resolve().parents[2] / "manifests" / "extender"
 
@@ -46,12 +47,12 @@ def test_scheduler_configuration_registers_the_extender() -> None:
     served = ExtenderConfig.from_mapping(
         yaml.safe_load(one("ConfigMap", "kvspread-extender")["data"]["extender.yaml"])
     )
-    assert ext["filterVerb"] == served.filter_verb
-    assert ext["prioritizeVerb"] == served.prioritize_verb
+    assert ext["filterVerb"] == served.server.filter_verb
+    assert ext["prioritizeVerb"] == served.server.prioritize_verb
     url = urlsplit(ext["urlPrefix"])
     svc = one("Service", "kvspread-extender")
     assert url.hostname == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
-    assert url.port == svc["spec"]["ports"][0]["port"] == served.port
+    assert url.port == svc["spec"]["ports"][0]["port"] == served.server.port
     assert svc["spec"]["sessionAffinity"] == "ClientIP"
     lease = cfg["leaderElection"]
     assert (
@@ -63,7 +64,7 @@ def test_deployments() -> None:
     ext = one("Deployment", "kvspread-extender")
     assert ext["spec"]["replicas"] == 2
     (c,) = ext["spec"]["template"]["spec"]["containers"]
-    assert c["image"] == "ghcr.io/kvspread/kvspread:0.1.0"
+    assert c["image"] == f"ghcr.io/kvspread/kvspread:{__version__}"
     assert c["command"] == ["kvspread"] and c["args"][:2] == ["extender", "serve"]
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     sched = one("Deployment", "kvspread-scheduler")

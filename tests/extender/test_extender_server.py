@@ -128,6 +128,20 @@ def test_explain_gives_each_nodes_terms(app_client) -> None:  # noqa: ANN001
         assert r.status_code == 400 and r.json()["error"]
 
 
+def test_explain_switched_off_answers_404_and_scoring_still_works() -> None:
+    clock = FakeClock()
+    cfg = ExtenderConfig.from_mapping(
+        {"server": {"standalone": True}, "explain": {"enabled": False}}
+    )
+    running = build(cfg, clock)
+    with serve_app(running.app) as url, httpx.Client(base_url=url) as client:
+        assert client.post("/prioritize", json=gpu_body(clock)).status_code == 200
+        r = client.get("/debug/explain", params={"pod": "serving/llm-0"})
+        assert r.status_code == 404
+        assert r.json() == {"error": "/debug/explain is off (explain.enabled)"}
+        assert client.get("/debug/explain").status_code == 404  # no hint about its parameters
+
+
 def test_health_and_readiness() -> None:
     cfg = ExtenderConfig.from_mapping({"kubernetes": {"api_server": "http://127.0.0.1:9"}})
     running = build(cfg, FakeClock())  # never started: caches never sync
@@ -208,4 +222,4 @@ def test_an_oversized_body_gets_413_with_a_message() -> None:
         assert r.status_code == 413
         text = client.get("/metrics").text
         assert 'kvspread_extender_requests_total{code="413",verb="filter"} 1.0' in text
-    assert ExtenderConfig().max_body_bytes == 256 * 1024 * 1024
+    assert ExtenderConfig().server.max_body_bytes == 256 * 1024 * 1024

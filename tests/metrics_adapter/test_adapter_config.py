@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from kvspread import names
+from kvspread import __version__, names
 from kvspread.cli import build_parser, main
 from kvspread.settings import ConfigError, layer
 from metrics_adapter.config import SETTINGS, AdapterConfig
@@ -19,8 +19,8 @@ def test_default_rules_serve_every_design_sli() -> None:
     by = {r.name: r for r in rules}
     assert by[names.SLI_LATENCY_P95].quantile == 0.95
     assert by[names.SLI_GOOD_REQUESTS_PER_SECOND].threshold == 0.2
-    assert by[names.SLI_QUEUE_DEPTH].metric == names.ENGINE_REQUESTS_WAITING
-    assert by[names.SLI_KV_CACHE_USAGE].metric == names.KV_CACHE_USAGE
+    assert by[names.SLI_QUEUE_DEPTH].metric == names.ENGINE_REQUESTS_WAITING.name
+    assert by[names.SLI_KV_CACHE_USAGE].metric == names.KV_CACHE_USAGE.name
     assert all(r.window == 60 for r in rules)
     assert ("llm.modality", "modality") in by[names.SLI_ERROR_RATIO].labels
 
@@ -98,6 +98,40 @@ def test_invalid_config_names_the_bad_key(doc: dict, key: str) -> None:
     with pytest.raises(ConfigError) as exc:
         AdapterConfig.from_mapping(doc)
     assert str(exc.value).startswith(key), str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"secure_port": "6443"}, "secure_port: expected an integer, got '6443'"),
+        ({"window": "soon"}, "window: expected a duration > 0 (seconds, or 30s, 1m30s"),
+        ({"authorization_mode": "RBAC"}, "authorization_mode: expected one of SubjectAccess"),
+        ({"authorization_allow_users": "alice"}, "authorization_allow_users: expected a list"),
+        ({"rules": []}, "rules: expected at least one rule (remove the key for the defaults)"),
+    ],
+)
+def test_invalid_config_wording(doc: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        AdapterConfig.from_mapping(doc)
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_durations_and_lists_from_yaml_and_text() -> None:
+    cfg = AdapterConfig.from_mapping({"idle_expiry": "10m", "window": 30, "max_series": 5})
+    assert (cfg.idle_expiry, cfg.window, cfg.max_series) == (600.0, 30.0, 5)
+    args = build_parser({}).parse_args(["adapter", "serve"])
+    env = {
+        "KVSPREAD_ADAPTER_REQUESTHEADER_USERNAME_HEADERS": "X-User, X-Remote-User",
+        "KVSPREAD_ADAPTER_AUTHORIZATION_MODE": "AllowList",
+        "KVSPREAD_ADAPTER_AUTHORIZATION_ALLOW_GROUPS": "system:masters",
+    }
+    cfg = AdapterConfig.from_mapping(layer("adapter", SETTINGS, args, env, {}))
+    assert cfg.username_headers == ("X-User", "X-Remote-User")
+    assert cfg.authorization_allow_groups == ("system:masters",)
+    with pytest.raises(ConfigError, match="^KVSPREAD_ADAPTER_OTLP_PORT: otlp_port: expected"):
+        AdapterConfig.from_mapping(
+            layer("adapter", SETTINGS, args, {"KVSPREAD_ADAPTER_OTLP_PORT": "x"}, {})
+        )
 
 
 def test_durations() -> None:
@@ -195,7 +229,7 @@ def test_shipped_manifest_config_and_args_are_valid() -> None:
     file_doc = yaml.safe_load(cm["data"]["adapter.yaml"])
     dep = yaml.safe_load((root / "deployment.yaml").read_text())
     container = dep["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "ghcr.io/kvspread/kvspread:0.1.0"
+    assert container["image"] == f"ghcr.io/kvspread/kvspread:{__version__}"
     args = build_parser({}).parse_args(container["args"])
     cfg = AdapterConfig.from_mapping(layer("adapter", SETTINGS, args, {}, file_doc))
     assert cfg.secure_port == 6443 and cfg.otlp_port == 4318

@@ -23,7 +23,7 @@ STORE = SeriesStore()
 STORE.add(
     [
         Point(
-            names.ENGINE_REQUESTS_WAITING,
+            names.ENGINE_REQUESTS_WAITING.name,
             GAUGE,
             (("k8s.namespace.name", "llm"), ("service.name", "text")),
             CLOCK.now(),

@@ -64,7 +64,9 @@ def test_two_replicas_serve_the_same_values(pki: Pki, caplog: pytest.LogCaptureF
         )
         res = {names.ATTR_SERVICE_NAME: "vision", names.ATTR_K8S_NAMESPACE: NS}
         mp, reader = provider(exporter, res)
-        hist = mp.get_meter("ha").create_histogram(names.HTTP_SERVER_REQUEST_DURATION, unit="s")
+        hist = mp.get_meter("ha").create_histogram(
+            names.HTTP_SERVER_REQUEST_DURATION.name, unit="s"
+        )
         rng = random.Random(3)
         with caplog.at_level(logging.WARNING, logger="kvspread.fanout"):
             for _ in range(3):

@@ -54,7 +54,7 @@ def test_sdk_histogram_p95_within_bucket_bound(pki: Pki, adapter: AdapterThread)
     samples = [rng.lognormvariate(math.log(0.12), 0.6) for _ in range(2000)]
     exp = RecordingExporter(otlp_exporter(adapter.adapter.otlp_port))
     mp, reader = provider(exp, RESOURCE)
-    hist = mp.get_meter("test").create_histogram(names.HTTP_SERVER_REQUEST_DURATION, unit="s")
+    hist = mp.get_meter("test").create_histogram(names.HTTP_SERVER_REQUEST_DURATION.name, unit="s")
     for i, v in enumerate(samples):
         hist.record(v, {names.ATTR_HTTP_ROUTE: "/v1/chat", names.ATTR_HTTP_STATUS: 500 if i % 50 == 0 else 200,
                         names.ATTR_MODALITY: "image"})  # fmt: skip
@@ -114,7 +114,7 @@ def test_sdk_counter_with_reset_gives_the_right_rate(pki: Pki) -> None:
         {"name": "tokens_per_second", "metric": "llm.tokens", "aggregation": "rate"},
         {
             "name": "queue",
-            "metric": names.ENGINE_REQUESTS_WAITING,
+            "metric": names.ENGINE_REQUESTS_WAITING.name,
             "aggregation": "last",
             "combine": "sum",
         },
@@ -131,7 +131,7 @@ def test_sdk_counter_with_reset_gives_the_right_rate(pki: Pki) -> None:
         exp2 = RecordingExporter(otlp_exporter(a.adapter.otlp_port))
         mp2, r2 = provider(exp2, RESOURCE)
         mp2.get_meter("t").create_counter("llm.tokens").add(30)
-        gauge = mp2.get_meter("t").create_gauge(names.ENGINE_REQUESTS_WAITING)
+        gauge = mp2.get_meter("t").create_gauge(names.ENGINE_REQUESTS_WAITING.name)
         gauge.set(4, {names.ATTR_K8S_POD: "a"})
         gauge.set(3, {names.ATTR_K8S_POD: "b"})
         r2.force_flush()

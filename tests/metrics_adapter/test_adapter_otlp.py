@@ -53,14 +53,14 @@ def _good_request():
         RES,
         [
             histogram(
-                names.HTTP_SERVER_REQUEST_DURATION,
+                names.HTTP_SERVER_REQUEST_DURATION.name,
                 [
                     (T0, T0 + 30, [10, 20, 30, 30, 10], {names.ATTR_HTTP_STATUS: 200}),
                     (T0, T0 + 30, [0, 0, 0, 0, 5], {names.ATTR_HTTP_STATUS: 503}),
                 ],  # fmt: skip
                 BOUNDS,
             ),
-            gauge(names.ENGINE_REQUESTS_WAITING, [(T0 + 30, 3, {})]),
+            gauge(names.ENGINE_REQUESTS_WAITING.name, [(T0 + 30, 3, {})]),
         ],
     )
 
@@ -121,7 +121,7 @@ def test_malformed_otlp_gets_400_and_stored_series_are_untouched(case: str) -> N
     assert _post(rx, _good_request().SerializeToString())[0] == 200
     before = _stored(store)
     ctype, enc = "application/x-protobuf", {}
-    dur = names.HTTP_SERVER_REQUEST_DURATION
+    dur = names.HTTP_SERVER_REQUEST_DURATION.name
     if case == "bad protobuf":
         body = b"\x0a\xff\xff\xff\xff\x0f garbage"
     elif case == "bad json":

@@ -59,7 +59,19 @@ def test_environment_sets_defaults(tmp_path: Path) -> None:
         (["--policies", "fgd,nope"], "unknown policy nope"),
         (["--seeds", "5..1"], "not a seed or a range"),
         (["--trace", "nosuch"], "not a bundled trace name"),
-        (["--extender-weight", "-1"], "must be > 0"),
+        (
+            ["--extender-weight", "-1"],
+            "--extender-weight: placement.extender_weight: expected a number > 0, got -1.0",
+        ),
+        (
+            ["--stop-at", "-5"],
+            "--stop-at: placement.stop_at: expected a percentage in (0, 130], got -5.0",
+        ),
+        (
+            ["--stop-at", "lots"],
+            "--stop-at: placement.stop_at: expected a number, got 'lots'",
+        ),
+        (["--jobs", "0"], "--jobs: placement.jobs: expected an integer >= 1, got 0"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(
@@ -69,6 +81,45 @@ def test_bad_input_exits_2_with_a_message(
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "allocation.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--stop-at", "-5"], "--stop-at: placement.stop_at: expected a percentage in (0, 130]"),
+        (["--stop-at", "200"], "--stop-at: placement.stop_at: expected a percentage in (0, 130]"),
+        (["--jobs", "x"], "--jobs: placement.jobs: expected an integer, got 'x'"),
+    ],
+)
+def test_bad_flag_is_one_line_without_a_traceback(
+    tmp_path: Path, argv: list[str], line: str
+) -> None:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "kvspread", "simulate", "placement", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd + argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    err = proc.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err and "_percent" not in err
+    assert err.startswith(f"kvspread: configuration error: {line}"), err
+
+
+def test_placement_yaml_section_and_env(tmp_path: Path) -> None:
+    conf = tmp_path / "replay.yaml"
+    conf.write_text("placement:\n  stop_at: 3\n  seeds: [7]\n  policies: [random]\n")
+    env = {"KVSPREAD_SIMULATE_PLACEMENT_OUT": str(tmp_path)}
+    assert main(["simulate", "placement", "--config", str(conf)], environ=env) == 0
+    assert ",01-Random,1.3,7," in (tmp_path / "allocation.csv").read_text()
+    conf.write_text("placement:\n  stop_at: 300\n")
+    assert main(["simulate", "placement", "--config", str(conf)], environ=env) == 2
+    conf.write_text("placement:\n  stopat: 3\n")
+    with pytest.raises(ConfigError, match=r"placement\.stopat: unknown key \(known: "):
+        from kvspread.cli import build_parser
+        from simulator.cli import _placement_settings
+
+        args = build_parser({}).parse_args(["simulate", "placement", "--config", str(conf)])
+        _placement_settings(args, {})
 
 
 def test_parsers() -> None:

@@ -54,10 +54,17 @@ def test_yaml_mapping_overrides_by_path() -> None:
     ("data", "message"),
     [
         ({"cost": {"prefil_tok_s": 1}}, "cost.prefil_tok_s: unknown key"),
-        ({"cost": {"prefill_tok_s": "fast"}}, "cost.prefill_tok_s: 'fast': expected a number"),
-        ({"cost": {"block_tokens": 16.5}}, "cost.block_tokens: 16.5: expected an integer"),
-        ({"services": {"chat": {"model": "gpt-5"}}}, "services.chat.model: 'gpt-5'"),
-        ({"services": {"chat": {"qos": "gold"}}}, "services.chat.qos: 'gold'"),
+        ({"cost": {"prefill_tok_s": "fast"}}, "cost.prefill_tok_s: expected a number, got 'fast'"),
+        ({"cost": {"block_tokens": 16.5}}, "cost.block_tokens: expected an integer, got 16.5"),
+        (
+            {"services": {"chat": {"model": "gpt-5"}}},
+            "services.chat.model: expected a model of models "
+            "(llama-3-8b, qwen2-vl-7b, qwen2-vl-7b-32k), got 'gpt-5'",
+        ),
+        (
+            {"services": {"chat": {"qos": "gold"}}},
+            "services.chat.qos: expected realtime, batch or best-effort, got 'gold'",
+        ),
         ({"services": {"chat": {"min_replicas": 9}}}, "services.chat.min_replicas"),
         (
             {"services": {"chat": {"metrics": [{"type": "Utilization"}]}}},
@@ -69,9 +76,12 @@ def test_yaml_mapping_overrides_by_path() -> None:
         ),
         ({"services": {"chat": {"gpu_memory_gib": 100}}}, "services.chat.gpu_memory_gib"),
         ({"services": {"chat": None}}, "kinds.text"),  # text share but no service
-        ({"arrivals": {"rate_rps": 0}}, "arrivals"),
-        ({"duration_s": -5}, "duration_s"),
-        ({"cluster": {"pools": "vision"}}, "cluster.pools: 'vision': expected a list"),
+        ({"arrivals": {"rate_rps": 0}}, "arrivals.rate_rps: expected a number > 0, got 0.0"),
+        ({"duration_s": -5}, "duration_s: expected a number > 0, got -5.0"),
+        ({"cluster": {"pools": "vision"}}, "cluster.pools: expected a list, got 'vision'"),
+        ({"cluster": {"nodes": 0}}, "cluster.nodes: expected an integer >= 1, got 0"),
+        ({"gpu": {"hbm_gib": 0}}, "gpu.hbm_gib: expected a number > 0, got 0.0"),
+        ({"cost": {"chunk_tokens": 0}}, "cost.chunk_tokens: expected an integer >= 1, got 0"),
         ([1, 2], "expected a mapping"),
     ],
 )
@@ -185,3 +195,37 @@ def test_public_names_exist() -> None:
 
     for name in pkg.__all__:
         assert hasattr(pkg, name)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "line"),
+    [
+        ("cluster:\n  nodes: 0\n", "cluster.nodes: expected an integer >= 1, got 0"),
+        ("gpu:\n  hbm_gib: -1\n", "gpu.hbm_gib: expected a number > 0, got -1.0"),
+        ("cost:\n  block_tokens: 0\n", "cost.block_tokens: expected an integer >= 1, got 0"),
+        ("arrivals:\n  cv: 0\n", "arrivals.cv: expected a number > 0, got 0.0"),
+        ("cluster:\n  pools: []\n", "cluster.pools: expected a non-empty list, got []"),
+        ("clutser: {}\n", "clutser: unknown key (known: arrivals, background, cluster,"),
+    ],
+)
+def test_bad_serving_config_is_one_line_without_a_repr(
+    tmp_path: Path, yaml_text: str, line: str
+) -> None:
+    """`kvspread simulate serving --config BAD` prints one line naming the file and key."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml_text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvspread", "simulate", "serving", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    err = proc.stderr.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert "Spec(" not in err and "Model(" not in err  # no dataclass repr
+    assert err.startswith(f"kvspread: configuration error: {bad}: {line}"), err
