@@ -118,7 +118,7 @@ def cpu_table(sizes: list[int], reps: int) -> None:
     from bench.extender_nodes import synthetic_pods
     from extender.config import ExtenderConfig
     from extender.run import build
-    from extender.wire import parse_args
+    from extender.wire import encode_filter, encode_prioritize, parse_args
 
     print()
     print("In-process CPU time per request (time.process_time, best of 3 x", reps, "calls):")
@@ -138,9 +138,14 @@ def cpu_table(sizes: list[int], reps: int) -> None:
             k = reps if names_only or n <= 500 else max(2, reps * 500 // n)
 
             fl = _best_cpu(lambda body=body: json.dumps(json.loads(body)), k)
-            for verb in ("filter", "prioritize"):
+            for verb, encode in (("filter", encode_filter), ("prioritize", encode_prioritize)):
                 call = getattr(ext, verb)
-                cpu = _best_cpu(lambda call=call, body=body: call(parse_args(body)), k)
+
+                def one(call=call, encode=encode, body=body) -> bytes:  # noqa: ANN001
+                    args = parse_args(body)
+                    return encode(args, call(args))
+
+                cpu = _best_cpu(one, k)
                 print(
                     f"| {n} | {mode} | {verb} | {cpu * 1e3:.2f} | {fl * 1e3:.2f} | {cpu / fl:.2f} |",
                     flush=True,

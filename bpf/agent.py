@@ -30,10 +30,7 @@ from bpf.node import (
     SignalInputs,
     build_signals,
     fit_signals,
-    fragmentation,
-    gpu_free_mib,
     image_token_share,
-    largest_free_extent,
 )
 from bpf.publish import patch_node_annotation, should_publish
 from bpf.server import CollectorServer
@@ -41,6 +38,8 @@ from bpf.state import CollectorState, EngineReading
 from bpf.tracker import ConnTracker, RequestRecord
 from kvspread import names
 from kvspread.clock import SYSTEM_CLOCK, Clock
+from kvspread.gpumem import free_mib, node_fragmentation_of
+from kvspread.kube import Reflector
 from kvspread.signals import NodeSignals
 
 __all__ = ["Agent"]
@@ -48,6 +47,30 @@ __all__ = ["Agent"]
 log = logging.getLogger("kvspread.collector")
 
 SERVICE_LABELS = ("app.kubernetes.io/name", "app")
+
+
+def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
+    """PodMeta from a raw v1 Pod (API JSON); None without a uid."""
+    md = obj.get("metadata")
+    md = md if isinstance(md, dict) else {}
+    uid = md.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return None
+    status = obj.get("status")
+    ip = status.get("podIP") if isinstance(status, dict) else None
+
+    def pairs(key: str) -> tuple[tuple[str, str], ...]:
+        m = md.get(key)
+        return tuple(sorted((str(k), str(v)) for k, v in m.items())) if isinstance(m, dict) else ()
+
+    return PodMeta(
+        uid=uid,
+        namespace=str(md.get("namespace") or ""),
+        name=str(md.get("name") or ""),
+        ip=ip if isinstance(ip, str) else "",
+        labels=pairs("labels"),
+        annotations=pairs("annotations"),
+    )
 
 
 class Agent:
@@ -72,7 +95,7 @@ class Agent:
         self._kube = kube_client
         self._probe_loader = probe_loader
         self._stop = threading.Event()
-        self._pods_wanted = threading.Event()
+        self._pod_reflector: Reflector | None = None
         self._threads: list[threading.Thread] = []
         self._reasons: dict[str, str] = {}
         self._started = False
@@ -125,7 +148,7 @@ class Agent:
         if self.config.standalone:
             self._source("kubernetes", False, "standalone mode: no Kubernetes API")
         else:
-            self._spawn("collector-pods", self._pods_loop)
+            self._spawn("collector-pods", self._pods_watcher().run)
         self._spawn("collector-signals", self._signals_loop)
 
     def _spawn(self, name: str, fn: Callable[[], None]) -> None:
@@ -141,7 +164,8 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
-        self._pods_wanted.set()
+        if self._pod_reflector is not None:
+            self._pod_reflector.stop()
         for t in self._threads:
             t.join(timeout=5)
         self.server.stop()
@@ -288,10 +312,7 @@ class Agent:
 
     def _pod_lookup(self, uid: str) -> PodMeta | None:
         with self._pods_lock:
-            meta = self._pods.get(uid)
-        if meta is None and not self.config.standalone:
-            self._pods_wanted.set()  # refresh soon; the attributor asks again later
-        return meta
+            return self._pods.get(uid)
 
     def _pod_by_ip(self, ip: str) -> PodMeta | None:
         if not ip:
@@ -302,44 +323,47 @@ class Agent:
                     return m
         return None
 
-    def refresh_pods(self) -> None:
-        from kubernetes import client
+    def _pods_watcher(self) -> Reflector:
+        """List+watch of this node's pods (`kvspread.kube.Reflector`): changes arrive as
+        watch events instead of a re-list every few seconds."""
+        if self._pod_reflector is None:
+            from kubernetes import client
 
-        if not self.config.node_name:
-            raise RuntimeError("node name unknown: set NODE_NAME (downward API) or --node-name")
-        core = client.CoreV1Api(self._api())
-        pods = core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self.config.node_name}", _request_timeout=15
-        )
-        table: dict[str, PodMeta] = {}
-        for p in pods.items:
-            md = p.metadata
-            table[md.uid] = PodMeta(
-                uid=md.uid,
-                namespace=md.namespace,
-                name=md.name,
-                ip=(p.status.pod_ip or "") if p.status else "",
-                labels=tuple(sorted((md.labels or {}).items())),
-                annotations=tuple(sorted((md.annotations or {}).items())),
+            if not self.config.node_name:
+                raise RuntimeError("node name unknown: set NODE_NAME (downward API) or --node-name")
+            core = client.CoreV1Api(self._api())
+            self._pod_reflector = Reflector(
+                "collector-pods",
+                core.list_pod_for_all_namespaces,
+                self._replace_pods,
+                self._pod_event,
+                field_selector=f"spec.nodeName={self.config.node_name}",
+                watch_timeout_s=max(1, int(self.config.pods.refresh_s)),
+                request_timeout_s=15.0,
+                on_error=lambda why: self._source("kubernetes", False, f"pod watch failed: {why}"),
             )
+        return self._pod_reflector
+
+    def refresh_pods(self) -> None:
+        """List this node's pods once (the watch keeps them current afterwards)."""
+        self._pods_watcher().list_once()
+
+    def _replace_pods(self, items: list[dict[str, Any]]) -> None:
+        table = {m.uid: m for m in map(_pod_meta, items) if m is not None}
         with self._pods_lock:
             self._pods = table
+        self._source("kubernetes", True)
 
-    def _pods_loop(self) -> None:
-        last = 0.0
-        while not self._stop.is_set():
-            try:
-                self.refresh_pods()
-                self._source("kubernetes", True)
-            except Exception as exc:  # noqa: BLE001 - API down, RBAC, no config
-                self._source("kubernetes", False, f"pod list failed: {exc}".splitlines()[0])
-            last = time.monotonic()
-            self._pods_wanted.wait(self.config.pods.refresh_s)
-            self._pods_wanted.clear()
-            # unknown-pid refreshes at most every 5 s
-            wait = 5.0 - (time.monotonic() - last)
-            if wait > 0 and self._stop.wait(wait):
-                return
+    def _pod_event(self, etype: str, obj: dict[str, Any]) -> None:
+        meta = _pod_meta(obj)
+        if meta is None:
+            return
+        with self._pods_lock:
+            if etype == "DELETED":
+                self._pods.pop(meta.uid, None)
+            else:
+                self._pods[meta.uid] = meta
+        self._source("kubernetes", True)
 
     # --- engines ----------------------------------------------------------------------
     def engine_targets(self) -> list[EngineTarget]:
@@ -501,9 +525,8 @@ class Agent:
         )
         sig, _ = fit_signals(sig)
         if gpus is not None:
-            free = [gpu_free_mib(g.mem_total / MIB, g.mem_used / MIB) for g in gpus]
-            st.fragmentation = fragmentation(free)
-            st.largest_free_mib = largest_free_extent(free)
+            free = free_mib([g.mem_total / MIB for g in gpus], [g.mem_used / MIB for g in gpus])
+            st.fragmentation, st.largest_free_mib = node_fragmentation_of(free.tolist())
         else:
             st.fragmentation = st.largest_free_mib = None
         st.gpu_pods = gpu_pods

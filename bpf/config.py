@@ -181,7 +181,8 @@ class PodsConfig:
     """Lookups of the pods on this node (YAML `pods:`)."""
 
     refresh_s: float = 30.0
-    """Seconds between re-lists of this node's pods (annotated engines, attribution)."""
+    """Longest a watch of this node's pods runs before it is renewed, seconds (the pods are
+    listed once, then followed by watch events)."""
 
     def validate(self) -> None:
         _at_least("refresh_s", self.refresh_s, 1.0)

@@ -2,8 +2,9 @@
 
 Pure: `build_signals` takes what the sources measured and returns the
 `kvspread.signals.NodeSignals` document; a source that is absent leaves its fields
-out and is named in `absent`. The formulas (rho, largest free extent, load weight) are
-small functions with the definition in their docstring.
+out and is named in `absent`. The collector publishes measurements; free memory and rho
+come from `kvspread.gpumem` (shared with the extender), and scoring them (the load weight
+of docs/design.md section 4) is the extender's job (extender/scoring.py).
 """
 
 from __future__ import annotations
@@ -17,62 +18,13 @@ from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 
 __all__ = [
     "MIB",
-    "LoadWeights",
     "SignalInputs",
-    "gpu_free_mib",
-    "fragmentation",
-    "largest_free_extent",
-    "load_weight",
     "image_token_share",
     "build_signals",
     "fit_signals",
 ]
 
 MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class LoadWeights:
-    """load = mem * mem_used/mem_total + streams * active/max_streams
-    + image * image_tokens/(total_tokens + 1) (docs/design.md section 4; defaults 0.4/0.3/0.3)."""
-
-    mem: float = 0.4
-    streams: float = 0.3
-    image: float = 0.3
-    max_streams: int = 256
-
-
-def gpu_free_mib(total_mib: float, used_mib: float, allocated_mib: float = 0.0) -> float:
-    """free_g = total_g - max(used_g, allocated_g), never below 0."""
-    return max(0.0, total_mib - max(used_mib, allocated_mib))
-
-
-def fragmentation(free_mib: Sequence[float]) -> float:
-    """rho = 1 - max_g(free_g) / sum_g(free_g); 0 when all free memory sits on one GPU
-    and 0 when nothing is free."""
-    total = sum(free_mib)
-    if total <= 0:
-        return 0.0
-    return 1.0 - max(free_mib) / total
-
-
-def largest_free_extent(free_mib: Sequence[float]) -> float:
-    """max_g(free_g): the most memory one new single-GPU instance could get."""
-    return max(free_mib) if free_mib else 0.0
-
-
-def load_weight(
-    mem_used: float,
-    mem_total: float,
-    active_streams: float,
-    image_tokens: float,
-    total_tokens: float,
-    w: LoadWeights = LoadWeights(),
-) -> float:
-    """The load weight of docs/design.md section 4; lower is better."""
-    mem = mem_used / mem_total if mem_total > 0 else 0.0
-    streams = min(1.0, active_streams / w.max_streams) if w.max_streams > 0 else 0.0
-    return w.mem * mem + w.streams * streams + w.image * image_tokens / (total_tokens + 1)
 
 
 def image_token_share(

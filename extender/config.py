@@ -71,6 +71,8 @@ __all__ = [
     "KubernetesConfig",
     "LedgerConfig",
     "ExplainConfig",
+    "SignalsConfig",
+    "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_LEDGER_TTL_S",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
@@ -349,6 +351,10 @@ DEFAULT_LEDGER_TTL_S: Final = 30.0
 kube-scheduler to bind and the pod watch to deliver it (normally well under a second; 30 s
 covers a slow API server), short enough that a pod placed elsewhere does not hold phantom
 memory for long."""
+DEFAULT_MAX_BODY_BYTES: Final = 256 * 1024 * 1024
+"""Largest request body accepted (413 above): a full NodeList of 15,000 nodes at up to
+~17 KiB per node (the kubelet's 50 image entries, conditions, labels and the <= 4 KiB
+kvspread.io/signals annotation) is ~250 MiB. Names-only requests are a few hundred KiB."""
 DEFAULT_EXPLAIN_PODS: Final = 256
 """Decisions kept for /debug/explain (least recently decided pods are dropped)."""
 
@@ -375,6 +381,9 @@ class ServerConfig:
     """URL path of the filter verb (the scheduler's `filterVerb`)."""
     prioritize_verb: str = "prioritize"
     """URL path of the prioritize verb (the scheduler's `prioritizeVerb`)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Larger request bodies get 413, refused from Content-Length or while streaming
+    (never buffered whole); default 256 MiB, a full NodeList of 15,000 nodes."""
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -396,6 +405,7 @@ class ServerConfig:
                 raise invalid(key, "a URL path segment like 'filter'", verb)
         if self.filter_verb == self.prioritize_verb:
             raise invalid("prioritize_verb", "a verb other than filter_verb", self.prioritize_verb)
+        _positive("max_body_bytes", self.max_body_bytes)
 
 
 @dataclass(frozen=True)
@@ -446,6 +456,19 @@ class ExplainConfig:
 
 
 @dataclass(frozen=True)
+class SignalsConfig:
+    """How the extender treats nodes whose signals are old (YAML `signals:`)."""
+
+    exclude_after_s: float | None = None
+    """Signals older than this fail the filter for GPU pods (the reason names the age);
+    unset (default): such nodes pass and rank below every fresh node the pod fits on."""
+
+    def validate(self) -> None:
+        if self.exclude_after_s is not None:
+            _positive("exclude_after_s", self.exclude_after_s)
+
+
+@dataclass(frozen=True)
 class ExtenderConfig:
     """The whole `kvspread extender serve` configuration: one field per YAML section."""
 
@@ -457,6 +480,8 @@ class ExtenderConfig:
     """Placements not yet seen bound."""
     explain: ExplainConfig = ExplainConfig()
     """The debug endpoint."""
+    signals: SignalsConfig = SignalsConfig()
+    """Old signals: rank last (default) or fail the filter past an age."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     """Weights, thresholds and the shape prior of the scoring."""
 

@@ -8,20 +8,52 @@ missing monitoring never blocks scheduling. Pods that use no GPU always pass.
 Reasons are written for a person reading `kubectl describe pod`, e.g.
 "kvspread: needs 2 GPUs with 24 GiB free each, node has 1 (largest free 10.5 GiB)".
 
-`check_fit` decides one node; `fit_batch` decides many at once (same rules, numpy).
+`fit_batch` decides many nodes at once (numpy); `check_fit` is its one-row form.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 
 from extender.batch import NodeBatch
 from extender.config import ScoringConfig
-from extender.model import GpuState, NodeState, PodShape
+from extender.model import NodeState, PodShape
 
-__all__ = ["FitResult", "check_fit", "fit_batch", "gpu_qualifies", "format_mib", "fit_reason"]
+__all__ = [
+    "FilterReason",
+    "Failure",
+    "FitResult",
+    "check_fit",
+    "fit_batch",
+    "qualifying_gpus",
+    "exclude_stale",
+    "format_mib",
+    "fit_reason",
+]
+
+
+class FilterReason(StrEnum):
+    """Why the filter failed a node; the value is the `reason` label of the metric."""
+
+    GPU_MEMORY = "gpu_memory"
+    """Not enough GPUs with the pod's memory free (or idle, for whole-GPU pods)."""
+    CPU = "cpu"
+    """Not enough free CPU (where CPU is tracked)."""
+    INVALID_POD = "invalid_pod"
+    """The pod's own kvspread labels or annotations are invalid (every node fails)."""
+    STALE_SIGNALS = "stale_signals"
+    """The node's signals are older than `signals.exclude_after_s` (GPU pods only)."""
+
+
+class Failure(NamedTuple):
+    """One failed node: the kind (for metrics) and the message (for kubectl describe)."""
+
+    reason: FilterReason
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +68,6 @@ def format_mib(mib: float) -> str:
         gib = mib / 1024
         return f"{gib:.0f} GiB" if abs(gib - round(gib)) < 0.05 else f"{gib:.1f} GiB"
     return f"{mib:.0f} MiB"
-
-
-def gpu_qualifies(gpu: GpuState, pod: PodShape, cfg: ScoringConfig) -> bool:
-    """True when one of the pod's instances' GPUs fits on `gpu`."""
-    if pod.mem_per_gpu_mib is None:
-        return gpu.is_idle(cfg.idle_used_fraction)
-    return gpu.free_mib >= pod.mem_per_gpu_mib
 
 
 def _need_text(pod: PodShape) -> str:
@@ -66,16 +91,35 @@ def fit_reason(
 
 
 def check_fit(pod: PodShape, node: NodeState, cfg: ScoringConfig) -> FitResult:
-    """Filter one node. Never raises for any NodeState/PodShape."""
-    if node.cpu_free_milli is not None and pod.cpu_milli > node.cpu_free_milli:
-        return FitResult(False, fit_reason(pod, 0, 0.0, cpu_short=node.cpu_free_milli))
-    if pod.gpus <= 0 or not node.fresh:
-        return FitResult(True)
-    qualifying = sum(1 for g in node.gpus if gpu_qualifies(g, pod, cfg))
-    if qualifying >= pod.gpus:
-        return FitResult(True)
-    largest = max((g.free_mib for g in node.gpus), default=0.0)
-    return FitResult(False, fit_reason(pod, qualifying, largest))
+    """Filter one node (a one-row `fit_batch`). Never raises for any NodeState/PodShape."""
+    ok, failed = fit_batch(pod, NodeBatch.from_states([node]), cfg)
+    failure = failed.get(node.name)
+    return FitResult(bool(ok[0]), failure.message if failure else "")
+
+
+def exclude_stale(
+    pod: PodShape, batch: NodeBatch, now: float, limit_s: float | None
+) -> tuple[np.ndarray, dict[str, Failure]]:
+    """(N,) nodes to fail because their signals are older than `limit_s`, with reasons.
+
+    Only GPU pods, and only nodes whose signals have a known age (a stale document);
+    nodes without any document (no collector) are never excluded: they still rank below
+    every fresh node that fits (extender/scoring.py)."""
+    n = len(batch)
+    if limit_s is None or pod.gpus <= 0 or n == 0:
+        return np.zeros(n, dtype=bool), {}
+    age = now - batch.sig_ts
+    with np.errstate(invalid="ignore"):
+        old = ~batch.fresh & (age > limit_s)
+    failed = {
+        batch.names[i]: Failure(
+            FilterReason.STALE_SIGNALS,
+            f"kvspread: node signals are {age[i]:.0f}s old "
+            f"(signals.exclude_after_s is {limit_s:g}s): is the collector running?",
+        )
+        for i in np.flatnonzero(old)
+    }
+    return old, failed
 
 
 def qualifying_gpus(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -87,8 +131,8 @@ def qualifying_gpus(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.n
 
 def fit_batch(
     pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, *, reasons: bool = True
-) -> tuple[np.ndarray, dict[str, str]]:
-    """Filter many nodes: (N,) bool of passing nodes and {failed name: reason}."""
+) -> tuple[np.ndarray, dict[str, Failure]]:
+    """Filter many nodes: (N,) bool of passing nodes and {failed name: Failure}."""
     n = len(batch)
     cpu_ok = batch.cpu_free >= pod.cpu_milli
     if pod.gpus <= 0:
@@ -97,13 +141,15 @@ def fit_batch(
     else:
         qual_count = qualifying_gpus(pod, batch, cfg).sum(axis=1)
         ok = cpu_ok & (~batch.fresh | (qual_count >= pod.gpus))
-    failed: dict[str, str] = {}
+    failed: dict[str, Failure] = {}
     if reasons and not ok.all():
         largest = batch.free().max(axis=1) if n else np.zeros(0)
         for i in np.flatnonzero(~ok):
             name = batch.names[i]
             if not cpu_ok[i]:
-                failed[name] = fit_reason(pod, 0, 0.0, cpu_short=float(batch.cpu_free[i]))
+                msg = fit_reason(pod, 0, 0.0, cpu_short=float(batch.cpu_free[i]))
+                failed[name] = Failure(FilterReason.CPU, msg)
             else:
-                failed[name] = fit_reason(pod, int(qual_count[i]), float(largest[i]))
+                msg = fit_reason(pod, int(qual_count[i]), float(largest[i]))
+                failed[name] = Failure(FilterReason.GPU_MEMORY, msg)
     return ok, failed

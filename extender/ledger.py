@@ -5,7 +5,9 @@ shows up bound in the pod cache (and its memory in the node's signals), the node
 emptier than it is. Without a memory of its own decisions, a burst of pods would all
 pile onto the same best node. An entry holds the pod's shape and the GPU slots it would
 take; it ends when the pod is seen bound (anywhere), when the pod is deleted, or after
-`ttl_s` (the pod went elsewhere, or was never bound).
+`ttl_s` (the pod went elsewhere, or was never bound). A pod's own entry never counts
+against it (`on_node(..., exclude=)`): a scheduler retry re-scores the pod as if its
+earlier pick had not happened, so the ranking is the same every time.
 
 Thread-safe (one lock); time comes from an injected clock.
 """
@@ -19,18 +21,29 @@ from extender.config import DEFAULT_LEDGER_TTL_S
 from extender.model import PodShape
 from kvspread.clock import Clock
 
-__all__ = ["Placement", "Ledger", "DEFAULT_LEDGER_TTL_S"]
+__all__ = ["Placement", "PodRef", "Ledger", "DEFAULT_LEDGER_TTL_S"]
+
+
+PodRef = tuple[str, str]
+"""(namespace/name, UID) of the pod being decided; its own entries never count against it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """One recent placement: `pod` ("ns/name") onto `node`, GPU slots `gpus`."""
+    """One recent placement: `pod` ("ns/name", UID `uid` when known) onto `node`, GPU
+    slots `gpus`."""
 
     pod: str
     node: str
     shape: PodShape
     gpus: tuple[int, ...]
     at: float  # monotonic seconds
+    uid: str = ""
+
+    def belongs_to(self, pod: PodRef) -> bool:
+        """True when this entry is `pod`'s own (same namespace/name, or same UID)."""
+        key, uid = pod
+        return self.pod == key or (bool(uid) and self.uid == uid)
 
 
 class Ledger:
@@ -44,14 +57,16 @@ class Ledger:
         self._lock = threading.Lock()
         self._by_pod: dict[str, Placement] = {}
 
-    def record(self, pod: str, node: str, shape: PodShape, gpus: tuple[int, ...]) -> set[str]:
+    def record(
+        self, pod: str, node: str, shape: PodShape, gpus: tuple[int, ...], uid: str = ""
+    ) -> set[str]:
         """Remember a placement; returns the nodes whose view changed (old and new)."""
         with self._lock:
             changed = self._expire_locked()
             old = self._by_pod.get(pod)
             if old is not None:
                 changed.add(old.node)
-            self._by_pod[pod] = Placement(pod, node, shape, gpus, self._clock.monotonic())
+            self._by_pod[pod] = Placement(pod, node, shape, gpus, self._clock.monotonic(), uid)
             changed.add(node)
             return changed
 
@@ -71,14 +86,27 @@ class Ledger:
         old = [k for k, p in self._by_pod.items() if p.at <= cutoff]
         return {self._by_pod.pop(k).node for k in old}
 
-    def on_node(self, node: str) -> list[Placement]:
-        """Live entries on `node`, oldest first (entries past the TTL are not returned)."""
+    def on_node(self, node: str, exclude: PodRef | None = None) -> list[Placement]:
+        """Live entries on `node`, oldest first (entries past the TTL are not returned),
+        without the entries of the pod `exclude`."""
         cutoff = self._clock.monotonic() - self._ttl
         with self._lock:
             return sorted(
-                (p for p in self._by_pod.values() if p.node == node and p.at > cutoff),
+                (
+                    p
+                    for p in self._by_pod.values()
+                    if p.node == node
+                    and p.at > cutoff
+                    and not (exclude is not None and p.belongs_to(exclude))
+                ),
                 key=lambda p: p.at,
             )
+
+    def nodes_of(self, pod: PodRef) -> set[str]:
+        """Nodes holding a live entry of `pod` (its own earlier picks)."""
+        cutoff = self._clock.monotonic() - self._ttl
+        with self._lock:
+            return {p.node for p in self._by_pod.values() if p.at > cutoff and p.belongs_to(pod)}
 
     def __len__(self) -> int:
         with self._lock:

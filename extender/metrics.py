@@ -66,6 +66,10 @@ class ExtenderMetrics:
     def __init__(self, terms: tuple[str, ...]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+
+        def counter(m: names.MetricDescriptor, label: str) -> Counter:
+            return Counter(m.prometheus, m.help, [label], registry=r)
+
         self.requests = Counter(
             names.EXTENDER_REQUESTS.prometheus,
             names.EXTENDER_REQUESTS.help,
@@ -79,30 +83,16 @@ class ExtenderMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.filter_failures = Counter(
-            names.EXTENDER_FILTER_FAILURES.prometheus,
-            names.EXTENDER_FILTER_FAILURES.help,
-            ["reason"],
-            registry=r,
-        )
-        self.signals = Counter(
-            names.EXTENDER_SIGNALS.prometheus,
-            names.EXTENDER_SIGNALS.help,
-            ["state"],
-            registry=r,
-        )
+        self.filter_failures = counter(names.EXTENDER_FILTER_FAILURES, "reason")
+        self.signals = counter(names.EXTENDER_SIGNALS, "state")
         self.cache_synced = Gauge(
             names.EXTENDER_CACHE_SYNCED.prometheus,
             names.EXTENDER_CACHE_SYNCED.help,
             ["resource"],
             registry=r,
         )
-        self.decisions = Counter(
-            names.EXTENDER_DECISIONS.prometheus,
-            names.EXTENDER_DECISIONS.help,
-            ["outcome"],
-            registry=r,
-        )
+        self.filter_decisions = counter(names.EXTENDER_FILTER_DECISIONS, "outcome")
+        self.prioritize_decisions = counter(names.EXTENDER_PRIORITIZE_DECISIONS, "outcome")
         self.terms = _TermHistograms(terms)
         r.register(self.terms)
 

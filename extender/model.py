@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from kvspread.gpumem import free_mib
+
 __all__ = ["GpuState", "NodeState", "PodShape", "SIGNALS_FRESH", "SIGNAL_STATES"]
 
 SIGNALS_FRESH: Final = "fresh"
@@ -39,7 +41,7 @@ class GpuState:
 
     @property
     def free_mib(self) -> float:
-        return max(0.0, self.total_mib - max(self.used_mib, self.allocated_mib))
+        return float(free_mib(self.total_mib, self.used_mib, self.allocated_mib))
 
     def is_idle(self, idle_used_fraction: float) -> bool:
         """True when a whole-GPU instance can take this GPU: no claims, near-zero use."""

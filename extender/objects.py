@@ -89,7 +89,7 @@ def _gpu_count(value: Any, where: str) -> int:
 
 
 def _container_gpus(containers: Any, where: str) -> list[int]:
-    out = []
+    out: list[int] = []
     if not isinstance(containers, list):
         return out
     for n, c in enumerate(containers):

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI
 
-from extender.cache import Backoff, ClusterState, Reflector
+from extender.cache import ClusterState, NodeSource, StaticState
 from extender.config import ExtenderConfig
 from extender.ledger import Ledger
 from extender.server import create_app
 from extender.service import Extender
 from kvspread.clock import SYSTEM_CLOCK, Clock
+from kvspread.kube import Backoff, Reflector
 
 __all__ = ["Running", "build", "serve"]
 
@@ -34,11 +35,11 @@ class Running:
     cfg: ExtenderConfig
     extender: Extender
     app: FastAPI
-    state: ClusterState | None
+    state: NodeSource
     reflectors: list[Reflector] = field(default_factory=list)
 
     def ready(self) -> bool:
-        return self.state is None or self.state.ready
+        return self.state.ready
 
     def start(self) -> None:
         for r in self.reflectors:
@@ -52,7 +53,7 @@ class Running:
 def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
     """Assemble everything; the Kubernetes client is created only when not standalone."""
     ledger = Ledger(clock, cfg.ledger.ttl_s)
-    state: ClusterState | None = None
+    state: NodeSource = StaticState(cfg.scoring, ledger, clock)
     reflectors: list[Reflector] = []
     if not cfg.server.standalone:
         from kubernetes import client
@@ -60,33 +61,29 @@ def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
         from kvspread.kube import api_client
 
         api = client.CoreV1Api(api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server))
-        state = ClusterState(cfg.scoring, ledger, clock)
+        cluster = ClusterState(cfg.scoring, ledger, clock)
+        state = cluster
         reflectors = [
             Reflector(
                 "nodes",
                 api.list_node,
-                state.replace_nodes,
-                state.node_event,
+                cluster.replace_nodes,
+                cluster.node_event,
                 watch_timeout_s=cfg.kubernetes.watch_timeout_s,
                 backoff=Backoff(cfg.kubernetes.backoff_base_s, cfg.kubernetes.backoff_max_s),
             ),
             Reflector(
                 "pods",
                 api.list_pod_for_all_namespaces,
-                state.replace_pods,
-                state.pod_event,
+                cluster.replace_pods,
+                cluster.pod_event,
                 field_selector=POD_FIELD_SELECTOR,
                 watch_timeout_s=cfg.kubernetes.watch_timeout_s,
                 backoff=Backoff(cfg.kubernetes.backoff_base_s, cfg.kubernetes.backoff_max_s),
             ),
         ]
-    ext = Extender(cfg, clock, state, ledger)
-    cache = state
-
-    def ready() -> bool:
-        return cache is None or cache.ready
-
-    return Running(cfg, ext, create_app(ext, ready), state, reflectors)
+    ext = Extender(cfg, clock, state)
+    return Running(cfg, ext, create_app(ext, lambda: state.ready), state, reflectors)
 
 
 def serve(cfg: ExtenderConfig) -> int:

@@ -16,8 +16,8 @@ Stable API (the extender server and the simulator both call it)::
   `delta_f` (change of expected fragmentation in MiB, NaN where not computed), `rho`
   and `largest_free_mib`, `gpus_chosen` (GPU slots the pod would take) and `signals`.
 
-Terms (each in [0,1], higher is better; one pure scalar function per term below, and the
-same maths vectorised in `score_batch`):
+Terms (each in [0,1], higher is better; one vectorised pure function per term over a
+`NodeBatch` below, composed by `score_batch`; one node is a one-row batch):
 
     fragmentation  1 / (1 + exp(dF / D))     dF = F_n(after) - F_n(before), D = pod demand
     load           1 - load weight           (docs/design.md 4; GPU utilisation in its first part)
@@ -27,15 +27,19 @@ same maths vectorised in `score_batch`):
 
 A node without fresh signals gets 0.5 for fragmentation, load and qos (neutral) and is
 counted by the caller; spread and modality come from labels and pods and still apply.
+Such a node never wins against fresh data: while any node with fresh signals fits, every
+candidate without them ranks below every fresh one (`rank_tiers`); it stays a candidate (and passes the filter) for when no fresh node fits or the cluster runs
+no collectors at all.
 
 Normalisation (`cfg.normalisation`):
 - `absolute`: score = round(10 * value); a node's score depends on that node alone.
 - `candidates` (default): values of the nodes that fit are min-max scaled over the
   candidate set (best 10, worst 0) before rounding; when all are equal the absolute
   value is used. Nodes the pod cannot fit on get 0 and take no part in the scaling.
-  Before scaling, each candidate's value gets a stable per-node preference
-  (`node_preference`, at most STABLE_PREFERENCE_SHARE of the fragmentation weight), so that
-  candidates the terms cannot tell apart resolve the same way every time. Only the best
+  Before scaling, a stable per-node preference (`tie_break`) orders candidates that agree
+  on every term but fragmentation (within TIE_EPSILON) and whose fragmentation terms differ
+  by less than FRAGMENTATION_TIE, so they resolve the same way every time; it never
+  reorders candidates that differ in any other term. Only the best
   candidate(s) get 10: a node that merely rounds up to 10 gets 9, so the scheduler's random
   tie-break can never swap the extender's choice for a near miss. `value` and the terms
   stay as computed; `scaled` includes the preference.
@@ -59,9 +63,10 @@ import numpy as np
 
 from extender.batch import POOL_CODES, NodeBatch
 from extender.config import ScoringConfig, TermWeights
-from extender.fit import gpu_qualifies, qualifying_gpus
-from extender.model import SIGNAL_STATES, GpuState, NodeState, PodShape
+from extender.fit import qualifying_gpus
+from extender.model import SIGNAL_STATES, NodeState, PodShape
 from extender.shapes import Shapes
+from kvspread.gpumem import node_fragmentation
 
 __all__ = [
     "TERMS",
@@ -69,24 +74,28 @@ __all__ = [
     "TermValues",
     "NodeScore",
     "BatchScores",
-    "fragmentation_term",
     "node_preference",
-    "STABLE_PREFERENCE_SHARE",
+    "TIE_EPSILON",
+    "FRAGMENTATION_TIE",
+    "tie_break",
+    "candidate_gpus",
+    "expected_fragmentation",
+    "placement_delta",
+    "fragmentation_term",
     "load_term",
-    "busy_part",
     "spread_term",
     "modality_term",
     "qos_term",
-    "node_fragmentation",
-    "expected_fragmentation",
-    "placement_delta",
-    "device_plugin_candidates",
     "combine",
     "to_score",
     "explain",
     "score_nodes",
     "score_batch",
     "finish_scores",
+    "rank_tiers",
+    "TIER_SPREAD",
+    "TIER_NO_SIGNALS",
+    "SPREAD_SLACK",
     "MODALITY_AFFINITY",
 ]
 
@@ -94,18 +103,26 @@ TERMS = ("fragmentation", "load", "spread", "modality", "qos")
 NEUTRAL = 0.5
 """The value of a term that has nothing to say about a node (missing or stale signals)."""
 
-STABLE_PREFERENCE_SHARE = 0.1
-"""Weight of the stable per-node preference (`node_preference`) in candidate normalisation,
-as a share of the fragmentation weight.
+TIE_EPSILON = 1e-6
+"""Candidates whose load, spread, modality and qos terms all agree within this (and only
+they) count as tied apart from fragmentation; the stable per-node preference may order them
+(`tie_break`). It never reorders candidates that differ in any other term, however small
+the difference: a real difference in pool, load, replicas or latency always decides."""
 
-Why: many placements change the expected fragmentation equally (every empty node of a kind,
-every node with a whole GPU free), and kube-scheduler breaks ties at random, which scatters
-pods over empty nodes and leaves no node whole for large instances. A fixed preference order
-makes equal candidates resolve the same way every time (first-fit), so partial placements
-concentrate on the same nodes. The FGD paper's published numbers rely on exactly such an
-order (its simulator picks the first node by name among ties); on the Alibaba trace this share
-brings kvspread below FGD (docs/simulator.md). 0.1 is small enough that a real difference in
-fragmentation still decides."""
+FRAGMENTATION_TIE = 0.1
+"""Within a tie group (TIE_EPSILON), the preference may override fragmentation terms that
+differ by less than this (0.1 of the term's 0..1 range, i.e. 0.1 x the fragmentation weight
+share of the value: 0.035 with the default weights), never more.
+
+Why it exists: many placements change the expected fragmentation equally or nearly so
+(every empty node of a kind, every node with a whole GPU free), and kube-scheduler breaks
+ties at random, which scatters pods over empty nodes and leaves no node whole for large
+instances. A fixed order makes such candidates resolve the same way every time (first-fit),
+so partial placements concentrate on the same nodes; the FGD paper's published numbers rely
+on exactly such an order (its simulator picks the first node by name among ties). On the
+Alibaba trace a preference confined to exact ties (1e-4 of the value) gives 5.62 %
+unallocated GPUs, 0.01 gives 4.85 %, both worse than FGD's 4.69 %; with this share kvspread
+stays below FGD (docs/simulator.md)."""
 
 
 @lru_cache(maxsize=65536)
@@ -113,6 +130,18 @@ def node_preference(name: str) -> float:
     """Stable preference of a node in [0,1) from its name (CRC-32, the same in every
     process and on every restart, unlike Python's salted `hash`)."""
     return zlib.crc32(name.encode("utf-8")) / 2.0**32
+
+
+@lru_cache(maxsize=8)
+def _preferences(names: tuple[str, ...]) -> np.ndarray:
+    """`node_preference` of each name, kept for the last few node lists (kube-scheduler
+    sends the same list call after call)."""
+    return _ro(np.fromiter(map(node_preference, names), float, len(names)))
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 MODALITY_AFFINITY: Mapping[str, Mapping[str | None, float]] = {
@@ -158,292 +187,15 @@ class NodeScore:
     largest_free_mib: float
     gpus_chosen: tuple[int, ...]
     signals: str
+    tier: int = 0
+    """Rank tier (`rank_tiers`): TIER_NO_SIGNALS = fits without fresh signals, ranked below
+    every fresh node the pod fits on; TIER_SPREAD = over the replica-spread bound."""
+    signals_age_s: float = math.nan
+    tie_break: float = 0.0
+    """What the stable preference changed in `value` before scaling (`tie_break`)."""
 
 
-# --- scalar terms ----------------------------------------------------------------------
-
-
-def fragmentation_term(delta_f: float, demand_mib: float) -> float:
-    """Fragmentation term in (0,1) from dF, the change of expected fragmentation.
-
-    FGD (Weng et al., USENIX ATC'23; docs/design.md sections 4-5) places a pod where the
-    expected fragmentation F_n grows least. term = 1 / (1 + exp(dF / D)) with D the pod's
-    GPU-memory demand: 0.5 when dF = 0, towards 1 when the placement removes fragments,
-    towards 0 when it creates them; strictly decreasing in dF, so it keeps FGD's order.
-    """
-    if math.isnan(delta_f):
-        return NEUTRAL
-    d = demand_mib if demand_mib > 0 else 1.0
-    x = delta_f / d
-    if x > 50:
-        return 0.0
-    if x < -50:
-        return 1.0
-    return 1.0 / (1.0 + math.exp(x))
-
-
-def busy_part(mem_frac: float | None, util: float | None, cfg: ScoringConfig) -> float | None:
-    """The load's first part: memory in use, and GPU utilisation where measured.
-
-    (1 - s) mem_used/mem_total + s util with s = `cfg.util_share`; memory alone without a
-    utilisation reading (docs/design.md section 4's original part), utilisation alone without a
-    memory reading; None when neither was measured.
-    """
-    if util is None:
-        return mem_frac
-    u = min(1.0, max(0.0, util))
-    if mem_frac is None:
-        return u
-    return (1.0 - cfg.util_share) * mem_frac + cfg.util_share * u
-
-
-def load_term(
-    mem_used_mib: float | None,
-    mem_total_mib: float | None,
-    streams: float | None,
-    image_token_share: float | None,
-    cfg: ScoringConfig,
-    util: float | None = None,
-) -> float:
-    """1 - load, load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share.
-
-    busy = `busy_part`: mem_used/mem_total (docs/design.md section 4), with the node's mean GPU
-    utilisation `util` folded in where the collector measured it. Weights from
-    `cfg.load_weights`. A part that was not measured is left out and the remaining weights
-    renormalised (never zero-filled); nothing measured gives the neutral 0.5.
-    """
-    lw = cfg.load_weights
-    parts: list[tuple[float, float]] = []
-    mem_frac = None
-    if mem_used_mib is not None and mem_total_mib:
-        mem_frac = min(1.0, max(0.0, mem_used_mib / mem_total_mib))
-    busy = busy_part(mem_frac, util, cfg)
-    if busy is not None:
-        parts.append((lw.memory, busy))
-    if streams is not None:
-        parts.append((lw.streams, min(1.0, max(0.0, streams / cfg.max_streams))))
-    if image_token_share is not None:
-        parts.append((lw.image, min(1.0, max(0.0, image_token_share))))
-    wsum = sum(w for w, _ in parts)
-    if wsum <= 0:
-        return NEUTRAL
-    return 1.0 - sum(w * v for w, v in parts) / wsum
-
-
-def spread_term(replicas: float, rho: float, cfg: ScoringConfig) -> float:
-    """1 - repulsion: fewer replicas of the same model on the node score higher.
-
-    repulsion = r / (r + 1) for r replicas already there (bound or recently placed),
-    multiplied by 1 + 2 rho when the node's fragmentation rho exceeds 0.35 (docs/design.md
-    section 5; slope and threshold from cfg): a fragmented node holding a replica is
-    a worse place for another. Clipped to [0,1].
-    """
-    if replicas <= 0:
-        return 1.0
-    rep = replicas / (replicas + 1.0)
-    if rho > cfg.rho_threshold:
-        rep *= 1.0 + cfg.rho_repulsion * rho
-    return max(0.0, min(1.0, 1.0 - rep))
-
-
-def modality_term(modality: str, pool: str | None, nvlink: bool) -> float:
-    """Affinity of the pod's modality to the node's pool (`MODALITY_AFFINITY`).
-
-    Multi-image pods give 30 % of the term to NVLink (docs/design.md section 5). An unknown
-    modality or pool is neutral.
-    """
-    table = MODALITY_AFFINITY.get(modality)
-    if table is None:
-        return NEUTRAL
-    base = table.get(pool if pool in POOL_CODES else None, NEUTRAL)
-    if modality == "multi-image":
-        return (1 - MULTI_IMAGE_NVLINK_SHARE) * base + MULTI_IMAGE_NVLINK_SHARE * float(nvlink)
-    return base
-
-
-def qos_term(
-    qos: str | None, p95_s: float | None, streams: float | None, cfg: ScoringConfig
-) -> float:
-    """Realtime pods prefer nodes with lower p95 latency and fewer streams.
-
-    realtime: mean of (1 - min(1, p95 / qos_p95_ceiling_s)) and (1 - min(1, streams /
-    max_streams)) over the parts measured (docs/design.md section 5). Batch and best-effort
-    pods, and nodes with neither measurement, get the neutral 0.5.
-    """
-    if qos != "realtime":
-        return NEUTRAL
-    parts = []
-    if p95_s is not None:
-        parts.append(1.0 - min(1.0, max(0.0, p95_s / cfg.qos_p95_ceiling_s)))
-    if streams is not None:
-        parts.append(1.0 - min(1.0, max(0.0, streams / cfg.max_streams)))
-    return sum(parts) / len(parts) if parts else NEUTRAL
-
-
-def node_fragmentation(free_mib: Sequence[float]) -> tuple[float, float]:
-    """(rho, largest free extent): rho = 1 - max_g free_g / sum_g free_g (docs/design.md 4).
-
-    0 when all free memory sits on one GPU, and 0 when nothing is free.
-    """
-    total = float(sum(free_mib))
-    if total <= 0:
-        return 0.0, 0.0
-    largest = float(max(free_mib))
-    return 1.0 - largest / total, largest
-
-
-def _shape_qualifies(gpu_free: float, gpu_idle: bool, need: float | None) -> bool:
-    return gpu_idle if need is None else gpu_free >= need
-
-
-def expected_fragmentation(
-    gpus: Sequence[GpuState],
-    shapes: Shapes,
-    cfg: ScoringConfig,
-    cpu_free_milli: float | None = None,
-) -> float:
-    """F_n = sum_m p_m F_n(m) (FGD; docs/design.md section 4), in MiB.
-
-    F_n(m) = sum of free_g over GPUs that cannot take one GPU of shape m (free_g < g_m;
-    for whole-GPU shapes: GPUs that are not idle) when m fits on the node (k_m such GPUs,
-    and CPU where tracked), else the sum of all free_g.
-    """
-    free = [g.free_mib for g in gpus]
-    idle = [g.is_idle(cfg.idle_used_fraction) for g in gpus]
-    cpu = math.inf if cpu_free_milli is None else cpu_free_milli
-    return _expected_fragmentation(free, idle, cpu, shapes)
-
-
-def _expected_fragmentation(
-    free: Sequence[float], idle: Sequence[bool], cpu: float, shapes: Shapes
-) -> float:
-    all_free = sum(free)
-    out = 0.0
-    for s in shapes.items:
-        qual = [_shape_qualifies(f, i, s.mem_per_gpu_mib) for f, i in zip(free, idle, strict=True)]
-        fits = sum(qual) >= s.gpus and cpu >= s.cpu_milli
-        fm = sum(f for f, q in zip(free, qual, strict=True) if not q) if fits else all_free
-        out += s.p * fm
-    return out
-
-
-def device_plugin_candidates(
-    gpus: Sequence[GpuState], pod: PodShape, cfg: ScoringConfig
-) -> list[int] | None:
-    """The GPUs the device plugin may give a one-GPU pod (`gpu_assignment: fewest-pods`):
-    those with the fewest pods. None where this does not apply (`scored`, a pod of other
-    than one GPU, pod counts not tracked); then the scoring picks the slot itself."""
-    if cfg.gpu_assignment != "fewest-pods" or pod.gpus != 1 or not gpus:
-        return None
-    counts = [g.pods for g in gpus]
-    if any(c is None for c in counts):
-        return None
-    low = min(c for c in counts if c is not None)
-    return [j for j, c in enumerate(counts) if c == low]
-
-
-def placement_delta(
-    pod: PodShape, node: NodeState, shapes: Shapes, cfg: ScoringConfig
-) -> tuple[float, tuple[int, ...]]:
-    """(dF, GPUs chosen) for placing `pod` on `node`; (nan, ()) when it does not fit.
-
-    Where the device plugin picks the GPU (`device_plugin_candidates`), the pod fits only
-    when every GPU it may be given qualifies, and the choice below runs among those.
-    GPU choice: a one-GPU partial pod tries every qualifying GPU and keeps the one with
-    the smallest F after (FGD); otherwise the k qualifying GPUs with the least free
-    memory are taken (best fit), ties by index. Where the signals report GPU utilisation,
-    a busy GPU costs `cfg.busy_gpu_penalty` x util x demand on top (in MiB, like F): an
-    instance added to a GPU that already computes slows every process on it (time-slicing),
-    so a busy GPU is taken only when it saves that much fragmentation.
-    """
-    free = [g.free_mib for g in node.gpus]
-    idle = [g.is_idle(cfg.idle_used_fraction) for g in node.gpus]
-    cpu = math.inf if node.cpu_free_milli is None else node.cpu_free_milli
-    if cpu < pod.cpu_milli:
-        return math.nan, ()
-    before = _expected_fragmentation(free, idle, cpu, shapes)
-    if pod.gpus <= 0:
-        return _expected_fragmentation(free, idle, cpu - pod.cpu_milli, shapes) - before, ()
-    qual = [i for i, g in enumerate(node.gpus) if gpu_qualifies(g, pod, cfg)]
-    cands = device_plugin_candidates(node.gpus, pod, cfg)
-    if cands is not None:
-        if any(j not in qual for j in cands):
-            return math.nan, ()
-        qual = cands
-    if len(qual) < pod.gpus:
-        return math.nan, ()
-    per_gpu = _demand(pod, [g.total_mib for g in node.gpus]) / max(1, pod.gpus)
-    busy = [
-        0.0 if g.util is None else cfg.busy_gpu_penalty * min(1.0, max(0.0, g.util)) * per_gpu
-        for g in node.gpus
-    ]
-
-    def after(chosen: Sequence[int]) -> float:
-        f2, i2 = list(free), list(idle)
-        for j in chosen:
-            f2[j] = 0.0 if pod.mem_per_gpu_mib is None else max(0.0, f2[j] - pod.mem_per_gpu_mib)
-            i2[j] = False
-        return _expected_fragmentation(f2, i2, cpu - pod.cpu_milli, shapes)
-
-    if pod.gpus == 1 and pod.mem_per_gpu_mib is not None:
-        best_j, best_f, best_cost = qual[0], math.inf, math.inf
-        for j in qual:
-            fa = after([j])
-            if fa + busy[j] < best_cost - 1e-9:
-                best_j, best_f, best_cost = j, fa, fa + busy[j]
-        return best_f - before, (best_j,)
-    chosen = tuple(sorted(sorted(qual, key=lambda j: (free[j] + busy[j], j))[: pod.gpus]))
-    return after(chosen) - before, chosen
-
-
-def _demand(pod: PodShape, gpu_totals: Sequence[float]) -> float:
-    if pod.mem_per_gpu_mib is not None:
-        return pod.gpus * pod.mem_per_gpu_mib
-    per = max(gpu_totals, default=0.0)
-    return max(1, pod.gpus) * per
-
-
-def combine(terms: TermValues, weights: TermWeights) -> float:
-    """Weighted mean of the terms, in [0,1] (weights need not sum to 1)."""
-    total = weights.total()
-    return (
-        weights.fragmentation * terms.fragmentation
-        + weights.load * terms.load
-        + weights.spread * terms.spread
-        + weights.modality * terms.modality
-        + weights.qos * terms.qos
-    ) / total
-
-
-def to_score(x: float) -> int:
-    """[0,1] -> integer 0..10, rounding half up (deterministic, no banker's rounding)."""
-    if not math.isfinite(x):
-        return 0
-    return max(0, min(10, int(math.floor(x * 10.0 + 0.5))))
-
-
-def explain(score: NodeScore) -> dict[str, Any]:
-    """JSON-ready breakdown of one node's decision (/debug/explain, the debug log)."""
-
-    def r(x: float) -> float | None:
-        return None if not math.isfinite(x) else round(x, 4)
-
-    return {
-        "node": score.name,
-        "score": score.score,
-        "value": r(score.value),
-        "scaled": r(score.scaled),
-        "fits": score.fits,
-        "signals": score.signals,
-        "terms": {k: r(v) for k, v in score.terms.as_dict().items()},
-        "delta_f_mib": r(score.delta_f),
-        "rho": r(score.rho),
-        "largest_free_mib": r(score.largest_free_mib),
-        "gpus_chosen": list(score.gpus_chosen),
-    }
-
-
-# --- vectorised scoring ----------------------------------------------------------------
+# --- BatchScores ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -465,6 +217,9 @@ class BatchScores:
     largest_free: np.ndarray
     chosen: np.ndarray  # (N, G) bool: GPU slots the pod would take
     codes: np.ndarray  # (N,) int8 index into SIGNAL_STATES
+    tier: np.ndarray  # (N,) int8 rank tier (`rank_tiers`): 0 ordinary, higher ranks below
+    tie_break: np.ndarray  # (N,) the stable preference added before scaling (`tie_break`)
+    age_s: np.ndarray  # (N,) age of the node's signals in seconds, NaN = unknown
 
     @property
     def signals(self) -> tuple[str, ...]:
@@ -478,22 +233,94 @@ class BatchScores:
             value=float(self.value[i]),
             scaled=float(self.scaled[i]),
             fits=bool(self.fits[i]),
-            terms=TermValues(
-                float(self.fragmentation[i]),
-                float(self.load[i]),
-                float(self.spread[i]),
-                float(self.modality[i]),
-                float(self.qos[i]),
-            ),
+            terms=TermValues(*(float(getattr(self, t)[i]) for t in TERMS)),
             delta_f=float(self.delta_f[i]),
             rho=float(self.rho[i]),
             largest_free_mib=float(self.largest_free[i]),
             gpus_chosen=tuple(int(j) for j in np.flatnonzero(self.chosen[i])),
             signals=SIGNAL_STATES[self.codes[i]],
+            tier=int(self.tier[i]),
+            tie_break=float(self.tie_break[i]),
+            signals_age_s=float(self.age_s[i]),
         )
 
     def nodes(self) -> list[NodeScore]:
         return [self.node(i) for i in range(len(self.names))]
+
+
+def explain(score: NodeScore) -> dict[str, Any]:
+    """JSON-ready breakdown of one node's decision (/debug/explain, the debug log)."""
+
+    def r(x: float) -> float | None:
+        return None if not math.isfinite(x) else round(x, 4)
+
+    return {
+        "node": score.name,
+        "score": score.score,
+        "value": r(score.value),
+        "scaled": r(score.scaled),
+        "fits": score.fits,
+        "signals": score.signals,
+        "terms": {k: r(v) for k, v in score.terms.as_dict().items()},
+        "delta_f_mib": r(score.delta_f),
+        "rho": r(score.rho),
+        "largest_free_mib": r(score.largest_free_mib),
+        "gpus_chosen": list(score.gpus_chosen),
+        "signals_age_s": r(score.signals_age_s),
+        "tie_break": None if not math.isfinite(score.tie_break) else round(score.tie_break, 7),
+        "note": _note(score),
+    }
+
+
+def _note(score: NodeScore) -> str | None:
+    """Why a node ranks where it does when the terms alone do not say it."""
+    if score.tier == TIER_NO_SIGNALS:
+        age = f", {score.signals_age_s:.0f} s old" if math.isfinite(score.signals_age_s) else ""
+        return (
+            f"signals {score.signals}{age}: ranked below every node with fresh signals "
+            "the pod fits on"
+        )
+    if score.tier == TIER_SPREAD:
+        return (
+            "holds SPREAD_SLACK or more replicas of the model above the least-loaded "
+            "candidate: ranked below the nodes holding fewer"
+        ).replace("SPREAD_SLACK", str(SPREAD_SLACK))
+    if score.fits and score.signals != SIGNAL_STATES[0]:
+        return f"signals {score.signals}: neutral terms (no node with fresh signals fits)"
+    return None
+
+
+# --- fit of the pod's GPUs ---------------------------------------------------------------
+
+
+def candidate_gpus(
+    pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, fits: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """((N, G) GPU slots the pod may take, (N,) nodes it fits on).
+
+    `fits` may pass a precomputed filter outcome (`fit_batch`); otherwise it is computed
+    with the same rules. Where the device plugin picks the GPU (`gpu_assignment:
+    fewest-pods`, a one-GPU pod, pod counts tracked), only the GPUs with the fewest pods
+    are candidates and the node fits only when every one of them qualifies.
+    """
+    fresh = batch.fresh
+    qual = qualifying_gpus(pod, batch, cfg) if pod.gpus > 0 else np.zeros_like(batch.valid)
+    if fits is None:
+        cpu_ok = batch.cpu_free >= pod.cpu_milli
+        fits = cpu_ok & (~fresh | (qual.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
+    if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and len(batch):
+        gp = batch.pods
+        tracked = ~np.isnan(gp)
+        known = fresh & batch.valid.any(axis=1) & (tracked | ~batch.valid).all(axis=1)
+        gp_v = np.where(batch.valid & tracked, gp, np.inf)
+        cand = batch.valid & (gp_v == gp_v.min(axis=1)[:, None])
+        dp_ok = ~(cand & ~qual).any(axis=1)
+        qual = np.where(known[:, None], qual & cand, qual)
+        fits = fits & (~known | dp_ok)
+    return qual, fits
+
+
+# --- fragmentation -----------------------------------------------------------------------
 
 
 def _qual_shapes(free: np.ndarray, idle: np.ndarray, shapes: Shapes) -> np.ndarray:
@@ -518,28 +345,31 @@ def _frag_vec(free: np.ndarray, idle: np.ndarray, cpu: np.ndarray, shapes: Shape
     return shapes.p @ np.where(fits, all_free[None, :] - qsum, all_free[None, :])
 
 
-def _delta_batch(
+def expected_fragmentation(batch: NodeBatch, shapes: Shapes, cfg: ScoringConfig) -> np.ndarray:
+    """(N,) F_n = sum_m p_m F_n(m) (FGD; docs/design.md section 4), in MiB.
+
+    F_n(m) = sum of free_g over GPUs that cannot take one GPU of shape m (free_g < g_m;
+    for whole-GPU shapes: GPUs that are not idle) when m fits on the node (k_m such GPUs,
+    and CPU where tracked), else the sum of all free_g.
+    """
+    return _frag_vec(batch.free(), batch.idle(cfg.idle_used_fraction), batch.cpu_free, shapes)
+
+
+def _delta_rows(
     pod: PodShape,
     free: np.ndarray,
     idle: np.ndarray,
     qual_pod: np.ndarray,
-    ok: np.ndarray,
     cpu: np.ndarray,
     shapes: Shapes,
-    busy: np.ndarray | None = None,
+    busy: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(dF (N,), chosen (N, G)); NaN / no GPUs where the pod does not fit (ok False).
-
-    `busy` (N, G) is the MiB cost of each GPU's utilisation in the slot choice (see
-    `placement_delta`); None or zeros: fragmentation alone."""
-    if busy is None:
-        busy = np.zeros(free.shape)
+    """(dF (N,), chosen (N, G)) for rows where the pod fits (see `placement_delta`)."""
     n, g = free.shape
     cpu_after = cpu - pod.cpu_milli
     chosen = np.zeros((n, g), dtype=bool)
     if pod.gpus <= 0:
-        delta = _frag_vec(free, idle, cpu_after, shapes) - _frag_vec(free, idle, cpu, shapes)
-        return np.where(ok, delta, np.nan), chosen
+        return _frag_vec(free, idle, cpu_after, shapes) - _frag_vec(free, idle, cpu, shapes), chosen
     need = pod.mem_per_gpu_mib
     if pod.gpus == 1 and need is not None:
         # Try every qualifying GPU j; update F incrementally (only column j changes).
@@ -573,22 +403,205 @@ def _delta_batch(
             best = np.where(better, fa, best)
             best_cost = np.where(better, cost, best_cost)
             best_j = np.where(better, j, best_j)
-        rows = np.flatnonzero(ok)
-        chosen[rows, best_j[rows]] = True
-        return np.where(ok, best - before, np.nan), chosen
+        chosen[np.arange(n), best_j] = True
+        return best - before, chosen
     # k GPUs (whole, or partial on several): best fit, least free first, ties by index.
     key = np.where(qual_pod, free + busy, np.inf)
     order = np.argsort(key, axis=1, kind="stable")[:, : pod.gpus]
     np.put_along_axis(chosen, order, True, axis=1)
     chosen &= qual_pod
-    chosen[~ok] = False
     if need is None:
         free2 = np.where(chosen, 0.0, free)
     else:
         free2 = np.where(chosen, np.maximum(free - need, 0.0), free)
     idle2 = idle & ~chosen
     delta = _frag_vec(free2, idle2, cpu_after, shapes) - _frag_vec(free, idle, cpu, shapes)
-    return np.where(ok, delta, np.nan), chosen
+    return delta, chosen
+
+
+def _demand(pod: PodShape, batch: NodeBatch) -> np.ndarray:
+    """(N,) the pod's GPU-memory demand D in MiB (whole GPUs: the node's largest GPU)."""
+    if pod.mem_per_gpu_mib is not None:
+        return np.full(len(batch), max(1, pod.gpus) * pod.mem_per_gpu_mib)
+    return max(1, pod.gpus) * batch.total.max(axis=1, initial=0.0)
+
+
+def placement_delta(
+    pod: PodShape,
+    batch: NodeBatch,
+    qual: np.ndarray,
+    fits: np.ndarray,
+    cfg: ScoringConfig,
+    shapes: Shapes,
+) -> tuple[np.ndarray, np.ndarray]:
+    """((N,) dF, (N, G) GPUs chosen) for placing `pod` on each node; NaN and no GPUs where
+    it does not fit or the node has no fresh signals. `qual`/`fits` from `candidate_gpus`.
+
+    GPU choice: a one-GPU partial pod tries every candidate GPU and keeps the one with the
+    smallest F after (FGD); otherwise the k candidate GPUs with the least free memory are
+    taken (best fit), ties by index. Where the signals report GPU utilisation, a busy GPU
+    costs `cfg.busy_gpu_penalty` x util x demand per GPU on top (in MiB, like F): an
+    instance added to a GPU that already computes slows every process on it
+    (time-slicing), so a busy GPU is taken only when it saves that much fragmentation.
+    """
+    n = len(batch)
+    delta = np.full(n, np.nan)
+    chosen = np.zeros(batch.total.shape, dtype=bool)
+    can = fits & batch.fresh
+    if not can.any():
+        return delta, chosen
+    rows = np.flatnonzero(can)
+    per_gpu = _demand(pod, batch)[rows] / max(1, pod.gpus)
+    u = np.clip(np.nan_to_num(batch.util[rows], nan=0.0), 0.0, 1.0)
+    d_rows, c_rows = _delta_rows(
+        pod,
+        batch.free()[rows],
+        batch.idle(cfg.idle_used_fraction)[rows],
+        qual[rows],
+        batch.cpu_free[rows],
+        shapes,
+        cfg.busy_gpu_penalty * u * per_gpu[:, None],
+    )
+    delta[rows] = d_rows
+    chosen[rows] = c_rows
+    return delta, chosen
+
+
+# --- the five terms ----------------------------------------------------------------------
+
+
+def fragmentation_term(delta_f: np.ndarray, demand_mib: np.ndarray) -> np.ndarray:
+    """(N,) fragmentation term in (0,1) from dF, the change of expected fragmentation.
+
+    FGD (Weng et al., USENIX ATC'23; docs/design.md sections 4-5) places a pod where the
+    expected fragmentation F_n grows least. term = 1 / (1 + exp(dF / D)) with D the pod's
+    GPU-memory demand: 0.5 when dF = 0, towards 1 when the placement removes fragments,
+    towards 0 when it creates them; strictly decreasing in dF, so it keeps FGD's order.
+    NaN dF (not computed) is neutral.
+    """
+    d = np.where(demand_mib > 0, demand_mib, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.clip(delta_f / d, -50.0, 50.0)
+        return np.where(np.isnan(delta_f), NEUTRAL, 1.0 / (1.0 + np.exp(x)))
+
+
+def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.ndarray:
+    """(N,) weighted mean of the parts present (not NaN) per row; NaN where none is."""
+    num = np.zeros(n)
+    den = np.zeros(n)
+    for w, part in parts:
+        present = ~np.isnan(part)
+        num += np.where(present, w * np.nan_to_num(part), 0.0)
+        den += np.where(present, w, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
+    """(N,) 1 - load, load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share.
+
+    busy = (1 - s) mem_used/mem_total + s util (s = `cfg.util_share`): measured memory
+    (docs/design.md section 4) with the node's mean GPU utilisation folded in where the
+    collector measured it; either alone where only one is measured. Claims count in fit
+    and fragmentation through free = total - max(used, allocated); counting them here too
+    would turn load into "prefer the least-claimed node" and undo the packing. Weights
+    from `cfg.load_weights`. A part that was not measured is left out and the remaining
+    weights renormalised (never zero-filled); nothing measured, or no fresh signals,
+    gives the neutral 0.5.
+    """
+    n = len(batch)
+    fresh = batch.fresh
+    valid = batch.valid
+    tot = np.where(valid, batch.total, 0.0).sum(axis=1)
+    used = np.where(valid, batch.used, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mem = np.where(tot > 0, np.clip(used / np.where(tot > 0, tot, 1.0), 0, 1), np.nan)
+    u_valid = valid & ~np.isnan(batch.util)
+    u_count = u_valid.sum(axis=1)
+    u_mean = np.where(
+        u_count > 0,
+        np.clip(np.where(u_valid, batch.util, 0.0), 0, 1).sum(axis=1) / np.maximum(u_count, 1),
+        np.nan,
+    )
+    s = cfg.util_share
+    both = (1.0 - s) * mem + s * u_mean
+    busy = np.where(np.isnan(u_mean), mem, np.where(np.isnan(mem), u_mean, both))
+    lw = cfg.load_weights
+    load = _weighted_parts(
+        (
+            (lw.memory, np.where(fresh, busy, np.nan)),
+            (lw.streams, np.clip(batch.streams / cfg.max_streams, 0, 1)),
+            (lw.image, np.clip(batch.image_share, 0, 1)),
+        ),
+        n,
+    )
+    return np.where(fresh & ~np.isnan(load), 1.0 - load, NEUTRAL)
+
+
+def spread_term(replicas: np.ndarray, rho: np.ndarray, cfg: ScoringConfig) -> np.ndarray:
+    """(N,) 1 - repulsion: fewer replicas of the same model on the node score higher.
+
+    repulsion = r / (r + 1) for r replicas already there (bound or recently placed),
+    multiplied by 1 + 2 rho when the node's fragmentation rho exceeds 0.35 (docs/design.md
+    section 5; slope and threshold from cfg): a fragmented node holding a replica is
+    a worse place for another. Clipped to [0,1].
+    """
+    rep = replicas / (replicas + 1.0)
+    rep = np.where(rho > cfg.rho_threshold, rep * (1.0 + cfg.rho_repulsion * rho), rep)
+    return np.clip(1.0 - rep, 0.0, 1.0)
+
+
+def modality_term(pod: PodShape, batch: NodeBatch) -> np.ndarray:
+    """(N,) affinity of the pod's modality to each node's pool (`MODALITY_AFFINITY`).
+
+    Multi-image pods give 30 % of the term to NVLink (docs/design.md section 5). An unknown
+    modality or pool is neutral.
+    """
+    table = MODALITY_AFFINITY.get(pod.modality)
+    if table is None:
+        return np.full(len(batch), NEUTRAL)
+    lut = np.array(
+        [table.get(p, NEUTRAL) for p, _ in sorted(POOL_CODES.items(), key=lambda kv: kv[1])]
+    )
+    out = lut[batch.pool]
+    if pod.modality == "multi-image":
+        out = (1 - MULTI_IMAGE_NVLINK_SHARE) * out + MULTI_IMAGE_NVLINK_SHARE * batch.nvlink
+    return out
+
+
+def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
+    """(N,) realtime pods prefer nodes with lower p95 latency and fewer streams.
+
+    realtime: mean of (1 - min(1, p95 / qos_p95_ceiling_s)) and (1 - min(1, streams /
+    max_streams)) over the parts measured (docs/design.md section 5). Batch and best-effort
+    pods, and nodes with neither measurement or no fresh signals, get the neutral 0.5.
+    """
+    n = len(batch)
+    if pod.qos != "realtime":
+        return np.full(n, NEUTRAL)
+    qos = _weighted_parts(
+        (
+            (1.0, 1.0 - np.clip(batch.p95 / cfg.qos_p95_ceiling_s, 0, 1)),
+            (1.0, 1.0 - np.clip(batch.streams / cfg.max_streams, 0, 1)),
+        ),
+        n,
+    )
+    return np.where(batch.fresh & ~np.isnan(qos), qos, NEUTRAL)
+
+
+def combine(terms: Mapping[str, np.ndarray], weights: TermWeights) -> np.ndarray:
+    """(N,) weighted mean of the terms (weights need not sum to 1), clipped to [0,1]."""
+    value = sum(getattr(weights, t) * terms[t] for t in TERMS) / weights.total()
+    return np.clip(value, 0.0, 1.0)
+
+
+def to_score(scaled: np.ndarray) -> np.ndarray:
+    """[0,1] -> integer 0..10, rounding half up (deterministic, no banker's rounding)."""
+    x = np.where(np.isfinite(scaled), scaled, 0.0)
+    return np.clip(np.floor(x * 10.0 + 0.5), 0, 10).astype(np.int64)
+
+
+# --- composition -------------------------------------------------------------------------
 
 
 def score_batch(
@@ -598,177 +611,123 @@ def score_batch(
     shapes: Shapes,
     *,
     fits: np.ndarray | None = None,
+    now: float | None = None,
 ) -> BatchScores:
     """Score `pod` on every row of `batch` (see the module docstring).
 
     `fits` may pass a precomputed filter outcome (from `fit_batch`); otherwise it is
-    computed with the same rules.
+    computed with the same rules. `now` (wall seconds) gives the signals' age for explain.
     """
-    n = len(batch)
-    free = batch.free()
-    idle = batch.idle(cfg.idle_used_fraction)
-    fresh = batch.fresh
-    if n == 0:
-        z = np.zeros(0)
-        return BatchScores(
-            (),
-            np.zeros(0, dtype=np.int64),
-            z,
-            z,
-            np.zeros(0, bool),
-            z,
-            z,
-            z,
-            z,
-            z,
-            z,
-            z,
-            z,
-            np.zeros((0, free.shape[1]), bool),
-            np.zeros(0, np.int8),
-        )
-    qual_pod = qualifying_gpus(pod, batch, cfg) if pod.gpus > 0 else np.zeros_like(batch.valid)
-    if fits is None:
-        cpu_ok = batch.cpu_free >= pod.cpu_milli
-        fits = cpu_ok & (~fresh | (qual_pod.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
-    if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and batch.pods is not None:
-        # the device plugin's pick (see device_plugin_candidates): rows with pod counts
-        gp = batch.pods
-        tracked = ~np.isnan(gp)
-        known = fresh & batch.valid.any(axis=1) & (tracked | ~batch.valid).all(axis=1)
-        gp_v = np.where(batch.valid & tracked, gp, np.inf)
-        cand = batch.valid & (gp_v == gp_v.min(axis=1)[:, None])
-        dp_ok = ~(cand & ~qual_pod).any(axis=1)
-        qual_pod = np.where(known[:, None], qual_pod & cand, qual_pod)
-        fits = fits & (~known | dp_ok)
-    # fragmentation: only rows with fresh GPU state where the pod fits
-    can = fits & fresh
-    delta = np.full(n, np.nan)
-    chosen = np.zeros(free.shape, dtype=bool)
-    util = batch.util_or_nan()
-    if can.any():
-        rows = np.flatnonzero(can)
-        if pod.mem_per_gpu_mib is not None:
-            per_gpu = np.full(len(rows), pod.mem_per_gpu_mib)
-        else:
-            per_gpu = batch.total[rows].max(axis=1)
-        u = np.clip(np.nan_to_num(util[rows], nan=0.0), 0.0, 1.0)
-        d_rows, c_rows = _delta_batch(
-            pod,
-            free[rows],
-            idle[rows],
-            qual_pod[rows],
-            np.ones(len(rows), bool),
-            batch.cpu_free[rows],
-            shapes,
-            cfg.busy_gpu_penalty * u * per_gpu[:, None],
-        )
-        delta[rows] = d_rows
-        chosen[rows] = c_rows
-    if pod.mem_per_gpu_mib is not None:
-        demand = np.full(n, max(1, pod.gpus) * pod.mem_per_gpu_mib)
-    else:
-        demand = max(1, pod.gpus) * batch.total.max(axis=1)
-    demand = np.where(demand > 0, demand, 1.0)
-    with np.errstate(over="ignore", invalid="ignore"):
-        x = np.clip(delta / demand, -50.0, 50.0)
-        frag = np.where(np.isnan(delta), NEUTRAL, 1.0 / (1.0 + np.exp(x)))
-    frag = np.where(fits, frag, 0.0)
-    # rho and largest free extent
-    free_sum = free.sum(axis=1)
-    largest = free.max(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.where(free_sum > 0, 1.0 - largest / np.where(free_sum > 0, free_sum, 1.0), 0.0)
-    rho = np.where(fresh, rho, 0.0)
-    # load
-    lw = cfg.load_weights
-    tot = np.where(batch.valid, batch.total, 0.0).sum(axis=1)
-    # measured memory only (docs/design.md section 4: mem_used/mem_total): claims already count in
-    # fit and fragmentation through free = total - max(used, allocated); counting them here
-    # too would turn load into "prefer the least-claimed node" and undo the packing.
-    used = np.where(batch.valid, batch.used, 0.0).sum(axis=1)
-    mem_part = np.where(tot > 0, np.clip(used / np.where(tot > 0, tot, 1.0), 0, 1), np.nan)
-    mem_part = np.where(fresh, mem_part, np.nan)
-    # GPU utilisation (mean over the node's measured GPUs) folded into the first part
-    u_valid = batch.valid & ~np.isnan(util)
-    u_count = u_valid.sum(axis=1)
-    u_mean = np.where(
-        u_count > 0,
-        np.clip(np.where(u_valid, util, 0.0), 0, 1).sum(axis=1) / np.maximum(u_count, 1),
-        np.nan,
-    )
-    s_u = cfg.util_share
-    mem_part = np.where(
-        np.isnan(u_mean),
-        mem_part,
-        np.where(np.isnan(mem_part), u_mean, (1 - s_u) * mem_part + s_u * u_mean),
-    )
-    mem_part = np.where(fresh, mem_part, np.nan)
-    streams_part = np.clip(batch.streams / cfg.max_streams, 0, 1)
-    image_part = np.clip(batch.image_share, 0, 1)
-    num = np.zeros(n)
-    den = np.zeros(n)
-    for w, part in ((lw.memory, mem_part), (lw.streams, streams_part), (lw.image, image_part)):
-        present = ~np.isnan(part)
-        num += np.where(present, w * np.nan_to_num(part), 0.0)
-        den += np.where(present, w, 0.0)
-    load = np.where(den > 0, 1.0 - num / np.where(den > 0, den, 1.0), NEUTRAL)
-    load = np.where(fresh, load, NEUTRAL)
-    # spread
-    r = batch.replica_counts(pod.model)
-    rep = r / (r + 1.0)
-    rep = np.where(rho > cfg.rho_threshold, rep * (1.0 + cfg.rho_repulsion * rho), rep)
-    spread = np.clip(1.0 - rep, 0.0, 1.0)
-    # modality
-    table = MODALITY_AFFINITY.get(pod.modality)
-    if table is None:
-        modality = np.full(n, NEUTRAL)
-    else:
-        lut = np.array(
-            [table.get(p, NEUTRAL) for p, _ in sorted(POOL_CODES.items(), key=lambda kv: kv[1])]
-        )
-        modality = lut[batch.pool]
-        if pod.modality == "multi-image":
-            modality = (1 - MULTI_IMAGE_NVLINK_SHARE) * modality + (
-                MULTI_IMAGE_NVLINK_SHARE * batch.nvlink
-            )
-    # qos
-    if pod.qos == "realtime":
-        p_part = 1.0 - np.clip(batch.p95 / cfg.qos_p95_ceiling_s, 0, 1)
-        s_part = 1.0 - np.clip(batch.streams / cfg.max_streams, 0, 1)
-        cnt = (~np.isnan(p_part)).astype(float) + (~np.isnan(s_part)).astype(float)
-        sm = np.nan_to_num(p_part) + np.nan_to_num(s_part)
-        qos = np.where(cnt > 0, sm / np.where(cnt > 0, cnt, 1.0), NEUTRAL)
-        qos = np.where(fresh, qos, NEUTRAL)
-    else:
-        qos = np.full(n, NEUTRAL)
+    age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
+    qual, fits = candidate_gpus(pod, batch, cfg, fits)
+    delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
+    rho, largest = node_fragmentation(batch.free())
+    rho = np.where(batch.fresh, rho, 0.0)
+    terms_replicas = batch.replica_counts(pod.model)
+    terms = {
+        "fragmentation": np.where(fits, fragmentation_term(delta, _demand(pod, batch)), 0.0),
+        "load": load_term(batch, cfg),
+        "spread": spread_term(terms_replicas, rho, cfg),
+        "modality": modality_term(pod, batch),
+        "qos": qos_term(pod, batch, cfg),
+    }
+    value = combine(terms, cfg.weights)
+    replicas = terms_replicas if pod.model else None
+    tier = rank_tiers(fits, batch.fresh, replicas)
     w = cfg.weights
-    value = (
-        w.fragmentation * frag
-        + w.load * load
-        + w.spread * spread
-        + w.modality * modality
-        + w.qos * qos
-    ) / w.total()
-    value = np.clip(value, 0.0, 1.0)
-    scaled, score = finish_scores(value, fits, cfg, batch.names)
+    rest = value - w.fragmentation * terms["fragmentation"] / w.total()
+    scaled, score, tb = _finish(value, fits, cfg, batch.names, tier, rest)
     return BatchScores(
         names=batch.names,
         score=score,
         value=value,
         scaled=scaled,
         fits=fits,
-        fragmentation=frag,
-        load=load,
-        spread=spread,
-        modality=modality,
-        qos=qos,
         delta_f=delta,
         rho=rho,
-        largest_free=np.where(fresh, largest, np.nan),
+        largest_free=np.where(batch.fresh, largest, np.nan),
         chosen=chosen,
         codes=batch.codes,
+        tier=tier,
+        tie_break=tb,
+        age_s=age_s,
+        **terms,
     )
+
+
+TIER_SPREAD = 1
+"""Rank tier of a candidate holding SPREAD_SLACK or more replicas of the pod's model above
+the least-loaded candidate (see `rank_tiers`)."""
+TIER_NO_SIGNALS = 2
+"""Rank tier of a candidate without fresh signals while a node with fresh signals fits."""
+SPREAD_SLACK = 2
+"""A candidate holding r >= r_min + SPREAD_SLACK replicas of the pod's model (r_min: the
+fewest on any node the pod fits on) ranks below those holding fewer. Placing only where
+r <= r_min + 1 keeps every node at most r_min + 2 <= ceil(replicas / fitting nodes) + 1
+(if r_min reached replicas / nodes, the total would exceed the replicas), whatever the
+weights; below that bound fragmentation and the other terms decide as usual."""
+
+
+def tie_break(
+    value: np.ndarray,
+    fits: np.ndarray,
+    cfg: ScoringConfig,
+    names: Sequence[str] | None,
+    rest: np.ndarray | None = None,
+) -> np.ndarray:
+    """(N,) what the stable preference changes in each candidate's value before scaling.
+
+    Candidates are grouped by `rest` (the value without the fragmentation term; None: one
+    group) equal within TIE_EPSILON. Within a group they are ordered by value +
+    FRAGMENTATION_TIE x fragmentation share x `node_preference`, and each takes the value
+    at its place in that order: the group's values are permuted among its members, never
+    changed, so no candidate moves past one of another group, and the best value of the
+    request stays the best. Exact ties left over are ordered the same way (1e-9 x rank).
+    0 under `absolute` normalisation, without names, or when every value is the same."""
+    zero = np.zeros(len(value))
+    if cfg.normalisation == "absolute" or names is None or not fits.any():
+        return zero
+    c = np.flatnonzero(fits)
+    v = value[c]
+    if float(v.max()) - float(v.min()) <= 1e-9:
+        return zero
+    pref = _preferences(tuple(names))[c]
+    w = cfg.weights
+    key = v + FRAGMENTATION_TIE * (w.fragmentation / w.total()) * pref
+    if rest is None:
+        group = np.zeros(len(c), dtype=np.int64)
+    else:
+        group = np.floor(rest[c] / TIE_EPSILON + 0.5).astype(np.int64)
+    by_key = np.lexsort((-key, group))  # within each group: best key first
+    by_value = np.lexsort((-v, group))  # within each group: best value first
+    ranked = v.copy()
+    ranked[by_key] = v[by_value]
+    # exact ties left over (equal values) go by the same order, never by anything else
+    order = np.empty(len(c))
+    order[np.argsort(key, kind="stable")] = np.arange(len(c)) / len(c)
+    out = zero
+    out[c] = ranked - v + 1e-9 * order
+    return out
+
+
+def rank_tiers(
+    fits: np.ndarray, fresh: np.ndarray | None = None, replicas: np.ndarray | None = None
+) -> np.ndarray:
+    """(N,) int8 rank tier of each candidate; a lower tier always ranks above a higher one.
+
+    0: ordinary. TIER_SPREAD: over the replica-spread bound (`SPREAD_SLACK`; `replicas` is
+    the per-node count of the pod's model, None for a pod without a model). TIER_NO_SIGNALS:
+    no fresh signals (stale, missing, invalid) while at least one node with fresh signals
+    fits; such a node stays a candidate for when none does."""
+    tier = np.zeros(len(fits), dtype=np.int8)
+    if not fits.any():
+        return tier
+    if replicas is not None:
+        r_min = float(replicas[fits].min())
+        tier[fits & (replicas >= r_min + SPREAD_SLACK)] = TIER_SPREAD
+    if fresh is not None and (fits & fresh).any():
+        tier[fits & ~fresh] = TIER_NO_SIGNALS
+    return tier
 
 
 def finish_scores(
@@ -776,27 +735,49 @@ def finish_scores(
     fits: np.ndarray,
     cfg: ScoringConfig,
     names: Sequence[str] | None = None,
+    tier: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scaled, score): the last step of `score_batch`, from the nodes' weighted values to
     what the scheduler gets: `cfg.normalisation` over the nodes that fit (with the stable
     node preference when `names` are given and the values differ), then rounding to
-    integers 0..10 (half up), only the best candidate(s) keeping 10. Public so that a caller
-    holding values per node (the simulator caches them between pods) finishes exactly as
-    the extender does."""
-    ranked = value
-    if cfg.normalisation != "absolute" and names is not None and fits.any():
-        v = value[fits]
-        if float(v.max()) - float(v.min()) > 1e-9:
-            w = cfg.weights
-            share = STABLE_PREFERENCE_SHARE * w.fragmentation / w.total()
-            pref = np.fromiter(map(node_preference, names), float, len(value))
-            ranked = value + share * pref
+    integers 0..10 (half up), only the best candidate(s) keeping 10. With `tier`
+    (`rank_tiers`), only the best tier present is scaled; with k lower tiers present its
+    candidates get at least k and the lower tiers k-1 .. 0, best first (scaled 0). Public
+    so that a caller holding values per node (the simulator caches them between pods)
+    finishes exactly as the extender does."""
+    scaled, score, _ = _finish(value, fits, cfg, names, tier)
+    return scaled, score
+
+
+def _finish(
+    value: np.ndarray,
+    fits: np.ndarray,
+    cfg: ScoringConfig,
+    names: Sequence[str] | None,
+    tier: np.ndarray | None,
+    rest: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`finish_scores` plus the tie-break each node got."""
+    lower: list[int] = []
+    all_fits = fits
+    if tier is not None and fits.any():
+        present = [int(t) for t in np.unique(tier[fits])]
+        lower = present[1:]
+        if lower:
+            fits = fits & (tier == present[0])
+    tb = tie_break(value, fits, cfg, names, rest)
+    ranked = value + tb
     scaled = _normalise(ranked, fits, cfg)
-    score = np.clip(np.floor(scaled * 10.0 + 0.5), 0, 10).astype(np.int64)
+    score = to_score(scaled)
     if cfg.normalisation != "absolute" and fits.any():
         top = float(ranked[fits].max())
         score = np.where(fits & (ranked < top - 1e-12), np.minimum(score, 9), score)
-    return scaled, score
+    if lower and tier is not None:
+        k = len(lower)
+        score = np.where(fits, np.maximum(score, k), score)
+        for rank, t in enumerate(lower):
+            score = np.where(all_fits & (tier == t), k - 1 - rank, score)
+    return scaled, score, tb
 
 
 def _normalise(value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig) -> np.ndarray:

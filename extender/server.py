@@ -9,7 +9,9 @@
     GET  /readyz             200 after the first list of nodes and pods (always, standalone)
 
 Bodies are read raw and parsed by wire.py (no pydantic on the hot path). A body that is
-not an ExtenderArgs gets 400 with a JSON {"error": message}. Nothing the scheduler can
+not an ExtenderArgs gets 400 with a JSON {"error": message}; one larger than
+`server.max_body_bytes` (default 256 MiB, a 15,000-node full NodeList) gets 413, refused
+from its Content-Length or while streaming, never buffered whole. Nothing the scheduler can
 send produces a 5xx: an unexpected failure is logged and counted (code "internal") and
 answered with `Error` set (filter; kube-scheduler then treats the extender as failed,
 or skips it when registered `ignorable: true`) or neutral scores (prioritize).
@@ -25,14 +27,31 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from extender.decisions import FilterDecision, PrioritizeDecision
 from extender.service import NEUTRAL_SCORE, Extender
-from extender.wire import WireError, dumps, parse_args, prioritize_response
+from extender.wire import WireError, dumps, encode_filter, encode_prioritize, parse_args
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("kvspread.extender.server")
 
 _JSON = "application/json"
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None when it exceeds `limit` bytes: refused from Content-Length before
+    reading, else while streaming, so an oversized body is never buffered whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
@@ -44,6 +63,7 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
         openapi_url=None,
     )
     m = ext.metrics
+    limit = ext.cfg.server.max_body_bytes
     fverb = ext.cfg.server.filter_verb.strip("/")
     pverb = ext.cfg.server.prioritize_verb.strip("/")
 
@@ -51,7 +71,17 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
         start = time.perf_counter()
         code = "200"
         try:
-            body = await request.body()
+            body = await _read_body(request, limit)
+            if body is None:
+                code = "413"
+                return JSONResponse(
+                    {
+                        "error": f"request body is larger than server.max_body_bytes "
+                        f"({limit} bytes); raise it for clusters with larger NodeLists, or "
+                        "register the extender with nodeCacheCapable: true (names only)"
+                    },
+                    status_code=413,
+                )
             try:
                 args = parse_args(body)
             except WireError as exc:
@@ -61,22 +91,18 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
                 code = "400"
                 return JSONResponse({"error": "request body nests too deeply"}, status_code=400)
             try:
-                out = ext.filter(args) if verb == "filter" else ext.prioritize(args)
+                if verb == "filter":
+                    out = encode_filter(args, ext.filter(args))
+                else:
+                    out = encode_prioritize(args, ext.prioritize(args))
             except Exception:
                 code = "internal"
                 log.exception("extender failed on a valid request", extra={"kv": {"verb": verb}})
+                n = len(args.names)
                 if verb == "filter":
-                    out = dumps(
-                        {
-                            "Nodes": None,
-                            "NodeNames": None,
-                            "FailedNodes": {},
-                            "FailedAndUnresolvableNodes": {},
-                            "Error": "kvspread extender internal error; see its log",
-                        }
-                    )
+                    out = encode_filter(args, FilterDecision.failure(n))
                 else:
-                    out = prioritize_response(args.names, [NEUTRAL_SCORE] * len(args.names))
+                    out = encode_prioritize(args, PrioritizeDecision.neutral(n, NEUTRAL_SCORE))
             return Response(content=out, media_type=_JSON)
         finally:
             m.requests.labels(verb, code).inc()
@@ -108,9 +134,8 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
-        if ext.state is not None:
-            m.cache_synced.labels("nodes").set(1 if ext.state.nodes_synced else 0)
-            m.cache_synced.labels("pods").set(1 if ext.state.pods_synced else 0)
+        for resource, synced in ext.state.synced().items():
+            m.cache_synced.labels(resource).set(1 if synced else 0)
         return Response(content=generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")

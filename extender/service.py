@@ -3,7 +3,9 @@
 `Extender` glues the pure parts (objects, fit, scoring) to the state (cache, ledger,
 shape distribution) and to observability (metrics, explain store, the debug log). It
 knows nothing of HTTP: `server.py` maps routes onto `filter()`, `prioritize()` and
-`explain()`, which take parsed `ExtenderArgs` and return response bytes.
+`explain()`, which take parsed `ExtenderArgs` and return decision values
+(extender/decisions.py) that `wire.py` encodes. The cluster state (a `NodeSource`:
+the watch caches, or `StaticState` standalone) owns the ledger of placements.
 
 Unknown nodes (names-only mode, not in the node cache, or no cache at all in
 standalone mode) pass the filter and get the neutral score 5. A pod with invalid
@@ -25,16 +27,15 @@ from typing import Any
 import numpy as np
 
 from extender.batch import NodeBatch
-from extender.cache import ClusterState
+from extender.cache import NodeSource
 from extender.config import ExtenderConfig
-from extender.fit import fit_batch
-from extender.ledger import Ledger
+from extender.decisions import FilterDecision, PrioritizeDecision
+from extender.fit import Failure, FilterReason, exclude_stale, fit_batch
 from extender.metrics import ExtenderMetrics
 from extender.objects import PodInfo, parse_node, parse_pod
 from extender.scoring import TERMS, BatchScores, explain, score_batch
 from extender.shapes import ShapeDistribution
-from extender.state import build_node_state
-from extender.wire import ExtenderArgs, filter_response, prioritize_response
+from extender.wire import ExtenderArgs
 from kvspread.clock import Clock
 
 __all__ = ["Extender", "NEUTRAL_SCORE"]
@@ -53,7 +54,7 @@ class _Decision:
     names: list[str]
     unknown: list[str]
     scores: BatchScores | None
-    failed: dict[str, str]
+    failed: dict[str, Failure]
     passed: int
 
 
@@ -64,15 +65,13 @@ class Extender:
         self,
         cfg: ExtenderConfig,
         clock: Clock,
-        state: ClusterState | None,
-        ledger: Ledger,
+        state: NodeSource,
         metrics: ExtenderMetrics | None = None,
     ) -> None:
         self.cfg = cfg
         self.scoring = cfg.scoring
         self.clock = clock
         self.state = state
-        self.ledger = ledger
         self.shapes = ShapeDistribution(cfg.scoring)
         self.metrics = metrics or ExtenderMetrics(TERMS)
         self._lock = threading.Lock()
@@ -91,28 +90,15 @@ class Extender:
         self.shapes.observe(pod.shape)
 
     def _batch(
-        self, args: ExtenderArgs, model: str | None = None
+        self, args: ExtenderArgs, pod: PodInfo, model: str | None = None
     ) -> tuple[NodeBatch, np.ndarray, list[int]]:
-        """(batch of known nodes, their positions in args.names, unknown positions)."""
+        """(batch of known nodes, their positions in args.names, unknown positions), as
+        `pod` sees them: its own earlier placements left out."""
+        ref = (pod.key, pod.uid)
         if args.nodes is not None:
-            infos = [parse_node(n) for n in args.nodes]
-            if self.state is not None:
-                batch = self.state.batch_for(infos)
-                return batch, np.arange(len(infos)), []
-            else:
-                now = self.clock.now()
-                states = [
-                    build_node_state(i, (), self.ledger.on_node(i.name), now, self.scoring)
-                    for i in infos
-                ]
-            return NodeBatch.from_states(states), np.arange(len(infos)), []
-        if self.state is None:
-            return (
-                NodeBatch.from_states([]),
-                np.zeros(0, dtype=np.intp),
-                list(range(len(args.names))),
-            )
-        batch, missing = self.state.take(args.names, model)
+            batch = self.state.batch_for([parse_node(n) for n in args.nodes], ref)
+            return batch, np.arange(len(args.nodes)), []
+        batch, missing = self.state.take(args.names, model, ref)
         if missing:
             mask = np.ones(len(args.names), dtype=bool)
             mask[missing] = False
@@ -130,30 +116,33 @@ class Extender:
                 self._decisions.popitem(last=False)
 
     # --- verbs --------------------------------------------------------------------------
-    def filter(self, args: ExtenderArgs) -> bytes:
+    def filter(self, args: ExtenderArgs) -> FilterDecision:
         pod = parse_pod(args.pod)
         n = len(args.names)
         if pod.error:
             reason = f"kvspread: pod {pod.key} cannot be placed: {pod.error}"
-            failed = dict.fromkeys(args.names, reason)
-            self.metrics.filter_failures.labels("invalid_pod").inc(n)
+            failed = dict.fromkeys(args.names, Failure(FilterReason.INVALID_POD, reason))
+            self._count_failures(failed)
+            self.metrics.filter_decisions.labels("invalid_pod").inc()
             self._remember(
                 pod.key,
                 _Decision("filter", self.clock.now(), pod, args.names, [], None, failed, 0),
             )
             # unresolvable: evicting other pods (preemption) cannot fix the pod's own spec
-            return filter_response(args, [False] * n, {}, failed_unresolvable=failed)
+            return FilterDecision([False] * n, unresolvable=dict.fromkeys(args.names, reason))
         self._observe(pod)
-        batch, known, unknown = self._batch(args)
+        batch, known, unknown = self._batch(args, pod)
         ok, failed = fit_batch(pod.shape, batch, self.scoring)
+        old, excluded = exclude_stale(
+            pod.shape, batch, self.clock.now(), self.cfg.signals.exclude_after_s
+        )
+        if excluded:
+            ok = ok & ~old
+            failed.update(excluded)
         passed = np.ones(n, dtype=bool)
         passed[known] = ok
-        if failed:
-            cpu = sum(1 for r in failed.values() if "CPU" in r)
-            if cpu:
-                self.metrics.filter_failures.labels("cpu").inc(cpu)
-            if len(failed) - cpu:
-                self.metrics.filter_failures.labels("gpu_memory").inc(len(failed) - cpu)
+        self._count_failures(failed)
+        self.metrics.filter_decisions.labels("passed" if passed.any() else "no_fit").inc()
         self.metrics.count_signals(batch.codes, len(unknown))
         self._remember(
             pod.key,
@@ -182,17 +171,26 @@ class Extender:
                     }
                 },
             )
-        return filter_response(args, passed.tolist(), failed)
+        return FilterDecision(passed.tolist(), {k: f.message for k, f in failed.items()})
 
-    def prioritize(self, args: ExtenderArgs) -> bytes:
+    def _count_failures(self, failed: dict[str, Failure]) -> None:
+        counts: dict[FilterReason, int] = {}
+        for f in failed.values():
+            counts[f.reason] = counts.get(f.reason, 0) + 1
+        for reason, c in counts.items():
+            self.metrics.filter_failures.labels(reason.value).inc(c)
+
+    def prioritize(self, args: ExtenderArgs) -> PrioritizeDecision:
         pod = parse_pod(args.pod)
         n = len(args.names)
         if pod.error:
-            self.metrics.decisions.labels("invalid_pod").inc()
-            return prioritize_response(args.names, [0] * n)
+            self.metrics.prioritize_decisions.labels("invalid_pod").inc()
+            return PrioritizeDecision([0] * n)
         self._observe(pod)
-        batch, known, unknown = self._batch(args, pod.shape.model)
-        scores = score_batch(pod.shape, batch, self.scoring, self.shapes.snapshot())
+        batch, known, unknown = self._batch(args, pod, pod.shape.model)
+        scores = score_batch(
+            pod.shape, batch, self.scoring, self.shapes.snapshot(), now=self.clock.now()
+        )
         out = np.full(n, NEUTRAL_SCORE, dtype=np.int64)
         out[known] = scores.score
         best = self._record_best(pod, scores)
@@ -202,7 +200,7 @@ class Extender:
             outcome = "no_fit" if len(batch) else "no_gpu"
         else:
             outcome = "placed"
-        self.metrics.decisions.labels(outcome).inc()
+        self.metrics.prioritize_decisions.labels(outcome).inc()
         self._remember(
             pod.key,
             _Decision(
@@ -231,7 +229,7 @@ class Extender:
                 "best": None if best is None else explain(scores.node(best)),
             }
             log.debug("prioritize decision", extra={"kv": kv})
-        return prioritize_response(args.names, out.tolist())
+        return PrioritizeDecision(out.tolist())
 
     def _record_best(self, pod: PodInfo, scores: BatchScores) -> int | None:
         """Put the best fitting node into the ledger; returns its row or None."""
@@ -239,14 +237,13 @@ class Extender:
             return None
         # the node the scheduler will most likely bind: the highest scaled score that fits
         # (scaled carries the candidate normalisation); ties go to the first in the request
-        cand = np.flatnonzero(scores.fits)
+        best_tier = int(scores.tier[scores.fits].min())
+        cand = np.flatnonzero(scores.fits & (scores.tier == best_tier))
         top = cand[np.argmax(scores.scaled[cand])]
         if pod.shape.gpus <= 0 and not pod.shape.model:
             return int(top)
         chosen = tuple(int(j) for j in np.flatnonzero(scores.chosen[top]))
-        changed = self.ledger.record(pod.key, scores.names[top], pod.shape, chosen)
-        if self.state is not None:
-            self.state.ledger_changed(changed)
+        self.state.record_placement((pod.key, pod.uid), scores.names[top], pod.shape, chosen)
         return int(top)
 
     # --- explain ------------------------------------------------------------------------
@@ -276,19 +273,16 @@ class Extender:
                 },
             }
             if verb == "filter":
-                entry["failed"] = d.failed
-            if d.scores is not None:
+                entry["failed"] = {k: f.message for k, f in d.failed.items()}
+            sc = d.scores
+            if sc is not None:
                 rows = sorted(
-                    range(len(d.scores.names)),
-                    key=lambda i: (
-                        -int(d.scores.score[i]),
-                        -float(d.scores.value[i]),
-                        d.scores.names[i],
-                    ),
+                    range(len(sc.names)),
+                    key=lambda i: (-int(sc.score[i]), -float(sc.value[i]), sc.names[i]),
                 )
                 if top is not None:
                     rows = rows[:top]
-                entry["scores"] = [explain(d.scores.node(i)) for i in rows]
+                entry["scores"] = [explain(sc.node(i)) for i in rows]
                 entry["weights"] = {t: getattr(self.scoring.weights, t) for t in TERMS}
                 entry["normalisation"] = self.scoring.normalisation
             out[verb] = entry

@@ -32,6 +32,7 @@ from extender.config import ScoringConfig
 from extender.ledger import Placement
 from extender.model import GpuState, NodeState, PodShape
 from extender.objects import NodeInfo, PodInfo
+from kvspread.gpumem import free_mib
 from kvspread.signals import (
     NodeSignals,
     SignalsError,
@@ -119,14 +120,13 @@ def _place_unseen(
     if shape.gpus <= 0 or n == 0:
         return
 
+    def free(j: int) -> float:
+        return float(free_mib(total[j], used[j], alloc[j]))
+
     def qualifies(j: int) -> bool:
-        free = max(0.0, total[j] - max(used[j], alloc[j]))
         if shape.mem_per_gpu_mib is None:
             return alloc[j] <= 0.0
-        return free >= shape.mem_per_gpu_mib
-
-    def free(j: int) -> float:
-        return max(0.0, total[j] - max(used[j], alloc[j]))
+        return free(j) >= shape.mem_per_gpu_mib
 
     if fewest_pods:
         order = sorted(range(n), key=lambda j: (pods_on[j], not qualifies(j), j))
@@ -165,6 +165,7 @@ def build_node_state(
             pool=info.pool,
             nvlink=info.nvlink,
             model_replicas=replicas,
+            signals_ts=None if reading.signals is None else reading.signals.ts,
         )
     sig = reading.signals
     gpus_sig = sorted(sig.gpus or (), key=lambda g: g.index)

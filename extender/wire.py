@@ -18,23 +18,24 @@ when it is installed (several times faster on 5,000-node NodeLists), else the st
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 try:  # orjson: optional speed-up; identical output for these documents
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised where orjson is absent
-    _orjson = None
+    _orjson = None  # type: ignore[assignment]
 
+from extender.decisions import FilterDecision, PrioritizeDecision
 from extender.objects import field
 
 __all__ = [
     "WireError",
     "ExtenderArgs",
     "parse_args",
-    "filter_response",
-    "prioritize_response",
+    "encode_filter",
+    "encode_prioritize",
     "loads",
     "dumps",
 ]
@@ -147,35 +148,30 @@ def parse_args(body: bytes | str) -> ExtenderArgs:
     )
 
 
-def filter_response(
-    args: ExtenderArgs,
-    passed: Sequence[bool],
-    failed: Mapping[str, str],
-    failed_unresolvable: Mapping[str, str] | None = None,
-    error: str = "",
-) -> bytes:
-    """ExtenderFilterResult in the request's mode; `passed` is aligned with `args.names`."""
+def encode_filter(args: ExtenderArgs, d: FilterDecision) -> bytes:
+    """ExtenderFilterResult in the request's mode (Nodes and NodeNames null on an error)."""
     nodes_out: Any = None
-    if args.nodes is not None:
-        meta = args.node_list_meta if isinstance(args.node_list_meta, dict) else {}
-        nodes_out = {
-            "metadata": meta,
-            "items": [n for n, ok in zip(args.nodes, passed, strict=True) if ok],
-        }
     names_out: list[str] | None = None
-    if args.node_names is not None:
-        names_out = [n for n, ok in zip(args.names, passed, strict=True) if ok]
+    if not d.error:
+        if args.nodes is not None:
+            meta = args.node_list_meta if isinstance(args.node_list_meta, dict) else {}
+            nodes_out = {
+                "metadata": meta,
+                "items": [n for n, ok in zip(args.nodes, d.passed, strict=True) if ok],
+            }
+        if args.node_names is not None:
+            names_out = [n for n, ok in zip(args.names, d.passed, strict=True) if ok]
     return dumps(
         {
             "Nodes": nodes_out,
             "NodeNames": names_out,
-            "FailedNodes": dict(failed),
-            "FailedAndUnresolvableNodes": dict(failed_unresolvable or {}),
-            "Error": error,
+            "FailedNodes": dict(d.failed),
+            "FailedAndUnresolvableNodes": dict(d.unresolvable),
+            "Error": d.error,
         }
     )
 
 
-def prioritize_response(names: Sequence[str], scores: Sequence[int]) -> bytes:
+def encode_prioritize(args: ExtenderArgs, d: PrioritizeDecision) -> bytes:
     """HostPriorityList: [{"Host": name, "Score": int}] in request order."""
-    return dumps([{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)])
+    return dumps([{"Host": n, "Score": int(s)} for n, s in zip(args.names, d.scores, strict=True)])

@@ -1,15 +1,40 @@
-"""One way to reach the Kubernetes API for every part.
+"""One way to reach the Kubernetes API for every part, and one way to follow a resource.
 
-In a pod: the in-cluster service account. Elsewhere: a kubeconfig (`--kubeconfig` or
-$KUBECONFIG). Tests: `server=` a fake API server's URL (tests/fake_kube.py), no auth.
+`api_client`: in a pod, the in-cluster service account; elsewhere a kubeconfig
+(`--kubeconfig` or $KUBECONFIG); tests: `server=` a fake API server's URL
+(tests/fake_kube.py), no auth.
+
+`Reflector` runs the classic list-then-watch loop for one resource through the
+`kubernetes` client (raw JSON, no model deserialisation: 5,000 nodes must stay cheap):
+list -> remember metadata.resourceVersion -> watch from it (`allowWatchBookmarks`) ->
+apply ADDED/MODIFIED/DELETED and move the resourceVersion -> when the watch ends
+(server timeout), watch again from the last resourceVersion; on 410 Gone (an ERROR
+event with a Status code 410, or an HTTP 410) list again; on any other error wait with
+exponential backoff (with jitter, capped) and list again. The extender follows nodes
+and pods with it, the collector its own node's pods.
+
 The `kubernetes` client is imported lazily so that pure modules stay import-light.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import random
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["api_client"]
+__all__ = ["api_client", "Reflector", "ReflectorStats", "Backoff"]
+
+log = logging.getLogger("kvspread.kube")
+
+
+def _get(obj: Any, key: str) -> Any:
+    """obj[key] when obj is a mapping, else None (API objects are untrusted JSON)."""
+    return obj.get(key) if isinstance(obj, dict) else None
 
 
 def api_client(kubeconfig: str | None = None, server: str | None = None) -> Any:
@@ -33,3 +58,209 @@ def api_client(kubeconfig: str | None = None, server: str | None = None) -> Any:
         return client.ApiClient()
     except config.ConfigException:
         return config.new_client_from_config()
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with full jitter: delay in [base/2, cap], doubling per failure."""
+
+    base_s: float = 0.2
+    cap_s: float = 30.0
+    failures: int = 0
+
+    def next_delay(self, rng: random.Random) -> float:
+        self.failures += 1
+        top = min(self.cap_s, self.base_s * (2 ** (self.failures - 1)))
+        return rng.uniform(top / 2, top)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+@dataclass
+class ReflectorStats:
+    """Counters a test or /metrics can read."""
+
+    lists: int = 0
+    watches: int = 0
+    events: int = 0
+    gone: int = 0
+    errors: int = 0
+    resource_version: str = ""
+    synced: bool = False
+    last_error: str = ""
+
+
+class _Gone(Exception):
+    pass
+
+
+class Reflector:
+    """List+watch one resource and feed `on_list(items)` / `on_event(type, obj)`.
+
+    `list_call(**kw)` is a `kubernetes` client list method (e.g. `CoreV1Api.list_node`);
+    it is called with `_preload_content=False` so the raw JSON is parsed here.
+    `on_error(why)` hears every failed list or watch (before the backoff wait).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        list_call: Callable[..., Any],
+        on_list: Callable[[list[dict[str, Any]]], None],
+        on_event: Callable[[str, dict[str, Any]], None],
+        *,
+        field_selector: str | None = None,
+        watch_timeout_s: int = 300,
+        backoff: Backoff | None = None,
+        request_timeout_s: float = 30.0,
+        rng: random.Random | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._list_call = list_call
+        self._on_list = on_list
+        self._on_event = on_event
+        self._field_selector = field_selector
+        self._watch_timeout_s = watch_timeout_s
+        self._backoff = backoff or Backoff()
+        self._request_timeout_s = request_timeout_s
+        self._rng = rng or random.Random()
+        self._on_error = on_error
+        self._stop = threading.Event()
+        self._resp_lock = threading.Lock()
+        self._resp: Any = None
+        self._thread: threading.Thread | None = None
+        self.stats = ReflectorStats()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name=f"reflector-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, join_timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        with self._resp_lock:
+            resp = self._resp
+        if resp is not None:
+            # Unblock the reader thread: shut the socket down under the response (closing
+            # the response alone does not interrupt a blocked recv).
+            conn = getattr(resp, "connection", None)
+            sock = getattr(conn, "sock", None) if conn is not None else None
+            try:
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join(join_timeout_s)
+
+    def _kw(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"_preload_content": False}
+        if self._field_selector:
+            kw["field_selector"] = self._field_selector
+        return kw
+
+    def list_once(self) -> str:
+        """One list: feed `on_list` and return the resourceVersion. Raises on failure."""
+        resp = self._list_call(**self._kw(), _request_timeout=self._request_timeout_s)
+        try:
+            doc = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        items = _get(doc, "items") or []
+        rv = _get(_get(doc, "metadata"), "resourceVersion") or ""
+        self._on_list([i for i in items if isinstance(i, dict)])
+        self.stats.lists += 1
+        self.stats.resource_version = str(rv)
+        self.stats.synced = True
+        return str(rv)
+
+    def _watch(self, rv: str) -> str:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        kw = self._kw()
+        kw.update(
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout_s,
+            _request_timeout=(self._request_timeout_s, self._watch_timeout_s + 30),
+        )
+        resp = self._list_call(**kw)
+        with self._resp_lock:
+            self._resp = resp
+        self.stats.watches += 1
+        try:
+            if self._stop.is_set():
+                return rv
+            for line in iter_resp_lines(resp):
+                if self._stop.is_set():
+                    break
+                if not line or not line.strip():
+                    continue
+                event = json.loads(line)
+                etype = _get(event, "type")
+                obj = _get(event, "object")
+                if etype == "ERROR":
+                    code = _get(obj, "code")
+                    if code == 410:
+                        raise _Gone(_get(obj, "message") or "410 Gone")
+                    raise RuntimeError(f"watch error event: {obj!r}")
+                new_rv = _get(_get(obj, "metadata"), "resourceVersion")
+                if etype in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
+                    self._on_event(etype, obj)
+                    self.stats.events += 1
+                if new_rv:
+                    rv = str(new_rv)
+                    self.stats.resource_version = rv
+        finally:
+            with self._resp_lock:
+                self._resp = None
+            try:
+                resp.release_conn()
+            except Exception:  # noqa: BLE001
+                pass
+        return rv
+
+    def run(self) -> None:
+        """The loop; returns after stop()."""
+        from kubernetes.client.exceptions import ApiException
+
+        rv: str | None = None
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    rv = self.list_once()
+                    self._backoff.reset()
+                rv = self._watch(rv)
+            except _Gone as exc:
+                self.stats.gone += 1
+                log.info(
+                    "watch expired, listing again",
+                    extra={"kv": {"resource": self.name, "why": str(exc)}},
+                )
+                rv = None
+            except ApiException as exc:
+                if exc.status == 410:
+                    self.stats.gone += 1
+                    rv = None
+                    continue
+                self._failed(f"HTTP {exc.status}: {exc.reason}")
+                rv = None
+            except Exception as exc:  # noqa: BLE001 - network, parse; keep the loop alive
+                if self._stop.is_set():
+                    break
+                self._failed(f"{type(exc).__name__}: {exc}")
+                rv = None
+
+    def _failed(self, why: str) -> None:
+        self.stats.errors += 1
+        self.stats.last_error = why
+        if self._on_error is not None:
+            self._on_error(why)
+        delay = self._backoff.next_delay(self._rng)
+        log.warning(
+            "list/watch failed, retrying",
+            extra={"kv": {"resource": self.name, "error": why, "retry_in_s": round(delay, 3)}},
+        )
+        self._stop.wait(delay)

@@ -283,7 +283,7 @@ EXTENDER_FILTER_FAILURES: Final = MetricDescriptor(
     "kvspread_extender_filter_failures_total",
     "{node}",
     "counter",
-    "Nodes failed by the filter, by reason (gpu_memory, cpu, invalid_pod)",
+    "Nodes failed by the filter, by reason (gpu_memory, cpu, invalid_pod, stale_signals)",
 )
 EXTENDER_SCORE_TERM: Final = MetricDescriptor(
     "kvspread_extender_score_term",
@@ -305,11 +305,19 @@ EXTENDER_CACHE_SYNCED: Final = MetricDescriptor(
     "1 once the cache has completed its first list (per resource), else 0",
     boolean=True,
 )
-EXTENDER_DECISIONS: Final = MetricDescriptor(
-    "kvspread_extender_decisions_total",
+EXTENDER_FILTER_DECISIONS: Final = MetricDescriptor(
+    "kvspread_extender_filter_decisions_total",
     "{decision}",
     "counter",
-    "Prioritize decisions by outcome (placed, no_fit, invalid_pod, no_gpu)",
+    "Filter calls by outcome: passed (at least one node passed), no_fit (every node "
+    "failed), invalid_pod (the pod's kvspread fields are invalid)",
+)
+EXTENDER_PRIORITIZE_DECISIONS: Final = MetricDescriptor(
+    "kvspread_extender_prioritize_decisions_total",
+    "{decision}",
+    "counter",
+    "Prioritize calls by outcome: placed (a best node was picked), no_fit (no node fits), "
+    "no_gpu (no known node to score), invalid_pod",
 )
 ADAPTER_REQUESTS: Final = MetricDescriptor(
     "kvspread_adapter_requests_total",

@@ -247,9 +247,17 @@ _SELF: Final = (
         "extender",
     ),
     _entry(
-        names.EXTENDER_DECISIONS,
+        names.EXTENDER_FILTER_DECISIONS,
         ("outcome",),
-        "Prioritize decisions by outcome (placed, no_fit, invalid_pod, no_gpu).",
+        "Filter calls by outcome: passed (at least one node passed), no_fit (every node "
+        "failed), invalid_pod (the pod's kvspread fields are invalid).",
+        "extender",
+    ),
+    _entry(
+        names.EXTENDER_PRIORITIZE_DECISIONS,
+        ("outcome",),
+        "Prioritize calls by outcome: placed (a best node was picked), no_fit (no node "
+        "fits), no_gpu (no known node to score), invalid_pod.",
         "extender",
     ),
     _entry(

@@ -532,11 +532,16 @@ def scheduling() -> db.Dashboard:
     d = d.with_panel(
         _ts(
             "Decisions",
-            "Prioritize decisions per second by outcome (placed, no_fit, invalid_pod, no_gpu).",
+            "Filter and prioritize calls per second by outcome (filter: passed, no_fit, "
+            "invalid_pod; prioritize: placed, no_fit, no_gpu, invalid_pod).",
             "ops",
             (
-                f"sum by (outcome) (rate({names.EXTENDER_DECISIONS.prometheus}[{RI}]))",
-                "{{outcome}}",
+                f"sum by (outcome) (rate({names.EXTENDER_FILTER_DECISIONS.prometheus}[{RI}]))",
+                "filter {{outcome}}",
+            ),
+            (
+                f"sum by (outcome) (rate({names.EXTENDER_PRIORITIZE_DECISIONS.prometheus}[{RI}]))",
+                "prioritize {{outcome}}",
             ),
             stacked=True,
         )

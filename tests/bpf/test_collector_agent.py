@@ -264,6 +264,40 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
         agent.server.httpd.server_close()
 
 
+def test_the_pod_table_follows_watch_events_without_relisting() -> None:
+    with FakeKubeApi() as api:
+        api.put(make_node("gpu-1"))
+        cfg = base_config(
+            standalone=False,
+            node_name="gpu-1",
+            kube_api_server=api.url,
+            bpf={"enabled": False},
+            nvml={"enabled": False},
+        )
+        agent = Agent(cfg)
+        watcher = agent._pods_watcher()
+        thread = threading.Thread(target=watcher.run, daemon=True)
+        thread.start()
+        try:
+            assert wait_for(lambda: watcher.stats.synced)
+            pod = make_pod(
+                "vllm-1", "llm", node_name="gpu-1", annotations={names.ANNOTATION_METRICS_PORT: "9"}
+            )
+            pod["metadata"]["uid"] = "0c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"
+            pod["status"]["podIP"] = "10.0.0.7"
+            api.put(pod)
+            api.put(make_pod("elsewhere", "llm", node_name="gpu-2"))
+            assert wait_for(lambda: [t.pod_name for t in agent.engine_targets()] == ["vllm-1"])
+            assert agent.state.sources["kubernetes"].up
+            api.delete("Pod", "vllm-1", "llm")
+            assert wait_for(lambda: agent.engine_targets() == [])
+            assert watcher.stats.lists == 1  # changes came as events, not re-lists
+        finally:
+            watcher.stop()
+            thread.join(5)
+            agent.server.httpd.server_close()
+
+
 def test_api_server_down_is_reported_not_fatal() -> None:
     agent = Agent(
         base_config(

@@ -13,41 +13,10 @@ from bpf.node import (
     SignalInputs,
     build_signals,
     fit_signals,
-    fragmentation,
-    gpu_free_mib,
     image_token_share,
-    largest_free_extent,
-    load_weight,
 )
 from bpf.publish import PublishConfig, should_publish
 from kvspread.signals import GpuSignal, NodeSignals, decode_signals
-
-
-@pytest.mark.parametrize(
-    "free,rho",
-    [
-        ([0, 0, 30000, 0], 0.0),
-        ([0, 0, 0, 0], 0.0),
-        ([1000, 1000, 1000, 1000], 0.75),
-        ([3000, 1000], 0.25),
-        ([], 0.0),
-    ],
-    ids=["all free on one GPU: rho 0", "nothing free: rho 0", "evenly spread", "uneven", "no GPUs"],
-)
-def test_fragmentation(free: list[float], rho: float) -> None:
-    assert fragmentation(free) == pytest.approx(rho)
-
-
-def test_free_and_extent() -> None:
-    assert gpu_free_mib(80000, 30000) == 50000
-    assert gpu_free_mib(80000, 30000, allocated_mib=60000) == 20000
-    assert gpu_free_mib(80000, 90000) == 0
-    assert largest_free_extent([10, 50, 20]) == 50 and largest_free_extent([]) == 0
-
-
-def test_load_weight_formula() -> None:
-    # 0.4 * 0.5 + 0.3 * 64/256 + 0.3 * 300/(1000+1)
-    assert load_weight(40, 80, 64, 300, 1000) == pytest.approx(0.2 + 0.075 + 0.3 * 300 / 1001)
 
 
 def test_image_token_share_estimate() -> None:

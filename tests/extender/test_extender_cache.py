@@ -8,11 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from extender.cache import Backoff
 from extender.config import ExtenderConfig
 from extender.run import Running, build
 from kvspread.clock import FakeClock
+from kvspread.kube import Backoff
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
+from tests.extender.decide import filter_doc, prioritize_scores
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
 
 
@@ -148,29 +149,24 @@ def test_ledger_keeps_a_burst_off_one_node_and_ends_when_bound(cluster) -> None:
         pod = make_pod(name, "serving", gpus=1, annotations={"kvspread.io/gpu-memory": mem})
         return {"Pod": pod, "NodeNames": ["n1", "n2"]}
 
-    from extender.wire import parse_args
-
     # n1 has 60 GiB free after llm-0: the first 50 GiB pod goes there ...
-    first = {
-        h["Host"]: h["Score"]
-        for h in json.loads(ext.prioritize(parse_args(json.dumps(body("burst-0")))))
-    }
+    first = prioritize_scores(ext, json.dumps(body("burst-0")))
     assert first["n1"] > 0 and first["n2"] == 0  # n2 has 21 GiB free: cannot fit
-    assert [p.pod for p in ext.ledger.on_node("n1")] == ["serving/burst-0"]
+    assert [p.pod for p in ext.state.ledger.on_node("n1")] == ["serving/burst-0"]
     # ... and until it shows up bound, a second one no longer fits there
-    second = json.loads(ext.filter(parse_args(json.dumps(body("burst-1")))))
+    second = filter_doc(ext, json.dumps(body("burst-1")))
     assert "n1" in second["FailedNodes"]
     # the pod appears bound on n1: the ledger entry ends, the pod cache takes over
     bound = body("burst-0")["Pod"]
     bound["spec"]["nodeName"] = "n1"
     api.put(bound)
-    assert api.wait_for(lambda: ext.ledger.on_node("n1") == [])
+    assert api.wait_for(lambda: ext.state.ledger.on_node("n1") == [])
     assert api.wait_for(lambda: len(running.state.pods_on("n1")) == 2)
     # and after the TTL a placement that never got bound is forgotten
-    ext.prioritize(parse_args(json.dumps(body("never-bound", "8Gi"))))
-    assert len(ext.ledger) == 1
+    prioritize_scores(ext, json.dumps(body("never-bound", "8Gi")))
+    assert len(ext.state.ledger) == 1
     clock.advance(31)
-    assert ext.ledger.on_node("n1") == [] and ext.ledger.on_node("n2") == []
+    assert ext.state.ledger.on_node("n1") == [] and ext.state.ledger.on_node("n2") == []
 
 
 def test_stale_signals_turn_neutral_as_time_passes(cluster) -> None:  # noqa: ANN001

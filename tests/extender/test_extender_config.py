@@ -152,7 +152,7 @@ def test_extender_config_sections() -> None:
     [
         pytest.param(
             {"sever": {}},
-            "sever: unknown key (known: explain, kubernetes, ledger, scoring, server)",
+            "sever: unknown key (known: explain, kubernetes, ledger, scoring, server, signals)",
             id="typo section",
         ),
         pytest.param({"server": {"prot": 1}}, "server.prot: unknown key", id="typo key"),

@@ -86,7 +86,7 @@ def test_batch_reasons_match_scalar_reasons() -> None:
         res = check_fit(pod, s, CFG)
         assert res.fits is bool(passed)
         if not res.fits:
-            assert failed[s.name] == res.reason
+            assert failed[s.name].message == res.reason
 
 
 @pytest.mark.parametrize(

@@ -13,19 +13,14 @@ from extender.batch import NodeBatch
 from extender.config import ScoringConfig
 from extender.model import GpuState, NodeState, PodShape
 from extender.objects import parse_node, parse_pod
-from extender.scoring import (
-    busy_part,
-    device_plugin_candidates,
-    load_term,
-    placement_delta,
-    score_batch,
-    score_nodes,
-)
+from extender.scoring import load_term, score_batch, score_nodes
 from extender.shapes import ShapeDistribution
 from extender.state import build_node_state
 from kvspread.clock import FakeClock
 from kvspread.settings import ConfigError
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
+from tests.extender import scoring_reference as ref
+from tests.extender.test_extender_scoring import delta_of
 from tests.fake_kube import make_node, make_pod
 
 CFG = ScoringConfig()
@@ -90,23 +85,22 @@ def test_a_pod_the_collector_has_not_seen_goes_where_the_device_plugin_puts_it()
     assert [g.allocated_mib for g in st2.gpus] == [0.0, 64 * GIB, 0.0]
 
 
-def test_busy_part_and_load_term_fold_in_utilisation() -> None:
-    assert busy_part(0.2, None, CFG) == 0.2
-    assert busy_part(None, 0.8, CFG) == 0.8
-    assert busy_part(0.2, 0.8, CFG) == pytest.approx(0.5 * 0.2 + 0.5 * 0.8)
-    assert busy_part(None, None, CFG) is None
-    idle = load_term(20.0, 100.0, None, None, CFG, util=0.0)
-    busy = load_term(20.0, 100.0, None, None, CFG, util=1.0)
-    assert idle == pytest.approx(1 - 0.1) and busy == pytest.approx(1 - 0.6)
+def test_load_term_folds_in_utilisation() -> None:
+    def load(util: float | None) -> float:
+        node = NodeState("n", gpus=(GpuState(100.0, 20.0, util=util),))
+        return float(load_term(NodeBatch.from_states([node]), CFG)[0])
+
+    assert load(0.0) == pytest.approx(1 - 0.1) and load(1.0) == pytest.approx(1 - 0.6)
     # without a reading the memory part is docs/design.md's mem_used/mem_total
-    assert load_term(20.0, 100.0, None, None, CFG) == pytest.approx(0.8)
+    assert load(None) == pytest.approx(0.8)
+    assert ref.busy_part(0.2, 0.8, CFG) == pytest.approx(0.5 * 0.2 + 0.5 * 0.8)
 
 
 def test_score_batch_load_uses_the_nodes_mean_utilisation() -> None:
     gpus = (GpuState(80 * GIB, 8 * GIB, util=1.0), GpuState(80 * GIB, 8 * GIB, util=0.0))
     node = NodeState("n", gpus=gpus, streams=10.0)
     s = score_nodes(PodShape(1, 16 * GIB), [node], CFG.with_(normalisation="absolute"), SHAPES)
-    want = load_term(16 * GIB, 160 * GIB, 10.0, None, CFG, util=0.5)
+    want = ref.load_term(16 * GIB, 160 * GIB, 10.0, None, CFG, util=0.5)
     assert s[0].terms.load == pytest.approx(want)
 
 
@@ -115,11 +109,11 @@ def test_the_slot_choice_avoids_a_busy_gpu_of_equal_fragmentation() -> None:
     node = NodeState("n", gpus=gpus)
     pod = PodShape(1, 16 * GIB)
     for cfg in (CFG, SCORED):
-        _, chosen = placement_delta(pod, node, SHAPES, cfg)
+        _, chosen = delta_of(pod, node, SHAPES, cfg)
         assert chosen == (1,)
         assert score_nodes(pod, [node], cfg, SHAPES)[0].gpus_chosen == (1,)
     # without the penalty, the tie goes to the lower index as before
-    _, chosen = placement_delta(pod, node, SHAPES, SCORED.with_(busy_gpu_penalty=0.0))
+    _, chosen = delta_of(pod, node, SHAPES, SCORED.with_(busy_gpu_penalty=0.0))
     assert chosen == (0,)
 
 
@@ -133,11 +127,11 @@ def test_a_node_fits_only_when_every_gpu_the_device_plugin_may_pick_has_room() -
     roomy = NodeState(
         "b", gpus=(GpuState(80 * GIB, 8 * GIB, pods=1), GpuState(80 * GIB, 0.0, pods=0))
     )
-    assert device_plugin_candidates(crowded.gpus, pod, CFG) == [0]
-    assert device_plugin_candidates(crowded.gpus, pod, SCORED) is None
-    assert device_plugin_candidates(crowded.gpus, PodShape(2, 32 * GIB), CFG) is None
-    assert math.isnan(placement_delta(pod, crowded, SHAPES, CFG)[0])
-    assert placement_delta(pod, roomy, SHAPES, CFG)[1] == (1,)
+    assert ref.device_plugin_candidates(crowded.gpus, pod, CFG) == [0]
+    assert ref.device_plugin_candidates(crowded.gpus, pod, SCORED) is None
+    assert ref.device_plugin_candidates(crowded.gpus, PodShape(2, 32 * GIB), CFG) is None
+    assert math.isnan(delta_of(pod, crowded, SHAPES, CFG)[0])
+    assert delta_of(pod, roomy, SHAPES, CFG)[1] == (1,)
     s = score_nodes(pod, [crowded, roomy], CFG, SHAPES)
     assert [x.fits for x in s] == [False, True] and s[1].gpus_chosen == (1,)
     # the batch path agrees, also with a precomputed filter result that let the node pass
@@ -154,7 +148,6 @@ def test_batch_concat_and_take_keep_per_gpu_columns() -> None:
     a = NodeState("a", gpus=(GpuState(10.0, util=0.5, pods=2),))
     b = NodeState("b", gpus=(GpuState(10.0), GpuState(10.0, util=0.25, pods=0)))
     batch = NodeBatch.concat([NodeBatch.from_states([a]), NodeBatch.from_states([b])])
-    assert batch.util is not None and batch.pods is not None
     assert batch.util[0, 0] == 0.5 and math.isnan(batch.util[0, 1]) and batch.util[1, 1] == 0.25
     assert batch.take([1]).pods.tolist() == [[pytest.approx(math.nan, nan_ok=True), 0.0]]
 
@@ -208,7 +201,7 @@ def test_batch_and_scalar_agree_with_utilisation_and_pod_counts(
     nodes = _random_nodes(random.Random(11), 150)
     scores = score_nodes(pod, nodes, cfg.with_(normalisation="absolute"), SHAPES)
     for node, s in zip(nodes, scores, strict=True):
-        delta, chosen = placement_delta(pod, node, SHAPES, cfg)
+        delta, chosen = ref.placement_delta(pod, node, SHAPES, cfg)
         assert s.fits == (not math.isnan(delta))
         if s.fits:
             assert s.delta_f == pytest.approx(delta, abs=1e-6)
@@ -217,4 +210,5 @@ def test_batch_and_scalar_agree_with_utilisation_and_pod_counts(
         used = sum(g.used_mib for g in node.gpus)  # measured only: claims are not load
         total = sum(g.total_mib for g in node.gpus)
         util = sum(mean_util) / len(mean_util) if mean_util else None
-        assert s.terms.load == pytest.approx(load_term(used, total, node.streams, None, cfg, util))
+        want = ref.load_term(used, total, node.streams, None, cfg, util)
+        assert s.terms.load == pytest.approx(want)

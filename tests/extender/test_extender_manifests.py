@@ -36,6 +36,10 @@ def test_scheduler_configuration_registers_the_extender() -> None:
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert cfg["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["kvspread-scheduler"]
+    disabled = {p["name"] for p in cfg["profiles"][0]["plugins"]["score"]["disabled"]}
+    # kvspread owns replica spread and packing: these scores would pull against it
+    assert disabled == {"NodeResourcesFit", "NodeResourcesBalancedAllocation", "PodTopologySpread"}
+    assert "filter" not in cfg["profiles"][0]["plugins"]  # every filter stays on
     (ext,) = cfg["extenders"]
     for key in ("urlPrefix", "filterVerb", "prioritizeVerb", "weight", "httpTimeout"):
         assert key in ext

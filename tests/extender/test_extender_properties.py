@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from extender.config import ExtenderConfig
 from extender.run import build
-from extender.wire import parse_args
 from kvspread.clock import FakeClock
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
+from tests.extender.decide import filter_doc, prioritize_scores
 from tests.fake_kube import make_node, make_pod
 
 CLOCK = FakeClock()
@@ -107,10 +107,10 @@ def full_body(pod: GenPod, nodes: list[GenNode]) -> bytes:
 
 
 def prioritize(pod: GenPod, nodes: list[GenNode]) -> dict[str, int]:
-    EXT.ledger.forget("ns/p")
-    out = json.loads(EXT.prioritize(parse_args(full_body(pod, nodes))))
-    EXT.ledger.forget("ns/p")  # keep examples independent
-    return {h["Host"]: h["Score"] for h in out}
+    EXT.state.ledger.forget("ns/p")
+    out = prioritize_scores(EXT, full_body(pod, nodes))
+    EXT.state.ledger.forget("ns/p")  # keep examples independent
+    return out
 
 
 @PROPS
@@ -135,7 +135,7 @@ def test_a_nodes_score_does_not_depend_on_node_order(
 def test_filter_passes_exactly_the_nodes_where_the_pod_fits(
     pod: GenPod, nodes: list[GenNode]
 ) -> None:
-    out = json.loads(EXT.filter(parse_args(full_body(pod, nodes))))
+    out = filter_doc(EXT, full_body(pod, nodes))
     passed = {n["metadata"]["name"] for n in out["Nodes"]["items"]}
     for n in nodes:
         assert (n.name in passed) is oracle_fits(pod, n), n
@@ -153,8 +153,8 @@ def test_adding_free_memory_never_makes_a_node_fail(
     total, used = node.gpus[j]
     freed = data.draw(st.floats(0, 1)) * used
     more_free = replace(node, gpus=node.gpus[:j] + ((total, used - freed),) + node.gpus[j + 1 :])
-    before = json.loads(EXT.filter(parse_args(full_body(pod, [node]))))
-    after = json.loads(EXT.filter(parse_args(full_body(pod, [more_free]))))
+    before = filter_doc(EXT, full_body(pod, [node]))
+    after = filter_doc(EXT, full_body(pod, [more_free]))
     if node.name not in before["FailedNodes"]:
         assert more_free.name not in after["FailedNodes"]
 
@@ -171,12 +171,48 @@ def test_names_only_mode_agrees_with_full_mode_and_passes_unknown_nodes(
     unknown = [f"unknown-{e}" for e in extra]
     names = [n.name for n in nodes] + unknown
     body = json.dumps({"Pod": pod.obj(), "NodeNames": names})
-    out = json.loads(running.extender.filter(parse_args(body)))
+    out = filter_doc(running.extender, body)
     for n in nodes:
         assert (n.name in out["NodeNames"]) is oracle_fits(pod, n)
     assert all(u in out["NodeNames"] for u in unknown)
-    scores = {
-        h["Host"]: h["Score"] for h in json.loads(running.extender.prioritize(parse_args(body)))
-    }
+    scores = prioritize_scores(running.extender, body)
     assert all(scores[u] == 5 for u in unknown)
     assert all(0 <= s <= 10 for s in scores.values())
+
+
+def _cluster_with(nodes: list[GenNode]):  # noqa: ANN202
+    cfg = ExtenderConfig.from_mapping({"kubernetes": {"api_server": "http://127.0.0.1:9"}})
+    running = build(cfg, CLOCK)  # reflectors never started: the cache is fed directly
+    running.state.replace_nodes([n.obj() for n in nodes])
+    running.state.replace_pods([])
+    return running
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod=pods_st, nodes=nodes_st, repeats=st.integers(2, 4))
+def test_rescoring_the_same_pod_is_idempotent(
+    pod: GenPod, nodes: list[GenNode], repeats: int
+) -> None:
+    running = _cluster_with(nodes)
+    body = json.dumps({"Pod": pod.obj(), "NodeNames": [n.name for n in nodes]})
+    first = prioritize_scores(running.extender, body)
+    for _ in range(repeats):
+        assert prioritize_scores(running.extender, body) == first
+    # the filter too: the pod's own recorded pick never fails it
+    passed = filter_doc(running.extender, body)["NodeNames"]
+    assert passed == [n.name for n in nodes if oracle_fits(pod, n)]
+
+
+@PROPS
+@given(pod=pods_st, nodes=nodes_st)
+def test_stale_nodes_never_outrank_fresh_fitting_ones(pod: GenPod, nodes: list[GenNode]) -> None:
+    scores = prioritize(pod, nodes)
+    # fresh nodes the pod fits on; a score of 0 means prioritize found it does not fit after
+    # all (the device plugin's GPU lacks room, a rule the filter leaves to prioritize)
+    fresh_fit = [
+        n.name for n in nodes if n.signals == "fresh" and oracle_fits(pod, n) and scores[n.name]
+    ]
+    dark = [n.name for n in nodes if n.signals != "fresh"]
+    for d in dark:
+        for f in fresh_fit:
+            assert scores[d] < scores[f], (d, f, scores)

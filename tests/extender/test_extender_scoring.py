@@ -1,5 +1,6 @@
-"""The pure scoring functions: each term's formula on named cases, and the vectorised
-`score_batch` agreeing with the scalar functions node by node."""
+"""The pure scoring functions: each vectorised term's formula on named cases (one-row
+batches), and `score_batch` agreeing node by node with the scalar reference of the maths
+(tests/extender/scoring_reference.py)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from extender.config import ScoringConfig
 from extender.model import GpuState, NodeState, PodShape
 from extender.scoring import (
     NEUTRAL,
-    TermValues,
+    TERMS,
+    candidate_gpus,
     combine,
     expected_fragmentation,
     explain,
     fragmentation_term,
     load_term,
     modality_term,
-    node_fragmentation,
     placement_delta,
     qos_term,
     score_batch,
@@ -30,31 +31,31 @@ from extender.scoring import (
     to_score,
 )
 from extender.shapes import Shape, Shapes
+from kvspread.gpumem import node_fragmentation_of
+from tests.extender import scoring_reference as ref
 
 CFG = ScoringConfig()
 G80 = 81920.0
 
 
+def one(node: NodeState) -> NodeBatch:
+    """A one-row batch: how a single node is scored."""
+    return NodeBatch.from_states([node])
+
+
+def delta_of(
+    pod: PodShape, node: NodeState, shapes: Shapes, cfg: ScoringConfig = CFG
+) -> tuple[float, tuple[int, ...]]:
+    """(dF, GPUs chosen) of `pod` on one node through the production code."""
+    batch = one(node)
+    qual, fits = candidate_gpus(pod, batch, cfg)
+    delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
+    return float(delta[0]), tuple(int(j) for j in np.flatnonzero(chosen[0]))
+
+
 def gpus(*free: float, total: float = G80) -> tuple[GpuState, ...]:
     """GPUs with the given free memory (used = total - free)."""
     return tuple(GpuState(total_mib=total, used_mib=total - f) for f in free)
-
-
-@pytest.mark.parametrize(
-    ("free", "rho", "largest"),
-    [
-        pytest.param([40000, 0, 0, 0], 0.0, 40000, id="all free on one GPU: rho 0"),
-        pytest.param([0, 0], 0.0, 0.0, id="nothing free: rho 0"),
-        pytest.param([10000, 10000], 0.5, 10000, id="two equal halves: rho 0.5"),
-        pytest.param([10000] * 4, 0.75, 10000, id="four equal quarters: rho 0.75"),
-        pytest.param([30000, 10000], 0.25, 30000, id="3:1 split: rho 0.25"),
-        pytest.param([], 0.0, 0.0, id="no GPUs: rho 0"),
-    ],
-)
-def test_node_fragmentation(free: list[float], rho: float, largest: float) -> None:
-    got_rho, got_largest = node_fragmentation(free)
-    assert got_rho == pytest.approx(rho)
-    assert got_largest == pytest.approx(largest)
 
 
 ONE_WHOLE = Shapes.of([Shape(1, None, 0.0, 1.0)])
@@ -106,27 +107,31 @@ HALF = Shapes.of([Shape(1, 40960.0, 0.0, 1.0)])
 def test_expected_fragmentation(
     node_gpus: tuple[GpuState, ...], shapes: Shapes, expected: float
 ) -> None:
-    assert expected_fragmentation(node_gpus, shapes, CFG) == pytest.approx(expected)
+    got = expected_fragmentation(one(NodeState("n", gpus=node_gpus)), shapes, CFG)[0]
+    assert got == pytest.approx(expected)
+    assert ref.expected_fragmentation(node_gpus, shapes, CFG) == pytest.approx(expected)
 
 
 def test_expected_fragmentation_counts_cpu_where_tracked() -> None:
     shapes = Shapes.of([Shape(1, 10000.0, 8000.0, 1.0)])
-    assert expected_fragmentation(gpus(20000), shapes, CFG, cpu_free_milli=16000) == 0.0
-    assert expected_fragmentation(gpus(20000), shapes, CFG, cpu_free_milli=4000) == 20000.0
+    roomy = one(NodeState("n", gpus=gpus(20000), cpu_free_milli=16000))
+    short = one(NodeState("n", gpus=gpus(20000), cpu_free_milli=4000))
+    assert expected_fragmentation(roomy, shapes, CFG)[0] == 0.0
+    assert expected_fragmentation(short, shapes, CFG)[0] == 20000.0
 
 
 def test_placement_prefers_the_gpu_that_leaves_least_fragment() -> None:
     # FGD: a 20 GiB pod should go on the GPU with 25 GiB free (leaving 5), not the idle one.
     node = NodeState("n", gpus=(GpuState(G80, used_mib=G80 - 25600), GpuState(G80)))
     pod = PodShape(gpus=1, mem_per_gpu_mib=20480)
-    delta, chosen = placement_delta(pod, node, ONE_WHOLE, CFG)
+    delta, chosen = delta_of(pod, node, ONE_WHOLE)
     assert chosen == (0,)
     assert delta == pytest.approx(-20480.0)  # 25600 of fragment becomes 5120
 
 
 def test_placement_delta_is_nan_when_the_pod_does_not_fit() -> None:
     node = NodeState("n", gpus=gpus(1000, 1000))
-    delta, chosen = placement_delta(PodShape(gpus=1, mem_per_gpu_mib=20480), node, ONE_WHOLE, CFG)
+    delta, chosen = delta_of(PodShape(gpus=1, mem_per_gpu_mib=20480), node, ONE_WHOLE)
     assert math.isnan(delta)
     assert chosen == ()
 
@@ -142,7 +147,8 @@ def test_placement_delta_is_nan_when_the_pod_does_not_fit() -> None:
     ],
 )
 def test_fragmentation_term(delta: float, demand: float, expected: float) -> None:
-    assert fragmentation_term(delta, demand) == pytest.approx(expected)
+    got = fragmentation_term(np.array([delta]), np.array([demand]))[0]
+    assert got == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -164,7 +170,10 @@ def test_load_term(
     image: float | None,
     expected: float,
 ) -> None:
-    assert load_term(used, total, streams, image, CFG) == pytest.approx(expected)
+    # one GPU; a GPU of total 0 stands for "memory not measured"
+    gpu = GpuState(total or 0.0, used_mib=used or 0.0)
+    node = NodeState("n", gpus=(gpu,), streams=streams, image_token_share=image)
+    assert load_term(one(node), CFG)[0] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -179,7 +188,8 @@ def test_load_term(
     ],
 )
 def test_spread_term(replicas: int, rho: float, expected: float) -> None:
-    assert spread_term(replicas, rho, CFG) == pytest.approx(expected)
+    got = spread_term(np.array([float(replicas)]), np.array([rho]), CFG)[0]
+    assert got == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -195,7 +205,8 @@ def test_spread_term(replicas: int, rho: float, expected: float) -> None:
     ],
 )
 def test_modality_term(modality: str, pool: str | None, nvlink: bool, expected: float) -> None:
-    assert modality_term(modality, pool, nvlink) == pytest.approx(expected)
+    node = NodeState("n", pool=pool, nvlink=nvlink)
+    assert modality_term(PodShape(modality=modality), one(node))[0] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -212,13 +223,14 @@ def test_modality_term(modality: str, pool: str | None, nvlink: bool, expected: 
 def test_qos_term(
     qos: str | None, p95: float | None, streams: float | None, expected: float
 ) -> None:
-    assert qos_term(qos, p95, streams, CFG) == pytest.approx(expected)
+    node = NodeState("n", gpus=gpus(G80), p95_s=p95, streams=streams)
+    assert qos_term(PodShape(qos=qos), one(node), CFG)[0] == pytest.approx(expected)
 
 
 def test_combine_is_a_weighted_mean() -> None:
-    terms = TermValues(1.0, 0.0, 0.0, 0.0, 0.0)
-    assert combine(terms, CFG.weights) == pytest.approx(0.35)
-    assert combine(TermValues(1, 1, 1, 1, 1), CFG.weights) == pytest.approx(1.0)
+    only_frag = {t: np.array([1.0 if t == "fragmentation" else 0.0]) for t in TERMS}
+    assert combine(only_frag, CFG.weights)[0] == pytest.approx(0.35)
+    assert combine({t: np.ones(1) for t in TERMS}, CFG.weights)[0] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(
@@ -226,7 +238,7 @@ def test_combine_is_a_weighted_mean() -> None:
     [(0.0, 0), (0.049, 0), (0.05, 1), (0.449, 4), (0.45, 5), (1.0, 10), (1.7, 10), (-1, 0)],
 )
 def test_to_score_rounds_half_up_and_clips(x: float, score: int) -> None:
-    assert to_score(x) == score
+    assert to_score(np.array([x]))[0] == score
 
 
 def _random_nodes(rng: random.Random, n: int) -> list[NodeState]:
@@ -277,42 +289,46 @@ SHAPES = Shapes.of(
         pytest.param(PodShape(0), id="no GPU"),
     ],
 )
-def test_score_batch_agrees_with_the_scalar_terms(pod: PodShape) -> None:
+def test_score_batch_agrees_with_the_scalar_reference(pod: PodShape) -> None:
     nodes = _random_nodes(random.Random(7), 120)
     cfg = CFG.with_(normalisation="absolute")
     scores = score_nodes(pod, nodes, cfg, SHAPES)
     for node, s in zip(nodes, scores, strict=True):
         assert s.name == node.name
         if node.fresh and pod.gpus > 0:
-            delta, chosen = placement_delta(pod, node, SHAPES, cfg)
+            delta, chosen = ref.placement_delta(pod, node, SHAPES, cfg)
             if math.isnan(delta):
                 assert math.isnan(s.delta_f)
             else:
                 assert s.delta_f == pytest.approx(delta, abs=1e-6)
                 assert s.gpus_chosen == chosen
-        rho = node_fragmentation([g.free_mib for g in node.gpus])[0] if node.fresh else 0.0
+        rho = node_fragmentation_of([g.free_mib for g in node.gpus])[0] if node.fresh else 0.0
         assert s.rho == pytest.approx(rho)
         if node.fresh:
             used = sum(g.used_mib for g in node.gpus)  # measured only: claims are not load
             total = sum(g.total_mib for g in node.gpus)
-            load = load_term(used, total, node.streams, node.image_token_share, cfg)
-            qos = qos_term(pod.qos, node.p95_s, node.streams, cfg)
+            load = ref.load_term(used, total, node.streams, node.image_token_share, cfg)
+            qos = ref.qos_term(pod.qos, node.p95_s, node.streams, cfg)
         else:
             load = qos = NEUTRAL
         assert s.terms.load == pytest.approx(load)
         assert s.terms.qos == pytest.approx(qos)
         reps = node.model_replicas.get(pod.model, 0) if pod.model else 0
-        assert s.terms.spread == pytest.approx(spread_term(reps, rho, cfg))
+        assert s.terms.spread == pytest.approx(ref.spread_term(reps, rho, cfg))
         assert s.terms.modality == pytest.approx(
-            modality_term(pod.modality, node.pool, node.nvlink)
+            ref.modality_term(pod.modality, node.pool, node.nvlink)
         )
         if s.fits:
             demand = pod.gpus * (
                 pod.mem_per_gpu_mib or max((g.total_mib for g in node.gpus), default=0)
             )
-            assert s.terms.fragmentation == pytest.approx(fragmentation_term(s.delta_f, demand))
-            assert s.value == pytest.approx(combine(s.terms, cfg.weights))
-            assert s.score == to_score(s.value)
+            frag = ref.fragmentation_term(s.delta_f, demand)
+            assert s.terms.fragmentation == pytest.approx(frag)
+            assert s.value == pytest.approx(ref.combine(s.terms, cfg.weights))
+            if s.tier:  # no fresh signals / over the spread bound: ranked below the rest
+                assert s.score < 2
+            else:
+                assert s.score >= ref.to_score(s.value)
         else:
             assert s.score == 0
 
@@ -328,7 +344,7 @@ def test_candidate_normalisation_spans_zero_to_ten() -> None:
 def test_equal_candidates_keep_their_absolute_score() -> None:
     nodes = [NodeState(f"n{i}") for i in range(3)]  # no signals at all
     scores = score_nodes(PodShape(1, 1024.0), nodes, CFG, SHAPES)
-    assert {s.score for s in scores} == {to_score(scores[0].value)}
+    assert {s.score for s in scores} == {ref.to_score(scores[0].value)}
 
 
 def test_fgd_prefers_the_node_where_the_pod_fills_a_hole() -> None:

@@ -101,7 +101,8 @@ def test_metrics_after_requests(app_client) -> None:  # noqa: ANN001
         'kvspread_extender_requests_total{code="400",verb="prioritize"} 1.0',
         'kvspread_extender_filter_failures_total{reason="gpu_memory"} 1.0',
         'kvspread_extender_node_signals_total{state="fresh"} 6.0',
-        'kvspread_extender_decisions_total{outcome="placed"} 1.0',
+        'kvspread_extender_prioritize_decisions_total{outcome="placed"} 1.0',
+        'kvspread_extender_filter_decisions_total{outcome="passed"} 1.0',
         'kvspread_extender_score_term_count{term="fragmentation"} 3.0',
     ]:
         assert line in text, line
@@ -194,3 +195,31 @@ def test_invalid_pod_annotation_fails_every_node(app_client) -> None:  # noqa: A
     assert set(doc["FailedAndUnresolvableNodes"]) == {"g0", "g1", "g2"}
     reason = doc["FailedAndUnresolvableNodes"]["g0"]
     assert "kvspread.io/gpu-memory='lots'" in reason and "Kubernetes quantity" in reason
+
+
+def test_an_oversized_body_gets_413_with_a_message() -> None:
+    clock = FakeClock()
+    doc = gpu_body(clock)
+    small_body = json.dumps(doc).encode()
+    doc["Nodes"]["items"] = doc["Nodes"]["items"] * 3
+    big = json.dumps(doc).encode()
+    limit = len(small_body) + 10
+    assert len(big) > limit
+    cfg = ExtenderConfig.from_mapping({"server": {"standalone": True, "max_body_bytes": limit}})
+    running = build(cfg, clock)
+    with serve_app(running.app) as url, httpx.Client(base_url=url) as client:
+        small = client.post("/filter", content=small_body)
+        assert small.status_code == 200
+        r = client.post("/filter", content=big)
+        assert r.status_code == 413
+        assert f"server.max_body_bytes ({limit} bytes)" in r.json()["error"]
+
+        def chunks():  # no Content-Length: refused while streaming
+            for i in range(0, len(big), 200):
+                yield big[i : i + 200]
+
+        r = client.post("/prioritize", content=chunks())
+        assert r.status_code == 413
+        text = client.get("/metrics").text
+        assert 'kvspread_extender_requests_total{code="413",verb="filter"} 1.0' in text
+    assert ExtenderConfig().server.max_body_bytes == 256 * 1024 * 1024

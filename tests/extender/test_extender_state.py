@@ -179,3 +179,25 @@ def test_signal_states(annotation: str | None, age: float, state: str) -> None:
     assert st.fresh is (state == "fresh")
     if state != "fresh":
         assert st.gpus == () and st.streams is None
+
+
+def test_node_table_lookup_follows_added_removed_and_replaced_rows() -> None:
+    from extender.batch import NodeTable
+    from extender.model import GpuState, NodeState
+
+    t = NodeTable()
+    t.set(NodeState("a", gpus=(GpuState(100.0),)))
+    t.set(NodeState("b", gpus=(GpuState(100.0),)))
+    names = ["a", "b", "c"]
+    batch, missing = t.take(names)
+    assert batch.names == ("a", "b") and missing == [2]
+    t.set(NodeState("b", gpus=(GpuState(100.0, used_mib=60.0),), model_replicas={"m": 2}))
+    batch, _ = t.take(list(names), model="m")  # same list again: cached lookup, fresh values
+    assert batch.used[1, 0] == 60.0 and batch.replica_counts("m").tolist() == [0.0, 2.0]
+    assert batch.replicas[1] == {"m": 2}
+    t.set(NodeState("c", gpus=(GpuState(100.0),)))
+    batch, missing = t.take(list(names))
+    assert batch.names == ("a", "b", "c") and missing == []
+    t.remove("a")
+    batch, missing = t.take(list(names))
+    assert batch.names == ("b", "c") and missing == [0]

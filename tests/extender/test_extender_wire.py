@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from extender.wire import WireError, filter_response, parse_args, prioritize_response
+from extender.decisions import FilterDecision, PrioritizeDecision
+from extender.wire import WireError, encode_filter, encode_prioritize, parse_args
 
 WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "k8s-wire"
 
@@ -90,7 +91,7 @@ def test_empty_and_absent_node_lists_are_fine() -> None:
 
 def test_filter_response_names_only_has_exact_keys() -> None:
     args = parse_args(b'{"Pod": {}, "NodeNames": ["a", "b", "c"]}')
-    doc = json.loads(filter_response(args, [True, False, True], {"b": "why"}))
+    doc = json.loads(encode_filter(args, FilterDecision([True, False, True], {"b": "why"})))
     assert list(doc) == ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
     assert doc == {
         "Nodes": None,
@@ -104,13 +105,26 @@ def test_filter_response_names_only_has_exact_keys() -> None:
 def test_filter_response_full_mode_echoes_the_node_objects() -> None:
     body = (WIRE / "filter-request.nodeCacheCapable-false.json").read_bytes()
     args = parse_args(body)
-    doc = json.loads(filter_response(args, [True, True, False], {"lab-node-c": "x"}))
+    doc = json.loads(encode_filter(args, FilterDecision([True, True, False], {"lab-node-c": "x"})))
     assert doc["NodeNames"] is None
     assert doc["Nodes"]["items"] == json.loads(body)["Nodes"]["items"][:2]
 
 
+def test_filter_error_sets_error_and_no_nodes() -> None:
+    args = parse_args(b'{"Pod": {}, "NodeNames": ["a", "b"]}')
+    doc = json.loads(encode_filter(args, FilterDecision.failure(2, "boom")))
+    assert doc == {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "boom",
+    }
+
+
 def test_prioritize_response() -> None:
-    assert json.loads(prioritize_response(["a", "b"], [3, 10])) == [
+    args = parse_args(b'{"Pod": {}, "NodeNames": ["a", "b"]}')
+    assert json.loads(encode_prioritize(args, PrioritizeDecision([3, 10]))) == [
         {"Host": "a", "Score": 3},
         {"Host": "b", "Score": 10},
     ]
