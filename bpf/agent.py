@@ -165,14 +165,7 @@ class Agent:
             self._source("bpf", False, "disabled by configuration")
             self.bpf_ready.set()
             return
-        pc = loader_mod.ProbeConfig(
-            ports=c.http_ports,
-            capture_bytes=c.capture_bytes,
-            max_conns=c.max_conns,
-            tracefs=c.tracefs,
-            header_cache=c.header_cache,
-            max_requests_per_s=c.max_requests_per_s,
-        )
+        pc = loader_mod.probe_config(c)
         try:
             session = self._probe_loader(pc)
         except loader_mod.BpfUnavailable as exc:

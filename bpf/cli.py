@@ -77,18 +77,13 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if args.print_bpf:
         from bpf import loader
 
-        pc = loader.ProbeConfig(
-            ports=config.http_ports,
-            capture_bytes=config.capture_bytes,
-            max_conns=config.max_conns,
-            tracefs=config.tracefs,
-        )
+        pc = loader.probe_config(config)
         features = loader.detect_features(config.tracefs)
         if not features.programs:
             print(
                 f"no programs can load: tracepoints missing under {config.tracefs}", file=sys.stderr
             )
-            features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {}, True)
+            features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {})
         print(loader.render(pc, features))
         return 0
     logs.configure(config.log_level)

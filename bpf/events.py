@@ -44,7 +44,8 @@ class HttpEventKind(IntEnum):
     REQUEST_MORE = 2
     RESPONSE = 3
     CLOSE = 4
-    END = 5  # the previous response ended; the next request was not sampled (budget)
+    END = 5  # the response ended (complete at this write, or before an unsampled request)
+    RESPONSE_DONE = 6  # first bytes of a response that the same write completed
 
 
 class ConnState(IntEnum):

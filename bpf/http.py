@@ -21,6 +21,7 @@ __all__ = [
     "parse_request",
     "parse_response",
     "sniff_modality",
+    "request_end",
     "OTHER_ROUTE",
 ]
 
@@ -214,6 +215,26 @@ def parse_request(data: bytes, routes: RouteTemplates) -> RequestInfo | None:
         chunk_seq=_int(hdr.get("x-chunk-seq")),
         content_length=_int(hdr.get("content-length")),
     )
+
+
+def request_end(data: bytes) -> int | None:
+    """Offset just past the first request in `data` (head + Content-Length body), or None
+    when its end is not in `data` (head cut off, chunked body) or what follows is not a
+    request line: where a pipelined request read in the same bytes starts."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    fields = data[:end].partition(b"\r\n")[2]
+    hdr = _headers(fields)
+    if "transfer-encoding" in fields.lower().decode("latin-1"):
+        return None
+    n = end + 4 + (_int(hdr.get("content-length")) or 0)
+    if n > len(data):
+        return None
+    rest = data[n:]
+    if rest and rest.split(b" ", 1)[0].decode("latin-1") not in _METHODS:
+        return None  # not a request start: keep the bytes (a body without its length)
+    return n
 
 
 def parse_response(data: bytes) -> ResponseInfo:

@@ -1,8 +1,11 @@
 """Turn the kernel's per-connection HTTP events into completed request records.
 
-Pure: fed decoded events in order, returns `RequestRecord`s. A request ends at the last
-response write, which the kernel reports with the next request on the connection
-(keep-alive) or with close(); streamed (SSE) responses are covered the same way. The
+Pure: fed decoded events in order, returns `RequestRecord`s. A request ends at the write
+that completes its response (Content-Length reached, chunked terminator written), which
+the kernel reports at once (END, or RESPONSE_DONE when one write holds the whole
+response); a response whose end the kernel cannot see (no length nor chunking, head
+longer than the capture) ends at its last write, reported with the next request or with
+close(). Pipelined requests read in one go are split here from the captured bytes. The
 table of open connections is bounded (least recently used connections are dropped and
 counted).
 """
@@ -13,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bpf.events import AcceptEvent, HttpEvent, HttpEventKind
-from bpf.http import RouteTemplates, parse_request, parse_response
+from bpf.events import AcceptEvent, ConnState, HttpEvent, HttpEventKind
+from bpf.http import RouteTemplates, parse_request, parse_response, request_end
 
 __all__ = ["RequestRecord", "ConnTracker", "TrackerCounters"]
 
@@ -57,6 +60,8 @@ class _Conn:
     port: int
     peer: str = ""
     pending: _Pending | None = None
+    leftover: bytes = b""  # captured bytes past the last request: pipelined requests
+    answered: bool = False  # a response ended on this connection
 
 
 @dataclass
@@ -66,6 +71,7 @@ class TrackerCounters:
     unparsable: int = 0  # bytes that were not an HTTP request line
     evicted: int = 0  # connections dropped from the bounded table
     orphan_events: int = 0  # events of connections not seen starting
+    pipelined_unseen: int = 0  # pipelined responses whose request was past the capture
 
 
 @dataclass
@@ -104,10 +110,15 @@ class ConnTracker:
         c.pending = None
         if p is None:
             return None
+        c.answered = True
         if not p.response_ns:
             self.counters.unanswered += 1
             return None
-        req = parse_request(bytes(p.request), self.routes)
+        data = bytes(p.request)
+        cut = request_end(data)
+        if cut is not None:
+            data, c.leftover = data[:cut], data[cut:]
+        req = parse_request(data, self.routes)
         if req is None:
             self.counters.unparsable += 1
             return None
@@ -134,40 +145,45 @@ class ConnTracker:
 
     def on_http(self, ev: HttpEvent) -> list[RequestRecord]:
         """Feed one event; returns the requests it completed (zero or one)."""
-        out: list[RequestRecord] = []
         key = (ev.tgid, ev.fd, ev.conn_id)
-        if ev.kind == HttpEventKind.CLOSE:
+        kind = ev.kind
+        if kind == HttpEventKind.CLOSE:
             c = self._conns.pop(key, None)
-            if c is None:
-                return out
-            rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
-            if rec:
-                out.append(rec)
-            return out
+            return [] if c is None else self._done(c, ev.prev_end_ns, ev.prev_resp_bytes)
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
-        if ev.kind == HttpEventKind.END:
-            rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
-            if rec:
-                out.append(rec)
-            return out
-        if ev.kind == HttpEventKind.REQUEST:
+        if kind == HttpEventKind.END:
+            return self._done(c, ev.prev_end_ns, ev.prev_resp_bytes)
+        out: list[RequestRecord] = []
+        if kind == HttpEventKind.REQUEST:
             if c.pending is not None:
-                rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
-                if rec:
-                    out.append(rec)
+                out = self._done(c, ev.prev_end_ns, ev.prev_resp_bytes)
             c.pending = _Pending(start_ns=ev.ts_ns, request=bytearray(ev.data))
-        elif ev.kind == HttpEventKind.REQUEST_MORE:
+            c.leftover = b""
+        elif kind == HttpEventKind.REQUEST_MORE:
             if c.pending is None:
                 self.counters.orphan_events += 1
             elif len(c.pending.request) < MAX_REQUEST_PREFIX:
                 c.pending.request += ev.data[: MAX_REQUEST_PREFIX - len(c.pending.request)]
-        elif ev.kind == HttpEventKind.RESPONSE:
+        else:  # RESPONSE, RESPONSE_DONE
+            if c.pending is None and c.answered and ev.prev_state == ConnState.IDLE:
+                # pipelined: a response with no read since the last one ended
+                if not c.leftover:
+                    self.counters.pipelined_unseen += 1
+                    return out
+                c.pending = _Pending(start_ns=ev.prev_end_ns, request=bytearray(c.leftover))
+                c.leftover = b""
             if c.pending is None:
                 self.counters.orphan_events += 1
             elif not c.pending.response_ns:
                 c.pending.response_ns = ev.ts_ns
                 c.pending.response = ev.data
+            if kind == HttpEventKind.RESPONSE_DONE:
+                out += self._done(c, ev.ts_ns, ev.prev_resp_bytes)
         return out
+
+    def _done(self, c: _Conn, end_ns: int, resp_bytes: int) -> list[RequestRecord]:
+        rec = self._finish(c, end_ns, resp_bytes)
+        return [rec] if rec else []
 
     def in_flight(
         self, now_ns: int, last_write_ns: Callable[[int, int], int | None], idle_s: float = 1.0

@@ -47,11 +47,18 @@
 #define HTTP_EV_REQUEST_MORE 2 /* further bytes of the same request */
 #define HTTP_EV_RESPONSE 3     /* first bytes of the response */
 #define HTTP_EV_CLOSE 4        /* the server closed the connection */
-#define HTTP_EV_END 5          /* the previous response ended; the next request is not sampled */
+#define HTTP_EV_END 5          /* the response ended at this write (or before an unsampled request) */
+#define HTTP_EV_RESPONSE_DONE 6 /* first bytes of a response that this same write completes */
 
 #define CONN_IDLE 0
 #define CONN_REQUEST 1
 #define CONN_RESPONDING 2
+
+/* How the current response ends (RFC 9112 section 6.3). */
+#define FRAME_UNKNOWN 0 /* head not seen whole: ends at the next request or close */
+#define FRAME_LENGTH 1  /* Content-Length (or no body: HEAD, 204, 304): ends at resp_expect bytes */
+#define FRAME_CHUNKED 2 /* Transfer-Encoding: ends at the write that completes 0\r\n\r\n */
+#define FRAME_CLOSE 3   /* neither: ends when the server closes the connection */
 
 /* One accepted connection, keyed by (tgid << 32 | fd). */
 struct conn_state {
@@ -62,19 +69,25 @@ struct conn_state {
     u64 last_write_ns; /* last response write: the end of the response so far */
     u64 resp_bytes;
     u64 req_bytes;
+    u64 last_read_ns;  /* last read: the start of a pipelined request answered later */
+    u64 resp_expect;   /* FRAME_LENGTH: response bytes (head + body) when complete */
+    u64 tail;          /* FRAME_CHUNKED: last 8 response bytes written, oldest lowest */
     u32 requests;
     u16 port;          /* local (server) port, host order */
     u8 state;          /* CONN_* */
     u8 more;           /* HTTP_EV_REQUEST_MORE events sent for the current request */
     u8 unsampled;      /* current request over the budget: no events for it */
-    u8 pad[7];
+    u8 framing;        /* FRAME_* of the current response */
+    u8 head_req;       /* the current request is HEAD: its response has no body */
+    u8 pad[5];
 };
 
 struct http_event {
     u64 ts_ns;           /* bpf_ktime_get_ns() when the syscall returned */
     u64 conn_id;         /* conn_state.id */
-    u64 prev_end_ns;     /* REQUEST / CLOSE: last write of the previous response, else 0 */
-    u64 prev_resp_bytes; /* bytes of that previous response */
+    u64 prev_end_ns;     /* REQUEST / CLOSE / END: last write of the response ending;
+                            RESPONSE(_DONE) after IDLE (pipelined): the request's last read */
+    u64 prev_resp_bytes; /* bytes of that response */
     u32 tgid;
     u32 fd;
     u32 len;             /* bytes valid in data */

@@ -3,21 +3,35 @@
  * On a tracked connection (see conn_track.c) the first read after idle or after a
  * response starts a request (HTTP_EV_REQUEST, with the first CAPTURE_BYTES bytes); the
  * first write after a request starts the response (HTTP_EV_RESPONSE, with the status
- * line); later writes only move last_write_ns, so streamed (SSE) responses cost no
- * events. The response ends at its last write, reported with the next request on the
- * connection or with close().
+ * line and head). The head says how the response ends (RFC 9112 6.3): Content-Length
+ * bytes written, the chunked terminator written, or close; the write that completes it
+ * sends HTTP_EV_END (HTTP_EV_RESPONSE_DONE when the first write is also the last), so a
+ * request is reported when its response is complete, not when the next one starts.
+ * Other writes only move last_write_ns and resp_bytes: streamed (SSE) responses cost no
+ * events. A response written when no request is pending but one was read before
+ * (pipelining) starts the next request at that last read.
  *
- * Tracepoints: syscalls:sys_{enter,exit}_{read,recvfrom,readv,write,sendto,writev}.
- * Kernel needs: syscall tracepoints (CONFIG_FTRACE_SYSCALLS), BPF ring buffer (5.8+) or
- * perf buffer. The first bytes are checked at fixed offsets only (no byte loops).
+ * Tracepoints: syscalls:sys_{enter,exit}_{read,recvfrom,readv,write,sendto,writev};
+ * optional: recvmsg, sendmsg, sendfile64 (HAVE_SYS_*). Kernel needs: syscall
+ * tracepoints (CONFIG_FTRACE_SYSCALLS), BPF ring buffer (5.8+) or perf buffer, bounded
+ * loops (5.3+: the response head is scanned once per response, up to CAPTURE_BYTES).
  */
+
+#define IO_BUF 0  /* buf is the user buffer */
+#define IO_IOV 1  /* buf is a struct iovec array */
+#define IO_NONE 2 /* no user bytes (sendfile): counted, not read */
 
 struct io_args {
     u64 key;   /* conns key */
-    u64 buf;   /* user buffer, or struct iovec * when iov is set */
-    u32 iov;
+    u64 buf;   /* user buffer, or struct iovec * when iov is IO_IOV */
+    u32 iov;   /* IO_* */
     u32 pad;
 };
+
+/* The last 7 bytes of a chunked body, "\r\n0\r\n\r\n" (last chunk, no trailers), as the
+ * top 7 bytes of conn_state.tail read little-endian. */
+#define CHUNKED_END 0x0a0d0a0d300a0dULL
+#define MAX_IOVS 8 /* iovecs of one writev/sendmsg followed for the chunked terminator */
 
 BPF_HASH(active_reads, u64, struct io_args, 16384);
 BPF_HASH(active_writes, u64, struct io_args, 16384);
@@ -64,12 +78,26 @@ static __always_inline int io_enter(u32 fd, const void *buf, u32 iov, int is_wri
     return 0;
 }
 
+/* sendmsg / recvmsg: the bytes are in msg->msg_iov. */
+static __always_inline int msg_enter(u32 fd, const struct user_msghdr *msg, int is_write)
+{
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u64 key = (pid_tgid & 0xffffffff00000000ULL) | fd;
+    if (!conns.lookup(&key))
+        return 0;
+    struct iovec *iov = NULL;
+    bpf_probe_read_user(&iov, sizeof(iov), &msg->msg_iov);
+    return io_enter(fd, iov, IO_IOV, is_write);
+}
+
 /* Copy up to CAPTURE_BYTES of the user buffer into ev->data; returns bytes copied. */
 static __always_inline u32 capture(struct http_event *ev, struct io_args *a, long ret)
 {
     const void *src = (const void *)a->buf;
     u64 avail = (u64)ret;
-    if (a->iov) {
+    if (a->iov == IO_NONE)
+        return 0;
+    if (a->iov == IO_IOV) {
         struct iovec v = {};
         bpf_probe_read_user(&v, sizeof(v), (const void *)a->buf);
         src = v.iov_base;
@@ -102,6 +130,21 @@ static __always_inline int looks_like_request(struct http_event *ev)
     return 1;
 }
 
+static __always_inline void fill_event(struct http_event *ev, struct conn_state *c, u64 pid_tgid,
+                                       u64 key, u64 now, long ret, u8 kind)
+{
+    ev->ts_ns = now;
+    ev->conn_id = c->id;
+    ev->tgid = pid_tgid >> 32;
+    ev->fd = (u32)key;
+    ev->total = (u32)ret;
+    ev->port = c->port;
+    ev->kind = kind;
+    ev->prev_state = c->state;
+    ev->prev_end_ns = 0;
+    ev->prev_resp_bytes = 0;
+}
+
 static __always_inline int read_exit(void *ctx, long ret)
 {
     u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -115,7 +158,9 @@ static __always_inline int read_exit(void *ctx, long ret)
     struct conn_state *c = conns.lookup(&a.key);
     if (!c)
         return 0;
+    u64 now = bpf_ktime_get_ns();
     u8 kind = HTTP_EV_REQUEST;
+    c->last_read_ns = now;
     if (c->state == CONN_REQUEST) {
         c->req_bytes += ret;
         if (c->more >= MAX_MORE_CHUNKS)
@@ -132,20 +177,12 @@ static __always_inline int read_exit(void *ctx, long ret)
             conns.delete(&a.key); /* not HTTP/1.x (TLS, HTTP/2, ...): stop tracking */
         return 0;
     }
-    u64 now = bpf_ktime_get_ns();
     if (kind == HTTP_EV_REQUEST && !within_budget(now)) {
         count_lost(2);
         if (c->state == CONN_RESPONDING && !c->unsampled) {
             /* the sampled request before this one ends here: say so */
-            ev->ts_ns = now;
-            ev->conn_id = c->id;
-            ev->tgid = pid_tgid >> 32;
-            ev->fd = (u32)a.key;
+            fill_event(ev, c, pid_tgid, a.key, now, ret, HTTP_EV_END);
             ev->len = 0;
-            ev->total = (u32)ret;
-            ev->port = c->port;
-            ev->kind = HTTP_EV_END;
-            ev->prev_state = c->state;
             ev->prev_end_ns = c->last_write_ns;
             ev->prev_resp_bytes = c->resp_bytes;
             emit_http_header(ctx, ev);
@@ -158,16 +195,7 @@ static __always_inline int read_exit(void *ctx, long ret)
     }
     if (kind == HTTP_EV_REQUEST)
         c->unsampled = 0;
-    ev->ts_ns = now;
-    ev->conn_id = c->id;
-    ev->tgid = pid_tgid >> 32;
-    ev->fd = (u32)a.key;
-    ev->total = (u32)ret;
-    ev->port = c->port;
-    ev->kind = kind;
-    ev->prev_state = c->state;
-    ev->prev_end_ns = 0;
-    ev->prev_resp_bytes = 0;
+    fill_event(ev, c, pid_tgid, a.key, now, ret, kind);
     if (kind == HTTP_EV_REQUEST) {
         if (c->state == CONN_RESPONDING) {
             ev->prev_end_ns = c->last_write_ns;
@@ -180,10 +208,172 @@ static __always_inline int read_exit(void *ctx, long ret)
         c->req_bytes = ret;
         c->more = 0;
         c->requests += 1;
+        c->framing = FRAME_UNKNOWN;
+        c->head_req = ev->data[0] == 'H' && ev->data[1] == 'E' && ev->data[2] == 'A' &&
+                      ev->data[3] == 'D';
     } else {
         c->more += 1;
     }
     emit_http(ctx, ev);
+    return 0;
+}
+
+#define KV_LC(p, k) (ev->data[((p) + (k)) & (CAPTURE_BYTES - 1)] | 0x20)
+
+/* Non-zero unless the header line at `p` starts with the lowercase `name` (with its
+ * colon). OR-ing 0x20 folds letters to lowercase and leaves '-' and ':' as they are;
+ * the differences are OR-ed without branches (one verifier path per line). */
+#define KV_HDR_DIFF(p, name, diff)                                         \
+    do {                                                                   \
+        const char _n[] = name;                                            \
+        diff = 0;                                                          \
+        _Pragma("unroll") for (int _k = 0; _k < (int)sizeof(_n) - 1; _k++) \
+            diff |= KV_LC(p, _k) ^ _n[_k];                                 \
+    } while (0)
+
+/* The captured length, read afresh from map memory each time it is compared: a copy in
+ * a register would carry a range the verifier narrows per iteration (no pruning). */
+#define KV_LEN(ev) (*(volatile u32 *)&(ev)->len)
+
+/* Scratch of parse_head, kept in map memory on purpose: the verifier does not track map
+ * contents, so the loop's state does not multiply with what the head held. */
+struct head_parse {
+    u64 cl;     /* Content-Length digits so far */
+    u32 skip;   /* bytes to skip to the Content-Length value, +1; 1: reading digits */
+    u8 have_cl;
+    u8 chunked;
+    u8 pad[2];
+};
+BPF_PERCPU_ARRAY(head_scratch, struct head_parse, 1);
+
+/* Read the response head captured in ev->data: how the response ends, and its length
+ * when Content-Length says it. Sets c->framing and c->resp_expect. One bounded pass that
+ * stops at the blank line ending the head; a head longer than the capture stays
+ * FRAME_UNKNOWN (the response then ends at the next request or close). */
+static __always_inline void parse_head(struct http_event *ev, struct conn_state *c)
+{
+    c->framing = FRAME_UNKNOWN;
+    c->resp_expect = 0;
+    u32 zero = 0;
+    volatile struct head_parse *h = head_scratch.lookup(&zero);
+    if (!h)
+        return;
+    if (ev->len < 16 || ev->len > CAPTURE_BYTES)
+        return;
+    h->cl = 0;
+    h->skip = 0;
+    h->have_cl = 0;
+    h->chunked = 0;
+    for (u32 i = 12; i < CAPTURE_BYTES - 1; i++) {
+        if (i >= KV_LEN(ev))
+            break;
+        char ch = ev->data[i & (CAPTURE_BYTES - 1)];
+        if (h->skip > 1) {
+            h->skip -= 1;
+            continue;
+        }
+        if (h->skip == 1) {
+            if (ch >= '0' && ch <= '9' && h->cl < 100000000000000ULL) {
+                h->cl = h->cl * 10 + (ch - '0');
+                h->have_cl = 1;
+                continue;
+            }
+            if (!h->have_cl && (ch == ' ' || ch == '\t'))
+                continue;
+            h->skip = 0;
+        }
+        if (ch != '\n')
+            continue;
+        u32 j = i + 1;
+        if (j >= KV_LEN(ev))
+            break;
+        char a = ev->data[j & (CAPTURE_BYTES - 1)];
+        if (a == '\r' || a == '\n') {
+            u64 head = j + (a == '\r' ? 2 : 1);
+            char s0 = ev->data[9], s1 = ev->data[10], s2 = ev->data[11];
+            int no_body = c->head_req || (s0 == '2' && s1 == '0' && s2 == '4') ||
+                          (s0 == '3' && s1 == '0' && s2 == '4');
+            if (head > KV_LEN(ev)) {
+                break;
+            } else if (no_body) {
+                c->framing = FRAME_LENGTH;
+                c->resp_expect = head;
+            } else if (h->chunked) {
+                c->framing = FRAME_CHUNKED;
+                c->tail = 0;
+            } else if (h->have_cl) {
+                c->framing = FRAME_LENGTH;
+                c->resp_expect = head + h->cl;
+            } else {
+                c->framing = FRAME_CLOSE;
+            }
+            break;
+        }
+        u32 diff = 1;
+        a |= 0x20;
+        if (a == 'c' && j + 16 < KV_LEN(ev)) {
+            KV_HDR_DIFF(j, "content-length:", diff);
+            if (diff == 0)
+                h->skip = 16; /* the '\n', then 15 name bytes */
+        } else if (a == 't' && j + 19 < KV_LEN(ev)) {
+            /* chunked is the only transfer coding a response may end with and keep the
+             * connection (RFC 9112 6.3 rule 4); others are rare and end at close */
+            KV_HDR_DIFF(j, "transfer-encoding:", diff);
+            if (diff == 0)
+                h->chunked = 1;
+        }
+    }
+}
+
+/* Shift the last min(len, 8) bytes of src[0..len) into *tail. */
+static __always_inline void tail_push(u64 *tail, const char *src, u64 len)
+{
+    if (len == 0)
+        return;
+    if (len >= 8) {
+        bpf_probe_read_user(tail, 8, src + len - 8);
+        return;
+    }
+    u64 fresh = 0;
+    u32 k = len & 7;
+    if (k == 0)
+        return;
+    bpf_probe_read_user(&fresh, k, src);
+    *tail = (*tail >> (8 * k)) | (fresh << (8 * (8 - k)));
+}
+
+/* The bytes this write moved, folded into the chunked tail; 1 when they end the body. */
+static __always_inline int chunked_done(struct conn_state *c, struct io_args *a, long ret)
+{
+    if (a->iov == IO_NONE)
+        return 0; /* sendfile: file bytes are payload, the terminator comes by write */
+    u64 tail = c->tail;
+    if (a->iov == IO_BUF) {
+        tail_push(&tail, (const char *)a->buf, (u64)ret);
+    } else {
+        u64 left = (u64)ret;
+        struct iovec *iov = (struct iovec *)a->buf;
+        for (int k = 0; k < MAX_IOVS; k++) {
+            if (left == 0)
+                break;
+            struct iovec v = {};
+            bpf_probe_read_user(&v, sizeof(v), &iov[k]);
+            u64 take = v.iov_len < left ? v.iov_len : left;
+            tail_push(&tail, v.iov_base, take);
+            left -= take;
+        }
+    }
+    c->tail = tail;
+    return (tail >> 8) == CHUNKED_END;
+}
+
+/* After a write of the current response: 1 when it completed the response. */
+static __always_inline int response_done(struct conn_state *c, struct io_args *a, long ret)
+{
+    if (c->framing == FRAME_LENGTH)
+        return c->resp_bytes >= c->resp_expect;
+    if (c->framing == FRAME_CHUNKED)
+        return chunked_done(c, a, ret);
     return 0;
 }
 
@@ -201,38 +391,63 @@ static __always_inline int write_exit(void *ctx, long ret)
     if (!c)
         return 0;
     u64 now = bpf_ktime_get_ns();
+    u32 zero = 0;
+    struct http_event *ev;
     if (c->state == CONN_RESPONDING) {
         c->last_write_ns = now;
         c->resp_bytes += ret;
+        if (c->unsampled || !response_done(c, &a, ret))
+            return 0;
+        ev = http_scratch.lookup(&zero);
+        if (!ev)
+            return 0;
+        fill_event(ev, c, pid_tgid, a.key, now, ret, HTTP_EV_END);
+        ev->len = 0;
+        ev->prev_end_ns = now;
+        ev->prev_resp_bytes = c->resp_bytes;
+        c->state = CONN_IDLE;
+        emit_http_header(ctx, ev);
         return 0;
     }
-    if (c->state != CONN_REQUEST)
+    if (c->state == CONN_IDLE && (c->requests == 0 || c->unsampled))
         return 0; /* a write before any request (server greeting): not HTTP timing */
+    if (c->state != CONN_REQUEST && c->state != CONN_IDLE)
+        return 0;
     if (c->unsampled) {
         c->state = CONN_RESPONDING;
         c->last_write_ns = now;
         c->resp_bytes = ret;
         return 0;
     }
-    u32 zero = 0;
-    struct http_event *ev = http_scratch.lookup(&zero);
+    ev = http_scratch.lookup(&zero);
     if (!ev)
         return 0;
     ev->len = capture(ev, &a, ret);
-    ev->ts_ns = now;
-    ev->conn_id = c->id;
-    ev->tgid = pid_tgid >> 32;
-    ev->fd = (u32)a.key;
-    ev->total = (u32)ret;
-    ev->port = c->port;
-    ev->kind = HTTP_EV_RESPONSE;
-    ev->prev_state = c->state;
-    ev->prev_end_ns = 0;
-    ev->prev_resp_bytes = 0;
+    if (ev->len < 12 || ev->data[0] != 'H' || ev->data[1] != 'T' || ev->data[2] != 'T' ||
+        ev->data[3] != 'P' || ev->data[4] != '/') {
+        if (c->state == CONN_IDLE)
+            return 0; /* not a response: nothing to time */
+    } else if (ev->data[9] == '1' && !(ev->data[10] == '0' && ev->data[11] == '1')) {
+        return 0; /* 1xx interim response (100 Continue): the final one follows */
+    }
+    fill_event(ev, c, pid_tgid, a.key, now, ret, HTTP_EV_RESPONSE);
+    if (c->state == CONN_IDLE) {
+        /* pipelined: this request was read with (or after) the previous one */
+        ev->prev_end_ns = c->last_read_ns;
+        c->req_start_ns = c->last_read_ns;
+        c->head_req = 0;
+        c->requests += 1;
+    }
     c->state = CONN_RESPONDING;
     c->resp_start_ns = now;
     c->last_write_ns = now;
     c->resp_bytes = ret;
+    parse_head(ev, c);
+    if (response_done(c, &a, ret)) {
+        ev->kind = HTTP_EV_RESPONSE_DONE; /* ends at ts_ns; prev_end_ns stays the start */
+        ev->prev_resp_bytes = ret;
+        c->state = CONN_IDLE;
+    }
     emit_http(ctx, ev);
     return 0;
 }
@@ -241,14 +456,26 @@ TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter((u32)args->fd, args
 TRACEPOINT_PROBE(syscalls, sys_exit_read) { return read_exit(args, args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom) { return io_enter((u32)args->fd, args->ubuf, 0, 0); }
 TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return read_exit(args, args->ret); }
-TRACEPOINT_PROBE(syscalls, sys_enter_readv) { return io_enter((u32)args->fd, args->vec, 1, 0); }
+TRACEPOINT_PROBE(syscalls, sys_enter_readv) { return io_enter((u32)args->fd, args->vec, IO_IOV, 0); }
 TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return read_exit(args, args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_write) { return io_enter((u32)args->fd, args->buf, 0, 1); }
 TRACEPOINT_PROBE(syscalls, sys_exit_write) { return write_exit(args, args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_sendto) { return io_enter((u32)args->fd, args->buff, 0, 1); }
 TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return write_exit(args, args->ret); }
-TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return io_enter((u32)args->fd, args->vec, 1, 1); }
+TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return io_enter((u32)args->fd, args->vec, IO_IOV, 1); }
 TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return write_exit(args, args->ret); }
+#ifdef HAVE_SYS_RECVMSG
+TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg) { return msg_enter((u32)args->fd, args->msg, 0); }
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return read_exit(args, args->ret); }
+#endif
+#ifdef HAVE_SYS_SENDMSG
+TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg) { return msg_enter((u32)args->fd, args->msg, 1); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return write_exit(args, args->ret); }
+#endif
+#ifdef HAVE_SYS_SENDFILE64
+TRACEPOINT_PROBE(syscalls, sys_enter_sendfile64) { return io_enter((u32)args->out_fd, NULL, IO_NONE, 1); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendfile64) { return write_exit(args, args->ret); }
+#endif
 
 /* close(): the end of the last response on the connection. */
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
