@@ -335,6 +335,20 @@ class ProbeSession:
             pass
 
 
+# http_latency.c's tail-called programs, by their index in its `tail_progs` array.
+TAIL_CALLS: tuple[tuple[int, str], ...] = ((0, "sse_scan"), (1, "response_head"))
+
+
+def _load_tail_calls(bcc: Any, bpf: Any, programs: tuple[str, ...]) -> None:
+    """Load the tail-called programs (bcc attaches only TRACEPOINT_PROBEs) into their array."""
+    if "http_latency.c" not in programs:
+        return
+    table = bpf[b"tail_progs"]
+    for idx, name in TAIL_CALLS:
+        fn = bpf.load_func(name.encode(), bcc.BPF.TRACEPOINT)
+        table[ctypes.c_int(idx)] = ctypes.c_int(fn.fd)
+
+
 def load(config: ProbeConfig) -> ProbeSession:
     """Compile and attach every program the kernel supports; BpfUnavailable if none."""
     why = ensure_tracefs(config.tracefs)
@@ -358,6 +372,12 @@ def load(config: ProbeConfig) -> ProbeSession:
                 text=text.encode(), cflags=build_cflags(config, features, perf_buffer=perf)
             )
         except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception
+            errors.append(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+            continue
+        try:
+            _load_tail_calls(bcc, bpf, features.programs)
+        except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception
+            bpf.cleanup()
             errors.append(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
             continue
         session = ProbeSession(bpf, features.programs, perf)

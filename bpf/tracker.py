@@ -43,6 +43,11 @@ class RequestRecord:
     context_id: str | None = None
     chunk_seq: int | None = None
     peer: str = ""
+    # SSE streams (text/event-stream), timed on the wire: last request byte -> first data
+    # event, and the mean gap between data events; None when not seen (not a stream, no
+    # data event, one event only for the latter, or bytes the kernel could not scan)
+    ttft_s: float | None = None
+    tpot_s: float | None = None
 
 
 @dataclass
@@ -51,6 +56,7 @@ class _Pending:
     request: bytearray
     response_ns: int = 0
     response: bytes = b""
+    request_end_ns: int = 0  # last read before the response
 
 
 @dataclass
@@ -105,7 +111,9 @@ class ConnTracker:
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
         c.peer = ev.peer
 
-    def _finish(self, c: _Conn, end_ns: int, resp_bytes: int) -> RequestRecord | None:
+    def _finish(
+        self, c: _Conn, end_ns: int, resp_bytes: int, ev: HttpEvent | None = None
+    ) -> RequestRecord | None:
         p = c.pending
         c.pending = None
         if p is None:
@@ -125,6 +133,11 @@ class ConnTracker:
         resp = parse_response(p.response)
         end = max(end_ns, p.response_ns)
         self.counters.requests += 1
+        ttft = tpot = None
+        if ev is not None and ev.sse_events and resp.streaming and p.request_end_ns:
+            ttft = max(0, ev.sse_first_ns - p.request_end_ns) / 1e9
+            if ev.sse_events > 1:
+                tpot = (ev.sse_last_ns - ev.sse_first_ns) / (ev.sse_events - 1) / 1e9
         return RequestRecord(
             tgid=c.tgid,
             port=c.port,
@@ -141,6 +154,8 @@ class ConnTracker:
             context_id=req.context_id,
             chunk_seq=req.chunk_seq,
             peer=c.peer,
+            ttft_s=ttft,
+            tpot_s=tpot,
         )
 
     def on_http(self, ev: HttpEvent) -> list[RequestRecord]:
@@ -149,14 +164,14 @@ class ConnTracker:
         kind = ev.kind
         if kind == HttpEventKind.CLOSE:
             c = self._conns.pop(key, None)
-            return [] if c is None else self._done(c, ev.prev_end_ns, ev.prev_resp_bytes)
+            return [] if c is None else self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
         if kind == HttpEventKind.END:
-            return self._done(c, ev.prev_end_ns, ev.prev_resp_bytes)
+            return self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
         out: list[RequestRecord] = []
         if kind == HttpEventKind.REQUEST:
             if c.pending is not None:
-                out = self._done(c, ev.prev_end_ns, ev.prev_resp_bytes)
+                out = self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
             c.pending = _Pending(start_ns=ev.ts_ns, request=bytearray(ev.data))
             c.leftover = b""
         elif kind == HttpEventKind.REQUEST_MORE:
@@ -177,12 +192,15 @@ class ConnTracker:
             elif not c.pending.response_ns:
                 c.pending.response_ns = ev.ts_ns
                 c.pending.response = ev.data
+                c.pending.request_end_ns = ev.req_end_ns
             if kind == HttpEventKind.RESPONSE_DONE:
-                out += self._done(c, ev.ts_ns, ev.prev_resp_bytes)
+                out += self._done(c, ev.ts_ns, ev.prev_resp_bytes, ev)
         return out
 
-    def _done(self, c: _Conn, end_ns: int, resp_bytes: int) -> list[RequestRecord]:
-        rec = self._finish(c, end_ns, resp_bytes)
+    def _done(
+        self, c: _Conn, end_ns: int, resp_bytes: int, ev: HttpEvent | None = None
+    ) -> list[RequestRecord]:
+        rec = self._finish(c, end_ns, resp_bytes, ev)
         return [rec] if rec else []
 
     def in_flight(

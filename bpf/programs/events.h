@@ -60,6 +60,16 @@
 #define FRAME_CHUNKED 2 /* Transfer-Encoding: ends at the write that completes 0\r\n\r\n */
 #define FRAME_CLOSE 3   /* neither: ends when the server closes the connection */
 
+/* Server-sent events (Content-Type: text/event-stream): data events timed in the kernel. */
+#define SSE_NONE 0
+#define SSE_ON 1   /* counting data events */
+#define SSE_LOST 2 /* bytes skipped in the middle of chunk framing: counts no longer exact */
+
+#define CHUNK_SIZE 0 /* reading a chunk-size line */
+#define CHUNK_DATA 1 /* inside a chunk's payload */
+#define CHUNK_CRLF 2 /* after a payload, before the next size line */
+#define CHUNK_END 3  /* last chunk seen (trailers follow) */
+
 /* One accepted connection, keyed by (tgid << 32 | fd). */
 struct conn_state {
     u64 id;            /* ktime of accept(): tells reuses of one fd apart */
@@ -79,7 +89,19 @@ struct conn_state {
     u8 unsampled;      /* current request over the budget: no events for it */
     u8 framing;        /* FRAME_* of the current response */
     u8 head_req;       /* the current request is HEAD: its response has no body */
-    u8 pad[5];
+    u8 sse;            /* SSE_* of the current response */
+    u8 sse_chunk;      /* CHUNK_* position in the chunked framing around the events */
+    u8 sse_line;       /* bytes of the current SSE line so far (saturates at 255) */
+    u8 sse_data;       /* the current event has a data field */
+    u8 sse_final;      /* the current event is data: [DONE] (not a token) */
+    u16 head_len;      /* bytes of the response head in its first write */
+    u16 pad;
+    u32 chunk_left;    /* CHUNK_SIZE: the size so far; CHUNK_DATA: payload bytes left */
+    u32 sse_events;    /* data events completed (data: [DONE] excluded) */
+    u32 pad2;
+    u64 req_end_ns;    /* last read before the response: the request's last byte */
+    u64 sse_first_ns;  /* write that completed the first data event */
+    u64 sse_last_ns;   /* write that completed the last data event so far */
 };
 
 struct http_event {
@@ -88,6 +110,10 @@ struct http_event {
     u64 prev_end_ns;     /* REQUEST / CLOSE / END: last write of the response ending;
                             RESPONSE(_DONE) after IDLE (pipelined): the request's last read */
     u64 prev_resp_bytes; /* bytes of that response */
+    u64 req_end_ns;      /* RESPONSE*: last read before the response (the request's end);
+                            events ending a response: that of the response ending */
+    u64 sse_first_ns;    /* events ending an SSE response: first and last data event */
+    u64 sse_last_ns;
     u32 tgid;
     u32 fd;
     u32 len;             /* bytes valid in data */
@@ -95,7 +121,7 @@ struct http_event {
     u16 port;
     u8 kind;             /* HTTP_EV_* */
     u8 prev_state;       /* CONN_* before this event */
-    u32 pad;
+    u32 sse_events;      /* events ending an SSE response: its data events, else 0 */
     char data[CAPTURE_BYTES];
 };
 

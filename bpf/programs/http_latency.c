@@ -143,6 +143,10 @@ static __always_inline void fill_event(struct http_event *ev, struct conn_state 
     ev->prev_state = c->state;
     ev->prev_end_ns = 0;
     ev->prev_resp_bytes = 0;
+    ev->req_end_ns = c->req_end_ns;
+    ev->sse_first_ns = c->sse_first_ns;
+    ev->sse_last_ns = c->sse_last_ns;
+    ev->sse_events = c->sse == SSE_ON ? c->sse_events : 0;
 }
 
 static __always_inline int read_exit(void *ctx, long ret)
@@ -236,20 +240,25 @@ static __always_inline int read_exit(void *ctx, long ret)
 #define KV_LEN(ev) (*(volatile u32 *)&(ev)->len)
 
 /* Scratch of parse_head, kept in map memory on purpose: the verifier does not track map
- * contents, so the loop's state does not multiply with what the head held. */
+ * contents, so its state does not multiply with what the head held. */
+#define MAX_HEAD_LINES 32 /* header lines looked at (power of two) */
 struct head_parse {
-    u64 cl;     /* Content-Length digits so far */
-    u32 skip;   /* bytes to skip to the Content-Length value, +1; 1: reading digits */
+    u64 cl;       /* Content-Length */
+    u32 head;     /* bytes of the head, blank line included; 0: not in the capture */
+    u32 nlines;
+    u16 line[MAX_HEAD_LINES]; /* where each header line starts */
     u8 have_cl;
     u8 chunked;
-    u8 pad[2];
+    u8 sse;
+    u8 pad[5];
 };
 BPF_PERCPU_ARRAY(head_scratch, struct head_parse, 1);
 
-/* Read the response head captured in ev->data: how the response ends, and its length
- * when Content-Length says it. Sets c->framing and c->resp_expect. One bounded pass that
- * stops at the blank line ending the head; a head longer than the capture stays
- * FRAME_UNKNOWN (the response then ends at the next request or close). */
+/* Read the response head captured in ev->data: how the response ends, its length when
+ * Content-Length says it, and whether it is an SSE stream. Two bounded passes: the line
+ * starts up to the blank line ending the head, then the few header names looked for at
+ * each. A head longer than the capture stays FRAME_UNKNOWN (the response then ends at
+ * the next request or close). */
 static __always_inline void parse_head(struct http_event *ev, struct conn_state *c)
 {
     c->framing = FRAME_UNKNOWN;
@@ -261,67 +270,85 @@ static __always_inline void parse_head(struct http_event *ev, struct conn_state 
     if (ev->len < 16 || ev->len > CAPTURE_BYTES)
         return;
     h->cl = 0;
-    h->skip = 0;
+    h->head = 0;
+    h->nlines = 0;
     h->have_cl = 0;
     h->chunked = 0;
+    h->sse = 0;
     for (u32 i = 12; i < CAPTURE_BYTES - 1; i++) {
         if (i >= KV_LEN(ev))
             break;
-        char ch = ev->data[i & (CAPTURE_BYTES - 1)];
-        if (h->skip > 1) {
-            h->skip -= 1;
-            continue;
-        }
-        if (h->skip == 1) {
-            if (ch >= '0' && ch <= '9' && h->cl < 100000000000000ULL) {
-                h->cl = h->cl * 10 + (ch - '0');
-                h->have_cl = 1;
-                continue;
-            }
-            if (!h->have_cl && (ch == ' ' || ch == '\t'))
-                continue;
-            h->skip = 0;
-        }
-        if (ch != '\n')
+        if (ev->data[i & (CAPTURE_BYTES - 1)] != '\n')
             continue;
         u32 j = i + 1;
-        if (j >= KV_LEN(ev))
-            break;
         char a = ev->data[j & (CAPTURE_BYTES - 1)];
         if (a == '\r' || a == '\n') {
-            u64 head = j + (a == '\r' ? 2 : 1);
-            char s0 = ev->data[9], s1 = ev->data[10], s2 = ev->data[11];
-            int no_body = c->head_req || (s0 == '2' && s1 == '0' && s2 == '4') ||
-                          (s0 == '3' && s1 == '0' && s2 == '4');
-            if (head > KV_LEN(ev)) {
-                break;
-            } else if (no_body) {
-                c->framing = FRAME_LENGTH;
-                c->resp_expect = head;
-            } else if (h->chunked) {
-                c->framing = FRAME_CHUNKED;
-                c->tail = 0;
-            } else if (h->have_cl) {
-                c->framing = FRAME_LENGTH;
-                c->resp_expect = head + h->cl;
-            } else {
-                c->framing = FRAME_CLOSE;
-            }
+            h->head = j + (a == '\r' ? 2 : 1);
             break;
         }
+        u32 k = h->nlines;
+        if (k < MAX_HEAD_LINES) {
+            h->line[k & (MAX_HEAD_LINES - 1)] = j;
+            h->nlines = k + 1;
+        }
+    }
+    u32 head = h->head;
+    if (head == 0 || head > ev->len)
+        return;
+    for (u32 l = 0; l < MAX_HEAD_LINES; l++) {
+        if (l >= h->nlines)
+            break;
+        u32 j = h->line[l & (MAX_HEAD_LINES - 1)] & (CAPTURE_BYTES - 1);
+        char a = KV_LC(j, 0);
         u32 diff = 1;
-        a |= 0x20;
-        if (a == 'c' && j + 16 < KV_LEN(ev)) {
-            KV_HDR_DIFF(j, "content-length:", diff);
-            if (diff == 0)
-                h->skip = 16; /* the '\n', then 15 name bytes */
-        } else if (a == 't' && j + 19 < KV_LEN(ev)) {
+        if (a == 't') {
             /* chunked is the only transfer coding a response may end with and keep the
              * connection (RFC 9112 6.3 rule 4); others are rare and end at close */
             KV_HDR_DIFF(j, "transfer-encoding:", diff);
             if (diff == 0)
                 h->chunked = 1;
+            continue;
         }
+        if (a != 'c')
+            continue;
+        KV_HDR_DIFF(j, "content-length:", diff);
+        if (diff == 0) {
+            for (u32 d = 15; d < 32; d++) {
+                char ch = ev->data[(j + d) & (CAPTURE_BYTES - 1)];
+                if (ch >= '0' && ch <= '9') {
+                    h->cl = h->cl * 10 + (ch - '0');
+                    h->have_cl = 1;
+                } else if (h->have_cl || (ch != ' ' && ch != '\t')) {
+                    break;
+                }
+            }
+            continue;
+        }
+        KV_HDR_DIFF(j, "content-type:", diff);
+        if (diff == 0) {
+            u32 v = j + 13 + (ev->data[(j + 13) & (CAPTURE_BYTES - 1)] == ' ');
+            KV_HDR_DIFF(v, "text/event-stream", diff);
+            if (diff == 0)
+                h->sse = 1;
+        }
+    }
+    c->head_len = head;
+    char s0 = ev->data[9], s1 = ev->data[10], s2 = ev->data[11];
+    int no_body = c->head_req || (s0 == '2' && s1 == '0' && s2 == '4') ||
+                  (s0 == '3' && s1 == '0' && s2 == '4');
+    if (h->sse && !no_body)
+        c->sse = SSE_ON;
+    if (no_body) {
+        c->framing = FRAME_LENGTH;
+        c->resp_expect = head;
+    } else if (h->chunked) {
+        c->framing = FRAME_CHUNKED;
+        c->tail = 0;
+    } else if (h->have_cl) {
+        c->framing = FRAME_LENGTH;
+        c->resp_expect = head + h->cl;
+    } else {
+        c->framing = FRAME_CLOSE;
     }
 }
 
@@ -377,6 +404,264 @@ static __always_inline int response_done(struct conn_state *c, struct io_args *a
     return 0;
 }
 
+/* ---- server-sent events -------------------------------------------------------------
+ * Each write of an SSE response goes to sse_scan (a tail call, so its byte loop is verified
+ * once, not once per write syscall): a state machine over the written bytes that strips
+ * the chunked framing and counts completed `data:` events (a blank line ends an event;
+ * `data: [DONE]` is not a token), keeping the times of the first and last. */
+
+#define SSE_BLOCK 256 /* bytes copied and scanned at a time */
+
+struct sse_job {
+    u64 key;
+    u64 buf;
+    u64 ret;      /* bytes the write moved */
+    u64 left;     /* of those, not scanned yet */
+    u64 src;      /* cursor: next byte to scan */
+    u64 seg;      /* bytes left in the current buffer or iovec */
+    u64 now;
+    u64 pid_tgid;
+    u32 iov;
+    u32 skip;     /* head bytes at the start of the first write */
+    u32 n;        /* bytes in the current block */
+    u32 vi;       /* next iovec */
+};
+struct sse_block {
+    char d[SSE_BLOCK];
+};
+BPF_PERCPU_ARRAY(sse_jobs, struct sse_job, 1);
+BPF_PERCPU_ARRAY(sse_blocks, struct sse_block, 1);
+/* Tail-called programs (loaded and put here by the loader): the byte loops are verified
+ * once each instead of once per write syscall's program. */
+BPF_PROG_ARRAY(tail_progs, 2);
+#define TAIL_SSE_SCAN 0      /* sse_scan */
+#define TAIL_RESPONSE_HEAD 1 /* response_head */
+
+static __always_inline int hex_digit(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    ch |= 0x20;
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    return -1;
+}
+
+static __always_inline void sse_byte(volatile struct conn_state *c, char ch, u64 now)
+{
+    if (c->framing == FRAME_CHUNKED) {
+        u8 st = c->sse_chunk;
+        if (st == CHUNK_SIZE) {
+            int v = hex_digit(ch);
+            if (v >= 0 && c->chunk_left < 0x1000000)
+                c->chunk_left = c->chunk_left * 16 + v;
+            else if (ch == '\n')
+                c->sse_chunk = c->chunk_left ? CHUNK_DATA : CHUNK_END;
+            return; /* extensions and CR ignored */
+        }
+        if (st == CHUNK_CRLF) {
+            if (ch == '\n') {
+                c->sse_chunk = CHUNK_SIZE;
+                c->chunk_left = 0;
+            }
+            return;
+        }
+        if (st != CHUNK_DATA)
+            return;
+        c->chunk_left -= 1;
+        if (c->chunk_left == 0)
+            c->sse_chunk = CHUNK_CRLF;
+    }
+    if (ch == '\r')
+        return;
+    u8 col = c->sse_line;
+    if (ch == '\n') {
+        if (col == 0) {
+            if (c->sse_data && c->sse_final != 2) {
+                if (c->sse_events == 0)
+                    c->sse_first_ns = now;
+                c->sse_last_ns = now;
+                c->sse_events += 1;
+            }
+            c->sse_data = 0;
+            c->sse_final = 0;
+        }
+        c->sse_line = 0;
+        return;
+    }
+    if (col == 0 && ch == 'd') /* the only field name starting with d is data */
+        c->sse_data = 1;
+    else if ((col == 5 || col == 6) && ch == '[' && c->sse_data)
+        c->sse_final = 1; /* "data: [" ... */
+    else if (c->sse_final == 1)
+        c->sse_final = ch == 'D' ? 2 : 0; /* ... "D": [DONE] (no JSON value starts so) */
+    if (col < 255)
+        c->sse_line = col + 1;
+}
+
+static __always_inline int write_done(void *ctx, struct conn_state *c, struct io_args *a,
+                                      u64 pid_tgid, u64 now, long ret);
+
+int sse_scan(void *ctx)
+{
+    u32 zero = 0;
+    struct sse_job *j = sse_jobs.lookup(&zero);
+    if (!j)
+        return 0;
+    u64 key = j->key;
+    volatile struct conn_state *c = conns.lookup(&key);
+    struct sse_block *b = sse_blocks.lookup(&zero);
+    if (!c || !b)
+        return 0;
+    struct io_args a = {.key = key, .buf = j->buf, .iov = j->iov};
+    /* one block per run; the program tail-calls itself for the next (at most 32 blocks) */
+    if (j->left && j->seg == 0 && a.iov == IO_IOV && j->vi < MAX_IOVS) {
+        struct iovec v = {};
+        bpf_probe_read_user(&v, sizeof(v), &((struct iovec *)a.buf)[j->vi]);
+        j->vi += 1;
+        j->src = (u64)v.iov_base;
+        j->seg = v.iov_len < j->left ? v.iov_len : j->left;
+    }
+    u64 n = j->seg < SSE_BLOCK ? j->seg : SSE_BLOCK;
+    if (j->skip && n) {
+        u64 k = j->skip < n ? j->skip : n;
+        j->skip -= k;
+        j->src += k;
+        j->seg -= k;
+        j->left -= k;
+    } else if (n > 0 && n <= SSE_BLOCK && bpf_probe_read_user(b->d, n, (void *)j->src) == 0) {
+        j->n = n;
+        for (u32 i = 0; i < SSE_BLOCK; i++) {
+            if (i >= *(volatile u32 *)&j->n)
+                break;
+            sse_byte(c, b->d[i], j->now);
+        }
+        j->src += n;
+        j->seg -= n;
+        j->left -= n;
+    } else {
+        j->vi = MAX_IOVS; /* nothing more can be read */
+    }
+    if (j->left && (j->seg || (a.iov == IO_IOV && j->vi < MAX_IOVS)))
+        tail_progs.call(ctx, TAIL_SSE_SCAN);
+    u64 left = j->left;
+    if (left) {
+        /* not scanned (sendfile, too many blocks or iovecs): still exact if it is all
+         * payload of the current chunk */
+        if (c->framing == FRAME_CHUNKED && c->sse_chunk == CHUNK_DATA && c->chunk_left > left)
+            c->chunk_left -= left;
+        else
+            c->sse = SSE_LOST;
+    }
+    return write_done(ctx, (struct conn_state *)c, &a, j->pid_tgid, j->now, (long)j->ret);
+}
+
+/* Hand the rest of this write to sse_scan; returns only when the tail call failed. */
+static __always_inline void sse_tail(void *ctx, struct conn_state *c, struct io_args *a,
+                                     u64 pid_tgid, u64 now, long ret, u32 skip)
+{
+    u32 zero = 0;
+    struct sse_job *j = sse_jobs.lookup(&zero);
+    if (!j)
+        return;
+    j->key = a->key;
+    j->buf = a->buf;
+    j->iov = a->iov;
+    j->ret = (u64)ret;
+    j->left = (u64)ret;
+    j->src = a->buf;
+    j->seg = a->iov == IO_BUF ? (u64)ret : 0;
+    j->vi = 0;
+    j->now = now;
+    j->pid_tgid = pid_tgid;
+    j->skip = skip;
+    tail_progs.call(ctx, TAIL_SSE_SCAN);
+    c->sse = SSE_LOST; /* no tail call: the program is not loaded */
+}
+
+/* After a write of the current response: END when it completed it. */
+static __always_inline int write_done(void *ctx, struct conn_state *c, struct io_args *a,
+                                      u64 pid_tgid, u64 now, long ret)
+{
+    if (!response_done(c, a, ret))
+        return 0;
+    u32 zero = 0;
+    struct http_event *ev = http_scratch.lookup(&zero);
+    if (!ev)
+        return 0;
+    fill_event(ev, c, pid_tgid, a->key, now, ret, HTTP_EV_END);
+    ev->len = 0;
+    ev->prev_end_ns = now;
+    ev->prev_resp_bytes = c->resp_bytes;
+    c->state = CONN_IDLE;
+    emit_http_header(ctx, ev);
+    return 0;
+}
+
+/* The first write of a response (tail call from write_exit): read the head, send RESPONSE
+ * (RESPONSE_DONE when this write completes it), and scan the rest if it is SSE. */
+int response_head(void *ctx)
+{
+    u32 zero = 0;
+    struct sse_job *j = sse_jobs.lookup(&zero);
+    if (!j)
+        return 0;
+    u64 key = j->key;
+    struct conn_state *c = conns.lookup(&key);
+    struct http_event *ev = http_scratch.lookup(&zero);
+    if (!c || !ev)
+        return 0;
+    struct io_args a = {.key = key, .buf = j->buf, .iov = j->iov};
+    long ret = (long)j->ret;
+    u64 now = j->now, pid_tgid = j->pid_tgid;
+    ev->len = capture(ev, &a, ret);
+    if (ev->len < 12 || ev->data[0] != 'H' || ev->data[1] != 'T' || ev->data[2] != 'T' ||
+        ev->data[3] != 'P' || ev->data[4] != '/') {
+        if (c->state == CONN_IDLE)
+            return 0; /* not a response: nothing to time */
+    } else if (ev->data[9] == '1' && !(ev->data[10] == '0' && ev->data[11] == '1')) {
+        return 0; /* 1xx interim response (100 Continue): the final one follows */
+    }
+    u64 pipelined_start = 0;
+    if (c->state == CONN_IDLE) {
+        /* pipelined: this request was read with (or after) the previous one */
+        pipelined_start = c->last_read_ns;
+        c->req_start_ns = c->last_read_ns;
+        c->head_req = 0;
+        c->requests += 1;
+    }
+    c->state = CONN_RESPONDING;
+    c->resp_start_ns = now;
+    c->last_write_ns = now;
+    c->resp_bytes = ret;
+    c->req_end_ns = c->last_read_ns;
+    c->sse = SSE_NONE;
+    c->sse_chunk = CHUNK_SIZE;
+    c->chunk_left = 0;
+    c->sse_line = 0;
+    c->sse_data = 0;
+    c->sse_final = 0;
+    c->sse_events = 0;
+    c->sse_first_ns = 0;
+    c->sse_last_ns = 0;
+    parse_head(ev, c);
+    fill_event(ev, c, pid_tgid, key, now, ret, HTTP_EV_RESPONSE);
+    ev->prev_state = pipelined_start ? CONN_IDLE : CONN_REQUEST;
+    ev->prev_end_ns = pipelined_start;
+    if (c->sse == SSE_ON) {
+        emit_http(ctx, ev);
+        sse_tail(ctx, c, &a, pid_tgid, now, ret, c->head_len);
+        return write_done(ctx, c, &a, pid_tgid, now, ret);
+    }
+    if (response_done(c, &a, ret)) {
+        ev->kind = HTTP_EV_RESPONSE_DONE; /* ends at ts_ns; prev_end_ns stays the start */
+        ev->prev_resp_bytes = ret;
+        c->state = CONN_IDLE;
+    }
+    emit_http(ctx, ev);
+    return 0;
+}
+
 static __always_inline int write_exit(void *ctx, long ret)
 {
     u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -391,23 +676,14 @@ static __always_inline int write_exit(void *ctx, long ret)
     if (!c)
         return 0;
     u64 now = bpf_ktime_get_ns();
-    u32 zero = 0;
-    struct http_event *ev;
     if (c->state == CONN_RESPONDING) {
         c->last_write_ns = now;
         c->resp_bytes += ret;
-        if (c->unsampled || !response_done(c, &a, ret))
+        if (c->unsampled)
             return 0;
-        ev = http_scratch.lookup(&zero);
-        if (!ev)
-            return 0;
-        fill_event(ev, c, pid_tgid, a.key, now, ret, HTTP_EV_END);
-        ev->len = 0;
-        ev->prev_end_ns = now;
-        ev->prev_resp_bytes = c->resp_bytes;
-        c->state = CONN_IDLE;
-        emit_http_header(ctx, ev);
-        return 0;
+        if (c->sse == SSE_ON)
+            sse_tail(ctx, c, &a, pid_tgid, now, ret, 0);
+        return write_done(ctx, c, &a, pid_tgid, now, ret);
     }
     if (c->state == CONN_IDLE && (c->requests == 0 || c->unsampled))
         return 0; /* a write before any request (server greeting): not HTTP timing */
@@ -419,37 +695,20 @@ static __always_inline int write_exit(void *ctx, long ret)
         c->resp_bytes = ret;
         return 0;
     }
-    ev = http_scratch.lookup(&zero);
-    if (!ev)
+    u32 zero = 0;
+    struct sse_job *j = sse_jobs.lookup(&zero);
+    if (!j)
         return 0;
-    ev->len = capture(ev, &a, ret);
-    if (ev->len < 12 || ev->data[0] != 'H' || ev->data[1] != 'T' || ev->data[2] != 'T' ||
-        ev->data[3] != 'P' || ev->data[4] != '/') {
-        if (c->state == CONN_IDLE)
-            return 0; /* not a response: nothing to time */
-    } else if (ev->data[9] == '1' && !(ev->data[10] == '0' && ev->data[11] == '1')) {
-        return 0; /* 1xx interim response (100 Continue): the final one follows */
-    }
-    fill_event(ev, c, pid_tgid, a.key, now, ret, HTTP_EV_RESPONSE);
-    if (c->state == CONN_IDLE) {
-        /* pipelined: this request was read with (or after) the previous one */
-        ev->prev_end_ns = c->last_read_ns;
-        c->req_start_ns = c->last_read_ns;
-        c->head_req = 0;
-        c->requests += 1;
-    }
-    c->state = CONN_RESPONDING;
-    c->resp_start_ns = now;
-    c->last_write_ns = now;
-    c->resp_bytes = ret;
-    parse_head(ev, c);
-    if (response_done(c, &a, ret)) {
-        ev->kind = HTTP_EV_RESPONSE_DONE; /* ends at ts_ns; prev_end_ns stays the start */
-        ev->prev_resp_bytes = ret;
-        c->state = CONN_IDLE;
-    }
-    emit_http(ctx, ev);
-    return 0;
+    j->key = a.key;
+    j->buf = a.buf;
+    j->iov = a.iov;
+    j->ret = (u64)ret;
+    j->left = (u64)ret;
+    j->now = now;
+    j->pid_tgid = pid_tgid;
+    j->skip = 0;
+    tail_progs.call(ctx, TAIL_RESPONSE_HEAD);
+    return 0; /* not loaded: the response goes unseen */
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter((u32)args->fd, args->buf, 0, 0); }
@@ -488,15 +747,8 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     u32 zero = 0;
     struct http_event *ev = http_scratch.lookup(&zero);
     if (ev) {
-        ev->ts_ns = bpf_ktime_get_ns();
-        ev->conn_id = c->id;
-        ev->tgid = pid_tgid >> 32;
-        ev->fd = (u32)args->fd;
+        fill_event(ev, c, pid_tgid, key, bpf_ktime_get_ns(), 0, HTTP_EV_CLOSE);
         ev->len = 0;
-        ev->total = 0;
-        ev->port = c->port;
-        ev->kind = HTTP_EV_CLOSE;
-        ev->prev_state = c->state;
         ev->prev_end_ns = c->state == CONN_RESPONDING ? c->last_write_ns : 0;
         ev->prev_resp_bytes = c->state == CONN_RESPONDING ? c->resp_bytes : 0;
         emit_http_header(args, ev);

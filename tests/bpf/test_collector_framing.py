@@ -158,3 +158,49 @@ def test_pipelined_requests_each_end_at_their_own_response(framing: Any) -> None
         if t["read"] == truths[0]["read"]:  # read together: all start at that read
             check(r, t, sent)
     assert rec.records[0].duration_s < rec.records[1].duration_s < rec.records[2].duration_s
+
+
+def sse_request(path: str) -> bytes:
+    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        f"X-LLM-Context-ID: {path}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/sse/12/15/1", "/sse/9/15/0", "/sse/12/10/3", "/sse/1/20/1"],
+    ids=["one-event-per-write", "events-split-across-writes", "three-events-per-write", "one"],
+)
+def test_sse_time_to_first_token_and_per_output_token(framing: Any, path: str) -> None:
+    """vLLM-shaped chat.completion.chunk streams: TTFT from the request's last byte to the
+    write completing the first data event, TPOT the mean gap to the last one ([DONE] not a
+    token), against the instants the server took just after each write."""
+    srv, rec = framing
+    tokens, gap_ms = int(path.split("/")[2]), int(path.split("/")[3])
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        sent = time.monotonic_ns()
+        s.sendall(sse_request(path))
+        body = read_response(s)
+        truth = srv.truth()
+        assert wait_for(lambda: len(rec.records) == 1, 5), rec.tracker.counters
+    assert body.count(b"chat.completion.chunk") == tokens and b"data: [DONE]" in body
+    r = rec.records[0]
+    assert r.streaming and r.status == 200
+    events = truth["events"]
+    assert len(events) == tokens
+    read_lo, read_hi = sent, truth["read"][1]
+    assert r.ttft_s is not None
+    # the first event went out one gap after the request was read, and no earlier
+    assert within_bracket(r.ttft_s, events[0] - read_hi - 1_000_000, events[0] - read_lo)
+    assert r.ttft_s >= gap_ms / 1000 * 0.9
+    if tokens == 1:
+        assert r.tpot_s is None  # one token has no inter-token time: absent, not zero
+        return
+    assert r.tpot_s is not None
+    true_tpot = (events[-1] - events[0]) / (tokens - 1)
+    per = int(path.split("/")[4]) or 1
+    # with several events per write the kernel sees them together: the truth's own gaps
+    assert abs(r.tpot_s - true_tpot / 1e9) <= max(0.001, 0.05 * true_tpot / 1e9), (r, true_tpot)
+    assert r.tpot_s >= gap_ms / 1000 / per * 0.5
