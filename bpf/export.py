@@ -25,7 +25,14 @@ from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState
 from kvspread import names as N
 from kvspread.names import prometheus_name
 
-__all__ = ["PrometheusCollector", "OtlpExporter", "label_name", "REQUEST_ATTRS"]
+__all__ = [
+    "PrometheusCollector",
+    "OtlpExporter",
+    "label_name",
+    "REQUEST_ATTRS",
+    "TOKEN_ATTRS",
+    "GEN_AI_OPERATIONS",
+]
 
 REQUEST_ATTRS: tuple[str, ...] = (
     N.ATTR_HTTP_METHOD,
@@ -39,6 +46,18 @@ REQUEST_ATTRS: tuple[str, ...] = (
     N.ATTR_QOS,
 )
 """Attributes of http.server.request.duration, in label-tuple order."""
+
+TOKEN_ATTRS: tuple[str, ...] = (*REQUEST_ATTRS, N.ATTR_GEN_AI_OPERATION)
+"""Attributes of the gen_ai.server token histograms: the request's, plus the GenAI operation."""
+
+GEN_AI_OPERATIONS: dict[str, str] = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "chat",
+    "/v1/completions": "text_completion",
+    "/generate_stream": "text_completion",
+    "/v2/models/{model}/generate_stream": "text_completion",
+}
+"""gen_ai.operation.name of the streaming routes (OTel GenAI semconv values); others ""."""
 
 POD_ATTRS = (N.ATTR_SERVER_PORT, N.ATTR_K8S_NAMESPACE, N.ATTR_K8S_POD)
 
@@ -102,6 +121,18 @@ class PrometheusCollector:
             prometheus_name(N.HTTP_SERVER_TIME_TO_FIRST_BYTE, "s", "histogram"),
             "First request byte read to first response byte written (eBPF).",
             s.ttfb.snapshot(),
+            DURATION_BUCKETS,
+        )
+        yield _hist(
+            prometheus_name(N.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, "s", "histogram"),
+            "SSE responses: last request byte read to the first data event written (eBPF).",
+            s.ttft.snapshot(),
+            DURATION_BUCKETS,
+        )
+        yield _hist(
+            prometheus_name(N.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, "s", "histogram"),
+            "SSE responses: mean time between data events after the first (eBPF).",
+            s.tpot.snapshot(),
             DURATION_BUCKETS,
         )
         yield _hist(
@@ -311,6 +342,14 @@ class OtlpExporter:
                 aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
             ),
             View(
+                instrument_name=N.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
+                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
+            ),
+            View(
+                instrument_name=N.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
+                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
+            ),
+            View(
                 instrument_name=N.ACCEPT_QUEUE_DELAY,
                 aggregation=ExplicitBucketHistogramAggregation(QUEUE_BUCKETS),
             ),
@@ -322,6 +361,8 @@ class OtlpExporter:
         self.duration = meter.create_histogram(N.HTTP_SERVER_REQUEST_DURATION, unit="s")
         self.ttfb = meter.create_histogram(N.HTTP_SERVER_TIME_TO_FIRST_BYTE, unit="s")
         self.accept = meter.create_histogram(N.ACCEPT_QUEUE_DELAY, unit="s")
+        self.ttft = meter.create_histogram(N.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, unit="s")
+        self.tpot = meter.create_histogram(N.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, unit="s")
 
         def gpu(attr: str) -> Any:
             def cb(_: CallbackOptions) -> list[Observation]:
@@ -426,6 +467,12 @@ class OtlpExporter:
     def record_request(self, attrs: dict[str, Any], duration_s: float, ttfb_s: float) -> None:
         self.duration.record(duration_s, attrs)
         self.ttfb.record(ttfb_s, attrs)
+
+    def record_tokens(self, attrs: dict[str, Any], ttft_s: float, tpot_s: float | None) -> None:
+        """One SSE stream's time to first token and, with two tokens or more, per token."""
+        self.ttft.record(ttft_s, attrs)
+        if tpot_s is not None:
+            self.tpot.record(tpot_s, attrs)
 
     def record_accept(self, attrs: dict[str, Any], delay_s: float) -> None:
         self.accept.record(delay_s, attrs)

@@ -42,6 +42,9 @@ class EngineReading:
 class CollectorState:
     requests: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
     ttfb: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
+    ttft: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
+    tpot: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
+    ttft_window: RecentWindow = field(default_factory=RecentWindow)  # node TTFT p95
     accept_delay: HistogramTable = field(default_factory=lambda: HistogramTable(QUEUE_BUCKETS, 512))
     edges: CounterTable = field(default_factory=CounterTable)
     window: RecentWindow = field(default_factory=RecentWindow)

@@ -8,7 +8,8 @@ how to answer:
   /chunked/PARTS/GAP_MS/HOW  chunked body, PARTS chunks, the terminator split in two writes
   /close/GAP_MS              neither length nor chunking: body, then close GAP_MS later
   /nobody                    204 No Content
-  /sse/TOKENS/GAP_MS/PER     vLLM-shaped chat.completion.chunk SSE stream (chunked), PER
+  /v1/chat/completions?sse=TOKENS/GAP_MS/PER
+                             vLLM-shaped chat.completion.chunk SSE stream (chunked), PER
                              events per write, each event split over two writes when PER=0
 
 HOW is the syscall of the body writes: write, send (sendto), writev, sendmsg or sendfile.
@@ -82,6 +83,8 @@ class Conn:
 
 def answer(c: Conn, method: str, path: str) -> bool:
     """Write the response; False when the connection is to be closed."""
+    if path.startswith("/v1/chat/completions?sse="):
+        path = "/sse/" + path.split("=", 1)[1]
     parts = path.strip("/").split("/")
     kind, args = parts[0], parts[1:]
     if kind == "len":

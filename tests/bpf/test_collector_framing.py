@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 from test_collector_probes import Recorder, wait_for, within_bracket
+
+from bpf.agent import Agent
+from bpf.config import CollectorConfig
+from bpf.export import TOKEN_ATTRS
+from kvspread import names as N
 
 pytestmark = [pytest.mark.bpf, pytest.mark.timeout(120)]
 
@@ -169,16 +175,26 @@ def sse_request(path: str) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "path",
-    ["/sse/12/15/1", "/sse/9/15/0", "/sse/12/10/3", "/sse/1/20/1"],
+    "shape",
+    ["12/15/1", "9/15/0", "12/10/3", "1/20/1"],
     ids=["one-event-per-write", "events-split-across-writes", "three-events-per-write", "one"],
 )
-def test_sse_time_to_first_token_and_per_output_token(framing: Any, path: str) -> None:
+def test_sse_time_to_first_token_and_per_output_token(
+    subscribed: Any, framing: Any, shape: str
+) -> None:
     """vLLM-shaped chat.completion.chunk streams: TTFT from the request's last byte to the
     write completing the first data event, TPOT the mean gap to the last one ([DONE] not a
-    token), against the instants the server took just after each write."""
+    token), against the instants the server took just after each write; then the agent's
+    gen_ai.server histograms, /metrics names and the node signal."""
     srv, rec = framing
-    tokens, gap_ms = int(path.split("/")[2]), int(path.split("/")[3])
+    agent = Agent(
+        CollectorConfig(
+            port=0, listen="127.0.0.1", standalone=True, bpf_enabled=False, nvml_enabled=False
+        )
+    )
+    rec.agent = agent
+    tokens, gap_ms, per = (int(x) for x in shape.split("/"))
+    path = f"/v1/chat/completions?sse={shape}"
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
         sent = time.monotonic_ns()
         s.sendall(sse_request(path))
@@ -187,7 +203,7 @@ def test_sse_time_to_first_token_and_per_output_token(framing: Any, path: str) -
         assert wait_for(lambda: len(rec.records) == 1, 5), rec.tracker.counters
     assert body.count(b"chat.completion.chunk") == tokens and b"data: [DONE]" in body
     r = rec.records[0]
-    assert r.streaming and r.status == 200
+    assert r.streaming and r.status == 200 and r.route == "/v1/chat/completions"
     events = truth["events"]
     assert len(events) == tokens
     read_lo, read_hi = sent, truth["read"][1]
@@ -197,10 +213,22 @@ def test_sse_time_to_first_token_and_per_output_token(framing: Any, path: str) -
     assert r.ttft_s >= gap_ms / 1000 * 0.9
     if tokens == 1:
         assert r.tpot_s is None  # one token has no inter-token time: absent, not zero
-        return
-    assert r.tpot_s is not None
-    true_tpot = (events[-1] - events[0]) / (tokens - 1)
-    per = int(path.split("/")[4]) or 1
-    # with several events per write the kernel sees them together: the truth's own gaps
-    assert abs(r.tpot_s - true_tpot / 1e9) <= max(0.001, 0.05 * true_tpot / 1e9), (r, true_tpot)
-    assert r.tpot_s >= gap_ms / 1000 / per * 0.5
+    else:
+        assert r.tpot_s is not None
+        true_tpot = (events[-1] - events[0]) / (tokens - 1)
+        assert abs(r.tpot_s - true_tpot / 1e9) <= max(0.001, 0.05 * true_tpot / 1e9), r
+        assert r.tpot_s >= gap_ms / 1000 / (per or 1) * 0.5
+
+    # the agent: histograms with the request's attributes + gen_ai.operation.name
+    (labels, st), *rest = agent.state.ttft.snapshot().items()
+    assert not rest and st.count == 1 and tuple(k for k, _ in labels) == TOKEN_ATTRS
+    d = dict(labels)
+    assert d[N.ATTR_GEN_AI_OPERATION] == "chat" and d[N.ATTR_HTTP_ROUTE] == r.route
+    assert sum(s.count for s in agent.state.tpot.snapshot().values()) == (tokens > 1)
+    text = generate_latest(agent.registry).decode()
+    assert "gen_ai_server_time_to_first_token_seconds_count{" in text
+    assert ("gen_ai_server_time_per_output_token_seconds_count{" in text) == (tokens > 1)
+    agent.session = subscribed.session  # BPF up: the node signal is measured
+    sig = agent.compute_signals()
+    assert sig.ttft_p95_s is not None and abs(sig.ttft_p95_s - r.ttft_s) < 1e-6
+    agent.server.httpd.server_close()
