@@ -54,6 +54,7 @@ HISTOGRAM_BUCKETS: Final = n.LATENCY_BUCKETS
 read the `le="0.05"` and `le="0.12"` buckets, so an exporter without those bounds makes the
 latency SLIs empty, never wrong."""
 
+GEN_AI_OPERATION: Final = n.ATTR_GEN_AI_OPERATION.replace(".", "_")
 _HTTP_LABELS: Final = (METHOD, STATUS, ROUTE, PORT, NAMESPACE, POD, MODALITY, SERVICE, QOS)
 _POD_PORT: Final = (PORT, NAMESPACE, POD)
 
@@ -121,6 +122,22 @@ _COLLECTOR: Final = (
         "histogram",
         _HTTP_LABELS,
         "First request byte read to first response byte written.",
+    ),
+    _otel(
+        n.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
+        "s",
+        "histogram",
+        (*_HTTP_LABELS, GEN_AI_OPERATION),
+        "SSE (text/event-stream) responses: last request byte read to the write completing "
+        "the first data event (OTel GenAI semconv; eBPF).",
+    ),
+    _otel(
+        n.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
+        "s",
+        "histogram",
+        (*_HTTP_LABELS, GEN_AI_OPERATION),
+        "SSE responses: (last data event - first) / (data events - 1), data: [DONE] "
+        "excluded; streams of one event have none (OTel GenAI semconv; eBPF).",
     ),
     _otel(
         n.GPU_MEMORY_USED,

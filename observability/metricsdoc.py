@@ -72,7 +72,9 @@ def render_metrics_doc() -> str:
     lines += [
         "## Histogram buckets",
         "",
-        f"`{n.HTTP_SERVER_REQUEST_DURATION}` and `{n.HTTP_SERVER_TIME_TO_FIRST_BYTE}` carry the",
+        f"`{n.HTTP_SERVER_REQUEST_DURATION}`, `{n.HTTP_SERVER_TIME_TO_FIRST_BYTE}`, "
+        f"`{n.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN}` and `{n.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN}` "
+        "carry the",
         f"bucket bounds {buckets} (seconds): the OTel semantic-convention defaults plus 0.12",
         "(the batch class threshold) and 0.2 (the good-request threshold of the HPA example).",
         'The SLO rules read the `le="0.05"` and `le="0.12"` buckets directly; without them the',

@@ -36,6 +36,7 @@ __all__ = [
     "TICKET_WINDOWS",
     "ERROR_OBJECTIVE",
     "LATENCY_SLOS",
+    "TTFT_SLO",
     "RUNBOOK_BASE",
     "rule_groups",
     "rules_file",
@@ -89,7 +90,12 @@ LATENCY_SLOS: Final = (
     LatencySlo("batch", 0.12, 0.99, f'{c.QOS}!~"realtime|best-effort"'),
 )
 
+TTFT_SLO: Final = LatencySlo("ttft", 1.0, 0.99, f'{c.QOS}!="best-effort"')
+"""Time to first token: 99 % of SSE streams start within 1 s (best-effort pods excluded)."""
+
 HTTP: Final = n.prometheus_name(n.HTTP_SERVER_REQUEST_DURATION, "s", "histogram")
+TTFT: Final = n.prometheus_name(n.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, "s", "histogram")
+TPOT: Final = n.prometheus_name(n.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, "s", "histogram")
 BY: Final = ", ".join((*c.SERVICE_LABELS, c.QOS))
 EXTENDER_DURATION: Final = n.EXTENDER_REQUEST_DURATION
 COLLECTOR_UP: Final = n.prometheus_name(n.COLLECTOR_SOURCE_UP, "", "gauge")
@@ -133,6 +139,24 @@ def _recording() -> list[dict[str, Any]]:
                     "labels": {"slo_class": slo.qos},
                 }
             )
+        streams = f"sum by ({BY}) (rate({TTFT}_count[{w}]))"
+        rules.append({"record": f"kvspread:gen_ai_streams:rate{w}", "expr": streams})
+        fast = f'sum by ({BY}) (rate({TTFT}_bucket{{le="{_le(TTFT_SLO.threshold_s)}"}}[{w}]))'
+        rules.append({"record": f"kvspread:gen_ai_streams_fast_first_token:rate{w}", "expr": fast})
+        rules.append(
+            {
+                "record": f"kvspread:gen_ai_streams_fast_first_token:ratio_rate{w}",
+                "expr": f"kvspread:gen_ai_streams_fast_first_token:rate{w} "
+                f"/ kvspread:gen_ai_streams:rate{w}",
+            }
+        )
+    for name, series in (("time_to_first_token", TTFT), ("time_per_output_token", TPOT)):
+        rules.append(
+            {
+                "record": f"kvspread:gen_ai_server_{name}_seconds:p95_rate5m",
+                "expr": f"histogram_quantile(0.95, sum by (le, {BY}) (rate({series}_bucket[5m])))",
+            }
+        )
     for q in (50, 95, 99):
         rules.append(
             {
@@ -266,6 +290,27 @@ def _slo_alerts() -> list[dict[str, Any]]:
                     {"slo": f"latency-{slo.qos}"},
                 )
             )
+    slo = TTFT_SLO
+    budget = 1 - slo.objective
+    bad = f"(1 - kvspread:gen_ai_streams_fast_first_token:ratio_rate{{w}}{{{{{slo.selector}}}}})"
+    for name, windows, for_, speed in (
+        ("KvspreadTtftBudgetFastBurn", PAGE_WINDOWS, "2m", "fast"),
+        ("KvspreadTtftBudgetSlowBurn", TICKET_WINDOWS, "15m", "slowly"),
+    ):
+        alerts.append(
+            _alert(
+                name,
+                _burn_expr(bad, windows, budget),
+                for_,
+                windows[0].severity,
+                f"{_WHERE} is burning its time-to-first-token budget {speed}",
+                f"{{{{ $value | humanizePercentage }}}} of token streams from {_WHERE} took "
+                f"longer than {slo.threshold_s:g} s to their first token over the last "
+                f"{windows[0].long} or {windows[1].long}; the objective allows "
+                f"{budget * 100:.3g} %.",
+                {"slo": "ttft"},
+            )
+        )
     return alerts
 
 
