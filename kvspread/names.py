@@ -134,6 +134,8 @@ SLI_GOOD_REQUESTS_PER_SECOND: Final = "kvspread_good_requests_per_second"
 SLI_ERROR_RATIO: Final = "kvspread_error_ratio"
 SLI_QUEUE_DEPTH: Final = "kvspread_queue_depth"
 SLI_KV_CACHE_USAGE: Final = "kvspread_kv_cache_usage_ratio"
+SLI_TTFT_P95: Final = "kvspread_time_to_first_token_p95_seconds"
+SLI_TPOT_P95: Final = "kvspread_time_per_output_token_p95_seconds"
 SLI_NAMES: Final = (
     SLI_LATENCY_P50,
     SLI_LATENCY_P95,
@@ -143,6 +145,8 @@ SLI_NAMES: Final = (
     SLI_ERROR_RATIO,
     SLI_QUEUE_DEPTH,
     SLI_KV_CACHE_USAGE,
+    SLI_TTFT_P95,
+    SLI_TPOT_P95,
 )
 
 # --- Self-monitoring metrics (Prometheus names) ------------------------------------------
