@@ -317,6 +317,7 @@ def cpu_per_request(
     collector: list[float] = []
     kernel: list[float] = []
     counted: list[float] = []
+    rss: list[float] = []
     total = 0
     set_bpf_stats(True)
     try:
@@ -339,6 +340,7 @@ def cpu_per_request(
                     kernel.append((b1 - b0) / n / 1000)
                     collector.append((col.cpu_s() - c0) / n * 1e6)
                     counted.append((col.requests_seen() - seen0) / n)
+                    rss.append(col.rss_mib())
                 finally:
                     if col:
                         col.stop()
@@ -354,6 +356,7 @@ def cpu_per_request(
             "requests in the collector's histograms (median share)",
             f"{100 * statistics.median(counted):.1f} %",
         ),
+        ("collector RSS after each run (max)", f"{max(rss):.1f} MiB"),
     ]
 
 

@@ -136,10 +136,9 @@ class RouteTemplates:
         return generic
 
 
-_WANTED = re.compile(
-    rb"^(x-modality|x-llm-context-id|x-chunk-seq|content-length|content-type)[ \t]*:"
-    rb"[ \t]*([^\r\n]*?)[ \t]*\r?$",
-    re.IGNORECASE | re.MULTILINE,
+_WANTED: tuple[tuple[str, bytes], ...] = tuple(
+    (name, b"\n" + name.encode() + b":")
+    for name in ("x-modality", "x-llm-context-id", "x-chunk-seq", "content-length", "content-type")
 )
 
 
@@ -152,11 +151,20 @@ def _split_head(data: bytes) -> tuple[bytes, bytes, bytes]:
 
 
 def _headers(fields: bytes) -> dict[str, str]:
-    """The few header fields the collector uses (one regex pass, not a full parse)."""
-    return {
-        m.group(1).lower().decode("latin-1"): m.group(2).decode("latin-1")
-        for m in _WANTED.finditer(fields)
-    }
+    """The few header fields the collector uses: one lowercase copy and a `find` per
+    wanted name (C speed; this runs per request), not a full parse. The first occurrence
+    of a field wins."""
+    low = b"\n" + fields.lower()
+    out: dict[str, str] = {}
+    for name, needle in _WANTED:
+        i = low.find(needle)
+        if i < 0:
+            continue
+        start = i + len(needle) - 1  # in `fields` (low has one byte more in front)
+        stop = fields.find(b"\n", start)
+        value = fields[start:] if stop < 0 else fields[start:stop]
+        out[name] = value.strip(b" \t\r").decode("latin-1")
+    return out
 
 
 def sniff_modality(body: bytes) -> tuple[str, int]:

@@ -123,10 +123,13 @@ class ConnTracker:
             self.counters.unanswered += 1
             return None
         data = bytes(p.request)
-        cut = request_end(data)
-        if cut is not None:
-            data, c.leftover = data[:cut], data[cut:]
         req = parse_request(data, self.routes)
+        if req is not None and len(data) > data.find(b"\r\n\r\n") + 4 + (req.content_length or 0):
+            # bytes past this request: a pipelined one (rare), or a body without its length
+            cut = request_end(data)
+            if cut is not None:
+                data, c.leftover = data[:cut], data[cut:]
+                req = parse_request(data, self.routes)
         if req is None:
             self.counters.unparsable += 1
             return None

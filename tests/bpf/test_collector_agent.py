@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from bpf.agent import Agent
 from bpf.config import CollectorConfig, EngineTarget
@@ -389,3 +390,48 @@ def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None
     (reading,) = agent.state.engines.values()
     assert reading.service == "chat" and reading.pod == "vllm-0"
     agent.server.httpd.server_close()
+
+
+def test_gpu_memory_per_pod_on_a_shared_gpu() -> None:
+    """Time-slicing / MPS: NVML lists each process's memory on one GPU; the host pid's cgroup
+    (real /proc-format fixtures) names its pod. Two pods share GPU 0; a host process (no
+    pod) and a process whose memory NVML does not report add nothing; without a driver the
+    per-pod series are absent, never zero."""
+    gib = 1024 * MIB
+    gpus = [
+        GpuSample(
+            0,
+            "GPU-0",
+            "H100",
+            80 * gib,
+            12 * gib,
+            0.5,
+            ((101, 3 * gib), (103, 5 * gib), (101, 1 * gib), (107, 2 * gib), (102, None)),
+        ),
+        GpuSample(1, "GPU-1", "H100", 80 * gib, 0, 0.0, ()),
+    ]
+    fixtures = Path(__file__).parent / "fixtures" / "proc"
+    agent = Agent(
+        base_config(bpf_enabled=False, proc_root=fixtures), gpu_reader=FakeGpuReader(gpus)
+    )
+    agent.read_gpus()
+    agent.compute_signals()
+    assert agent.state.gpu_pods == {
+        (0, "GPU-0", "", "7c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"): 4 * gib,  # two processes
+        (0, "GPU-0", "", "22222222-3333-4444-5555-666666666666"): 5 * gib,
+    }
+    text = generate_latest(agent.registry).decode()
+    lines = [x for x in text.splitlines() if x.startswith("kvspread_gpu_pod_memory_used_bytes{")]
+    assert len(lines) == 2 and all(float(x.rsplit(" ", 1)[1]) > 0 for x in lines)
+
+    absent = Agent(
+        base_config(bpf_enabled=False, proc_root=fixtures),
+        gpu_reader=FakeGpuReader(error="NVML Shared Library Not Found"),
+    )
+    absent.read_gpus()
+    absent.compute_signals()
+    assert absent.state.gpu_pods == {}
+    text = generate_latest(absent.registry).decode()
+    assert "kvspread_gpu_pod_memory_used_bytes{" not in text
+    for a in (agent, absent):
+        a.server.httpd.server_close()
