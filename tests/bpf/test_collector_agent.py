@@ -309,6 +309,8 @@ def test_otlp_push_with_semantic_attributes() -> None:
         )
         agent = Agent(cfg, gpu_reader=FakeGpuReader(error="no driver"))
         agent.record_request(_record())
+        agent.record_request(_record(streaming=True, ttft_s=0.08, tpot_s=0.02))
+        agent.record_request(_record(streaming=True, ttft_s=0.3))  # one token: no TPOT
         # kernel TCP statistics of one server process and one accepted-connection edge
         agent.state.tcp[(4242, 8000)] = TcpStats(3, 900, 2, (0,) * RTT_SLOTS)
         agent.state.edges.add(
@@ -331,6 +333,14 @@ def test_otlp_push_with_semantic_attributes() -> None:
     hist = metrics[N.HTTP_SERVER_REQUEST_DURATION]
     assert hist.unit == "s"
     (point,) = hist.histogram.data_points
+    assert point.count == 3
+    ttft = metrics[N.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN]
+    (tp,) = ttft.histogram.data_points
+    assert ttft.unit == "s" and tp.count == 2 and tp.sum == pytest.approx(0.38)
+    tattrs = {a.key: (a.value.string_value or a.value.int_value) for a in tp.attributes}
+    assert tattrs[N.ATTR_GEN_AI_OPERATION] == "chat" and tattrs[N.ATTR_HTTP_STATUS] == 200
+    (op,) = metrics[N.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN].histogram.data_points
+    assert op.count == 1 and op.sum == pytest.approx(0.02)
     attrs = {a.key: (a.value.string_value or a.value.int_value) for a in point.attributes}
     assert attrs == {
         N.ATTR_HTTP_METHOD: "POST",
@@ -339,7 +349,7 @@ def test_otlp_push_with_semantic_attributes() -> None:
         N.ATTR_SERVER_PORT: 8000,
         N.ATTR_MODALITY: "image",
     }
-    assert point.count == 1 and point.sum == pytest.approx(0.2)
+    assert point.sum == pytest.approx(0.6)
     assert N.GPU_MEMORY_USED not in metrics  # no driver: no GPU points at all
     up = metrics[N.COLLECTOR_SOURCE_UP].gauge.data_points
     by_source = {p.attributes[0].value.string_value: p.as_int for p in up}
