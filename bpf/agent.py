@@ -451,6 +451,7 @@ class Agent:
                         key = "over_budget" if name == "budget" else f"kernel_buffer_full_{name}"
                         st.dropped[key] = n
                 st.tcp = self.session.read_tcp_stats()
+                st.unsampled = self.session.read_unsampled()
             except Exception as exc:  # noqa: BLE001
                 log.debug("tcp stats read failed", extra={"kv": {"reason": str(exc)}})
         gpus = st.gpus

@@ -76,13 +76,16 @@ def _hist(name: str, doc: str, table: dict[Any, HistogramState], bounds: Sequenc
     return fam
 
 
-def tcp_by_pod(state: CollectorState) -> dict[tuple[str, str, str], Any]:
-    """Kernel (tgid, port) TCP statistics summed per (port, namespace, pod)."""
+def tcp_by_pod(
+    state: CollectorState, table: dict[tuple[int, int], Any] | None = None
+) -> dict[tuple[str, str, str], Any]:
+    """Kernel (tgid, port) TCP statistics (or another table of the same layout: the
+    unsampled-request histogram) summed per (port, namespace, pod)."""
     from bpf.events import TcpStats
 
     out: dict[tuple[str, str, str], TcpStats] = {}
     resolve = state.pod_of_pid
-    for (tgid, port), st in list(state.tcp.items()):
+    for (tgid, port), st in list((state.tcp if table is None else table).items()):
         ref = resolve(tgid) if resolve else None
         key = (str(port), getattr(ref, "namespace", ""), getattr(ref, "name", ""))
         prev = out.get(key)
@@ -96,6 +99,16 @@ def tcp_by_pod(state: CollectorState) -> dict[tuple[str, str, str], Any]:
                 tuple(a + b for a, b in zip(prev.rtt_slots, st.rtt_slots, strict=True)),
             )
     return out
+
+
+def _log2_buckets(slots: Sequence[int]) -> list[tuple[str, float]]:
+    """Cumulative buckets of kernel log2 slots (slot i: [2^i, 2^(i+1)) microseconds)."""
+    cum, buckets = 0, []
+    for i, c in enumerate(slots):
+        cum += c
+        buckets.append((repr(float(2 ** (i + 1)) / 1e6), cum))
+    buckets.append(("+Inf", cum))
+    return buckets
 
 
 class PrometheusCollector:
@@ -176,15 +189,19 @@ class PrometheusCollector:
             labels=[label_name(a) for a in POD_ATTRS],
         )
         for labels, st in tcp_by_pod(self.state).items():
-            cum, buckets = 0, []
-            for i, c in enumerate(st.rtt_slots):
-                cum += c
-                buckets.append((repr(float(2 ** (i + 1)) / 1e6), cum))
-            buckets.append(("+Inf", cum))
-            rtt.add_metric(list(labels), buckets, st.rtt_sum_us / 1e6)
+            rtt.add_metric(list(labels), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
             retrans.add_metric(list(labels), st.retransmits)
         yield rtt
         yield retrans
+        unsampled = HistogramMetricFamily(
+            prometheus_name(N.HTTP_SERVER_UNSAMPLED_DURATION, "s", "histogram"),
+            "Requests over bpf.max_requests_per_s (no event to user space), first request byte "
+            "read to last response byte written, log2 buckets aggregated in the kernel (eBPF).",
+            labels=[label_name(a) for a in POD_ATTRS],
+        )
+        for labels, st in tcp_by_pod(self.state, self.state.unsampled).items():
+            unsampled.add_metric(list(labels), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
+        yield unsampled
 
     def _gpu(self) -> Iterator[Metric]:
         gpus = self.state.gpus

@@ -307,6 +307,17 @@ class ProbeSession:
             out[decode_sock_key(bytes(k))] = decode_tcp_stats(bytes(v))
         return out
 
+    def read_unsampled(self) -> dict[tuple[int, int], TcpStats]:
+        """(tgid, port) -> durations of the requests over the budget, aggregated in the
+        kernel (TcpStats layout: rtt_count / rtt_sum_us / rtt_slots are count, sum and log2
+        slots in microseconds)."""
+        if "http_latency.c" not in self.programs:
+            return {}
+        return {
+            decode_sock_key(bytes(k)): decode_tcp_stats(bytes(v))
+            for k, v in self._bpf[b"unsampled_hist"].items()
+        }
+
     def lost_events(self) -> dict[str, int]:
         """Events not delivered (cumulative): http / accept events the buffers had no room for,
         and requests over the `max_requests_per_s` budget."""

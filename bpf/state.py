@@ -50,6 +50,8 @@ class CollectorState:
     window: RecentWindow = field(default_factory=RecentWindow)
     backlog: dict[int, tuple[int, int]] = field(default_factory=dict)  # port -> (len, max)
     tcp: dict[tuple[int, int], TcpStats] = field(default_factory=dict)
+    # (tgid, port) -> kernel histogram of the requests over the budget (TcpStats layout)
+    unsampled: dict[tuple[int, int], TcpStats] = field(default_factory=dict)
     gpus: list[GpuSample] | None = None
     # (gpu index, gpu uuid, namespace, pod) -> bytes used by the pod's processes
     gpu_pods: dict[tuple[int, str, str, str], int] = field(default_factory=dict)

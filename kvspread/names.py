@@ -67,6 +67,9 @@ HTTP_SERVER_REQUEST_DURATION: Final = "http.server.request.duration"
 """Histogram, unit s: server-side request duration measured by eBPF."""
 HTTP_SERVER_TIME_TO_FIRST_BYTE: Final = "kvspread.http.server.time_to_first_byte"
 """Histogram, unit s: first request byte read to first response byte written."""
+HTTP_SERVER_UNSAMPLED_DURATION: Final = "kvspread.http.server.unsampled_request.duration"
+"""Histogram, unit s: requests over the collector's per-second budget, aggregated in the
+kernel per (port, pod) in log2 buckets: every request is counted at any rate."""
 GEN_AI_SERVER_TIME_TO_FIRST_TOKEN: Final = "gen_ai.server.time_to_first_token"
 """Histogram, unit s (OTel GenAI semconv): SSE responses, last request byte read to the write
 completing the first `data:` event (eBPF)."""

@@ -124,6 +124,15 @@ _COLLECTOR: Final = (
         "First request byte read to first response byte written.",
     ),
     _otel(
+        n.HTTP_SERVER_UNSAMPLED_DURATION,
+        "s",
+        "histogram",
+        _POD_PORT,
+        "Requests over bpf.max_requests_per_s (no event to user space): first request byte "
+        "read to last response byte written, log2 buckets aggregated in the kernel, so every "
+        "request is counted at any rate. Appears once a request went over the budget.",
+    ),
+    _otel(
         n.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
         "s",
         "histogram",

@@ -46,6 +46,37 @@ struct request_budget {
 };
 BPF_ARRAY(request_budget, struct request_budget, 1);
 
+/* Requests over the budget still land in a histogram, aggregated here per (process,
+ * port): count, sum and log2 slots of the duration in microseconds (first read to last
+ * write; the tcp_stats layout, retransmits unused). Every request is counted at any rate. */
+BPF_TABLE("lru_hash", struct sock_key, struct tcp_stats, unsampled_hist, 4096);
+BPF_ARRAY(unsampled_zero, struct tcp_stats, 1);
+
+static __always_inline void count_unsampled(struct conn_state *c, u32 tgid)
+{
+    if (!c->unsampled || c->state != CONN_RESPONDING || c->last_write_ns < c->req_start_ns)
+        return;
+    struct sock_key k = {.tgid = tgid, .port = c->port};
+    struct tcp_stats *h = unsampled_hist.lookup(&k);
+    if (!h) {
+        u32 zero = 0;
+        struct tcp_stats *init = unsampled_zero.lookup(&zero);
+        if (!init)
+            return;
+        unsampled_hist.update(&k, init);
+        h = unsampled_hist.lookup(&k);
+        if (!h)
+            return;
+    }
+    u64 us = (c->last_write_ns - c->req_start_ns) / 1000;
+    u32 slot = us ? bpf_log2l(us) : 0;
+    if (slot >= RTT_SLOTS)
+        slot = RTT_SLOTS - 1;
+    __sync_fetch_and_add(&h->rtt_count, 1);
+    __sync_fetch_and_add(&h->rtt_sum_us, us);
+    __sync_fetch_and_add(&h->rtt_slots[slot], 1);
+}
+
 static __always_inline int within_budget(u64 now)
 {
 #if MAX_REQUESTS_PER_S > 0
@@ -181,6 +212,8 @@ static __always_inline int read_exit(void *ctx, long ret)
             conns.delete(&a.key); /* not HTTP/1.x (TLS, HTTP/2, ...): stop tracking */
         return 0;
     }
+    if (kind == HTTP_EV_REQUEST)
+        count_unsampled(c, pid_tgid >> 32); /* the unsampled request before this one */
     if (kind == HTTP_EV_REQUEST && !within_budget(now)) {
         count_lost(2);
         if (c->state == CONN_RESPONDING && !c->unsampled) {
@@ -193,6 +226,7 @@ static __always_inline int read_exit(void *ctx, long ret)
         }
         c->state = CONN_REQUEST;
         c->unsampled = 1;
+        c->req_start_ns = now;
         c->more = MAX_MORE_CHUNKS;
         c->requests += 1;
         return 0;
@@ -746,6 +780,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
         return 0;
     u32 zero = 0;
     struct http_event *ev = http_scratch.lookup(&zero);
+    count_unsampled(c, pid_tgid >> 32);
     if (ev) {
         fill_event(ev, c, pid_tgid, key, bpf_ktime_get_ns(), 0, HTTP_EV_CLOSE);
         ev->len = 0;

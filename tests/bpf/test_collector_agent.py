@@ -445,3 +445,22 @@ def test_gpu_memory_per_pod_on_a_shared_gpu() -> None:
     assert "kvspread_gpu_pod_memory_used_bytes{" not in text
     for a in (agent, absent):
         a.server.httpd.server_close()
+
+
+def test_requests_over_the_budget_are_exported_from_the_kernel_histogram() -> None:
+    """The kernel's per-(process, port) histogram of requests that got no event: log2 slots
+    of microseconds become cumulative second buckets, summed per pod:port."""
+    agent = Agent(base_config(bpf_enabled=False, nvml_enabled=False))
+    slots = [0] * RTT_SLOTS
+    slots[13] = 3  # [8.192, 16.384) ms
+    slots[16] = 1  # [65.5, 131) ms
+    agent.state.unsampled[(4242, 8000)] = TcpStats(4, 3 * 10_000 + 70_000, 0, tuple(slots))
+    text = generate_latest(agent.registry).decode()
+    name = "kvspread_http_server_unsampled_request_duration_seconds"
+    assert f'{name}_count{{k8s_namespace_name="",k8s_pod_name="",server_port="8000"}} 4.0' in text
+    assert (
+        f'{name}_bucket{{k8s_namespace_name="",k8s_pod_name="",le="0.016384",server_port="8000"}} 3.0'
+        in text
+    )
+    assert f'{name}_sum{{k8s_namespace_name="",k8s_pod_name="",server_port="8000"}} 0.1' in text
+    agent.server.httpd.server_close()
