@@ -15,6 +15,9 @@ Measures (all printed as a Markdown table):
    client's p50 latency at 1k req/s without and with the collector (noisier).
 3. Collector CPU share (user space, % of one core) and in-kernel BPF time at fixed
    request rates (1k and 5k req/s).
+   With `--cpu-only`: CPU time per request at saturation instead (stable where throughput
+   ratios are noisy): the traced server's CPU without and with the collector, the
+   collector's own CPU and the BPF run time, over `--pairs` paired runs, with spread.
 4. Collector RSS while `--rss-requests` requests go through (a new connection every 100
    requests, so the connection tables churn), sampled every 10 %; with the default
    200k requests the figure for 1 M requests is extrapolated from the slope.
@@ -292,12 +295,82 @@ def set_bpf_stats(on: bool) -> None:
     Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1\n" if on else "0\n")
 
 
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (system time includes the BPF programs run
+    in its syscalls)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f} us (min {min(xs):.2f}, max {max(xs):.2f}, n={len(xs)})"
+
+
+def cpu_per_request(
+    port: int, server_pid: int, cache: Path, seconds: float, pairs: int
+) -> list[tuple[str, str]]:
+    """CPU time per request at saturation, stable where throughput ratios are not: the traced
+    server's CPU without and with the collector, the collector's own CPU, and the BPF
+    programs' run time (bpf_stats), over paired runs (order alternating)."""
+    server_without: list[float] = []
+    server_with: list[float] = []
+    collector: list[float] = []
+    kernel: list[float] = []
+    counted: list[float] = []
+    rss: list[float] = []
+    total = 0
+    set_bpf_stats(True)
+    try:
+        for i in range(pairs):
+            for mode in ("without", "with") if i % 2 == 0 else ("with", "without"):
+                col = Collector(port, cache) if mode == "with" else None
+                try:
+                    s0, b0 = proc_cpu_s(server_pid), bpf_run_time_ns()[0]
+                    c0 = col.cpu_s() if col else 0.0
+                    seen0 = col.requests_seen() if col else 0.0
+                    res = run_saturated(port, seconds)
+                    s1, b1 = proc_cpu_s(server_pid), bpf_run_time_ns()[0]
+                    n = max(res["requests"], 1)
+                    total += int(n)
+                    if col is None:
+                        server_without.append((s1 - s0) / n * 1e6)
+                        continue
+                    time.sleep(1.0)  # the collector drains its ring buffer
+                    server_with.append((s1 - s0) / n * 1e6)
+                    kernel.append((b1 - b0) / n / 1000)
+                    collector.append((col.cpu_s() - c0) / n * 1e6)
+                    counted.append((col.requests_seen() - seen0) / n)
+                    rss.append(col.rss_mib())
+                finally:
+                    if col:
+                        col.stop()
+    finally:
+        set_bpf_stats(False)
+    return [
+        (f"saturated, CPU per request ({total} requests in all)", ""),
+        ("traced server CPU per request, without collector", _spread(server_without)),
+        ("traced server CPU per request, with collector", _spread(server_with)),
+        ("in-kernel BPF time per request (bpf_stats)", _spread(kernel)),
+        ("collector process CPU per request", _spread(collector)),
+        (
+            "requests in the collector's histograms (median share)",
+            f"{100 * statistics.median(counted):.1f} %",
+        ),
+        ("collector RSS after each run (max)", f"{max(rss):.1f} MiB"),
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each run")
     ap.add_argument("--pairs", type=int, default=3, help="paired throughput runs")
     ap.add_argument("--rss-requests", type=int, default=200_000)
     ap.add_argument("--no-pin", action="store_true", help="do not pin server and client CPUs")
+    ap.add_argument(
+        "--cpu-only",
+        action="store_true",
+        help="only the CPU-per-request runs at saturation (--pairs pairs of --seconds)",
+    )
     args = ap.parse_args()
     global PIN
     PIN = not args.no_pin
@@ -311,6 +384,14 @@ def main() -> int:
     cache = Path("/tmp/kvspread-bench-headers")
     run_client(port, 1.0)  # warm up
     rows: list[tuple[str, str]] = []
+    if args.cpu_only:
+        assert server.pid is not None
+        rows = cpu_per_request(port, server.pid, cache, args.seconds, args.pairs)
+        print("| measure | value |\n|---|---|")
+        for k, v in rows:
+            print(f"| {k} | {v} |")
+        server.terminate()
+        return 0
 
     # 1 + 2b: paired throughput. "probes" = the BPF programs attached (loaded by this
     # process, events left unread) without the collector's user space: the in-kernel part.
@@ -398,7 +479,8 @@ def main() -> int:
             rows.append(
                 (
                     f"{rate} req/s: collector user-space CPU",
-                    f"{100 * (cpu1 - cpu0) / wall:.2f} % of one core",
+                    f"{100 * (cpu1 - cpu0) / wall:.2f} % of one core, "
+                    f"{(cpu1 - cpu0) / max(res1['requests'], 1) * 1e6:.1f} us per request",
                 )
             )
             rows.append(

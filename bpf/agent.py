@@ -22,7 +22,13 @@ from bpf import loader as loader_mod
 from bpf.attribution import Attributor, PodMeta, PodRef
 from bpf.config import CollectorConfig, EngineTarget
 from bpf.events import EventDecodeError, decode_accept_event, decode_http_event
-from bpf.export import REQUEST_ATTRS, OtlpExporter, PrometheusCollector
+from bpf.export import (
+    GEN_AI_OPERATIONS,
+    REQUEST_ATTRS,
+    TOKEN_ATTRS,
+    OtlpExporter,
+    PrometheusCollector,
+)
 from bpf.gpu import GpuReader, GpuUnavailable, NvmlReader
 from bpf.http import RouteTemplates
 from bpf.node import (
@@ -73,6 +79,15 @@ def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
     )
 
 
+def _otlp_attrs(values: dict[str, str], rec: RequestRecord) -> dict[str, Any]:
+    """OTLP attributes: the non-empty label values, status code and port as integers."""
+    attrs: dict[str, Any] = {k: v for k, v in values.items() if v != ""}
+    if rec.status is not None:
+        attrs[names.ATTR_HTTP_STATUS] = rec.status
+    attrs[names.ATTR_SERVER_PORT] = rec.port
+    return attrs
+
+
 class Agent:
     """One collector. `start()` returns once the HTTP server listens; sources start in
     background threads. `stop()` ends everything. Thread-safe start/stop from one thread."""
@@ -91,6 +106,7 @@ class Agent:
         self.clock = clock
         self.state = CollectorState()
         self.state.window.window_s = config.signals.window_s
+        self.state.ttft_window.window_s = config.signals.window_s
         self.gpu_reader: GpuReader | None = gpu_reader
         self._kube = kube_client
         self._probe_loader = probe_loader
@@ -189,14 +205,7 @@ class Agent:
             self._source("bpf", False, "disabled by configuration")
             self.bpf_ready.set()
             return
-        pc = loader_mod.ProbeConfig(
-            ports=c.http_ports,
-            capture_bytes=c.bpf.capture_bytes,
-            max_conns=c.bpf.max_conns,
-            tracefs=c.bpf.tracefs,
-            header_cache=c.bpf.header_cache,
-            max_requests_per_s=c.bpf.max_requests_per_s,
-        )
+        pc = loader_mod.probe_config(c)
         try:
             session = self._probe_loader(pc)
         except loader_mod.BpfUnavailable as exc:
@@ -296,11 +305,21 @@ class Agent:
         self.state.ttfb.observe(labels, rec.ttfb_s)
         self.state.window.add(self.clock.monotonic(), rec.duration_s, rec.images)
         if self.otlp:
-            attrs: dict[str, Any] = {k: v for k, v in values.items() if v != ""}
-            if rec.status is not None:
-                attrs[names.ATTR_HTTP_STATUS] = rec.status
-            attrs[names.ATTR_SERVER_PORT] = rec.port
-            self.otlp.record_request(attrs, rec.duration_s, rec.ttfb_s)
+            self.otlp.record_request(_otlp_attrs(values, rec), rec.duration_s, rec.ttfb_s)
+        if rec.ttft_s is not None:
+            self._record_tokens(rec, values)
+
+    def _record_tokens(self, rec: RequestRecord, values: dict[str, str]) -> None:
+        """gen_ai.server histograms of an SSE stream (the request's attributes + operation)."""
+        assert rec.ttft_s is not None
+        values = {**values, names.ATTR_GEN_AI_OPERATION: GEN_AI_OPERATIONS.get(rec.route, "")}
+        labels = tuple((k, values[k]) for k in TOKEN_ATTRS)
+        self.state.ttft.observe(labels, rec.ttft_s)
+        if rec.tpot_s is not None:
+            self.state.tpot.observe(labels, rec.tpot_s)
+        self.state.ttft_window.add(self.clock.monotonic(), rec.ttft_s, 0)
+        if self.otlp:
+            self.otlp.record_tokens(_otlp_attrs(values, rec), rec.ttft_s, rec.tpot_s)
 
     # --- Kubernetes pods on this node -------------------------------------------------
     def _api(self) -> Any:
@@ -459,6 +478,7 @@ class Agent:
                         key = "over_budget" if name == "budget" else f"kernel_buffer_full_{name}"
                         st.dropped[key] = n
                 st.tcp = self.session.read_tcp_stats()
+                st.unsampled = self.session.read_unsampled()
             except Exception as exc:  # noqa: BLE001
                 log.debug("tcp stats read failed", extra={"kv": {"reason": str(exc)}})
         gpus = st.gpus
@@ -509,6 +529,7 @@ class Agent:
             )
             share = img / total if total > 0 else None
         p95 = st.window.p95(now_mono) if self.session is not None else None
+        ttft_p95 = st.ttft_window.p95(now_mono) if self.session is not None else None
         absent = tuple(k for k, v in st.sources.items() if not v.up)
         sig = build_signals(
             SignalInputs(
@@ -521,6 +542,7 @@ class Agent:
                 image_token_share=share,
                 p95_s=p95,
                 absent=absent,
+                ttft_p95_s=ttft_p95,
             )
         )
         sig, _ = fit_signals(sig)

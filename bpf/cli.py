@@ -75,19 +75,14 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if args.print_bpf:
         from bpf import loader
 
-        pc = loader.ProbeConfig(
-            ports=config.http_ports,
-            capture_bytes=config.bpf.capture_bytes,
-            max_conns=config.bpf.max_conns,
-            tracefs=config.bpf.tracefs,
-        )
+        pc = loader.probe_config(config)
         features = loader.detect_features(config.bpf.tracefs)
         if not features.programs:
             print(
                 f"no programs can load: tracepoints missing under {config.bpf.tracefs}",
                 file=sys.stderr,
             )
-            features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {}, True)
+            features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {})
         print(loader.render(pc, features))
         return 0
     preflight.check_port(config.listen, config.port, "--port")

@@ -44,7 +44,8 @@ class HttpEventKind(IntEnum):
     REQUEST_MORE = 2
     RESPONSE = 3
     CLOSE = 4
-    END = 5  # the previous response ended; the next request was not sampled (budget)
+    END = 5  # the response ended (complete at this write, or before an unsampled request)
+    RESPONSE_DONE = 6  # first bytes of a response that the same write completed
 
 
 class ConnState(IntEnum):
@@ -65,6 +66,9 @@ class HttpEventHeader(ctypes.Structure):
         ("conn_id", ctypes.c_uint64),
         ("prev_end_ns", ctypes.c_uint64),
         ("prev_resp_bytes", ctypes.c_uint64),
+        ("req_end_ns", ctypes.c_uint64),
+        ("sse_first_ns", ctypes.c_uint64),
+        ("sse_last_ns", ctypes.c_uint64),
         ("tgid", ctypes.c_uint32),
         ("fd", ctypes.c_uint32),
         ("len", ctypes.c_uint32),
@@ -72,7 +76,7 @@ class HttpEventHeader(ctypes.Structure):
         ("port", ctypes.c_uint16),
         ("kind", ctypes.c_uint8),
         ("prev_state", ctypes.c_uint8),
-        ("pad", ctypes.c_uint32),
+        ("sse_events", ctypes.c_uint32),
     ]
 
 
@@ -107,7 +111,7 @@ class TcpStatsStruct(ctypes.Structure):
 
 
 HTTP_EVENT_HEADER_SIZE = ctypes.sizeof(HttpEventHeader)
-_HTTP_HEADER = struct.Struct("<QQQQIIIIHBBI")  # the same layout as HttpEventHeader
+_HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBI")  # the same layout as HttpEventHeader
 assert _HTTP_HEADER.size == HTTP_EVENT_HEADER_SIZE
 _KINDS = {int(k): k for k in HttpEventKind}
 _STATES = {int(s): s for s in ConnState}
@@ -131,6 +135,10 @@ class HttpEvent(NamedTuple):
     prev_end_ns: int
     prev_resp_bytes: int
     data: bytes
+    req_end_ns: int = 0  # RESPONSE*: the request's last read; ending events: the ending one's
+    sse_first_ns: int = 0  # events ending an SSE response: its first and last data event
+    sse_last_ns: int = 0
+    sse_events: int = 0  # data events (data: [DONE] excluded), 0 when not an SSE stream
 
 
 class AcceptEvent(NamedTuple):
@@ -162,9 +170,23 @@ def decode_http_event(raw: bytes) -> HttpEvent:
         raise EventDecodeError(
             f"http event is {len(raw)} bytes, shorter than its {HTTP_EVENT_HEADER_SIZE}-byte header"
         )
-    ts, conn, prev_end, prev_bytes, tgid, fd, n, total, port, kind, prev, _ = (
-        _HTTP_HEADER.unpack_from(raw)
-    )
+    (
+        ts,
+        conn,
+        prev_end,
+        prev_bytes,
+        req_end,
+        first,
+        last,
+        tgid,
+        fd,
+        n,
+        total,
+        port,
+        kind,
+        prev,
+        events,
+    ) = _HTTP_HEADER.unpack_from(raw)
     k = _KINDS.get(kind)
     st = _STATES.get(prev)
     if k is None or st is None:
@@ -182,6 +204,10 @@ def decode_http_event(raw: bytes) -> HttpEvent:
         prev_end,
         prev_bytes,
         bytes(raw[HTTP_EVENT_HEADER_SIZE : HTTP_EVENT_HEADER_SIZE + n]),
+        req_end,
+        first,
+        last,
+        events,
     )
 
 
@@ -233,6 +259,10 @@ def encode_http_event(ev: HttpEvent, capture_bytes: int = 512) -> bytes:
         conn_id=ev.conn_id,
         prev_end_ns=ev.prev_end_ns,
         prev_resp_bytes=ev.prev_resp_bytes,
+        req_end_ns=ev.req_end_ns,
+        sse_first_ns=ev.sse_first_ns,
+        sse_last_ns=ev.sse_last_ns,
+        sse_events=ev.sse_events,
         tgid=ev.tgid,
         fd=ev.fd,
         len=len(ev.data),

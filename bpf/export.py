@@ -25,7 +25,14 @@ from bpf.state import CollectorState
 from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState
 from kvspread import names
 
-__all__ = ["PrometheusCollector", "OtlpExporter", "label_name", "REQUEST_ATTRS"]
+__all__ = [
+    "PrometheusCollector",
+    "OtlpExporter",
+    "label_name",
+    "REQUEST_ATTRS",
+    "TOKEN_ATTRS",
+    "GEN_AI_OPERATIONS",
+]
 
 REQUEST_ATTRS: tuple[str, ...] = (
     names.ATTR_HTTP_METHOD,
@@ -39,6 +46,18 @@ REQUEST_ATTRS: tuple[str, ...] = (
     names.ATTR_QOS,
 )
 """Attributes of http.server.request.duration, in label-tuple order."""
+
+TOKEN_ATTRS: tuple[str, ...] = (*REQUEST_ATTRS, names.ATTR_GEN_AI_OPERATION)
+"""Attributes of the gen_ai.server token histograms: the request's, plus the GenAI operation."""
+
+GEN_AI_OPERATIONS: dict[str, str] = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "chat",
+    "/v1/completions": "text_completion",
+    "/generate_stream": "text_completion",
+    "/v2/models/{model}/generate_stream": "text_completion",
+}
+"""gen_ai.operation.name of the streaming routes (OTel GenAI semconv values); others ""."""
 
 POD_ATTRS = (names.ATTR_SERVER_PORT, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
 
@@ -59,13 +78,16 @@ def _hist(
     return fam
 
 
-def tcp_by_pod(state: CollectorState) -> dict[tuple[str, str, str], Any]:
-    """Kernel (tgid, port) TCP statistics summed per (port, namespace, pod)."""
+def tcp_by_pod(
+    state: CollectorState, table: dict[tuple[int, int], Any] | None = None
+) -> dict[tuple[str, str, str], Any]:
+    """Kernel (tgid, port) TCP statistics (or another table of the same layout: the
+    unsampled-request histogram) summed per (port, namespace, pod)."""
     from bpf.events import TcpStats
 
     out: dict[tuple[str, str, str], TcpStats] = {}
     resolve = state.pod_of_pid
-    for (tgid, port), st in list(state.tcp.items()):
+    for (tgid, port), st in list((state.tcp if table is None else table).items()):
         ref = resolve(tgid) if resolve else None
         key = (str(port), getattr(ref, "namespace", ""), getattr(ref, "name", ""))
         prev = out.get(key)
@@ -79,6 +101,16 @@ def tcp_by_pod(state: CollectorState) -> dict[tuple[str, str, str], Any]:
                 tuple(a + b for a, b in zip(prev.rtt_slots, st.rtt_slots, strict=True)),
             )
     return out
+
+
+def _log2_buckets(slots: Sequence[int]) -> list[tuple[str, float]]:
+    """Cumulative buckets of kernel log2 slots (slot i: [2^i, 2^(i+1)) microseconds)."""
+    cum, buckets = 0, []
+    for i, c in enumerate(slots):
+        cum += c
+        buckets.append((repr(float(2 ** (i + 1)) / 1e6), cum))
+    buckets.append(("+Inf", cum))
+    return buckets
 
 
 class PrometheusCollector:
@@ -101,6 +133,16 @@ class PrometheusCollector:
         yield _hist(
             names.HTTP_SERVER_TIME_TO_FIRST_BYTE,
             s.ttfb.snapshot(),
+            DURATION_BUCKETS,
+        )
+        yield _hist(
+            names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
+            s.ttft.snapshot(),
+            DURATION_BUCKETS,
+        )
+        yield _hist(
+            names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
+            s.tpot.snapshot(),
             DURATION_BUCKETS,
         )
         yield _hist(
@@ -146,15 +188,18 @@ class PrometheusCollector:
             labels=[label_name(a) for a in POD_ATTRS],
         )
         for labels, st in tcp_by_pod(self.state).items():
-            cum, buckets = 0, []
-            for i, c in enumerate(st.rtt_slots):
-                cum += c
-                buckets.append((repr(float(2 ** (i + 1)) / 1e6), cum))
-            buckets.append(("+Inf", cum))
-            rtt.add_metric(list(labels), buckets, st.rtt_sum_us / 1e6)
+            rtt.add_metric(list(labels), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
             retrans.add_metric(list(labels), st.retransmits)
         yield rtt
         yield retrans
+        unsampled = HistogramMetricFamily(
+            names.HTTP_SERVER_UNSAMPLED_DURATION.prometheus,
+            names.HTTP_SERVER_UNSAMPLED_DURATION.help,
+            labels=[label_name(a) for a in POD_ATTRS],
+        )
+        for labels, st in tcp_by_pod(self.state, self.state.unsampled).items():
+            unsampled.add_metric(list(labels), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
+        yield unsampled
 
     def _gpu(self) -> Iterator[Metric]:
         gpus = self.state.gpus
@@ -310,6 +355,14 @@ class OtlpExporter:
                 aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
             ),
             View(
+                instrument_name=names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name,
+                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
+            ),
+            View(
+                instrument_name=names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name,
+                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
+            ),
+            View(
                 instrument_name=names.ACCEPT_QUEUE_DELAY.name,
                 aggregation=ExplicitBucketHistogramAggregation(QUEUE_BUCKETS),
             ),
@@ -325,6 +378,8 @@ class OtlpExporter:
         self.duration = histogram(names.HTTP_SERVER_REQUEST_DURATION)
         self.ttfb = histogram(names.HTTP_SERVER_TIME_TO_FIRST_BYTE)
         self.accept = histogram(names.ACCEPT_QUEUE_DELAY)
+        self.ttft = histogram(names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN)
+        self.tpot = histogram(names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN)
 
         def gpu(attr: str) -> Any:
             def cb(_: CallbackOptions) -> list[Observation]:
@@ -440,6 +495,12 @@ class OtlpExporter:
     def record_request(self, attrs: dict[str, Any], duration_s: float, ttfb_s: float) -> None:
         self.duration.record(duration_s, attrs)
         self.ttfb.record(ttfb_s, attrs)
+
+    def record_tokens(self, attrs: dict[str, Any], ttft_s: float, tpot_s: float | None) -> None:
+        """One SSE stream's time to first token and, with two tokens or more, per token."""
+        self.ttft.record(ttft_s, attrs)
+        if tpot_s is not None:
+            self.tpot.record(tpot_s, attrs)
 
     def record_accept(self, attrs: dict[str, Any], delay_s: float) -> None:
         self.accept.record(delay_s, attrs)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bpf import headers
 from bpf.events import (
@@ -31,9 +31,13 @@ from bpf.events import (
     decode_tcp_stats,
 )
 
+if TYPE_CHECKING:
+    from bpf.config import CollectorConfig
+
 __all__ = [
     "BpfUnavailable",
     "ProbeConfig",
+    "probe_config",
     "Features",
     "PROGRAMS",
     "DEFAULT_TRACEFS",
@@ -66,6 +70,13 @@ PROGRAMS: dict[str, tuple[str, ...]] = {
     "tcp_rtt.c": ("tcp/tcp_probe", "tcp/tcp_retransmit_skb"),
 }
 
+# Tracepoints used when present, each enabling its -DHAVE_SYS_<NAME> block.
+OPTIONAL_TRACEPOINTS: tuple[str, ...] = tuple(
+    f"syscalls/sys_{d}_{s}"
+    for s in ("accept", "recvmsg", "sendmsg", "sendfile64")
+    for d in ("enter", "exit")
+)
+
 
 class BpfUnavailable(RuntimeError):
     """BPF cannot run here; the message says why (for logs and /readyz)."""
@@ -90,6 +101,19 @@ class ProbeConfig:
     max_requests_per_s: int = 0  # 0: every request reaches user space
 
 
+def probe_config(c: CollectorConfig) -> ProbeConfig:
+    """The ProbeConfig the agent loads for a collector configuration (and `--print-bpf`
+    prints, so the printed flags are the ones really compiled)."""
+    return ProbeConfig(
+        ports=c.http_ports,
+        capture_bytes=c.bpf.capture_bytes,
+        max_conns=c.bpf.max_conns,
+        tracefs=c.bpf.tracefs,
+        header_cache=c.bpf.header_cache,
+        max_requests_per_s=c.bpf.max_requests_per_s,
+    )
+
+
 @dataclass(frozen=True)
 class Features:
     """Tracepoints present, and the programs that can run."""
@@ -97,7 +121,7 @@ class Features:
     tracepoints: frozenset[str]
     programs: tuple[str, ...]
     missing: dict[str, tuple[str, ...]]
-    has_sys_accept: bool
+    optional: tuple[str, ...] = ()  # syscalls of OPTIONAL_TRACEPOINTS present (enter and exit)
 
 
 def ensure_tracefs(path: Path) -> str | None:
@@ -127,7 +151,7 @@ def ensure_tracefs(path: Path) -> str | None:
 def detect_features(tracefs: Path) -> Features:
     """Read which tracepoints exist and pick the programs whose needs are all met."""
     wanted = {tp for tps in PROGRAMS.values() for tp in tps}
-    wanted |= {"syscalls/sys_enter_accept", "syscalls/sys_exit_accept"}
+    wanted |= set(OPTIONAL_TRACEPOINTS)
     present = frozenset(tp for tp in wanted if (tracefs / "events" / tp).is_dir())
     programs: list[str] = []
     missing: dict[str, tuple[str, ...]] = {}
@@ -143,7 +167,11 @@ def detect_features(tracefs: Path) -> Features:
         tracepoints=present,
         programs=tuple(programs),
         missing=missing,
-        has_sys_accept={"syscalls/sys_enter_accept", "syscalls/sys_exit_accept"} <= present,
+        optional=tuple(
+            name
+            for name in dict.fromkeys(tp.split("_", 2)[2] for tp in OPTIONAL_TRACEPOINTS)
+            if {f"syscalls/sys_enter_{name}", f"syscalls/sys_exit_{name}"} <= present
+        ),
     )
 
 
@@ -171,8 +199,7 @@ def build_cflags(
         f"-DRTT_SLOTS={RTT_SLOTS}",
         f"-DMAX_REQUESTS_PER_S={int(config.max_requests_per_s)}",
     ]
-    if features.has_sys_accept:
-        flags.append("-DHAVE_SYS_ACCEPT")
+    flags += [f"-DHAVE_SYS_{name.upper()}" for name in features.optional]
     if perf_buffer:
         flags.append("-DUSE_PERF_BUFFER")
     return flags
@@ -239,16 +266,18 @@ class ProbeSession:
         def lost_cb(count: int) -> None:
             self.lost += int(count)
 
+        # accept events first: a batch drains the buffers in this order, and a request
+        # completed in the same batch as its accept() needs the connection's peer
         if self.perf_buffer:
-            self._bpf[b"http_events"].open_perf_buffer(
-                http_cb, page_cnt=1024, lost_cb=lost_cb, wakeup_events=64
-            )
             self._bpf[b"accept_events"].open_perf_buffer(
                 accept_cb, page_cnt=64, lost_cb=lost_cb, wakeup_events=16
             )
+            self._bpf[b"http_events"].open_perf_buffer(
+                http_cb, page_cnt=1024, lost_cb=lost_cb, wakeup_events=64
+            )
         else:
-            self._bpf[b"http_events"].open_ring_buffer(http_cb)
             self._bpf[b"accept_events"].open_ring_buffer(accept_cb)
+            self._bpf[b"http_events"].open_ring_buffer(http_cb)
         self._keep = (http_cb, accept_cb, lost_cb)  # bcc keeps only weak references
 
     def poll(self, timeout_ms: int = 100) -> None:
@@ -278,6 +307,17 @@ class ProbeSession:
             out[decode_sock_key(bytes(k))] = decode_tcp_stats(bytes(v))
         return out
 
+    def read_unsampled(self) -> dict[tuple[int, int], TcpStats]:
+        """(tgid, port) -> durations of the requests over the budget, aggregated in the
+        kernel (TcpStats layout: rtt_count / rtt_sum_us / rtt_slots are count, sum and log2
+        slots in microseconds)."""
+        if "http_latency.c" not in self.programs:
+            return {}
+        return {
+            decode_sock_key(bytes(k)): decode_tcp_stats(bytes(v))
+            for k, v in self._bpf[b"unsampled_hist"].items()
+        }
+
     def lost_events(self) -> dict[str, int]:
         """Events not delivered (cumulative): http / accept events the buffers had no room for,
         and requests over the `max_requests_per_s` budget."""
@@ -306,6 +346,20 @@ class ProbeSession:
             pass
 
 
+# http_latency.c's tail-called programs, by their index in its `tail_progs` array.
+TAIL_CALLS: tuple[tuple[int, str], ...] = ((0, "sse_scan"), (1, "response_head"))
+
+
+def _load_tail_calls(bcc: Any, bpf: Any, programs: tuple[str, ...]) -> None:
+    """Load the tail-called programs (bcc attaches only TRACEPOINT_PROBEs) into their array."""
+    if "http_latency.c" not in programs:
+        return
+    table = bpf[b"tail_progs"]
+    for idx, name in TAIL_CALLS:
+        fn = bpf.load_func(name.encode(), bcc.BPF.TRACEPOINT)
+        table[ctypes.c_int(idx)] = ctypes.c_int(fn.fd)
+
+
 def load(config: ProbeConfig) -> ProbeSession:
     """Compile and attach every program the kernel supports; BpfUnavailable if none."""
     why = ensure_tracefs(config.tracefs)
@@ -329,6 +383,12 @@ def load(config: ProbeConfig) -> ProbeSession:
                 text=text.encode(), cflags=build_cflags(config, features, perf_buffer=perf)
             )
         except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception
+            errors.append(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+            continue
+        try:
+            _load_tail_calls(bcc, bpf, features.programs)
+        except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception
+            bpf.cleanup()
             errors.append(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
             continue
         session = ProbeSession(bpf, features.programs, perf)

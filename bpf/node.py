@@ -50,6 +50,7 @@ class SignalInputs:
     image_token_share: float | None
     p95_s: float | None
     absent: tuple[str, ...] = ()
+    ttft_p95_s: float | None = None  # SSE streams' time to first token; None: none seen
 
 
 def _kv_blocks(engines: Sequence[EngineSample]) -> tuple[int | None, int | None]:
@@ -84,6 +85,7 @@ def build_signals(inp: SignalInputs) -> NodeSignals:
         streams=inp.streams,
         image_token_share=inp.image_token_share,
         p95_s=inp.p95_s,
+        ttft_p95_s=inp.ttft_p95_s,
         absent=tuple(sorted(set(inp.absent))),
     )
 

@@ -42,11 +42,16 @@ class EngineReading:
 class CollectorState:
     requests: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
     ttfb: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
+    ttft: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
+    tpot: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
+    ttft_window: RecentWindow = field(default_factory=RecentWindow)  # node TTFT p95
     accept_delay: HistogramTable = field(default_factory=lambda: HistogramTable(QUEUE_BUCKETS, 512))
     edges: CounterTable = field(default_factory=CounterTable)
     window: RecentWindow = field(default_factory=RecentWindow)
     backlog: dict[int, tuple[int, int]] = field(default_factory=dict)  # port -> (len, max)
     tcp: dict[tuple[int, int], TcpStats] = field(default_factory=dict)
+    # (tgid, port) -> kernel histogram of the requests over the budget (TcpStats layout)
+    unsampled: dict[tuple[int, int], TcpStats] = field(default_factory=dict)
     gpus: list[GpuSample] | None = None
     # (gpu index, gpu uuid, namespace, pod) -> bytes used by the pod's processes
     gpu_pods: dict[tuple[int, str, str, str], int] = field(default_factory=dict)

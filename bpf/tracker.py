@@ -1,8 +1,11 @@
 """Turn the kernel's per-connection HTTP events into completed request records.
 
-Pure: fed decoded events in order, returns `RequestRecord`s. A request ends at the last
-response write, which the kernel reports with the next request on the connection
-(keep-alive) or with close(); streamed (SSE) responses are covered the same way. The
+Pure: fed decoded events in order, returns `RequestRecord`s. A request ends at the write
+that completes its response (Content-Length reached, chunked terminator written), which
+the kernel reports at once (END, or RESPONSE_DONE when one write holds the whole
+response); a response whose end the kernel cannot see (no length nor chunking, head
+longer than the capture) ends at its last write, reported with the next request or with
+close(). Pipelined requests read in one go are split here from the captured bytes. The
 table of open connections is bounded (least recently used connections are dropped and
 counted).
 """
@@ -13,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bpf.events import AcceptEvent, HttpEvent, HttpEventKind
-from bpf.http import RouteTemplates, parse_request, parse_response
+from bpf.events import AcceptEvent, ConnState, HttpEvent, HttpEventKind
+from bpf.http import RouteTemplates, parse_request, parse_response, request_end
 
 __all__ = ["RequestRecord", "ConnTracker", "TrackerCounters"]
 
@@ -40,6 +43,11 @@ class RequestRecord:
     context_id: str | None = None
     chunk_seq: int | None = None
     peer: str = ""
+    # SSE streams (text/event-stream), timed on the wire: last request byte -> first data
+    # event, and the mean gap between data events; None when not seen (not a stream, no
+    # data event, one event only for the latter, or bytes the kernel could not scan)
+    ttft_s: float | None = None
+    tpot_s: float | None = None
 
 
 @dataclass
@@ -48,6 +56,7 @@ class _Pending:
     request: bytearray
     response_ns: int = 0
     response: bytes = b""
+    request_end_ns: int = 0  # last read before the response
 
 
 @dataclass
@@ -57,6 +66,8 @@ class _Conn:
     port: int
     peer: str = ""
     pending: _Pending | None = None
+    leftover: bytes = b""  # captured bytes past the last request: pipelined requests
+    answered: bool = False  # a response ended on this connection
 
 
 @dataclass
@@ -66,6 +77,7 @@ class TrackerCounters:
     unparsable: int = 0  # bytes that were not an HTTP request line
     evicted: int = 0  # connections dropped from the bounded table
     orphan_events: int = 0  # events of connections not seen starting
+    pipelined_unseen: int = 0  # pipelined responses whose request was past the capture
 
 
 @dataclass
@@ -99,21 +111,36 @@ class ConnTracker:
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
         c.peer = ev.peer
 
-    def _finish(self, c: _Conn, end_ns: int, resp_bytes: int) -> RequestRecord | None:
+    def _finish(
+        self, c: _Conn, end_ns: int, resp_bytes: int, ev: HttpEvent | None = None
+    ) -> RequestRecord | None:
         p = c.pending
         c.pending = None
         if p is None:
             return None
+        c.answered = True
         if not p.response_ns:
             self.counters.unanswered += 1
             return None
-        req = parse_request(bytes(p.request), self.routes)
+        data = bytes(p.request)
+        req = parse_request(data, self.routes)
+        if req is not None and len(data) > data.find(b"\r\n\r\n") + 4 + (req.content_length or 0):
+            # bytes past this request: a pipelined one (rare), or a body without its length
+            cut = request_end(data)
+            if cut is not None:
+                data, c.leftover = data[:cut], data[cut:]
+                req = parse_request(data, self.routes)
         if req is None:
             self.counters.unparsable += 1
             return None
         resp = parse_response(p.response)
         end = max(end_ns, p.response_ns)
         self.counters.requests += 1
+        ttft = tpot = None
+        if ev is not None and ev.sse_events and resp.streaming and p.request_end_ns:
+            ttft = max(0, ev.sse_first_ns - p.request_end_ns) / 1e9
+            if ev.sse_events > 1:
+                tpot = (ev.sse_last_ns - ev.sse_first_ns) / (ev.sse_events - 1) / 1e9
         return RequestRecord(
             tgid=c.tgid,
             port=c.port,
@@ -130,44 +157,54 @@ class ConnTracker:
             context_id=req.context_id,
             chunk_seq=req.chunk_seq,
             peer=c.peer,
+            ttft_s=ttft,
+            tpot_s=tpot,
         )
 
     def on_http(self, ev: HttpEvent) -> list[RequestRecord]:
         """Feed one event; returns the requests it completed (zero or one)."""
-        out: list[RequestRecord] = []
         key = (ev.tgid, ev.fd, ev.conn_id)
-        if ev.kind == HttpEventKind.CLOSE:
+        kind = ev.kind
+        if kind == HttpEventKind.CLOSE:
             c = self._conns.pop(key, None)
-            if c is None:
-                return out
-            rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
-            if rec:
-                out.append(rec)
-            return out
+            return [] if c is None else self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
-        if ev.kind == HttpEventKind.END:
-            rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
-            if rec:
-                out.append(rec)
-            return out
-        if ev.kind == HttpEventKind.REQUEST:
+        if kind == HttpEventKind.END:
+            return self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
+        out: list[RequestRecord] = []
+        if kind == HttpEventKind.REQUEST:
             if c.pending is not None:
-                rec = self._finish(c, ev.prev_end_ns, ev.prev_resp_bytes)
-                if rec:
-                    out.append(rec)
+                out = self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
             c.pending = _Pending(start_ns=ev.ts_ns, request=bytearray(ev.data))
-        elif ev.kind == HttpEventKind.REQUEST_MORE:
+            c.leftover = b""
+        elif kind == HttpEventKind.REQUEST_MORE:
             if c.pending is None:
                 self.counters.orphan_events += 1
             elif len(c.pending.request) < MAX_REQUEST_PREFIX:
                 c.pending.request += ev.data[: MAX_REQUEST_PREFIX - len(c.pending.request)]
-        elif ev.kind == HttpEventKind.RESPONSE:
+        else:  # RESPONSE, RESPONSE_DONE
+            if c.pending is None and c.answered and ev.prev_state == ConnState.IDLE:
+                # pipelined: a response with no read since the last one ended
+                if not c.leftover:
+                    self.counters.pipelined_unseen += 1
+                    return out
+                c.pending = _Pending(start_ns=ev.prev_end_ns, request=bytearray(c.leftover))
+                c.leftover = b""
             if c.pending is None:
                 self.counters.orphan_events += 1
             elif not c.pending.response_ns:
                 c.pending.response_ns = ev.ts_ns
                 c.pending.response = ev.data
+                c.pending.request_end_ns = ev.req_end_ns
+            if kind == HttpEventKind.RESPONSE_DONE:
+                out += self._done(c, ev.ts_ns, ev.prev_resp_bytes, ev)
         return out
+
+    def _done(
+        self, c: _Conn, end_ns: int, resp_bytes: int, ev: HttpEvent | None = None
+    ) -> list[RequestRecord]:
+        rec = self._finish(c, end_ns, resp_bytes, ev)
+        return [rec] if rec else []
 
     def in_flight(
         self, now_ns: int, last_write_ns: Callable[[int, int], int | None], idle_s: float = 1.0

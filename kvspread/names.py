@@ -63,6 +63,8 @@ ATTR_CLIENT_POD: Final = "kvspread.client.pod"
 ATTR_QOS: Final = "llm.qos"
 """The serving pod's `kvspread.io/qos` label (realtime | batch | best-effort), where known;
 the latency SLO rules pick the threshold by it (absent counts as batch)."""
+ATTR_GEN_AI_OPERATION: Final = "gen_ai.operation.name"
+"""OTel GenAI semconv: chat | text_completion | generate_content, from the route."""
 
 # --- Metric descriptors and the OTel-to-Prometheus translation ------------------------
 InstrumentKind = Literal["counter", "updowncounter", "gauge", "histogram"]
@@ -145,6 +147,29 @@ HTTP_SERVER_TIME_TO_FIRST_BYTE: Final = MetricDescriptor(
     "histogram",
     "First request byte read to first response byte written (eBPF).",
 )
+HTTP_SERVER_UNSAMPLED_DURATION: Final = MetricDescriptor(
+    "kvspread.http.server.unsampled_request.duration",
+    "s",
+    "histogram",
+    "Requests over bpf.max_requests_per_s (no event to user space), first request byte "
+    "read to last response byte written, log2 buckets aggregated in the kernel (eBPF).",
+)
+"""Aggregated in the kernel per (port, pod): every request is counted at any rate."""
+GEN_AI_SERVER_TIME_TO_FIRST_TOKEN: Final = MetricDescriptor(
+    "gen_ai.server.time_to_first_token",
+    "s",
+    "histogram",
+    "SSE responses: last request byte read to the first data event written (eBPF).",
+)
+"""OTel GenAI semconv name."""
+GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: Final = MetricDescriptor(
+    "gen_ai.server.time_per_output_token",
+    "s",
+    "histogram",
+    "SSE responses: mean time between data events after the first (eBPF).",
+)
+"""OTel GenAI semconv name: (last data event - first) / (data events - 1), `data: [DONE]`
+excluded."""
 GPU_MEMORY_USED: Final = MetricDescriptor(
     "kvspread.gpu.memory.used", "By", "gauge", "GPU memory used (NVML)."
 )
@@ -255,6 +280,8 @@ SLI_GOOD_REQUESTS_PER_SECOND: Final = "kvspread_good_requests_per_second"
 SLI_ERROR_RATIO: Final = "kvspread_error_ratio"
 SLI_QUEUE_DEPTH: Final = "kvspread_queue_depth"
 SLI_KV_CACHE_USAGE: Final = "kvspread_kv_cache_usage_ratio"
+SLI_TTFT_P95: Final = "kvspread_time_to_first_token_p95_seconds"
+SLI_TPOT_P95: Final = "kvspread_time_per_output_token_p95_seconds"
 SLI_NAMES: Final = (
     SLI_LATENCY_P50,
     SLI_LATENCY_P95,
@@ -264,6 +291,8 @@ SLI_NAMES: Final = (
     SLI_ERROR_RATIO,
     SLI_QUEUE_DEPTH,
     SLI_KV_CACHE_USAGE,
+    SLI_TTFT_P95,
+    SLI_TPOT_P95,
 )
 
 # --- Self-monitoring metrics (Prometheus-native: `name` is the Prometheus name already) ----

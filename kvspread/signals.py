@@ -8,12 +8,13 @@ Wire form (compact JSON, at most 4 KiB)::
      "gpus": [{"i": 0, "uuid": "GPU-..", "mem_total_mib": 81559, "mem_used_mib": 30210,
                "util": 0.41, "kv_blocks_total": 16384, "kv_blocks_used": 9000,
                "models": ["qwen2-vl-7b"]}],
-     "streams": 12, "image_token_share": 0.31, "p95_s": 0.142,
+     "streams": 12, "image_token_share": 0.31, "p95_s": 0.142, "ttft_p95_s": 0.081,
      "absent": ["nvml"]}
 
 Absent numbers are left out, never written as zero: a node without NVML has no `gpus`
-key and says so in `absent`. `util`, `kv_blocks_*`, `streams`, `image_token_share`
-and `p95_s` are optional per field for the same reason.
+key and says so in `absent`. `util`, `kv_blocks_*`, `streams`, `image_token_share`,
+`p95_s` and `ttft_p95_s` (time to first token of SSE streams; absent when no stream was
+seen) are optional per field for the same reason.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class NodeSignals:
     streams: int | None = None
     image_token_share: float | None = None
     p95_s: float | None = None
+    ttft_p95_s: float | None = None  # p95 time to first token of the node's SSE streams
     absent: tuple[str, ...] = field(default_factory=tuple)
     version: int = SCHEMA_VERSION
 
@@ -144,6 +146,8 @@ def encode_signals(s: NodeSignals) -> str:
         doc["image_token_share"] = round(s.image_token_share, 4)
     if s.p95_s is not None:
         doc["p95_s"] = round(s.p95_s, 6)
+    if s.ttft_p95_s is not None:
+        doc["ttft_p95_s"] = round(s.ttft_p95_s, 6)
     if s.absent:
         doc["absent"] = list(s.absent)
     text = json.dumps(doc, separators=(",", ":"), sort_keys=False)
@@ -215,6 +219,7 @@ def decode_signals(text: str) -> NodeSignals:
         streams=None if streams is None else int(streams),
         image_token_share=_opt(doc, "image_token_share", "doc", hi=1.0),
         p95_s=_opt(doc, "p95_s", "doc"),
+        ttft_p95_s=_opt(doc, "ttft_p95_s", "doc"),
         absent=tuple(absent),
         version=SCHEMA_VERSION,
     )

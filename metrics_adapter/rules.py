@@ -352,5 +352,17 @@ def default_rules(
             "aggregation": "last",
             "combine": "mean",
         },
+        {
+            "name": names.SLI_TTFT_P95,
+            "metric": names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name,
+            "aggregation": "quantile",
+            "quantile": 0.95,
+        },
+        {
+            "name": names.SLI_TPOT_P95,
+            "metric": names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name,
+            "aggregation": "quantile",
+            "quantile": 0.95,
+        },
     ]
     return parse_rules(docs, window, staleness, key="default_rules")

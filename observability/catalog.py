@@ -39,6 +39,7 @@ GPU_INDEX: Final = label(names.ATTR_GPU_INDEX)
 GPU_UUID: Final = label(names.ATTR_GPU_UUID)
 ENGINE: Final = label(names.ATTR_ENGINE)
 MODEL: Final = label(names.ATTR_MODEL)
+GEN_AI_OPERATION: Final = label(names.ATTR_GEN_AI_OPERATION)
 
 NODE_FROM_SCRAPE: Final = "node"
 """The node label the dashboards and alerts filter collector series by. The collector writes
@@ -121,6 +122,25 @@ _COLLECTOR: Final = (
         names.HTTP_SERVER_TIME_TO_FIRST_BYTE,
         _HTTP_LABELS,
         "First request byte read to first response byte written.",
+    ),
+    _otel(
+        names.HTTP_SERVER_UNSAMPLED_DURATION,
+        _POD_PORT,
+        "Requests over bpf.max_requests_per_s (no event to user space): first request byte "
+        "read to last response byte written, log2 buckets aggregated in the kernel, so every "
+        "request is counted at any rate. Appears once a request went over the budget.",
+    ),
+    _otel(
+        names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
+        (*_HTTP_LABELS, GEN_AI_OPERATION),
+        "SSE (text/event-stream) responses: last request byte read to the write completing "
+        "the first data event (OTel GenAI semconv; eBPF).",
+    ),
+    _otel(
+        names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
+        (*_HTTP_LABELS, GEN_AI_OPERATION),
+        "SSE responses: (last data event - first) / (data events - 1), data: [DONE] "
+        "excluded; streams of one event have none (OTel GenAI semconv; eBPF).",
     ),
     _otel(
         names.GPU_MEMORY_USED,

@@ -44,6 +44,8 @@ TAGS: Final = ["kvspread"]
 
 HTTP: Final = r.HTTP
 TTFB: Final = names.HTTP_SERVER_TIME_TO_FIRST_BYTE.prometheus
+TTFT: Final = names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.prometheus
+TPOT: Final = names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.prometheus
 GPU_USED: Final = names.GPU_MEMORY_USED.prometheus
 GPU_TOTAL: Final = names.GPU_MEMORY_TOTAL.prometheus
 GPU_UTIL: Final = names.GPU_UTILIZATION.prometheus
@@ -316,6 +318,26 @@ def slo_overview() -> db.Dashboard:
             "s",
             (_hq(0.95, TTFB, by, SVC), LEGEND_SVC),
             thresholds=_thresholds(*LAT_THRESHOLDS),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Time to first token p95 (token streams)",
+            "SSE responses: last request byte read to the first data event written. Dashed "
+            "line: the 1 s time-to-first-token objective.",
+            "s",
+            (_hq(0.95, TTFT, by, SVC), LEGEND_SVC),
+            thresholds=_thresholds((None, "green"), (1.0, "red")),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "Time per output token p50 / p95 (token streams)",
+            "SSE responses: mean time between data events after the first (inter-token "
+            "latency, the decode speed users see).",
+            "s",
+            (_hq(0.5, TPOT, by, SVC), LEGEND_SVC + " p50"),
+            (_hq(0.95, TPOT, by, SVC), LEGEND_SVC + " p95"),
         )
     )
     d = d.with_panel(

@@ -72,7 +72,10 @@ def render_metrics_doc() -> str:
     lines += [
         "## Histogram buckets",
         "",
-        f"`{names.HTTP_SERVER_REQUEST_DURATION.name}` and `{names.HTTP_SERVER_TIME_TO_FIRST_BYTE.name}` carry the",
+        f"`{names.HTTP_SERVER_REQUEST_DURATION.name}`, "
+        f"`{names.HTTP_SERVER_TIME_TO_FIRST_BYTE.name}`, "
+        f"`{names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name}` and "
+        f"`{names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name}` carry the",
         f"bucket bounds {buckets} (seconds): the OTel semantic-convention defaults plus 0.12",
         "(the batch class threshold) and 0.2 (the good-request threshold of the HPA example).",
         'The SLO rules read the `le="0.05"` and `le="0.12"` buckets directly; without them the',

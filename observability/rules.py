@@ -23,6 +23,7 @@ problem does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -36,6 +37,7 @@ __all__ = [
     "TICKET_WINDOWS",
     "ERROR_OBJECTIVE",
     "LATENCY_SLOS",
+    "TTFT_SLO",
     "RUNBOOK_BASE",
     "rule_groups",
     "rules_file",
@@ -89,7 +91,12 @@ LATENCY_SLOS: Final = (
     LatencySlo("batch", 0.12, 0.99, f'{c.QOS}!~"realtime|best-effort"'),
 )
 
+TTFT_SLO: Final = LatencySlo("ttft", 1.0, 0.99, f'{c.QOS}!="best-effort"')
+"""Time to first token: 99 % of SSE streams start within 1 s (best-effort pods excluded)."""
+
 HTTP: Final = names.HTTP_SERVER_REQUEST_DURATION.prometheus
+TTFT: Final = names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.prometheus
+TPOT: Final = names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.prometheus
 BY: Final = ", ".join((*c.SERVICE_LABELS, c.QOS))
 EXTENDER_DURATION: Final = names.EXTENDER_REQUEST_DURATION.prometheus
 COLLECTOR_UP: Final = names.COLLECTOR_SOURCE_UP.prometheus
@@ -133,6 +140,24 @@ def _recording() -> list[dict[str, Any]]:
                     "labels": {"slo_class": slo.qos},
                 }
             )
+        streams = f"sum by ({BY}) (rate({TTFT}_count[{w}]))"
+        rules.append({"record": f"kvspread:gen_ai_streams:rate{w}", "expr": streams})
+        fast = f'sum by ({BY}) (rate({TTFT}_bucket{{le="{_le(TTFT_SLO.threshold_s)}"}}[{w}]))'
+        rules.append({"record": f"kvspread:gen_ai_streams_fast_first_token:rate{w}", "expr": fast})
+        rules.append(
+            {
+                "record": f"kvspread:gen_ai_streams_fast_first_token:ratio_rate{w}",
+                "expr": f"kvspread:gen_ai_streams_fast_first_token:rate{w} "
+                f"/ kvspread:gen_ai_streams:rate{w}",
+            }
+        )
+    for name, series in (("time_to_first_token", TTFT), ("time_per_output_token", TPOT)):
+        rules.append(
+            {
+                "record": f"kvspread:gen_ai_server_{name}_seconds:p95_rate5m",
+                "expr": f"histogram_quantile(0.95, sum by (le, {BY}) (rate({series}_bucket[5m])))",
+            }
+        )
     for q in (50, 95, 99):
         rules.append(
             {
@@ -222,50 +247,80 @@ def _burn_expr(bad: str, windows: tuple[BurnWindow, ...], budget: float) -> str:
     return "\n or ".join(parts)
 
 
-def _slo_alerts() -> list[dict[str, Any]]:
-    budget = 1 - ERROR_OBJECTIVE
-    alerts = []
-    for name, windows, for_, speed in (
-        ("KvspreadErrorBudgetFastBurn", PAGE_WINDOWS, "2m", "fast"),
-        ("KvspreadErrorBudgetSlowBurn", TICKET_WINDOWS, "15m", "slowly"),
-    ):
-        alerts.append(
-            _alert(
-                name,
-                _burn_expr("kvspread:http_errors:ratio_rate{w}", windows, budget),
-                for_,
-                windows[0].severity,
-                f"{_WHERE} is burning its error budget {speed}",
-                f"{{{{ $value | humanizePercentage }}}} of requests to {_WHERE} failed (5xx) "
-                f"over the last {windows[0].long} or {windows[1].long}; the objective allows "
-                f"{budget * 100:.3g} %. At this rate the 30-day error budget runs out early.",
-                {"slo": "availability"},
-            )
+def _burn_pair(
+    name: str,
+    bad: str,
+    budget: float,
+    what: str,
+    describe: Callable[[tuple[BurnWindow, ...]], str],
+    slo_label: str,
+) -> list[dict[str, Any]]:
+    """The fast (page) and slow (ticket) burn alerts `Kvspread<name>BudgetFastBurn` /
+    `...SlowBurn` of one objective; `describe(windows)` writes the description."""
+    return [
+        _alert(
+            f"Kvspread{name}Budget{kind}Burn",
+            _burn_expr(bad, windows, budget),
+            for_,
+            windows[0].severity,
+            f"{_WHERE} is burning its {what} {speed}",
+            describe(windows),
+            {"slo": slo_label},
         )
+        for kind, windows, for_, speed in (
+            ("Fast", PAGE_WINDOWS, "2m", "fast"),
+            ("Slow", TICKET_WINDOWS, "15m", "slowly"),
+        )
+    ]
+
+
+def _slo_alerts() -> list[dict[str, Any]]:
+    value = "{{ $value | humanizePercentage }}"
+    budget = 1 - ERROR_OBJECTIVE
+    alerts = _burn_pair(
+        "Error",
+        "kvspread:http_errors:ratio_rate{w}",
+        budget,
+        "error budget",
+        lambda ws, b=budget: (
+            f"{value} of requests to {_WHERE} failed (5xx) over the last "
+            f"{ws[0].long} or {ws[1].long}; the objective allows {b * 100:.3g} %. At this rate "
+            "the 30-day error budget runs out early."
+        ),
+        "availability",
+    )
     for slo in LATENCY_SLOS:
         budget = 1 - slo.objective
         bad = (
             f'(1 - kvspread:http_requests_fast:ratio_rate{{w}}{{{{slo_class="{slo.qos}", '
             f"{slo.selector}}}}})"
         )
-        for name, windows, for_, speed in (
-            ("KvspreadLatencyBudgetFastBurn", PAGE_WINDOWS, "2m", "fast"),
-            ("KvspreadLatencyBudgetSlowBurn", TICKET_WINDOWS, "15m", "slowly"),
-        ):
-            alerts.append(
-                _alert(
-                    name,
-                    _burn_expr(bad, windows, budget),
-                    for_,
-                    windows[0].severity,
-                    f"{_WHERE} is burning its {slo.qos} latency budget {speed}",
-                    f"{{{{ $value | humanizePercentage }}}} of requests to {_WHERE} took longer "
-                    f"than {slo.threshold_s * 1000:g} ms (the {slo.qos} class threshold) over "
-                    f"the last {windows[0].long} or {windows[1].long}; the objective allows "
-                    f"{budget * 100:.3g} %.",
-                    {"slo": f"latency-{slo.qos}"},
-                )
-            )
+        alerts += _burn_pair(
+            "Latency",
+            bad,
+            budget,
+            f"{slo.qos} latency budget",
+            lambda ws, b=budget, slo=slo: (
+                f"{value} of requests to {_WHERE} took longer than "
+                f"{slo.threshold_s * 1000:g} ms (the {slo.qos} class threshold) over the last "
+                f"{ws[0].long} or {ws[1].long}; the objective allows {b * 100:.3g} %."
+            ),
+            f"latency-{slo.qos}",
+        )
+    slo = TTFT_SLO
+    budget = 1 - slo.objective
+    alerts += _burn_pair(
+        "Ttft",
+        f"(1 - kvspread:gen_ai_streams_fast_first_token:ratio_rate{{w}}{{{{{slo.selector}}}}})",
+        budget,
+        "time-to-first-token budget",
+        lambda ws, b=budget: (
+            f"{value} of token streams from {_WHERE} took longer than "
+            f"{TTFT_SLO.threshold_s:g} s to their first token over the last {ws[0].long} or "
+            f"{ws[1].long}; the objective allows {b * 100:.3g} %."
+        ),
+        "ttft",
+    )
     return alerts
 
 

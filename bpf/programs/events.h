@@ -47,11 +47,28 @@
 #define HTTP_EV_REQUEST_MORE 2 /* further bytes of the same request */
 #define HTTP_EV_RESPONSE 3     /* first bytes of the response */
 #define HTTP_EV_CLOSE 4        /* the server closed the connection */
-#define HTTP_EV_END 5          /* the previous response ended; the next request is not sampled */
+#define HTTP_EV_END 5          /* the response ended at this write (or before an unsampled request) */
+#define HTTP_EV_RESPONSE_DONE 6 /* first bytes of a response that this same write completes */
 
 #define CONN_IDLE 0
 #define CONN_REQUEST 1
 #define CONN_RESPONDING 2
+
+/* How the current response ends (RFC 9112 section 6.3). */
+#define FRAME_UNKNOWN 0 /* head not seen whole: ends at the next request or close */
+#define FRAME_LENGTH 1  /* Content-Length (or no body: HEAD, 204, 304): ends at resp_expect bytes */
+#define FRAME_CHUNKED 2 /* Transfer-Encoding: ends at the write that completes 0\r\n\r\n */
+#define FRAME_CLOSE 3   /* neither: ends when the server closes the connection */
+
+/* Server-sent events (Content-Type: text/event-stream): data events timed in the kernel. */
+#define SSE_NONE 0
+#define SSE_ON 1   /* counting data events */
+#define SSE_LOST 2 /* bytes skipped in the middle of chunk framing: counts no longer exact */
+
+#define CHUNK_SIZE 0 /* reading a chunk-size line */
+#define CHUNK_DATA 1 /* inside a chunk's payload */
+#define CHUNK_CRLF 2 /* after a payload, before the next size line */
+#define CHUNK_END 3  /* last chunk seen (trailers follow) */
 
 /* One accepted connection, keyed by (tgid << 32 | fd). */
 struct conn_state {
@@ -62,19 +79,41 @@ struct conn_state {
     u64 last_write_ns; /* last response write: the end of the response so far */
     u64 resp_bytes;
     u64 req_bytes;
+    u64 last_read_ns;  /* last read: the start of a pipelined request answered later */
+    u64 resp_expect;   /* FRAME_LENGTH: response bytes (head + body) when complete */
+    u64 tail;          /* FRAME_CHUNKED: last 8 response bytes written, oldest lowest */
     u32 requests;
     u16 port;          /* local (server) port, host order */
     u8 state;          /* CONN_* */
     u8 more;           /* HTTP_EV_REQUEST_MORE events sent for the current request */
     u8 unsampled;      /* current request over the budget: no events for it */
-    u8 pad[7];
+    u8 framing;        /* FRAME_* of the current response */
+    u8 head_req;       /* the current request is HEAD: its response has no body */
+    u8 sse;            /* SSE_* of the current response */
+    u8 sse_chunk;      /* CHUNK_* position in the chunked framing around the events */
+    u8 sse_line;       /* bytes of the current SSE line so far (saturates at 255) */
+    u8 sse_data;       /* the current event has a data field */
+    u8 sse_final;      /* the current event is data: [DONE] (not a token) */
+    u16 head_len;      /* bytes of the response head in its first write */
+    u16 pad;
+    u32 chunk_left;    /* CHUNK_SIZE: the size so far; CHUNK_DATA: payload bytes left */
+    u32 sse_events;    /* data events completed (data: [DONE] excluded) */
+    u32 pad2;
+    u64 req_end_ns;    /* last read before the response: the request's last byte */
+    u64 sse_first_ns;  /* write that completed the first data event */
+    u64 sse_last_ns;   /* write that completed the last data event so far */
 };
 
 struct http_event {
     u64 ts_ns;           /* bpf_ktime_get_ns() when the syscall returned */
     u64 conn_id;         /* conn_state.id */
-    u64 prev_end_ns;     /* REQUEST / CLOSE: last write of the previous response, else 0 */
-    u64 prev_resp_bytes; /* bytes of that previous response */
+    u64 prev_end_ns;     /* REQUEST / CLOSE / END: last write of the response ending;
+                            RESPONSE(_DONE) after IDLE (pipelined): the request's last read */
+    u64 prev_resp_bytes; /* bytes of that response */
+    u64 req_end_ns;      /* RESPONSE*: last read before the response (the request's end);
+                            events ending a response: that of the response ending */
+    u64 sse_first_ns;    /* events ending an SSE response: first and last data event */
+    u64 sse_last_ns;
     u32 tgid;
     u32 fd;
     u32 len;             /* bytes valid in data */
@@ -82,7 +121,7 @@ struct http_event {
     u16 port;
     u8 kind;             /* HTTP_EV_* */
     u8 prev_state;       /* CONN_* before this event */
-    u32 pad;
+    u32 sse_events;      /* events ending an SSE response: its data events, else 0 */
     char data[CAPTURE_BYTES];
 };
 

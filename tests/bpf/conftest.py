@@ -82,7 +82,7 @@ def probes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Probes]:
     why = bpf_skip_reason()
     if why:
         pytest.skip(why)
-    traced = (free_port(), free_port(), free_port())
+    traced = tuple(free_port() for _ in range(6))
     untraced = free_port()
     cache = tmp_path_factory.mktemp("btf-headers")
     cfg = loader.ProbeConfig(ports=traced, header_cache=cache)

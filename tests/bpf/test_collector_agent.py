@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from bpf.agent import Agent
 from bpf.config import CollectorConfig, EnginesConfig, EngineTarget, SignalsConfig
@@ -348,6 +349,8 @@ def test_otlp_push_with_semantic_attributes() -> None:
         )
         agent = Agent(cfg, gpu_reader=FakeGpuReader(error="no driver"))
         agent.record_request(_record())
+        agent.record_request(_record(streaming=True, ttft_s=0.08, tpot_s=0.02))
+        agent.record_request(_record(streaming=True, ttft_s=0.3))  # one token: no TPOT
         # kernel TCP statistics of one server process and one accepted-connection edge
         agent.state.tcp[(4242, 8000)] = TcpStats(3, 900, 2, (0,) * RTT_SLOTS)
         agent.state.edges.add(
@@ -370,6 +373,14 @@ def test_otlp_push_with_semantic_attributes() -> None:
     hist = metrics[names.HTTP_SERVER_REQUEST_DURATION.name]
     assert hist.unit == "s"
     (point,) = hist.histogram.data_points
+    assert point.count == 3
+    ttft = metrics[names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name]
+    (tp,) = ttft.histogram.data_points
+    assert ttft.unit == "s" and tp.count == 2 and tp.sum == pytest.approx(0.38)
+    tattrs = {a.key: (a.value.string_value or a.value.int_value) for a in tp.attributes}
+    assert tattrs[names.ATTR_GEN_AI_OPERATION] == "chat" and tattrs[names.ATTR_HTTP_STATUS] == 200
+    (op,) = metrics[names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name].histogram.data_points
+    assert op.count == 1 and op.sum == pytest.approx(0.02)
     attrs = {a.key: (a.value.string_value or a.value.int_value) for a in point.attributes}
     assert attrs == {
         names.ATTR_HTTP_METHOD: "POST",
@@ -378,7 +389,7 @@ def test_otlp_push_with_semantic_attributes() -> None:
         names.ATTR_SERVER_PORT: 8000,
         names.ATTR_MODALITY: "image",
     }
-    assert point.count == 1 and point.sum == pytest.approx(0.2)
+    assert point.sum == pytest.approx(0.6)
     assert names.GPU_MEMORY_USED.name not in metrics  # no driver: no GPU points at all
     up = metrics[names.COLLECTOR_SOURCE_UP.name].gauge.data_points
     by_source = {p.attributes[0].value.string_value: p.as_int for p in up}
@@ -430,4 +441,68 @@ def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None
     agent.scrape_engines()
     (reading,) = agent.state.engines.values()
     assert reading.service == "chat" and reading.pod == "vllm-0"
+    agent.server.httpd.server_close()
+
+
+def test_gpu_memory_per_pod_on_a_shared_gpu() -> None:
+    """Time-slicing / MPS: NVML lists each process's memory on one GPU; the host pid's cgroup
+    (real /proc-format fixtures) names its pod. Two pods share GPU 0; a host process (no
+    pod) and a process whose memory NVML does not report add nothing; without a driver the
+    per-pod series are absent, never zero."""
+    gib = 1024 * MIB
+    gpus = [
+        GpuSample(
+            0,
+            "GPU-0",
+            "H100",
+            80 * gib,
+            12 * gib,
+            0.5,
+            ((101, 3 * gib), (103, 5 * gib), (101, 1 * gib), (107, 2 * gib), (102, None)),
+        ),
+        GpuSample(1, "GPU-1", "H100", 80 * gib, 0, 0.0, ()),
+    ]
+    fixtures = Path(__file__).parent / "fixtures" / "proc"
+    agent = Agent(
+        base_config(bpf={"enabled": False}, proc_root=fixtures), gpu_reader=FakeGpuReader(gpus)
+    )
+    agent.read_gpus()
+    agent.compute_signals()
+    assert agent.state.gpu_pods == {
+        (0, "GPU-0", "", "7c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"): 4 * gib,  # two processes
+        (0, "GPU-0", "", "22222222-3333-4444-5555-666666666666"): 5 * gib,
+    }
+    text = generate_latest(agent.registry).decode()
+    lines = [x for x in text.splitlines() if x.startswith("kvspread_gpu_pod_memory_used_bytes{")]
+    assert len(lines) == 2 and all(float(x.rsplit(" ", 1)[1]) > 0 for x in lines)
+
+    absent = Agent(
+        base_config(bpf={"enabled": False}, proc_root=fixtures),
+        gpu_reader=FakeGpuReader(error="NVML Shared Library Not Found"),
+    )
+    absent.read_gpus()
+    absent.compute_signals()
+    assert absent.state.gpu_pods == {}
+    text = generate_latest(absent.registry).decode()
+    assert "kvspread_gpu_pod_memory_used_bytes{" not in text
+    for a in (agent, absent):
+        a.server.httpd.server_close()
+
+
+def test_requests_over_the_budget_are_exported_from_the_kernel_histogram() -> None:
+    """The kernel's per-(process, port) histogram of requests that got no event: log2 slots
+    of microseconds become cumulative second buckets, summed per pod:port."""
+    agent = Agent(base_config(bpf={"enabled": False}, nvml={"enabled": False}))
+    slots = [0] * RTT_SLOTS
+    slots[13] = 3  # [8.192, 16.384) ms
+    slots[16] = 1  # [65.5, 131) ms
+    agent.state.unsampled[(4242, 8000)] = TcpStats(4, 3 * 10_000 + 70_000, 0, tuple(slots))
+    text = generate_latest(agent.registry).decode()
+    name = "kvspread_http_server_unsampled_request_duration_seconds"
+    assert f'{name}_count{{k8s_namespace_name="",k8s_pod_name="",server_port="8000"}} 4.0' in text
+    assert (
+        f'{name}_bucket{{k8s_namespace_name="",k8s_pod_name="",le="0.016384",server_port="8000"}} 3.0'
+        in text
+    )
+    assert f'{name}_sum{{k8s_namespace_name="",k8s_pod_name="",server_port="8000"}} 0.1' in text
     agent.server.httpd.server_close()

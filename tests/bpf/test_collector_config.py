@@ -111,6 +111,8 @@ def test_print_bpf(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["collector", "run", "--print-bpf", "--http-ports", "8000,9000"], {}) == 0
     out = capsys.readouterr().out
     assert "-DTRACE_ALL_PORTS=0" in out and "traced_ports map: 8000, 9000" in out
+    # the flags the agent compiles with: its request budget, not the loader's default
+    assert f"-DMAX_REQUESTS_PER_S={CollectorConfig().bpf.max_requests_per_s}" in out
     assert "TRACEPOINT_PROBE(syscalls, sys_exit_accept4)" in out
     assert '#include "events.h"' not in out and "struct http_event {" in out
 
@@ -121,13 +123,19 @@ def test_feature_detection_on_a_fake_tracefs(tmp_path: Path) -> None:
     f = loader.detect_features(tmp_path)
     assert f.programs == ("conn_track.c", "http_latency.c")
     assert f.missing == {"tcp_rtt.c": ("tcp/tcp_probe", "tcp/tcp_retransmit_skb")}
-    assert not f.has_sys_accept
+    assert f.optional == ()
+    (tmp_path / "events/syscalls/sys_enter_sendmsg").mkdir()
+    assert loader.detect_features(tmp_path).optional == ()  # enter without exit
+    (tmp_path / "events/syscalls/sys_exit_sendmsg").mkdir()
+    f = loader.detect_features(tmp_path)
+    assert f.optional == ("sendmsg",)
+    assert "-DHAVE_SYS_SENDMSG" in loader.build_cflags(loader.ProbeConfig(), f)
     assert loader.detect_features(tmp_path / "nothing").programs == ()
     assert loader.ensure_tracefs(tmp_path / "nothing") is not None
 
 
 def test_capture_size_checked_before_compiling() -> None:
-    f = loader.Features(frozenset(), ("conn_track.c",), {}, False)
+    f = loader.Features(frozenset(), ("conn_track.c",), {})
     with pytest.raises(ValueError, match="power of two"):
         loader.build_cflags(loader.ProbeConfig(capture_bytes=100), f)
 

@@ -51,23 +51,27 @@ def test_close_event_is_header_only() -> None:
 
 
 def test_http_event_layout_is_fixed() -> None:
-    # ts, conn_id, prev_end, prev_bytes (4 x u64), tgid, fd, len, total (4 x u32),
-    # port u16, kind u8, prev_state u8, pad u32
-    assert HTTP_EVENT_HEADER_SIZE == 56
+    # ts, conn_id, prev_end, prev_bytes, req_end, sse_first, sse_last (7 x u64),
+    # tgid, fd, len, total (4 x u32), port u16, kind u8, prev_state u8, sse_events u32
+    assert HTTP_EVENT_HEADER_SIZE == 80
     raw = bytearray(HTTP_EVENT_HEADER_SIZE + 4)
     raw[0:8] = (5).to_bytes(8, "little")
-    raw[32:36] = (77).to_bytes(4, "little")
-    raw[40:44] = (4).to_bytes(4, "little")
-    raw[48:50] = (8080).to_bytes(2, "little")
-    raw[50] = 3
+    raw[40:48] = (900).to_bytes(8, "little")
+    raw[56:60] = (77).to_bytes(4, "little")
+    raw[64:68] = (4).to_bytes(4, "little")
+    raw[72:74] = (8080).to_bytes(2, "little")
+    raw[74] = 3
+    raw[76:80] = (12).to_bytes(4, "little")
     raw[HTTP_EVENT_HEADER_SIZE:] = b"HTTP"
     ev = decode_http_event(bytes(raw))
-    assert (ev.ts_ns, ev.tgid, ev.port, ev.kind, ev.data) == (
+    assert (ev.ts_ns, ev.tgid, ev.port, ev.kind, ev.data, ev.sse_first_ns, ev.sse_events) == (
         5,
         77,
         8080,
         HttpEventKind.RESPONSE,
         b"HTTP",
+        900,
+        12,
     )
 
 

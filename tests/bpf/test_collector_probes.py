@@ -354,9 +354,8 @@ def test_accept_queue_delay_and_backlog(subscribed: Any) -> None:
 def test_request_budget_bounds_events_and_keeps_sampled_timings_right(
     probes: Any, uvicorn_server: Any, tmp_path: Path
 ) -> None:
-    """Over bpf.max_requests_per_s the kernel times nobody's request and counts it; the
-    requests it does hand over keep exact timings (the one before a skipped request ends
-    at its own last write)."""
+    """Over bpf.max_requests_per_s the kernel hands no event over but still puts the request
+    in its own duration histogram; the requests it does hand over keep exact timings."""
     from bpf import loader
 
     with socket.socket() as probe_sock:
@@ -383,10 +382,21 @@ def test_request_budget_bounds_events_and_keeps_sampled_timings_right(
             session.poll(50)
         session.poll(50)
         lost = session.lost_events()
+
+        def unsampled() -> tuple[int, int]:
+            mine = [h for (_, p), h in session.read_unsampled().items() if p == port]
+            return sum(h.rtt_count for h in mine), sum(h.rtt_sum_us for h in mine)
+
+        # the client closed: the server's close() ends the last unsampled request
+        assert wait_for(lambda: unsampled()[0] == lost["budget"], 5), (unsampled(), lost)
+        count, sum_us = unsampled()
     finally:
         session.close()
     assert 1 <= len(rec.records) <= 5  # one window of 4 (+1 if the test spans two windows)
     assert lost["budget"] == 12 - len(rec.records)
+    # every request over the budget is still in the kernel's histogram, with its duration
+    # (each took at least its 5 ms server delay)
+    assert count == 12 - len(rec.records) and sum_us >= count * 5000
     truth = truths(truth_file)
     for r in rec.records:
         assert r.context_id is not None

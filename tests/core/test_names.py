@@ -52,6 +52,9 @@ DESCRIPTORS = {k: v for k, v in vars(names).items() if isinstance(v, names.Metri
 PROMETHEUS = {
     "HTTP_SERVER_REQUEST_DURATION": "http_server_request_duration_seconds",
     "HTTP_SERVER_TIME_TO_FIRST_BYTE": "kvspread_http_server_time_to_first_byte_seconds",
+    "HTTP_SERVER_UNSAMPLED_DURATION": "kvspread_http_server_unsampled_request_duration_seconds",
+    "GEN_AI_SERVER_TIME_TO_FIRST_TOKEN": "gen_ai_server_time_to_first_token_seconds",
+    "GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN": "gen_ai_server_time_per_output_token_seconds",
     "GPU_MEMORY_USED": "kvspread_gpu_memory_used_bytes",
     "GPU_MEMORY_TOTAL": "kvspread_gpu_memory_total_bytes",
     "GPU_UTILIZATION": "kvspread_gpu_utilization_ratio",

@@ -33,13 +33,27 @@ def _node(n_gpus: int = 8, **kw) -> NodeSignals:
         for i in range(n_gpus)
     )
     return NodeSignals(
-        ts=NOW, node="gpu-node-1", gpus=gpus, streams=12, image_token_share=0.31, p95_s=0.142, **kw
+        ts=NOW,
+        node="gpu-node-1",
+        gpus=gpus,
+        streams=12,
+        image_token_share=0.31,
+        p95_s=0.142,
+        ttft_p95_s=0.081,
+        **kw,
     )
 
 
 def test_round_trip_keeps_every_field():
     s = _node()
     assert decode_signals(encode_signals(s)) == s
+
+
+def test_ttft_p95_is_absent_not_zero_without_streams():
+    s = NodeSignals(ts=NOW, node="n", p95_s=0.1)
+    doc = json.loads(encode_signals(s))
+    assert "ttft_p95_s" not in doc and decode_signals(encode_signals(s)).ttft_p95_s is None
+    assert decode_signals(encode_signals(_node())).ttft_p95_s == 0.081
 
 
 def test_an_eight_gpu_node_fits_in_4_kib():

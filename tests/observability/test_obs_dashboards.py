@@ -20,7 +20,7 @@ for _m in catalog.CATALOG:
 
 # Metric-looking tokens: names that start like ours, or any recorded-rule name.
 METRIC = re.compile(
-    r"\b(up(?=\{)|kvspread:[a-z0-9_:]+|kvspread_[a-z0-9_]+|http_server_[a-z0-9_]+|kube_[a-z0-9_]+)"
+    r"\b(up(?=\{)|kvspread:[a-z0-9_:]+|kvspread_[a-z0-9_]+|http_server_[a-z0-9_]+|gen_ai_server_[a-z0-9_]+|kube_[a-z0-9_]+)"
 )
 LABEL = re.compile(r"\b([a-z_][a-z0-9_]*)\s*(?:=~|!~|!=|=)\s*\"")
 
