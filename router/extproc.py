@@ -1,5 +1,6 @@
 """`envoy.service.ext_proc.v3.ExternalProcessor/Process`, as the Gateway API Inference
-Extension's endpoint picker protocol uses it (grpc.aio; stubs from the `xds-protos` wheel).
+Extension's endpoint picker protocol uses it (grpc.aio; stubs generated from the project's
+own copy of the messages it uses, router/proto/).
 
 Per HTTP request Envoy opens one bidirectional stream:
 
@@ -32,14 +33,13 @@ from typing import Any
 
 import grpc
 import orjson
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from router.picker import Outcome, Picker
+from router.proto import core_pb2 as base_pb2
+from router.proto import ext_proc_pb2 as pb
+from router.proto import ext_proc_pb2_grpc as pb_grpc
+from router.proto import http_status_pb2, processing_mode_pb2
 
 __all__ = [
     "ExtProcServicer",
