@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import orjson
@@ -65,11 +65,6 @@ BODY_CHUNK_BYTES = 64 * 1024
 """Size of the streamed_response chunks that return the body to Envoy."""
 
 _DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
-_STATUS = {
-    400: http_status_pb2.BadRequest,
-    429: http_status_pb2.TooManyRequests,
-    503: http_status_pb2.ServiceUnavailable,
-}
 
 
 def _headers(msg: pb.HttpHeaders) -> dict[str, str]:
@@ -132,7 +127,9 @@ def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
     )
     return pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
-            status=http_status_pb2.HttpStatus(code=_STATUS.get(d.status, d.status)),
+            # Envoy's StatusCode numbers are the HTTP codes (BadRequest = 400, ...) and proto3
+            # enums are open, so the code goes over as it is
+            status=http_status_pb2.HttpStatus(code=cast(http_status_pb2.StatusCode, d.status)),
             headers=pb.HeaderMutation(set_headers=[opt]),
             body=body,
             details=f"kvspread_router_{d.reason}",
