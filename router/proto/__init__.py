@@ -6,6 +6,8 @@ exporter. So the messages the picker reads or writes are declared here with Envo
 packages, names, numbers and types (`ext_proc.proto`, `core.proto`, `http_status.proto`,
 `processing_mode.proto`), under file names of their own so they never collide with Envoy's
 in the descriptor pool; the gRPC method stays `/envoy.service.ext_proc.v3.ExternalProcessor/Process`.
+The message names are Envoy's, so one process cannot load both these stubs and Envoy's own
+Python protos (protobuf refuses the duplicate symbols); the picker runs as its own process.
 
 The `*_pb2.py`, `*_pb2.pyi` and `ext_proc_pb2_grpc.py` stubs are generated and committed, so
 running the picker needs only `grpcio` and `protobuf`; `tests/router/test_router_proto.py`
