@@ -1,5 +1,6 @@
 """`envoy.service.ext_proc.v3.ExternalProcessor/Process`, as the Gateway API Inference
-Extension's endpoint picker protocol uses it (grpc.aio; stubs from the `xds-protos` wheel).
+Extension's endpoint picker protocol uses it (grpc.aio; stubs generated from the project's
+own copy of the messages it uses, router/proto/).
 
 Per HTTP request Envoy opens one bidirectional stream:
 
@@ -28,18 +29,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import orjson
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from router.picker import Outcome, Picker
+from router.proto import core_pb2 as base_pb2
+from router.proto import ext_proc_pb2 as pb
+from router.proto import ext_proc_pb2_grpc as pb_grpc
+from router.proto import http_status_pb2, processing_mode_pb2
 
 __all__ = [
     "ExtProcServicer",
@@ -65,11 +65,6 @@ BODY_CHUNK_BYTES = 64 * 1024
 """Size of the streamed_response chunks that return the body to Envoy."""
 
 _DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
-_STATUS = {
-    400: http_status_pb2.BadRequest,
-    429: http_status_pb2.TooManyRequests,
-    503: http_status_pb2.ServiceUnavailable,
-}
 
 
 def _headers(msg: pb.HttpHeaders) -> dict[str, str]:
@@ -132,7 +127,9 @@ def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
     )
     return pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
-            status=http_status_pb2.HttpStatus(code=_STATUS.get(d.status, d.status)),
+            # Envoy's StatusCode numbers are the HTTP codes (BadRequest = 400, ...) and proto3
+            # enums are open, so the code goes over as it is
+            status=http_status_pb2.HttpStatus(code=cast(http_status_pb2.StatusCode, d.status)),
             headers=pb.HeaderMutation(set_headers=[opt]),
             body=body,
             details=f"kvspread_router_{d.reason}",

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kvspread.settings import ConfigError
@@ -24,6 +23,7 @@ from router.endpoints import Endpoint, EndpointSet
 from router.extproc import SERVICE_NAME, ExtProcServicer
 from router.metrics import RouterMetrics
 from router.picker import Picker
+from router.proto import ext_proc_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from router.kubewatch import PoolWatch

@@ -11,14 +11,14 @@ from collections.abc import Iterator
 import grpc
 import httpx
 import pytest
-from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from router.extproc import BODY_CHUNK_BYTES
+from router.proto import core_pb2 as base_pb2
+from router.proto import ext_proc_pb2 as pb
+from router.proto import ext_proc_pb2_grpc as pb_grpc
+from router.proto import processing_mode_pb2
 from tests.router.conftest import router_config, wait_fresh
 
 DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
