@@ -60,7 +60,7 @@ RUN python3 -m venv --system-site-packages /opt/kvspread \
  && rm -rf /wheels \
  && /opt/kvspread/bin/python -c "import bcc, kvspread, extender, metrics_adapter, bpf, router" \
  && /opt/kvspread/bin/python -c "import router.extproc, opentelemetry.exporter.otlp.proto.http.metric_exporter" \
- && /opt/kvspread/bin/python -c "import sys, simulator.trace as t; sys.exit(t.TRACE_DIR.exists())"
+ && /opt/kvspread/bin/python -c "import sys, simulator.replay.trace as t; sys.exit(t.TRACE_DIR.exists())"
 RUN groupadd --system --gid 65532 kvspread \
  && useradd --system --uid 65532 --gid 65532 --home-dir /var/lib/kvspread --create-home \
       --shell /usr/sbin/nologin kvspread \

@@ -14,9 +14,9 @@ import os
 import time
 
 from simulator.cli import parse_policies, parse_seeds
-from simulator.policies import DEFAULT_POLICIES
-from simulator.report import summarise
-from simulator.runner import ReplayJob, run_jobs
+from simulator.replay.policies import DEFAULT_POLICIES
+from simulator.replay.report import summarise
+from simulator.replay.runner import ReplayJob, run_jobs
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ import time
 import numpy as np
 
 from simulator.cli import parse_seeds
-from simulator.report import published_unallocated, workload_name
-from simulator.runner import ReplayJob, run_jobs
-from simulator.trace import bundled_pod_lists
+from simulator.replay.report import published_unallocated, workload_name
+from simulator.replay.runner import ReplayJob, run_jobs
+from simulator.replay.trace import bundled_pod_lists
 
 
 def main() -> None:

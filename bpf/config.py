@@ -241,7 +241,7 @@ class CollectorConfig:
             raise invalid("port", "a port number 0..65535", self.port)
         if self.log_level not in _LOG_LEVELS:
             raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
-        from kvspread.fanout import parse_endpoints
+        from bpf.fanout import parse_endpoints
 
         try:
             if self.otlp_endpoints:

@@ -5,7 +5,7 @@ their `.prometheus` names in the exposition). Label names are the OTel attribute
 `.` as `_`.
 The OTLP side uses the real opentelemetry-sdk: request histograms are recorded as
 requests complete, gauges are observed at export time; several endpoints go through
-`kvspread.fanout.FanoutMetricExporter`. A failed export is logged and counted by the
+`bpf.fanout.FanoutMetricExporter`. A failed export is logged and counted by the
 SDK/fanout, never fatal.
 """
 
@@ -338,7 +338,7 @@ class OtlpExporter:
         from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
         from opentelemetry.sdk.resources import Resource
 
-        from kvspread.fanout import FanoutMetricExporter
+        from bpf.fanout import FanoutMetricExporter
 
         self.state = state
         self.exporter = exporter or FanoutMetricExporter(list(endpoints))

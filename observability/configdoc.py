@@ -36,7 +36,7 @@ CONFIG_MODULES: Final = (
     ("Metrics adapter", "metrics_adapter.config", "AdapterConfig", "adapter.md"),
     ("Metrics adapter rules", "metrics_adapter.rules", None, "adapter.md"),
     ("Collector", "bpf.config", "CollectorConfig", "collector.md"),
-    ("Trace replay", "simulator.config", "ReplayConfig", "simulator.md"),
+    ("Trace replay", "simulator.replay.config", "ReplayConfig", "simulator.md"),
     ("Serving simulator", "simulator.serving.config", "SimConfig", "serving-simulation.md"),
     ("Endpoint picker", "router.config", "RouterConfig", "router.md"),
 )

@@ -20,7 +20,7 @@ from typing import Any
 
 from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Setting, add_settings, gather, load
-from simulator.config import DEFAULT_OUT, DEFAULT_SEEDS
+from simulator.replay.config import DEFAULT_OUT, DEFAULT_SEEDS
 
 __all__ = [
     "register",
@@ -128,7 +128,7 @@ def parse_seeds(text: str | list[int]) -> list[int]:
 
 def parse_policies(text: str | list[str]) -> list[str]:
     """Comma-separated lower-case policy names -> list; ConfigError names the known ones."""
-    from simulator.policies import POLICIES
+    from simulator.replay.policies import POLICIES
 
     items = text if isinstance(text, list) else str(text).split(",")
     names = [p.strip().lower() for p in items if p.strip()]
@@ -160,7 +160,7 @@ def _jobs(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def _placement_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, Any]:
     """flag > env > the `placement:` section of --config > defaults, strictly loaded."""
-    from simulator.config import ReplayConfig
+    from simulator.replay.config import ReplayConfig
 
     merged = gather(PART, SETTINGS, args, environ, getattr(args, "config", None))
     cfg = load(ReplayConfig, merged)
@@ -175,7 +175,7 @@ def _placement_settings(args: argparse.Namespace, environ: Mapping[str, str]) ->
 def require_trace_data() -> None:
     """The replay needs the bundled Alibaba node list. The container image leaves the trace
     out (research-only data it does not need to schedule), so say where to run instead."""
-    from simulator import trace
+    from simulator.replay import trace
 
     if not trace.DEFAULT_NODE_LIST.is_file():
         raise ConfigError(
@@ -188,11 +188,11 @@ def require_trace_data() -> None:
 def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """`kvspread simulate placement`: run, write the report folder, print the table."""
     require_trace_data()
-    from simulator.policies import DEFAULT_POLICIES
-    from simulator.report import write_report
-    from simulator.runner import Progress, ReplayJob, run_jobs
+    from simulator.replay.policies import DEFAULT_POLICIES
+    from simulator.replay.report import write_report
+    from simulator.replay.runner import Progress, ReplayJob, run_jobs
+    from simulator.replay.trace import TraceError, load_pods
     from simulator.serving.report import seed_span
-    from simulator.trace import TraceError, load_pods
 
     s = _placement_settings(args, environ)
     trace = str(s.get("trace") or "default")
@@ -251,14 +251,14 @@ def _first_table(md: str) -> str:
 def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Bare `kvspread simulate`: a quick placement replay (3 seeds, all 8 policies) and a
     quick serving run on the bundled real workloads, combined into `OUT/report.md`."""
-    from simulator.policies import DEFAULT_POLICIES
-    from simulator.report import (
+    from simulator.replay.policies import DEFAULT_POLICIES
+    from simulator.replay.report import (
         markdown_report,
         write_allocation_csv,
         write_frag_ratio_csv,
         write_plots,
     )
-    from simulator.runner import Progress, ReplayJob, run_jobs
+    from simulator.replay.runner import Progress, ReplayJob, run_jobs
     from simulator.serving import quick as serving_quick
 
     require_trace_data()

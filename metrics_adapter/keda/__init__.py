@@ -7,7 +7,7 @@ makes, so both give identical values and messages.
 
 The stubs `externalscaler_pb2.py`, `externalscaler_pb2_grpc.py` (and `.pyi`) are generated
 from `externalscaler.proto` and committed, so that installing and running the adapter needs
-only `grpcio` and `protobuf`, no code generation step; `tests/metrics_adapter/test_adapter_keda.py`
+only `grpcio` and `protobuf`, no code generation step; `tests/metrics_adapter/test_metrics_adapter_keda.py`
 regenerates them with grpcio-tools and fails if they differ. To regenerate, from the
 repository root:
 

@@ -2,7 +2,7 @@
 pool is. Pure functions of `CostModel`, `ModelSpec` and `GpuSpec`; times in seconds.
 
 These formulas are what the calibration tests check against the published TTFT and
-per-step figures (tests/simulator/serving/test_costmodel.py).
+per-step figures (tests/simulator/serving/test_serving_costmodel.py).
 """
 
 from __future__ import annotations

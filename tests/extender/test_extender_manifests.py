@@ -1,7 +1,7 @@
 """manifests/extender agrees with the code: the KubeSchedulerConfiguration registers the
 extender the way it is served, and the extender ConfigMap parses strictly.
 (Rendering and schema validation for Kubernetes 1.29..1.34 of every manifest directory is
-tests/manifests/test_kustomize_validate.py.)"""
+tests/manifests/test_manifests_kustomize_validate.py.)"""
 
 from __future__ import annotations
 

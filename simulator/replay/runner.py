@@ -1,0 +1,130 @@
+"""Run many replays (policies x seeds) on worker processes, with an optional progress bar.
+
+Each replay is independent and deterministic for its (trace, policy, seed), so results do
+not depend on `jobs` or on the order in which workers finish; they are returned sorted by
+(policy order, seed).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import partial
+from typing import TextIO
+
+from extender.config import ScoringConfig
+from simulator.replay.placement import ReplayResult, load_trace, run_replay
+from simulator.replay.policies import Policy, Replay
+from simulator.replay.policies.kvspread import (
+    DEFAULT_EXTENDER_WEIGHT,
+    KvspreadK8sPolicy,
+    KvspreadPolicy,
+    KvspreadUnroundedPolicy,
+)
+
+__all__ = ["ReplayJob", "Progress", "run_jobs"]
+
+KVSPREAD_POLICIES: dict[str, type[KvspreadPolicy]] = {
+    "kvspread": KvspreadPolicy,
+    "kvspread-unrounded": KvspreadUnroundedPolicy,
+    "kvspread-k8s": KvspreadK8sPolicy,
+}
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """One replay to run; picklable, so it can go to a worker process."""
+
+    trace: str
+    policy: str
+    seed: int
+    stop_at_percent: float | None = None
+    tie_break: str | None = None
+    scoring: ScoringConfig | None = None  # None: the extender's defaults
+    extender_weight: float = DEFAULT_EXTENDER_WEIGHT
+
+
+def _run(job: ReplayJob) -> ReplayResult:
+    trace = load_trace(job.trace)
+    factory: Callable[[Replay], Policy] | None = None
+    if job.policy in KVSPREAD_POLICIES:
+        cfg = job.scoring if job.scoring is not None else ScoringConfig()
+        if job.policy == "kvspread-k8s":
+            factory = partial(KvspreadK8sPolicy, cfg=cfg, weight=job.extender_weight)
+        else:
+            factory = partial(KVSPREAD_POLICIES[job.policy], cfg=cfg)
+    return run_replay(
+        trace,
+        job.policy,
+        job.seed,
+        stop_at_percent=job.stop_at_percent,
+        tie_break=job.tie_break,
+        policy_factory=factory,
+    )
+
+
+class Progress:
+    """Progress on a stream (stderr) when enabled: a one-line bar on a terminal, else
+    (a log, a pipe) one plain line every 10 %."""
+
+    def __init__(self, total: int, enabled: bool, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.start = time.monotonic()
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty()) if callable(isatty) else False
+        self._last_decile = 0
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        if not self.tty:
+            decile = 10 * self.done // max(1, self.total)
+            if decile > self._last_decile:
+                self._last_decile = decile
+                elapsed = time.monotonic() - self.start
+                self.stream.write(
+                    f"placement: {10 * decile}% ({self.done}/{self.total} runs, {elapsed:.0f} s)\n"
+                )
+                self.stream.flush()
+            return
+        width = 30
+        filled = int(width * self.done / max(1, self.total))
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        bar = "#" * filled + "-" * (width - filled)
+        self.stream.write(
+            f"\r[{bar}] {self.done}/{self.total} {label:<28.28} {elapsed:5.0f}s eta {eta:4.0f}s"
+        )
+        if self.done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def run_jobs(
+    jobs: Sequence[ReplayJob], workers: int = 1, progress: Progress | None = None
+) -> list[ReplayResult]:
+    """Run `jobs` on `workers` processes (1: in this process); results in job order."""
+    results: dict[int, ReplayResult] = {}
+    workers = max(1, min(workers, len(jobs), os.cpu_count() or 1))
+    if workers == 1:
+        for i, job in enumerate(jobs):
+            results[i] = _run(job)
+            if progress:
+                progress.step(f"{job.policy} seed {job.seed}")
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(_run, job): i for i, job in enumerate(jobs)}
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
+                if progress:
+                    progress.step(f"{jobs[i].policy} seed {jobs[i].seed}")
+    return [results[i] for i in range(len(jobs))]

@@ -1,0 +1,238 @@
+"""Real eBPF: a request is reported when its response is complete, whatever ends it.
+
+`framing_server.py` writes each response exactly as told (Content-Length in many writes,
+chunked with a split terminator, close-delimited, no body, pipelined, bodies by write,
+sendto, writev, sendmsg and sendfile) and prints the instants of its reads and last
+writes; the kernel's records must match them while the client keeps the connection open.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from test_bpf_probes import Recorder, wait_for, within_bracket
+
+from bpf.agent import Agent
+from bpf.config import BpfConfig, CollectorConfig, NvmlConfig
+from bpf.export import TOKEN_ATTRS
+from kvspread import names
+
+pytestmark = [pytest.mark.bpf, pytest.mark.timeout(120)]
+
+HERE = Path(__file__).parent
+
+
+class Server:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "framing_server.py"), str(port)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def truth(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        return json.loads(self.proc.stdout.readline())
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def framing(subscribed: Any) -> Iterator[tuple[Server, Recorder]]:
+    port = subscribed.traced[3]
+    srv = Server(port)
+    rec = Recorder(port)
+    subscribed.subscribe(rec.on_http, rec.on_accept)
+    yield srv, rec
+    srv.stop()
+
+
+def read_response(s: socket.socket, head_only: bool = False) -> bytes:
+    """One whole response, read by its own framing (or until close)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    low = head.lower()
+    if head_only or b" 204 " in head:
+        return head
+    if b"content-length:" in low:
+        n = int(low.split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(body) < n:
+            body += s.recv(65536)
+    elif b"transfer-encoding: chunked" in low:
+        while not body.endswith(b"\r\n0\r\n\r\n"):
+            body += s.recv(65536)
+    else:
+        while chunk := s.recv(65536):
+            body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def get(path: str, method: str = "GET") -> bytes:
+    return f"{method} {path} HTTP/1.1\r\nHost: t\r\nX-LLM-Context-ID: {path}\r\n\r\n".encode()
+
+
+def check(rec: Any, truth: dict[str, Any], sent_ns: int) -> None:
+    """Duration from the read that returned the request to its last write."""
+    (lo_start, hi_start) = (sent_ns, truth["read"][1])
+    (lo_end, hi_end) = truth["last"]
+    assert within_bracket(rec.duration_s, lo_end - hi_start, hi_end - lo_start), (rec, truth)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/len/20/5/send",
+        "/len/6/10/write",
+        "/len/6/10/writev",
+        "/len/6/10/sendmsg",
+        "/len/6/10/sendfile",
+        "/chunked/8/5/send",
+        "/chunked/4/5/writev",
+        "/chunked/4/5/sendmsg",
+        "/nobody",
+    ],
+)
+def test_response_ends_at_its_last_byte_on_an_open_connection(framing: Any, path: str) -> None:
+    srv, rec = framing
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        for i in range(3):
+            sent = time.monotonic_ns()
+            s.sendall(get(path))
+            read_response(s)
+            truth = srv.truth()
+            # reported while the connection stays open, before any next request
+            assert wait_for(lambda i=i: len(rec.records) > i, 5), (path, i, rec.tracker.counters)
+            r = rec.records[i]
+            assert r.context_id == path and r.status == (204 if path == "/nobody" else 200)
+            check(r, truth, sent)
+    assert len(rec.records) == 3
+
+
+def test_head_request_ends_after_its_head(framing: Any) -> None:
+    srv, rec = framing
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        sent = time.monotonic_ns()
+        s.sendall(get("/len/4/5/send", "HEAD"))
+        read_response(s, head_only=True)
+        truth = srv.truth()
+        assert wait_for(lambda: len(rec.records) == 1, 5), rec.tracker.counters
+        assert rec.records[0].method == "HEAD"
+        check(rec.records[0], truth, sent)
+
+
+def test_close_delimited_response_ends_at_its_last_write_reported_at_close(framing: Any) -> None:
+    srv, rec = framing
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        sent = time.monotonic_ns()
+        s.sendall(get("/close/300"))
+        time.sleep(0.15)
+        assert rec.records == []  # nothing says the body is complete before close
+        read_response(s)
+        truth = srv.truth()
+    assert wait_for(lambda: len(rec.records) == 1, 5)
+    r = rec.records[0]
+    check(r, truth, sent)  # the last write, not the close 300 ms later
+    assert r.duration_s < 0.2
+
+
+def test_pipelined_requests_each_end_at_their_own_response(framing: Any) -> None:
+    srv, rec = framing
+    paths = ["/len/2/20/send", "/chunked/2/10/send", "/len/1/30/write"]
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        sent = time.monotonic_ns()
+        s.sendall(b"".join(get(p) for p in paths))  # one write: the server reads them at once
+        truths = [srv.truth() for _ in paths]  # written (the client need not read them)
+        assert wait_for(lambda: len(rec.records) == 3, 5), rec.tracker.counters
+    assert [r.context_id for r in rec.records] == paths
+    for r, t in zip(rec.records, truths, strict=True):
+        if t["read"] == truths[0]["read"]:  # read together: all start at that read
+            check(r, t, sent)
+    assert rec.records[0].duration_s < rec.records[1].duration_s < rec.records[2].duration_s
+
+
+def sse_request(path: str) -> bytes:
+    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        f"X-LLM-Context-ID: {path}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["12/15/1", "9/15/0", "12/10/3", "1/20/1"],
+    ids=["one-event-per-write", "events-split-across-writes", "three-events-per-write", "one"],
+)
+def test_sse_time_to_first_token_and_per_output_token(
+    subscribed: Any, framing: Any, shape: str
+) -> None:
+    """vLLM-shaped chat.completion.chunk streams: TTFT from the request's last byte to the
+    write completing the first data event, TPOT the mean gap to the last one ([DONE] not a
+    token), against the instants the server took just after each write; then the agent's
+    gen_ai.server histograms, /metrics names and the node signal."""
+    srv, rec = framing
+    agent = Agent(
+        CollectorConfig(
+            port=0,
+            listen="127.0.0.1",
+            standalone=True,
+            bpf=BpfConfig(enabled=False),
+            nvml=NvmlConfig(enabled=False),
+        )
+    )
+    rec.agent = agent
+    tokens, gap_ms, per = (int(x) for x in shape.split("/"))
+    path = f"/v1/chat/completions?sse={shape}"
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        sent = time.monotonic_ns()
+        s.sendall(sse_request(path))
+        body = read_response(s)
+        truth = srv.truth()
+        assert wait_for(lambda: len(rec.records) == 1, 5), rec.tracker.counters
+    assert body.count(b"chat.completion.chunk") == tokens and b"data: [DONE]" in body
+    r = rec.records[0]
+    assert r.streaming and r.status == 200 and r.route == "/v1/chat/completions"
+    events = truth["events"]
+    assert len(events) == tokens
+    read_lo, read_hi = sent, truth["read"][1]
+    assert r.ttft_s is not None
+    # the first event went out one gap after the request was read, and no earlier
+    assert within_bracket(r.ttft_s, events[0] - read_hi - 1_000_000, events[0] - read_lo)
+    assert r.ttft_s >= gap_ms / 1000 * 0.9
+    if tokens == 1:
+        assert r.tpot_s is None  # one token has no inter-token time: absent, not zero
+    else:
+        assert r.tpot_s is not None
+        true_tpot = (events[-1] - events[0]) / (tokens - 1)
+        assert abs(r.tpot_s - true_tpot / 1e9) <= max(0.001, 0.05 * true_tpot / 1e9), r
+        assert r.tpot_s >= gap_ms / 1000 / (per or 1) * 0.5
+
+    # the agent: histograms with the request's attributes + gen_ai.operation.name
+    (labels, st), *rest = agent.state.ttft.snapshot().items()
+    assert not rest and st.count == 1 and tuple(k for k, _ in labels) == TOKEN_ATTRS
+    d = dict(labels)
+    assert d[names.ATTR_GEN_AI_OPERATION] == "chat" and d[names.ATTR_HTTP_ROUTE] == r.route
+    assert sum(s.count for s in agent.state.tpot.snapshot().values()) == (tokens > 1)
+    text = generate_latest(agent.registry).decode()
+    assert "gen_ai_server_time_to_first_token_seconds_count{" in text
+    assert ("gen_ai_server_time_per_output_token_seconds_count{" in text) == (tokens > 1)
+    agent.session = subscribed.session  # BPF up: the node signal is measured
+    sig = agent.compute_signals()
+    assert sig.ttft_p95_s is not None and abs(sig.ttft_p95_s - r.ttft_s) < 1e-6
+    agent.server.httpd.server_close()

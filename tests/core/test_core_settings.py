@@ -1,0 +1,270 @@
+import argparse
+
+import pytest
+
+from kvspread.settings import ConfigError, Setting, add_settings, layer, load_yaml
+
+SETTINGS = [
+    Setting("server.port", "port to listen on", type=int),
+    Setting("server.host", "address to bind"),
+    Setting("standalone", "run with no cluster", is_flag=True),
+]
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser()
+    add_settings(p, "extender", SETTINGS)
+    return p.parse_args(argv)
+
+
+def test_precedence_flag_over_env_over_file_over_default():
+    file_map = {"server": {"port": 1000, "host": "0.0.0.0"}, "other": {"x": 1}}
+    env = {"KVSPREAD_EXTENDER_SERVER_PORT": "2000", "KVSPREAD_EXTENDER_SERVER_HOST": "::1"}
+    merged = layer("extender", SETTINGS, _parse(["--port", "3000"]), env, file_map)
+    assert merged["server"]["port"] == 3000  # flag
+    assert merged["server"]["host"] == "::1"  # env
+    assert merged["other"] == {"x": 1}  # file, untouched
+    assert "standalone" not in merged  # default left to the part's config
+    assert file_map["server"]["port"] == 1000  # input not modified
+
+
+def test_boolean_switch_from_env():
+    merged = layer("extender", SETTINGS, _parse([]), {"KVSPREAD_EXTENDER_STANDALONE": "true"}, {})
+    assert merged["standalone"] is True
+
+
+def test_bad_env_value_names_the_variable():
+    with pytest.raises(ConfigError, match="KVSPREAD_EXTENDER_SERVER_PORT"):
+        layer("extender", SETTINGS, _parse([]), {"KVSPREAD_EXTENDER_SERVER_PORT": "http"}, {})
+
+
+def test_help_names_the_environment_variable():
+    p = argparse.ArgumentParser()
+    add_settings(p, "extender", SETTINGS)
+    assert "KVSPREAD_EXTENDER_SERVER_PORT" in p.format_help()
+
+
+def test_load_yaml_errors_are_clear(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_yaml(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_yaml(bad)
+    bad.write_text("a: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(bad)
+    assert load_yaml(None) == {}
+
+
+# --- the shared loader ----------------------------------------------------------------
+
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Literal  # noqa: E402
+
+from kvspread.settings import (  # noqa: E402
+    INTERNAL,
+    Layered,
+    dump,
+    gather,
+    invalid,
+    load,
+    parse_bool,
+)
+
+
+@dataclass(frozen=True)
+class Inner:
+    port: int = 80
+    """a port"""
+    names: tuple[str, ...] = ()
+    mode: Literal["a", "b"] = "a"
+
+    def validate(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise invalid("port", "a port number 0..65535", self.port)
+
+
+@dataclass(frozen=True)
+class Item:
+    shorthand = "url"
+    url: str
+    weight: float = 1.0
+    set_by_code: str = field(default="", metadata=INTERNAL)
+
+
+@dataclass(frozen=True)
+class Outer:
+    on: bool = False
+    rate: float = 1.5
+    path: Path = Path("/tmp")
+    note: str | None = None
+    server: Inner = Inner()
+    items: tuple[Item, ...] = ()
+
+
+OUTER_SETTINGS = [
+    Setting("on", "switch", is_flag=True),
+    Setting("rate", "rate"),
+    Setting("server.port", "port"),
+    Setting("server.names", "names"),
+]
+
+
+def _outer_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_settings(p, "demo", OUTER_SETTINGS)
+    return p.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [(w, True) for w in ("true", "True", "yes", "on", "1")]
+    + [(w, False) for w in ("false", "NO", "off", "0")],
+)
+def test_one_boolean_rule_for_text(text: str, value: bool) -> None:
+    assert parse_bool(text) is value
+    merged = layer("demo", OUTER_SETTINGS, _outer_args([]), {"KVSPREAD_DEMO_ON": text}, {})
+    assert load(Outer, merged).on is value
+
+
+def test_yaml_booleans_must_be_booleans() -> None:
+    assert load(Outer, {"on": True}).on is True
+    for bad in ("yes", 1, "true"):
+        with pytest.raises(ConfigError, match=r"^on: expected true or false, got "):
+            load(Outer, {"on": bad})
+    with pytest.raises(ValueError, match="not a boolean"):
+        parse_bool("maybe")
+
+
+def test_nested_sections_keep_untouched_defaults() -> None:
+    cfg = load(Outer, {"server": {"names": ["a", "b"]}, "rate": 2})
+    assert cfg.server == Inner(port=80, names=("a", "b"))
+    assert cfg.rate == 2.0 and isinstance(cfg.rate, float)
+    assert load(Outer, {"server": None}) == Outer()  # an empty section keeps its defaults
+    assert load(Outer, {"rate": None, "server": {"port": None}}) == Outer()  # so does `key:`
+    assert load(Outer, None) == Outer()
+
+
+def test_unknown_key_lists_the_known_keys() -> None:
+    with pytest.raises(ConfigError) as err:
+        load(Outer, {"server": {"prot": 1}})
+    assert str(err.value) == "server.prot: unknown key (known: mode, names, port)"
+    assert err.value.key == "server.prot"
+    with pytest.raises(ConfigError, match=r"^items\[0\]\.set_by_code: unknown key"):
+        load(Outer, {"items": [{"url": "x", "set_by_code": "y"}]})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"rate": "fast"}, "rate: expected a number, got 'fast'"),
+        ({"rate": True}, "rate: expected a number, got True"),
+        ({"rate": float("nan")}, "rate: expected a number, got nan"),
+        ({"server": {"port": 8.5}}, "server.port: expected an integer, got 8.5"),
+        ({"server": {"port": 70000}}, "server.port: expected a port number 0..65535, got 70000"),
+        ({"server": {"mode": "c"}}, "server.mode: expected one of a, b, got 'c'"),
+        ({"server": {"names": "a,b"}}, "server.names: expected a list, got 'a,b'"),
+        ({"server": 3}, "server: expected a mapping, got 3"),
+        ({"note": 5}, "note: expected a string or null, got 5"),
+        ({"path": ""}, "path: expected a path, got ''"),
+        ({"items": [{"weight": 2}]}, "items[0]: expected a mapping with url, got {'weight': 2}"),
+    ],
+)
+def test_wrong_type_names_key_expected_and_value(data: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(Outer, data)
+    assert str(err.value) == message
+
+
+def test_shorthand_internal_fields_and_dump_round_trip() -> None:
+    cfg = load(Outer, {"items": ["http://a", {"url": "http://b", "weight": 2}]})
+    assert cfg.items == (Item("http://a"), Item("http://b", 2.0))
+    assert dump(cfg)["items"][0] == {"url": "http://a", "weight": 1.0}
+    assert load(Outer, dump(cfg)) == cfg
+
+
+def test_env_and_flag_text_is_parsed_by_type_and_errors_name_the_source(tmp_path: Path) -> None:
+    f = tmp_path / "demo.yaml"
+    f.write_text("rate: 3\nserver:\n  port: 1000\n")
+    env = {"KVSPREAD_DEMO_SERVER_PORT": "2000", "KVSPREAD_DEMO_SERVER_NAMES": "x, y"}
+    cfg = load(Outer, gather("demo", OUTER_SETTINGS, _outer_args(["--rate", "4.5"]), env, f))
+    assert (cfg.rate, cfg.server.port, cfg.server.names) == (4.5, 2000, ("x", "y"))
+    cfg = load(Outer, gather("demo", OUTER_SETTINGS, _outer_args([]), {}, f))
+    assert (cfg.rate, cfg.server.port) == (3.0, 1000)
+    bad_env = {"KVSPREAD_DEMO_SERVER_PORT": "http"}
+    with pytest.raises(ConfigError) as err:
+        load(Outer, gather("demo", OUTER_SETTINGS, _outer_args([]), bad_env, f))
+    assert (
+        str(err.value) == "KVSPREAD_DEMO_SERVER_PORT: server.port: expected an integer, got 'http'"
+    )
+    with pytest.raises(ConfigError) as err:
+        load(Outer, gather("demo", OUTER_SETTINGS, _outer_args(["--port", "99999"]), {}, f))
+    assert str(err.value) == "--port: server.port: expected a port number 0..65535, got 99999"
+    f.write_text("server:\n  port: [1]\n")
+    with pytest.raises(ConfigError) as err:
+        load(Outer, gather("demo", OUTER_SETTINGS, _outer_args([]), {}, f))
+    assert str(err.value) == f"{f}: server.port: expected an integer, got [1]"
+
+
+def test_layered_origin_walks_up_to_the_section() -> None:
+    m = Layered({"a": {"b": 1}}, "f.yaml")
+    m.put("a.c", "2", "--c")
+    assert m.origin("a.c") == "--c" and m.origin("a.b") == "f.yaml"
+    assert m.origin("a.c[0].x") == "--c"
+    assert m == {"a": {"b": 1, "c": "2"}}
+
+
+def _error(fn, *args):  # noqa: ANN001, ANN202
+    with pytest.raises(ConfigError) as err:
+        fn(*args)
+    return err.value
+
+
+def test_error_wording_is_identical_across_parts() -> None:
+    """The same mistake reads the same in every part: `KEY: expected WHAT, got VALUE`."""
+    from bpf.config import from_mapping as collector
+    from extender.config import ExtenderConfig
+    from metrics_adapter.config import AdapterConfig
+    from simulator.replay.config import ReplayConfig
+    from simulator.serving.config import config_from_mapping as serving
+
+    def tail(e: ConfigError) -> str:
+        return str(e).split(": ", 1)[1]
+
+    port = [
+        _error(ExtenderConfig.from_mapping, {"server": {"port": "http"}}),
+        _error(AdapterConfig.from_mapping, {"secure_port": "http"}),
+        _error(collector, {"port": "http"}),
+        _error(load, ReplayConfig, {"placement": {"jobs": "http"}}),
+        _error(serving, {"cluster": {"nodes": "http"}}),
+    ]
+    # an optional field (placement.jobs: unset means the CPU count) adds "or null"
+    assert {tail(e).replace(" or null", "") for e in port} == {"expected an integer, got 'http'"}
+    assert [e.key for e in port] == [
+        "server.port",
+        "secure_port",
+        "port",
+        "placement.jobs",
+        "cluster.nodes",
+    ]
+    level = [
+        _error(ExtenderConfig.from_mapping, {"server": {"log_level": "loud"}}),
+        _error(AdapterConfig.from_mapping, {"log_level": "loud"}),
+        _error(collector, {"log_level": "loud"}),
+    ]
+    assert {tail(e) for e in level} == {"expected one of debug, info, warning, error, got 'loud'"}
+    flag = [
+        _error(ExtenderConfig.from_mapping, {"server": {"standalone": "yes"}}),
+        _error(collector, {"standalone": "yes"}),
+        _error(serving, {"cost": {"require_max_model_len_fits": "yes"}}),
+    ]
+    assert {tail(e) for e in flag} == {"expected true or false, got 'yes'"}
+    unknown = [
+        _error(ExtenderConfig.from_mapping, {"sever": {}}),
+        _error(AdapterConfig.from_mapping, {"sever": 1}),
+        _error(collector, {"sever": 1}),
+        _error(serving, {"sever": 1}),
+    ]
+    assert all(str(e).startswith("sever: unknown key (known: ") for e in unknown)
