@@ -12,7 +12,9 @@ exponential backoff (with jitter, capped) and list again.
 `ClusterState` holds what the reflectors deliver: `NodeInfo` by node, `PodInfo` of the
 GPU/kvspread pods bound to each node, and a `NodeTable` row per node with the
 `NodeState` the scorer needs (rebuilt for a node whenever its Node, its pods or its
-ledger entries change). `ready` turns true after the first full list of both.
+ledger entries change). `ready` turns true after the first full list of both (and of the
+NodeSignals resources when `watch_node_signals()` was called: a node's NodeSignals stands
+in for its annotation, extender/signals_watch.py).
 
 Thread-safety: reflector threads and request handlers share `ClusterState` through
 one lock; `take()` returns copies.
@@ -35,6 +37,7 @@ from extender.batch import NodeBatch, NodeTable
 from extender.config import ScoringConfig
 from extender.ledger import Ledger
 from extender.objects import NodeInfo, PodInfo, field, parse_node, parse_pod
+from extender.signals_watch import ANNOTATION_SOURCE, NodeSignalsCache
 from extender.state import build_node_state
 from kvspread.clock import Clock
 
@@ -258,10 +261,29 @@ class ClusterState:
         self.nodes_synced = False
         self.pods_synced = False
         self.on_change: Callable[[], None] | None = None
+        self.node_signals: NodeSignalsCache | None = None
+
+    def watch_node_signals(self) -> NodeSignalsCache:
+        """Take node signals from NodeSignals resources (extender/signals_watch.py) too;
+        returns the cache its reflector feeds."""
+        self.node_signals = NodeSignalsCache(self.ledger_changed)
+        return self.node_signals
+
+    def _signals_of(self, info: NodeInfo) -> NodeInfo:
+        return info if self.node_signals is None else self.node_signals.apply(info)
+
+    def signals_source(self, node: str) -> str:
+        """Where `node`'s signals come from now (explain)."""
+        with self._lock:
+            info = self._nodes.get(node)
+        if self.node_signals is None:
+            return ANNOTATION_SOURCE if info is not None and info.signals_annotation else "none"
+        return self.node_signals.source(info, node)
 
     @property
     def ready(self) -> bool:
-        return self.nodes_synced and self.pods_synced
+        signals = self.node_signals is None or self.node_signals.synced
+        return self.nodes_synced and self.pods_synced and signals
 
     # --- feeding ------------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[dict[str, Any]]) -> None:
@@ -335,7 +357,7 @@ class ClusterState:
         if info is None:
             return
         state = build_node_state(
-            info,
+            self._signals_of(info),
             self._pods_on.get(info.name, {}).values(),
             self._ledger.on_node(info.name),
             self._clock.now(),
@@ -377,7 +399,7 @@ class ClusterState:
             built = NodeBatch.from_states(
                 [
                     build_node_state(
-                        infos[p],
+                        self._signals_of(infos[p]),
                         self._pods_on.get(infos[p].name, {}).values(),
                         self._ledger.on_node(infos[p].name),
                         now,

@@ -19,6 +19,7 @@ from extender.config import ExtenderConfig
 from extender.ledger import Ledger
 from extender.server import create_app
 from extender.service import Extender
+from extender.signals_watch import node_signals_reflector
 from kvspread.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["Running", "build", "serve"]
@@ -59,7 +60,8 @@ def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
 
         from kvspread.kube import api_client
 
-        api = client.CoreV1Api(api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server))
+        kube = api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server)
+        api = client.CoreV1Api(kube)
         state = ClusterState(cfg.scoring, ledger, clock)
         reflectors = [
             Reflector(
@@ -80,6 +82,8 @@ def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
                 backoff=Backoff(cfg.kubernetes.backoff_base_s, cfg.kubernetes.backoff_max_s),
             ),
         ]
+        if cfg.kubernetes.node_signals:
+            reflectors.append(node_signals_reflector(kube, state.watch_node_signals(), cfg))
     ext = Extender(cfg, clock, state, ledger)
     cache = state
 

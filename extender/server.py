@@ -6,7 +6,8 @@
                              (404 when `explain.enabled` is false)
     GET  /metrics            Prometheus text format
     GET  /healthz            200 while the process serves
-    GET  /readyz             200 after the first list of nodes and pods (always, standalone)
+    GET  /readyz             200 after the first list of nodes, pods and NodeSignals (when
+                             kubernetes.node_signals; always, standalone)
 
 Bodies are read raw and parsed by wire.py (no pydantic on the hot path). A body that is
 not an ExtenderArgs gets 400 with a JSON {"error": message}. Nothing the scheduler can
@@ -111,6 +112,9 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
         if ext.state is not None:
             m.cache_synced.labels("nodes").set(1 if ext.state.nodes_synced else 0)
             m.cache_synced.labels("pods").set(1 if ext.state.pods_synced else 0)
+            if ext.state.node_signals is not None:
+                synced = ext.state.node_signals.synced
+                m.cache_synced.labels("nodesignals").set(1 if synced else 0)
         return Response(content=generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
@@ -122,7 +126,8 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
         if ready():
             return Response(content=b"ok", media_type="text/plain")
         return Response(
-            content=b"not ready: node and pod caches have not completed their first list",
+            content=b"not ready: the node, pod and NodeSignals caches have not all completed "
+            b"their first list",
             media_type="text/plain",
             status_code=503,
         )
