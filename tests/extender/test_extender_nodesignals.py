@@ -1,0 +1,155 @@
+"""The extender follows NodeSignals resources (kvspread.io/v1alpha1) through list+watch
+against FakeKubeApi: a node's NodeSignals stands in for its annotation (added, updated,
+deleted -> back to the annotation), readiness waits for their first list, 410 Gone is
+survived, and explain says which channel each node's signals came from."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from extender.config import ExtenderConfig
+from extender.run import Running, build
+from extender.wire import parse_args
+from kvspread import names
+from kvspread import nodesignals as ns
+from kvspread.clock import FakeClock
+from kvspread.signals import GpuSignal, NodeSignals, encode_signals
+from tests.fake_kube import FakeKubeApi, make_node, make_pod
+
+
+def doc(clock: FakeClock, node: str, used: float) -> str:
+    return encode_signals(
+        NodeSignals(
+            ts=clock.now(),
+            node=node,
+            gpus=(GpuSignal(index=0, mem_total_mib=81920, mem_used_mib=used),),
+        )
+    )
+
+
+def resource(api: FakeKubeApi, clock: FakeClock, node: str, used: float) -> dict:
+    uid = api.get("Node", node)["metadata"]["uid"]  # type: ignore[index]
+    return api.put(ns.build_resource(node, uid, doc(clock, node, used)))
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[FakeKubeApi, Running, FakeClock]]:
+    clock = FakeClock()
+    with FakeKubeApi() as api:
+        # n1 publishes on the resource channel, n2 still on the annotation
+        api.put(make_node("n1"))
+        api.put(make_node("n2", annotations={names.ANNOTATION_SIGNALS: doc(clock, "n2", 60000)}))
+        resource(api, clock, "n1", 1000)
+        cfg = ExtenderConfig.from_mapping(
+            {
+                "kubernetes": {
+                    "api_server": api.url,
+                    "watch_timeout_s": 2,
+                    "backoff_base_s": 0.05,
+                    "backoff_max_s": 0.2,
+                }
+            }
+        )
+        running = build(cfg, clock)
+        assert [r.name for r in running.reflectors] == ["nodes", "pods", "nodesignals"]
+        running.start()
+        try:
+            assert api.wait_for(running.ready, 10), "caches did not sync"
+            yield api, running, clock
+        finally:
+            running.stop()
+
+
+def used_of(running: Running, node: str) -> float | None:
+    batch, missing = running.state.take([node])  # type: ignore[union-attr]
+    assert missing == []
+    if batch.signals[0] != "fresh":
+        return None
+    return float(batch.used[0].sum())
+
+
+def test_signals_follow_the_resource(cluster) -> None:  # noqa: ANN001
+    api, running, clock = cluster
+    assert used_of(running, "n1") == 1000  # from its NodeSignals
+    assert used_of(running, "n2") == 60000  # from its annotation
+    lists = [p for m, p, q in api.requests if p.endswith("/nodesignals") and "watch" not in q]
+    assert lists == ["/apis/kvspread.io/v1alpha1/nodesignals"]
+    # MODIFIED: a merge patch of the document, as the collector writes it
+    before = api.resource_version
+    with_patch = api.get("NodeSignals", "n1", api_version=ns.API_VERSION)
+    assert with_patch is not None
+    patched = dict(with_patch)
+    patched["spec"] = ns.document_patch(doc(clock, "n1", 30000))["spec"]
+    api.put(patched)
+    assert api.wait_for(lambda: used_of(running, "n1") == 30000)
+    assert running.reflectors[2].stats.resource_version == str(before + 1)
+    # ADDED for the annotation node: the resource wins over the annotation
+    resource(api, clock, "n2", 2000)
+    assert api.wait_for(lambda: used_of(running, "n2") == 2000)
+    # DELETED (garbage-collected with a Node, or by hand): back to the annotation
+    assert api.delete("NodeSignals", "n2", api_version=ns.API_VERSION)
+    assert api.wait_for(lambda: used_of(running, "n2") == 60000)
+    assert api.delete("NodeSignals", "n1", api_version=ns.API_VERSION)
+    assert api.wait_for(lambda: running.state.take(["n1"])[0].signals == ("missing",))
+
+
+def test_relist_after_gone_replaces_the_resources(cluster) -> None:  # noqa: ANN001
+    api, running, clock = cluster
+    reflector = running.reflectors[2]
+    api.compact()
+    api.delete("NodeSignals", "n1", api_version=ns.API_VERSION)  # as the watch expires
+    api.break_watches(gone=True)
+    assert api.wait_for(lambda: reflector.stats.gone >= 1 and reflector.stats.lists >= 2)
+    assert api.wait_for(lambda: running.state.take(["n1"])[0].signals == ("missing",))
+
+
+def test_readiness_waits_for_the_nodesignals_list() -> None:
+    clock = FakeClock()
+    with FakeKubeApi() as api:
+        api.put(make_node("n1"))
+        # the CRD not installed yet: the list answers 404 a few times
+        api.fail_next(404, path_prefix="/apis/kvspread.io/", count=3, watch=False)
+        cfg = ExtenderConfig.from_mapping(
+            {"kubernetes": {"api_server": api.url, "backoff_base_s": 0.05, "backoff_max_s": 0.1}}
+        )
+        running = build(cfg, clock)
+        running.start()
+        try:
+            assert api.wait_for(running.ready, 10)
+            stats = running.reflectors[2].stats
+            assert stats.errors == 3 and "HTTP 404" in stats.last_error
+        finally:
+            running.stop()
+
+
+def test_switched_off_watches_only_nodes_and_pods() -> None:
+    cfg = ExtenderConfig.from_mapping(
+        {"kubernetes": {"api_server": "http://127.0.0.1:9", "node_signals": False}}
+    )
+    running = build(cfg, FakeClock())
+    assert [r.name for r in running.reflectors] == ["nodes", "pods"]
+    running.state.replace_nodes([])  # type: ignore[union-attr]
+    running.state.replace_pods([])  # type: ignore[union-attr]
+    assert running.ready()
+
+
+def test_explain_names_the_channel(cluster) -> None:  # noqa: ANN001
+    api, running, clock = cluster
+    api.put(make_node("n3"))
+    api.put(make_pod("llm-0", "serving", gpus=1, annotations={"kvspread.io/gpu-memory": "8Gi"}))
+    assert api.wait_for(lambda: len(running.state.node_names()) == 3)  # type: ignore[union-attr]
+    pod = api.get("Pod", "llm-0", "serving")
+    body = json.dumps({"Pod": pod, "NodeNames": ["n1", "n2", "n3"]})
+    running.extender.prioritize(parse_args(body))
+    out = running.extender.explain("serving/llm-0")
+    assert out is not None
+    got = {r["node"]: r["signals_from"] for r in out["prioritize"]["scores"]}
+    rv = api.get("NodeSignals", "n1", api_version=ns.API_VERSION)["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert got == {
+        "n1": f"NodeSignals n1 (resourceVersion {rv})",
+        "n2": "annotation kvspread.io/signals",
+        "n3": "none (no NodeSignals, no annotation)",
+    }
