@@ -10,18 +10,27 @@ Two limits together keep a cluster within DESIGN.md's bound of 1 write/s per 100
   (heartbeats included), `write_burst` in a row; a write that fails still spends its
   token, so an API server that refuses writes is not hammered.
 
+Heartbeats are spread in time, as kubelet spreads its Lease renewals: the first one after
+a start comes at a random point between `min_interval_s` and `max_interval_s`, later ones
+at `max_interval_s` less up to 10 %, so collectors started together (a DaemonSet rollout,
+a cluster restart) do not heartbeat in waves of thousands of writes.
+
 The clock is the signals' own `ts` (the agent's clock), so a test drives it with a fake.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from bpf.publish import PublishConfig, should_publish
 from kvspread.signals import NodeSignals
 
-__all__ = ["TokenBucket", "Publisher"]
+__all__ = ["TokenBucket", "Publisher", "HEARTBEAT_JITTER"]
+
+HEARTBEAT_JITTER = 0.1
+"""A heartbeat comes up to this share of `max_interval_s` early (never late)."""
 
 
 @dataclass
@@ -67,10 +76,13 @@ class Publisher:
         config: PublishConfig,
         write: Callable[[str], None],
         encode: Callable[[NodeSignals], str],
+        rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self._write = write
         self._encode = encode
+        self._rng = rng or random.Random()
+        self._gate = config  # config with this cycle's (jittered) heartbeat
         self.bucket = TokenBucket(config.writes_per_100s / 100.0, float(config.write_burst))
         self.last: NodeSignals | None = None
         self.writes = 0
@@ -78,7 +90,7 @@ class Publisher:
 
     def offer(self, sig: NodeSignals) -> tuple[bool, str]:
         """(written, why); raises what `write` raises."""
-        ok, why = should_publish(self.last, sig, sig.ts, self.config)
+        ok, why = should_publish(self.last, sig, sig.ts, self._gate)
         if not ok:
             return False, why
         if not self.bucket.take(sig.ts):
@@ -87,5 +99,11 @@ class Publisher:
         text = self._encode(sig)
         self.writes += 1
         self._write(text)
+        c = self.config
+        if self.last is None:
+            heartbeat = self._rng.uniform(min(c.min_interval_s, c.max_interval_s), c.max_interval_s)
+        else:
+            heartbeat = c.max_interval_s * (1.0 - HEARTBEAT_JITTER * self._rng.random())
+        self._gate = replace(c, max_interval_s=heartbeat)
         self.last = replace(sig)
         return True, why

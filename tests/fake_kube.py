@@ -520,6 +520,9 @@ class FakeKubeApi:
                 is_watch = query.get("watch", "").lower() in ("1", "true")
                 failure = api._take_failure(self.command, path, is_watch)
                 if failure is not None:
+                    # read the unread body: it would otherwise be taken for the next request
+                    # on this keep-alive connection
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
                     self._error(failure, f"injected failure {failure} by FakeKubeApi")
                     return
                 if path == SAR_PATH and self.command == "POST":
@@ -535,6 +538,7 @@ class FakeKubeApi:
                     return
                 route = api._route(path)
                 if route is None:
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
                     self._error(404, f"the server could not find the requested resource {path}")
                     return
                 try:
