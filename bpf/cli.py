@@ -69,7 +69,7 @@ def build_config(args: argparse.Namespace, environ: Mapping[str, str]) -> Any:
 
 
 def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    from kvspread import logs
+    from kvspread import logs, preflight
 
     config = build_config(args, environ)
     if args.print_bpf:
@@ -90,6 +90,9 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {}, True)
         print(loader.render(pc, features))
         return 0
+    preflight.check_port(config.listen, config.port, "--port")
+    if config.kubeconfig and not config.standalone:
+        preflight.check_kube_access(config.kubeconfig, config.kube_api_server, "--standalone")
     logs.configure(config.log_level)
     from bpf.agent import Agent
 

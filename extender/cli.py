@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Mapping
 
 from extender.config import DEFAULT_HOST, DEFAULT_PORT, ExtenderConfig
-from kvspread import logs
+from kvspread import logs, preflight
 from kvspread.settings import Setting, add_settings, gather
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
@@ -101,7 +101,12 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
 
     def run_serve(args: argparse.Namespace) -> int:
         cfg = config_from_args(args, environ)
-        logs.configure(cfg.server.log_level)
+        srv, kube = cfg.server, cfg.kubernetes
+        preflight.check_tls_pair(srv.tls_cert, srv.tls_key, "--tls-cert", "--tls-key")
+        preflight.check_port(srv.host, srv.port, "--port")
+        if not srv.standalone:
+            preflight.check_kube_access(kube.kubeconfig, kube.api_server, "--standalone")
+        logs.configure(srv.log_level)
         from extender.run import serve as serve_forever
 
         return serve_forever(cfg)

@@ -5,6 +5,6 @@ document that the collector writes and the extender reads (`signals`), the layer
 configuration used by every subcommand (`settings`), clocks and logging.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["__version__"]

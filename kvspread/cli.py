@@ -16,15 +16,16 @@ from collections.abc import Mapping, Sequence
 from kvspread import __version__
 from kvspread.settings import ConfigError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "one_line"]
 
-PARTS = ("extender.cli", "metrics_adapter.cli", "bpf.cli", "simulator.cli")
+PARTS = ("extender.cli", "metrics_adapter.cli", "bpf.cli", "simulator.cli", "router.cli")
 
 EPILOG = """examples:
   kvspread simulate                        quick evaluation, report in ./kvspread-report
   kvspread extender serve --standalone     scheduler extender on 127.0.0.1:8888
   kvspread adapter serve --secure-port 6443
   kvspread collector run --standalone --port 9435
+  kvspread router serve --endpoints 10.0.0.5:8000,10.0.0.6:8000
 """
 
 
@@ -37,10 +38,17 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"kvspread {__version__}")
-    sub = parser.add_subparsers(dest="part", metavar="{extender,adapter,collector,simulate}")
+    sub = parser.add_subparsers(dest="part", metavar="{extender,adapter,collector,simulate,router}")
     for modname in PARTS:
         importlib.import_module(modname).register(sub, environ)
     return parser
+
+
+def one_line(message: str) -> str:
+    """A message on one line: YAML parser errors span several (a source excerpt and a caret
+    under the column); keep their words, drop the caret lines."""
+    parts = [line.strip() for line in message.splitlines()]
+    return " ".join(p for p in parts if p and set(p) != {"^"})
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -54,10 +62,24 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         return int(func(args) or 0)
     except ConfigError as exc:
-        print(f"kvspread: configuration error: {exc}", file=sys.stderr)
+        print(f"kvspread: configuration error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        # a file, folder or port the checks before the run could not foresee
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"kvspread: error:{where} {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if env.get("KVSPREAD_TRACEBACK"):
+            raise
+        print(
+            f"kvspread: internal error: {type(exc).__name__}: {str(exc)[:300]} (rerun with "
+            "KVSPREAD_TRACEBACK=1 for the traceback and report it)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

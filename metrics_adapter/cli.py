@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 
-from kvspread import logs
-from kvspread.settings import add_settings, gather
+from kvspread import logs, preflight
+from kvspread.settings import ConfigError, add_settings, gather
 from metrics_adapter.config import SETTINGS, AdapterConfig
 
 __all__ = ["register"]
@@ -46,5 +47,23 @@ def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     merged = gather("adapter", SETTINGS, args, environ, args.config)
     config = AdapterConfig.from_mapping(merged)
+    _preflight(config)
     logs.configure(config.log_level)
     return run(config)
+
+
+def _preflight(c: AdapterConfig) -> None:
+    """Check the serving key pairs and both ports before the server blames anything else."""
+    preflight.check_tls_pair(
+        c.tls_cert_file, c.tls_private_key_file, "--tls-cert-file", "--tls-private-key-file"
+    )
+    preflight.check_tls_pair(
+        c.otlp_tls_cert_file,
+        c.otlp_tls_private_key_file,
+        "--otlp-tls-cert-file",
+        "--otlp-tls-private-key-file",
+    )
+    preflight.check_port(c.bind_address, c.secure_port, "--secure-port")
+    preflight.check_port(c.otlp_bind_address, c.otlp_port, "--otlp-port")
+    if c.kubeconfig and not os.path.isfile(c.kubeconfig):
+        raise ConfigError(f"--kubeconfig {c.kubeconfig}: no such file")

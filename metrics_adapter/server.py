@@ -40,6 +40,7 @@ from metrics_adapter.auth import (
     RequestHeaderAuthenticator,
     SubjectAccessReviewAuthorizer,
     load_extension_apiserver_authentication,
+    serving_context,
 )
 from metrics_adapter.certs import write_self_signed
 from metrics_adapter.config import AdapterConfig
@@ -210,6 +211,14 @@ class Adapter:
         return await loop.run_in_executor(self._ingest_pool, self.receiver.handle_sync, req)
 
     async def start(self) -> None:
+        try:
+            serving_context(self.client_ca.cert_file, self.client_ca.key_file, None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"tls_cert_file / tls_private_key_file: cannot load the serving certificate "
+                f"{self.client_ca.cert_file} with key {self.client_ca.key_file}: {exc} "
+                "(give a PEM certificate and its matching private key)"
+            ) from exc
         try:
             await asyncio.to_thread(self.client_ca.refresh)
         except Exception as exc:  # noqa: BLE001 - turned into a clear start-up error

@@ -38,6 +38,7 @@ CONFIG_MODULES: Final = (
     ("Collector", "bpf.config", "CollectorConfig", "collector.md"),
     ("Trace replay", "simulator.config", "ReplayConfig", "simulator.md"),
     ("Serving simulator", "simulator.serving.config", "SimConfig", "serving-simulation.md"),
+    ("Endpoint picker", "router.config", "RouterConfig", "router.md"),
 )
 """(title, module, root config class or None for a docstring-only section, page)."""
 

@@ -503,7 +503,7 @@ def scheduling() -> db.Dashboard:
         "kvspread / Scheduling",
         "The kube-scheduler extender: latency per verb, decisions, filter reasons, node-signal "
         "freshness and the prioritize terms.",
-        [],
+        _variables(),
     )
     dur = names.EXTENDER_REQUEST_DURATION.prometheus
     d = d.with_row(db.Row("Extender"))

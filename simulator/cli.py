@@ -19,10 +19,18 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Setting, add_settings, gather, load
 from simulator.config import DEFAULT_OUT, DEFAULT_SEEDS
 
-__all__ = ["register", "parse_seeds", "parse_policies", "run_placement", "run_quick"]
+__all__ = [
+    "register",
+    "require_trace_data",
+    "parse_seeds",
+    "parse_policies",
+    "run_placement",
+    "run_quick",
+]
 
 PART = "simulate"
 QUICK_SEEDS = (42, 43, 44)
@@ -146,8 +154,22 @@ def _placement_settings(args: argparse.Namespace, environ: Mapping[str, str]) ->
     return {**section, "scoring": cfg.scoring if "scoring" in merged else None}
 
 
+def require_trace_data() -> None:
+    """The replay needs the bundled Alibaba node list. The container image leaves the trace
+    out (research-only data it does not need to schedule), so say where to run instead."""
+    from simulator import trace
+
+    if not trace.DEFAULT_NODE_LIST.is_file():
+        raise ConfigError(
+            f"the bundled Alibaba GPU trace is not installed here ({trace.TRACE_DIR} is absent; "
+            "the container image leaves this research-only data out, see docs/data-licences.md); "
+            "run simulations from the Python package: pip install kvspread"
+        )
+
+
 def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """`kvspread simulate placement`: run, write the report folder, print the table."""
+    require_trace_data()
     from simulator.policies import DEFAULT_POLICIES
     from simulator.report import write_report
     from simulator.runner import Progress, ReplayJob, run_jobs
@@ -168,6 +190,7 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     extra: dict[str, Any] = {}
     if weight is not None:
         extra["extender_weight"] = float(weight)
+    check_output_dir(out, "--out")
     todo = [
         ReplayJob(
             trace=trace,
@@ -225,9 +248,10 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from simulator.runner import Progress, ReplayJob, run_jobs
     from simulator.serving import quick as serving_quick
 
+    require_trace_data()
     out = Path(args.out or environ.get("KVSPREAD_SIMULATE_OUT") or DEFAULT_OUT)
     jobs = args.jobs or int(environ.get("KVSPREAD_SIMULATE_JOBS", "0") or 0) or 2
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out, "--out")
     start = time.monotonic()
     todo = [ReplayJob("default", p, seed) for p in DEFAULT_POLICIES for seed in QUICK_SEEDS]
     results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))

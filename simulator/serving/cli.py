@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Layered, invalid, load_yaml
 from simulator.serving.config import SimConfig, config_from_mapping
 from simulator.serving.experiment import (
@@ -134,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         getattr(args, "config", None), getattr(args, "duration", None), getattr(args, "rate", None)
     )
     out = Path(getattr(args, "out", DEFAULT_OUT) or DEFAULT_OUT)
+    check_output_dir(out, "--out")
     progress = None if getattr(args, "no_progress", False) else sys.stderr
     exp = run_experiment(cfg, policies, seeds, jobs=jobs, progress=progress)
     command = "kvspread simulate serving " + " ".join(

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from extender.config import ExtenderConfig
+from kvspread import __version__
 
 DIR = Path(__file__).resolve().parents[2] / "manifests" / "extender"
 
@@ -59,7 +60,7 @@ def test_deployments() -> None:
     ext = one("Deployment", "kvspread-extender")
     assert ext["spec"]["replicas"] == 2
     (c,) = ext["spec"]["template"]["spec"]["containers"]
-    assert c["image"] == "ghcr.io/kvspread/kvspread:0.1.0"
+    assert c["image"] == f"ghcr.io/kvspread/kvspread:{__version__}"
     assert c["command"] == ["kvspread"] and c["args"][:2] == ["extender", "serve"]
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     sched = one("Deployment", "kvspread-scheduler")

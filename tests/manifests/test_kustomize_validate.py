@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kvspread import __version__
+
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,11 @@ NO_SCHEMA = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    # Gateway API and its Inference Extension (manifests/router/examples): CRDs as well.
+    ("inference.networking.k8s.io/v1", "InferencePool"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ("gateway.networking.k8s.io/v1", "Gateway"),
+    ("gateway.networking.k8s.io/v1", "GatewayClass"),
 }
 
 PARTS = {"extender", "metrics-adapter", "collector"}
@@ -176,7 +183,7 @@ def test_overlays_pin_the_release_image() -> None:
             for c in _containers(d)
             if "kvspread/kvspread" in c.get("image", "")
         }
-        assert images == {"ghcr.io/kvspread/kvspread:0.1.0"}, (overlay, images)
+        assert images == {f"ghcr.io/kvspread/kvspread:{__version__}"}, (overlay, images)
 
 
 def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from kvspread import names
+from kvspread import __version__, names
 from kvspread.cli import build_parser, main
 from kvspread.settings import ConfigError, layer
 from metrics_adapter.config import SETTINGS, AdapterConfig
@@ -229,7 +229,7 @@ def test_shipped_manifest_config_and_args_are_valid() -> None:
     file_doc = yaml.safe_load(cm["data"]["adapter.yaml"])
     dep = yaml.safe_load((root / "deployment.yaml").read_text())
     container = dep["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "ghcr.io/kvspread/kvspread:0.1.0"
+    assert container["image"] == f"ghcr.io/kvspread/kvspread:{__version__}"
     args = build_parser({}).parse_args(container["args"])
     cfg = AdapterConfig.from_mapping(layer("adapter", SETTINGS, args, {}, file_doc))
     assert cfg.secure_port == 6443 and cfg.otlp_port == 4318

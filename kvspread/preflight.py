@@ -1,0 +1,118 @@
+"""Start-up checks shared by the subcommands, run before a server binds or a run starts.
+
+Each check turns a failure that would otherwise surface as a traceback minutes later (a
+taken port, a non-PEM certificate, an unwritable report folder, no cluster credentials)
+into a `ConfigError` whose one line names the flag, says what is wrong and what to do.
+`kvspread.cli.main` prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import ssl
+import tempfile
+from pathlib import Path
+
+from kvspread.settings import ConfigError
+
+__all__ = ["check_port", "check_tls_pair", "check_output_dir", "check_kube_access"]
+
+
+def check_port(host: str, port: int, flag: str) -> None:
+    """Bind host:port once (with SO_REUSEADDR, as the servers do) and release it.
+
+    Port 0 (an ephemeral port, as tests use) is never taken, so it is not checked. The
+    server may still lose a race for the port; this catches the common case early."""
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as exc:
+        raise ConfigError(_bind_message(host, port, flag, exc)) from None
+
+
+def _bind_message(host: str, port: int, flag: str, exc: OSError) -> str:
+    where = f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{flag} {port}: {where} is already in use by another process; stop it "
+            f"(ss -ltnp 'sport = :{port}') or choose another port with {flag}"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"{flag} {port}: permission denied binding {where}; use a port >= 1024 or run as root"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return (
+            f"{flag} {port}: {host!r} is not an address of this machine; use 0.0.0.0 or 127.0.0.1"
+        )
+    return f"{flag} {port}: cannot bind {where}: {exc.strerror or exc}"
+
+
+def check_tls_pair(cert: str | None, key: str | None, cert_flag: str, key_flag: str) -> None:
+    """Load the serving certificate and key the way the server will, before it starts."""
+    if not cert and not key:
+        return
+    if not cert or not key:
+        given, missing = (cert_flag, key_flag) if cert else (key_flag, cert_flag)
+        raise ConfigError(f"{given} needs {missing} as well (a PEM certificate and its key)")
+    for path, flag in ((cert, cert_flag), (key, key_flag)):
+        if not os.path.isfile(path):
+            raise ConfigError(f"{flag} {path}: no such file")
+        if not os.access(path, os.R_OK):
+            raise ConfigError(f"{flag} {path}: not readable by this user")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        raise ConfigError(
+            f"{cert_flag} {cert} / {key_flag} {key}: not a PEM certificate and matching private "
+            f"key ({exc.reason or exc}); check both files begin with '-----BEGIN' and belong "
+            "together (openssl x509 -noout -modulus -in CERT vs openssl rsa -noout -modulus -in KEY)"
+        ) from None
+
+
+def check_output_dir(path: Path, flag: str) -> None:
+    """Create the report folder and prove a file can be written there, before the run."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".kvspread-write-test-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.EEXIST:
+            reason = "it is a file, not a folder"
+        elif exc.errno == errno.ENOTDIR:
+            reason = "a parent of it is a file, not a folder"
+        raise ConfigError(
+            f"{flag} {path}: cannot write the report there ({reason}); choose a folder you can "
+            "write, e.g. --out ./kvspread-report"
+        ) from None
+
+
+def check_kube_access(kubeconfig: str | None, api_server: str | None, standalone_flag: str) -> None:
+    """Fail early, with what to do, when no Kubernetes credentials can be found."""
+    if api_server:
+        return
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        raise ConfigError(
+            f"--kubeconfig {kubeconfig}: no such file; give an existing kubeconfig, or "
+            f"{standalone_flag} to run without a cluster"
+        )
+    from kvspread.kube import api_client
+
+    try:
+        api_client(kubeconfig, None)
+    except Exception as exc:  # noqa: BLE001 - ConfigException, YAML and key errors alike
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster service account"
+        if not kubeconfig:
+            where += " and no kubeconfig ($KUBECONFIG, ~/.kube/config)"
+        raise ConfigError(
+            f"cannot reach a Kubernetes cluster: {where} ({str(exc)[:160]}); give "
+            f"--kubeconfig FILE, or {standalone_flag} to run without a cluster"
+        ) from None

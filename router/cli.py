@@ -1,0 +1,167 @@
+"""`kvspread router serve`: flags, environment and YAML merged by kvspread.settings,
+validated by `RouterConfig.from_mapping`, then served (router/run.py)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from kvspread import logs
+from kvspread.settings import Setting, add_settings, layer, load_yaml
+from router.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, RouterConfig
+
+__all__ = ["register", "SETTINGS", "config_from_args"]
+
+PART = "router"
+
+SETTINGS: list[Setting] = [
+    Setting("server.host", "address to listen on (default 127.0.0.1; 0.0.0.0 in a pod)"),
+    Setting(
+        "server.grpc_port",
+        f"ext_proc gRPC port (default {DEFAULT_GRPC_PORT})",
+        type=int,
+        metavar="PORT",
+    ),
+    Setting(
+        "server.http_port",
+        f"HTTP port of /metrics, /debug/explain, /healthz (default {DEFAULT_HTTP_PORT})",
+        type=int,
+        metavar="PORT",
+    ),
+    Setting("server.tls_cert", "serve gRPC over TLS with this PEM certificate", metavar="FILE"),
+    Setting("server.tls_key", "private key of --tls-cert (PEM)", metavar="FILE"),
+    Setting("server.log_level", "debug | info | warning | error; debug logs every pick"),
+    Setting(
+        "server.max_message_bytes",
+        "largest gRPC message, so large base64 bodies pass (default 64 MiB)",
+        type=int,
+        metavar="BYTES",
+    ),
+    Setting(
+        "endpoints.static",
+        "fixed endpoints ip:port,ip:port (no cluster needed)",
+        flag="--endpoints",
+        metavar="LIST",
+    ),
+    Setting(
+        "endpoints.selector",
+        "pods by label selector (a=b,c=d), without Gateway API",
+        flag="--endpoint-selector",
+        metavar="LABELS",
+    ),
+    Setting("endpoints.target_port", "port of the selected pods", type=int, metavar="PORT"),
+    Setting(
+        "endpoints.namespace",
+        "namespace of --endpoint-selector pods (default: all)",
+        flag="--endpoint-namespace",
+        metavar="NS",
+    ),
+    Setting(
+        "endpoints.metrics_port",
+        "port of the engines' /metrics (default: the endpoint's port, or the pod's "
+        "kvspread.io/metrics-port annotation)",
+        type=int,
+        metavar="PORT",
+    ),
+    Setting(
+        "pool.name",
+        "watch this InferencePool (inference.networking.k8s.io/v1)",
+        flag="--pool-name",
+        metavar="NAME",
+    ),
+    Setting(
+        "pool.namespace",
+        "namespace of the InferencePool (default default)",
+        flag="--pool-namespace",
+        metavar="NS",
+    ),
+    Setting(
+        "kubernetes.kubeconfig",
+        "kubeconfig file (default: in-cluster, then ~/.kube/config)",
+        metavar="FILE",
+    ),
+    Setting(
+        "kubernetes.api_server",
+        "plain API server URL without credentials (kubectl proxy, tests)",
+        flag="--kube-api-server",
+        metavar="URL",
+    ),
+    Setting(
+        "metrics.interval_s",
+        "seconds between engine /metrics scrapes (default 0.5)",
+        flag="--scrape-interval",
+        type=float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "metrics.stale_after_s",
+        "metrics older than this rank the endpoint after every fresh one (default 2)",
+        flag="--stale-after",
+        type=float,
+        metavar="SECONDS",
+    ),
+    Setting("scoring.fallbacks", "fallback endpoints after the chosen one (default 2)", type=int),
+    Setting(
+        "scoring.shed_queue",
+        "answer 429 when every endpoint has this many requests waiting (default 0: never)",
+        type=float,
+        metavar="N",
+    ),
+]
+
+EPILOG = """examples:
+  kvspread router serve --endpoints 10.0.0.5:8000,10.0.0.6:8000
+      fixed vLLM endpoints; Envoy's ext_proc filter points at 127.0.0.1:9002
+  kvspread router serve --host 0.0.0.0 --pool-name qwen-vl --pool-namespace llm
+      in a pod: watch the InferencePool and its Ready pods
+  kvspread router serve --endpoint-selector app=vllm --target-port 8000 --log-level debug
+      pods by label without Gateway API, one log line per pick
+  curl 127.0.0.1:9090/debug/explain?request_id=ID
+
+configuration precedence: flag > KVSPREAD_ROUTER_* variable > --config YAML > defaults;
+the YAML also holds the scoring weights, see docs/router.md.
+"""
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> RouterConfig:
+    """Merge flag > env > YAML > defaults and validate strictly."""
+    file_mapping = load_yaml(getattr(args, "config", None))
+    merged = layer(PART, SETTINGS, args, environ, file_mapping)
+    return RouterConfig.from_mapping(merged)
+
+
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
+) -> None:
+    part = sub.add_parser(
+        "router",
+        help="endpoint picker for the Gateway API Inference Extension (Envoy ext_proc)",
+        description="Per-request endpoint picker: Envoy asks it over ext_proc which "
+        "model-server pod serves each request, by GPU memory, queue, KV cache, modality "
+        "and context affinity.",
+    )
+    verbs = part.add_subparsers(dest="router_cmd", metavar="{serve}")
+    serve = verbs.add_parser(
+        "serve",
+        help="serve ext_proc gRPC plus /metrics and /debug/explain over HTTP",
+        description="Serve the endpoint picker.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    add_settings(serve, PART, SETTINGS)
+
+    def run_serve(args: argparse.Namespace) -> int:
+        cfg = config_from_args(args, environ)
+        logs.configure(cfg.log_level)
+        from router.run import serve as serve_forever
+
+        return serve_forever(cfg)
+
+    serve.set_defaults(func=run_serve)
+
+    def no_verb(args: argparse.Namespace) -> int:
+        part.print_help()
+        return 2
+
+    part.set_defaults(func=no_verb)

@@ -1,0 +1,259 @@
+"""The endpoint set the picker chooses from, and what it knows about each endpoint.
+
+Endpoints come from `--endpoints` or from the InferencePool watch (router/kubewatch.py);
+`EndpointSet.replace` swaps the set and keeps what was measured of endpoints that stay.
+A scraper thread GETs every endpoint's engine /metrics each `interval_s` in parallel and
+parses it with the collector's parser (bpf/engine.py: vLLM, SGLang, TensorRT-LLM, TGI).
+A failed or unparsable scrape leaves the endpoint's last numbers in place but its age
+grows, so after `stale_after_s` it is stale (ranked after every fresh endpoint).
+
+The GPU memory share of an endpoint is its node's used / total GPU memory from the node's
+kvspread signals (`kvspread.io/signals`, written by the collector) while they are younger
+than `signals_stale_after_s`; otherwise it is absent. The image-token share is the node's
+`image_token_share` signal when the node has fresh signals, else the picker's own count of the image and total
+tokens it routed there (exponentially decayed with `share_half_life_s`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+
+from bpf.engine import EngineParseError, EngineSample, scrape
+from kvspread.signals import NodeSignals
+from router.request import RequestInfo
+from router.scoring import EndpointView
+
+__all__ = ["Endpoint", "EndpointSet", "Measured", "summarise_samples"]
+
+log = logging.getLogger("kvspread.router.endpoints")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A ready model-server endpoint."""
+
+    address: str  # ip:port the gateway sends requests to
+    metrics_url: str
+    name: str = ""
+    namespace: str = ""
+    node: str = ""
+    modality: str | None = None
+    engine: str | None = None  # kvspread.io/engine annotation; None = detect
+
+
+@dataclass
+class Measured:
+    """What the last successful scrape said; None where the engine does not report it."""
+
+    scraped_at: float | None = None
+    error: str = ""
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None
+    kv_capacity_tokens: int | None = None
+    picks_since_scrape: int = 0
+    image_tokens: float = 0.0
+    all_tokens: float = 0.0
+    decayed_at: float = field(default_factory=time.monotonic)
+
+
+def summarise_samples(samples: list[EngineSample]) -> Measured:
+    """One endpoint's numbers from its engine's samples (one per served model)."""
+
+    def total(vals: list[float | None]) -> float | None:
+        known = [v for v in vals if v is not None]
+        return sum(known) if known else None
+
+    usages = [s.kv_usage for s in samples if s.kv_usage is not None]
+    capacity = None
+    for s in samples:
+        if s.kv_blocks_total and s.block_size:
+            capacity = (capacity or 0) + s.kv_blocks_total * s.block_size
+    return Measured(
+        waiting=total([s.waiting for s in samples]),
+        running=total([s.running for s in samples]),
+        kv_usage=max(usages) if usages else None,
+        kv_capacity_tokens=capacity,
+    )
+
+
+Scraper = Callable[[Endpoint], list[EngineSample]]
+
+
+def _scrape(ep: Endpoint, timeout_s: float) -> list[EngineSample]:
+    return scrape(ep.metrics_url, engine=ep.engine, timeout_s=timeout_s)
+
+
+class EndpointSet:
+    """Thread-safe: the gRPC handlers read views while the scraper and the watch write."""
+
+    def __init__(
+        self,
+        *,
+        interval_s: float = 0.5,
+        stale_after_s: float = 2.0,
+        timeout_s: float = 1.0,
+        share_half_life_s: float = 60.0,
+        signals_stale_after_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        scraper: Scraper | None = None,
+    ) -> None:
+        self.interval_s = interval_s
+        self.stale_after_s = stale_after_s
+        self._timeout_s = timeout_s
+        self._half_life_s = share_half_life_s
+        self._clock = clock
+        self._wall = wall_clock
+        self._signals_stale_after_s = signals_stale_after_s
+        self._scraper = scraper or (lambda ep: _scrape(ep, timeout_s))
+        self._lock = threading.Lock()
+        self._endpoints: dict[str, Endpoint] = {}
+        self._measured: dict[str, Measured] = {}
+        self._nodes: dict[str, NodeSignals] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="router-scrape")
+        self.synced = False  # True after the first replace()
+        self.scrapes = 0
+
+    # --- membership -------------------------------------------------------------------
+    def replace(self, endpoints: list[Endpoint]) -> None:
+        with self._lock:
+            self._endpoints = {e.address: e for e in endpoints}
+            self._measured = {
+                a: self._measured.get(a) or Measured(decayed_at=self._clock())
+                for a in self._endpoints
+            }
+            self.synced = True
+
+    def set_node_signals(self, nodes: dict[str, NodeSignals]) -> None:
+        with self._lock:
+            self._nodes = dict(nodes)
+
+    def endpoints(self) -> list[Endpoint]:
+        with self._lock:
+            return list(self._endpoints.values())
+
+    # --- scraping ---------------------------------------------------------------------
+    def _scrape_one(self, ep: Endpoint) -> None:
+        try:
+            got = summarise_samples(self._scraper(ep))
+            err = ""
+        except (httpx.HTTPError, EngineParseError, OSError) as exc:
+            got, err = None, f"{type(exc).__name__}: {exc}"
+        now = self._clock()
+        with self._lock:
+            m = self._measured.get(ep.address)
+            if m is None:
+                return  # left the set meanwhile
+            if got is None:
+                if m.error != err:
+                    log.info(
+                        "metrics scrape failed",
+                        extra={"kv": {"endpoint": ep.address, "why": err}},
+                    )
+                m.error = err
+                return
+            m.scraped_at = now
+            m.error = ""
+            m.waiting, m.running = got.waiting, got.running
+            m.kv_usage, m.kv_capacity_tokens = got.kv_usage, got.kv_capacity_tokens
+            m.picks_since_scrape = 0
+        self.scrapes += 1
+
+    def scrape_all(self) -> None:
+        """One round over every endpoint, in parallel; returns when all are done."""
+        eps = self.endpoints()
+        list(self._pool.map(self._scrape_one, eps))
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                started = self._clock()
+                self.scrape_all()
+                self._stop.wait(max(0.0, self.interval_s - (self._clock() - started)))
+
+        self._thread = threading.Thread(target=loop, name="router-scraper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- what the scorer sees ---------------------------------------------------------
+    def _decay(self, m: Measured, now: float) -> None:
+        dt = now - m.decayed_at
+        if dt > 0:
+            f = math.pow(0.5, dt / self._half_life_s)
+            m.image_tokens *= f
+            m.all_tokens *= f
+            m.decayed_at = now
+
+    def record_pick(self, address: str, req: RequestInfo) -> None:
+        """Count a pick until the next scrape shows it, and its tokens for the share."""
+        now = self._clock()
+        with self._lock:
+            m = self._measured.get(address)
+            if m is None:
+                return
+            self._decay(m, now)
+            m.picks_since_scrape += 1
+            m.image_tokens += req.image_tokens
+            m.all_tokens += req.prompt_tokens
+
+    def _view(self, ep: Endpoint, m: Measured, now: float, wall: float) -> EndpointView:
+        self._decay(m, now)
+        own_share = m.image_tokens / (m.all_tokens + 1.0)
+        node = self._nodes.get(ep.node) if ep.node else None
+        if node is not None and wall - node.ts > self._signals_stale_after_s:
+            node = None  # stale node signals count as absent (the worst value)
+        mem_share = None
+        image_share = own_share
+        if node is not None:
+            if node.gpus:
+                total = sum(g.mem_total_mib for g in node.gpus)
+                if total > 0:
+                    mem_share = sum(g.mem_used_mib for g in node.gpus) / total
+            if node.image_token_share is not None:
+                image_share = node.image_token_share
+        if m.scraped_at is None:
+            fresh, why = False, "never scraped" + (f" ({m.error})" if m.error else "")
+        else:
+            age = now - m.scraped_at
+            fresh = age <= self.stale_after_s
+            why = "" if fresh else f"metrics {age:.1f}s old" + (f" ({m.error})" if m.error else "")
+        return EndpointView(
+            address=ep.address,
+            name=ep.name or ep.address,
+            modality=ep.modality,
+            fresh=fresh,
+            stale_reason=why,
+            waiting=m.waiting,
+            running=m.running,
+            kv_usage=m.kv_usage,
+            kv_capacity_tokens=m.kv_capacity_tokens,
+            gpu_memory_share=mem_share,
+            image_token_share=image_share,
+            picks_since_scrape=m.picks_since_scrape,
+        )
+
+    def views(self) -> list[EndpointView]:
+        now, wall = self._clock(), self._wall()
+        with self._lock:
+            return [
+                self._view(ep, self._measured[a], now, wall) for a, ep in self._endpoints.items()
+            ]
+
+    def stale_count(self) -> int:
+        return sum(1 for v in self.views() if not v.fresh)

@@ -1,0 +1,282 @@
+"""`envoy.service.ext_proc.v3.ExternalProcessor/Process`, as the Gateway API Inference
+Extension's endpoint picker protocol uses it (grpc.aio; stubs from the `xds-protos` wheel).
+
+Per HTTP request Envoy opens one bidirectional stream:
+
+- request headers without a body (end_of_stream): pick at once and answer the headers.
+- FULL_DUPLEX_STREAMED body (Envoy says so in `protocol_config`; the spec's required
+  mode): Envoy streams the chunks without waiting; the answer to the headers is held back
+  until the body is complete, then the picker sends the headers response (destination
+  header, `clear_route_cache`, dynamic metadata) followed by the body, unchanged, as
+  `streamed_response` chunks (Envoy forwards only what the processor sends back), and a
+  trailers response if the request had trailers.
+- BUFFERED body: Envoy waits for each answer, so the headers get an empty CONTINUE, and the
+  destination goes on the body response (header mutation + `clear_route_cache`; the route
+  and the original-destination lookup happen after it).
+
+The destination, `ip:port` then the fallbacks, comma-separated, is set both as the header
+`x-gateway-destination-endpoint` and as dynamic metadata `envoy.lb` /
+`x-gateway-destination-endpoint` (the first fallback also as
+`x-gateway-destination-endpoint-fallback`). The subset hint is read from the request's
+`metadata_context` filter metadata `envoy.lb.subset_hint` /
+`x-gateway-destination-endpoint-subset` (a list of addresses; a comma-separated string is
+read too). No eligible endpoint: ImmediateResponse 503; shedding: 429; unreadable body: 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import orjson
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from envoy.type.v3 import http_status_pb2
+from google.protobuf import struct_pb2
+
+from router.picker import Outcome, Picker
+
+__all__ = [
+    "ExtProcServicer",
+    "StreamHandler",
+    "DESTINATION_HEADER",
+    "DESTINATION_NAMESPACE",
+    "SUBSET_NAMESPACE",
+    "SUBSET_KEY",
+    "FALLBACK_KEY",
+    "SERVICE_NAME",
+    "BODY_CHUNK_BYTES",
+]
+
+log = logging.getLogger("kvspread.router.extproc")
+
+SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+DESTINATION_NAMESPACE = "envoy.lb"
+FALLBACK_KEY = "x-gateway-destination-endpoint-fallback"
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+BODY_CHUNK_BYTES = 64 * 1024
+"""Size of the streamed_response chunks that return the body to Envoy."""
+
+_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+_STATUS = {
+    400: http_status_pb2.BadRequest,
+    429: http_status_pb2.TooManyRequests,
+    503: http_status_pb2.ServiceUnavailable,
+}
+
+
+def _headers(msg: pb.HttpHeaders) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for h in msg.headers.headers:
+        value = h.raw_value.decode("utf-8", "replace") if h.raw_value else h.value
+        out[h.key.lower()] = value
+    return out
+
+
+def subset_hint(req: pb.ProcessingRequest) -> list[str] | None:
+    """The gateway's endpoint subset, or None when it sent none."""
+    if not req.HasField("metadata_context"):
+        return None
+    ns = req.metadata_context.filter_metadata.get(SUBSET_NAMESPACE)
+    if ns is None or SUBSET_KEY not in ns.fields:
+        return None
+    value = ns.fields[SUBSET_KEY]
+    kind = value.WhichOneof("kind")
+    if kind == "list_value":
+        return [v.string_value for v in value.list_value.values if v.string_value]
+    if kind == "string_value":
+        return [a.strip() for a in value.string_value.split(",") if a.strip()]
+    return []
+
+
+def _mutation(destination: str) -> pb.CommonResponse:
+    opt = base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=DESTINATION_HEADER, raw_value=destination.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+    return pb.CommonResponse(
+        header_mutation=pb.HeaderMutation(set_headers=[opt]), clear_route_cache=True
+    )
+
+
+def _metadata(outcome: Outcome) -> struct_pb2.Struct:
+    d = outcome.decision
+    inner: dict[str, Any] = {DESTINATION_HEADER: d.destination}
+    if d.fallbacks:
+        inner[FALLBACK_KEY] = d.fallbacks[0]
+    md = struct_pb2.Struct()
+    md.update({DESTINATION_NAMESPACE: inner})
+    return md
+
+
+def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
+    d = outcome.decision
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": f"kvspread router: {d.message or d.reason}",
+                "type": d.reason,
+                "code": d.status,
+            }
+        }
+    )
+    opt = base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json")
+    )
+    return pb.ProcessingResponse(
+        immediate_response=pb.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=_STATUS.get(d.status, d.status)),
+            headers=pb.HeaderMutation(set_headers=[opt]),
+            body=body,
+            details=f"kvspread_router_{d.reason}",
+        )
+    )
+
+
+class StreamHandler:
+    """One HTTP request's Process stream as a state machine: `on_message` takes Envoy's next
+    message and returns the answers to send now (possibly none). `done` turns true after an
+    ImmediateResponse, when nothing more may be sent. Pure of I/O, so both gRPC servers
+    and the tests drive the same logic."""
+
+    def __init__(self, picker: Picker, duplex_default: bool = False) -> None:
+        self.picker = picker
+        self.headers: dict[str, str] = {}
+        self.subset: list[str] | None = None
+        self.duplex = duplex_default
+        self.response_duplex = False
+        self.headers_answered = False
+        self.chunks: list[bytes] = []
+        self.done = False
+
+    def _decide(self) -> Outcome:
+        return self.picker.pick(b"".join(self.chunks), self.headers, self.subset)
+
+    def on_message(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        kind = req.WhichOneof("request")
+        if kind == "request_headers":
+            return self._on_headers(req)
+        if kind == "request_body":
+            body = req.request_body
+            self.chunks.append(body.body)
+            if body.end_of_stream:
+                return self._after_body(trailers=False)
+            # STREAMED mode waits for an answer per chunk; duplex never does
+            return [] if self.duplex else [pb.ProcessingResponse(request_body=pb.BodyResponse())]
+        if kind == "request_trailers":
+            out = []
+            if self.duplex and not self.headers_answered:
+                out = self._after_body(trailers=True)
+                if self.done:
+                    return out
+            return out + [pb.ProcessingResponse(request_trailers=pb.TrailersResponse())]
+        if kind == "response_headers":
+            return [pb.ProcessingResponse(response_headers=pb.HeadersResponse())]
+        if kind == "response_body":
+            rb = req.response_body
+            if not self.response_duplex:
+                return [pb.ProcessingResponse(response_body=pb.BodyResponse())]
+            streamed = pb.StreamedBodyResponse(body=rb.body, end_of_stream=rb.end_of_stream)
+            return [
+                pb.ProcessingResponse(
+                    response_body=pb.BodyResponse(
+                        response=pb.CommonResponse(
+                            body_mutation=pb.BodyMutation(streamed_response=streamed)
+                        )
+                    )
+                )
+            ]
+        if kind == "response_trailers":
+            return [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
+        return []  # other kinds carry nothing the picker answers
+
+    def _on_headers(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        self.headers = _headers(req.request_headers)
+        self.subset = subset_hint(req)
+        if req.HasField("protocol_config"):
+            self.duplex = req.protocol_config.request_body_mode == _DUPLEX
+            self.response_duplex = req.protocol_config.response_body_mode == _DUPLEX
+        if req.request_headers.end_of_stream:
+            outcome = self._decide()
+            if outcome.decision.status != 200:
+                self.done = True
+                return [_immediate(outcome)]
+            self.headers_answered = True
+            return [
+                pb.ProcessingResponse(
+                    request_headers=pb.HeadersResponse(
+                        response=_mutation(outcome.decision.destination)
+                    ),
+                    dynamic_metadata=_metadata(outcome),
+                )
+            ]
+        if self.duplex:
+            return []  # answered once the body is complete
+        self.headers_answered = True
+        return [pb.ProcessingResponse(request_headers=pb.HeadersResponse())]
+
+    def _after_body(self, *, trailers: bool) -> list[pb.ProcessingResponse]:
+        """The answers once the whole body is known."""
+        outcome = self._decide()
+        if outcome.decision.status != 200:
+            self.done = True
+            return [_immediate(outcome)]
+        common = _mutation(outcome.decision.destination)
+        md = _metadata(outcome)
+        if not self.duplex:
+            return [
+                pb.ProcessingResponse(
+                    request_body=pb.BodyResponse(response=common), dynamic_metadata=md
+                )
+            ]
+        self.headers_answered = True
+        out = [
+            pb.ProcessingResponse(
+                request_headers=pb.HeadersResponse(response=common), dynamic_metadata=md
+            )
+        ]
+        body = b"".join(self.chunks)
+        self.chunks = []
+        n = max(1, -(-len(body) // BODY_CHUNK_BYTES))
+        for i in range(n):
+            part = body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
+            streamed = pb.StreamedBodyResponse(body=part, end_of_stream=i == n - 1 and not trailers)
+            out.append(
+                pb.ProcessingResponse(
+                    request_body=pb.BodyResponse(
+                        response=pb.CommonResponse(
+                            body_mutation=pb.BodyMutation(streamed_response=streamed)
+                        )
+                    )
+                )
+            )
+        return out
+
+
+class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
+    """The asyncio servicer: one StreamHandler per stream."""
+
+    def __init__(self, picker: Picker, *, duplex_default: bool = False) -> None:
+        self.picker = picker
+        self._duplex_default = duplex_default
+
+    async def Process(  # noqa: N802 - the gRPC method name
+        self,
+        request_iterator: AsyncIterator[pb.ProcessingRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ProcessingResponse]:
+        h = StreamHandler(self.picker, self._duplex_default)
+        async for req in request_iterator:
+            for n, resp in enumerate(h.on_message(req)):
+                yield resp
+                if n % 16 == 15:
+                    await asyncio.sleep(0)  # a large body: let other streams run
+            if h.done:
+                return

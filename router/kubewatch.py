@@ -1,0 +1,341 @@
+"""Endpoints from the cluster: an `InferencePool` (inference.networking.k8s.io/v1) and its
+Ready pods, or pods by label selector without Gateway API; plus the nodes' kvspread
+signals for the load term.
+
+Each resource is one list-then-watch loop (list -> resourceVersion -> watch from it with
+bookmarks -> on the server's timeout watch again -> on 410 Gone list again -> on other
+errors back off, capped, and list again) through the `kubernetes` client's raw responses
+(kvspread/kube.py gives the credentials). After every change the endpoint set is rebuilt:
+for each pod matching the pool's `selector.matchLabels` that is Ready, has a pod IP and is
+not being deleted, one endpoint per `targetPorts[].number`. A pod's modality is its
+`kvspread.io/modality` label, else its node's `kvspread.io/pool` (vision -> image,
+language -> text, mixed -> mixed). Its metrics URL uses the `kvspread.io/metrics-port` and
+`kvspread.io/metrics-path` annotations, else `--metrics-port`, else the target port.
+Until the pool and the pods have been listed once, the set is not synced (readiness off).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kvspread.kube import api_client
+from kvspread.names import (
+    ANNOTATION_ENGINE,
+    ANNOTATION_METRICS_PATH,
+    ANNOTATION_METRICS_PORT,
+    ANNOTATION_SIGNALS,
+    LABEL_MODALITY,
+    LABEL_POOL,
+)
+from kvspread.signals import SignalState, read_signals
+from router.config import RouterConfig
+from router.endpoints import Endpoint, EndpointSet
+
+__all__ = ["PoolWatch", "pool_endpoints", "pod_ready", "POOL_GROUP", "POOL_VERSION"]
+
+log = logging.getLogger("kvspread.router.kubewatch")
+
+POOL_GROUP = "inference.networking.k8s.io"
+POOL_VERSION = "v1"
+POOL_MODALITY = {"vision": "image", "language": "text", "mixed": "mixed"}
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp") or not status.get("podIP"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def parse_selector(text: str) -> dict[str, str]:
+    """`a=b,c=d` -> {a: b, c: d} (equality selectors only, as InferencePool's matchLabels)."""
+    out = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{part!r} is not key=value")
+        out[key.strip()] = value.strip().lstrip("=")
+    return out
+
+
+def pool_endpoints(
+    selector: dict[str, str],
+    ports: list[int],
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any]],
+    metrics_port: int | None = None,
+    metrics_path: str = "/metrics",
+) -> list[Endpoint]:
+    """The Ready endpoints of the pods that `selector` selects (pure)."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if not _matches(selector, labels) or not pod_ready(pod):
+            continue
+        ann = meta.get("annotations") or {}
+        ip = pod["status"]["podIP"]
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        modality = labels.get(LABEL_MODALITY)
+        if modality is None and node in nodes:
+            pool = ((nodes[node].get("metadata") or {}).get("labels") or {}).get(LABEL_POOL)
+            modality = POOL_MODALITY.get(pool or "")
+        path = ann.get(ANNOTATION_METRICS_PATH) or metrics_path
+        for port in ports:
+            mport = ann.get(ANNOTATION_METRICS_PORT) or metrics_port or port
+            out.append(
+                Endpoint(
+                    address=f"{ip}:{port}",
+                    metrics_url=f"http://{ip}:{mport}{path}",
+                    name=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                    namespace=meta.get("namespace", ""),
+                    node=node,
+                    modality=modality,
+                    engine=ann.get(ANNOTATION_ENGINE),
+                )
+            )
+    return out
+
+
+class _Gone(Exception):
+    """The resourceVersion is too old: list again."""
+
+
+class _HttpError(Exception):
+    """The API server answered with an error status."""
+
+
+class _ListWatch:
+    """One resource's list+watch loop feeding a dict of objects by namespace/name."""
+
+    def __init__(
+        self,
+        api: Any,
+        name: str,
+        path: str,
+        query: list[tuple[str, str]],
+        on_change: Callable[[], None],
+        stop: threading.Event,
+        watch_timeout_s: int = 300,
+    ) -> None:
+        self.api, self.name, self.path, self.query = api, name, path, query
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.synced = False
+        self._on_change = on_change
+        self._stop = stop
+        self._watch_timeout_s = watch_timeout_s
+        self._lock = threading.Lock()
+        self._rng = random.Random()
+        self._resp: Any = None
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.objects.values())
+
+    def _call(self, query: list[tuple[str, str]], timeout: Any) -> Any:
+        """The raw urllib3 response of a GET (not preloaded); non-200 raises _HttpError."""
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET",
+            self.path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api.call_api(method, url, header_params=headers, _request_timeout=timeout)
+        raw = resp.response
+        if resp.status != 200:
+            try:
+                text = raw.data[:300].decode("utf-8", "replace")
+            finally:
+                raw.release_conn()
+            if resp.status == 410:
+                raise _Gone(text)
+            raise _HttpError(f"HTTP {resp.status} from {self.path}: {text}")
+        return raw
+
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> str:
+        m = obj.get("metadata") or {}
+        return f"{m.get('namespace', '')}/{m.get('name', '')}"
+
+    def _list(self) -> str:
+        resp = self._call(self.query, 30)
+        try:
+            doc = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        with self._lock:
+            self.objects = {self._key(o): o for o in doc.get("items") or []}
+            self.synced = True
+        self._on_change()
+        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, rv: str) -> str:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        q = self.query + [
+            ("watch", "true"),
+            ("resourceVersion", rv),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self._watch_timeout_s)),
+        ]
+        resp = self._call(q, (30, self._watch_timeout_s + 30))
+        self._resp = resp
+        try:
+            for line in iter_resp_lines(resp):
+                if self._stop.is_set():
+                    break
+                if not line.strip():
+                    continue
+                ev = json.loads(line)
+                etype, obj = ev.get("type"), ev.get("object") or {}
+                if etype == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _Gone(obj.get("message", "410"))
+                    raise RuntimeError(f"watch error: {obj.get('message')}")
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                if etype in ("ADDED", "MODIFIED", "DELETED"):
+                    with self._lock:
+                        if etype == "DELETED":
+                            self.objects.pop(self._key(obj), None)
+                        else:
+                            self.objects[self._key(obj)] = obj
+                    self._on_change()
+        finally:
+            self._resp = None
+            resp.release_conn()
+        return rv
+
+    def run(self) -> None:
+        rv: str | None = None
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    rv = self._list()
+                rv = self._watch(rv)
+                failures = 0
+            except _Gone:
+                rv = None
+            except Exception as exc:  # noqa: BLE001 - network, HTTP, parse: keep watching
+                if self._stop.is_set():
+                    return
+                failures += 1
+                delay = self._rng.uniform(0.5, 1.0) * min(30.0, 0.2 * 2**failures)
+                log.warning(
+                    "watch failed, listing again",
+                    extra={"kv": {"resource": self.name, "why": str(exc)[:300], "retry_s": delay}},
+                )
+                rv = None
+                self._stop.wait(delay)
+
+    def interrupt(self) -> None:
+        resp = self._resp
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(2)
+            except OSError:
+                pass
+
+
+class PoolWatch:
+    """Keeps `EndpointSet` equal to the pool's (or the selector's) Ready endpoints."""
+
+    def __init__(self, cfg: RouterConfig, endpoints: EndpointSet) -> None:
+        self.cfg = cfg
+        self.endpoints = endpoints
+        self._stop = threading.Event()
+        self._api = api_client(cfg.kubeconfig, cfg.api_server)
+        self._threads: list[threading.Thread] = []
+        self._rebuild_lock = threading.Lock()
+        self.pool_problem = ""
+        if cfg.mode == "pool":
+            ns = cfg.pool_namespace
+            self.pool: _ListWatch | None = self._lw(
+                "inferencepool",
+                f"/apis/{POOL_GROUP}/{POOL_VERSION}/namespaces/{ns}/inferencepools",
+                [("fieldSelector", f"metadata.name={cfg.pool_name}")],
+            )
+            self.pods = self._lw("pods", f"/api/v1/namespaces/{ns}/pods", [])
+        else:
+            self.pool = None
+            try:
+                self._selector = parse_selector(cfg.selector or "")
+            except ValueError as exc:
+                from kvspread.settings import ConfigError
+
+                raise ConfigError(f"endpoints.selector: {exc}") from exc
+            path = f"/api/v1/namespaces/{cfg.namespace}/pods" if cfg.namespace else "/api/v1/pods"
+            self.pods = self._lw("pods", path, [("labelSelector", cfg.selector or "")])
+        self.nodes = self._lw("nodes", "/api/v1/nodes", [])
+
+    def _lw(self, name: str, path: str, query: list[tuple[str, str]]) -> _ListWatch:
+        return _ListWatch(self._api, name, path, query, self._rebuild, self._stop)
+
+    def _pool_spec(self) -> tuple[dict[str, str], list[int]] | None:
+        if self.pool is None:
+            return self._selector, [int(self.cfg.target_port or 0)]
+        pools = self.pool.snapshot()
+        if not pools:
+            self.pool_problem = (
+                f"InferencePool {self.cfg.pool_namespace}/{self.cfg.pool_name} does not exist"
+            )
+            return None
+        spec = pools[0].get("spec") or {}
+        sel = (spec.get("selector") or {}).get("matchLabels") or {}
+        ports = [int(p["number"]) for p in spec.get("targetPorts") or [] if "number" in p]
+        if not sel or not ports:
+            self.pool_problem = "InferencePool has no selector.matchLabels or targetPorts"
+            return None
+        self.pool_problem = ""
+        return {str(k): str(v) for k, v in sel.items()}, ports
+
+    def _rebuild(self) -> None:
+        with self._rebuild_lock:
+            watches = [self.pods, self.nodes] + ([self.pool] if self.pool else [])
+            if not all(w.synced for w in watches):
+                return
+            nodes = {(n.get("metadata") or {}).get("name", ""): n for n in self.nodes.snapshot()}
+            spec = self._pool_spec()
+            eps = [] if spec is None else pool_endpoints(
+                spec[0], spec[1], self.pods.snapshot(), nodes,
+                self.cfg.metrics_port, self.cfg.metrics_path,
+            )  # fmt: skip
+            now = time.time()
+            signals = {}
+            for name, node in nodes.items():
+                ann = (node.get("metadata") or {}).get("annotations") or {}
+                reading = read_signals(ann.get(ANNOTATION_SIGNALS), now, float("inf"))
+                if reading.state == SignalState.FRESH and reading.signals is not None:
+                    signals[name] = reading.signals  # age is judged when scoring
+            self.endpoints.set_node_signals(signals)
+            self.endpoints.replace(eps)
+
+    def start(self) -> None:
+        for w in [self.pods, self.nodes] + ([self.pool] if self.pool else []):
+            t = threading.Thread(target=w.run, name=f"router-watch-{w.name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for w in [self.pods, self.nodes] + ([self.pool] if self.pool else []):
+            w.interrupt()
+        for t in self._threads:
+            t.join(5)

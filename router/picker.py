@@ -1,0 +1,199 @@
+"""One request's decision with its bookkeeping: parse the body, apply context affinity,
+score (router/scoring.py), record the pick, count it, keep the explanation, log it.
+
+The gRPC layer (router/extproc.py) calls `Picker.pick` once per request, with the complete
+body, the request headers and the gateway's subset hint.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from router.affinity import ContextAffinity
+from router.config import RouterConfig
+from router.endpoints import EndpointSet
+from router.metrics import RouterMetrics
+from router.request import BODILESS, RequestError, RequestInfo, parse_request
+from router.scoring import Decision, choose
+
+__all__ = ["Picker", "Outcome", "HEADER_CONTEXT", "HEADER_CHUNK_SEQ", "HEADER_REQUEST_ID"]
+
+log = logging.getLogger("kvspread.router.picker")
+
+HEADER_CONTEXT = "x-llm-context-id"
+HEADER_CHUNK_SEQ = "x-chunk-seq"
+HEADER_REQUEST_ID = "x-request-id"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The decision, or the reason the request is refused as bad (status 400)."""
+
+    decision: Decision
+    request: RequestInfo | None
+    request_id: str
+
+
+class Picker:
+    def __init__(
+        self,
+        cfg: RouterConfig,
+        endpoints: EndpointSet,
+        metrics: RouterMetrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        explain_entries: int = 10_000,
+    ) -> None:
+        self.cfg = cfg
+        self.endpoints = endpoints
+        self.metrics = metrics
+        self.affinity = ContextAffinity(cfg.affinity_ttl_s, cfg.affinity_max_entries)
+        self._clock = clock
+        self._explain: OrderedDict[
+            str, tuple[Decision, RequestInfo | None, dict[str, str], str | None]
+        ] = OrderedDict()
+        self._explain_max = explain_entries
+        self._lock = threading.Lock()
+
+    def pick(self, body: bytes, headers: Mapping[str, str], subset: list[str] | None) -> Outcome:
+        started = time.perf_counter()
+        rid = headers.get(HEADER_REQUEST_ID, "")
+        try:
+            req = (
+                BODILESS
+                if not body
+                else parse_request(
+                    body,
+                    patch=self.cfg.patch,
+                    default_image_tokens=self.cfg.default_image_tokens,
+                    max_image_tokens=self.cfg.max_image_tokens,
+                    default_max_tokens=self.cfg.default_max_tokens,
+                )
+            )
+        except RequestError as exc:
+            self.metrics.bad.inc()
+            decision = Decision(400, "bad-request", message=str(exc))
+            self._remember(rid, decision, None, headers)
+            return Outcome(decision, None, rid)
+        now = self._clock()
+        ctx = headers.get(HEADER_CONTEXT) or None
+        seq = _int_or_none(headers.get(HEADER_CHUNK_SEQ))
+        bound = self.affinity.lookup(ctx, now) if ctx else None
+        views = self.endpoints.views()
+        decision = choose(
+            req,
+            views,
+            self.cfg.scoring,
+            subset=subset,
+            context_endpoint=bound.address if bound else None,
+        )
+        if decision.chosen:
+            self.endpoints.record_pick(decision.chosen, req)
+            if ctx:
+                self.affinity.bind(ctx, decision.chosen, now, seq)
+        elapsed = time.perf_counter() - started
+        m = self.metrics
+        m.pick_seconds.observe(elapsed)
+        m.picks.labels(decision.chosen or "", decision.reason).inc()
+        if decision.status == 429:
+            m.sheds.inc()
+        m.endpoints.set(len(views))
+        m.stale.set(sum(1 for v in views if not v.fresh))
+        self._remember(rid, decision, req, headers, bound.address if bound else None)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "pick",
+                extra={
+                    "kv": {
+                        "request_id": rid,
+                        "status": decision.status,
+                        "reason": decision.reason,
+                        "endpoint": decision.destination,
+                        "modality": req.modality,
+                        "tokens": req.total_tokens,
+                        "context": ctx,
+                        "scores": {c.address: round(c.score, 3) for c in decision.candidates},
+                    }
+                },
+            )
+        return Outcome(decision, req, rid)
+
+    def _remember(
+        self,
+        rid: str,
+        d: Decision,
+        req: RequestInfo | None,
+        headers: Mapping[str, str],
+        bound: str | None = None,
+    ) -> None:
+        if not rid:
+            return
+        with self._lock:
+            self._explain[rid] = (d, req, dict(headers), bound)
+            self._explain.move_to_end(rid)
+            while len(self._explain) > self._explain_max:
+                self._explain.popitem(last=False)
+
+    @staticmethod
+    def _explanation(
+        rid: str,
+        d: Decision,
+        req: RequestInfo | None,
+        headers: Mapping[str, str],
+        bound: str | None,
+    ) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "request_id": rid,
+            "status": d.status,
+            "reason": d.reason,
+            "destination": d.destination,
+            "message": d.message,
+            "context_id": headers.get(HEADER_CONTEXT),
+            "chunk_seq": headers.get(HEADER_CHUNK_SEQ),
+            "context_bound_to": bound,
+            "candidates": [c.as_dict() for c in d.candidates],
+            "excluded": d.excluded,
+        }
+        if req is not None:
+            doc["request"] = {
+                "model": req.model,
+                "modality": req.modality,
+                "images": [
+                    {
+                        "bytes": i.encoded_bytes,
+                        "width": i.width,
+                        "height": i.height,
+                        "tokens": i.tokens,
+                    }
+                    for i in req.images
+                ],
+                "text_tokens_estimate": req.text_tokens,
+                "image_tokens_estimate": req.image_tokens,
+                "max_tokens": req.max_tokens,
+            }
+        return doc
+
+    def explain(self, request_id: str) -> dict[str, Any] | None:
+        """The decision for a request id, built when asked (picks only keep the objects)."""
+        with self._lock:
+            kept = self._explain.get(request_id)
+        return None if kept is None else self._explanation(request_id, *kept)
+
+    def recent_ids(self, n: int = 20) -> list[str]:
+        with self._lock:
+            return list(self._explain)[-n:]
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None

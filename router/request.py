@@ -1,0 +1,256 @@
+"""What one OpenAI-compatible request asks of an endpoint: modality, image count, token
+estimates. Pure: bytes in, `RequestInfo` out.
+
+Why estimates: the picker must choose before the engine tokenizes anything, so the KV
+headroom check and the image-token share use an estimate. Text tokens are characters / 4
+(the usual English ratio); an image's tokens are its patches, ceil(w/patch) *
+ceil(h/patch) (Qwen2-VL / LLaVA-style 28-pixel merged patches by default), read from the
+image header in the base64 data URL without decoding the whole image; an image whose size
+cannot be read (a remote URL) counts `default_image_tokens`. Output tokens are the body's
+`max_tokens` / `max_completion_tokens`, else `default_max_tokens`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "RequestInfo",
+    "RequestError",
+    "ImageEstimate",
+    "parse_request",
+    "image_size",
+    "BODILESS",
+]
+
+# Enough of the decoded image to find its size: PNG/GIF/WebP say it in the first 30 bytes,
+# JPEG after its APPn segments (EXIF thumbnails can push SOF past 20 KB).
+_HEADER_B64_CHARS = 96 * 1024
+
+
+class RequestError(ValueError):
+    """The body is not an OpenAI-compatible request the picker can read."""
+
+
+@dataclass(frozen=True)
+class ImageEstimate:
+    """One image part: its encoded size and, when readable, its pixel size."""
+
+    source: str  # "data" (base64 data URL) or "url"
+    encoded_bytes: int | None  # decoded size of base64 data, None for remote URLs
+    width: int | None
+    height: int | None
+    tokens: int
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """The routing-relevant facts of one request."""
+
+    model: str
+    modality: str  # text | image | multi-image
+    images: tuple[ImageEstimate, ...]
+    text_tokens: int
+    image_tokens: int
+    max_tokens: int
+    stream: bool
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.text_tokens + self.image_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens the request may hold in the KV cache at its end."""
+        return self.prompt_tokens + self.max_tokens
+
+
+BODILESS = RequestInfo("", "text", (), 0, 0, 0, False)
+"""A request without a body (GET /v1/models, health checks): routed as a light text one."""
+
+
+def _png(head: bytes) -> tuple[int, int] | None:
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24 and head[12:16] == b"IHDR":
+        w, h = struct.unpack(">II", head[16:24])
+        return w, h
+    return None
+
+
+def _gif(head: bytes) -> tuple[int, int] | None:
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        w, h = struct.unpack("<HH", head[6:10])
+        return w, h
+    return None
+
+
+def _webp(head: bytes) -> tuple[int, int] | None:
+    if head[:4] != b"RIFF" or head[8:12] != b"WEBP" or len(head) < 30:
+        return None
+    chunk = head[12:16]
+    if chunk == b"VP8 ":
+        w, h = struct.unpack("<HH", head[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    if chunk == b"VP8L":
+        b = head[21:25]
+        w = 1 + (((b[1] & 0x3F) << 8) | b[0])
+        h = 1 + (((b[3] & 0xF) << 10) | (b[2] << 2) | ((b[1] & 0xC0) >> 6))
+        return w, h
+    if chunk == b"VP8X":
+        w = 1 + int.from_bytes(head[24:27], "little")
+        h = 1 + int.from_bytes(head[27:30], "little")
+        return w, h
+    return None
+
+
+_JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def _jpeg(head: bytes) -> tuple[int, int] | None:
+    if head[:2] != b"\xff\xd8":
+        return None
+    i = 2
+    while i + 9 < len(head):
+        if head[i] != 0xFF:
+            return None
+        marker = head[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in _JPEG_SOF:
+            h, w = struct.unpack(">HH", head[i + 5 : i + 9])
+            return w, h
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            i += 2
+            continue
+        (seg_len,) = struct.unpack(">H", head[i + 2 : i + 4])
+        i += 2 + seg_len
+    return None
+
+
+def image_size(head: bytes) -> tuple[int, int] | None:
+    """(width, height) from the first bytes of a PNG, JPEG, GIF or WebP file, else None."""
+    for probe in (_png, _jpeg, _gif, _webp):
+        size = probe(head)
+        if size is not None and size[0] > 0 and size[1] > 0:
+            return size
+    return None
+
+
+def _data_url(url: str) -> tuple[int, bytes] | None:
+    """(decoded size, decoded head) of a base64 data URL, decoding only its head."""
+    if not url.startswith("data:"):
+        return None
+    comma = url.find(",")
+    if comma < 0 or ";base64" not in url[:comma]:
+        return None
+    b64_len = len(url) - comma - 1
+    padding = url.count("=", max(comma + 1, len(url) - 2))
+    size = max(0, b64_len * 3 // 4 - padding)
+    take = min(b64_len, _HEADER_B64_CHARS) // 4 * 4
+    try:
+        head = base64.b64decode(url[comma + 1 : comma + 1 + take], validate=False)
+    except (binascii.Error, ValueError):
+        head = b""
+    return size, head
+
+
+def _estimate_image(url: str, patch: int, default_tokens: int, max_tokens: int) -> ImageEstimate:
+    data = _data_url(url)
+    if data is None:
+        return ImageEstimate("url", None, None, None, default_tokens)
+    size, head = data
+    dims = image_size(head)
+    if dims is None:
+        return ImageEstimate("data", size, None, None, default_tokens)
+    w, h = dims
+    tokens = min(max_tokens, math.ceil(w / patch) * math.ceil(h / patch))
+    return ImageEstimate("data", size, w, h, tokens)
+
+
+def _image_url(part: dict[str, Any]) -> str | None:
+    iu = part.get("image_url")
+    if isinstance(iu, str):
+        return iu
+    if isinstance(iu, dict):
+        url = iu.get("url")
+        if isinstance(url, str):
+            return url
+    return None
+
+
+def parse_request(
+    body: bytes,
+    *,
+    patch: int = 28,
+    default_image_tokens: int = 1024,
+    max_image_tokens: int = 16384,
+    default_max_tokens: int = 256,
+) -> RequestInfo:
+    """Read a chat/completions or completions body. Raises RequestError on garbage."""
+    if not body:
+        raise RequestError("empty request body (a JSON object was expected)")
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(f"request body is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise RequestError("request body must be a JSON object")
+    model = doc.get("model", "")
+    if not isinstance(model, str):
+        raise RequestError("'model' must be a string")
+    chars = 0
+    images: list[ImageEstimate] = []
+    messages = doc.get("messages")
+    if messages is not None:
+        if not isinstance(messages, list):
+            raise RequestError("'messages' must be a list")
+        for n, msg in enumerate(messages):
+            if not isinstance(msg, dict):
+                raise RequestError(f"messages[{n}] must be an object")
+            content = msg.get("content")
+            if isinstance(content, str):
+                chars += len(content)
+            elif isinstance(content, list):
+                for part in content:
+                    if not isinstance(part, dict):
+                        continue
+                    if isinstance(part.get("text"), str):
+                        chars += len(part["text"])
+                    url = _image_url(part)
+                    if part.get("type") == "image_url" or url is not None:
+                        if url is None:
+                            raise RequestError(f"messages[{n}]: image_url part without a url")
+                        images.append(
+                            _estimate_image(url, patch, default_image_tokens, max_image_tokens)
+                        )
+    else:
+        prompt = doc.get("prompt")
+        if isinstance(prompt, str):
+            chars += len(prompt)
+        elif isinstance(prompt, list):
+            chars += sum(len(p) for p in prompt if isinstance(p, str))
+            chars += 4 * sum(1 for p in prompt if isinstance(p, int))  # token ids
+        elif prompt is not None:
+            raise RequestError("'prompt' must be a string or a list")
+    out = doc.get("max_completion_tokens", doc.get("max_tokens"))
+    if out is None:
+        out = default_max_tokens
+    if isinstance(out, bool) or not isinstance(out, int) or out < 0:
+        raise RequestError("'max_tokens' must be a non-negative integer")
+    modality = "text" if not images else ("image" if len(images) == 1 else "multi-image")
+    return RequestInfo(
+        model=model,
+        modality=modality,
+        images=tuple(images),
+        text_tokens=math.ceil(chars / 4),
+        image_tokens=sum(i.tokens for i in images),
+        max_tokens=out,
+        stream=bool(doc.get("stream", False)),
+    )

@@ -1,0 +1,234 @@
+"""Assemble and run the picker: endpoint source, scraper, gRPC server (ext_proc + health)
+and the HTTP debug server. `Router` runs in a background thread with its own event loop so
+that tests and benchmarks can start and stop it in-process; `serve` blocks for the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from kvspread.settings import ConfigError
+from router.config import RouterConfig
+from router.debug import DebugServer
+from router.endpoints import Endpoint, EndpointSet
+from router.extproc import SERVICE_NAME, ExtProcServicer
+from router.metrics import RouterMetrics
+from router.picker import Picker
+
+if TYPE_CHECKING:
+    from router.kubewatch import PoolWatch
+
+__all__ = ["Router", "serve", "static_endpoints", "HEALTH_SERVICES"]
+
+log = logging.getLogger("kvspread.router")
+
+HEALTH_SERVICES = ("", "liveness", "readiness", SERVICE_NAME)
+
+
+def static_endpoints(cfg: RouterConfig) -> list[Endpoint]:
+    out = []
+    for addr in cfg.static_endpoints:
+        host, _, port = addr.rpartition(":")
+        mport = cfg.metrics_port or int(port)
+        out.append(Endpoint(address=addr, metrics_url=f"http://{host}:{mport}{cfg.metrics_path}"))
+    return out
+
+
+class Router:
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self.metrics = RouterMetrics()
+        self.endpoints = EndpointSet(
+            interval_s=cfg.interval_s,
+            stale_after_s=cfg.stale_after_s,
+            timeout_s=cfg.timeout_s,
+            signals_stale_after_s=cfg.signals_stale_after_s,
+        )
+        self.picker = Picker(cfg, self.endpoints, self.metrics)
+        self.watch: PoolWatch | None = None
+        self.grpc_port = 0
+        self.http_port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._debug: DebugServer | None = None
+
+    def ready(self) -> bool:
+        return self.endpoints.synced
+
+    def _credentials(self) -> grpc.ServerCredentials | None:
+        if not self.cfg.tls_cert:
+            return None
+        try:
+            cert = Path(self.cfg.tls_cert).read_bytes()
+            key = Path(str(self.cfg.tls_key)).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"server.tls_cert/tls_key: cannot read: {exc}") from exc
+        return grpc.ssl_server_credentials([(key, cert)])
+
+    async def _serve(self) -> None:
+        n = self.cfg.max_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", n),
+                ("grpc.max_send_message_length", n),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.picker), server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        bind = f"{self.cfg.host}:{self.cfg.grpc_port}"
+        creds = self._credentials()
+        try:
+            port = server.add_secure_port(bind, creds) if creds else server.add_insecure_port(bind)
+        except RuntimeError as exc:  # grpcio's "Failed to bind"
+            raise ConfigError(f"server.grpc_port: cannot listen on {bind} (in use?)") from exc
+        if port == 0:
+            raise ConfigError(f"server.grpc_port: cannot listen on {bind} (in use?)")
+        self.grpc_port = port
+        await server.start()
+        self._server = server
+        await self._set_health()
+        self._started.set()
+        while True:  # readiness follows the endpoint set
+            await asyncio.sleep(0.2)
+            await self._set_health()
+
+    async def _set_health(self) -> None:
+        assert self._health is not None
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        ready = serving if self.ready() else not_serving
+        await self._health.set("", serving)
+        await self._health.set("liveness", serving)
+        await self._health.set("readiness", ready)
+        await self._health.set(SERVICE_NAME, ready)
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            self._error = exc
+            self._started.set()
+        finally:
+            loop.close()
+
+    def start(self) -> Router:
+        """Bind both servers first (a port in use fails before anything runs), then start
+        the endpoint source and the scraper."""
+        _check_free(self.cfg.host, self.cfg.grpc_port, "server.grpc_port")
+        try:
+            self._debug = DebugServer(
+                self.cfg.host,
+                self.cfg.http_port,
+                self.picker,
+                self.endpoints,
+                self.metrics,
+                self.ready,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"server.http_port: cannot listen on {self.cfg.host}:{self.cfg.http_port}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        self.http_port = self._debug.port
+        self._thread = threading.Thread(target=self._thread_main, name="router-grpc", daemon=True)
+        self._thread.start()
+        self._started.wait(30)
+        if self._error is not None:
+            self.stop()
+            raise self._error
+        self._debug.start()
+        if self.cfg.mode == "static":
+            self.endpoints.replace(static_endpoints(self.cfg))
+        else:
+            from router.kubewatch import PoolWatch
+
+            self.watch = PoolWatch(self.cfg, self.endpoints)
+            self.watch.start()
+        self.endpoints.start()
+        if self._loop is not None:  # readiness now, not at the next 0.2 s refresh
+            asyncio.run_coroutine_threadsafe(self._set_health(), self._loop).result(5)
+        log.info(
+            "router serving",
+            extra={
+                "kv": {
+                    "grpc_port": self.grpc_port,
+                    "http_port": self.http_port,
+                    "mode": self.cfg.mode,
+                    "tls": bool(self.cfg.tls_cert),
+                }
+            },
+        )
+        return self
+
+    def stop(self) -> None:
+        loop, server = self._loop, self._server
+        if loop is not None and server is not None and loop.is_running():
+            fut = asyncio.run_coroutine_threadsafe(server.stop(0.5), loop)
+            try:
+                fut.result(5)
+            except Exception:  # noqa: BLE001 - stopping anyway
+                pass
+            loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])
+        if self._thread is not None:
+            self._thread.join(5)
+        if self.watch is not None:
+            self.watch.stop()
+        self.endpoints.stop()
+        if self._debug is not None:
+            self._debug.stop()
+            self._debug = None
+
+    def __enter__(self) -> Router:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _check_free(host: str, port: int, key: str) -> None:
+    """Fail with the key's name when the port is taken (grpcio would only log it)."""
+    if port == 0:
+        return
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"{key}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+
+
+def serve(cfg: RouterConfig) -> int:
+    """Run until SIGINT/SIGTERM."""
+    try:
+        router = Router(cfg).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot start: {exc}") from exc
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    router.stop()
+    return 0

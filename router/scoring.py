@@ -1,0 +1,246 @@
+"""The choice of one endpoint for one request. Pure: views and a request in, a `Decision`
+out, no clock, no I/O (the endpoint set and the gRPC server do those).
+
+Each eligible endpoint gets terms in [0, 1], lower is better:
+
+    load      0.4 gpu_memory_share + 0.3 min(1, streams / max_streams) + 0.3 image_token_share
+              (DESIGN.md section 4, the design notes' dynamic load weight); streams are the
+              engine's running + waiting requests plus the picks sent since its last scrape
+    queue     min(1, (waiting + picks since scrape) / queue_norm)
+    kv        KV-cache usage after adding the request's estimated tokens; 1 when they do not fit
+    modality  0 when the pod's modality serves the request's, up to 1 when it does not
+
+score = sum(weight * term). A missing number counts as the worst value (1), so that an
+endpoint that does not report something never beats one that does. Endpoints are ranked in
+tiers first: fresh with room, then fresh but saturated (queue or KV), then stale (metrics
+older than the staleness bound or never scraped), so stale or missing metrics never rank an
+endpoint above a fresh one. Context affinity: a request whose context id is bound to an
+eligible endpoint that is fresh and not saturated goes there. Shedding (429): when every
+eligible endpoint is fresh and has at least `shed_queue` requests waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from router.request import RequestInfo
+
+__all__ = [
+    "EndpointView",
+    "ScoringConfig",
+    "Decision",
+    "Candidate",
+    "choose",
+    "modality_term",
+    "REASONS",
+]
+
+REASONS = ("context", "score", "saturated", "stale", "no-endpoint", "shed")
+"""Why an endpoint was picked (or none): the `reason` label of the picks metric."""
+
+
+@dataclass(frozen=True)
+class EndpointView:
+    """One endpoint as the scorer sees it. Absent numbers are None, never 0."""
+
+    address: str  # ip:port
+    name: str = ""
+    modality: str | None = None  # kvspread.io/modality, or derived from the node pool
+    fresh: bool = False
+    stale_reason: str = "never scraped"
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None  # 0..1
+    kv_capacity_tokens: int | None = None
+    gpu_memory_share: float | None = None  # node signals: used / total GPU memory
+    image_token_share: float | None = None
+    picks_since_scrape: int = 0
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    w_load: float = 1.0
+    w_queue: float = 1.0
+    w_kv: float = 1.0
+    w_modality: float = 0.5
+    load_memory: float = 0.4
+    load_streams: float = 0.3
+    load_image: float = 0.3
+    max_streams: float = 64.0
+    queue_norm: float = 16.0
+    saturation_queue: float = 8.0
+    saturation_kv: float = 0.95
+    shed_queue: float = 0.0  # 0 disables shedding
+    fallbacks: int = 2
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One eligible endpoint's terms, for the explanation."""
+
+    address: str
+    name: str
+    tier: int  # 0 fresh with room, 1 fresh saturated, 2 stale
+    score: float
+    terms: dict[str, float]
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "address": self.address,
+            "name": self.name,
+            "tier": ("fresh", "saturated", "stale")[self.tier],
+            "score": round(self.score, 4),
+            "terms": {k: round(v, 4) for k, v in self.terms.items()},
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: int  # 200 picked, 503 none eligible, 429 shed
+    reason: str
+    chosen: str | None = None
+    fallbacks: tuple[str, ...] = ()
+    candidates: tuple[Candidate, ...] = ()
+    excluded: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def destination(self) -> str:
+        """The header / metadata value: chosen endpoint then fallbacks, comma-separated."""
+        return ",".join(((self.chosen,) if self.chosen else ()) + self.fallbacks)
+
+
+# Request modality -> pod modality -> mismatch (0 serves it well, 1 does not fit).
+_AFFINITY: dict[str, dict[str, float]] = {
+    "text": {"text": 0.0, "mixed": 0.25, "image": 0.5, "multi-image": 0.5, "audio": 1.0},
+    "image": {"image": 0.0, "multi-image": 0.0, "mixed": 0.25, "text": 1.0, "audio": 1.0},
+    "multi-image": {"multi-image": 0.0, "image": 0.25, "mixed": 0.5, "text": 1.0, "audio": 1.0},
+}
+
+
+def modality_term(request_modality: str, pod_modality: str | None) -> float:
+    """Mismatch of a pod's modality for a request; an unlabelled pod counts as text."""
+    table = _AFFINITY.get(request_modality, _AFFINITY["text"])
+    return table.get(pod_modality or "text", 1.0)
+
+
+def _clip(x: float) -> float:
+    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+
+
+def _terms(
+    ep: EndpointView, req: RequestInfo, cfg: ScoringConfig
+) -> tuple[dict[str, float], bool, str]:
+    """(terms, saturated, note) of one endpoint."""
+    notes = []
+    mem = 1.0 if ep.gpu_memory_share is None else _clip(ep.gpu_memory_share)
+    if ep.gpu_memory_share is None:
+        notes.append("no GPU memory signal")
+    img = 1.0 if ep.image_token_share is None else _clip(ep.image_token_share)
+    if ep.fresh and ep.running is not None and ep.waiting is not None:
+        streams = ep.running + ep.waiting + ep.picks_since_scrape
+        streams_term = _clip(streams / cfg.max_streams)
+    else:
+        streams_term = 1.0
+    load = cfg.load_memory * mem + cfg.load_streams * streams_term + cfg.load_image * img
+    if ep.fresh and ep.waiting is not None:
+        queued = ep.waiting + ep.picks_since_scrape
+        queue = _clip(queued / cfg.queue_norm)
+    else:
+        queued, queue = None, 1.0
+    no_room = False
+    if ep.fresh and ep.kv_usage is not None:
+        usage = _clip(ep.kv_usage)
+        if ep.kv_capacity_tokens:
+            free = (1.0 - usage) * ep.kv_capacity_tokens
+            if req.total_tokens > free:
+                no_room = True
+                notes.append(f"{req.total_tokens} tokens do not fit {int(free)} free")
+                kv = 1.0
+            else:
+                kv = _clip(usage + req.total_tokens / ep.kv_capacity_tokens)
+        else:
+            kv = usage
+    else:
+        usage, kv = None, 1.0
+    mod = modality_term(req.modality, ep.modality)
+    saturated = (
+        no_room
+        or (queued is not None and queued >= cfg.saturation_queue)
+        or (usage is not None and usage >= cfg.saturation_kv)
+    )
+    terms = {"load": load, "queue": queue, "kv": kv, "modality": mod}
+    return terms, saturated, "; ".join(notes)
+
+
+def choose(
+    req: RequestInfo,
+    endpoints: list[EndpointView],
+    cfg: ScoringConfig,
+    *,
+    subset: list[str] | None = None,
+    context_endpoint: str | None = None,
+) -> Decision:
+    """Pick an endpoint (and fallbacks) for `req` among `endpoints`.
+
+    `subset` is the gateway's hint: only those addresses are eligible (an empty list means
+    no endpoint). `context_endpoint` is where the request's context id is bound.
+    """
+    excluded: dict[str, str] = {}
+    eligible = endpoints
+    if subset is not None:
+        allowed = set(subset)
+        eligible = [e for e in endpoints if e.address in allowed]
+        for e in endpoints:
+            if e.address not in allowed:
+                excluded[e.address] = "not in the gateway's subset hint"
+    if not eligible:
+        msg = (
+            "no ready endpoint in the gateway's subset hint"
+            if subset is not None
+            else "no ready endpoint in the pool"
+        )
+        return Decision(503, "no-endpoint", excluded=excluded, message=msg)
+    cands: list[Candidate] = []
+    for ep in eligible:
+        terms, saturated, note = _terms(ep, req, cfg)
+        score = (
+            cfg.w_load * terms["load"]
+            + cfg.w_queue * terms["queue"]
+            + cfg.w_kv * terms["kv"]
+            + cfg.w_modality * terms["modality"]
+        )
+        tier = 2 if not ep.fresh else (1 if saturated else 0)
+        if not ep.fresh:
+            note = "; ".join(x for x in (ep.stale_reason, note) if x)
+        cands.append(Candidate(ep.address, ep.name, tier, score, terms, note))
+    cands.sort(key=lambda c: (c.tier, c.score, c.address))
+    by_addr = {e.address: e for e in eligible}
+    if cfg.shed_queue > 0 and all(
+        e.fresh and e.waiting is not None and e.waiting >= cfg.shed_queue for e in eligible
+    ):
+        return Decision(
+            429,
+            "shed",
+            candidates=tuple(cands),
+            excluded=excluded,
+            message=f"every endpoint has at least {cfg.shed_queue:g} requests waiting",
+        )
+    chosen = cands[0]
+    reason = ("score", "saturated", "stale")[chosen.tier]
+    if context_endpoint is not None and context_endpoint in by_addr:
+        bound = next(c for c in cands if c.address == context_endpoint)
+        if bound.tier == 0:
+            chosen, reason = bound, "context"
+    rest = [c.address for c in cands if c.address != chosen.address]
+    return Decision(
+        200,
+        reason,
+        chosen=chosen.address,
+        fallbacks=tuple(rest[: max(0, cfg.fallbacks)]),
+        candidates=tuple(cands),
+        excluded=excluded,
+    )

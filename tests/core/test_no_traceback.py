@@ -1,0 +1,241 @@
+"""Every subcommand, fed bad input, prints one line saying what is wrong and exits non-zero.
+
+Each case runs the real command in a subprocess (`python -m kvspread ...`) with no cluster
+credentials ($HOME and $KUBECONFIG point at nothing), so what a user sees is what is tested:
+no Python traceback, a non-zero exit, and the message that names the problem.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+from kvspread.preflight import check_output_dir, check_port, check_tls_pair
+from kvspread.settings import ConfigError
+
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def taken_port() -> Iterator[int]:
+    """A port some other process listens on, on every address (as a stray server would)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("bad")
+    notpem = d / "not.pem"
+    notpem.write_text("this is not a certificate\n")
+    garbage = d / "kubeconfig"
+    garbage.write_text("{{{ not yaml")
+    badyaml = d / "bad.yaml"
+    badyaml.write_text("server: [unclosed\n")
+    home = d / "home"
+    home.mkdir()
+    return {
+        "notpem": str(notpem),
+        "garbage": str(garbage),
+        "badyaml": str(badyaml),
+        "missing": str(d / "missing.yaml"),
+        "home": str(home),
+    }
+
+
+# (argv, a piece of the message); {notpem}, {port}, ... are filled in per run.
+CASES: list[tuple[list[str], str]] = [
+    (["--no-such-flag"], "unrecognized arguments"),
+    (["nope"], "invalid choice"),
+    # extender
+    (["extender", "serve"], "--standalone"),
+    (["extender", "serve", "--kubeconfig", "{missing}"], "--kubeconfig"),
+    (["extender", "serve", "--kubeconfig", "{garbage}"], "--kubeconfig"),
+    (
+        ["extender", "serve", "--standalone", "--tls-cert", "{notpem}", "--tls-key", "{notpem}"],
+        "not a PEM certificate",
+    ),
+    (["extender", "serve", "--standalone", "--tls-cert", "{notpem}"], "tls_key"),
+    (["extender", "serve", "--standalone", "--port", "{port}"], "already in use"),
+    (["extender", "serve", "--standalone", "--port", "{port}", "--host", "0.0.0.0"], "in use"),
+    (["extender", "serve", "--standalone", "--port", "x"], "--port"),
+    (["extender", "serve", "--standalone", "--host", "192.0.2.77"], "not an address"),
+    (["extender", "serve", "--standalone", "--config", "{missing}"], "missing.yaml"),
+    (["extender", "serve", "--standalone", "--config", "{badyaml}"], "bad.yaml"),
+    (["extender", "serve", "--standalone", "--ledger-ttl", "soon"], "ledger"),
+    # adapter
+    (
+        ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--secure-port", "{port}"],
+        "--secure-port {port}: 0.0.0.0:{port} is already in use",
+    ),
+    (
+        ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--otlp-port", "{port}"],
+        "--otlp-port {port}",
+    ),
+    (
+        [
+            "adapter",
+            "serve",
+            "--tls-cert-file",
+            "{notpem}",
+            "--tls-private-key-file",
+            "{notpem}",
+            "--requestheader-client-ca-file",
+            "{missing}",
+        ],
+        "--tls-cert-file {notpem} / --tls-private-key-file {notpem}: not a PEM",
+    ),
+    (["adapter", "serve", "--secure-port", "0", "--otlp-port", "0"], "request-header CA"),
+    (["adapter", "serve", "--kubeconfig", "{missing}"], "--kubeconfig"),
+    (["adapter", "serve", "--authorization-mode", "Sometimes"], "authorization_mode"),
+    (["adapter", "serve", "--config", "{badyaml}"], "bad.yaml"),
+    # collector
+    (
+        ["collector", "run", "--standalone", "--no-bpf", "--no-nvml", "--port", "{port}"],
+        "--port {port}: 0.0.0.0:{port} is already in use",
+    ),
+    (["collector", "run", "--kubeconfig", "{missing}", "--no-bpf", "--no-nvml"], "--kubeconfig"),
+    (["collector", "run", "--port", "many"], "port"),
+    (["collector", "run", "--config", "{missing}"], "missing.yaml"),
+    # simulate
+    (["simulate", "--out", "/etc/hostname/x"], "a parent of it is a file"),
+    (["simulate", "placement", "--out", "/etc/hostname/x"], "a parent of it is a file"),
+    (["simulate", "placement", "--out", "/sys/kvspread-test/report"], "cannot write"),
+    (["simulate", "placement", "--out", "/etc/hostname"], "it is a file, not a folder"),
+    (["simulate", "placement", "--trace", "{missing}"], "--trace"),
+    (["simulate", "placement", "--seeds", "many"], "--seeds"),
+    (["simulate", "placement", "--policies", "best"], "--policies"),
+    (["simulate", "placement", "--stop-at", "-5"], "--stop-at"),
+    (["simulate", "placement", "--jobs", "0"], "--jobs"),
+    (["simulate", "serving", "--out", "/etc/hostname/x"], "a parent of it is a file"),
+    (["simulate", "serving", "--config", "{missing}"], "missing.yaml"),
+    (["simulate", "serving", "--config", "{badyaml}"], "bad.yaml"),
+]
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    return text.format(**values)
+
+
+@pytest.mark.parametrize("argv,expect", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_is_one_line_not_a_traceback(
+    argv: list[str], expect: str, files: dict[str, str], taken_port: int, tmp_path: Path
+) -> None:
+    values = {**files, "port": str(taken_port)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("KVSPREAD_") and k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+    }
+    env.update(HOME=files["home"], KUBECONFIG=os.path.join(files["home"], "none"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvspread", *(_fill(a, values) for a in argv)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output, output
+    assert proc.returncode != 0, output
+    # the message is the last line on stderr (JSON log lines may precede it), and only one
+    last = proc.stderr.strip().splitlines()[-1]
+    assert _fill(expect, values) in last, proc.stderr
+    assert not last.startswith("{"), proc.stderr
+    for started in ("extender serving", "adapter serving", "collector listening"):
+        assert started not in output, f"it started serving before failing: {output}"
+    assert not list(tmp_path.iterdir()), "a failed run left files behind"
+
+
+def test_port_check_skips_ephemeral_and_passes_a_free_port() -> None:
+    check_port("127.0.0.1", 0, "--port")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    check_port("127.0.0.1", free, "--port")
+
+
+def test_tls_pair_accepts_a_real_pair_and_rejects_a_mismatched_key(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    one, two = ca.issue_cert("one.test"), ca.issue_cert("two.test")
+    cert, key, other_key = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "k2.pem"
+    one.cert_chain_pems[0].write_to_path(str(cert))
+    one.private_key_pem.write_to_path(str(key))
+    two.private_key_pem.write_to_path(str(other_key))
+    check_tls_pair(str(cert), str(key), "--tls-cert", "--tls-key")
+    check_tls_pair(None, None, "--tls-cert", "--tls-key")
+    with pytest.raises(ConfigError, match="matching private key"):
+        check_tls_pair(str(cert), str(other_key), "--tls-cert", "--tls-key")
+    with pytest.raises(ConfigError, match="--tls-key .*: no such file"):
+        check_tls_pair(str(cert), str(tmp_path / "none"), "--tls-cert", "--tls-key")
+
+
+def test_output_dir_is_created_and_left_empty(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b"
+    check_output_dir(out, "--out")
+    assert out.is_dir() and not list(out.iterdir())
+
+
+HELP_COMMANDS = [
+    [],
+    ["extender", "serve"],
+    ["adapter", "serve"],
+    ["collector", "run"],
+    ["simulate"],
+    ["simulate", "placement"],
+    ["simulate", "serving"],
+]
+
+
+@pytest.mark.parametrize("cmd", HELP_COMMANDS, ids=lambda c: " ".join(c) or "kvspread")
+def test_help_shows_percent_signs_once(cmd: list[str], capsys: pytest.CaptureFixture) -> None:
+    """argparse %-formats help= strings but not descriptions: a '%%' there is printed as is."""
+    from kvspread.cli import main
+
+    with pytest.raises(SystemExit):
+        main([*cmd, "--help"], environ={})
+    out = capsys.readouterr().out
+    assert "%%" not in out
+    if cmd == ["simulate", "placement"]:
+        assert "130 % of capacity" in out
+
+
+def test_adapter_names_the_serving_certificate_not_the_client_ca(tmp_path: Path) -> None:
+    """Started without the CLI (tests, embedders), a bad serving pair is still named as such."""
+    import asyncio
+
+    from metrics_adapter.config import AdapterConfig
+    from metrics_adapter.server import Adapter
+
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    config = AdapterConfig.from_mapping(
+        {
+            "tls_cert_file": str(bad),
+            "tls_private_key_file": str(bad),
+            "requestheader_client_ca_file": str(ca_file),
+            "authorization_mode": "AlwaysAllow",
+            "secure_port": 0,
+            "otlp_port": 0,
+        }
+    )
+    adapter = Adapter(config)
+    with pytest.raises(ConfigError) as info:
+        asyncio.run(adapter.start())
+    assert "tls_cert_file" in str(info.value)
+    assert "request-header" not in str(info.value)

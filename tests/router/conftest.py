@@ -1,0 +1,113 @@
+"""Fixtures of the router tests: fake engines and an in-process picker on free ports."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from router.config import RouterConfig
+from router.run import Router
+from tests.fake_kube import make_pod
+from tests.router.fake_engine import FakeEngine
+
+
+@pytest.fixture
+def engines() -> Iterator[Callable[..., list[FakeEngine]]]:
+    started: list[FakeEngine] = []
+
+    def make(*names: str) -> list[FakeEngine]:
+        out = [FakeEngine(n).start() for n in names]
+        started.extend(out)
+        return out
+
+    yield make
+    for e in started:
+        e.stop()
+
+
+def router_config(static: list[str] | None = None, **sections: Any) -> RouterConfig:
+    doc: dict[str, Any] = {
+        "server": {"grpc_port": 0, "http_port": 0},
+        "metrics": {"interval_s": 0.1, "stale_after_s": 1.0, "timeout_s": 0.5},
+    }
+    if static is not None:
+        doc["endpoints"] = {"static": ",".join(static)}
+    for key, value in sections.items():
+        doc.setdefault(key, {}).update(value)
+    return RouterConfig.from_mapping(doc)
+
+
+def wait_fresh(router: Router, n: int, timeout: float = 10.0) -> None:
+    """Until n endpoints have fresh metrics from a scrape that started after now."""
+    deadline = time.monotonic() + timeout
+    first = router.endpoints.scrapes
+    while time.monotonic() < deadline:
+        views = router.endpoints.views()
+        if (
+            router.endpoints.scrapes >= first + n
+            and len(views) == n
+            and all(v.fresh for v in views)
+        ):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"endpoints not fresh: {router.endpoints.views()}")
+
+
+@pytest.fixture
+def start_router() -> Iterator[Callable[[RouterConfig], Router]]:
+    running: list[Router] = []
+
+    def start(cfg: RouterConfig) -> Router:
+        r = Router(cfg).start()
+        running.append(r)
+        return r
+
+    yield start
+    for r in running:
+        r.stop()
+
+
+# --- cluster helpers: pods of an InferencePool on 127.0.0.N sharing one port ------------
+GROUP_VERSION = "inference.networking.k8s.io/v1"
+
+
+def shared_port(hosts: list[str]) -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((hosts[0], 0))
+            port = s.getsockname()[1]
+        try:
+            for h in hosts:
+                with socket.socket() as t:
+                    t.bind((h, port))
+            return int(port)
+        except OSError:
+            continue
+    raise RuntimeError("no port free on every loopback address")
+
+
+def ready_pod(name: str, ip: str, node: str, labels: dict[str, str], ready: bool = True) -> dict:
+    pod = make_pod(name, "llm", node_name=node, labels=labels)
+    pod["status"] = {
+        "phase": "Running",
+        "podIP": ip,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
+    return pod
+
+
+def pool(port: int, selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": GROUP_VERSION,
+        "kind": "InferencePool",
+        "metadata": {"name": "qwen-vl", "namespace": "llm"},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "targetPorts": [{"number": port}],
+            "endpointPickerRef": {"name": "kvspread-router", "port": {"number": 9002}},
+        },
+    }

@@ -1,0 +1,175 @@
+"""FakeEngine: a stand-in for one vLLM server, for the router tests only (no GPU here).
+
+It serves, over real HTTP on 127.0.0.1:
+- GET /metrics: vLLM 0.11-format exposition (the gauge names and the cache_config_info
+  line as in tests/fixtures/engine-metrics/vllm-0.11-metrics.txt) whose waiting/running
+  requests and KV usage the test sets (`set(waiting=, running=, kv=)`), or a 500 when
+  `metrics_broken` is set;
+- POST /v1/chat/completions and /v1/completions: an OpenAI-style SSE stream (`chunks`
+  `data: {...}` events then `data: [DONE]`) naming the fake in every event, or one JSON
+  object when the body does not ask for `stream`.
+
+`requests` records (path, headers, body length) of every completion request it served.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["FakeEngine", "vllm_metrics", "MODEL"]
+
+MODEL = "Qwen/Qwen2-VL-7B-Instruct"
+
+
+def vllm_metrics(waiting: float, running: float, kv: float, blocks: int, block_size: int) -> str:
+    labels = f'engine="0",model_name="{MODEL}"'
+    return (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{labels}}} {running}\n"
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f"vllm:num_requests_waiting{{{labels}}} {waiting}\n"
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        f"vllm:kv_cache_usage_perc{{{labels}}} {kv}\n"
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        f'vllm:cache_config_info{{block_size="{block_size}",engine="0",'
+        f'num_gpu_blocks="{blocks}"}} 1.0\n'
+    )
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # the stdlib's 5 refuses connections under a burst
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that went away mid-answer is not the fake's concern
+
+
+class FakeEngine:
+    def __init__(self, name: str, chunks: int = 5, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.name = name
+        self.chunks = chunks
+        self.waiting = 0.0
+        self.running = 0.0
+        self.kv = 0.1
+        self.blocks = 27434
+        self.block_size = 16
+        self.metrics_broken = False
+        self.requests: list[tuple[str, dict[str, str], int]] = []
+        self._lock = threading.Lock()
+        self._server = _Server((host, port), self._handler())
+        self.port = self._server.server_address[1]
+        self.address = f"{host}:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def set(
+        self, *, waiting: float | None = None, running: float | None = None, kv: float | None = None
+    ) -> None:
+        with self._lock:
+            if waiting is not None:
+                self.waiting = waiting
+            if running is not None:
+                self.running = running
+            if kv is not None:
+                self.kv = kv
+
+    def served(self) -> int:
+        with self._lock:
+            return len(self.requests)
+
+    def start(self) -> FakeEngine:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _metrics_text(self) -> str:
+        with self._lock:
+            return vllm_metrics(self.waiting, self.running, self.kv, self.blocks, self.block_size)
+
+    def _record(self, path: str, headers: dict[str, str], size: int) -> None:
+        with self._lock:
+            self.requests.append((path, headers, size))
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path != "/metrics":
+                    self.send_error(404)
+                    return
+                if fake.metrics_broken:
+                    self.send_error(500, "metrics broken on purpose")
+                    return
+                body = fake._metrics_text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802
+                n = int(self.headers.get("Content-Length", "0") or 0)
+                raw = self.rfile.read(n) if n else self._read_chunked()
+                fake._record(self.path, {k.lower(): v for k, v in self.headers.items()}, len(raw))
+                try:
+                    doc = json.loads(raw or b"{}")
+                except ValueError:
+                    doc = {}
+                if not doc.get("stream"):
+                    body = json.dumps(
+                        {"object": "chat.completion", "served_by": fake.name, "bytes": len(raw)}
+                    ).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(fake.chunks):
+                    event = {
+                        "object": "chat.completion.chunk",
+                        "served_by": fake.name,
+                        "choices": [{"index": 0, "delta": {"content": f"tok{i} "}}],
+                    }
+                    self._chunk(f"data: {json.dumps(event)}\n\n".encode())
+                self._chunk(b"data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _read_chunked(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                    return b""
+                out = bytearray()
+                while True:
+                    size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                    if size == 0:
+                        self.rfile.readline()
+                        return bytes(out)
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+
+        return Handler

