@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -521,7 +522,9 @@ class Agent:
             return False
         if self.publisher is None:
             write = channel_writer(c.publish.channel, self._api, c.node_name)
-            self.publisher = Publisher(c.publish, write, lambda s: fit_signals(s)[1])
+            # heartbeat jitter seeded by the node: spread across nodes, reproducible per node
+            rng = random.Random(c.node_name)
+            self.publisher = Publisher(c.publish, write, lambda s: fit_signals(s)[1], rng)
         try:
             ok, why = self.publisher.offer(sig)
         except Exception as exc:  # noqa: BLE001 - API errors: retry next cycle
