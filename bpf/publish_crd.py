@@ -17,7 +17,12 @@ from typing import Any
 from bpf.publish import patch_node_annotation
 from kvspread import nodesignals as ns
 
-__all__ = ["NodeSignalsWriter", "channel_writer"]
+__all__ = ["NodeSignalsWriter", "PublishError", "channel_writer"]
+
+
+class PublishError(RuntimeError):
+    """A write that cannot succeed until someone acts; the message says what to do."""
+
 
 _TIMEOUT_S = 10
 
@@ -67,7 +72,14 @@ class NodeSignalsWriter:
     def _create(self, document: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        node = self._core.read_node(self.node, _request_timeout=_TIMEOUT_S)
+        try:
+            node = self._core.read_node(self.node, _request_timeout=_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise PublishError(
+                    f"Node {self.node!r} not found: check NODE_NAME (the downward API)"
+                ) from None
+            raise
         uid = node.metadata.uid if node.metadata is not None else None
         body = ns.build_resource(self.node, uid or "", document)
         try:
@@ -76,6 +88,11 @@ class NodeSignalsWriter:
             )
             self.creates += 1
         except ApiException as exc:
+            if exc.status == 404:
+                raise PublishError(
+                    f"no {ns.CRD_NAME} resource on the API server: install the CRD "
+                    "(kubectl apply -k manifests/crds) or set publish.channel: annotation"
+                ) from None
             if exc.status != 409:
                 raise
             self._patch(document)

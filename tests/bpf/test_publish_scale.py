@@ -10,7 +10,7 @@ import pytest
 
 from bench.publish_scale import simulate
 from bpf.publish import PublishConfig
-from bpf.publish_crd import NodeSignalsWriter, channel_writer
+from bpf.publish_crd import NodeSignalsWriter, PublishError, channel_writer
 from bpf.publisher import TokenBucket
 from extender.config import DEFAULT_STALE_AFTER_S
 from kvspread import nodesignals as ns
@@ -121,14 +121,23 @@ def test_writer_race_on_create_falls_back_to_patch() -> None:
         assert _stored(api, "gpu-1")["spec"]["document"] == '{"v":1,"ts":1.0}'  # type: ignore[index]
 
 
-def test_writer_without_its_node_raises_for_the_agent_to_report() -> None:
-    from kubernetes.client.exceptions import ApiException
-
+def test_writer_without_its_node_says_what_to_check() -> None:
     with FakeKubeApi() as api:
         write = channel_writer("nodesignals", lambda: api_client(server=api.url), "ghost")
-        with pytest.raises(ApiException) as exc:
+        with pytest.raises(PublishError, match="Node 'ghost' not found: check NODE_NAME"):
             write('{"v":1,"ts":1.0}')
-        assert exc.value.status == 404 and _stored(api, "ghost") is None
+        assert _stored(api, "ghost") is None
+
+
+def test_writer_without_the_crd_says_how_to_install_it() -> None:
+    with FakeKubeApi() as api:
+        api.put(make_node("gpu-1"))
+        # an API server without the CRD answers 404 on every nodesignals path
+        api.fail_next(404, method="PATCH", path_prefix="/apis/kvspread.io/")
+        api.fail_next(404, method="POST", path_prefix="/apis/kvspread.io/")
+        write = NodeSignalsWriter(api_client(server=api.url), "gpu-1")
+        with pytest.raises(PublishError, match=r"kubectl apply -k manifests/crds"):
+            write('{"v":1,"ts":1.0}')
 
 
 def test_annotation_channel_patches_the_node() -> None:
