@@ -35,6 +35,12 @@ def resource(api: FakeKubeApi, clock: FakeClock, node: str, used: float) -> dict
     return api.put(ns.build_resource(node, uid, doc(clock, node, used)))
 
 
+def fast(url: str) -> ExtenderConfig:
+    """Short watches and backoff against the fake API server."""
+    kube = {"api_server": url, "watch_timeout_s": 2, "backoff_base_s": 0.05, "backoff_max_s": 0.2}
+    return ExtenderConfig.from_mapping({"kubernetes": kube})
+
+
 @pytest.fixture
 def cluster() -> Iterator[tuple[FakeKubeApi, Running, FakeClock]]:
     clock = FakeClock()
@@ -43,17 +49,7 @@ def cluster() -> Iterator[tuple[FakeKubeApi, Running, FakeClock]]:
         api.put(make_node("n1"))
         api.put(make_node("n2", annotations={names.ANNOTATION_SIGNALS: doc(clock, "n2", 60000)}))
         resource(api, clock, "n1", 1000)
-        cfg = ExtenderConfig.from_mapping(
-            {
-                "kubernetes": {
-                    "api_server": api.url,
-                    "watch_timeout_s": 2,
-                    "backoff_base_s": 0.05,
-                    "backoff_max_s": 0.2,
-                }
-            }
-        )
-        running = build(cfg, clock)
+        running = build(fast(api.url), clock)
         assert [r.name for r in running.reflectors] == ["nodes", "pods", "nodesignals"]
         running.start()
         try:
@@ -112,10 +108,7 @@ def test_readiness_waits_for_the_nodesignals_list() -> None:
         api.put(make_node("n1"))
         # the CRD not installed yet: the list answers 404 a few times
         api.fail_next(404, path_prefix="/apis/kvspread.io/", count=3, watch=False)
-        cfg = ExtenderConfig.from_mapping(
-            {"kubernetes": {"api_server": api.url, "backoff_base_s": 0.05, "backoff_max_s": 0.1}}
-        )
-        running = build(cfg, clock)
+        running = build(fast(api.url), clock)
         running.start()
         try:
             assert api.wait_for(running.ready, 10)
