@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -38,7 +38,8 @@ from bpf.node import (
     fit_signals,
     image_token_share,
 )
-from bpf.publish import patch_node_annotation, should_publish
+from bpf.publish_crd import channel_writer
+from bpf.publisher import Publisher
 from bpf.server import CollectorServer
 from bpf.state import CollectorState, EngineReading
 from bpf.tracker import ConnTracker, RequestRecord
@@ -123,6 +124,7 @@ class Agent:
         self.state.pod_of_pid = self.attributor.resolve
         self._tracker_lock = threading.Lock()  # event thread feeds, signals thread reads
         self.last_published: NodeSignals | None = None
+        self.publisher: Publisher | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(PrometheusCollector(self.state, config.node_name))  # type: ignore[arg-type]
         self.otlp: OtlpExporter | None = None
@@ -558,23 +560,28 @@ class Agent:
         return sig
 
     def publish(self, sig: NodeSignals) -> bool:
-        """Write the annotation when `should_publish` says so; True when written."""
+        """Write the signals (NodeSignals resource or Node annotation, `publish.channel`)
+        when the publisher's limits allow it; True when written."""
         c = self.config
         if c.standalone or not c.node_name:
             return False
-        ok, why = should_publish(self.last_published, sig, sig.ts, c.publish)
-        if not ok:
-            return False
-        _, text = fit_signals(sig)
+        if self.publisher is None:
+            write = channel_writer(c.publish.channel, self._api, c.node_name)
+            # heartbeat jitter seeded by the node: spread across nodes, reproducible per node
+            rng = random.Random(c.node_name)
+            self.publisher = Publisher(c.publish, write, lambda s: fit_signals(s)[1], rng)
         try:
-            patch_node_annotation(self._api(), c.node_name, text)
+            ok, why = self.publisher.offer(sig)
         except Exception as exc:  # noqa: BLE001 - API errors: retry next cycle
             self.state.publish_failures += 1
-            self._source("kubernetes", False, f"annotation patch failed: {exc}".splitlines()[0])
+            what = "annotation patch" if c.publish.channel == "annotation" else "NodeSignals write"
+            self._source("kubernetes", False, f"{what} failed: {exc}".splitlines()[0])
+            return False
+        if not ok:
             return False
         self.state.publishes += 1
-        self.last_published = replace(sig)
-        log.debug("signals published", extra={"kv": {"reason": why, "bytes": len(text)}})
+        self.last_published = self.publisher.last
+        log.debug("signals published", extra={"kv": {"reason": why, "channel": c.publish.channel}})
         return True
 
     def cycle(self) -> NodeSignals:

@@ -23,7 +23,7 @@ SETTINGS: list[Setting] = [
         flag="--http-ports",
     ),
     Setting(
-        "standalone", "no Kubernetes API: skip annotation publishing and pod lookups", is_flag=True
+        "standalone", "no Kubernetes API: skip signals publishing and pod lookups", is_flag=True
     ),
     Setting(
         "node_name",

@@ -19,7 +19,8 @@ YAML layout (every key optional)::
               interval_s: 5, timeout_s: 2}
     signals: {interval_s: 5, window_s: 60, tokens_per_image: 576, text_tokens_per_request: 700,
               stream_idle_s: 1}
-    publish: {min_interval_s: 10, max_interval_s: 30, mem_threshold_mib: 512}
+    publish: {channel: nodesignals, min_interval_s: 10, max_interval_s: 120, writes_per_100s: 1,
+              write_burst: 2, mem_threshold_mib: 512}
     pods: {refresh_s: 30}
     proc_root: /proc
     nice: 10                    # CPU niceness (0..19): under contention the workload wins
@@ -202,7 +203,7 @@ class CollectorConfig:
     node_name: str = ""
     """This node's name; unset: $NODE_NAME (the downward API)."""
     standalone: bool = False
-    """No Kubernetes API: no annotation publishing, no pod lookups."""
+    """No Kubernetes API: no signals publishing, no pod lookups."""
     kubeconfig: str | None = None
     """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
     kube_api_server: str | None = None
@@ -228,7 +229,7 @@ class CollectorConfig:
     signals: SignalsConfig = SignalsConfig()
     """Node signal computation."""
     publish: PublishConfig = field(default_factory=PublishConfig)
-    """When the node annotation is rewritten."""
+    """Where and when the node signals are written."""
     pods: PodsConfig = PodsConfig()
     """Pod lookups."""
     proc_root: Path = Path("/proc")

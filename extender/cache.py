@@ -3,8 +3,11 @@
 `ClusterState` (the default) holds what the list+watch reflectors
 (`kvspread.kube.Reflector`) deliver: `NodeInfo` by node, `PodInfo` of the GPU/kvspread
 pods bound to each node, and a `NodeTable` row per node with the `NodeState` the scorer
-needs (rebuilt for a node whenever its Node, its pods or its ledger entries change).
-`ready` turns true after the first full list of both.
+needs (rebuilt for a node whenever its Node, its pods, its NodeSignals or its ledger
+entries change). `ready` turns true after the first full list of both (and of the
+NodeSignals resources when `watch_node_signals()` was called: a node's NodeSignals stands
+in for its annotation, extender/signals_watch.py, so its signals' age, staleness and
+missing-signal tier come from whichever channel supplied them).
 
 `StaticState` serves standalone mode (no API server): it knows no node by name, builds
 the nodes of a full-NodeList request from the request body alone, and is always ready.
@@ -29,6 +32,7 @@ from extender.config import ScoringConfig
 from extender.ledger import Ledger, PodRef
 from extender.model import NodeState, PodShape
 from extender.objects import NodeInfo, PodInfo, parse_node, parse_pod
+from extender.signals_watch import ANNOTATION_SOURCE, NodeSignalsCache
 from extender.state import build_node_state
 from kvspread.clock import Clock
 
@@ -63,6 +67,10 @@ class NodeSource(Protocol):
         self, pod: PodRef, node: str, shape: PodShape, gpus: tuple[int, ...]
     ) -> None:
         """Remember that `pod` was scored best on `node`, GPU slots `gpus`."""
+        ...
+
+    def signals_source(self, node: str) -> str:
+        """Where `node`'s signals come from now, in words (explain's `signals_from`)."""
         ...
 
 
@@ -100,6 +108,10 @@ class StaticState:
     ) -> None:
         self.ledger.record(pod[0], node, shape, gpus, pod[1])
 
+    def signals_source(self, node: str) -> str:
+        # Standalone scores only nodes of a full-NodeList body: their annotation is all.
+        return f"{ANNOTATION_SOURCE} (request body)"
+
 
 class ClusterState:
     """Node and pod caches + the node table the scorer reads (see the module docstring)."""
@@ -115,13 +127,35 @@ class ClusterState:
         self._table = NodeTable()
         self.nodes_synced = False
         self.pods_synced = False
+        self.node_signals: NodeSignalsCache | None = None
+
+    def watch_node_signals(self) -> NodeSignalsCache:
+        """Take node signals from NodeSignals resources (extender/signals_watch.py) too;
+        returns the cache its reflector feeds."""
+        self.node_signals = NodeSignalsCache(self._signals_changed)
+        return self.node_signals
+
+    def _signals_of(self, info: NodeInfo) -> NodeInfo:
+        return info if self.node_signals is None else self.node_signals.apply(info)
+
+    def signals_source(self, node: str) -> str:
+        """Where `node`'s signals come from now (explain)."""
+        with self._lock:
+            info = self._nodes.get(node)
+        if self.node_signals is None:
+            return ANNOTATION_SOURCE if info is not None and info.signals_annotation else "none"
+        return self.node_signals.source(info, node)
 
     @property
     def ready(self) -> bool:
-        return self.nodes_synced and self.pods_synced
+        signals = self.node_signals is None or self.node_signals.synced
+        return self.nodes_synced and self.pods_synced and signals
 
     def synced(self) -> Mapping[str, bool]:
-        return {"nodes": self.nodes_synced, "pods": self.pods_synced}
+        out = {"nodes": self.nodes_synced, "pods": self.pods_synced}
+        if self.node_signals is not None:
+            out["nodesignals"] = self.node_signals.synced
+        return out
 
     # --- feeding ------------------------------------------------------------------------
     def replace_nodes(self, items: Iterable[dict[str, Any]]) -> None:
@@ -191,9 +225,10 @@ class ClusterState:
         self._pods_on.setdefault(pod.node_name, {})[pod.key] = pod
 
     def _state(self, info: NodeInfo, now: float, pod: PodRef | None = None) -> NodeState:
-        """The node as the scorer sees it, without `pod`'s own ledger entries."""
+        """The node as the scorer sees it (signals from its NodeSignals when it has one),
+        without `pod`'s own ledger entries."""
         return build_node_state(
-            info,
+            self._signals_of(info),
             self._pods_on.get(info.name, {}).values(),
             self.ledger.on_node(info.name, pod),
             now,
@@ -204,6 +239,12 @@ class ClusterState:
         info = self._nodes.get(name)
         if info is not None:
             self._table.set(self._state(info, self._clock.now()))
+
+    def _signals_changed(self, nodes: Iterable[str]) -> None:
+        """Rebuild the rows of nodes whose NodeSignals changed."""
+        with self._lock:
+            for name in nodes:
+                self._refresh(name)
 
     def record_placement(
         self, pod: PodRef, node: str, shape: PodShape, gpus: tuple[int, ...]

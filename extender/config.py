@@ -10,6 +10,7 @@ the known ones, a wrong type or a value out of range names its dotted key.
       port: 8888
     kubernetes:
       watch_timeout_s: 300
+      node_signals: true
     ledger:
       ttl_s: 30
     explain:
@@ -23,7 +24,7 @@ the known ones, a wrong type or a value out of range names its dotted key.
       gpu_assignment: fewest-pods
       rho_threshold: 0.35
       rho_repulsion: 2.0
-      stale_after_s: 60
+      stale_after_s: 300
       max_streams: 256
       normalisation: candidates
       shape_prior:
@@ -199,8 +200,11 @@ DEFAULT_RHO_THRESHOLD: Final = 0.35
 DEFAULT_RHO_REPULSION: Final = 2.0
 """Repulsion multiplier slope: repulsion x (1 + 2 rho) above the threshold (docs/design.md 5)."""
 
-DEFAULT_STALE_AFTER_S: Final = 60.0
-"""Signals older than this are stale: neutral score, never filtered (docs/design.md section 3)."""
+DEFAULT_STALE_AFTER_S: Final = 300.0
+"""Signals older than this are stale: neutral score, never filtered (docs/design.md section 3).
+Chosen with the collector's 120 s heartbeat (bpf/publish.py): two heartbeats and a cycle
+fit, so one lost write never makes a node stale, and 5,000 nodes heartbeat at 42 writes/s,
+under the 50 writes/s bound (docs/collector.md)."""
 
 DEFAULT_MAX_STREAMS: Final = 256
 """Streams at which a node counts as fully loaded: vLLM's default `--max-num-seqs` (256),
@@ -422,6 +426,9 @@ class KubernetesConfig:
     """First reconnect delay after a failed list or watch, seconds (doubles, with jitter)."""
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
     """Longest reconnect delay, seconds."""
+    node_signals: bool = True
+    """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
+    NodeSignals wins over its kvspread.io/signals annotation."""
 
     def validate(self) -> None:
         _positive("watch_timeout_s", self.watch_timeout_s)

@@ -19,6 +19,7 @@ from extender.config import ExtenderConfig
 from extender.ledger import Ledger
 from extender.server import create_app
 from extender.service import Extender
+from extender.signals_watch import node_signals_reflector
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.kube import Backoff, Reflector
 
@@ -60,7 +61,8 @@ def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
 
         from kvspread.kube import api_client
 
-        api = client.CoreV1Api(api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server))
+        kube = api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server)
+        api = client.CoreV1Api(kube)
         cluster = ClusterState(cfg.scoring, ledger, clock)
         state = cluster
         reflectors = [
@@ -82,6 +84,8 @@ def build(cfg: ExtenderConfig, clock: Clock = SYSTEM_CLOCK) -> Running:
                 backoff=Backoff(cfg.kubernetes.backoff_base_s, cfg.kubernetes.backoff_max_s),
             ),
         ]
+        if cfg.kubernetes.node_signals:
+            reflectors.append(node_signals_reflector(kube, cluster.watch_node_signals(), cfg))
     ext = Extender(cfg, clock, state)
     return Running(cfg, ext, create_app(ext, lambda: state.ready), state, reflectors)
 

@@ -6,7 +6,8 @@
                              (404 when `explain.enabled` is false)
     GET  /metrics            Prometheus text format
     GET  /healthz            200 while the process serves
-    GET  /readyz             200 after the first list of nodes and pods (always, standalone)
+    GET  /readyz             200 after the first list of nodes, pods and NodeSignals (when
+                             kubernetes.node_signals; always, standalone)
 
 Bodies are read raw and parsed by wire.py (no pydantic on the hot path). A body that is
 not an ExtenderArgs gets 400 with a JSON {"error": message}; one larger than
@@ -146,8 +147,9 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
     async def readyz() -> Response:
         if ready():
             return Response(content=b"ok", media_type="text/plain")
+        pending = ", ".join(r for r, done in ext.state.synced().items() if not done)
         return Response(
-            content=b"not ready: node and pod caches have not completed their first list",
+            content=f"not ready: first list not complete: {pending}".encode(),
             media_type="text/plain",
             status_code=503,
         )

@@ -283,6 +283,8 @@ class Extender:
                 if top is not None:
                     rows = rows[:top]
                 entry["scores"] = [explain(sc.node(i)) for i in rows]
+                for row in entry["scores"]:
+                    row["signals_from"] = self.state.signals_source(row["node"])
                 entry["weights"] = {t: getattr(self.scoring.weights, t) for t in TERMS}
                 entry["normalisation"] = self.scoring.normalisation
             out[verb] = entry

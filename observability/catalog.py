@@ -263,7 +263,8 @@ _SELF: Final = (
     _entry(
         names.EXTENDER_CACHE_SYNCED,
         ("resource",),
-        "1 once the node or pod cache (resource nodes, pods) finished its first list, else 0.",
+        "1 once the node, pod or NodeSignals cache (resource nodes, pods, nodesignals) finished "
+        "its first list, else 0.",
         "extender",
     ),
     _entry(

@@ -14,7 +14,7 @@ YAML shape (every key optional; defaults shown, except that exactly one of
     pool:     {name: null, namespace: default}        # watch this InferencePool
     kubernetes: {kubeconfig: null, api_server: null}
     metrics:  {interval_s: 0.5, stale_after_s: 2.0, timeout_s: 1.0,
-               signals_stale_after_s: 60}        # node kvspread.io/signals
+               signals_stale_after_s: 300}       # node kvspread.io/signals
     scoring:  {w_load: 1.0, w_queue: 1.0, w_kv: 1.0, w_modality: 0.5, load_memory: 0.4,
                load_streams: 0.3, load_image: 0.3, max_streams: 64, queue_norm: 16,
                saturation_queue: 8, saturation_kv: 0.95, shed_queue: 0, fallbacks: 2}
@@ -190,8 +190,9 @@ class MetricsConfig:
     """Metrics older than this rank the endpoint after every fresh one (>= `interval_s`)."""
     timeout_s: float = 1.0
     """Timeout of one scrape, seconds."""
-    signals_stale_after_s: float = 60.0
-    """A node's `kvspread.io/signals` older than this count as absent (the extender's bound)."""
+    signals_stale_after_s: float = 300.0
+    """A node's `kvspread.io/signals` older than this count as absent (the extender's
+    `scoring.stale_after_s`: two collector heartbeats of 120 s and a cycle)."""
 
     def validate(self) -> None:
         for key in ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s"):

@@ -102,7 +102,7 @@ class EndpointSet:
         stale_after_s: float = 2.0,
         timeout_s: float = 1.0,
         share_half_life_s: float = 60.0,
-        signals_stale_after_s: float = 60.0,
+        signals_stale_after_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         scraper: Scraper | None = None,

@@ -26,8 +26,14 @@ Served (core `/api/v1/...` and group `/apis/<group>/<version>/...` paths):
 - POST /apis/authorization.k8s.io/v1/subjectaccessreviews: answers with status.allowed /
           status.reason from `sar_decider(spec) -> (allowed, reason)` (default: allow all).
 
-Known kinds: Node, Pod, ConfigMap, Service, Namespace, Lease (coordination.k8s.io/v1);
-add others with `register_kind`.
+Known kinds: Node, Pod, ConfigMap, Service, Namespace, Lease (coordination.k8s.io/v1),
+NodeSignals (kvspread.io/v1alpha1, cluster-scoped: served under
+/apis/kvspread.io/v1alpha1/nodesignals like the API server serves a custom resource once
+its CRD is established); add others with `register_kind`.
+
+Optimistic concurrency as the API server does it: a PUT whose metadata.resourceVersion is
+set and differs from the stored one, or a PATCH that carries a different
+metadata.resourceVersion, gets 409 Conflict; without one the write is unconditional.
 
 Failure injection:
 - `compact()`: forget the event history; a watch from an older resourceVersion gets 410.
@@ -85,6 +91,8 @@ _DEFAULT_KINDS = (
     KindInfo("v1", "Service", "services", True),
     KindInfo("v1", "Namespace", "namespaces", False),
     KindInfo("coordination.k8s.io/v1", "Lease", "leases", True),
+    # kvspread's own custom resource (manifests/crds/nodesignals.yaml), cluster-scoped.
+    KindInfo("kvspread.io/v1alpha1", "NodeSignals", "nodesignals", False),
 )
 
 SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -107,7 +115,7 @@ _REASONS = {
     403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
-    409: "AlreadyExists",
+    409: "Conflict",
     410: "Expired",
     415: "UnsupportedMediaType",
     422: "Invalid",
@@ -512,6 +520,9 @@ class FakeKubeApi:
                 is_watch = query.get("watch", "").lower() in ("1", "true")
                 failure = api._take_failure(self.command, path, is_watch)
                 if failure is not None:
+                    # read the unread body: it would otherwise be taken for the next request
+                    # on this keep-alive connection
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
                     self._error(failure, f"injected failure {failure} by FakeKubeApi")
                     return
                 if path == SAR_PATH and self.command == "POST":
@@ -527,6 +538,7 @@ class FakeKubeApi:
                     return
                 route = api._route(path)
                 if route is None:
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
                     self._error(404, f"the server could not find the requested resource {path}")
                     return
                 try:
@@ -610,7 +622,8 @@ class FakeKubeApi:
                 with api._lock:
                     key = (api._key(route.kind), self._ns(route), obj["metadata"]["name"])
                     if key in api._objects:
-                        self._error(409, f'{route.kind.plural} "{key[2]}" already exists')
+                        msg = f'{route.kind.plural} "{key[2]}" already exists'
+                        self._send_json(409, _status(409, "AlreadyExists", msg))
                         return
                     stored = api._put(obj)
                 self._send_json(201, stored)
@@ -625,8 +638,29 @@ class FakeKubeApi:
                 if route.kind.namespaced:
                     obj["metadata"]["namespace"] = self._ns(route)
                 with api._lock:
+                    key = (api._key(route.kind), self._ns(route), route.name)
+                    if self._conflict(route, api._objects.get(key), obj):
+                        return
                     stored = api._put(obj)
                 self._send_json(200, stored)
+
+            def _conflict(
+                self, route: _Route, cur: dict[str, Any] | None, body: dict[str, Any]
+            ) -> bool:
+                """Answer 409 when the body's resourceVersion precondition fails."""
+                want = (body.get("metadata") or {}).get("resourceVersion")
+                if want in (None, "") or cur is None:
+                    return False
+                have = cur["metadata"].get("resourceVersion")
+                if str(want) == have:
+                    return False
+                self._error(
+                    409,
+                    f'Operation cannot be fulfilled on {route.kind.plural} "{route.name}": the '
+                    "object has been modified; please apply your changes to the latest version "
+                    "and try again",
+                )
+                return True
 
             def _patch(self, route: _Route) -> None:
                 ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -644,6 +678,8 @@ class FakeKubeApi:
                     cur = api._objects.get(key)
                     if cur is None:
                         self._error(404, f'{route.kind.plural} "{route.name}" not found')
+                        return
+                    if self._conflict(route, cur, patch):
                         return
                     merged = merge_patch(cur, patch)
                     merged["metadata"]["name"] = route.name

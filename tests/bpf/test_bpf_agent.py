@@ -22,7 +22,7 @@ from bpf.events import RTT_SLOTS, TcpStats
 from bpf.gpu import FakeGpuReader, GpuSample, GpuUnavailable, NvmlReader
 from bpf.node import MIB
 from bpf.tracker import RequestRecord
-from kvspread import names
+from kvspread import names, nodesignals
 from kvspread.clock import FakeClock
 from kvspread.signals import decode_signals
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
@@ -200,7 +200,8 @@ def _record(**kw: Any) -> RequestRecord:
     return RequestRecord(**d)
 
 
-def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
+@pytest.mark.parametrize("channel", ["nodesignals", "annotation"])
+def test_publishes_signals_to_fake_api_server(engine_url: str, channel: str) -> None:
     clock = FakeClock()
     with FakeKubeApi() as api:
         api.put(make_node("gpu-1"))
@@ -226,6 +227,7 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
             kube_api_server=api.url,
             bpf={"enabled": False},
             proc_root=Path(__file__).parent / "fixtures" / "proc",
+            publish={"channel": channel},
         )
         reader = FakeGpuReader(gpus)
         agent = Agent(cfg, gpu_reader=reader, clock=clock)
@@ -239,24 +241,37 @@ def test_publishes_signals_to_fake_api_server(engine_url: str) -> None:
         assert sig.gpus[0].kv_blocks_total == 27434  # pid 101 runs in pod vllm-0
         assert agent.state.gpu_pods == {(0, "GPU-0", "llm", "vllm-0"): 1}
         node = api.get("Node", "gpu-1")
-        doc = decode_signals(node["metadata"]["annotations"][names.ANNOTATION_SIGNALS])
+        if channel == "annotation":
+            text = node["metadata"]["annotations"][names.ANNOTATION_SIGNALS]
+            path = "/api/v1/nodes/gpu-1"
+            first = 1  # one PATCH
+        else:
+            assert names.ANNOTATION_SIGNALS not in node["metadata"]["annotations"]
+            res = api.get("NodeSignals", "gpu-1", api_version=nodesignals.API_VERSION)
+            assert res is not None
+            owner = {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"}
+            assert res["metadata"]["ownerReferences"] == [owner | {"uid": node["metadata"]["uid"]}]
+            text = res["spec"]["document"]
+            path = "/apis/kvspread.io/v1alpha1/nodesignals"
+            first = 2  # PATCH answered 404, then the create (POST)
+        doc = decode_signals(text)
         assert doc.node == "gpu-1" and doc.gpus is not None and doc.streams == 4
 
         def patches() -> int:
-            return sum(1 for m, p, _ in api.requests if m == "PATCH" and "/nodes/gpu-1" in p)
+            return sum(1 for m, p, _ in api.requests if m in ("PATCH", "POST") and path in p)
 
-        assert patches() == 1
+        assert patches() == first
         clock.advance(5)
         agent.cycle()
-        assert patches() == 1  # rate limited
+        assert patches() == first  # rate limited
         clock.advance(6)
         agent.cycle()
-        assert patches() == 1  # nothing moved
+        assert patches() == first  # nothing moved
         reader.samples[0] = GpuSample(
             0, "GPU-0", "H100", 80 * 1024 * MIB, 50 * 1024 * MIB, 0.3, ((101, 1),)
         )
         agent.cycle()
-        assert patches() == 2
+        assert patches() == first + 1  # one merge patch, the object exists now
         # request attribution uses the pod table: namespace, pod and service name
         agent.record_request(_record(tgid=101))
         (labels,) = agent.state.requests.snapshot()
@@ -299,7 +314,11 @@ def test_the_pod_table_follows_watch_events_without_relisting() -> None:
             agent.server.httpd.server_close()
 
 
-def test_api_server_down_is_reported_not_fatal() -> None:
+@pytest.mark.parametrize(
+    ("channel", "what"),
+    [("nodesignals", "NodeSignals write failed"), ("annotation", "annotation patch failed")],
+)
+def test_api_server_down_is_reported_not_fatal(channel: str, what: str) -> None:
     agent = Agent(
         base_config(
             standalone=False,
@@ -307,13 +326,14 @@ def test_api_server_down_is_reported_not_fatal() -> None:
             kube_api_server="http://127.0.0.1:1",
             bpf={"enabled": False},
             nvml={"enabled": False},
+            publish={"channel": channel},
         )
     )
     sig = agent.cycle()  # tries to publish: fails, logged, counted
     assert agent.state.publish_failures == 1
     assert agent.publish(sig) is False
     assert agent.state.publish_failures == 2
-    assert "annotation patch failed" in agent.state.sources["kubernetes"].reason
+    assert what in agent.state.sources["kubernetes"].reason
     agent.server.httpd.server_close()
 
 

@@ -112,7 +112,7 @@ def gpu(**kw: object) -> tuple[GpuSignal, ...]:
         (BASE, at(1011, image_token_share=0.3), 1011.0, True),
         (BASE, at(1011, p95_s=0.2), 1011.0, True),
         (BASE, at(1011, absent=("nvml",), gpus=None), 1011.0, True),
-        (BASE, at(1031), 1031.0, True),
+        (BASE, at(1000 + CFG.max_interval_s), 1000 + CFG.max_interval_s, True),
     ],
     ids=[
         "first",

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from extender.config import ExtenderConfig
+from extender.config import DEFAULT_STALE_AFTER_S, ExtenderConfig
 from extender.run import Running, build
 from kvspread.clock import FakeClock
 from kvspread.kube import Backoff
@@ -173,7 +173,7 @@ def test_stale_signals_turn_neutral_as_time_passes(cluster) -> None:  # noqa: AN
     _, running, clock = cluster
     batch, _ = running.state.take(["n1"])
     assert batch.signals == ("fresh",)
-    clock.advance(61)
+    clock.advance(DEFAULT_STALE_AFTER_S + 1)
     batch, _ = running.state.take(["n1"])
     assert batch.signals == ("stale",) and not batch.fresh[0]
 

@@ -20,7 +20,7 @@ def test_empty_mapping_gives_the_documented_defaults() -> None:
     cfg = ScoringConfig.from_mapping({})
     assert cfg == ScoringConfig()
     assert cfg.rho_threshold == DEFAULT_RHO_THRESHOLD == 0.35
-    assert cfg.stale_after_s == DEFAULT_STALE_AFTER_S == 60.0
+    assert cfg.stale_after_s == DEFAULT_STALE_AFTER_S == 300.0
     assert (cfg.load_weights.memory, cfg.load_weights.streams, cfg.load_weights.image) == (
         0.4,
         0.3,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from extender.config import ExtenderConfig
+from extender.config import DEFAULT_STALE_AFTER_S, ExtenderConfig
 from extender.run import Running, build
 from kvspread.clock import FakeClock
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
@@ -104,7 +104,7 @@ def _stale_cases() -> list[tuple[list[float], str, float]]:
     cases = []
     for used in ([0.0], [40.0], [60.0], [0.0, 50.0], [10.0, 20.0, 60.0]):
         for kind in ("stale", "missing"):
-            for age in (61.0, 3600.0):
+            for age in (DEFAULT_STALE_AFTER_S + 1, 3600.0):  # just past the limit, an hour
                 for mem in ("8Gi", "20Gi"):
                     cases.append((used, kind, age, mem))
     return cases  # type: ignore[return-value]

@@ -124,3 +124,81 @@ def test_subject_access_review_uses_the_decider() -> None:
             assert r.json()["status"]["allowed"] is allowed
             assert r.json()["status"]["reason"] == "decided by test"
         assert [b["spec"]["user"] for b in api.sar_requests] == ["alice", "bob"]
+
+
+NS_URL = "/apis/kvspread.io/v1alpha1/nodesignals"
+
+
+def _node_signals(name: str, document: str, **meta: str) -> dict:
+    return {
+        "apiVersion": "kvspread.io/v1alpha1",
+        "kind": "NodeSignals",
+        "metadata": {"name": name, **meta},
+        "spec": {"document": document},
+    }
+
+
+def test_serves_the_nodesignals_custom_resource_like_the_api_server() -> None:
+    with FakeKubeApi() as api:
+        created = httpx.post(api.url + NS_URL, json=_node_signals("a", '{"v":1,"ts":1}'))
+        assert created.status_code == 201
+        obj = created.json()
+        assert (obj["apiVersion"], obj["kind"]) == ("kvspread.io/v1alpha1", "NodeSignals")
+        assert obj["metadata"]["resourceVersion"] and "namespace" not in obj["metadata"]
+        again = httpx.post(api.url + NS_URL, json=_node_signals("a", '{"v":1,"ts":1}'))
+        assert again.status_code == 409 and again.json()["reason"] == "AlreadyExists"
+        listing = httpx.get(api.url + NS_URL).json()
+        assert (listing["kind"], listing["apiVersion"]) == (
+            "NodeSignalsList",
+            "kvspread.io/v1alpha1",
+        )
+        assert [i["metadata"]["name"] for i in listing["items"]] == ["a"]
+        rv = listing["metadata"]["resourceVersion"]
+        # cluster-scoped: no namespaced path
+        assert (
+            httpx.get(api.url + "/apis/kvspread.io/v1alpha1/namespaces/x/nodesignals").status_code
+            == 404
+        )
+
+        def later() -> None:
+            time.sleep(0.2)
+            httpx.patch(
+                api.url + NS_URL + "/a",
+                json={"spec": {"document": '{"v":1,"ts":2}'}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            api.delete("NodeSignals", "a", api_version="kvspread.io/v1alpha1")
+
+        threading.Thread(target=later).start()
+        events = watch_lines(
+            api.url + NS_URL, {"watch": "1", "resourceVersion": rv, "timeoutSeconds": "1"}
+        )
+        assert [e["type"] for e in events] == ["MODIFIED", "DELETED"]
+        assert events[0]["object"]["spec"]["document"] == '{"v":1,"ts":2}'
+        assert events[0]["object"]["kind"] == "NodeSignals"
+        assert int(events[1]["object"]["metadata"]["resourceVersion"]) > int(
+            events[0]["object"]["metadata"]["resourceVersion"]
+        )
+
+
+def test_resource_version_preconditions_on_update_and_patch() -> None:
+    with FakeKubeApi() as api:
+        stored = api.put(_node_signals("a", "{}"))
+        rv = stored["metadata"]["resourceVersion"]
+        url = api.url + NS_URL + "/a"
+        merge = {"Content-Type": "application/merge-patch+json"}
+        stale = {"metadata": {"resourceVersion": str(int(rv) - 1)}, "spec": {"document": "[]"}}
+        r = httpx.patch(url, json=stale, headers=merge)
+        assert r.status_code == 409 and r.json()["reason"] == "Conflict"
+        assert "the object has been modified" in r.json()["message"]
+        r = httpx.put(url, json=_node_signals("a", "[]", resourceVersion=str(int(rv) - 1)))
+        assert r.status_code == 409
+        r = httpx.put(url, json=_node_signals("a", "[1]", resourceVersion=rv))
+        assert r.status_code == 200 and int(r.json()["metadata"]["resourceVersion"]) > int(rv)
+        fresh = {"metadata": {"resourceVersion": r.json()["metadata"]["resourceVersion"]}}
+        r = httpx.patch(url, json=fresh | {"spec": {"document": "[2]"}}, headers=merge)
+        assert r.status_code == 200 and r.json()["spec"]["document"] == "[2]"
+        # no resourceVersion: unconditional, as for the collector's merge patches
+        r = httpx.patch(url, json={"spec": {"document": "[3]"}}, headers=merge)
+        assert r.status_code == 200
+        assert httpx.patch(api.url + NS_URL + "/b", json={}, headers=merge).status_code == 404

@@ -75,11 +75,13 @@ def test_deployments() -> None:
     assert f"--config={mounts['config']}/config.yaml" in k["command"]
 
 
-def test_rbac_lets_the_extender_watch_nodes_and_pods() -> None:
+def test_rbac_lets_the_extender_watch_nodes_pods_and_nodesignals() -> None:
     role = one("ClusterRole", "kvspread-extender")
-    (rule,) = role["rules"]
-    assert set(rule["resources"]) == {"nodes", "pods"}
-    assert set(rule["verbs"]) == {"get", "list", "watch"}
+    core, signals = role["rules"]
+    assert core["apiGroups"] == [""] and set(core["resources"]) == {"nodes", "pods"}
+    assert set(core["verbs"]) == {"get", "list", "watch"}
+    assert signals["apiGroups"] == ["kvspread.io"] and signals["resources"] == ["nodesignals"]
+    assert set(signals["verbs"]) == {"list", "watch"}
     bound = {
         o["roleRef"]["name"]
         for o in objects()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.config import ExtenderConfig
+from extender.config import DEFAULT_STALE_AFTER_S, ExtenderConfig
 from extender.run import build
 from kvspread.clock import FakeClock
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
@@ -33,7 +33,7 @@ class GenNode:
     def obj(self) -> dict:
         ann = {}
         if self.signals in ("fresh", "stale"):
-            ts = CLOCK.now() - (0 if self.signals == "fresh" else 120)
+            ts = CLOCK.now() - (0 if self.signals == "fresh" else 2 * DEFAULT_STALE_AFTER_S)
             ann["kvspread.io/signals"] = encode_signals(
                 NodeSignals(
                     ts=ts,

@@ -152,6 +152,10 @@ def test_health_and_readiness() -> None:
         assert 'kvspread_extender_cache_synced{resource="nodes"} 0.0' in client.get("/metrics").text
         running.state.replace_nodes([])
         running.state.replace_pods([])
+        r = client.get("/readyz")
+        assert r.status_code == 503 and r.text.endswith(": nodesignals")  # not listed yet
+        assert 'cache_synced{resource="nodesignals"} 0.0' in client.get("/metrics").text
+        running.state.node_signals.replace_all([])
         assert client.get("/readyz").status_code == 200
 
 

@@ -165,8 +165,8 @@ def test_ledger_entry_of_a_bound_pod_is_not_counted_twice() -> None:
     [
         pytest.param(None, 0, "missing", id="no annotation: missing"),
         pytest.param("{oops", 0, "invalid", id="garbage: invalid"),
-        pytest.param("ok", 61, "stale", id="61 s old: stale"),
-        pytest.param("ok", 59, "fresh", id="59 s old: fresh"),
+        pytest.param("ok", CFG.stale_after_s + 1, "stale", id="past stale_after_s: stale"),
+        pytest.param("ok", CFG.stale_after_s - 1, "fresh", id="within stale_after_s: fresh"),
     ],
 )
 def test_signal_states(annotation: str | None, age: float, state: str) -> None:

@@ -1,0 +1,132 @@
+"""The `NodeSignals` custom resource (kvspread.io/v1alpha1): the node-signals channel that
+scales (issue 12, point 5). Pure encode/decode; no I/O.
+
+One cluster-scoped object per node, named after the node, owned by the Node (an
+ownerReference, so the garbage collector deletes it with the Node). Its payload is the
+`kvspread/signals.py` document, byte for byte, in `spec.document`: one format on every
+channel (annotation, resource, `GET /signals`), versioned and at most 4 KiB::
+
+    apiVersion: kvspread.io/v1alpha1
+    kind: NodeSignals
+    metadata:
+      name: gpu-node-1
+      ownerReferences: [{apiVersion: v1, kind: Node, name: gpu-node-1, uid: ...}]
+    spec:
+      document: '{"v":1,"ts":1800000000.0,"node":"gpu-node-1","gpus":[...]}'
+
+Why a resource and not the Node annotation: every Node write (~15 KB with managedFields)
+goes to every watcher of all Nodes; a NodeSignals write (~1 KB) goes only to the
+extender's watch. The arithmetic is in docs/collector.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kvspread.signals import MAX_DOCUMENT_BYTES
+
+__all__ = [
+    "GROUP",
+    "VERSION",
+    "API_VERSION",
+    "KIND",
+    "LIST_KIND",
+    "PLURAL",
+    "CRD_NAME",
+    "CHANNELS",
+    "NodeSignalsObject",
+    "owner_reference",
+    "build_resource",
+    "document_patch",
+    "parse_resource",
+]
+
+GROUP: Final = "kvspread.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "NodeSignals"
+LIST_KIND: Final = "NodeSignalsList"
+PLURAL: Final = "nodesignals"
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+CHANNELS: Final = ("nodesignals", "annotation")
+"""Where the collector publishes: the NodeSignals resource, or the Node annotation."""
+
+_MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "kvspread-collector"}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSignalsObject:
+    """What a reader needs from one NodeSignals object: whose, the document, which version."""
+
+    node: str
+    document: str
+    resource_version: str
+
+    @property
+    def source(self) -> str:
+        """Where the signals came from, for explain and logs."""
+        return f"{KIND} {self.node} (resourceVersion {self.resource_version or '?'})"
+
+
+def owner_reference(node: str, node_uid: str) -> dict[str, Any]:
+    """The Node as owner: the garbage collector deletes the NodeSignals with its Node.
+
+    Not `controller: true`: the Node controller does not manage it; no
+    `blockOwnerDeletion`: a Node's deletion must never wait on its signals.
+    """
+    if not node or not node_uid:
+        raise ValueError("an owner reference needs the Node's name and uid")
+    return {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}
+
+
+def build_resource(node: str, node_uid: str, document: str) -> dict[str, Any]:
+    """The object to create for `node` carrying `document` (the signals wire JSON)."""
+    _check_document(document)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": node,
+            "labels": dict(_MANAGED_BY),
+            "ownerReferences": [owner_reference(node, node_uid)],
+        },
+        "spec": {"document": document},
+    }
+
+
+def document_patch(document: str) -> dict[str, Any]:
+    """JSON merge patch that replaces the document (and nothing else)."""
+    _check_document(document)
+    return {"spec": {"document": document}}
+
+
+def _check_document(document: str) -> None:
+    if not isinstance(document, str) or not document:
+        raise ValueError("the signals document must be a non-empty string")
+    if len(document.encode()) > MAX_DOCUMENT_BYTES:
+        raise ValueError(f"the signals document is over {MAX_DOCUMENT_BYTES} bytes")
+
+
+def parse_resource(obj: Any) -> NodeSignalsObject | None:
+    """Read a NodeSignals object from the API (list item or watch event object).
+
+    None when it is not a NodeSignals or has no name. Never raises: the document is
+    returned as text and judged by `kvspread.signals` (missing -> "", invalid -> its
+    reason), like the annotation.
+    """
+    if not isinstance(obj, dict) or obj.get("kind", KIND) != KIND:
+        return None
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    spec = obj.get("spec")
+    doc = spec.get("document") if isinstance(spec, dict) else None
+    rv = meta.get("resourceVersion")
+    return NodeSignalsObject(
+        node=name,
+        document=doc if isinstance(doc, str) else "",
+        resource_version=str(rv) if rv is not None else "",
+    )
