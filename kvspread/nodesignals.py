@@ -16,15 +16,24 @@ channel (annotation, resource, `GET /signals`), versioned and at most 4 KiB::
 
 Why a resource and not the Node annotation: every Node write (~15 KB with managedFields)
 goes to every watcher of all Nodes; a NodeSignals write (~1 KB) goes only to the
-extender's watch. The arithmetic is in docs/collector.md.
+extender's and the router's watches. The arithmetic is in docs/collector.md.
+
+Readers (the extender, the router) share `NodeSignalsCache`, the documents by node fed by
+list+watch events, and `watch`, the list+watch itself (kvspread/kube.py's `Reflector`);
+the cache holds only data and the Reflector is built here but run by the reader.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kvspread.signals import MAX_DOCUMENT_BYTES
+
+if TYPE_CHECKING:
+    from kvspread.kube import Backoff, Reflector
 
 __all__ = [
     "GROUP",
@@ -40,6 +49,8 @@ __all__ = [
     "build_resource",
     "document_patch",
     "parse_resource",
+    "NodeSignalsCache",
+    "watch",
 ]
 
 GROUP: Final = "kvspread.io"
@@ -129,4 +140,85 @@ def parse_resource(obj: Any) -> NodeSignalsObject | None:
         node=name,
         document=doc if isinstance(doc, str) else "",
         resource_version=str(rv) if rv is not None else "",
+    )
+
+
+class NodeSignalsCache:
+    """NodeSignals by node name, kept equal to the API's by a list+watch; `on_change(nodes)`
+    after each update, outside the lock, with the names of the nodes it touched.
+
+    ADDED/MODIFIED set a node's object, DELETED removes it (its readers fall back to the
+    annotation), a re-list replaces them all.
+    """
+
+    def __init__(self, on_change: Callable[[Iterable[str]], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._by_node: dict[str, NodeSignalsObject] = {}
+        self.on_change = on_change
+        self.synced = False
+
+    def replace_all(self, items: Iterable[dict[str, Any]]) -> None:
+        """A full list: these objects and no others."""
+        parsed = [o for o in (parse_resource(i) for i in items) if o is not None]
+        new = {o.node: o for o in parsed}
+        with self._lock:
+            old = self._by_node
+            changed = {n for n in set(old) | set(new) if old.get(n) != new.get(n)}
+            self._by_node = new
+            self.synced = True
+        self._changed(changed)
+
+    def event(self, etype: str, obj: dict[str, Any]) -> None:
+        """One watch event."""
+        o = parse_resource(obj)
+        if o is None:
+            return
+        with self._lock:
+            if etype == "DELETED":
+                self._by_node.pop(o.node, None)
+            else:
+                self._by_node[o.node] = o
+        self._changed({o.node})
+
+    def _changed(self, nodes: set[str]) -> None:
+        if nodes and self.on_change is not None:
+            self.on_change(sorted(nodes))
+
+    def get(self, node: str) -> NodeSignalsObject | None:
+        with self._lock:
+            return self._by_node.get(node)
+
+    def snapshot(self) -> dict[str, NodeSignalsObject]:
+        """Every node's object, as of now (a copy)."""
+        with self._lock:
+            return dict(self._by_node)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_node)
+
+
+def watch(
+    api_client: Any,
+    cache: NodeSignalsCache,
+    *,
+    watch_timeout_s: int = 300,
+    backoff: Backoff | None = None,
+) -> Reflector:
+    """A list+watch of every NodeSignals (cluster-scoped) into `cache`; the caller starts
+    and stops it (RBAC: list, watch on nodesignals.kvspread.io)."""
+    from functools import partial
+
+    from kubernetes import client
+
+    from kvspread.kube import Reflector
+
+    custom = client.CustomObjectsApi(api_client)
+    return Reflector(
+        PLURAL,
+        partial(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL),
+        cache.replace_all,
+        cache.event,
+        watch_timeout_s=watch_timeout_s,
+        backoff=backoff,
     )

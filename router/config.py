@@ -12,9 +12,9 @@ YAML shape (every key optional; defaults shown, except that exactly one of
     endpoints: {static: [10.0.0.5:8000, 10.0.0.6:8000], selector: null, target_port: null,
                 namespace: null, metrics_port: null, metrics_path: /metrics}
     pool:     {name: null, namespace: default}        # watch this InferencePool
-    kubernetes: {kubeconfig: null, api_server: null}
+    kubernetes: {kubeconfig: null, api_server: null, node_signals: true}
     metrics:  {interval_s: 0.5, stale_after_s: 2.0, timeout_s: 1.0,
-               signals_stale_after_s: 300}       # node kvspread.io/signals
+               signals_stale_after_s: 300}       # node signals
     scoring:  {w_load: 1.0, w_queue: 1.0, w_kv: 1.0, w_modality: 0.5, load_memory: 0.4,
                load_streams: 0.3, load_image: 0.3, max_streams: 64, queue_norm: 16,
                saturation_queue: 8, saturation_kv: 0.95, shed_queue: 0, fallbacks: 2}
@@ -178,6 +178,9 @@ class KubernetesConfig:
     """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
     api_server: str | None = None
     """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
+    node_signals: bool = True
+    """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
+    NodeSignals wins over its kvspread.io/signals annotation."""
 
 
 @dataclass(frozen=True)
@@ -191,8 +194,9 @@ class MetricsConfig:
     timeout_s: float = 1.0
     """Timeout of one scrape, seconds."""
     signals_stale_after_s: float = 300.0
-    """A node's `kvspread.io/signals` older than this count as absent (the extender's
-    `scoring.stale_after_s`: two collector heartbeats of 120 s and a cycle)."""
+    """A node's signals (its NodeSignals, else its annotation) older than this count as
+    absent (the extender's `scoring.stale_after_s`: two collector heartbeats of 120 s and a
+    cycle)."""
 
     def validate(self) -> None:
         for key in ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s"):

@@ -12,6 +12,13 @@ not being deleted, one endpoint per `targetPorts[].number`. A pod's modality is 
 language -> text, mixed -> mixed). Its metrics URL uses the `kvspread.io/metrics-port` and
 `kvspread.io/metrics-path` annotations, else `--metrics-port`, else the target port.
 Until the pool and the pods have been listed once, the set is not synced (readiness off).
+
+A node's signals come from its NodeSignals resource (kvspread.io/v1alpha1, the collector's
+default channel; list+watch by kvspread/nodesignals.py's `watch`) when it has one, else
+from its `kvspread.io/signals` annotation; a deleted NodeSignals falls back to the
+annotation. `kubernetes.node_signals: false` reads annotations only. The NodeSignals list
+does not hold readiness back (no CRD must not stop routing): until it is listed, nodes'
+annotations are read.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kvspread.kube import api_client
+from kvspread import nodesignals
+from kvspread.kube import Reflector, api_client
 from kvspread.names import (
     ANNOTATION_ENGINE,
     ANNOTATION_METRICS_PATH,
@@ -288,6 +296,11 @@ class PoolWatch:
             )
             self.pods = self._lw("pods", path, [("labelSelector", cfg.endpoints.selector or "")])
         self.nodes = self._lw("nodes", "/api/v1/nodes", [])
+        self.node_signals: nodesignals.NodeSignalsCache | None = None
+        self._ns_watch: Reflector | None = None
+        if cfg.kubernetes.node_signals:
+            self.node_signals = nodesignals.NodeSignalsCache(lambda _nodes: self._rebuild())
+            self._ns_watch = nodesignals.watch(self._api, self.node_signals)
 
     def _lw(self, name: str, path: str, query: list[tuple[str, str]]) -> _ListWatch:
         return _ListWatch(self._api, name, path, query, self._rebuild, self._stop)
@@ -322,10 +335,17 @@ class PoolWatch:
                 self.cfg.endpoints.metrics_port, self.cfg.endpoints.metrics_path,
             )  # fmt: skip
             now = time.time()
+            documents = {
+                name: ((node.get("metadata") or {}).get("annotations") or {}).get(
+                    ANNOTATION_SIGNALS
+                )
+                for name, node in nodes.items()
+            }
+            if self.node_signals is not None:  # a node's NodeSignals wins over its annotation
+                documents.update({n: o.document for n, o in self.node_signals.snapshot().items()})
             signals = {}
-            for name, node in nodes.items():
-                ann = (node.get("metadata") or {}).get("annotations") or {}
-                reading = read_signals(ann.get(ANNOTATION_SIGNALS), now, float("inf"))
+            for name, document in documents.items():
+                reading = read_signals(document, now, float("inf"))
                 if reading.state == SignalState.FRESH and reading.signals is not None:
                     signals[name] = reading.signals  # age is judged when scoring
             self.endpoints.set_node_signals(signals)
@@ -336,9 +356,13 @@ class PoolWatch:
             t = threading.Thread(target=w.run, name=f"router-watch-{w.name}", daemon=True)
             t.start()
             self._threads.append(t)
+        if self._ns_watch is not None:
+            self._ns_watch.start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self._ns_watch is not None:
+            self._ns_watch.stop()
         for w in [self.pods, self.nodes] + ([self.pool] if self.pool else []):
             w.interrupt()
         for t in self._threads:

@@ -41,6 +41,16 @@ def router_config(static: list[str] | None = None, **sections: Any) -> RouterCon
     return RouterConfig.from_mapping(doc)
 
 
+def wait(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll `pred` until it holds; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
 def wait_fresh(router: Router, n: int, timeout: float = 10.0) -> None:
     """Until n endpoints have fresh metrics from a scrape that started after now."""
     deadline = time.monotonic() + timeout

@@ -5,7 +5,7 @@ as pods of a pool share their target port."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +14,14 @@ from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from router.request import parse_request
 from router.scoring import choose
 from tests.fake_kube import FakeKubeApi, make_node
-from tests.router.conftest import GROUP_VERSION, pool, ready_pod, router_config, shared_port
+from tests.router.conftest import (
+    GROUP_VERSION,
+    pool,
+    ready_pod,
+    router_config,
+    shared_port,
+    wait,
+)
 from tests.router.fake_engine import FakeEngine
 
 
@@ -28,15 +35,6 @@ def cluster() -> Iterator[tuple[FakeKubeApi, list[FakeEngine], int]]:
         yield api, fakes, port
     for f in fakes:
         f.stop()
-
-
-def wait(pred: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def addresses(router: Any) -> set[str]:
