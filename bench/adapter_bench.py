@@ -101,6 +101,85 @@ def build_requests(series: int, points: int, t0: float, per_request: int = 1000)
     return bodies
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (Linux /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _points_stored(otlp: str) -> float:
+    for line in httpx.get(f"{otlp}/metrics").text.splitlines():
+        if line.startswith("kvspread_adapter_otlp_points_total "):
+            return float(line.split()[1])
+    raise RuntimeError("no kvspread_adapter_otlp_points_total on the adapter's /metrics")
+
+
+def sdk_ingest(
+    otlp: str, pid: int, series: int = 1900, rounds: int = 25
+) -> list[tuple[str, str, str]]:
+    """The OTel SDK's own OTLP/HTTP exporter as the client: `series` attribute sets of one
+    histogram (namespace `sdk`, so the GET reads below are unaffected), `rounds` exports.
+    Reports the adapter process's CPU per point, i.e. points/s per core on the server.
+    1,900 series: the SDK folds attribute sets beyond its default cardinality limit (2,000
+    per instrument) into one overflow series."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+    from opentelemetry.sdk.resources import Resource
+
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{otlp}/v1/metrics", timeout=60),
+        export_interval_millis=3_600_000,  # exports only when flushed below
+    )
+    view = View(
+        instrument_name=names.HTTP_SERVER_REQUEST_DURATION.name,
+        aggregation=ExplicitBucketHistogramAggregation(names.LATENCY_BUCKETS),
+    )
+    provider = MeterProvider(
+        resource=Resource.create({names.ATTR_K8S_NODE: "node-1"}),
+        metric_readers=[reader],
+        views=[view],
+    )
+    hist = provider.get_meter("bench").create_histogram(
+        names.HTTP_SERVER_REQUEST_DURATION.name, unit="s"
+    )
+    attrs = [
+        {
+            names.ATTR_K8S_NAMESPACE: "sdk",
+            names.ATTR_SERVICE_NAME: f"svc-{i % 100}",
+            names.ATTR_K8S_POD: f"pod-{i}",
+            names.ATTR_HTTP_STATUS: 200,
+        }
+        for i in range(series)
+    ]
+    rng = random.Random(3)
+    before_points, before_cpu = _points_stored(otlp), _cpu_s(pid)
+    wall = 0.0
+    for _ in range(rounds):
+        for a in attrs:
+            hist.record(rng.expovariate(8.0), a)
+        t = time.perf_counter()
+        assert reader.force_flush(60_000), "the SDK's export failed"
+        wall += time.perf_counter() - t
+    points = _points_stored(otlp) - before_points
+    cpu = _cpu_s(pid) - before_cpu
+    provider.shutdown()
+    assert points == rounds * series, (points, rounds * series)
+    return [
+        (
+            "OTLP ingest from the OTel SDK's OTLPMetricExporter, adapter CPU per point",
+            f"{points / cpu:,.0f} histogram points/s per core of the adapter",
+            ">= 50,000",
+        ),
+        (
+            "OTLP ingest from the OTel SDK's OTLPMetricExporter, export wall time",
+            f"{points / wall:,.0f} histogram points/s (client encode + POST + server)",
+            "-",
+        ),
+    ]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -261,6 +340,7 @@ def main() -> None:
                     "-",
                 )
             )
+            rows.extend(sdk_ingest(otlp, proc.pid))  # last: it adds series to the store
         finally:
             proc.terminate()
             proc.wait(20)
