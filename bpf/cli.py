@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from kvspread.settings import Setting, add_settings, gather
+from kvspread.settings import Setting, add_part, gather
 
 __all__ = ["register", "SETTINGS", "build_config"]
 
@@ -102,18 +102,20 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
-    p = sub.add_parser("collector", help="node collector: eBPF, NVML, engine metrics -> signals")
-    s = p.add_subparsers(dest="collector_cmd", metavar="{run}")
-    run = s.add_parser(
-        "run",
-        help="run the collector agent (DaemonSet)",
-        description="Measure HTTP latency, TCP and accept queues with eBPF, GPU memory with NVML "
-        "and engine KV-cache metrics; publish node signals and export metrics.",
+    run = add_part(
+        sub,
+        PART,
+        SETTINGS,
+        name="collector",
+        help="node collector: eBPF, NVML, engine metrics -> signals",
+        description=None,
+        verb="run",
+        verb_help="run the collector agent (DaemonSet)",
+        verb_description="Measure HTTP latency, TCP and accept queues with eBPF, GPU memory with "
+        "NVML and engine KV-cache metrics; publish node signals and export metrics.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        config_help="YAML config file (see docs/collector.md)",
     )
-    run.add_argument("--config", help="YAML config file (see docs/collector.md)")
-    add_settings(run, PART, SETTINGS)
     run.add_argument(
         "--otlp-endpoint",
         action="append",
@@ -133,4 +135,3 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
         "--print-bpf", action="store_true", help="print the final BPF C with its cflags and exit"
     )
     run.set_defaults(func=lambda a: _run(a, environ))
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

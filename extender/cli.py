@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from extender.config import DEFAULT_HOST, DEFAULT_PORT, ExtenderConfig
 from kvspread import logs, preflight
-from kvspread.settings import Setting, add_settings, gather
+from kvspread.settings import Setting, add_part, gather
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
 
@@ -82,22 +82,19 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ex
 
 
 def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
-    part = sub.add_parser(
-        "extender",
+    serve = add_part(
+        sub,
+        PART,
+        SETTINGS,
+        name="extender",
         help="kube-scheduler extender: filter and prioritize GPU nodes",
         description="kube-scheduler extender (filter + prioritize) placing LLM inference pods "
         "by GPU memory, KV-cache fragmentation, load, model spread and modality.",
-    )
-    verbs = part.add_subparsers(dest="extender_cmd", metavar="{serve}")
-    serve = verbs.add_parser(
-        "serve",
-        help="serve /filter, /prioritize, /debug/explain, /metrics, /healthz, /readyz",
-        description="Serve the scheduler extender over HTTP(S).",
+        verb="serve",
+        verb_help="serve /filter, /prioritize, /debug/explain, /metrics, /healthz, /readyz",
+        verb_description="Serve the scheduler extender over HTTP(S).",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--config", metavar="FILE", help="YAML configuration file")
-    add_settings(serve, PART, SETTINGS)
 
     def run_serve(args: argparse.Namespace) -> int:
         cfg = config_from_args(args, environ)
@@ -112,9 +109,3 @@ def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> Non
         return serve_forever(cfg)
 
     serve.set_defaults(func=run_serve)
-
-    def no_verb(args: argparse.Namespace) -> int:
-        part.print_help()
-        return 2
-
-    part.set_defaults(func=no_verb)

@@ -180,6 +180,38 @@ def add_settings(parser: argparse.ArgumentParser, part: str, settings: list[Sett
             )
 
 
+def add_part(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    part: str,
+    settings: list[Setting],
+    *,
+    name: str,
+    help: str,
+    description: str | None,
+    verb: str,
+    verb_help: str,
+    verb_description: str,
+    epilog: str,
+    config_help: str = "YAML configuration file",
+) -> argparse.ArgumentParser:
+    """`kvspread NAME VERB`: a part's parser with its one verb, which takes `--config FILE`
+    and one flag per setting; the bare part prints its help and exits 2. Returns the verb's
+    parser, for extra flags and its `func`."""
+    parser = sub.add_parser(name, help=help, description=description)
+    verbs = parser.add_subparsers(dest=f"{name}_cmd", metavar="{" + verb + "}")
+    cmd = verbs.add_parser(
+        verb,
+        help=verb_help,
+        description=verb_description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmd.add_argument("--config", metavar="FILE", help=config_help)
+    add_settings(cmd, part, settings)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+    return cmd
+
+
 def load_yaml(path: str | Path | None) -> dict[str, Any]:
     """Read a YAML mapping; a missing file or a non-mapping is a ConfigError."""
     if path is None:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 
 from kvspread import logs, preflight
-from kvspread.settings import ConfigError, add_settings, gather
+from kvspread.settings import ConfigError, add_part, gather
 from metrics_adapter.config import SETTINGS, AdapterConfig
 
 __all__ = ["register"]
@@ -22,24 +22,21 @@ EPILOG = """examples:
 
 
 def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
-    adapter = sub.add_parser(
+    serve = add_part(
+        sub,
         "adapter",
+        SETTINGS,
+        name="adapter",
         help="external-metrics API server (APIService v1beta1.external.metrics.k8s.io)",
         description="The kvspread external-metrics adapter.",
-    )
-    verbs = adapter.add_subparsers(dest="verb", metavar="{serve}")
-    serve = verbs.add_parser(
-        "serve",
-        help="serve external.metrics.k8s.io/v1beta1 over HTTPS and receive OTLP metrics",
-        description="Serve latency percentiles, good-request rate, error ratio, queue depth and "
-        "KV-cache usage to HPAs as external metrics, computed from OTLP pushes (or PromQL).",
+        verb="serve",
+        verb_help="serve external.metrics.k8s.io/v1beta1 over HTTPS and receive OTLP metrics",
+        verb_description="Serve latency percentiles, good-request rate, error ratio, queue depth "
+        "and KV-cache usage to HPAs as external metrics, computed from OTLP pushes (or PromQL).",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        config_help="YAML config with server keys and rules",
     )
-    serve.add_argument("--config", metavar="FILE", help="YAML config with server keys and rules")
-    add_settings(serve, "adapter", SETTINGS)
     serve.set_defaults(func=lambda args: _serve(args, environ))
-    adapter.set_defaults(func=lambda args: (adapter.print_help(), 2)[1])
 
 
 def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Mapping
 
 from kvspread import logs
-from kvspread.settings import Setting, add_settings, gather
+from kvspread.settings import Setting, add_part, gather
 from router.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, RouterConfig
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
@@ -126,23 +126,20 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ro
 def register(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
 ) -> None:
-    part = sub.add_parser(
-        "router",
+    serve = add_part(
+        sub,
+        PART,
+        SETTINGS,
+        name="router",
         help="endpoint picker for the Gateway API Inference Extension (Envoy ext_proc)",
         description="Per-request endpoint picker: Envoy asks it over ext_proc which "
         "model-server pod serves each request, by GPU memory, queue, KV cache, modality "
         "and context affinity.",
-    )
-    verbs = part.add_subparsers(dest="router_cmd", metavar="{serve}")
-    serve = verbs.add_parser(
-        "serve",
-        help="serve ext_proc gRPC plus /metrics and /debug/explain over HTTP",
-        description="Serve the endpoint picker.",
+        verb="serve",
+        verb_help="serve ext_proc gRPC plus /metrics and /debug/explain over HTTP",
+        verb_description="Serve the endpoint picker.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--config", metavar="FILE", help="YAML configuration file")
-    add_settings(serve, PART, SETTINGS)
 
     def run_serve(args: argparse.Namespace) -> int:
         cfg = config_from_args(args, environ)
@@ -152,9 +149,3 @@ def register(
         return serve_forever(cfg)
 
     serve.set_defaults(func=run_serve)
-
-    def no_verb(args: argparse.Namespace) -> int:
-        part.print_help()
-        return 2
-
-    part.set_defaults(func=no_verb)
