@@ -61,6 +61,7 @@ __all__ = [
     "DEFAULT_MAX_STREAMS",
     "DEFAULT_QOS_P95_CEILING_S",
     "DEFAULT_IDLE_USED_FRACTION",
+    "DEFAULT_TIE_BAND",
     "DEFAULT_SHAPE_PRIOR",
     "DEFAULT_SHAPE_PRIOR_WEIGHT",
     "DEFAULT_SHAPE_HALF_LIFE_PODS",
@@ -215,6 +216,7 @@ DEFAULT_QOS_P95_CEILING_S: Final = 0.120
 `batch` class (50-120 ms, docs/design.md section 2); beyond it a node serves no realtime work."""
 
 DEFAULT_IDLE_USED_FRACTION: Final = 0.05
+DEFAULT_TIE_BAND: Final = 0.1
 """A GPU with no kvspread allocation counts as idle (can take a whole-GPU pod) while NVML
 shows at most this share of its memory used: the CUDA context and driver reserve a few
 hundred MiB on an otherwise empty GPU (about 0.3-0.6 GiB, under 5 % of a 16 GiB card)."""
@@ -292,6 +294,9 @@ class ScoringConfig:
     """Distinct shapes kept (the lightest are dropped)."""
     normalisation: Normalisation = DEFAULT_NORMALISATION
     """`candidates` (min-max over one request's nodes) or `absolute` (per node)."""
+    tie_band: float = DEFAULT_TIE_BAND
+    """Fragmentation terms (0..1) closer than this count as tied for the stable node order,
+    among candidates equal on every other term (0 = exact ties only; docs/extender.md)."""
 
     def with_(self, **changes: Any) -> ScoringConfig:
         """A validated copy with some fields replaced."""
@@ -309,6 +314,7 @@ class ScoringConfig:
         _positive("max_streams", self.max_streams)
         _positive("qos_p95_ceiling_s", self.qos_p95_ceiling_s)
         _in_range("idle_used_fraction", self.idle_used_fraction, 0.0, 1.0)
+        _in_range("tie_band", self.tie_band, 0.0, 1.0)
         _non_negative("shape_prior_weight", self.shape_prior_weight)
         _positive("shape_half_life_pods", self.shape_half_life_pods)
         if self.max_shapes < 1:

@@ -38,7 +38,7 @@ Normalisation (`cfg.normalisation`):
   value is used. Nodes the pod cannot fit on get 0 and take no part in the scaling.
   Before scaling, a stable per-node preference (`tie_break`) orders candidates that agree
   on every term but fragmentation (within TIE_EPSILON) and whose fragmentation terms differ
-  by less than FRAGMENTATION_TIE, so they resolve the same way every time; it never
+  by less than `cfg.tie_band` (0.1), so they resolve the same way every time; it never
   reorders candidates that differ in any other term. Only the best
   candidate(s) get 10: a node that merely rounds up to 10 gets 9, so the scheduler's random
   tie-break can never swap the extender's choice for a near miss. `value` and the terms
@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from extender.batch import POOL_CODES, NodeBatch
-from extender.config import ScoringConfig, TermWeights
+from extender.config import DEFAULT_TIE_BAND, ScoringConfig, TermWeights
 from extender.fit import qualifying_gpus
 from extender.model import SIGNAL_STATES, NodeState, PodShape
 from extender.shapes import Shapes
@@ -109,20 +109,20 @@ they) count as tied apart from fragmentation; the stable per-node preference may
 (`tie_break`). It never reorders candidates that differ in any other term, however small
 the difference: a real difference in pool, load, replicas or latency always decides."""
 
-FRAGMENTATION_TIE = 0.1
-"""Within a tie group (TIE_EPSILON), the preference may override fragmentation terms that
-differ by less than this (0.1 of the term's 0..1 range, i.e. 0.1 x the fragmentation weight
-share of the value: 0.035 with the default weights), never more.
+FRAGMENTATION_TIE = DEFAULT_TIE_BAND
+"""Default of `ScoringConfig.tie_band`: within a tie group (TIE_EPSILON), the preference may
+override fragmentation terms that differ by less than this (0.1 of the term's 0..1 range,
+i.e. 0.1 x the fragmentation weight share of the value: 0.035 with the default weights),
+never more; `tie_band: 0` confines it to exact ties.
 
 Why it exists: many placements change the expected fragmentation equally or nearly so
 (every empty node of a kind, every node with a whole GPU free), and kube-scheduler breaks
 ties at random, which scatters pods over empty nodes and leaves no node whole for large
 instances. A fixed order makes such candidates resolve the same way every time (first-fit),
 so partial placements concentrate on the same nodes; the FGD paper's published numbers rely
-on exactly such an order (its simulator picks the first node by name among ties). On the
-Alibaba trace a preference confined to exact ties (1e-4 of the value) gives 5.62 %
-unallocated GPUs, 0.01 gives 4.85 %, both worse than FGD's 4.69 %; with this share kvspread
-stays below FGD (docs/simulator.md)."""
+on exactly such an order (its artifact scores int(100 x sigmoid), so near ties are exact
+ties, and picks the first node among them). Measured on the Alibaba trace (seed 42,
+docs/extender.md): exact ties only 5.73 % unallocated GPUs, a band of 0.1 4.42 %, FGD 4.68 %."""
 
 
 @lru_cache(maxsize=65536)
@@ -679,10 +679,11 @@ def tie_break(
 
     Candidates are grouped by `rest` (the value without the fragmentation term; None: one
     group) equal within TIE_EPSILON. Within a group they are ordered by value +
-    FRAGMENTATION_TIE x fragmentation share x `node_preference`, and each takes the value
+    `cfg.tie_band` x fragmentation share x `node_preference`, and each takes the value
     at its place in that order: the group's values are permuted among its members, never
     changed, so no candidate moves past one of another group, and the best value of the
-    request stays the best. Exact ties left over are ordered the same way (1e-9 x rank).
+    request stays the best. Exact ties left over (and every exact tie with `tie_band` 0) are
+    ordered by the preference too (1e-9 x rank).
     0 under `absolute` normalisation, without names, or when every value is the same."""
     zero = np.zeros(len(value))
     if cfg.normalisation == "absolute" or names is None or not fits.any():
@@ -693,18 +694,18 @@ def tie_break(
         return zero
     pref = _preferences(tuple(names))[c]
     w = cfg.weights
-    key = v + FRAGMENTATION_TIE * (w.fragmentation / w.total()) * pref
+    key = v + cfg.tie_band * (w.fragmentation / w.total()) * pref
     if rest is None:
         group = np.zeros(len(c), dtype=np.int64)
     else:
         group = np.floor(rest[c] / TIE_EPSILON + 0.5).astype(np.int64)
-    by_key = np.lexsort((-key, group))  # within each group: best key first
+    by_key = np.lexsort((-pref, -key, group))  # within each group: best key first
     by_value = np.lexsort((-v, group))  # within each group: best value first
     ranked = v.copy()
     ranked[by_key] = v[by_value]
     # exact ties left over (equal values) go by the same order, never by anything else
     order = np.empty(len(c))
-    order[np.argsort(key, kind="stable")] = np.arange(len(c)) / len(c)
+    order[np.lexsort((pref, key))] = np.arange(len(c)) / len(c)
     out = zero
     out[c] = ranked - v + 1e-9 * order
     return out

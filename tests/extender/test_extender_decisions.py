@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
+
 from extender.config import DEFAULT_STALE_AFTER_S, ExtenderConfig
 from extender.run import Running, build
 from kvspread.clock import FakeClock
@@ -322,3 +325,59 @@ def test_the_preference_never_overrides_a_difference_in_another_term() -> None:
     by = {s["node"]: s for s in doc["prioritize"]["scores"]}
     assert by[vision]["value"] > by[mixed]["value"]
     assert "tie_break" in by[vision]
+
+
+def _tie_values() -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Five candidates that agree on every term but fragmentation: two exact ties at the
+    top, one 0.01 below (inside the default band), two far below."""
+    from extender.scoring import node_preference
+
+    names = sorted((f"tb-{i}" for i in range(40)), key=node_preference)[::8][:5]
+    share = 0.35
+    frag = np.array([0.80, 0.80, 0.79, 0.50, 0.20])
+    rest = np.full(5, 0.3)
+    return names, rest + share * frag, rest
+
+
+def test_tie_band_zero_orders_exact_ties_only() -> None:
+    from extender.config import ScoringConfig
+    from extender.scoring import node_preference, tie_break
+
+    names, value, rest = _tie_values()
+    cfg = ScoringConfig().with_(tie_band=0.0)
+    tb = tie_break(value, np.ones(5, dtype=bool), cfg, names, rest)
+    ranked = value + tb
+    # never more than the exact-tie order (1e-9 x rank) is added
+    assert np.all(np.abs(tb) < 1e-8)
+    # every unequal pair keeps its order
+    for i in range(5):
+        for j in range(5):
+            if value[i] > value[j] + 1e-12:
+                assert ranked[i] > ranked[j]
+    # the exact tie goes to the preferred name, the same way every time
+    top = max((0, 1), key=lambda i: node_preference(names[i]))
+    assert int(np.argmax(ranked)) == top
+    assert np.array_equal(tie_break(value, np.ones(5, dtype=bool), cfg, names, rest), tb)
+
+
+def test_default_band_reorders_only_inside_it() -> None:
+    from extender.config import DEFAULT_TIE_BAND, ScoringConfig
+    from extender.scoring import tie_break
+
+    names, value, rest = _tie_values()
+    cfg = ScoringConfig()
+    assert cfg.tie_band == DEFAULT_TIE_BAND == 0.1
+    ranked = value + tie_break(value, np.ones(5, dtype=bool), cfg, names, rest)
+    # the values are permuted among the three near the top, never changed
+    top3 = sorted(np.round(ranked[:3], 6))
+    assert top3 == sorted(np.round(value[:3], 6))
+    # the two far below stay below, in their order
+    assert ranked[3] < ranked[:3].min() and ranked[4] < ranked[3]
+
+
+def test_tie_band_is_validated_with_a_clear_message() -> None:
+    from extender.config import ScoringConfig
+
+    with pytest.raises(ValueError, match="tie_band"):
+        ScoringConfig.from_mapping({"tie_band": 2})
+    assert ScoringConfig.from_mapping({"tie_band": 0}).tie_band == 0.0
