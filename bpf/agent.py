@@ -501,8 +501,7 @@ class Agent:
         self._note_gpu_pods(gpus, gpu_pods)
         for index, pods in gpu_pods.items():
             for uid in {m.uid for m in pods if m.in_pod}:
-                with self._pods_lock:
-                    meta = self._pods.get(uid)
+                meta = self._pod_lookup(uid)
                 model = meta.label(names.LABEL_MODEL) if meta else None
                 samples = by_pod.get(uid, [])
                 models = [model] if model else [s.model for s in samples if s.model]
