@@ -170,7 +170,8 @@ def _decode_pods(raw: Any, where: str) -> tuple[PodMemory, ...] | None:
 
 
 def encode_signals(s: NodeSignals) -> str:
-    """Serialise to the compact wire JSON; raises SignalsError past 4 KiB."""
+    """Serialise to the compact wire JSON; raises SignalsError past 4 KiB or past
+    MAX_PODS_PER_GPU pod entries on a GPU (what readers accept)."""
     doc: dict[str, Any] = {"v": s.version, "ts": round(s.ts, 3)}
     if s.node:
         doc["node"] = s.node
@@ -193,6 +194,10 @@ def encode_signals(s: NodeSignals) -> str:
             if g.models:
                 gd["models"] = list(g.models)
             if g.pods is not None:
+                if len(g.pods) > MAX_PODS_PER_GPU:
+                    raise SignalsError(
+                        f"GPU {g.index} has {len(g.pods)} pod entries, over {MAX_PODS_PER_GPU}"
+                    )
                 gd["pods"] = [_encode_pod(p) for p in g.pods]
             gpus.append(gd)
         doc["gpus"] = gpus

@@ -96,6 +96,13 @@ def test_fit_signals_drops_per_pod_memory_after_models_and_says_so() -> None:
     assert decode_signals(text).absent == ("gpu_pods",)
 
 
+def test_more_pod_entries_than_readers_accept_are_dropped_not_published() -> None:
+    pods = tuple(PodMemory(f"{p:08x}-9b3d-4e5f-8a6b-1c2d3e4f5a6b") for p in range(65))
+    sig = NodeSignals(ts=1.0, node="n", gpus=(GpuSignal(0, 81559, 100, pods=pods),))
+    slim, text = fit_signals(sig)
+    assert len(text) <= 4096 and decode_signals(text).absent == ("gpu_pods",)
+
+
 def test_fit_signals_drops_model_lists_to_fit_4kib() -> None:
     gpus = tuple(
         GpuSignal(

@@ -87,7 +87,7 @@ def _shared(n_gpus: int, pods_per_gpu: int) -> NodeSignals:
     return dataclasses.replace(base, gpus=gpus)
 
 
-def test_per_pod_memory_round_trips_with_unknown_and_no_pod_entries():
+def test_per_pod_memory_round_trips_with_unknown_and_no_pod_entries() -> None:
     base = _node(2)
     assert base.gpus is not None
     pods = (
@@ -104,7 +104,7 @@ def test_per_pod_memory_round_trips_with_unknown_and_no_pod_entries():
     assert "pods" not in g1  # not listed: absent, not empty
 
 
-def test_shared_gpus_fit_in_4_kib_one_pod_on_eight_or_two_on_four():
+def test_shared_gpus_fit_in_4_kib_one_pod_on_eight_or_two_on_four() -> None:
     assert len(encode_signals(_shared(8, 1)).encode()) <= MAX_DOCUMENT_BYTES
     assert len(encode_signals(_shared(4, 2)).encode()) <= MAX_DOCUMENT_BYTES
 
