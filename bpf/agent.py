@@ -29,7 +29,8 @@ from bpf.export import (
     OtlpExporter,
     PrometheusCollector,
 )
-from bpf.gpu import GpuReader, GpuUnavailable, NvmlReader
+from bpf.gpu import GpuReader, GpuSample, GpuUnavailable, NvmlReader
+from bpf.gpupods import PodGpuMemory, gpu_pod_memory
 from bpf.http import RouteTemplates
 from bpf.node import (
     MIB,
@@ -54,6 +55,7 @@ __all__ = ["Agent"]
 log = logging.getLogger("kvspread.collector")
 
 SERVICE_LABELS = ("app.kubernetes.io/name", "app")
+MIRROR = "kubernetes.io/config.mirror"  # a mirror pod's annotation: its static pod's hash
 
 
 def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
@@ -126,7 +128,7 @@ class Agent:
         self.last_published: NodeSignals | None = None
         self.publisher: Publisher | None = None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(PrometheusCollector(self.state, config.node_name))  # type: ignore[arg-type]
+        self.registry.register(PrometheusCollector(self.state, config.node_name))
         self.otlp: OtlpExporter | None = None
         if config.otlp_endpoints or otlp_exporter is not None:
             attrs = {"service.name": "kvspread-collector"}
@@ -332,8 +334,13 @@ class Agent:
         return self._kube
 
     def _pod_lookup(self, uid: str) -> PodMeta | None:
+        """The pod of a cgroup's UID; a static pod's cgroup names its config hash, which
+        its mirror pod carries in an annotation."""
         with self._pods_lock:
-            return self._pods.get(uid)
+            meta = self._pods.get(uid)
+            if meta is None and "-" not in uid:
+                meta = next((m for m in self._pods.values() if m.annotation(MIRROR) == uid), None)
+            return meta
 
     def _pod_by_ip(self, ip: str) -> PodMeta | None:
         if not ip:
@@ -490,24 +497,16 @@ class Agent:
         for r in st.engines.values():
             if r.pod_uid:
                 by_pod.setdefault(r.pod_uid, []).extend(r.samples)
-        gpu_pods: dict[tuple[int, str, str, str], int] = {}
-        for g in gpus or []:
-            uids: set[str] = set()
-            for pid, mem in g.processes:
-                ref = self.attributor.resolve(pid)
-                if ref is not None:
-                    uids.add(ref.uid)
-                    if mem is not None:
-                        key = (g.index, g.uuid, ref.namespace, ref.name or ref.uid)
-                        gpu_pods[key] = gpu_pods.get(key, 0) + mem
-            for uid in uids:
-                with self._pods_lock:
-                    meta = self._pods.get(uid)
+        gpu_pods = gpu_pod_memory(gpus or [], self.attributor.resolve)
+        self._note_gpu_pods(gpus, gpu_pods)
+        for index, pods in gpu_pods.items():
+            for uid in {m.uid for m in pods if m.in_pod}:
+                meta = self._pod_lookup(uid)
                 model = meta.label(names.LABEL_MODEL) if meta else None
                 samples = by_pod.get(uid, [])
                 models = [model] if model else [s.model for s in samples if s.model]
-                gpu_models.setdefault(g.index, []).extend(models)
-                gpu_engines.setdefault(g.index, []).extend(samples)
+                gpu_models.setdefault(index, []).extend(models)
+                gpu_engines.setdefault(index, []).extend(samples)
         running = [
             (s.running or 0) + (s.waiting or 0)
             for r in st.engines.values()
@@ -545,6 +544,7 @@ class Agent:
                 p95_s=p95,
                 absent=absent,
                 ttft_p95_s=ttft_p95,
+                gpu_pods=gpu_pods,
             )
         )
         sig, _ = fit_signals(sig)
@@ -558,6 +558,21 @@ class Agent:
         st.image_share = share
         st.signals = sig
         return sig
+
+    def _note_gpu_pods(
+        self, gpus: list[GpuSample] | None, pods: dict[int, tuple[PodGpuMemory, ...]]
+    ) -> None:
+        """Log once per change why per-pod GPU memory is absent (the document names
+        `gpu_pods` in `absent`)."""
+        if gpus is None:
+            why = "no NVML: " + self.state.sources["nvml"].reason
+        else:
+            unlisted = sorted(g.index for g in gpus if g.index not in pods)
+            why = f"NVML cannot list the processes of GPU {unlisted}" if unlisted else ""
+        if self._reasons.get("gpu_pods", "") != why:
+            self._reasons["gpu_pods"] = why
+            if why:
+                log.warning("per-pod GPU memory absent", extra={"kv": {"reason": why}})
 
     def publish(self, sig: NodeSignals) -> bool:
         """Write the signals (NodeSignals resource or Node annotation, `publish.channel`)

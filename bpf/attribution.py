@@ -1,39 +1,24 @@
 """Process -> pod attribution: pid -> cgroup -> pod UID -> pod name and namespace.
 
-The kubelet names pod cgroups after the pod UID; the container runtime adds a scope per
-container. Layouts read here (`/proc/<pid>/cgroup`):
-
-- cgroup v2, systemd driver:
-  `0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/
-  cri-containerd-<id>.scope` (containerd) or `.../crio-<id>.scope` (CRI-O); the UID
-  has `_` for `-`;
-- cgroup v2, cgroupfs driver: `0::/kubepods/burstable/pod<uid>/<id>`;
-- cgroup v1: the same paths after `N:controller:` on every line;
-- static (mirror) pods use a 32-hex-digit UID without dashes.
-
-`proc_root` is injectable so tests use a fake /proc tree. Results are cached per pid
-(bounded); a pid not found in the pod table is re-read after `retry_s`, so pods that
-start after the collector are picked up.
+The cgroup text is parsed by `bpf.cgroup` (every kubelet layout is listed there); this
+module reads `/proc/<pid>/cgroup` and joins the UID to the pod table. `proc_root` is
+injectable so tests use a fixture /proc tree. Results are cached per pid (bounded); a pid
+not found in the pod table is re-read after `retry_s`, so pods that start after the
+collector are picked up.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bpf.cgroup import parse_proc_cgroup
 from kvspread.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["PodRef", "PodMeta", "parse_cgroup", "Attributor"]
-
-_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
-_POD = re.compile(rf"pod({_UID})(?:\.slice)?(?:/|$)")
-_CONTAINER = re.compile(
-    r"(?:cri-containerd-|crio-|docker-|containerd-)?([0-9a-f]{64})(?:\.scope)?$"
-)
+__all__ = ["PodRef", "PodMeta", "Attributor"]
 
 
 @dataclass(frozen=True)
@@ -63,26 +48,6 @@ class PodRef:
     container_id: str = ""
     namespace: str = ""
     name: str = ""
-
-
-def parse_cgroup(text: str) -> tuple[str, str] | None:
-    """(pod UID, container id) from the text of /proc/<pid>/cgroup, else None.
-
-    Works for v1 (many lines) and v2 (one `0::` line); the first line naming a pod wins.
-    """
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        path = parts[2]
-        m = _POD.search(path)
-        if not m:
-            continue
-        uid = m.group(1).replace("_", "-")
-        last = path.rstrip("/").rsplit("/", 1)[-1]
-        c = _CONTAINER.search(last)
-        return uid, (c.group(1) if c else "")
-    return None
 
 
 PodLookup = Callable[[str], PodMeta | None]
@@ -138,10 +103,10 @@ class Attributor:
             text = (self._proc / str(pid) / "cgroup").read_text()
         except OSError:
             return None
-        found = parse_cgroup(text)
+        found = parse_proc_cgroup(text)
         if found is None:
             return None
-        uid, cid = found
+        uid, cid = found.uid, found.container_id
         meta = self._lookup(uid) if self._lookup else None
         if meta is None:
             return PodRef(uid=uid, container_id=cid)

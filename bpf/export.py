@@ -29,6 +29,7 @@ __all__ = [
     "PrometheusCollector",
     "OtlpExporter",
     "label_name",
+    "gpu_memory_points",
     "REQUEST_ATTRS",
     "TOKEN_ATTRS",
     "GEN_AI_OPERATIONS",
@@ -60,6 +61,28 @@ GEN_AI_OPERATIONS: dict[str, str] = {
 """gen_ai.operation.name of the streaming routes (OTel GenAI semconv values); others ""."""
 
 POD_ATTRS = (names.ATTR_SERVER_PORT, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
+
+
+def gpu_memory_points(state: CollectorState) -> list[tuple[dict[str, str], int]]:
+    """kvspread.gpu.memory.used: each GPU's figure, then its breakdown per pod (owner
+    `pod`) and for the processes in no pod (owner `no_pod`). Unknown memory has no point;
+    no NVML, no points at all."""
+    out: list[tuple[dict[str, str], int]] = []
+    pods = state.gpu_pods
+    for g in state.gpus or []:
+        gpu = {names.ATTR_GPU_INDEX: str(g.index), names.ATTR_GPU_UUID: g.uuid}
+        out.append((gpu, g.mem_used))
+        for m in pods.get(g.index, ()):
+            if m.used_bytes is None:
+                continue
+            part = {**gpu, names.ATTR_GPU_MEMORY_OWNER: "pod" if m.in_pod else "no_pod"}
+            if m.in_pod:
+                part[names.ATTR_K8S_POD_UID] = m.uid
+                if m.name:
+                    part[names.ATTR_K8S_NAMESPACE] = m.namespace
+                    part[names.ATTR_K8S_POD] = m.name
+            out.append((part, m.used_bytes))
+    return out
 
 
 def label_name(attr: str) -> str:
@@ -105,7 +128,8 @@ def tcp_by_pod(
 
 def _log2_buckets(slots: Sequence[int]) -> list[tuple[str, float]]:
     """Cumulative buckets of kernel log2 slots (slot i: [2^i, 2^(i+1)) microseconds)."""
-    cum, buckets = 0, []
+    cum = 0
+    buckets: list[tuple[str, float]] = []
     for i, c in enumerate(slots):
         cum += c
         buckets.append((repr(float(2 ** (i + 1)) / 1e6), cum))
@@ -187,9 +211,9 @@ class PrometheusCollector:
             names.TCP_RETRANSMITS.help,
             labels=[label_name(a) for a in POD_ATTRS],
         )
-        for labels, st in tcp_by_pod(self.state).items():
-            rtt.add_metric(list(labels), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
-            retrans.add_metric(list(labels), st.retransmits)
+        for pod, st in tcp_by_pod(self.state).items():
+            rtt.add_metric(list(pod), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
+            retrans.add_metric(list(pod), st.retransmits)
         yield rtt
         yield retrans
         unsampled = HistogramMetricFamily(
@@ -197,8 +221,8 @@ class PrometheusCollector:
             names.HTTP_SERVER_UNSAMPLED_DURATION.help,
             labels=[label_name(a) for a in POD_ATTRS],
         )
-        for labels, st in tcp_by_pod(self.state, self.state.unsampled).items():
-            unsampled.add_metric(list(labels), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
+        for pod, st in tcp_by_pod(self.state, self.state.unsampled).items():
+            unsampled.add_metric(list(pod), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
         yield unsampled
 
     def _gpu(self) -> Iterator[Metric]:
@@ -206,9 +230,8 @@ class PrometheusCollector:
         if gpus is None:
             return  # absent, never zeros
         lbl = [label_name(names.ATTR_GPU_INDEX), label_name(names.ATTR_GPU_UUID)]
-        used = GaugeMetricFamily(
-            names.GPU_MEMORY_USED.prometheus, names.GPU_MEMORY_USED.help, labels=lbl
-        )
+        # one family, label sets per point: the GPU's own figure carries only its GPU labels
+        used = GaugeMetricFamily(names.GPU_MEMORY_USED.prometheus, names.GPU_MEMORY_USED.help)
         total = GaugeMetricFamily(
             names.GPU_MEMORY_TOTAL.prometheus,
             names.GPU_MEMORY_TOTAL.help,
@@ -219,21 +242,14 @@ class PrometheusCollector:
             names.GPU_UTILIZATION.help,
             labels=lbl,
         )
+        for attrs, value in gpu_memory_points(self.state):
+            used.add_sample(used.name, {label_name(k): v for k, v in attrs.items()}, value)
         for g in gpus:
             v = [str(g.index), g.uuid]
-            used.add_metric(v, g.mem_used)
             total.add_metric(v, g.mem_total)
             if g.util is not None:
                 util.add_metric(v, g.util)
         yield from (used, total, util)
-        pods = GaugeMetricFamily(
-            names.GPU_POD_MEMORY_USED.prometheus,
-            names.GPU_POD_MEMORY_USED.help,
-            labels=[*lbl, label_name(names.ATTR_K8S_NAMESPACE), label_name(names.ATTR_K8S_POD)],
-        )
-        for (index, uuid, ns, pod), mem in sorted(self.state.gpu_pods.items()):
-            pods.add_metric([str(index), uuid, ns, pod], mem)
-        yield pods
 
     def _engines(self) -> Iterator[Metric]:
         lbl = [
@@ -396,18 +412,13 @@ class OtlpExporter:
 
             return cb
 
-        def gpu_pods(_: CallbackOptions) -> list[Observation]:
+        def gpu_memory(_: CallbackOptions) -> list[Observation]:
             return [
                 Observation(
-                    mem,
-                    {
-                        names.ATTR_GPU_INDEX: i,
-                        names.ATTR_GPU_UUID: u,
-                        names.ATTR_K8S_NAMESPACE: ns,
-                        names.ATTR_K8S_POD: pod,
-                    },
+                    v,
+                    {k: int(x) if k == names.ATTR_GPU_INDEX else x for k, x in attrs.items()},
                 )
-                for (i, u, ns, pod), mem in list(self.state.gpu_pods.items())
+                for attrs, v in gpu_memory_points(self.state)
             ]
 
         def engine(attr: str) -> Any:
@@ -479,10 +490,9 @@ class OtlpExporter:
         # and the OTel SDK has no observable histogram to carry pre-aggregated buckets.
         observe(names.TCP_RETRANSMITS, retransmits)
         observe(names.CONNECTION_EDGES, edges)
-        observe(names.GPU_MEMORY_USED, gpu("mem_used"))
+        observe(names.GPU_MEMORY_USED, gpu_memory)
         observe(names.GPU_MEMORY_TOTAL, gpu("mem_total"))
         observe(names.GPU_UTILIZATION, gpu("util"))
-        observe(names.GPU_POD_MEMORY_USED, gpu_pods)
         observe(names.KV_CACHE_USAGE, engine("kv_usage"))
         observe(names.ENGINE_REQUESTS_RUNNING, engine("running"))
         observe(names.ENGINE_REQUESTS_WAITING, engine("waiting"))

@@ -2,24 +2,54 @@
 
 No driver, no library, no device: `read()` raises `GpuUnavailable` with the reason, and
 the agent reports the GPU signals as absent (never zeros).
+
+Per-process memory (for per-pod memory on shared GPUs) comes from NVML's three process
+lists: compute contexts, graphics contexts, and MPS clients (with MPS the compute list
+holds the `nvidia-cuda-mps-server`, the MPS list the client processes). NVML gives host
+PIDs and `usedGpuMemory` in bytes, None where it cannot tell (pynvml maps
+NVML_VALUE_NOT_AVAILABLE to None: Windows WDDM, some MIG and vGPU setups); None stays
+"unknown", never 0.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-__all__ = ["GpuSample", "GpuReader", "GpuUnavailable", "NvmlReader", "FakeGpuReader"]
+__all__ = [
+    "GpuProcess",
+    "GpuSample",
+    "GpuReader",
+    "GpuUnavailable",
+    "NvmlReader",
+    "FakeGpuReader",
+    "PROCESS_KINDS",
+]
+
+PROCESS_KINDS: Final = ("compute", "graphics", "mps")
+"""Which NVML list a process came from: nvmlDeviceGetComputeRunningProcesses,
+nvmlDeviceGetGraphicsRunningProcesses, nvmlDeviceGetMPSComputeRunningProcesses."""
 
 
 class GpuUnavailable(RuntimeError):
     """NVML cannot be used; the message says why."""
 
 
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One process with a context on a GPU: host pid, its GPU memory in bytes (None:
+    NVML does not report it) and the NVML list it came from (`PROCESS_KINDS`)."""
+
+    pid: int
+    used_bytes: int | None
+    kind: str = "compute"
+
+
 @dataclass(frozen=True)
 class GpuSample:
     """One GPU. Memory in bytes; `util` 0..1 or None when NVML does not report it;
-    `processes` are (host pid, GPU memory bytes or None)."""
+    `processes` the processes using it, None when NVML could not list them (then
+    per-pod memory is absent, not empty)."""
 
     index: int
     uuid: str
@@ -27,7 +57,7 @@ class GpuSample:
     mem_total: int
     mem_used: int
     util: float | None = None
-    processes: tuple[tuple[int, int | None], ...] = ()
+    processes: tuple[GpuProcess, ...] | None = None
 
 
 class GpuReader(Protocol):
@@ -46,7 +76,7 @@ class NvmlReader:
         if self._nvml is not None:
             return self._nvml
         try:
-            import pynvml
+            import pynvml  # type: ignore[import-untyped]
         except ImportError as exc:
             raise GpuUnavailable(f"pynvml not installed: {exc}") from exc
         try:
@@ -67,13 +97,7 @@ class NvmlReader:
                     util: float | None = nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
                 except Exception:  # noqa: BLE001 - not supported on some devices (MIG)
                     util = None
-                try:
-                    procs = tuple(
-                        (int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory))
-                        for p in nv.nvmlDeviceGetComputeRunningProcesses(h)
-                    )
-                except Exception:  # noqa: BLE001
-                    procs = ()
+                procs = _processes(nv, h)
                 uuid = nv.nvmlDeviceGetUUID(h)
                 name = nv.nvmlDeviceGetName(h)
                 out.append(
@@ -95,6 +119,35 @@ class NvmlReader:
         except Exception as exc:  # noqa: BLE001
             self._nvml = None  # re-initialise next time (driver restart)
             raise GpuUnavailable(f"NVML query failed: {exc}") from exc
+
+
+_LISTS: Final = (
+    ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+    ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+    ("mps", "nvmlDeviceGetMPSComputeRunningProcesses"),
+)
+
+
+def _processes(nv: Any, handle: Any) -> tuple[GpuProcess, ...] | None:
+    """Every process of the three NVML lists, one entry per pid (a process with compute
+    and graphics contexts is in both lists with the same memory: the first with a known
+    figure is kept). None when the compute list cannot be read; the graphics and MPS lists
+    are optional (NotSupported on many GPUs and drivers)."""
+    seen: dict[int, GpuProcess] = {}
+    for kind, fn in _LISTS:
+        try:
+            listed = getattr(nv, fn)(handle)
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported, old driver, no symbol
+            if kind == "compute":
+                return None
+            continue
+        for p in listed:
+            mem = getattr(p, "usedGpuMemory", None)
+            proc = GpuProcess(int(p.pid), None if mem is None else int(mem), kind)
+            prev = seen.get(proc.pid)
+            if prev is None or (prev.used_bytes is None and proc.used_bytes is not None):
+                seen[proc.pid] = proc
+    return tuple(seen.values())
 
 
 class FakeGpuReader:

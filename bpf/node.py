@@ -10,14 +10,16 @@ of docs/design.md section 4) is the extender's job (extender/scoring.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bpf.engine import EngineSample
 from bpf.gpu import GpuSample
-from kvspread.signals import GpuSignal, NodeSignals, encode_signals
+from bpf.gpupods import PodGpuMemory
+from kvspread.signals import GpuSignal, NodeSignals, PodMemory, SignalsError, encode_signals
 
 __all__ = [
     "MIB",
+    "GPU_PODS_ABSENT",
     "SignalInputs",
     "image_token_share",
     "build_signals",
@@ -25,6 +27,8 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
+GPU_PODS_ABSENT = "gpu_pods"
+"""Named in `absent` when a GPU of the document has no per-pod memory."""
 
 
 def image_token_share(
@@ -51,6 +55,8 @@ class SignalInputs:
     p95_s: float | None
     absent: tuple[str, ...] = ()
     ttft_p95_s: float | None = None  # SSE streams' time to first token; None: none seen
+    # GPU index -> its pods' memory (bpf.gpupods); a GPU missing here has no per-pod figure
+    gpu_pods: Mapping[int, Sequence[PodGpuMemory]] | None = None
 
 
 def _kv_blocks(engines: Sequence[EngineSample]) -> tuple[int | None, int | None]:
@@ -59,11 +65,23 @@ def _kv_blocks(engines: Sequence[EngineSample]) -> tuple[int | None, int | None]
     return (sum(totals) if totals else None, sum(used) if used else None)
 
 
+def _pods(memory: Sequence[PodGpuMemory] | None) -> tuple[PodMemory, ...] | None:
+    if memory is None:
+        return None
+    return tuple(
+        PodMemory(m.uid, m.namespace, m.name, None if m.used_bytes is None else m.used_bytes / MIB)
+        for m in memory
+    )
+
+
 def build_signals(inp: SignalInputs) -> NodeSignals:
     gpus: tuple[GpuSignal, ...] | None = None
+    absent = set(inp.absent)
     if inp.gpus is not None:
         out = []
+        per_pod = inp.gpu_pods or {}
         for g in sorted(inp.gpus, key=lambda s: s.index):
+            pods = _pods(per_pod.get(g.index))
             kv_total, kv_used = _kv_blocks(inp.gpu_engines.get(g.index, ()))
             out.append(
                 GpuSignal(
@@ -75,9 +93,14 @@ def build_signals(inp: SignalInputs) -> NodeSignals:
                     kv_blocks_total=kv_total,
                     kv_blocks_used=kv_used,
                     models=tuple(sorted(set(inp.gpu_models.get(g.index, ())))),
+                    pods=pods,
                 )
             )
+            if pods is None:
+                absent.add(GPU_PODS_ABSENT)
         gpus = tuple(out)
+    else:
+        absent.add(GPU_PODS_ABSENT)
     return NodeSignals(
         ts=inp.now,
         node=inp.node,
@@ -86,25 +109,38 @@ def build_signals(inp: SignalInputs) -> NodeSignals:
         image_token_share=inp.image_token_share,
         p95_s=inp.p95_s,
         ttft_p95_s=inp.ttft_p95_s,
-        absent=tuple(sorted(set(inp.absent))),
+        absent=tuple(sorted(absent)),
     )
 
 
+def _without_models(s: NodeSignals) -> NodeSignals:
+    return replace(s, gpus=tuple(replace(g, models=()) for g in s.gpus or ()))
+
+
+def _without_pods(s: NodeSignals) -> NodeSignals:
+    return replace(
+        s,
+        gpus=tuple(replace(g, pods=None) for g in s.gpus or ()),
+        absent=tuple(sorted({*s.absent, GPU_PODS_ABSENT})),
+    )
+
+
+def _without_uuids(s: NodeSignals) -> NodeSignals:
+    return replace(s, gpus=tuple(replace(g, uuid="") for g in s.gpus or ()))
+
+
 def fit_signals(sig: NodeSignals) -> tuple[NodeSignals, str]:
-    """Encode; when over 4 KiB, drop model lists (then UUIDs) until it fits."""
-    from dataclasses import replace
-
-    from kvspread.signals import SignalsError
-
+    """Encode; when over 4 KiB, drop model lists, then per-pod memory (`absent` then
+    names `gpu_pods`), then UUIDs, until it fits."""
     try:
         return sig, encode_signals(sig)
     except SignalsError:
-        pass
-    if sig.gpus is not None:
-        slim = replace(sig, gpus=tuple(replace(g, models=()) for g in sig.gpus))
+        if sig.gpus is None:
+            raise  # nothing left to drop
+    for step in (_without_models, _without_pods, _without_uuids):
+        sig = step(sig)
         try:
-            return slim, encode_signals(slim)
+            return sig, encode_signals(sig)
         except SignalsError:
-            slimmer = replace(slim, gpus=tuple(replace(g, uuid="") for g in slim.gpus or ()))
-            return slimmer, encode_signals(slimmer)
-    return sig, encode_signals(sig)  # nothing left to drop: raises SignalsError
+            continue
+    return sig, encode_signals(sig)  # still over: raises SignalsError

@@ -11,6 +11,7 @@ from typing import Any
 from bpf.engine import EngineSample
 from bpf.events import TcpStats
 from bpf.gpu import GpuSample
+from bpf.gpupods import PodGpuMemory
 from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, CounterTable, HistogramTable, RecentWindow
 from kvspread.signals import NodeSignals
 
@@ -53,8 +54,9 @@ class CollectorState:
     # (tgid, port) -> kernel histogram of the requests over the budget (TcpStats layout)
     unsampled: dict[tuple[int, int], TcpStats] = field(default_factory=dict)
     gpus: list[GpuSample] | None = None
-    # (gpu index, gpu uuid, namespace, pod) -> bytes used by the pod's processes
-    gpu_pods: dict[tuple[int, str, str, str], int] = field(default_factory=dict)
+    # GPU index -> memory of each pod's processes (bpf.gpupods); a GPU whose processes
+    # NVML could not list has no entry
+    gpu_pods: dict[int, tuple[PodGpuMemory, ...]] = field(default_factory=dict)
     engines: dict[str, EngineReading] = field(default_factory=dict)
     signals: NodeSignals | None = None
     fragmentation: float | None = None

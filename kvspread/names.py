@@ -50,10 +50,15 @@ ATTR_SERVER_PORT: Final = "server.port"
 ATTR_K8S_NAMESPACE: Final = "k8s.namespace.name"
 ATTR_K8S_POD: Final = "k8s.pod.name"
 ATTR_K8S_NODE: Final = "k8s.node.name"
+ATTR_K8S_POD_UID: Final = "k8s.pod.uid"
 ATTR_SERVICE_NAME: Final = "service.name"
 ATTR_MODALITY: Final = "llm.modality"
 ATTR_GPU_INDEX: Final = "gpu.index"
 ATTR_GPU_UUID: Final = "gpu.uuid"
+ATTR_GPU_MEMORY_OWNER: Final = "kvspread.gpu.memory.owner"
+"""On kvspread.gpu.memory.used: `pod` (one pod's processes) or `no_pod` (processes in no
+pod); absent on the GPU's own figure, so `{kvspread_gpu_memory_owner=""}` selects it."""
+GPU_MEMORY_OWNERS: Final = ("pod", "no_pod")
 ATTR_ENGINE: Final = "llm.engine"
 ATTR_MODEL: Final = "llm.model"
 ATTR_CLIENT_ADDRESS: Final = "client.address"
@@ -171,19 +176,20 @@ GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: Final = MetricDescriptor(
 """OTel GenAI semconv name: (last data event - first) / (data events - 1), `data: [DONE]`
 excluded."""
 GPU_MEMORY_USED: Final = MetricDescriptor(
-    "kvspread.gpu.memory.used", "By", "gauge", "GPU memory used (NVML)."
+    "kvspread.gpu.memory.used",
+    "By",
+    "gauge",
+    "GPU memory used (NVML): per GPU, and per pod on it where kvspread.gpu.memory.owner is set.",
 )
+"""One point per GPU (no owner attribute: the device's figure) plus its breakdown: one
+point per pod with processes on the GPU (owner `pod`, with k8s.pod.uid and, once the pod
+table knows the UID, k8s.namespace.name and k8s.pod.name) and one for the processes in no
+pod (owner `no_pod`). A pod whose memory NVML does not report has no point."""
 GPU_MEMORY_TOTAL: Final = MetricDescriptor(
     "kvspread.gpu.memory.total", "By", "gauge", "GPU memory total (NVML)."
 )
 GPU_UTILIZATION: Final = MetricDescriptor(
     "kvspread.gpu.utilization", "1", "gauge", "GPU utilisation 0..1 (NVML)."
-)
-GPU_POD_MEMORY_USED: Final = MetricDescriptor(
-    "kvspread.gpu.pod.memory.used",
-    "By",
-    "gauge",
-    "GPU memory used by a pod's processes on one GPU (NVML, pid -> pod).",
 )
 KV_CACHE_USAGE: Final = MetricDescriptor(
     "kvspread.kv_cache.usage", "1", "gauge", "KV-cache usage 0..1 reported by the engine."

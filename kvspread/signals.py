@@ -7,7 +7,10 @@ Wire form (compact JSON, at most 4 KiB)::
     {"v": 1, "ts": 1800000000.0, "node": "gpu-node-1",
      "gpus": [{"i": 0, "uuid": "GPU-..", "mem_total_mib": 81559, "mem_used_mib": 30210,
                "util": 0.41, "kv_blocks_total": 16384, "kv_blocks_used": 9000,
-               "models": ["qwen2-vl-7b"]}],
+               "models": ["qwen2-vl-7b"],
+               "pods": [{"uid": "3fcb4b70-..", "ns": "llm", "name": "vllm-0",
+                         "mem_used_mib": 20480.0},
+                        {"uid": "", "mem_used_mib": 512.0}]}],
      "streams": 12, "image_token_share": 0.31, "p95_s": 0.142, "ttft_p95_s": 0.081,
      "absent": ["nvml"]}
 
@@ -15,6 +18,13 @@ Absent numbers are left out, never written as zero: a node without NVML has no `
 key and says so in `absent`. `util`, `kv_blocks_*`, `streams`, `image_token_share`,
 `p95_s` and `ttft_p95_s` (time to first token of SSE streams; absent when no stream was
 seen) are optional per field for the same reason.
+
+`pods` is the GPU memory of each pod's processes on that GPU (NVML per-process memory,
+host pid -> cgroup -> pod): `uid` always, `ns` and `name` once the collector's pod table
+knows the UID; the entry with `uid` "" is the processes in no pod. `mem_used_mib` is left
+out where NVML does not report a process's memory (unknown, not 0). A GPU without `pods`
+has no per-pod figure (NVML could not list its processes, or the list was dropped to stay
+under 4 KiB) and `absent` names `gpu_pods`; `"pods": []` means no process uses the GPU.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "MAX_DOCUMENT_BYTES",
     "GpuSignal",
+    "PodMemory",
     "NodeSignals",
     "SignalState",
     "SignalsReading",
@@ -40,10 +51,22 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 MAX_DOCUMENT_BYTES = 4096
+MAX_PODS_PER_GPU = 64
 
 
 class SignalsError(ValueError):
     """A signals document that cannot be used; the message says which field is wrong."""
+
+
+@dataclass(frozen=True)
+class PodMemory:
+    """One pod's processes on one GPU. `uid` "" is the processes in no pod; memory in MiB,
+    None where NVML does not report it."""
+
+    uid: str
+    namespace: str = ""
+    name: str = ""
+    mem_used_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +81,7 @@ class GpuSignal:
     kv_blocks_total: int | None = None
     kv_blocks_used: int | None = None
     models: tuple[str, ...] = ()
+    pods: tuple[PodMemory, ...] | None = None  # None: absent (not listed or dropped)
 
     @property
     def mem_free_mib(self) -> float:
@@ -115,8 +139,39 @@ def _opt(d: dict[str, Any], key: str, where: str, **kw: Any) -> float | None:
     return _num(d[key], f"{where}.{key}", **kw)
 
 
+def _encode_pod(p: PodMemory) -> dict[str, Any]:
+    d: dict[str, Any] = {"uid": p.uid}
+    if p.namespace:
+        d["ns"] = p.namespace
+    if p.name:
+        d["name"] = p.name
+    if p.mem_used_mib is not None:
+        d["mem_used_mib"] = round(p.mem_used_mib, 1)
+    return d
+
+
+def _decode_pods(raw: Any, where: str) -> tuple[PodMemory, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) > MAX_PODS_PER_GPU:
+        raise SignalsError(f"{where} must be a list of at most {MAX_PODS_PER_GPU} objects")
+    out = []
+    for n, p in enumerate(raw):
+        at = f"{where}[{n}]"
+        if not isinstance(p, dict):
+            raise SignalsError(f"{at} must be an object")
+        texts = [p.get("uid"), p.get("ns", ""), p.get("name", "")]
+        for key, value in zip(("uid", "ns", "name"), texts, strict=True):
+            if not isinstance(value, str):
+                raise SignalsError(f"{at}.{key} must be a string")
+        uid, ns, name = texts
+        out.append(PodMemory(uid, ns, name, _opt(p, "mem_used_mib", at)))
+    return tuple(out)
+
+
 def encode_signals(s: NodeSignals) -> str:
-    """Serialise to the compact wire JSON; raises SignalsError past 4 KiB."""
+    """Serialise to the compact wire JSON; raises SignalsError past 4 KiB or past
+    MAX_PODS_PER_GPU pod entries on a GPU (what readers accept)."""
     doc: dict[str, Any] = {"v": s.version, "ts": round(s.ts, 3)}
     if s.node:
         doc["node"] = s.node
@@ -138,6 +193,12 @@ def encode_signals(s: NodeSignals) -> str:
                 gd["kv_blocks_used"] = g.kv_blocks_used
             if g.models:
                 gd["models"] = list(g.models)
+            if g.pods is not None:
+                if len(g.pods) > MAX_PODS_PER_GPU:
+                    raise SignalsError(
+                        f"GPU {g.index} has {len(g.pods)} pod entries, over {MAX_PODS_PER_GPU}"
+                    )
+                gd["pods"] = [_encode_pod(p) for p in g.pods]
             gpus.append(gd)
         doc["gpus"] = gpus
     if s.streams is not None:
@@ -205,6 +266,7 @@ def decode_signals(text: str) -> NodeSignals:
                     kv_blocks_total=None if kvt is None else int(kvt),
                     kv_blocks_used=None if kvu is None else int(kvu),
                     models=tuple(models),
+                    pods=_decode_pods(g.get("pods"), f"{where}.pods"),
                 )
             )
         gpus = tuple(out)

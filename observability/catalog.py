@@ -40,6 +40,8 @@ GPU_UUID: Final = label(names.ATTR_GPU_UUID)
 ENGINE: Final = label(names.ATTR_ENGINE)
 MODEL: Final = label(names.ATTR_MODEL)
 GEN_AI_OPERATION: Final = label(names.ATTR_GEN_AI_OPERATION)
+GPU_MEMORY_OWNER: Final = label(names.ATTR_GPU_MEMORY_OWNER)
+POD_UID: Final = label(names.ATTR_K8S_POD_UID)
 
 NODE_FROM_SCRAPE: Final = "node"
 """The node label the dashboards and alerts filter collector series by. The collector writes
@@ -144,8 +146,15 @@ _COLLECTOR: Final = (
     ),
     _otel(
         names.GPU_MEMORY_USED,
-        (GPU_INDEX, GPU_UUID),
-        "GPU memory used (NVML). Absent, never zero, where no driver answers.",
+        (GPU_INDEX, GPU_UUID, GPU_MEMORY_OWNER, NAMESPACE, POD, POD_UID),
+        "GPU memory used (NVML). One series per GPU without `kvspread_gpu_memory_owner` "
+        '(the device\'s figure; select it with `kvspread_gpu_memory_owner=""`), plus its '
+        'breakdown on shared GPUs (time-slicing, MPS): `kvspread_gpu_memory_owner="pod"` '
+        "per pod with processes on the GPU (`k8s_pod_uid`, and `k8s_namespace_name`, "
+        "`k8s_pod_name` once the collector's pod list knows the UID; NVML per-process memory, "
+        'host pid -> cgroup -> pod), `"no_pod"` for processes in no pod. The device figure '
+        "also counts what no process holds (driver, contexts). A pod whose memory NVML does "
+        "not report has no series; absent, never zero, where no driver answers.",
     ),
     _otel(names.GPU_MEMORY_TOTAL, (GPU_INDEX, GPU_UUID), "GPU memory total (NVML)."),
     _otel(names.GPU_UTILIZATION, (GPU_INDEX, GPU_UUID), "GPU utilisation 0..1 (NVML)."),

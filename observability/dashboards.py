@@ -69,6 +69,8 @@ DROPPED: Final = names.COLLECTOR_DROPPED.prometheus
 SVC: Final = f'{c.NAMESPACE}=~"$namespace", {c.SERVICE}=~"$service", {c.MODALITY}=~"$modality"'
 NS: Final = f'{c.NAMESPACE}=~"$namespace"'
 NODE_SEL: Final = f'{c.NODE_FROM_SCRAPE}=~"$node"'
+GPU_DEVICE_SEL: Final = f'{NODE_SEL},{c.GPU_MEMORY_OWNER}=""'
+"""kvspread_gpu_memory_used_bytes of the GPU itself, not its per-pod breakdown."""
 RI: Final = "$__rate_interval"
 LEGEND_SVC: Final = "{{service_name}} {{llm_modality}}"
 
@@ -76,7 +78,7 @@ LEGEND_SVC: Final = "{{service_name}} {{llm_modality}}"
 # --- small builders -------------------------------------------------------------------------
 
 
-def _q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> Builder[Any]:
+def _q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> prometheus.Dataquery:
     q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DS)
     if legend:
         q = q.legend_format(legend)
@@ -412,7 +414,21 @@ def gpu_kv() -> db.Dashboard:
             "GPU memory used",
             "Per node and GPU (NVML).",
             "bytes",
-            (f"{GPU_USED}{{{NODE_SEL}}}", gpu_legend),
+            (f"{GPU_USED}{{{GPU_DEVICE_SEL}}}", gpu_legend),
+        )
+    )
+    d = d.with_panel(
+        _ts(
+            "GPU memory per pod",
+            "Shared GPUs (time-slicing, MPS): each pod's processes on each GPU (NVML "
+            "per-process memory, pid -> cgroup -> pod); no_pod is processes in no pod.",
+            "bytes",
+            (
+                f'{GPU_USED}{{{NODE_SEL},{c.GPU_MEMORY_OWNER}!=""}}',
+                "{{node}} GPU {{gpu_index}} {{k8s_namespace_name}}/{{k8s_pod_name}}"
+                f" {{{{{c.GPU_MEMORY_OWNER}}}}}",
+            ),
+            stacked=True,
         )
     )
     d = d.with_panel(
@@ -420,7 +436,7 @@ def gpu_kv() -> db.Dashboard:
             "GPU memory used share",
             "Used over total per GPU.",
             "percentunit",
-            (f"{GPU_USED}{{{NODE_SEL}}} / {GPU_TOTAL}{{{NODE_SEL}}}", gpu_legend),
+            (f"{GPU_USED}{{{GPU_DEVICE_SEL}}} / {GPU_TOTAL}{{{NODE_SEL}}}", gpu_legend),
             thresholds=_thresholds((None, "green"), (0.9, "orange"), (0.97, "red")),
             minmax=(0, 1),
         )

@@ -19,7 +19,8 @@ from prometheus_client import generate_latest
 from bpf.agent import Agent
 from bpf.config import CollectorConfig, EnginesConfig, EngineTarget, SignalsConfig
 from bpf.events import RTT_SLOTS, TcpStats
-from bpf.gpu import FakeGpuReader, GpuSample, GpuUnavailable, NvmlReader
+from bpf.gpu import FakeGpuReader, GpuProcess, GpuSample, GpuUnavailable, NvmlReader
+from bpf.gpupods import PodGpuMemory
 from bpf.node import MIB
 from bpf.tracker import RequestRecord
 from kvspread import names, nodesignals
@@ -28,6 +29,7 @@ from kvspread.signals import decode_signals
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "engine-metrics"
+PROC = Path(__file__).parents[1] / "fixtures" / "proc"  # real-shaped /proc/<pid>/cgroup
 
 
 class _Engine(BaseHTTPRequestHandler):
@@ -68,6 +70,18 @@ def base_config(**kw: Any) -> CollectorConfig:
         k: replace(getattr(base, k), **v) if isinstance(v, dict) else v for k, v in kw.items()
     }
     return replace(base, **changes)
+
+
+def cluster_config(api_url: str, **kw: Any) -> CollectorConfig:
+    """Node gpu-1 of the fake API server at `api_url`, no BPF, the fixture /proc tree."""
+    return base_config(
+        standalone=False,
+        node_name="gpu-1",
+        kube_api_server=api_url,
+        bpf={"enabled": False},
+        proc_root=PROC,
+        **kw,
+    )
 
 
 def wait_for(cond: Any, timeout: float = 15.0) -> bool:
@@ -123,7 +137,7 @@ def test_bpf_unavailable_collector_runs_on(
             'llm_engine="vllm",llm_model="meta-llama/Llama-3.1-8B-Instruct"} 0.4218'
         ) in metrics
         sig = decode_signals(httpx.get(f"{base}/signals").text)
-        assert sig.gpus is None and set(sig.absent) == {"bpf", "kubernetes", "nvml"}
+        assert sig.gpus is None and set(sig.absent) == {"bpf", "gpu_pods", "kubernetes", "nvml"}
         assert sig.streams == 4  # engine: 3 running + 1 waiting
         assert sig.p95_s is None and sig.image_token_share is None
         time.sleep(0.6)  # several more cycles: reasons are logged once, not per sample
@@ -212,7 +226,7 @@ def test_publishes_signals_to_fake_api_server(engine_url: str, channel: str) -> 
             labels={names.LABEL_MODEL: "llama"},
             annotations={names.ANNOTATION_METRICS_PORT: engine_url.rsplit(":", 1)[1]},
         )
-        pod["metadata"]["uid"] = "7c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"
+        pod["metadata"]["uid"] = "3fcb4b70-f79a-4ffc-a71b-9592244ececa"  # pid 2101's cgroup
         pod["status"]["podIP"] = "127.0.0.1"
         api.put(pod)
         api.put(
@@ -220,15 +234,12 @@ def test_publishes_signals_to_fake_api_server(engine_url: str, channel: str) -> 
                 "other", "llm", node_name="gpu-2", annotations={names.ANNOTATION_METRICS_PORT: "1"}
             )
         )
-        gpus = [GpuSample(0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.3, ((101, 1),))]
-        cfg = base_config(
-            standalone=False,
-            node_name="gpu-1",
-            kube_api_server=api.url,
-            bpf={"enabled": False},
-            proc_root=Path(__file__).parent / "fixtures" / "proc",
-            publish={"channel": channel},
-        )
+        gpus = [
+            GpuSample(
+                0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.3, (GpuProcess(2101, 1),)
+            )
+        ]
+        cfg = cluster_config(api.url, publish={"channel": channel})
         reader = FakeGpuReader(gpus)
         agent = Agent(cfg, gpu_reader=reader, clock=clock)
         agent.refresh_pods()
@@ -238,9 +249,12 @@ def test_publishes_signals_to_fake_api_server(engine_url: str, channel: str) -> 
         assert agent.state.sources["engine"].up
         sig = agent.cycle()
         assert sig.gpus is not None and sig.gpus[0].models == ("llama",)
-        assert sig.gpus[0].kv_blocks_total == 27434  # pid 101 runs in pod vllm-0
-        assert agent.state.gpu_pods == {(0, "GPU-0", "llm", "vllm-0"): 1}
+        assert sig.gpus[0].kv_blocks_total == 27434  # pid 2101 runs in pod vllm-0
+        assert agent.state.gpu_pods == {
+            0: (PodGpuMemory(pod["metadata"]["uid"], "llm", "vllm-0", 1, 1),)
+        }
         node = api.get("Node", "gpu-1")
+        assert node is not None
         if channel == "annotation":
             text = node["metadata"]["annotations"][names.ANNOTATION_SIGNALS]
             path = "/api/v1/nodes/gpu-1"
@@ -268,12 +282,12 @@ def test_publishes_signals_to_fake_api_server(engine_url: str, channel: str) -> 
         agent.cycle()
         assert patches() == first  # nothing moved
         reader.samples[0] = GpuSample(
-            0, "GPU-0", "H100", 80 * 1024 * MIB, 50 * 1024 * MIB, 0.3, ((101, 1),)
+            0, "GPU-0", "H100", 80 * 1024 * MIB, 50 * 1024 * MIB, 0.3, (GpuProcess(2101, 1),)
         )
         agent.cycle()
         assert patches() == first + 1  # one merge patch, the object exists now
         # request attribution uses the pod table: namespace, pod and service name
-        agent.record_request(_record(tgid=101))
+        agent.record_request(_record(tgid=2101))
         (labels,) = agent.state.requests.snapshot()
         d = dict(labels)
         assert (d[names.ATTR_K8S_NAMESPACE], d[names.ATTR_K8S_POD]) == ("llm", "vllm-0")
@@ -437,7 +451,7 @@ def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
         labels=(("app.kubernetes.io/name", "qwen2-vl"), (names.LABEL_QOS, "realtime")),
     )
     agent._pods["u-1"] = meta
-    agent.attributor.resolve = lambda tgid: PodRef(uid="u-1", namespace="llm", name="qwen-0")
+    agent.attributor.resolve = lambda tgid: PodRef(uid="u-1", namespace="llm", name="qwen-0")  # type: ignore[method-assign, assignment]
     rec = _record(tgid=42, ttfb_s=0.02, duration_s=0.3)
     agent.record_request(rec)
     (labels,) = agent.state.requests.snapshot().keys()
@@ -462,51 +476,6 @@ def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None
     (reading,) = agent.state.engines.values()
     assert reading.service == "chat" and reading.pod == "vllm-0"
     agent.server.httpd.server_close()
-
-
-def test_gpu_memory_per_pod_on_a_shared_gpu() -> None:
-    """Time-slicing / MPS: NVML lists each process's memory on one GPU; the host pid's cgroup
-    (real /proc-format fixtures) names its pod. Two pods share GPU 0; a host process (no
-    pod) and a process whose memory NVML does not report add nothing; without a driver the
-    per-pod series are absent, never zero."""
-    gib = 1024 * MIB
-    gpus = [
-        GpuSample(
-            0,
-            "GPU-0",
-            "H100",
-            80 * gib,
-            12 * gib,
-            0.5,
-            ((101, 3 * gib), (103, 5 * gib), (101, 1 * gib), (107, 2 * gib), (102, None)),
-        ),
-        GpuSample(1, "GPU-1", "H100", 80 * gib, 0, 0.0, ()),
-    ]
-    fixtures = Path(__file__).parent / "fixtures" / "proc"
-    agent = Agent(
-        base_config(bpf={"enabled": False}, proc_root=fixtures), gpu_reader=FakeGpuReader(gpus)
-    )
-    agent.read_gpus()
-    agent.compute_signals()
-    assert agent.state.gpu_pods == {
-        (0, "GPU-0", "", "7c4e2f1a-9b3d-4e5f-8a6b-1c2d3e4f5a6b"): 4 * gib,  # two processes
-        (0, "GPU-0", "", "22222222-3333-4444-5555-666666666666"): 5 * gib,
-    }
-    text = generate_latest(agent.registry).decode()
-    lines = [x for x in text.splitlines() if x.startswith("kvspread_gpu_pod_memory_used_bytes{")]
-    assert len(lines) == 2 and all(float(x.rsplit(" ", 1)[1]) > 0 for x in lines)
-
-    absent = Agent(
-        base_config(bpf={"enabled": False}, proc_root=fixtures),
-        gpu_reader=FakeGpuReader(error="NVML Shared Library Not Found"),
-    )
-    absent.read_gpus()
-    absent.compute_signals()
-    assert absent.state.gpu_pods == {}
-    text = generate_latest(absent.registry).decode()
-    assert "kvspread_gpu_pod_memory_used_bytes{" not in text
-    for a in (agent, absent):
-        a.server.httpd.server_close()
 
 
 def test_requests_over_the_budget_are_exported_from_the_kernel_histogram() -> None:

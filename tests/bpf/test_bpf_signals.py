@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from bpf.engine import EngineSample
-from bpf.gpu import GpuSample
+from bpf.gpu import GpuProcess, GpuSample
+from bpf.gpupods import PodGpuMemory
 from bpf.node import (
     MIB,
     SignalInputs,
@@ -16,7 +17,7 @@ from bpf.node import (
     image_token_share,
 )
 from bpf.publish import PublishConfig, should_publish
-from kvspread.signals import GpuSignal, NodeSignals, decode_signals
+from kvspread.signals import GpuSignal, NodeSignals, PodMemory, decode_signals
 
 
 def test_image_token_share_estimate() -> None:
@@ -27,7 +28,7 @@ def test_image_token_share_estimate() -> None:
 
 
 GPUS = [
-    GpuSample(1, "GPU-b", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.5, ((11, 1),)),
+    GpuSample(1, "GPU-b", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB, 0.5, (GpuProcess(11, 1),)),
     GpuSample(0, "GPU-a", "H100", 80 * 1024 * MIB, 60 * 1024 * MIB, None, ()),
 ]
 
@@ -37,9 +38,9 @@ def test_build_signals_absent_sources_leave_fields_out() -> None:
         SignalInputs("n1", 1000.0, None, {}, {}, None, None, None, ("nvml", "bpf", "nvml"))
     )
     assert sig.gpus is None and sig.streams is None and sig.p95_s is None
-    assert sig.absent == ("bpf", "nvml")
+    assert sig.absent == ("bpf", "gpu_pods", "nvml")  # no NVML: no per-pod memory either
     doc = decode_signals(fit_signals(sig)[1])
-    assert doc.gpus is None and doc.absent == ("bpf", "nvml")
+    assert doc.gpus is None and doc.absent == ("bpf", "gpu_pods", "nvml")
 
 
 def test_build_signals_with_gpus_and_engines() -> None:
@@ -58,6 +59,48 @@ def test_build_signals_with_gpus_and_engines() -> None:
     )
     doc = decode_signals(fit_signals(sig)[1])
     assert doc.streams == 7 and doc.image_token_share == 0.25 and doc.p95_s == 0.12
+
+
+def test_build_signals_carries_per_pod_memory_in_mib_and_names_unlisted_gpus() -> None:
+    pods = {
+        1: (
+            PodGpuMemory("u-1", "llm", "vllm-0", 12 * 1024 * MIB, 2),
+            PodGpuMemory("u-2", "", "", None, 1),
+            PodGpuMemory("", "", "", 300 * MIB, 1),
+        )
+    }  # GPU 0's processes were not listed
+    sig = build_signals(SignalInputs("n1", 1000.0, GPUS, {}, {}, None, None, None, gpu_pods=pods))
+    assert sig.gpus is not None
+    g0, g1 = sig.gpus
+    assert g0.pods is None and sig.absent == ("gpu_pods",)
+    assert g1.pods == (
+        PodMemory("u-1", "llm", "vllm-0", 12 * 1024.0),
+        PodMemory("u-2", "", "", None),
+        PodMemory("", "", "", 300.0),
+    )
+    listed = build_signals(
+        SignalInputs("n1", 1000.0, GPUS, {}, {}, None, None, None, gpu_pods={**pods, 0: ()})
+    )
+    assert listed.absent == () and listed.gpus is not None and listed.gpus[0].pods == ()
+
+
+def test_fit_signals_drops_per_pod_memory_after_models_and_says_so() -> None:
+    pods = tuple(
+        PodMemory(f"{p:08x}-9b3d-4e5f-8a6b-1c2d3e4f5a6b", "llm-serving", f"vllm-{p}", 4096.0)
+        for p in range(6)
+    )
+    gpus = tuple(GpuSignal(i, 81559, 100, uuid=f"GPU-{i:032d}", pods=pods) for i in range(8))
+    slim, text = fit_signals(NodeSignals(ts=1.0, node="n", gpus=gpus))
+    assert len(text) <= 4096 and slim.gpus is not None
+    assert all(g.pods is None and g.uuid for g in slim.gpus)  # UUIDs kept
+    assert decode_signals(text).absent == ("gpu_pods",)
+
+
+def test_more_pod_entries_than_readers_accept_are_dropped_not_published() -> None:
+    pods = tuple(PodMemory(f"{p:08x}-9b3d-4e5f-8a6b-1c2d3e4f5a6b") for p in range(65))
+    sig = NodeSignals(ts=1.0, node="n", gpus=(GpuSignal(0, 81559, 100, pods=pods),))
+    slim, text = fit_signals(sig)
+    assert len(text) <= 4096 and decode_signals(text).absent == ("gpu_pods",)
 
 
 def test_fit_signals_drops_model_lists_to_fit_4kib() -> None:

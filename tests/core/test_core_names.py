@@ -58,7 +58,6 @@ PROMETHEUS = {
     "GPU_MEMORY_USED": "kvspread_gpu_memory_used_bytes",
     "GPU_MEMORY_TOTAL": "kvspread_gpu_memory_total_bytes",
     "GPU_UTILIZATION": "kvspread_gpu_utilization_ratio",
-    "GPU_POD_MEMORY_USED": "kvspread_gpu_pod_memory_used_bytes",
     "KV_CACHE_USAGE": "kvspread_kv_cache_usage_ratio",
     "ENGINE_REQUESTS_RUNNING": "kvspread_engine_requests_running",
     "ENGINE_REQUESTS_WAITING": "kvspread_engine_requests_waiting",

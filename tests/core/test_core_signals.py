@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -8,6 +9,7 @@ from kvspread.signals import (
     MAX_DOCUMENT_BYTES,
     GpuSignal,
     NodeSignals,
+    PodMemory,
     SignalsError,
     SignalState,
     decode_signals,
@@ -60,6 +62,53 @@ def test_an_eight_gpu_node_fits_in_4_kib():
     assert len(encode_signals(_node(8)).encode()) <= MAX_DOCUMENT_BYTES
 
 
+def _shared(n_gpus: int, pods_per_gpu: int) -> NodeSignals:
+    """Shared GPUs: each with `pods_per_gpu` pods and the processes in no pod."""
+    base = _node(n_gpus)
+    assert base.gpus is not None
+    gpus = tuple(
+        dataclasses.replace(
+            g,
+            pods=(
+                *(
+                    PodMemory(
+                        f"{g.index:08x}-9b3d-4e5f-8a6b-{p:012x}",
+                        "llm-serving",
+                        f"vllm-qwen2-vl-7b-{p}",
+                        24576.0,
+                    )
+                    for p in range(pods_per_gpu)
+                ),
+                PodMemory("", mem_used_mib=512.0),
+            ),
+        )
+        for g in base.gpus
+    )
+    return dataclasses.replace(base, gpus=gpus)
+
+
+def test_per_pod_memory_round_trips_with_unknown_and_no_pod_entries() -> None:
+    base = _node(2)
+    assert base.gpus is not None
+    pods = (
+        PodMemory("3fcb4b70-f79a-4ffc-a71b-9592244ececa", "llm", "vllm-chat-0", 20480.0),
+        PodMemory("5d5428b3-82da-4138-9b1b-a5b4960e55ce"),  # name unknown yet, memory unknown
+        PodMemory("", mem_used_mib=0.0),  # processes in no pod that hold nothing: a real 0
+    )
+    s = dataclasses.replace(base, gpus=(dataclasses.replace(base.gpus[0], pods=pods), base.gpus[1]))
+    text = encode_signals(s)
+    assert decode_signals(text) == s
+    g0, g1 = json.loads(text)["gpus"]
+    assert g0["pods"][1] == {"uid": "5d5428b3-82da-4138-9b1b-a5b4960e55ce"}  # no 0 made up
+    assert g0["pods"][2] == {"uid": "", "mem_used_mib": 0.0}
+    assert "pods" not in g1  # not listed: absent, not empty
+
+
+def test_shared_gpus_fit_in_4_kib_one_pod_on_eight_or_two_on_four() -> None:
+    assert len(encode_signals(_shared(8, 1)).encode()) <= MAX_DOCUMENT_BYTES
+    assert len(encode_signals(_shared(4, 2)).encode()) <= MAX_DOCUMENT_BYTES
+
+
 def test_oversized_document_is_refused_not_truncated():
     with pytest.raises(SignalsError, match="limit"):
         encode_signals(_node(40))
@@ -85,6 +134,19 @@ def test_absent_gpu_signals_stay_absent_not_zero():
         ),
         ('{"v": 1, "ts": 1, "gpus": [{"mem_total_mib": 1, "mem_used_mib": -1}]}', ">= 0"),
         ('{"v": 1, "ts": 1, "p95_s": NaN}', "finite"),
+        (
+            '{"v": 1, "ts": 1, "gpus": [{"mem_total_mib": 1, "mem_used_mib": 1, "pods": {}}]}',
+            r"gpus\[0\].pods must be a list",
+        ),
+        (
+            '{"v": 1, "ts": 1, "gpus": [{"mem_total_mib": 1, "mem_used_mib": 1, "pods": [{}]}]}',
+            r"gpus\[0\].pods\[0\].uid must be a string",
+        ),
+        (
+            '{"v": 1, "ts": 1, "gpus": [{"mem_total_mib": 1, "mem_used_mib": 1,'
+            ' "pods": [{"uid": "", "mem_used_mib": -5}]}]}',
+            r"gpus\[0\].pods\[0\].mem_used_mib must be >= 0",
+        ),
         ('{"v": 1, "ts": 1, "image_token_share": 2}', "<= 1"),
     ],
 )

@@ -18,9 +18,10 @@ for _m in catalog.CATALOG:
     if _m.type == "histogram":
         KNOWN |= {f"{_m.name}_bucket", f"{_m.name}_count", f"{_m.name}_sum"}
 
-# Metric-looking tokens: names that start like ours, or any recorded-rule name.
+# Metric-looking tokens: names that start like ours, or any recorded-rule name; a token
+# followed by a label matcher is a label (kvspread_gpu_memory_owner=""), not a metric.
 METRIC = re.compile(
-    r"\b(up(?=\{)|kvspread:[a-z0-9_:]+|kvspread_[a-z0-9_]+|http_server_[a-z0-9_]+|gen_ai_server_[a-z0-9_]+|kube_[a-z0-9_]+)"
+    r"\b(up(?=\{)|kvspread:[a-z0-9_:]+|kvspread_[a-z0-9_]+|http_server_[a-z0-9_]+|gen_ai_server_[a-z0-9_]+|kube_[a-z0-9_]+)\b(?!\s*(?:=~|!~|!=|=))"
 )
 LABEL = re.compile(r"\b([a-z_][a-z0-9_]*)\s*(?:=~|!~|!=|=)\s*\"")
 

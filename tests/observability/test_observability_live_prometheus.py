@@ -56,6 +56,7 @@ EXPECTED_ABSENT: dict[tuple[str, str], Reason] = {}
 _NO_GPU = "no GPU on this machine: the collector reports GPU metrics absent (nvml source 0)"
 for _panel in (
     "GPU memory used",
+    "GPU memory per pod",
     "GPU memory used share",
     "GPU utilisation",
     "Largest free extent",
