@@ -111,6 +111,10 @@ class Recorder:
         if self.agent:
             self.agent.on_http_bytes(raw)
 
+    def on_http_batch(self, raws: list[bytes]) -> None:
+        for raw in raws:
+            self.on_http(raw)
+
     def on_accept(self, raw: bytes) -> None:
         ev = decode_accept_event(raw)
         if ev.port != self.port:
@@ -366,7 +370,7 @@ def test_request_budget_bounds_events_and_keeps_sampled_timings_right(
     )
     try:
         rec = Recorder(port)
-        session.open(rec.on_http, rec.on_accept)
+        session.open_batches(rec.on_http_batch, rec.on_accept)
         truth_file = uvicorn_server(port)
         sent: dict[str, int] = {}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
