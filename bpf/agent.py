@@ -28,6 +28,7 @@ from bpf.export import (
     TOKEN_ATTRS,
     OtlpExporter,
     PrometheusCollector,
+    otlp_attributes,
 )
 from bpf.gpu import GpuReader, GpuUnavailable, NvmlReader
 from bpf.http import RouteTemplates
@@ -78,15 +79,6 @@ def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
         labels=pairs("labels"),
         annotations=pairs("annotations"),
     )
-
-
-def _otlp_attrs(values: dict[str, str], rec: RequestRecord) -> dict[str, Any]:
-    """OTLP attributes: the non-empty label values, status code and port as integers."""
-    attrs: dict[str, Any] = {k: v for k, v in values.items() if v != ""}
-    if rec.status is not None:
-        attrs[names.ATTR_HTTP_STATUS] = rec.status
-    attrs[names.ATTR_SERVER_PORT] = rec.port
-    return attrs
 
 
 LABEL_MEMO_S = 5.0
@@ -331,9 +323,8 @@ class Agent:
             names.ATTR_SERVICE_NAME: service,
             names.ATTR_QOS: qos,
         }
-        out = _RequestLabels(
-            values, tuple((k, values[k]) for k in REQUEST_ATTRS), _otlp_attrs(values, rec)
-        )
+        labels = tuple((k, values[k]) for k in REQUEST_ATTRS)
+        out = _RequestLabels(values, labels, otlp_attributes(labels))
         if len(self._label_memo) >= 4096:
             self._label_memo.clear()
         self._label_memo[key] = out
@@ -353,7 +344,7 @@ class Agent:
             self._label_memo_at = now
         durations: dict[tuple[tuple[str, str], ...], list[float]] = {}
         ttfbs: dict[tuple[tuple[str, str], ...], list[float]] = {}
-        otlp = self.otlp
+        otlp = self.otlp if self.otlp is not None and self.otlp.per_request else None
         for rec in recs:
             lab = self._labels(rec)
             d = durations.get(lab.labels)
@@ -383,7 +374,7 @@ class Agent:
             self.state.tpot.observe(labels, rec.tpot_s)
         self.state.ttft_window.add(self.clock.monotonic(), rec.ttft_s, 0)
         if self.otlp:
-            self.otlp.record_tokens(_otlp_attrs(values, rec), rec.ttft_s, rec.tpot_s)
+            self.otlp.record_tokens(otlp_attributes(labels), rec.ttft_s, rec.tpot_s)
 
     # --- Kubernetes pods on this node -------------------------------------------------
     def _api(self) -> Any:

@@ -59,6 +59,8 @@ class HistogramState:
     buckets: list[int]  # per-bucket (not cumulative) counts; last is +Inf
     total: float = 0.0
     count: int = 0
+    min: float = math.inf  # of the values recorded (OTLP histogram points carry them)
+    max: float = -math.inf
 
     def cumulative(self) -> list[int]:
         out, acc = [], 0
@@ -91,6 +93,8 @@ class HistogramTable:
             st.buckets[bisect.bisect_left(self.bounds, value)] += 1
             st.total += value
             st.count += 1
+            st.min = min(st.min, value)
+            st.max = max(st.max, value)
             return True
 
     def observe_many(self, labels: Labels, values: Sequence[float]) -> int:
@@ -107,19 +111,23 @@ class HistogramTable:
                 self._series[labels] = st
             buckets, bounds, where = st.buckets, self.bounds, bisect.bisect_left
             n, total = 0, 0.0
+            lo, hi = st.min, st.max
             for v in values:
                 if math.isfinite(v):
                     buckets[where(bounds, v)] += 1
                     total += v
                     n += 1
+                    lo = v if v < lo else lo
+                    hi = v if v > hi else hi
             st.total += total
             st.count += n
+            st.min, st.max = lo, hi
             return n
 
     def snapshot(self) -> dict[Labels, HistogramState]:
         with self._lock:
             return {
-                k: HistogramState(list(v.buckets), v.total, v.count)
+                k: HistogramState(list(v.buckets), v.total, v.count, v.min, v.max)
                 for k, v in self._series.items()
             }
 
