@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -264,9 +265,11 @@ class ProbeSession:
         """Start reading events: HTTP events reach `on_http` as one list per `poll`,
         accept events `on_accept` one by one (a few per connection).
 
-        With the ring buffer the list is read straight from the ring's memory map
-        (`bpf.ringbuf`): no ctypes call per event, one consumer update per batch. With the
-        perf buffer the per-event callbacks only append to the list.
+        With the ring buffer on x86-64 the list is read straight from the ring's memory
+        map (`bpf.ringbuf`): no ctypes call per event, one consumer update per batch.
+        Elsewhere (weaker memory ordering: the record header needs an acquire load, which
+        Python cannot issue) and with the perf buffer, bcc's per-event callbacks only
+        append to the list.
         """
         pending: list[bytes] = []
 
@@ -290,10 +293,19 @@ class ProbeSession:
             )
             self._keep = (http_cb, accept_cb, lost_cb)
             return
+        self._bpf[b"accept_events"].open_ring_buffer(accept_cb)
         table = self._bpf[b"http_events"]
+        if platform.machine() not in ringbuf.DIRECT_READ_MACHINES:
+
+            def ring_cb(*a: Any) -> int:
+                pending.append(ctypes.string_at(a[1], a[2]))
+                return 0
+
+            table.open_ring_buffer(ring_cb)
+            self._keep = (ring_cb, accept_cb, lost_cb)
+            return
         size = int(getattr(table, "max_entries", 0) or HTTP_RING_PAGES * mmap.PAGESIZE)
         self._ring, self._ring_maps = ringbuf.open_ring(int(table.map_fd), size)
-        self._bpf[b"accept_events"].open_ring_buffer(accept_cb)
         self._keep = (accept_cb, lost_cb)
 
     def _drain_batch(self) -> None:
@@ -318,7 +330,9 @@ class ProbeSession:
         if self.perf_buffer:
             self._bpf.perf_buffer_consume()
         else:
-            self._bpf.ring_buffer_consume()  # accept events first (see `open`)
+            self._bpf.ring_buffer_consume()
+        # HTTP events after accept events: a request completed in the same batch as its
+        # accept() needs the connection's peer
         self._drain_batch()
 
     def set_ports(self, ports: Iterable[int]) -> None:

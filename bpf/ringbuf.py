@@ -18,7 +18,20 @@ from __future__ import annotations
 import mmap
 import struct
 
-__all__ = ["RingReader", "open_ring", "BUSY_BIT", "DISCARD_BIT", "HEADER_SIZE"]
+__all__ = [
+    "RingReader",
+    "open_ring",
+    "BUSY_BIT",
+    "DISCARD_BIT",
+    "HEADER_SIZE",
+    "DIRECT_READ_MACHINES",
+]
+
+DIRECT_READ_MACHINES = frozenset(("x86_64", "AMD64"))
+"""Where plain loads are enough: x86-64 never reorders a load with an earlier load (TSO),
+so reading a record after its header sees what the kernel wrote before it released the
+header. Weaker models (arm64) need an acquire load, which Python cannot issue; the loader
+reads those rings through bcc's callbacks instead."""
 
 BUSY_BIT = 1 << 31
 DISCARD_BIT = 1 << 30
