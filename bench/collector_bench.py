@@ -1,6 +1,7 @@
 """Overhead of the node collector on a loopback HTTP/1.1 server.
 
     sudo python3 bench/collector_bench.py [--seconds 5] [--pairs 3] [--rss-requests 200000]
+    sudo python3 bench/collector_bench.py --cpu-only --rate 5000 --seconds 20 --pairs 3
 
 Measures (all printed as a Markdown table):
 
@@ -17,7 +18,9 @@ Measures (all printed as a Markdown table):
    request rates (1k and 5k req/s).
    With `--cpu-only`: CPU time per request at saturation instead (stable where throughput
    ratios are noisy): the traced server's CPU without and with the collector, the
-   collector's own CPU and the BPF run time, over `--pairs` paired runs, with spread.
+   collector's own CPU and the BPF run time, over `--pairs` paired runs, with spread;
+   `--rate R` (repeatable) paces the same 16 connections to R req/s instead, and the share
+   of requests counted adds those over the budget (the kernel's own histogram).
 4. Collector RSS while `--rss-requests` requests go through (a new connection every 100
    requests, so the connection tables churn), sampled every 10 %; with the default
    200k requests the figure for 1 M requests is extrapolated from the slope.
@@ -46,6 +49,7 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+UNSAMPLED = "kvspread_http_server_unsampled_request_duration_seconds"
 RESPONSE = (
     b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"ok": true}\n'
 )
@@ -118,34 +122,48 @@ def _one(s: socket.socket) -> None:
         got += len(chunk)
 
 
-def saturate(port: int, seconds: float, conns: int, out: Any) -> None:
+def saturate(port: int, seconds: float, conns: int, out: Any, rate: float = 0.0) -> None:
     """Keep `conns` keep-alive connections busy (one request outstanding on each) so the
-    server is CPU-bound: throughput then measures CPU cost, not wake-up latency."""
+    server is CPU-bound: throughput then measures CPU cost, not wake-up latency. With
+    `rate` > 0 requests are paced to that many per second over the same connections."""
     import selectors
 
     _pin(1)
     sel = selectors.DefaultSelector()
     socks = [_connect(port) for _ in range(conns)]
     got = {s.fileno(): 0 for s in socks}
+    idle: list[socket.socket] = []  # paced: connections waiting for their next slot
+    interval = 1.0 / rate if rate else 0.0
+    start = time.perf_counter()
+    next_at = start
     for s in socks:
         s.setblocking(False)
-        s.sendall(REQUEST)
         sel.register(s, selectors.EVENT_READ)
+        if rate:
+            idle.append(s)
+        else:
+            s.sendall(REQUEST)
     n = 0
-    start = time.perf_counter()
     end = start + seconds
-    while time.perf_counter() < end:
-        for key, _ in sel.select(timeout=0.5):
-            s = key.fileobj
-            data = s.recv(65536)  # type: ignore[union-attr]
+    while (now := time.perf_counter()) < end:
+        while idle and now >= next_at:
+            idle.pop().send(REQUEST)
+            next_at += interval
+        wait = 0.5 if not idle else max(0.0, min(0.5, next_at - now))
+        for key, _ in sel.select(timeout=wait):
+            s = key.fileobj  # type: ignore[assignment]
+            data = s.recv(65536)
             if not data:
                 raise ConnectionError("server closed")
-            fd = s.fileno()  # type: ignore[union-attr]
+            fd = s.fileno()
             got[fd] += len(data)
             while got[fd] >= len(RESPONSE):
                 got[fd] -= len(RESPONSE)
                 n += 1
-                s.send(REQUEST)  # type: ignore[union-attr]
+                if rate:
+                    idle.append(s)
+                else:
+                    s.send(REQUEST)
     elapsed = time.perf_counter() - start
     for s in socks:
         s.close()
@@ -191,11 +209,13 @@ def client(
     )
 
 
-def run_saturated(port: int, seconds: float, conns: int = 16) -> dict[str, float]:
+def run_saturated(
+    port: int, seconds: float, conns: int = 16, rate: float = 0.0
+) -> dict[str, float]:
     q: Any = mp.Queue()
-    p = mp.Process(target=saturate, args=(port, seconds, conns, q))
+    p = mp.Process(target=saturate, args=(port, seconds, conns, q, rate))
     p.start()
-    res = q.get()
+    res: dict[str, float] = q.get()
     p.join()
     return res
 
@@ -206,7 +226,7 @@ def run_client(
     q: Any = mp.Queue()
     p = mp.Process(target=client, args=(port, seconds, rate, max_requests, reconnect_every, q))
     p.start()
-    res = q.get()
+    res: dict[str, float] = q.get()
     p.join()
     return res
 
@@ -238,14 +258,22 @@ class Collector:
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
         )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()  # never leave a collector behind
+            raise
+
+    def _wait_ready(self) -> None:
         url = f"http://127.0.0.1:{self.metrics_port}/readyz"
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
                 r = httpx.get(url, timeout=1)
-                if r.status_code == 200 and r.json()["sources"]["bpf"]["up"]:
+                bpf = r.json()["sources"]["bpf"] if r.status_code == 200 else {}
+                if bpf.get("up"):
                     return
-                if r.status_code == 200:
+                if bpf and bpf.get("reason") != "not started":  # still compiling otherwise
                     raise RuntimeError(f"collector up without BPF: {r.json()}")
             except httpx.HTTPError:
                 pass
@@ -262,13 +290,32 @@ class Collector:
                 return int(line.split()[1]) / 1024
         return float("nan")
 
-    def requests_seen(self) -> float:
+    def requests_seen(self, family: str = "http_server_request_duration_seconds") -> float:
+        """Requests in a histogram family of /metrics (default: those timed as events)."""
         text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
         return sum(
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
-            if line.startswith("http_server_request_duration_seconds_count")
+            if line.startswith(family + "_count")
         )
+
+    def requests_counted(self) -> float:
+        """Requests in either histogram: timed as events, or over the budget and
+        aggregated in the kernel."""
+        return self.requests_seen() + self.requests_seen(UNSAMPLED)
+
+    def settle(self, quiet_s: float = 1.0, limit_s: float = 30.0) -> None:
+        """Wait until the collector has read what the kernel buffered (its counts stop
+        moving): on a loaded machine a niced collector lags the load generator."""
+        last, since = self.requests_counted(), time.monotonic()
+        deadline = since + limit_s
+        while time.monotonic() < deadline:
+            time.sleep(0.25)
+            now = self.requests_counted()
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                return
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -307,7 +354,7 @@ def _spread(xs: list[float]) -> str:
 
 
 def cpu_per_request(
-    port: int, server_pid: int, cache: Path, seconds: float, pairs: int
+    port: int, server_pid: int, cache: Path, seconds: float, pairs: int, rate: float = 0.0
 ) -> list[tuple[str, str]]:
     """CPU time per request at saturation, stable where throughput ratios are not: the traced
     server's CPU without and with the collector, the collector's own CPU, and the BPF
@@ -316,7 +363,10 @@ def cpu_per_request(
     server_with: list[float] = []
     collector: list[float] = []
     kernel: list[float] = []
+    kernel_own: list[float] = []  # less the idle rate of the programs (other processes)
+    timed: list[float] = []
     counted: list[float] = []
+    rates: list[float] = []
     rss: list[float] = []
     total = 0
     set_bpf_stats(True)
@@ -325,35 +375,57 @@ def cpu_per_request(
             for mode in ("without", "with") if i % 2 == 0 else ("with", "without"):
                 col = Collector(port, cache) if mode == "with" else None
                 try:
+                    idle = 0.0
+                    if col:  # the programs' run time without this traffic: other processes
+                        i0, t0 = bpf_run_time_ns()[0], time.monotonic()
+                        time.sleep(2.0)
+                        idle = (bpf_run_time_ns()[0] - i0) / (time.monotonic() - t0)
                     s0, b0 = proc_cpu_s(server_pid), bpf_run_time_ns()[0]
                     c0 = col.cpu_s() if col else 0.0
                     seen0 = col.requests_seen() if col else 0.0
-                    res = run_saturated(port, seconds)
+                    counted0 = col.requests_counted() if col else 0.0
+                    res = run_saturated(port, seconds, rate=rate)
                     s1, b1 = proc_cpu_s(server_pid), bpf_run_time_ns()[0]
                     n = max(res["requests"], 1)
                     total += int(n)
+                    rates.append(n / res["seconds"])
                     if col is None:
                         server_without.append((s1 - s0) / n * 1e6)
                         continue
-                    time.sleep(1.0)  # the collector drains its ring buffer
+                    col.settle()  # the collector drains its ring buffer
                     server_with.append((s1 - s0) / n * 1e6)
                     kernel.append((b1 - b0) / n / 1000)
+                    kernel_own.append(max(0.0, b1 - b0 - idle * res["seconds"]) / n / 1000)
                     collector.append((col.cpu_s() - c0) / n * 1e6)
-                    counted.append((col.requests_seen() - seen0) / n)
+                    timed.append((col.requests_seen() - seen0) / n)
+                    counted.append((col.requests_counted() - counted0) / n)
                     rss.append(col.rss_mib())
                 finally:
                     if col:
                         col.stop()
     finally:
         set_bpf_stats(False)
+    what = f"paced at {rate:.0f} req/s" if rate else "saturated"
     return [
-        (f"saturated, CPU per request ({total} requests in all)", ""),
+        (
+            f"{what}, CPU per request ({total} requests in all, "
+            f"{min(rates):.0f}-{max(rates):.0f} req/s achieved)",
+            "",
+        ),
         ("traced server CPU per request, without collector", _spread(server_without)),
         ("traced server CPU per request, with collector", _spread(server_with)),
         ("in-kernel BPF time per request (bpf_stats)", _spread(kernel)),
+        (
+            "in-kernel BPF time per request, less the programs' idle rate (other processes)",
+            _spread(kernel_own),
+        ),
         ("collector process CPU per request", _spread(collector)),
         (
-            "requests in the collector's histograms (median share)",
+            "requests timed as events (median share)",
+            f"{100 * statistics.median(timed):.1f} %",
+        ),
+        (
+            "requests counted in a histogram, events + in-kernel (median share)",
             f"{100 * statistics.median(counted):.1f} %",
         ),
         ("collector RSS after each run (max)", f"{max(rss):.1f} MiB"),
@@ -371,6 +443,12 @@ def main() -> int:
         action="store_true",
         help="only the CPU-per-request runs at saturation (--pairs pairs of --seconds)",
     )
+    ap.add_argument(
+        "--rate",
+        type=float,
+        action="append",
+        help="with --cpu-only: pace the load to this many req/s (repeatable; default saturated)",
+    )
     args = ap.parse_args()
     global PIN
     PIN = not args.no_pin
@@ -386,7 +464,8 @@ def main() -> int:
     rows: list[tuple[str, str]] = []
     if args.cpu_only:
         assert server.pid is not None
-        rows = cpu_per_request(port, server.pid, cache, args.seconds, args.pairs)
+        for rate in args.rate or [0.0]:
+            rows += cpu_per_request(port, server.pid, cache, args.seconds, args.pairs, rate)
         print("| measure | value |\n|---|---|")
         for k, v in rows:
             print(f"| {k} | {v} |")

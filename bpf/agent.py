@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry
 
@@ -28,6 +28,7 @@ from bpf.export import (
     TOKEN_ATTRS,
     OtlpExporter,
     PrometheusCollector,
+    otlp_attributes,
 )
 from bpf.gpu import GpuReader, GpuSample, GpuUnavailable, NvmlReader
 from bpf.gpupods import PodGpuMemory, gpu_pod_memory
@@ -82,13 +83,14 @@ def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
     )
 
 
-def _otlp_attrs(values: dict[str, str], rec: RequestRecord) -> dict[str, Any]:
-    """OTLP attributes: the non-empty label values, status code and port as integers."""
-    attrs: dict[str, Any] = {k: v for k, v in values.items() if v != ""}
-    if rec.status is not None:
-        attrs[names.ATTR_HTTP_STATUS] = rec.status
-    attrs[names.ATTR_SERVER_PORT] = rec.port
-    return attrs
+LABEL_MEMO_S = 5.0
+"""Longest a request's memoized attributes are reused (pod changes clear them at once)."""
+
+
+class _RequestLabels(NamedTuple):
+    values: dict[str, str]  # attribute -> value (empty when unknown)
+    labels: tuple[tuple[str, str], ...]  # REQUEST_ATTRS order: the histogram key
+    otlp: dict[str, Any]  # OTLP attributes
 
 
 class Agent:
@@ -125,6 +127,8 @@ class Agent:
         self.attributor = Attributor(config.proc_root, self._pod_lookup, retry_s=5.0, clock=clock)
         self.state.pod_of_pid = self.attributor.resolve
         self._tracker_lock = threading.Lock()  # event thread feeds, signals thread reads
+        self._label_memo: dict[tuple[Any, ...], _RequestLabels] = {}
+        self._label_memo_at = clock.monotonic()
         self.last_published: NodeSignals | None = None
         self.publisher: Publisher | None = None
         self.registry = CollectorRegistry(auto_describe=False)
@@ -221,7 +225,7 @@ class Agent:
             self.bpf_ready.set()
             return
         self.session = session
-        session.open(self.on_http_bytes, self.on_accept_bytes)
+        session.open_batches(self.on_http_batch, self.on_accept_bytes)
         self._source("bpf", True)
         self.bpf_ready.set()
         lost_seen = 0
@@ -232,16 +236,27 @@ class Agent:
                 lost_seen = session.lost
 
     def on_http_bytes(self, raw: bytes) -> None:
-        try:
-            ev = decode_http_event(raw)
-        except EventDecodeError:
-            self.state.count("dropped", "bad_event")
-            return
-        self.state.count("events", "http_latency")
+        self.on_http_batch([raw])
+
+    def on_http_batch(self, raws: list[bytes]) -> None:
+        """A poll's worth of HTTP events: decoded and tracked under one lock, the requests
+        they complete recorded together (`record_requests`)."""
+        records: list[RequestRecord] = []
+        bad = 0
         with self._tracker_lock:
-            records = self.tracker.on_http(ev)
-        for rec in records:
-            self.record_request(rec)
+            on_http = self.tracker.on_http
+            for raw in raws:
+                try:
+                    ev = decode_http_event(raw)
+                except EventDecodeError:
+                    bad += 1
+                    continue
+                records += on_http(ev)
+        if bad:
+            self.state.count("dropped", "bad_event", bad)
+        if len(raws) > bad:
+            self.state.count("events", "http_latency", len(raws) - bad)
+        self.record_requests(records)
 
     def on_accept_bytes(self, raw: bytes) -> None:
         try:
@@ -289,7 +304,14 @@ class Agent:
         service = next((v for v in (meta.label(k) for k in SERVICE_LABELS) if v), "")
         return service, meta.label(names.LABEL_QOS) or ""
 
-    def record_request(self, rec: RequestRecord) -> None:
+    def _labels(self, rec: RequestRecord) -> _RequestLabels:
+        """The attributes of a request, memoized per (process, port, method, status, route,
+        modality) for `LABEL_MEMO_S` and until the pod table changes: the pod lookup and
+        the label tuples are built once per series, not once per request."""
+        key = (rec.tgid, rec.port, rec.method, rec.status, rec.route, rec.modality)
+        hit = self._label_memo.get(key)
+        if hit is not None:
+            return hit
         ref = self.attributor.resolve(rec.tgid)
         service, qos = self._pod_labels(ref)
         values = {
@@ -304,14 +326,45 @@ class Agent:
             names.ATTR_QOS: qos,
         }
         labels = tuple((k, values[k]) for k in REQUEST_ATTRS)
-        if not self.state.requests.observe(labels, rec.duration_s):
-            self.state.count("dropped", "series_limit")
-        self.state.ttfb.observe(labels, rec.ttfb_s)
-        self.state.window.add(self.clock.monotonic(), rec.duration_s, rec.images)
-        if self.otlp:
-            self.otlp.record_request(_otlp_attrs(values, rec), rec.duration_s, rec.ttfb_s)
-        if rec.ttft_s is not None:
-            self._record_tokens(rec, values)
+        out = _RequestLabels(values, labels, otlp_attributes(labels))
+        if len(self._label_memo) >= 4096:
+            self._label_memo.clear()
+        self._label_memo[key] = out
+        return out
+
+    def record_request(self, rec: RequestRecord) -> None:
+        self.record_requests([rec])
+
+    def record_requests(self, recs: list[RequestRecord]) -> None:
+        """Record completed requests: histogram values grouped per label set and added
+        under one lock per table, the recent-requests window extended once."""
+        if not recs:
+            return
+        now = self.clock.monotonic()
+        if now - self._label_memo_at >= LABEL_MEMO_S:
+            self._label_memo.clear()
+            self._label_memo_at = now
+        durations: dict[tuple[tuple[str, str], ...], list[float]] = {}
+        ttfbs: dict[tuple[tuple[str, str], ...], list[float]] = {}
+        otlp = self.otlp if self.otlp is not None and self.otlp.per_request else None
+        for rec in recs:
+            lab = self._labels(rec)
+            d = durations.get(lab.labels)
+            if d is None:
+                d = durations[lab.labels] = []
+                ttfbs[lab.labels] = []
+            d.append(rec.duration_s)
+            ttfbs[lab.labels].append(rec.ttfb_s)
+            if otlp:
+                otlp.record_request(lab.otlp, rec.duration_s, rec.ttfb_s)
+            if rec.ttft_s is not None:
+                self._record_tokens(rec, lab.values)
+        for labels, values in durations.items():
+            lost = len(values) - self.state.requests.observe_many(labels, values)
+            if lost:
+                self.state.count("dropped", "series_limit", lost)
+            self.state.ttfb.observe_many(labels, ttfbs[labels])
+        self.state.window.add_many(now, [(r.duration_s, r.images) for r in recs])
 
     def _record_tokens(self, rec: RequestRecord, values: dict[str, str]) -> None:
         """gen_ai.server histograms of an SSE stream (the request's attributes + operation)."""
@@ -323,7 +376,7 @@ class Agent:
             self.state.tpot.observe(labels, rec.tpot_s)
         self.state.ttft_window.add(self.clock.monotonic(), rec.ttft_s, 0)
         if self.otlp:
-            self.otlp.record_tokens(_otlp_attrs(values, rec), rec.ttft_s, rec.tpot_s)
+            self.otlp.record_tokens(otlp_attributes(labels), rec.ttft_s, rec.tpot_s)
 
     # --- Kubernetes pods on this node -------------------------------------------------
     def _api(self) -> Any:
@@ -380,6 +433,7 @@ class Agent:
         table = {m.uid: m for m in map(_pod_meta, items) if m is not None}
         with self._pods_lock:
             self._pods = table
+        self._label_memo.clear()  # attributes may name other pods now
         self._source("kubernetes", True)
 
     def _pod_event(self, etype: str, obj: dict[str, Any]) -> None:
@@ -391,6 +445,7 @@ class Agent:
                 self._pods.pop(meta.uid, None)
             else:
                 self._pods[meta.uid] = meta
+        self._label_memo.clear()
         self._source("kubernetes", True)
 
     # --- engines ----------------------------------------------------------------------
@@ -484,8 +539,8 @@ class Agent:
                 lost = self.session.lost_events()
                 for name, n in lost.items():
                     if n:
-                        key = "over_budget" if name == "budget" else f"kernel_buffer_full_{name}"
-                        st.dropped[key] = n
+                        why = "over_budget" if name == "budget" else f"kernel_buffer_full_{name}"
+                        st.dropped[why] = n
                 st.tcp = self.session.read_tcp_stats()
                 st.unsampled = self.session.read_unsampled()
             except Exception as exc:  # noqa: BLE001

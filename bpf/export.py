@@ -11,9 +11,22 @@ SDK/fanout, never fatal.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from opentelemetry.sdk.metrics import Histogram as SdkHistogram
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    HistogramDataPoint,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    ResourceMetrics,
+    ScopeMetrics,
+)
+from opentelemetry.sdk.metrics.export import Histogram as OtelHistogram
+from opentelemetry.sdk.metrics.export import Metric as OtelMetric
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -22,7 +35,7 @@ from prometheus_client.core import (
 )
 
 from bpf.state import CollectorState
-from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState
+from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState, HistogramTable
 from kvspread import names
 
 __all__ = [
@@ -33,6 +46,7 @@ __all__ = [
     "REQUEST_ATTRS",
     "TOKEN_ATTRS",
     "GEN_AI_OPERATIONS",
+    "otlp_attributes",
 ]
 
 REQUEST_ATTRS: tuple[str, ...] = (
@@ -337,8 +351,93 @@ class PrometheusCollector:
         yield dr
 
 
+def otlp_attributes(labels: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """OTLP attributes of a label set: the non-empty values, status code and port as
+    integers (the Prometheus labels are all strings, empty when unknown)."""
+    attrs: dict[str, Any] = {}
+    for k, v in labels:
+        if v == "":
+            continue
+        attrs[k] = int(v) if k in _INT_ATTRS and v.isdigit() else v
+    return attrs
+
+
+_INT_ATTRS = frozenset((names.ATTR_HTTP_STATUS, names.ATTR_SERVER_PORT))
+
+
+class _TableHistograms(MetricExporter):
+    """The OTLP exporter, plus the request histograms read from the collector's own
+    tables at each export (cumulative, as the Prometheus side serves them): requests
+    cost no OTel SDK call each (attribute cleaning and hashing per record was as much CPU
+    as the rest of the request path)."""
+
+    TABLES = (
+        (names.HTTP_SERVER_REQUEST_DURATION, "requests"),
+        (names.HTTP_SERVER_TIME_TO_FIRST_BYTE, "ttfb"),
+    )
+
+    def __init__(self, inner: MetricExporter, state: CollectorState) -> None:
+        super().__init__(
+            preferred_temporality=dict(inner._preferred_temporality or {}),
+            preferred_aggregation=dict(inner._preferred_aggregation or {}),
+        )
+        self.inner = inner
+        self.state = state
+        self.start_ns = time.time_ns()
+
+    def metrics(self, now_ns: int) -> list[OtelMetric]:
+        out = []
+        for d, attr in self.TABLES:
+            table: HistogramTable = getattr(self.state, attr)
+            points = [
+                HistogramDataPoint(
+                    attributes=otlp_attributes(labels),
+                    start_time_unix_nano=self.start_ns,
+                    time_unix_nano=now_ns,
+                    count=st.count,
+                    sum=st.total,
+                    bucket_counts=list(st.buckets),
+                    explicit_bounds=list(table.bounds),
+                    min=st.min,
+                    max=st.max,
+                )
+                for labels, st in table.snapshot().items()
+                if st.count
+            ]
+            if points:
+                hist = OtelHistogram(points, AggregationTemporality.CUMULATIVE)
+                out.append(OtelMetric(d.name, d.help, d.unit, hist))
+        return out
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        ours = self.metrics(time.time_ns())
+        if ours and metrics_data.resource_metrics:
+            first, *rest = metrics_data.resource_metrics
+            scopes = list(first.scope_metrics)
+            if scopes:
+                scopes[0] = ScopeMetrics(
+                    scopes[0].scope, [*scopes[0].metrics, *ours], scopes[0].schema_url
+                )
+            first = ResourceMetrics(first.resource, scopes, first.schema_url)
+            metrics_data = MetricsData([first, *rest])
+        return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
 class OtlpExporter:
-    """OTel SDK meter provider pushing to the configured OTLP/HTTP endpoints."""
+    """OTel SDK meter provider pushing to the configured OTLP/HTTP endpoints.
+
+    The request-duration and time-to-first-byte histograms come from the collector's
+    tables at export time (`_TableHistograms`) when the exporter takes cumulative
+    histograms (the OTLP default); with delta temporality they are recorded per request
+    through the SDK (`per_request`)."""
 
     def __init__(
         self,
@@ -358,8 +457,11 @@ class OtlpExporter:
 
         self.state = state
         self.exporter = exporter or FanoutMetricExporter(list(endpoints))
+        prefers = (self.exporter._preferred_temporality or {}).get(SdkHistogram)
+        self.per_request = prefers == AggregationTemporality.DELTA
+        pushed = self.exporter if self.per_request else _TableHistograms(self.exporter, state)
         self.reader = PeriodicExportingMetricReader(
-            self.exporter, export_interval_millis=int(interval_s * 1000)
+            pushed, export_interval_millis=int(interval_s * 1000)
         )
         views = [
             View(

@@ -174,6 +174,8 @@ def sniff_modality(body: bytes) -> tuple[str, int]:
     `input_audio` part -> audio; else text. Only the captured prefix is seen, so a long
     text part before the images hides them (see docs/collector.md).
     """
+    if b"image" not in body and b"audio" not in body:
+        return "text", 0  # every pattern below names an image or audio part
     images = len(_IMAGE_PART.findall(body))
     if not images and (b'"image_url"' in body or b'"input_image"' in body):
         images = 1  # a part without a "type" key, or its type cut off by the capture

@@ -14,7 +14,9 @@ from another (map reads are syscalls, safe to interleave).
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bpf import headers
+from bpf import headers, ringbuf
 from bpf.events import (
     RTT_SLOTS,
     TcpStats,
@@ -241,8 +243,9 @@ def _header_tree(config: ProbeConfig, bcc: Any) -> Path | None:
         raise BpfUnavailable(f"no kernel headers and no BTF header tree: {exc}") from exc
 
 
-HttpCallback = Callable[[bytes], None]
 AcceptCallback = Callable[[bytes], None]
+HttpBatchCallback = Callable[[list[bytes]], None]
+HTTP_RING_PAGES = 1024  # BPF_RINGBUF_OUTPUT(http_events, 1024) in conn_track.c
 
 
 class ProbeSession:
@@ -253,32 +256,68 @@ class ProbeSession:
         self.programs = programs
         self.perf_buffer = perf_buffer
         self.lost = 0
+        self._batch: tuple[HttpBatchCallback, list[bytes]] | None = None
+        self._keep: tuple[Any, ...] = ()  # bcc keeps only weak references to callbacks
+        self._ring: ringbuf.RingReader | None = None
+        self._ring_maps: tuple[mmap.mmap, mmap.mmap] | None = None
 
-    def open(self, on_http: HttpCallback, on_accept: AcceptCallback) -> None:
-        def http_cb(*a: Any) -> None:
-            data, size = (a[1], a[2])
-            on_http(ctypes.string_at(data, size))
+    def open_batches(self, on_http: HttpBatchCallback, on_accept: AcceptCallback) -> None:
+        """Start reading events: HTTP events reach `on_http` as one list per `poll`,
+        accept events `on_accept` one by one (a few per connection).
+
+        With the ring buffer on x86-64 the list is read straight from the ring's memory
+        map (`bpf.ringbuf`): no ctypes call per event, one consumer update per batch.
+        Elsewhere (weaker memory ordering: the record header needs an acquire load, which
+        Python cannot issue) and with the perf buffer, bcc's per-event callbacks only
+        append to the list.
+        """
+        pending: list[bytes] = []
 
         def accept_cb(*a: Any) -> None:
-            data, size = (a[1], a[2])
-            on_accept(ctypes.string_at(data, size))
+            on_accept(ctypes.string_at(a[1], a[2]))
 
         def lost_cb(count: int) -> None:
             self.lost += int(count)
 
-        # accept events first: a batch drains the buffers in this order, and a request
-        # completed in the same batch as its accept() needs the connection's peer
+        self._batch = (on_http, pending)
         if self.perf_buffer:
+
+            def http_cb(*a: Any) -> None:
+                pending.append(ctypes.string_at(a[1], a[2]))
+
             self._bpf[b"accept_events"].open_perf_buffer(
                 accept_cb, page_cnt=64, lost_cb=lost_cb, wakeup_events=16
             )
             self._bpf[b"http_events"].open_perf_buffer(
                 http_cb, page_cnt=1024, lost_cb=lost_cb, wakeup_events=64
             )
-        else:
-            self._bpf[b"accept_events"].open_ring_buffer(accept_cb)
-            self._bpf[b"http_events"].open_ring_buffer(http_cb)
-        self._keep = (http_cb, accept_cb, lost_cb)  # bcc keeps only weak references
+            self._keep = (http_cb, accept_cb, lost_cb)
+            return
+        self._bpf[b"accept_events"].open_ring_buffer(accept_cb)
+        table = self._bpf[b"http_events"]
+        if platform.machine() not in ringbuf.DIRECT_READ_MACHINES:
+
+            def ring_cb(*a: Any) -> int:
+                pending.append(ctypes.string_at(a[1], a[2]))
+                return 0
+
+            table.open_ring_buffer(ring_cb)
+            self._keep = (ring_cb, accept_cb, lost_cb)
+            return
+        size = int(getattr(table, "max_entries", 0) or HTTP_RING_PAGES * mmap.PAGESIZE)
+        self._ring, self._ring_maps = ringbuf.open_ring(int(table.map_fd), size)
+        self._keep = (accept_cb, lost_cb)
+
+    def _drain_batch(self) -> None:
+        if self._batch is None:
+            return
+        on_http, pending = self._batch
+        if self._ring is not None:
+            pending.extend(self._ring.drain())
+        if pending:
+            batch = pending[:]
+            pending.clear()
+            on_http(batch)
 
     def poll(self, timeout_ms: int = 100) -> None:
         """Wait `timeout_ms`, then drain every buffered event into the callbacks.
@@ -292,6 +331,9 @@ class ProbeSession:
             self._bpf.perf_buffer_consume()
         else:
             self._bpf.ring_buffer_consume()
+        # HTTP events after accept events: a request completed in the same batch as its
+        # accept() needs the connection's peer
+        self._drain_batch()
 
     def set_ports(self, ports: Iterable[int]) -> None:
         table = self._bpf[b"traced_ports"]
@@ -340,6 +382,11 @@ class ProbeSession:
         return {name: len(self._bpf[name.encode()].items()) for name in ("conns", "sk_owner")}
 
     def close(self) -> None:
+        if self._ring_maps is not None:
+            self._ring = None
+            for m in self._ring_maps:
+                m.close()
+            self._ring_maps = None
         try:
             self._bpf.cleanup()
         except Exception:  # noqa: BLE001 - best effort on shutdown

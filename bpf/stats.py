@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvspread import names
 
@@ -58,6 +59,8 @@ class HistogramState:
     buckets: list[int]  # per-bucket (not cumulative) counts; last is +Inf
     total: float = 0.0
     count: int = 0
+    min: float = math.inf  # of the values recorded (OTLP histogram points carry them)
+    max: float = -math.inf
 
     def cumulative(self) -> list[int]:
         out, acc = [], 0
@@ -90,12 +93,41 @@ class HistogramTable:
             st.buckets[bisect.bisect_left(self.bounds, value)] += 1
             st.total += value
             st.count += 1
+            st.min = min(st.min, value)
+            st.max = max(st.max, value)
             return True
+
+    def observe_many(self, labels: Labels, values: Sequence[float]) -> int:
+        """Record several values of one label set under one lock (the event thread hands
+        over a poll's worth at a time); returns how many were recorded: not the non-finite
+        ones, none when the table is full for a new label set (counted once per value)."""
+        with self._lock:
+            st = self._series.get(labels)
+            if st is None:
+                if len(self._series) >= self.max_series:
+                    self.dropped += len(values)
+                    return 0
+                st = HistogramState(buckets=[0] * (len(self.bounds) + 1))
+                self._series[labels] = st
+            buckets, bounds, where = st.buckets, self.bounds, bisect.bisect_left
+            n, total = 0, 0.0
+            lo, hi = st.min, st.max
+            for v in values:
+                if math.isfinite(v):
+                    buckets[where(bounds, v)] += 1
+                    total += v
+                    n += 1
+                    lo = v if v < lo else lo
+                    hi = v if v > hi else hi
+            st.total += total
+            st.count += n
+            st.min, st.max = lo, hi
+            return n
 
     def snapshot(self) -> dict[Labels, HistogramState]:
         with self._lock:
             return {
-                k: HistogramState(list(v.buckets), v.total, v.count)
+                k: HistogramState(list(v.buckets), v.total, v.count, v.min, v.max)
                 for k, v in self._series.items()
             }
 
@@ -131,8 +163,7 @@ def quantile(values: Sequence[float], q: float) -> float | None:
     return s[rank - 1]
 
 
-@dataclass(frozen=True)
-class _Recent:
+class _Recent(NamedTuple):  # a tuple: one is built per request
     at: float
     duration_s: float
     images: int
@@ -149,6 +180,11 @@ class RecentWindow:
     def add(self, at: float, duration_s: float, images: int) -> None:
         with self._lock:
             self._items.append(_Recent(at, duration_s, images))
+
+    def add_many(self, at: float, items: Sequence[tuple[float, int]]) -> None:
+        """(duration, image parts) of several requests seen at `at`, under one lock."""
+        with self._lock:
+            self._items.extend(_Recent(at, d, i) for d, i in items)
 
     def _live(self, now: float) -> list[_Recent]:
         with self._lock:

@@ -15,18 +15,29 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from bpf.events import AcceptEvent, ConnState, HttpEvent, HttpEventKind
-from bpf.http import RouteTemplates, parse_request, parse_response, request_end
+from bpf.http import (
+    RequestInfo,
+    ResponseInfo,
+    RouteTemplates,
+    parse_request,
+    parse_response,
+    request_end,
+)
 
 __all__ = ["RequestRecord", "ConnTracker", "TrackerCounters"]
 
 MAX_REQUEST_PREFIX = 4096
+MEMO_SIZE = 1024  # parsed request / response prefixes kept (cleared when full)
 
 
-@dataclass(frozen=True)
-class RequestRecord:
-    """One completed server-side request. Times in seconds; `start_ns` is monotonic."""
+class RequestRecord(NamedTuple):
+    """One completed server-side request. Times in seconds; `start_ns` is monotonic.
+
+    A NamedTuple, not a frozen dataclass: one is built per request, and a frozen
+    dataclass's __init__ costs several times more."""
 
     tgid: int
     port: int
@@ -90,6 +101,8 @@ class ConnTracker:
 
     def __post_init__(self) -> None:
         self._conns: OrderedDict[tuple[int, int, int], _Conn] = OrderedDict()
+        self._req_memo: dict[bytes, tuple[RequestInfo | None, int | None]] = {}
+        self._resp_memo: dict[bytes, ResponseInfo] = {}
 
     def __len__(self) -> int:
         return len(self._conns)
@@ -107,6 +120,25 @@ class ConnTracker:
             self._conns.move_to_end(key)
         return c
 
+    def _parse_request(self, data: bytes) -> tuple[RequestInfo | None, int | None]:
+        """The request in `data` and where a pipelined one after it starts (None: no
+        split). Memoized on the bytes: identical request prefixes (health checks, scrapes,
+        repeated prompts) are parsed once; parsing is deterministic given the bytes."""
+        hit = self._req_memo.get(data)
+        if hit is not None:
+            return hit
+        req = parse_request(data, self.routes)
+        cut = None
+        if req is not None and len(data) > data.find(b"\r\n\r\n") + 4 + (req.content_length or 0):
+            # bytes past this request: a pipelined one (rare), or a body without its length
+            cut = request_end(data)
+            if cut is not None:
+                req = parse_request(data[:cut], self.routes)
+        if len(self._req_memo) >= MEMO_SIZE:
+            self._req_memo.clear()
+        self._req_memo[data] = (req, cut)
+        return req, cut
+
     def on_accept(self, ev: AcceptEvent) -> None:
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
         c.peer = ev.peer
@@ -123,17 +155,18 @@ class ConnTracker:
             self.counters.unanswered += 1
             return None
         data = bytes(p.request)
-        req = parse_request(data, self.routes)
-        if req is not None and len(data) > data.find(b"\r\n\r\n") + 4 + (req.content_length or 0):
-            # bytes past this request: a pipelined one (rare), or a body without its length
-            cut = request_end(data)
-            if cut is not None:
-                data, c.leftover = data[:cut], data[cut:]
-                req = parse_request(data, self.routes)
+        req, cut = self._parse_request(data)
+        if cut is not None:
+            c.leftover = data[cut:]
         if req is None:
             self.counters.unparsable += 1
             return None
-        resp = parse_response(p.response)
+        resp = self._resp_memo.get(p.response)
+        if resp is None:
+            resp = parse_response(p.response)
+            if len(self._resp_memo) >= MEMO_SIZE:
+                self._resp_memo.clear()
+            self._resp_memo[p.response] = resp
         end = max(end_ns, p.response_ns)
         self.counters.requests += 1
         ttft = tpot = None

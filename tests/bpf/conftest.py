@@ -52,11 +52,12 @@ class Probes:
     accept_subs: list[Callable[[bytes], None]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def on_http(self, raw: bytes) -> None:
+    def on_http(self, raws: list[bytes]) -> None:
         with self.lock:
             subs = list(self.http_subs)
-        for cb in subs:
-            cb(raw)
+        for raw in raws:
+            for cb in subs:
+                cb(raw)
 
     def on_accept(self, raw: bytes) -> None:
         with self.lock:
@@ -88,7 +89,7 @@ def probes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Probes]:
     cfg = loader.ProbeConfig(ports=traced, header_cache=cache)
     session = loader.load(cfg)
     p = Probes(session, traced, untraced, cache)
-    session.open(p.on_http, p.on_accept)
+    session.open_batches(p.on_http, p.on_accept)
     stop = threading.Event()
 
     def poll() -> None:

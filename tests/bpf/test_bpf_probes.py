@@ -111,6 +111,10 @@ class Recorder:
         if self.agent:
             self.agent.on_http_bytes(raw)
 
+    def on_http_batch(self, raws: list[bytes]) -> None:
+        for raw in raws:
+            self.on_http(raw)
+
     def on_accept(self, raw: bytes) -> None:
         ev = decode_accept_event(raw)
         if ev.port != self.port:
@@ -366,7 +370,7 @@ def test_request_budget_bounds_events_and_keeps_sampled_timings_right(
     )
     try:
         rec = Recorder(port)
-        session.open(rec.on_http, rec.on_accept)
+        session.open_batches(rec.on_http_batch, rec.on_accept)
         truth_file = uvicorn_server(port)
         sent: dict[str, int] = {}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
@@ -401,3 +405,33 @@ def test_request_budget_bounds_events_and_keeps_sampled_timings_right(
     for r in rec.records:
         assert r.context_id is not None
         check_timing(r, truth[r.context_id], sent[r.context_id])
+
+
+def test_http_ring_read_through_callbacks_off_x86(
+    probes: Any, uvicorn_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where plain loads may be reordered (arm64) the HTTP ring is read through bcc's
+    callbacks, not its memory map: the same batches, the same records."""
+    from bpf import loader
+
+    monkeypatch.setattr(loader.platform, "machine", lambda: "aarch64")
+    with socket.socket() as probe_sock:
+        probe_sock.bind(("127.0.0.1", 0))
+        port = int(probe_sock.getsockname()[1])
+    session = loader.load(loader.ProbeConfig(ports=(port,), header_cache=probes.header_cache))
+    try:
+        rec = Recorder(port)
+        session.open_batches(rec.on_http_batch, rec.on_accept)
+        assert session._ring is None  # no direct read
+        uvicorn_server(port)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+            for _ in range(3):
+                assert c.get("/v1/models/m").status_code == 200
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(rec.records) < 3:
+            session.poll(50)
+    finally:
+        session.close()
+    assert [(r.method, r.route, r.status) for r in rec.records] == [
+        ("GET", "/v1/models/{model}", 200)
+    ] * 3
