@@ -26,6 +26,7 @@ ROUTING_COMPARED: tuple[tuple[str, str, float, str], ...] = (
     ("slo_realtime", "realtime SLO", 100.0, "pp"),
     ("slo_batch", "batch SLO", 100.0, "pp"),
     ("preemptions", "preemptions", 1.0, ""),
+    ("gpu_hours_occupied", "GPU-h in use", 1.0, "h"),
 )
 """(metric, label, display factor, unit) of the routing comparison."""
 
@@ -92,9 +93,10 @@ def _cell(c: dict[str, Any] | None, factor: float, unit: str) -> str:
     if c is None or math.isnan(c["mean_diff"]):
         return "-"
     u = f" {unit}" if unit else ""
-    text = f"{c['mean_diff'] * factor:+.2f}{u}"
+    d = 0 if unit == "ms" else 2
+    text = f"{c['mean_diff'] * factor:+.{d}f}{u}"
     if not math.isnan(c["ci_low"]):
-        text += f" [{c['ci_low'] * factor:+.2f}, {c['ci_high'] * factor:+.2f}]"
+        text += f" [{c['ci_low'] * factor:+.{d}f}, {c['ci_high'] * factor:+.{d}f}]"
     return f"{text} {_SHORT.get(c['verdict'], c['verdict'])}"
 
 
@@ -130,7 +132,6 @@ def _design_notes_text(rows: list[dict[str, Any]], cmp: Sequence[dict[str, Any]]
     ks = next((c for c in cmp if c["routing"] == "kvspread" and c["metric"] == "mean_e2e_s"), None)
     oom_max = max(100 * float(a["oom_rate"]) for a in rows)
     text = [
-        "",
         "The design notes give no cluster, model or traffic for their table, so only the "
         "direction and the relative size compare, not the milliseconds.",
     ]
@@ -153,7 +154,7 @@ def _design_notes_text(rows: list[dict[str, Any]], cmp: Sequence[dict[str, Any]]
         "request longer than `max_model_len` or than the whole KV pool of the replica it "
         "reaches fails."
     )
-    return ["", *lines, *[" ".join(text)]]
+    return ["", *lines, "", " ".join(text)]
 
 
 def section(
