@@ -273,7 +273,7 @@ class KvspreadPicker:
         self._nodes: dict[int, str] = {}
         self._members: dict[str, tuple[str, ...]] = {}
         self.sets: dict[str, EndpointSet] = {}
-        for service, model in models.items():
+        for service in models:
             self.sets[service] = EndpointSet(
                 interval_s=self.metrics.interval_s,
                 stale_after_s=self.metrics.stale_after_s,

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from router.config import MetricsConfig
 from simulator.serving.routing import BASELINE_ROUTING
 from simulator.serving.stats import paired
 
@@ -127,7 +128,7 @@ def _design_notes_text(rows: list[dict[str, Any]], cmp: Sequence[dict[str, Any]]
         ms = 1000.0 * float(a["mean_e2e_s"])
         lines.append(
             f"| this run | {a['routing']} | {ms:.0f} | {100 * (ms - b_ms) / b_ms:+.1f} % | "
-            f"{_fmt(100 * float(a['oom_rate']), '{:.2f}')} % |"
+            f"{_fmt(100 * float(a['oom_rate']), '{:.3f}')} % |"
         )
     ks = next((c for c in cmp if c["routing"] == "kvspread" and c["metric"] == "mean_e2e_s"), None)
     oom_max = max(100 * float(a["oom_rate"]) for a in rows)
@@ -148,7 +149,7 @@ def _design_notes_text(rows: list[dict[str, Any]], cmp: Sequence[dict[str, Any]]
             f"report {100 * (DESIGN_NOTES[2][1] - rr) / rr:+.1f} % for their dynamic weight."
         )
     text.append(
-        f"OOM: at most {oom_max:.2f} % of requests under any routing here, against the "
+        f"OOM: at most {oom_max:.3f} % of requests under any routing here, against the "
         "design notes' 7.2 % for round-robin: the simulated engines are paged (vLLM), so a "
         "full KV cache preempts and recomputes rather than failing the request; only a "
         "request longer than `max_model_len` or than the whole KV pool of the replica it "
@@ -170,15 +171,17 @@ def section(
     pairs = list(dict.fromkeys((c["policy"], c["autoscaler"]) for c in cmp))
     by = {(c["policy"], c["autoscaler"], c["routing"], c["metric"]): c for c in cmp}
     seeds = max(int(c["seeds"]) for c in cmp)
+    every = MetricsConfig().interval_s
     lines = [
         f"{heading} Request routing (paired by seed, against {base})",
         "",
         f"Each routing policy against {base} under the same placement policy and autoscaler, "
         f"on the same arrivals per seed ({seeds} seeds): mean per-seed difference [95 % CI] "
         "and the verdict it supports (better, worse, or n.s.: the interval contains 0). "
-        "`kv-queue` and `kvspread` read replica metrics scraped every 0.5 s (the router's "
-        "default), so they see queues and KV usage up to 0.5 s old; `least-request` counts "
-        "in-flight requests itself (exact); `round-robin` reads nothing.",
+        f"`kv-queue` and `kvspread` read replica metrics scraped every {every:g} s (the "
+        f"router's default), so they see queues and KV usage up to {every:g} s old; "
+        "`least-request` counts in-flight requests itself (exact); `round-robin` reads "
+        "nothing.",
         "",
     ]
     head = "| placement | autoscaler | routing | " + " | ".join(
