@@ -73,20 +73,8 @@ def compare_routing(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     [float(runs[s][metric]) for s in seeds],
                     [float(ref[s][metric]) for s in seeds],
                 )
-                out.append(
-                    {
-                        "policy": policy,
-                        "autoscaler": autoscaler,
-                        "routing": routing,
-                        "baseline": base,
-                        "metric": metric,
-                        "seeds": p.n,
-                        "mean_diff": p.mean,
-                        "ci_low": p.low,
-                        "ci_high": p.high,
-                        "verdict": p.verdict,
-                    }
-                )
+                head = {"policy": policy, "autoscaler": autoscaler, "routing": routing}
+                out.append({**head, "baseline": base, **p.row()})
     return out
 
 
