@@ -1,9 +1,9 @@
 """The discrete-event loop: arrivals, engine steps, pod lifecycle, HPA syncs, metric pushes.
 
 One `Simulation` is one (config, placement policy, autoscaler, routing, seed) run; requests
-go to ready replicas through the routing policy (simulator/serving/routing.py). Events live in a heap
-ordered by (time, sequence number), so equal times resolve in insertion order and a run
-is a pure function of its inputs: the same seed gives the same result bit for bit.
+go to ready replicas through the routing policy (simulator/serving/routing.py). Events live
+in a heap ordered by (time, sequence number), so equal times resolve in insertion order and
+a run is a pure function of its inputs: the same seed gives the same result bit for bit.
 
 Pod lifecycle: pending -> (placed by the policy) loading -> ready -> terminating -> gone;
 a start whose KV pool is too small (the engine sized it from what the GPU really had
