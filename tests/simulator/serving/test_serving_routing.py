@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,8 @@ def test_kv_queue_picks_the_best_scraped_replica_ties_at_random() -> None:
 
 
 def test_kvspread_picks_through_the_router_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert routing.choose is router.scoring.choose  # the router's function, not a copy
+    # the router's function, not a copy
+    assert routing.choose is router.scoring.choose  # type: ignore[attr-defined]
     calls: list[tuple[Any, ...]] = []
     real = router.scoring.choose
 
@@ -220,7 +222,7 @@ def test_metric_pickers_see_the_last_scrape_not_the_live_engine(name: str) -> No
             return None
         return (v.waiting, v.kv_usage)
 
-    def pick(req: Request, pods: list[Pod], now: float) -> Pod:
+    def pick(req: Request, pods: Sequence[Pod], now: float) -> Pod:
         for p in pods:
             got = seen(p)
             if got is not None:
