@@ -56,6 +56,8 @@ SERVING_EPILOG = """examples:
   kvspread simulate serving --workload chat=./trace.csv --workload vision=./servegen/mm-image
   kvspread simulate serving --synthetic --config my-cluster.yaml --rate 40
       (keys of the YAML: docs/serving-simulation.md)
+  kvspread simulate serving --policies kvspread --autoscalers slo --routing round-robin,kvspread
+      request routing policies (also least-request, kv-queue), paired CIs vs round-robin
 
 bundled workloads: azure-conv, servegen-mm-image, servegen-language (simulator/data/workloads/)
 placements: kube-default, round-robin, memory-weighted, kvspread

@@ -26,6 +26,7 @@ from simulator.serving.experiment import (
 from simulator.serving.placement import POLICIES
 from simulator.serving.presets import CLUSTERS, DEFAULT_CLUSTER, real_workload_mapping
 from simulator.serving.report import markdown_table, seed_span
+from simulator.serving.routing import DEFAULT_ROUTING, ROUTINGS, parse_routings
 from simulator.serving.workloads import BUNDLED, WorkloadError, load_workload
 
 __all__ = [
@@ -124,6 +125,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(AUTOSCALERS),
         metavar="LIST",
         help=f"comma-separated autoscalers (default {','.join(AUTOSCALERS)})",
+    )
+    _add(
+        parser,
+        "--routing",
+        default=DEFAULT_ROUTING,
+        metavar="POLICY[,POLICY...]",
+        help=f"request routing to replicas: {', '.join(ROUTINGS)} (default {DEFAULT_ROUTING}, "
+        "the fewest requests in flight; round-robin is what a Service does and the baseline "
+        "of the routing comparison when given)",
     )
     _add(
         parser,
@@ -240,7 +250,9 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         if not args.rate_scale > 0:
             raise ConfigError(f"--rate-scale: {args.rate_scale!r}: must be > 0")
         data["rate_scale"] = float(args.rate_scale)
-    cfg = load_config_mapping(data, duration, getattr(args, "rate", None), getattr(args, "config", None))
+    cfg = load_config_mapping(
+        data, duration, getattr(args, "rate", None), getattr(args, "config", None)
+    )
     for name, spec in cfg.workloads.items():  # a bad path from --config, before any run
         try:
             load_workload(spec.path)
@@ -297,6 +309,7 @@ def run(args: argparse.Namespace) -> int:
         autoscalers = parse_autoscalers(
             getattr(args, "autoscalers", ",".join(AUTOSCALERS)) or AUTOSCALERS
         )
+        routings = parse_routings(getattr(args, "routing", DEFAULT_ROUTING))
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     raw_jobs = getattr(args, "jobs", None)
@@ -310,9 +323,15 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(out, "--out")  # after the config's checks, before any run
     progress = sys.stderr if getattr(args, "progress", True) is not False else None
     exp = run_experiment(
-        cfg, policies, seeds, jobs=jobs, progress=progress, autoscalers=autoscalers
+        cfg,
+        policies,
+        seeds,
+        jobs=jobs,
+        progress=progress,
+        autoscalers=autoscalers,
+        routings=routings,
     )
-    write_outputs(exp, out, command_line(args, seeds, policies, autoscalers))
+    write_outputs(exp, out, command_line(args, seeds, policies, autoscalers, routings))
     print(markdown_table(exp.summary))
     print(
         f"\n{sum(r['requests'] for r in exp.rows):,} scored requests, {exp.wall_s:.1f} s wall; "
@@ -322,7 +341,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def command_line(
-    args: argparse.Namespace, seeds: list[int], policies: list[str], autoscalers: list[str]
+    args: argparse.Namespace,
+    seeds: list[int],
+    policies: list[str],
+    autoscalers: list[str],
+    routings: list[str] | None = None,
 ) -> str:
     """The command that reproduces this run, quoted for a shell."""
     parts: list[str] = []
@@ -335,6 +358,8 @@ def command_line(
         if v is not None:
             parts += [f"--{flag.replace('_', '-')}", f"{v:g}" if isinstance(v, float) else str(v)]
     parts += ["--policies", ",".join(policies), "--autoscalers", ",".join(autoscalers)]
+    if routings and routings != [DEFAULT_ROUTING]:
+        parts += ["--routing", ",".join(routings)]
     parts += ["--seeds", seed_span(seeds)]
     return "kvspread simulate serving " + shlex.join(parts)
 

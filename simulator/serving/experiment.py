@@ -1,4 +1,4 @@
-"""Run many (policy, autoscaler, seed) simulations, in parallel when asked, and write the
+"""Run many (policy, autoscaler, routing, seed) simulations, in parallel when asked, and write the
 outputs. A seed fixes the arrivals, so every pair of a seed sees the same requests."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from simulator.serving import report
+from simulator.serving import report, routing_report
 from simulator.serving.autoscalers import DEFAULT_AUTOSCALER
 from simulator.serving.config import SimConfig
 from simulator.serving.placement import POLICIES
+from simulator.serving.routing import DEFAULT_ROUTING
 from simulator.serving.sim import RunResult, simulate
 
 __all__ = [
@@ -104,9 +105,9 @@ class ProgressBar:
             self.stream.flush()
 
 
-def _one(job: tuple[SimConfig, str, str, int]) -> RunResult:
-    cfg, policy, autoscaler, seed = job
-    return simulate(cfg, policy, seed, autoscaler=autoscaler)
+def _one(job: tuple[SimConfig, str, str, str, int]) -> RunResult:
+    cfg, policy, autoscaler, routing, seed = job
+    return simulate(cfg, policy, seed, autoscaler=autoscaler, routing=routing)
 
 
 @dataclass
@@ -124,24 +125,27 @@ def run_experiment(
     jobs: int = 1,
     progress: TextIO | None = sys.stderr,
     autoscalers: Sequence[str] = (DEFAULT_AUTOSCALER,),
+    routings: Sequence[str] = (DEFAULT_ROUTING,),
 ) -> Experiment:
-    """Every policy x autoscaler x seed; results in that order whatever `jobs` is."""
-    work = [(cfg, p, a, s) for p in policies for a in autoscalers for s in seeds]
+    """Every policy x autoscaler x routing x seed; results in that order whatever `jobs` is."""
+    work = [
+        (cfg, p, a, r, s) for p in policies for a in autoscalers for r in routings for s in seeds
+    ]
     bar = ProgressBar(len(work), progress)
     t0 = time.perf_counter()
     results: list[RunResult] = []
     if jobs <= 1 or len(work) == 1:
-        for k, (c, p, a, s) in enumerate(work):
+        for k, (c, p, a, r, s) in enumerate(work):
             cb: Callable[[float], None] = lambda f, k=k: bar.update(k + f)  # noqa: E731
-            results.append(simulate(c, p, s, progress=cb, autoscaler=a))
+            results.append(simulate(c, p, s, progress=cb, autoscaler=a, routing=r))
     else:
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(min(jobs, len(work))) as pool:
-            by_key: dict[tuple[str, str, int], RunResult] = {}
+            by_key: dict[tuple[str, str, str, int], RunResult] = {}
             for res in pool.imap_unordered(_one, work):
-                by_key[(res.policy, res.autoscaler, res.seed)] = res
+                by_key[(res.policy, res.autoscaler, res.routing, res.seed)] = res
                 bar.update(len(by_key))
-            results = [by_key[(p, a, s)] for _, p, a, s in work]
+            results = [by_key[(p, a, r, s)] for _, p, a, r, s in work]
     bar.update(len(work))
     bar.close()
     wall = time.perf_counter() - t0
@@ -165,5 +169,9 @@ def write_outputs(
     md = report.markdown_section(
         exp.summary, exp.results, command, exp.wall_s, prefix, exp.rows, cmp, heading
     )
+    routing_cmp = routing_report.compare_routing(exp.rows)
+    if routing_cmp:  # more than one routing policy ran
+        report.write_csv(out / f"{prefix}routing_comparison.csv", routing_cmp)
+        md += "\n" + routing_report.section(exp.summary, routing_cmp, heading + "#", prefix)
     (out / f"{prefix}report.md").write_text(md)
     return md

@@ -65,6 +65,7 @@ def summarise(result: RunResult) -> dict[str, Any]:
     row: dict[str, Any] = {
         "policy": result.policy,
         "autoscaler": result.autoscaler,
+        "routing": result.routing,
         "seed": result.seed,
         "requests": n,
         "completed": len(ok),
@@ -106,15 +107,21 @@ def summarise(result: RunResult) -> dict[str, Any]:
 
 
 def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean over seeds per (policy, autoscaler) (order as first seen); adds `seeds`."""
-    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    """Mean over seeds per (policy, autoscaler, routing) (order as first seen); adds
+    `seeds`."""
+    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        by.setdefault((r["policy"], r.get("autoscaler", "")), []).append(r)
+        by.setdefault((r["policy"], r.get("autoscaler", ""), r.get("routing", "")), []).append(r)
     out = []
-    for (policy, autoscaler), rs in by.items():
-        agg: dict[str, Any] = {"policy": policy, "autoscaler": autoscaler, "seeds": len(rs)}
+    for (policy, autoscaler, routing), rs in by.items():
+        agg: dict[str, Any] = {
+            "policy": policy,
+            "autoscaler": autoscaler,
+            "routing": routing,
+            "seeds": len(rs),
+        }
         for key, value in rs[0].items():
-            if key in ("policy", "autoscaler", "seed"):
+            if key in ("policy", "autoscaler", "routing", "seed"):
                 continue
             if isinstance(value, int | float):
                 vals = [float(r[key]) for r in rs if not math.isnan(float(r[key]))]
@@ -146,12 +153,19 @@ def _fmt(fmt: str, v: Any) -> str:
 
 
 def markdown_table(agg: Sequence[dict[str, Any]]) -> str:
-    head = "| policy | autoscaler | " + " | ".join(c[1] for c in TABLE_COLUMNS) + " |"
-    sep = "|---|---|" + "---:|" * len(TABLE_COLUMNS)
+    """One row per (policy, autoscaler[, routing]); the routing column only when the run
+    has more than one routing policy."""
+    routed = len({a.get("routing", "") for a in agg}) > 1
+    head = "| policy | autoscaler | " + ("routing | " if routed else "")
+    head += " | ".join(c[1] for c in TABLE_COLUMNS) + " |"
+    sep = "|---|---|" + ("---|" if routed else "") + "---:|" * len(TABLE_COLUMNS)
     lines = [head, sep]
     for a in agg:
         cells = [_fmt(fmt, a.get(key)) for key, _, fmt in TABLE_COLUMNS]
-        lines.append(f"| {a['policy']} | {a.get('autoscaler', '')} | " + " | ".join(cells) + " |")
+        route = f"{a.get('routing', '')} | " if routed else ""
+        lines.append(
+            f"| {a['policy']} | {a.get('autoscaler', '')} | {route}" + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -229,7 +243,7 @@ def _plotted_runs(results: Sequence[RunResult]) -> list[RunResult]:
     pick = "slo" if "slo" in autoscalers else autoscalers[0]
     seen: dict[str, RunResult] = {}
     for r in results:
-        if r.autoscaler != pick:
+        if r.autoscaler != pick or r.routing != results[0].routing:
             continue
         if r.policy not in seen or r.seed < seen[r.policy].seed:
             seen[r.policy] = r
@@ -347,11 +361,14 @@ def plot_cost(path: Path, agg: Sequence[dict[str, Any]], rows: Sequence[dict[str
     autoscaler): mean over seeds, bars one standard deviation across seeds."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
+    routed = len({a.get("routing", "") for a in agg}) > 1
     for a in agg:
         vals = [
             (float(r["gpu_hours_occupied"]), float(r["slo_realtime"]))
             for r in rows
-            if r["policy"] == a["policy"] and r["autoscaler"] == a["autoscaler"]
+            if r["policy"] == a["policy"]
+            and r["autoscaler"] == a["autoscaler"]
+            and r.get("routing", "") == a.get("routing", "")
         ]
         xs, ys = np.array([v[0] for v in vals]), np.array([v[1] for v in vals])
         colour, _ = _style(a["policy"])
@@ -366,7 +383,8 @@ def plot_cost(path: Path, agg: Sequence[dict[str, Any]], rows: Sequence[dict[str
             markersize=7,
             linestyle="none",
             capsize=2,
-            label=f"{a['policy']} + {a['autoscaler']}",
+            label=f"{a['policy']} + {a['autoscaler']}"
+            + (f" + {a.get('routing', '')}" if routed else ""),
         )
     ax.set_xlabel("GPU-hours (GPUs hosting a model instance)")
     ax.set_ylabel("realtime SLO met (%)")
@@ -395,9 +413,13 @@ _SHORT = {"better": "better", "worse": "worse", "no significant difference": "n.
 
 
 def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Paired per-seed differences of every pair against BASELINE (simulator.serving.stats)."""
+    """Paired per-seed differences of every pair against BASELINE (simulator.serving.stats),
+    under one routing policy: the first of the run (routing_report compares routings)."""
     from simulator.serving.stats import compare
 
+    if rows:
+        first = rows[0].get("routing", "")
+        rows = [r for r in rows if r.get("routing", "") == first]
     return compare(rows, BASELINE, [m for m, *_ in COMPARED])  # type: ignore[return-value]
 
 

@@ -1,8 +1,9 @@
 """The discrete-event loop: arrivals, engine steps, pod lifecycle, HPA syncs, metric pushes.
 
-One `Simulation` is one (config, placement policy, seed) run. Events live in a heap
-ordered by (time, sequence number), so equal times resolve in insertion order and a run
-is a pure function of its inputs: the same seed gives the same result bit for bit.
+One `Simulation` is one (config, placement policy, autoscaler, routing, seed) run; requests
+go to ready replicas through the routing policy (simulator/serving/routing.py). Events live
+in a heap ordered by (time, sequence number), so equal times resolve in insertion order and
+a run is a pure function of its inputs: the same seed gives the same result bit for bit.
 
 Pod lifecycle: pending -> (placed by the policy) loading -> ready -> terminating -> gone;
 a start whose KV pool is too small (the engine sized it from what the GPU really had
@@ -32,12 +33,13 @@ from simulator.serving.costmodel import kv_pool_tokens, sharing_factor
 from simulator.serving.engine import Engine
 from simulator.serving.hpa import Hpa
 from simulator.serving.placement import BoundPod, NodeView, PlacementPolicy, Want, make_policy
+from simulator.serving.routing import DEFAULT_ROUTING, Router, make_router
 from simulator.serving.slis import AdapterSlis, ServiceMetrics
 from simulator.serving.workload import Request, generate_requests
 
 __all__ = ["Simulation", "RunResult", "simulate", "TimelineRow"]
 
-_STEP, _READY, _RESTART, _HPA, _SCHED, _KILL, _TICK = range(7)
+_STEP, _READY, _RESTART, _HPA, _SCHED, _KILL, _TICK, _SCRAPE = range(8)
 METRIC_WINDOW_S = 60.0  # adapter SLI window (docs/design.md section 6 default)
 DRAIN_S = 600.0  # after the last arrival, let in-flight requests finish (HPA keeps running)
 
@@ -75,6 +77,7 @@ class RunResult:
     gpu_overridden: int = 0  # placements where the device plugin's GPU was not the preferred
     pods: list[Pod] = field(default_factory=list)
     autoscaler: str = DEFAULT_AUTOSCALER
+    routing: str = DEFAULT_ROUTING
 
 
 class Simulation:
@@ -88,9 +91,17 @@ class Simulation:
         progress: Callable[[float], None] | None = None,
         requests: list[Request] | None = None,
         autoscaler: str = DEFAULT_AUTOSCALER,
+        routing: str = DEFAULT_ROUTING,
     ) -> None:
         self.cfg = cfg
         self.autoscaler = autoscaler
+        self.routing = routing
+        self.router: Router = make_router(
+            routing,
+            {s: spec.model for s, spec in cfg.services.items()},
+            {s: spec.kind for s, spec in cfg.services.items()},
+            np.random.default_rng([seed, 31337]),
+        )
         self.hpa_metrics = {s: hpa_metrics(autoscaler, spec) for s, spec in cfg.services.items()}
         self.seed = seed
         self.policy_name = policy
@@ -246,8 +257,7 @@ class Simulation:
         if not pods:
             self.backlog[req.service].append(req)
             return
-        best = min(pods, key=lambda p: (p.engine.load, p.tiebreak))  # type: ignore[union-attr]
-        self._assign(req, best, now)
+        self._assign(req, self.router.pick(req, pods, now), now)
 
     def _assign(self, req: Request, pod: Pod, now: float) -> None:
         assert pod.engine is not None
@@ -568,6 +578,9 @@ class Simulation:
             if self.hpa_metrics[name] is not None:  # autoscaler `none`: fixed replicas
                 self._push(sync, _HPA, name)
         self._push(self.cfg.timeline_step_s, _TICK, None)
+        scrape_every = self.router.interval_s
+        if scrape_every is not None:  # the router's /metrics scrapes (none: reads no metrics)
+            self._push(0.0, _SCRAPE, None)
         reqs = self.requests
         n_req = len(reqs)
         i = 0
@@ -645,6 +658,12 @@ class Simulation:
             elif kind == _TICK:
                 self._tick(now)
                 self._push(now + self.cfg.timeline_step_s, _TICK, None)
+            elif kind == _SCRAPE:
+                names_ = {n.index: n.name for n in self.nodes}
+                self.router.node_signals({names_[i]: d for i, d in self.published.items()})
+                self.router.scrape(self.ready, names_, now)
+                assert scrape_every is not None
+                self._push(now + scrape_every, _SCRAPE, None)
         return self._result(now)
 
     def _all_done(self) -> bool:
@@ -673,6 +692,7 @@ class Simulation:
                 slowed += pod.engine.slowed_s
         for pod in all_pods:
             pod.engine = None  # results travel between processes: keep them small
+        self.router.close()
         if self.progress is not None:
             self.progress(1.0)
         return RunResult(
@@ -695,6 +715,7 @@ class Simulation:
             gpu_overridden=self.gpu_overridden,
             pods=all_pods,
             autoscaler=self.autoscaler,
+            routing=self.routing,
         )
 
 
@@ -704,6 +725,10 @@ def simulate(
     seed: int,
     progress: Callable[[float], None] | None = None,
     autoscaler: str = DEFAULT_AUTOSCALER,
+    routing: str = DEFAULT_ROUTING,
 ) -> RunResult:
-    """Run one (policy, autoscaler, seed) simulation; the seed alone fixes the arrivals."""
-    return Simulation(cfg, policy, seed, progress=progress, autoscaler=autoscaler).run()
+    """Run one (policy, autoscaler, routing, seed) simulation; the seed alone fixes the
+    arrivals."""
+    return Simulation(
+        cfg, policy, seed, progress=progress, autoscaler=autoscaler, routing=routing
+    ).run()

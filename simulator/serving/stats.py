@@ -61,6 +61,17 @@ class Paired:
     high: float
     verdict: str  # better | worse | no significant difference | one seed: no CI
 
+    def row(self) -> dict[str, object]:
+        """The CSV columns of one comparison: metric, seeds, mean_diff, CI, verdict."""
+        return {
+            "metric": self.metric,
+            "seeds": self.n,
+            "mean_diff": self.mean,
+            "ci_low": self.low,
+            "ci_high": self.high,
+            "verdict": self.verdict,
+        }
+
 
 def paired(metric: str, candidate: Sequence[float], baseline: Sequence[float]) -> Paired:
     """Compare two equally long per-seed series (NaN pairs dropped)."""
@@ -111,16 +122,5 @@ def compare(
                 [float(runs[s][m]) for s in seeds],  # type: ignore[arg-type]
                 [float(base[s][m]) for s in seeds],  # type: ignore[arg-type]
             )
-            out.append(
-                {
-                    "policy": key[0],
-                    "autoscaler": key[1],
-                    "metric": m,
-                    "seeds": p.n,
-                    "mean_diff": p.mean,
-                    "ci_low": p.low,
-                    "ci_high": p.high,
-                    "verdict": p.verdict,
-                }
-            )
+            out.append({"policy": key[0], "autoscaler": key[1], **p.row()})
     return out

@@ -154,7 +154,7 @@ def test_report_headline_and_outputs(tmp_path: Path) -> None:
     assert any(s.startswith("How sure: 2 seeds") for s in head)
     assert "values are means over the 2 seeds" in md
     summary = (tmp_path / "serving_summary.csv").read_text().splitlines()
-    assert summary[0].startswith("policy,autoscaler,seeds,")
+    assert summary[0].startswith("policy,autoscaler,routing,seeds,")
     assert len(summary) == 5
     cmp = (tmp_path / "serving_comparison.csv").read_text()
     assert cmp.startswith("policy,autoscaler,metric,seeds,mean_diff,ci_low,ci_high,verdict")

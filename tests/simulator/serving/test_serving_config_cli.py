@@ -141,7 +141,7 @@ def test_run_writes_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert cli.run(args) == 0
     printed = capsys.readouterr().out
     assert "| kvspread |" in printed
-    assert (out / "serving_summary.csv").read_text().startswith("policy,autoscaler,seeds,")
+    assert (out / "serving_summary.csv").read_text().startswith("policy,autoscaler,routing,seeds,")
     assert "--config" in (out / "serving_report.md").read_text()
 
 
