@@ -126,7 +126,7 @@ class Agent:
         self.last_published: NodeSignals | None = None
         self.publisher: Publisher | None = None
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(PrometheusCollector(self.state, config.node_name))  # type: ignore[arg-type]
+        self.registry.register(PrometheusCollector(self.state, config.node_name))
         self.otlp: OtlpExporter | None = None
         if config.otlp_endpoints or otlp_exporter is not None:
             attrs = {"service.name": "kvspread-collector"}
@@ -498,8 +498,8 @@ class Agent:
                 if ref is not None:
                     uids.add(ref.uid)
                     if mem is not None:
-                        key = (g.index, g.uuid, ref.namespace, ref.name or ref.uid)
-                        gpu_pods[key] = gpu_pods.get(key, 0) + mem
+                        where = (g.index, g.uuid, ref.namespace, ref.name or ref.uid)
+                        gpu_pods[where] = gpu_pods.get(where, 0) + mem
             for uid in uids:
                 with self._pods_lock:
                     meta = self._pods.get(uid)

@@ -11,7 +11,7 @@ SDK/fanout, never fatal.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client.core import (
@@ -22,10 +22,11 @@ from prometheus_client.core import (
 )
 
 from bpf.state import CollectorState
-from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState
+from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState, HistogramTable
 from kvspread import names
 
 __all__ = [
+    "HISTOGRAMS",
     "PrometheusCollector",
     "OtlpExporter",
     "label_name",
@@ -60,6 +61,19 @@ GEN_AI_OPERATIONS: dict[str, str] = {
 """gen_ai.operation.name of the streaming routes (OTel GenAI semconv values); others ""."""
 
 POD_ATTRS = (names.ATTR_SERVER_PORT, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
+
+HISTOGRAMS: tuple[
+    tuple[names.MetricDescriptor, Sequence[float], Callable[[CollectorState], HistogramTable]],
+    ...,
+] = (
+    (names.HTTP_SERVER_REQUEST_DURATION, DURATION_BUCKETS, lambda s: s.requests),
+    (names.HTTP_SERVER_TIME_TO_FIRST_BYTE, DURATION_BUCKETS, lambda s: s.ttfb),
+    (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, DURATION_BUCKETS, lambda s: s.ttft),
+    (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, DURATION_BUCKETS, lambda s: s.tpot),
+    (names.ACCEPT_QUEUE_DELAY, QUEUE_BUCKETS, lambda s: s.accept_delay),
+)
+"""The request histograms: descriptor, bucket bounds (the /metrics families and the OTLP
+views alike) and where `CollectorState` keeps the counts."""
 
 
 def label_name(attr: str) -> str:
@@ -105,7 +119,8 @@ def tcp_by_pod(
 
 def _log2_buckets(slots: Sequence[int]) -> list[tuple[str, float]]:
     """Cumulative buckets of kernel log2 slots (slot i: [2^i, 2^(i+1)) microseconds)."""
-    cum, buckets = 0, []
+    cum = 0
+    buckets: list[tuple[str, float]] = []
     for i, c in enumerate(slots):
         cum += c
         buckets.append((repr(float(2 ** (i + 1)) / 1e6), cum))
@@ -124,32 +139,8 @@ class PrometheusCollector:
         return []  # unchecked collector: families depend on what was measured
 
     def collect(self) -> Iterator[Metric]:
-        s = self.state
-        yield _hist(
-            names.HTTP_SERVER_REQUEST_DURATION,
-            s.requests.snapshot(),
-            DURATION_BUCKETS,
-        )
-        yield _hist(
-            names.HTTP_SERVER_TIME_TO_FIRST_BYTE,
-            s.ttfb.snapshot(),
-            DURATION_BUCKETS,
-        )
-        yield _hist(
-            names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
-            s.ttft.snapshot(),
-            DURATION_BUCKETS,
-        )
-        yield _hist(
-            names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
-            s.tpot.snapshot(),
-            DURATION_BUCKETS,
-        )
-        yield _hist(
-            names.ACCEPT_QUEUE_DELAY,
-            s.accept_delay.snapshot(),
-            QUEUE_BUCKETS,
-        )
+        for descriptor, buckets, hist in HISTOGRAMS:
+            yield _hist(descriptor, hist(self.state).snapshot(), buckets)
         yield from self._tcp()
         yield from self._gpu()
         yield from self._engines()
@@ -187,9 +178,9 @@ class PrometheusCollector:
             names.TCP_RETRANSMITS.help,
             labels=[label_name(a) for a in POD_ATTRS],
         )
-        for labels, st in tcp_by_pod(self.state).items():
-            rtt.add_metric(list(labels), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
-            retrans.add_metric(list(labels), st.retransmits)
+        for pod, st in tcp_by_pod(self.state).items():
+            rtt.add_metric(list(pod), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
+            retrans.add_metric(list(pod), st.retransmits)
         yield rtt
         yield retrans
         unsampled = HistogramMetricFamily(
@@ -197,8 +188,8 @@ class PrometheusCollector:
             names.HTTP_SERVER_UNSAMPLED_DURATION.help,
             labels=[label_name(a) for a in POD_ATTRS],
         )
-        for labels, st in tcp_by_pod(self.state, self.state.unsampled).items():
-            unsampled.add_metric(list(labels), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
+        for pod, st in tcp_by_pod(self.state, self.state.unsampled).items():
+            unsampled.add_metric(list(pod), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
         yield unsampled
 
     def _gpu(self) -> Iterator[Metric]:
@@ -347,25 +338,10 @@ class OtlpExporter:
         )
         views = [
             View(
-                instrument_name=names.HTTP_SERVER_REQUEST_DURATION.name,
-                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
-            ),
-            View(
-                instrument_name=names.HTTP_SERVER_TIME_TO_FIRST_BYTE.name,
-                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
-            ),
-            View(
-                instrument_name=names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name,
-                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
-            ),
-            View(
-                instrument_name=names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name,
-                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
-            ),
-            View(
-                instrument_name=names.ACCEPT_QUEUE_DELAY.name,
-                aggregation=ExplicitBucketHistogramAggregation(QUEUE_BUCKETS),
-            ),
+                instrument_name=descriptor.name,
+                aggregation=ExplicitBucketHistogramAggregation(buckets),
+            )
+            for descriptor, buckets, _ in HISTOGRAMS
         ]
         self.provider = MeterProvider(
             resource=Resource.create(resource_attrs), metric_readers=[self.reader], views=views

@@ -76,7 +76,7 @@ LEGEND_SVC: Final = "{{service_name}} {{llm_modality}}"
 # --- small builders -------------------------------------------------------------------------
 
 
-def _q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> Builder[Any]:
+def _q(expr: str, legend: str = "", ref: str = "A", instant: bool = False) -> prometheus.Dataquery:
     q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DS)
     if legend:
         q = q.legend_format(legend)

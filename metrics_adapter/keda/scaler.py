@@ -27,10 +27,12 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
+from kvspread.grpcservice import Service
 from metrics_adapter.errors import (
     AdapterError,
     BadRequest,
@@ -39,15 +41,24 @@ from metrics_adapter.errors import (
     SourceUnavailable,
 )
 from metrics_adapter.keda import externalscaler_pb2 as pb
-from metrics_adapter.keda import externalscaler_pb2_grpc as pb_grpc
 from metrics_adapter.provider import ExternalMetricsProvider
 from metrics_adapter.reads import parse_read
 from metrics_adapter.selectors import Selector
 from metrics_adapter.values import MetricValue
 
-__all__ = ["Trigger", "parse_trigger", "status_code", "ExternalScaler", "KedaServer"]
+__all__ = [
+    "SERVICE",
+    "Trigger",
+    "parse_trigger",
+    "status_code",
+    "ExternalScaler",
+    "KedaServer",
+]
 
 log = logging.getLogger("kvspread.adapter.keda")
+
+SERVICE = Service.of(pb.DESCRIPTOR.services_by_name["ExternalScaler"])
+"""`externalscaler.ExternalScaler`, from KEDA's externalscaler.proto."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +114,7 @@ def status_code(exc: AdapterError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-class ExternalScaler(pb_grpc.ExternalScalerServicer):
+class ExternalScaler:
     """`externalscaler.ExternalScaler` over an `ExternalMetricsProvider` (asyncio)."""
 
     def __init__(self, provider: ExternalMetricsProvider, stream_interval: float = 5.0) -> None:
@@ -127,8 +138,8 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         return any(v.value > trig.activation for v in await self._read(trig))
 
     async def _fail(
-        self, method: str, context: grpc.aio.ServicerContext, exc: AdapterError
-    ) -> None:  # type: ignore[type-arg]
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any], exc: AdapterError
+    ) -> None:
         code = status_code(exc)
         self._count(method, code)
         await context.abort(code, exc.message)
@@ -136,7 +147,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
     async def IsActive(  # noqa: N802 - the gRPC method name
         self,
         request: pb.ScaledObjectRef,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.IsActiveResponse],
     ) -> pb.IsActiveResponse:
         try:
             active = await self._active(request)
@@ -148,7 +159,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
     async def StreamIsActive(  # noqa: N802
         self,
         request: pb.ScaledObjectRef,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.IsActiveResponse],
     ) -> AsyncIterator[pb.IsActiveResponse]:
         last: bool | None = None
         while True:
@@ -167,7 +178,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
     async def GetMetricSpec(  # noqa: N802
         self,
         request: pb.ScaledObjectRef,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.GetMetricSpecResponse],
     ) -> pb.GetMetricSpecResponse:
         try:
             trig = parse_trigger(request)
@@ -182,7 +193,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
     async def GetMetrics(  # noqa: N802
         self,
         request: pb.GetMetricsRequest,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: grpc.aio.ServicerContext[pb.GetMetricsRequest, pb.GetMetricsResponse],
     ) -> pb.GetMetricsResponse:
         try:
             trig = parse_trigger(request.scaledObjectRef)
@@ -201,6 +212,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         )
 
 
+@dataclass(eq=False)
 class KedaServer:
     """The gRPC server (grpc.aio, on the adapter's event loop).
 
@@ -211,27 +223,19 @@ class KedaServer:
         client_ca: PEM of the CA client certificates must chain to (None: not asked).
     """
 
-    def __init__(
-        self,
-        scaler: ExternalScaler,
-        host: str,
-        port: int,
-        tls: tuple[bytes, bytes] | None = None,
-        client_ca: bytes | None = None,
-    ) -> None:
-        self.scaler = scaler
-        self.host = host
-        self.port = port
-        self.tls = tls
-        self.client_ca = client_ca
-        self._server: grpc.aio.Server | None = None
+    scaler: ExternalScaler
+    host: str
+    port: int
+    tls: tuple[bytes, bytes] | None = None
+    client_ca: bytes | None = None
+    _server: grpc.aio.Server | None = field(default=None, init=False, repr=False)
 
     async def start(self) -> None:
         """Listen; raises `httpserver.PortInUse` when the port is taken (no SO_REUSEPORT)."""
         from metrics_adapter.httpserver import PortInUse
 
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_ExternalScalerServicer_to_server(self.scaler, server)
+        SERVICE.add_to_server(self.scaler, server)
         address = f"{self.host or '0.0.0.0'}:{self.port}"
         try:
             if self.tls is None:

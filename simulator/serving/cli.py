@@ -12,6 +12,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Layered, invalid, load_yaml
@@ -204,7 +205,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
             "--rate: sets the synthetic traffic's base rate; add --synthetic, or scale the "
             "real workloads with --rate-scale"
         )
-    data: dict = (
+    data: dict[str, Any] = (
         {}
         if synthetic
         else real_workload_mapping(getattr(args, "cluster", None) or DEFAULT_CLUSTER)
@@ -240,7 +241,9 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         if not args.rate_scale > 0:
             raise ConfigError(f"--rate-scale: {args.rate_scale!r}: must be > 0")
         data["rate_scale"] = float(args.rate_scale)
-    cfg = load_config_mapping(data, duration, getattr(args, "rate", None), getattr(args, "config", None))
+    cfg = load_config_mapping(
+        data, duration, getattr(args, "rate", None), getattr(args, "config", None)
+    )
     for name, spec in cfg.workloads.items():  # a bad path from --config, before any run
         try:
             load_workload(spec.path)
@@ -249,7 +252,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
     return cfg
 
 
-def _merge(base: dict, over: dict) -> None:
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> None:
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
             _merge(base[k], v)
@@ -265,7 +268,7 @@ def load_config(
 
 
 def load_config_mapping(
-    mapping: dict,
+    mapping: dict[str, Any],
     duration: float | None = None,
     rate: float | None = None,
     source: str | None = None,

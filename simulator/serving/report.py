@@ -16,13 +16,14 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from simulator.serving.sim import RunResult
+from simulator.serving.sim import RunResult, TimelineRow
 
 __all__ = [
     "summarise",
@@ -236,7 +237,7 @@ def _plotted_runs(results: Sequence[RunResult]) -> list[RunResult]:
     return list(seen.values())
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -300,6 +301,10 @@ def plot_latency(path: Path, results: Sequence[RunResult]) -> None:
     plt.close(fig)
 
 
+def _replicas(service: str, row: TimelineRow) -> int:
+    return row.replicas[service]
+
+
 def plot_replicas(path: Path, results: Sequence[RunResult]) -> None:
     """Replicas set by the HPA per service and GPUs in use over time, first seed."""
     plt = _plt()
@@ -308,7 +313,9 @@ def plot_replicas(path: Path, results: Sequence[RunResult]) -> None:
     fig, axes = plt.subplots(
         len(services) + 1, 1, figsize=(9, 2.2 * (len(services) + 1)), sharex=True
     )
-    series = [(s, lambda row, s=s: row.replicas[s], f"{s}\nreplicas") for s in services]
+    series: list[tuple[str, Callable[[TimelineRow], int], str]] = [
+        (s, partial(_replicas, s), f"{s}\nreplicas") for s in services
+    ]
     series.append(("", lambda row: row.gpus_occupied, "GPUs in use"))
     for ax, (_, get, label) in zip(axes, series, strict=True):
         for res in runs:
@@ -398,7 +405,7 @@ def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Paired per-seed differences of every pair against BASELINE (simulator.serving.stats)."""
     from simulator.serving.stats import compare
 
-    return compare(rows, BASELINE, [m for m, *_ in COMPARED])  # type: ignore[return-value]
+    return compare(rows, BASELINE, [m for m, *_ in COMPARED])
 
 
 def _cell(c: dict[str, Any], factor: float, unit: str) -> str:
@@ -429,7 +436,9 @@ def _find(agg: Sequence[dict[str, Any]], pair: tuple[str, str]) -> dict[str, Any
     return next((a for a in agg if (a["policy"], a.get("autoscaler")) == pair), None)
 
 
-def _verdict(cmp: Sequence[dict[str, Any]], pair: tuple[str, str], metric: str) -> dict | None:
+def _verdict(
+    cmp: Sequence[dict[str, Any]], pair: tuple[str, str], metric: str
+) -> dict[str, Any] | None:
     return next(
         (c for c in cmp if (c["policy"], c["autoscaler"]) == pair and c["metric"] == metric),
         None,

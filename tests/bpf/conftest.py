@@ -11,13 +11,24 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bpf import loader
+
+
+def wait_for(cond: Any, timeout: float = 15.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
 
 
 def free_port() -> int:
