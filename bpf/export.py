@@ -12,7 +12,7 @@ SDK/fanout, never fatal.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -80,11 +80,19 @@ def label_name(attr: str) -> str:
     return attr.replace(".", "_")
 
 
+_Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily, HistogramMetricFamily)
+
+
+def _family(cls: type[_Family], d: names.MetricDescriptor, *attrs: str) -> _Family:
+    """An empty family of descriptor `d`, one label per attribute (dots become `_`)."""
+    return cls(d.prometheus, d.help, labels=[label_name(a) for a in attrs])
+
+
 def _hist(
     d: names.MetricDescriptor, table: dict[Any, HistogramState], bounds: Sequence[float]
 ) -> Metric:
     keys = next(iter(table), ())
-    fam = HistogramMetricFamily(d.prometheus, d.help, labels=[label_name(k) for k, _ in keys])
+    fam = _family(HistogramMetricFamily, d, *(k for k, _ in keys))
     for labels, st in table.items():
         cum = st.cumulative()
         buckets = [(repr(float(b)), cum[i]) for i, b in enumerate(bounds)] + [("+Inf", cum[-1])]
@@ -149,45 +157,30 @@ class PrometheusCollector:
 
     def _tcp(self) -> Iterator[Metric]:
         s = self.state
-        backlog = GaugeMetricFamily(
-            names.ACCEPT_QUEUE_BACKLOG.prometheus,
-            names.ACCEPT_QUEUE_BACKLOG.help,
-            labels=[label_name(names.ATTR_SERVER_PORT), "limit"],
+        backlog = _family(
+            GaugeMetricFamily, names.ACCEPT_QUEUE_BACKLOG, names.ATTR_SERVER_PORT, "limit"
         )
         for port, (length, limit) in sorted(list(s.backlog.items())):
             backlog.add_metric([str(port), str(limit)], length)
         yield backlog
-        edges = CounterMetricFamily(
-            names.CONNECTION_EDGES.prometheus,
-            names.CONNECTION_EDGES.help,
-            labels=[
-                label_name(a)
-                for a in (names.ATTR_CLIENT_ADDRESS, names.ATTR_CLIENT_POD, *POD_ATTRS)
-            ],
+        edges = _family(
+            CounterMetricFamily,
+            names.CONNECTION_EDGES,
+            names.ATTR_CLIENT_ADDRESS,
+            names.ATTR_CLIENT_POD,
+            *POD_ATTRS,
         )
         for labels, v in s.edges.snapshot().items():
             edges.add_metric([x for _, x in labels], v)
         yield edges
-        rtt = HistogramMetricFamily(
-            names.TCP_RTT.prometheus,
-            names.TCP_RTT.help,
-            labels=[label_name(a) for a in POD_ATTRS],
-        )
-        retrans = CounterMetricFamily(
-            names.TCP_RETRANSMITS.prometheus,
-            names.TCP_RETRANSMITS.help,
-            labels=[label_name(a) for a in POD_ATTRS],
-        )
+        rtt = _family(HistogramMetricFamily, names.TCP_RTT, *POD_ATTRS)
+        retrans = _family(CounterMetricFamily, names.TCP_RETRANSMITS, *POD_ATTRS)
         for pod, st in tcp_by_pod(self.state).items():
             rtt.add_metric(list(pod), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
             retrans.add_metric(list(pod), st.retransmits)
         yield rtt
         yield retrans
-        unsampled = HistogramMetricFamily(
-            names.HTTP_SERVER_UNSAMPLED_DURATION.prometheus,
-            names.HTTP_SERVER_UNSAMPLED_DURATION.help,
-            labels=[label_name(a) for a in POD_ATTRS],
-        )
+        unsampled = _family(HistogramMetricFamily, names.HTTP_SERVER_UNSAMPLED_DURATION, *POD_ATTRS)
         for pod, st in tcp_by_pod(self.state, self.state.unsampled).items():
             unsampled.add_metric(list(pod), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
         yield unsampled
@@ -196,20 +189,10 @@ class PrometheusCollector:
         gpus = self.state.gpus
         if gpus is None:
             return  # absent, never zeros
-        lbl = [label_name(names.ATTR_GPU_INDEX), label_name(names.ATTR_GPU_UUID)]
-        used = GaugeMetricFamily(
-            names.GPU_MEMORY_USED.prometheus, names.GPU_MEMORY_USED.help, labels=lbl
-        )
-        total = GaugeMetricFamily(
-            names.GPU_MEMORY_TOTAL.prometheus,
-            names.GPU_MEMORY_TOTAL.help,
-            labels=lbl,
-        )
-        util = GaugeMetricFamily(
-            names.GPU_UTILIZATION.prometheus,
-            names.GPU_UTILIZATION.help,
-            labels=lbl,
-        )
+        gpu = (names.ATTR_GPU_INDEX, names.ATTR_GPU_UUID)
+        used = _family(GaugeMetricFamily, names.GPU_MEMORY_USED, *gpu)
+        total = _family(GaugeMetricFamily, names.GPU_MEMORY_TOTAL, *gpu)
+        util = _family(GaugeMetricFamily, names.GPU_UTILIZATION, *gpu)
         for g in gpus:
             v = [str(g.index), g.uuid]
             used.add_metric(v, g.mem_used)
@@ -217,40 +200,22 @@ class PrometheusCollector:
             if g.util is not None:
                 util.add_metric(v, g.util)
         yield from (used, total, util)
-        pods = GaugeMetricFamily(
-            names.GPU_POD_MEMORY_USED.prometheus,
-            names.GPU_POD_MEMORY_USED.help,
-            labels=[*lbl, label_name(names.ATTR_K8S_NAMESPACE), label_name(names.ATTR_K8S_POD)],
+        pods = _family(
+            GaugeMetricFamily,
+            names.GPU_POD_MEMORY_USED,
+            *gpu,
+            names.ATTR_K8S_NAMESPACE,
+            names.ATTR_K8S_POD,
         )
         for (index, uuid, ns, pod), mem in sorted(self.state.gpu_pods.items()):
             pods.add_metric([str(index), uuid, ns, pod], mem)
         yield pods
 
     def _engines(self) -> Iterator[Metric]:
-        lbl = [
-            label_name(a)
-            for a in (
-                names.ATTR_ENGINE,
-                names.ATTR_MODEL,
-                names.ATTR_K8S_NAMESPACE,
-                names.ATTR_K8S_POD,
-            )
-        ]
-        kv = GaugeMetricFamily(
-            names.KV_CACHE_USAGE.prometheus,
-            names.KV_CACHE_USAGE.help,
-            labels=lbl,
-        )
-        run = GaugeMetricFamily(
-            names.ENGINE_REQUESTS_RUNNING.prometheus,
-            names.ENGINE_REQUESTS_RUNNING.help,
-            labels=lbl,
-        )
-        wait = GaugeMetricFamily(
-            names.ENGINE_REQUESTS_WAITING.prometheus,
-            names.ENGINE_REQUESTS_WAITING.help,
-            labels=lbl,
-        )
+        inst = (names.ATTR_ENGINE, names.ATTR_MODEL, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
+        kv = _family(GaugeMetricFamily, names.KV_CACHE_USAGE, *inst)
+        run = _family(GaugeMetricFamily, names.ENGINE_REQUESTS_RUNNING, *inst)
+        wait = _family(GaugeMetricFamily, names.ENGINE_REQUESTS_WAITING, *inst)
         for r in list(self.state.engines.values()):
             for e in r.samples:
                 v = [e.engine, e.model, r.namespace, r.pod]
@@ -264,7 +229,6 @@ class PrometheusCollector:
 
     def _node(self) -> Iterator[Metric]:
         s = self.state
-        node_lbl = [label_name(names.ATTR_K8S_NODE)]
         for d, value in (
             (names.NODE_FRAGMENTATION, s.fragmentation),
             (
@@ -276,17 +240,13 @@ class PrometheusCollector:
         ):
             if value is None:
                 continue
-            fam = GaugeMetricFamily(d.prometheus, d.help, labels=node_lbl)
+            fam = _family(GaugeMetricFamily, d, names.ATTR_K8S_NODE)
             fam.add_metric([self.node], value)
             yield fam
 
     def _self(self) -> Iterator[Metric]:
         s = self.state
-        up = GaugeMetricFamily(
-            names.COLLECTOR_SOURCE_UP.prometheus,
-            names.COLLECTOR_SOURCE_UP.help,
-            labels=["source"],
-        )
+        up = _family(GaugeMetricFamily, names.COLLECTOR_SOURCE_UP, "source")
         with s.lock:
             sources = dict(s.sources)
             events = dict(s.events)
@@ -294,19 +254,11 @@ class PrometheusCollector:
         for name, st in sorted(sources.items()):
             up.add_metric([name], 1.0 if st.up else 0.0)
         yield up
-        ev = CounterMetricFamily(
-            names.COLLECTOR_EVENTS.prometheus,
-            names.COLLECTOR_EVENTS.help,
-            labels=["program"],
-        )
+        ev = _family(CounterMetricFamily, names.COLLECTOR_EVENTS, "program")
         for k, v in sorted(events.items()):
             ev.add_metric([k], v)
         yield ev
-        dr = CounterMetricFamily(
-            names.COLLECTOR_DROPPED.prometheus,
-            names.COLLECTOR_DROPPED.help,
-            labels=["reason"],
-        )
+        dr = _family(CounterMetricFamily, names.COLLECTOR_DROPPED, "reason")
         for k, v in sorted(dropped.items()):
             dr.add_metric([k], v)
         yield dr
