@@ -26,9 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -56,6 +56,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("kvspread.adapter.keda")
+
+_R = TypeVar("_R")
 
 SERVICE = Service.of(pb.DESCRIPTOR.services_by_name["ExternalScaler"])
 """`externalscaler.ExternalScaler`, from KEDA's externalscaler.proto."""
@@ -144,17 +146,27 @@ class ExternalScaler:
         self._count(method, code)
         await context.abort(code, exc.message)
 
+    async def _answer(
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any], answer: Awaitable[_R]
+    ) -> _R:
+        """Await a unary call's answer: an AdapterError aborts the call with its gRPC code
+        and the REST API's message; every outcome is counted."""
+        try:
+            reply = await answer
+        except AdapterError as exc:
+            await self._fail(method, context, exc)
+        self._count(method, grpc.StatusCode.OK)
+        return reply
+
     async def IsActive(  # noqa: N802 - the gRPC method name
         self,
         request: pb.ScaledObjectRef,
         context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.IsActiveResponse],
     ) -> pb.IsActiveResponse:
-        try:
-            active = await self._active(request)
-        except AdapterError as exc:
-            await self._fail("IsActive", context, exc)
-        self._count("IsActive", grpc.StatusCode.OK)
-        return pb.IsActiveResponse(result=active)
+        return await self._answer("IsActive", context, self._is_active(request))
+
+    async def _is_active(self, request: pb.ScaledObjectRef) -> pb.IsActiveResponse:
+        return pb.IsActiveResponse(result=await self._active(request))
 
     async def StreamIsActive(  # noqa: N802
         self,
@@ -180,11 +192,10 @@ class ExternalScaler:
         request: pb.ScaledObjectRef,
         context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.GetMetricSpecResponse],
     ) -> pb.GetMetricSpecResponse:
-        try:
-            trig = parse_trigger(request)
-        except AdapterError as exc:
-            await self._fail("GetMetricSpec", context, exc)
-        self._count("GetMetricSpec", grpc.StatusCode.OK)
+        return await self._answer("GetMetricSpec", context, self._metric_spec(request))
+
+    async def _metric_spec(self, request: pb.ScaledObjectRef) -> pb.GetMetricSpecResponse:
+        trig = parse_trigger(request)
         spec = pb.MetricSpec(
             metricName=trig.metric, targetSize=round(trig.target), targetSizeFloat=trig.target
         )
@@ -195,12 +206,11 @@ class ExternalScaler:
         request: pb.GetMetricsRequest,
         context: grpc.aio.ServicerContext[pb.GetMetricsRequest, pb.GetMetricsResponse],
     ) -> pb.GetMetricsResponse:
-        try:
-            trig = parse_trigger(request.scaledObjectRef)
-            values = await self._read(trig)
-        except AdapterError as exc:
-            await self._fail("GetMetrics", context, exc)
-        self._count("GetMetrics", grpc.StatusCode.OK)
+        return await self._answer("GetMetrics", context, self._metrics(request))
+
+    async def _metrics(self, request: pb.GetMetricsRequest) -> pb.GetMetricsResponse:
+        trig = parse_trigger(request.scaledObjectRef)
+        values = await self._read(trig)
         name = request.metricName or trig.metric
         return pb.GetMetricsResponse(
             metricValues=[
