@@ -8,7 +8,6 @@ other tests on this machine does not reach them.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from bpf import loader
+from tests.ports import free_port
 
 
 def wait_for(cond: Any, timeout: float = 15.0) -> bool:
@@ -29,12 +29,6 @@ def wait_for(cond: Any, timeout: float = 15.0) -> bool:
             return True
         time.sleep(0.05)
     return bool(cond())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bpf_skip_reason() -> str | None:

@@ -21,18 +21,13 @@ from metrics_adapter.keda.scaler import SERVICE
 from metrics_adapter.server import AdapterThread
 from tests.metrics_adapter.adapter_otlp_payloads import counter, gauge, histogram, request
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
+from tests.ports import free_port
 
 T0 = 1_800_000_000.0
 NS = "llm"
 BOUNDS = (0.1, 0.2, 0.5, 1.0)
 RES = {names.ATTR_K8S_NAMESPACE: NS, names.ATTR_SERVICE_NAME: "vision"}
 KEDA = Path(__file__).parents[2] / "metrics_adapter" / "keda"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _push(a: AdapterThread, t: float, queue: float) -> None:
@@ -65,7 +60,7 @@ def keda(
     clock = FakeClock(t=T0 + 45)
     cfg = base_config(
         pki,
-        keda_port=_free_port(),
+        keda_port=free_port(),
         keda_bind_address="127.0.0.1",
         keda_tls_cert_file=pki.serving_cert,
         keda_tls_private_key_file=pki.serving_key,
@@ -211,9 +206,7 @@ def test_keda_port_zero_disables_and_a_taken_port_fails(pki: Pki) -> None:
 
 def test_plaintext_when_no_certificate(pki: Pki) -> None:
     """Without --keda-tls-cert-file the scaler is plaintext (a trigger without caCert)."""
-    with AdapterThread(
-        base_config(pki, keda_port=_free_port(), keda_bind_address="127.0.0.1")
-    ) as a:
+    with AdapterThread(base_config(pki, keda_port=free_port(), keda_bind_address="127.0.0.1")) as a:
         assert a.adapter.keda is not None
         with grpc.insecure_channel(f"127.0.0.1:{a.adapter.keda.port}") as ch:
             stub = SERVICE.stub(ch)
