@@ -101,7 +101,9 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
+) -> None:
     run = add_part(
         sub,
         PART,

@@ -12,8 +12,9 @@ prometheus_client's text parser; anything unreadable raises `EngineParseError`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -176,7 +177,13 @@ def _build_vllm(model: str, acc: _Acc) -> EngineSample:
     )
 
 
-def _ttft_fields(acc: _Acc) -> dict[str, object]:
+class _TtftFields(TypedDict):
+    ttft_buckets: tuple[tuple[float, float], ...]
+    ttft_sum: float | None
+    ttft_count: float | None
+
+
+def _ttft_fields(acc: _Acc) -> _TtftFields:
     return {
         "ttft_buckets": tuple(sorted(acc.buckets.items())),
         "ttft_sum": acc.ttft_sum,
@@ -184,13 +191,20 @@ def _ttft_fields(acc: _Acc) -> dict[str, object]:
     }
 
 
+def _per_model(
+    series: Series, accs: dict[str, _Acc], label: str, default: str | None = None
+) -> Iterator[tuple[_Acc, str, dict[str, str], float]]:
+    """The samples that name a model in `label` (or count as `default`), each with that
+    model's accumulator in `accs` (a defaultdict)."""
+    for name, labels, value in series:
+        model = labels.get(label, default)
+        if model is not None:
+            yield accs[model], name, labels, value
+
+
 def _sglang(series: Series) -> list[EngineSample]:
     accs: dict[str, _Acc] = defaultdict(_Acc)
-    for name, labels, value in series:
-        model = labels.get("model_name")
-        if model is None:
-            continue
-        acc = accs[model]
+    for acc, name, labels, value in _per_model(series, accs, "model_name"):
         short = name.removeprefix("sglang:")
         if short in ("token_usage", "num_running_reqs", "num_queue_reqs", "max_total_num_tokens"):
             if _first_rank(labels):
@@ -221,11 +235,7 @@ def _sglang(series: Series) -> list[EngineSample]:
 
 def _triton(series: Series) -> list[EngineSample]:
     accs: dict[str, _Acc] = defaultdict(_Acc)
-    for name, labels, value in series:
-        model = labels.get("model")
-        if model is None:
-            continue
-        acc = accs[model]
+    for acc, name, labels, value in _per_model(series, accs, "model"):
         if name == "nv_trt_llm_kv_cache_block_metrics":
             acc.values["kv_" + labels.get("kv_cache_block_type", "")].append(value)
         elif name == "nv_trt_llm_request_metrics":
@@ -261,9 +271,7 @@ def _triton(series: Series) -> list[EngineSample]:
 
 def _trtllm_serve(series: Series) -> list[EngineSample]:
     accs: dict[str, _Acc] = defaultdict(_Acc)
-    for name, labels, value in series:
-        model = labels.get("model_name", "")
-        acc = accs[model]
+    for acc, name, labels, value in _per_model(series, accs, "model_name", ""):
         short = name.removeprefix("trtllm_")
         if short in (
             "kv_cache_utilization",

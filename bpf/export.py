@@ -12,8 +12,8 @@ SDK/fanout, never fatal.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from opentelemetry.sdk.metrics import Histogram as SdkHistogram
 from opentelemetry.sdk.metrics.export import (
@@ -39,6 +39,7 @@ from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, HistogramState, Histogram
 from kvspread import names
 
 __all__ = [
+    "HISTOGRAMS",
     "PrometheusCollector",
     "OtlpExporter",
     "label_name",
@@ -76,6 +77,19 @@ GEN_AI_OPERATIONS: dict[str, str] = {
 
 POD_ATTRS = (names.ATTR_SERVER_PORT, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
 
+HISTOGRAMS: tuple[
+    tuple[names.MetricDescriptor, Sequence[float], Callable[[CollectorState], HistogramTable]],
+    ...,
+] = (
+    (names.HTTP_SERVER_REQUEST_DURATION, DURATION_BUCKETS, lambda s: s.requests),
+    (names.HTTP_SERVER_TIME_TO_FIRST_BYTE, DURATION_BUCKETS, lambda s: s.ttfb),
+    (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, DURATION_BUCKETS, lambda s: s.ttft),
+    (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, DURATION_BUCKETS, lambda s: s.tpot),
+    (names.ACCEPT_QUEUE_DELAY, QUEUE_BUCKETS, lambda s: s.accept_delay),
+)
+"""The request histograms: descriptor, bucket bounds (the /metrics families and the OTLP
+views alike) and where `CollectorState` keeps the counts."""
+
 
 def gpu_memory_points(state: CollectorState) -> list[tuple[dict[str, str], int]]:
     """kvspread.gpu.memory.used: each GPU's figure, then its breakdown per pod (owner
@@ -103,11 +117,19 @@ def label_name(attr: str) -> str:
     return attr.replace(".", "_")
 
 
+_Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily, HistogramMetricFamily)
+
+
+def _family(cls: type[_Family], d: names.MetricDescriptor, *attrs: str) -> _Family:
+    """An empty family of descriptor `d`, one label per attribute (dots become `_`)."""
+    return cls(d.prometheus, d.help, labels=[label_name(a) for a in attrs])
+
+
 def _hist(
     d: names.MetricDescriptor, table: dict[Any, HistogramState], bounds: Sequence[float]
 ) -> Metric:
     keys = next(iter(table), ())
-    fam = HistogramMetricFamily(d.prometheus, d.help, labels=[label_name(k) for k, _ in keys])
+    fam = _family(HistogramMetricFamily, d, *(k for k, _ in keys))
     for labels, st in table.items():
         cum = st.cumulative()
         buckets = [(repr(float(b)), cum[i]) for i, b in enumerate(bounds)] + [("+Inf", cum[-1])]
@@ -162,32 +184,8 @@ class PrometheusCollector:
         return []  # unchecked collector: families depend on what was measured
 
     def collect(self) -> Iterator[Metric]:
-        s = self.state
-        yield _hist(
-            names.HTTP_SERVER_REQUEST_DURATION,
-            s.requests.snapshot(),
-            DURATION_BUCKETS,
-        )
-        yield _hist(
-            names.HTTP_SERVER_TIME_TO_FIRST_BYTE,
-            s.ttfb.snapshot(),
-            DURATION_BUCKETS,
-        )
-        yield _hist(
-            names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
-            s.ttft.snapshot(),
-            DURATION_BUCKETS,
-        )
-        yield _hist(
-            names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
-            s.tpot.snapshot(),
-            DURATION_BUCKETS,
-        )
-        yield _hist(
-            names.ACCEPT_QUEUE_DELAY,
-            s.accept_delay.snapshot(),
-            QUEUE_BUCKETS,
-        )
+        for descriptor, buckets, hist in HISTOGRAMS:
+            yield _hist(descriptor, hist(self.state).snapshot(), buckets)
         yield from self._tcp()
         yield from self._gpu()
         yield from self._engines()
@@ -196,45 +194,30 @@ class PrometheusCollector:
 
     def _tcp(self) -> Iterator[Metric]:
         s = self.state
-        backlog = GaugeMetricFamily(
-            names.ACCEPT_QUEUE_BACKLOG.prometheus,
-            names.ACCEPT_QUEUE_BACKLOG.help,
-            labels=[label_name(names.ATTR_SERVER_PORT), "limit"],
+        backlog = _family(
+            GaugeMetricFamily, names.ACCEPT_QUEUE_BACKLOG, names.ATTR_SERVER_PORT, "limit"
         )
         for port, (length, limit) in sorted(list(s.backlog.items())):
             backlog.add_metric([str(port), str(limit)], length)
         yield backlog
-        edges = CounterMetricFamily(
-            names.CONNECTION_EDGES.prometheus,
-            names.CONNECTION_EDGES.help,
-            labels=[
-                label_name(a)
-                for a in (names.ATTR_CLIENT_ADDRESS, names.ATTR_CLIENT_POD, *POD_ATTRS)
-            ],
+        edges = _family(
+            CounterMetricFamily,
+            names.CONNECTION_EDGES,
+            names.ATTR_CLIENT_ADDRESS,
+            names.ATTR_CLIENT_POD,
+            *POD_ATTRS,
         )
         for labels, v in s.edges.snapshot().items():
             edges.add_metric([x for _, x in labels], v)
         yield edges
-        rtt = HistogramMetricFamily(
-            names.TCP_RTT.prometheus,
-            names.TCP_RTT.help,
-            labels=[label_name(a) for a in POD_ATTRS],
-        )
-        retrans = CounterMetricFamily(
-            names.TCP_RETRANSMITS.prometheus,
-            names.TCP_RETRANSMITS.help,
-            labels=[label_name(a) for a in POD_ATTRS],
-        )
+        rtt = _family(HistogramMetricFamily, names.TCP_RTT, *POD_ATTRS)
+        retrans = _family(CounterMetricFamily, names.TCP_RETRANSMITS, *POD_ATTRS)
         for pod, st in tcp_by_pod(self.state).items():
             rtt.add_metric(list(pod), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
             retrans.add_metric(list(pod), st.retransmits)
         yield rtt
         yield retrans
-        unsampled = HistogramMetricFamily(
-            names.HTTP_SERVER_UNSAMPLED_DURATION.prometheus,
-            names.HTTP_SERVER_UNSAMPLED_DURATION.help,
-            labels=[label_name(a) for a in POD_ATTRS],
-        )
+        unsampled = _family(HistogramMetricFamily, names.HTTP_SERVER_UNSAMPLED_DURATION, *POD_ATTRS)
         for pod, st in tcp_by_pod(self.state, self.state.unsampled).items():
             unsampled.add_metric(list(pod), _log2_buckets(st.rtt_slots), st.rtt_sum_us / 1e6)
         yield unsampled
@@ -243,19 +226,11 @@ class PrometheusCollector:
         gpus = self.state.gpus
         if gpus is None:
             return  # absent, never zeros
-        lbl = [label_name(names.ATTR_GPU_INDEX), label_name(names.ATTR_GPU_UUID)]
+        gpu = (names.ATTR_GPU_INDEX, names.ATTR_GPU_UUID)
         # one family, label sets per point: the GPU's own figure carries only its GPU labels
         used = GaugeMetricFamily(names.GPU_MEMORY_USED.prometheus, names.GPU_MEMORY_USED.help)
-        total = GaugeMetricFamily(
-            names.GPU_MEMORY_TOTAL.prometheus,
-            names.GPU_MEMORY_TOTAL.help,
-            labels=lbl,
-        )
-        util = GaugeMetricFamily(
-            names.GPU_UTILIZATION.prometheus,
-            names.GPU_UTILIZATION.help,
-            labels=lbl,
-        )
+        total = _family(GaugeMetricFamily, names.GPU_MEMORY_TOTAL, *gpu)
+        util = _family(GaugeMetricFamily, names.GPU_UTILIZATION, *gpu)
         for attrs, value in gpu_memory_points(self.state):
             used.add_sample(used.name, {label_name(k): v for k, v in attrs.items()}, value)
         for g in gpus:
@@ -266,30 +241,10 @@ class PrometheusCollector:
         yield from (used, total, util)
 
     def _engines(self) -> Iterator[Metric]:
-        lbl = [
-            label_name(a)
-            for a in (
-                names.ATTR_ENGINE,
-                names.ATTR_MODEL,
-                names.ATTR_K8S_NAMESPACE,
-                names.ATTR_K8S_POD,
-            )
-        ]
-        kv = GaugeMetricFamily(
-            names.KV_CACHE_USAGE.prometheus,
-            names.KV_CACHE_USAGE.help,
-            labels=lbl,
-        )
-        run = GaugeMetricFamily(
-            names.ENGINE_REQUESTS_RUNNING.prometheus,
-            names.ENGINE_REQUESTS_RUNNING.help,
-            labels=lbl,
-        )
-        wait = GaugeMetricFamily(
-            names.ENGINE_REQUESTS_WAITING.prometheus,
-            names.ENGINE_REQUESTS_WAITING.help,
-            labels=lbl,
-        )
+        inst = (names.ATTR_ENGINE, names.ATTR_MODEL, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
+        kv = _family(GaugeMetricFamily, names.KV_CACHE_USAGE, *inst)
+        run = _family(GaugeMetricFamily, names.ENGINE_REQUESTS_RUNNING, *inst)
+        wait = _family(GaugeMetricFamily, names.ENGINE_REQUESTS_WAITING, *inst)
         for r in list(self.state.engines.values()):
             for e in r.samples:
                 v = [e.engine, e.model, r.namespace, r.pod]
@@ -303,7 +258,6 @@ class PrometheusCollector:
 
     def _node(self) -> Iterator[Metric]:
         s = self.state
-        node_lbl = [label_name(names.ATTR_K8S_NODE)]
         for d, value in (
             (names.NODE_FRAGMENTATION, s.fragmentation),
             (
@@ -315,17 +269,13 @@ class PrometheusCollector:
         ):
             if value is None:
                 continue
-            fam = GaugeMetricFamily(d.prometheus, d.help, labels=node_lbl)
+            fam = _family(GaugeMetricFamily, d, names.ATTR_K8S_NODE)
             fam.add_metric([self.node], value)
             yield fam
 
     def _self(self) -> Iterator[Metric]:
         s = self.state
-        up = GaugeMetricFamily(
-            names.COLLECTOR_SOURCE_UP.prometheus,
-            names.COLLECTOR_SOURCE_UP.help,
-            labels=["source"],
-        )
+        up = _family(GaugeMetricFamily, names.COLLECTOR_SOURCE_UP, "source")
         with s.lock:
             sources = dict(s.sources)
             events = dict(s.events)
@@ -333,19 +283,11 @@ class PrometheusCollector:
         for name, st in sorted(sources.items()):
             up.add_metric([name], 1.0 if st.up else 0.0)
         yield up
-        ev = CounterMetricFamily(
-            names.COLLECTOR_EVENTS.prometheus,
-            names.COLLECTOR_EVENTS.help,
-            labels=["program"],
-        )
+        ev = _family(CounterMetricFamily, names.COLLECTOR_EVENTS, "program")
         for k, v in sorted(events.items()):
             ev.add_metric([k], v)
         yield ev
-        dr = CounterMetricFamily(
-            names.COLLECTOR_DROPPED.prometheus,
-            names.COLLECTOR_DROPPED.help,
-            labels=["reason"],
-        )
+        dr = _family(CounterMetricFamily, names.COLLECTOR_DROPPED, "reason")
         for k, v in sorted(dropped.items()):
             dr.add_metric([k], v)
         yield dr
@@ -465,25 +407,10 @@ class OtlpExporter:
         )
         views = [
             View(
-                instrument_name=names.HTTP_SERVER_REQUEST_DURATION.name,
-                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
-            ),
-            View(
-                instrument_name=names.HTTP_SERVER_TIME_TO_FIRST_BYTE.name,
-                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
-            ),
-            View(
-                instrument_name=names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name,
-                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
-            ),
-            View(
-                instrument_name=names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name,
-                aggregation=ExplicitBucketHistogramAggregation(DURATION_BUCKETS),
-            ),
-            View(
-                instrument_name=names.ACCEPT_QUEUE_DELAY.name,
-                aggregation=ExplicitBucketHistogramAggregation(QUEUE_BUCKETS),
-            ),
+                instrument_name=descriptor.name,
+                aggregation=ExplicitBucketHistogramAggregation(buckets),
+            )
+            for descriptor, buckets, _ in HISTOGRAMS
         ]
         self.provider = MeterProvider(
             resource=Resource.create(resource_attrs), metric_readers=[self.reader], views=views

@@ -221,7 +221,9 @@ class NodeTable:
         self._model_cols: dict[str, np.ndarray] = {}
         self._layout = 0
         """Bumped when a name gets or loses its row (the cached lookup is then stale)."""
-        self._last: tuple[int, list[str], Any] | None = None
+        self._last: (
+            tuple[int, list[str], tuple[tuple[int, ...], np.ndarray, tuple[str, ...]]] | None
+        ) = None
         self._grow(64)
 
     def _shape(self, c: Column, cap: int) -> tuple[int, ...]:

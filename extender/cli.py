@@ -81,7 +81,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ex
     return ExtenderConfig.from_mapping(merged)
 
 
-def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
+) -> None:
     serve = add_part(
         sub,
         PART,

@@ -181,7 +181,7 @@ def add_settings(parser: argparse.ArgumentParser, part: str, settings: list[Sett
 
 
 def add_part(
-    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
     part: str,
     settings: list[Setting],
     *,
@@ -208,7 +208,12 @@ def add_part(
     )
     cmd.add_argument("--config", metavar="FILE", help=config_help)
     add_settings(cmd, part, settings)
-    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+    def bare(args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=bare)
     return cmd
 
 

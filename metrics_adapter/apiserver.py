@@ -172,31 +172,43 @@ def _params_v2() -> list[dict[str, Any]]:
     ]
 
 
-def openapi_v2(version: str) -> dict[str, Any]:
-    """A Swagger 2.0 document for the group (what the aggregator merges into /openapi/v2)."""
+def _document(
+    version: str, parameters: list[dict[str, Any]], ok: dict[str, Any], **fields: Any
+) -> dict[str, Any]:
+    """`info` and `paths` of both OpenAPI documents: the one GET of a metric; `ok` is what
+    the 200 response carries, `fields` the operation's version-specific keys."""
     return {
-        "swagger": "2.0",
         "info": {"title": "kvspread external metrics", "version": version},
         "paths": {
             f"/apis/{GROUP_VERSION}/namespaces/{{namespace}}/{{metric}}": {
                 "get": {
                     "description": "read the value of an external metric",
                     "operationId": "readExternalMetricsV1beta1NamespacedMetric",
-                    "produces": ["application/json"],
-                    "schemes": ["https"],
-                    "parameters": _params_v2(),
+                    "parameters": parameters,
                     "responses": {
-                        "200": {
-                            "description": "OK",
-                            "schema": {"$ref": "#/definitions/" + _VALUE_LIST_DEF},
-                        },
+                        "200": {"description": "OK", **ok},
                         "401": {"description": "Unauthorized"},
                         "404": {"description": "the metric does not exist"},
                     },
-                    "tags": ["externalMetrics_v1beta1"],
+                    **fields,
                 }
             }
         },
+    }
+
+
+def openapi_v2(version: str) -> dict[str, Any]:
+    """A Swagger 2.0 document for the group (what the aggregator merges into /openapi/v2)."""
+    return {
+        "swagger": "2.0",
+        **_document(
+            version,
+            _params_v2(),
+            {"schema": {"$ref": "#/definitions/" + _VALUE_LIST_DEF}},
+            produces=["application/json"],
+            schemes=["https"],
+            tags=["externalMetrics_v1beta1"],
+        ),
         "definitions": _definitions(),
     }
 
@@ -214,30 +226,10 @@ def openapi_v3(version: str) -> dict[str, Any]:
         }
         for p in _params_v2()
     ]
+    ref = {"$ref": "#/components/schemas/" + _VALUE_LIST_DEF}
     return {
         "openapi": "3.0.0",
-        "info": {"title": "kvspread external metrics", "version": version},
-        "paths": {
-            f"/apis/{GROUP_VERSION}/namespaces/{{namespace}}/{{metric}}": {
-                "get": {
-                    "description": "read the value of an external metric",
-                    "operationId": "readExternalMetricsV1beta1NamespacedMetric",
-                    "parameters": params,
-                    "responses": {
-                        "200": {
-                            "description": "OK",
-                            "content": {
-                                "application/json": {
-                                    "schema": {"$ref": "#/components/schemas/" + _VALUE_LIST_DEF}
-                                }
-                            },
-                        },
-                        "401": {"description": "Unauthorized"},
-                        "404": {"description": "the metric does not exist"},
-                    },
-                }
-            }
-        },
+        **_document(version, params, {"content": {"application/json": {"schema": ref}}}),
         "components": {"schemas": defs},
     }
 

@@ -23,7 +23,7 @@ import logging
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from metrics_adapter.errors import Forbidden, Unauthorized
@@ -202,6 +202,7 @@ class ClientCA:
 
     def refresh(self) -> bool:
         """Reload the CA; True when it changed. Raises OSError/ApiException on failure."""
+        pem: str | None
         if self.ca_file:
             with open(self.ca_file) as f:  # small; compared by content, not by mtime
                 pem = f.read()
@@ -270,6 +271,7 @@ class AllowListAuthorizer:
         return False, f"user {user.name!r} and its groups are not in the allow list"
 
 
+@dataclass(eq=False)
 class SubjectAccessReviewAuthorizer:
     """Ask the Kubernetes API through SubjectAccessReview; cache answers for a TTL.
 
@@ -283,24 +285,17 @@ class SubjectAccessReviewAuthorizer:
 
     blocking = True
 
-    def __init__(
-        self,
-        api_client: Any,
-        clock: Callable[[], float],
-        allow_ttl: float = 10.0,
-        deny_ttl: float = 10.0,
-        timeout: float = 5.0,
-        max_entries: int = 10_000,
-    ) -> None:
-        self.api_client = api_client
-        self.clock = clock
-        self.allow_ttl = allow_ttl
-        self.deny_ttl = deny_ttl
-        self.timeout = timeout
-        self.max_entries = max_entries
-        self._cache: dict[tuple[Any, ...], tuple[float, bool, str]] = {}
-        self._lock = threading.Lock()
-        self.calls = 0
+    api_client: Any
+    clock: Callable[[], float]
+    allow_ttl: float = 10.0
+    deny_ttl: float = 10.0
+    timeout: float = 5.0
+    max_entries: int = 10_000
+    calls: int = field(default=0, init=False)
+    _cache: dict[tuple[Any, ...], tuple[float, bool, str]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]:
         key = (user.name, user.groups, attrs)
@@ -310,7 +305,7 @@ class SubjectAccessReviewAuthorizer:
             if hit is not None and hit[0] > now:
                 return hit[1], hit[2]
         from kubernetes import client
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         spec = client.V1SubjectAccessReviewSpec(user=user.name, groups=list(user.groups))
         if attrs.is_resource:

@@ -21,7 +21,9 @@ EPILOG = """examples:
 """
 
 
-def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
+) -> None:
     serve = add_part(
         sub,
         "adapter",

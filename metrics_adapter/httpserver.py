@@ -90,6 +90,7 @@ class PortInUse(OSError):
         self.port = port
 
 
+@dataclass(eq=False)
 class HttpServer:
     """Serve `handler` on host:port, TLS when `ssl_context` gives a context.
 
@@ -99,28 +100,18 @@ class HttpServer:
         max_body: largest accepted request body in bytes (413 above).
     """
 
-    def __init__(
-        self,
-        handler: Handler,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-        max_body: int = 4 * 1024 * 1024,
-        idle_timeout: float = 90.0,
-        handshake_timeout: float = 10.0,
-    ) -> None:
-        self.handler = handler
-        self.host = host
-        self.port = port
-        self.ssl_context = ssl_context
-        self.max_body = max_body
-        self.idle_timeout = idle_timeout
-        self.handshake_timeout = handshake_timeout
-        self._servers: list[asyncio.AbstractServer] = []
-        self._conns: set[asyncio.Task[None]] = set()
-        self.tls_failures = 0
+    handler: Handler
+    host: str = "127.0.0.1"
+    port: int = 0
+    ssl_context: ssl.SSLContext | None = None
+    max_body: int = 4 * 1024 * 1024
+    idle_timeout: float = 90.0
+    handshake_timeout: float = 10.0
+    tls_failures: int = field(default=0, init=False)
+    _servers: list[asyncio.Server] = field(default_factory=list, init=False, repr=False)
+    _conns: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
-    async def _listen(self, sock: socket.socket | None = None) -> asyncio.AbstractServer:
+    async def _listen(self, sock: socket.socket | None = None) -> asyncio.Server:
         ctx = self.ssl_context
         return await asyncio.start_server(
             self._serve,

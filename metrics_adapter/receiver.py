@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
@@ -74,11 +75,11 @@ class OtlpReceiver:
             extra={"kv": {"metric": metric, "series": dict(attrs)}},
         )
 
-    def _encode(self, msg: object, content_type: str, status: int) -> Response:
+    def _encode(self, msg: Message, content_type: str, status: int) -> Response:
         if content_type == JSON:
-            body = json_format.MessageToJson(msg).encode()  # type: ignore[arg-type]
+            body = json_format.MessageToJson(msg).encode()
         else:
-            body = msg.SerializeToString()  # type: ignore[attr-defined]
+            body = msg.SerializeToString()
         return Response(status, body, content_type)
 
     def _error(self, status: int, message: str, content_type: str) -> Response:
@@ -97,9 +98,9 @@ class OtlpReceiver:
                 404, f"no such path {req.path!r}; metrics go to /v1/metrics", reply_type
             )
         if req.method != "POST":
-            resp = self._error(405, f"method {req.method} not allowed; use POST", reply_type)
-            resp.headers.append(("allow", "POST"))
-            return resp
+            refused = self._error(405, f"method {req.method} not allowed; use POST", reply_type)
+            refused.headers.append(("allow", "POST"))
+            return refused
         if ctype_raw not in (PROTOBUF, JSON):
             return self._error(
                 415, f"unsupported Content-Type {ctype_raw!r}; use {PROTOBUF} or {JSON}", PROTOBUF

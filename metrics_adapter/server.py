@@ -174,7 +174,7 @@ class Adapter:
             f"v{__version__}",
         )
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_SelfMetrics(self))  # type: ignore[arg-type]
+        self.registry.register(_SelfMetrics(self))
         otlp_ctx = None
         if config.otlp_tls_cert_file and config.otlp_tls_private_key_file:
             otlp_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

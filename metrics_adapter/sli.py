@@ -101,6 +101,18 @@ class ExponentialHistogram:
 # --- quantiles ---------------------------------------------------------------------------
 
 
+def _edge_quantile(q: float) -> float | None:
+    """Prometheus' answer for a q that is NaN (NaN) or outside [0, 1] (-Inf below, +Inf
+    above); None for a q in [0, 1]."""
+    if math.isnan(q):
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    return None
+
+
 def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
     """Prometheus' `histogram_quantile` over cumulative ``(le, count)`` buckets.
 
@@ -120,12 +132,9 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
 
       with lower = 0 for the first bucket (positive bounds assume no negatives).
     """
-    if math.isnan(q):
-        return math.nan
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
+    edge = _edge_quantile(q)
+    if edge is not None:
+        return edge
     if not buckets:
         return math.nan
     ordered = sorted(buckets, key=lambda b: b[0])
@@ -138,10 +147,10 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
         else:
             merged.append([le, c])
     running = -math.inf
-    for b in merged:
-        if b[1] < running:
-            b[1] = running
-        running = b[1]
+    for bucket in merged:
+        if bucket[1] < running:
+            bucket[1] = running
+        running = bucket[1]
     if len(merged) < 2:
         return math.nan
     observations = merged[-1][1]
@@ -278,7 +287,7 @@ def count_below(threshold: float, h: ExplicitHistogram) -> float:
 def _exp_buckets(h: ExponentialHistogram) -> list[tuple[float, float, float, str]]:
     """Buckets of an exponential histogram in ascending order: (lower, upper, count, kind)."""
     base = 2.0 ** (2.0**-h.scale)
-    out: list[tuple[float, float, float]] = []
+    out: list[tuple[float, float, float, str]] = []
     for k in range(len(h.negative_counts) - 1, -1, -1):
         c = h.negative_counts[k]
         if c:
@@ -303,12 +312,9 @@ def exponential_quantile(q: float, h: ExponentialHistogram) -> float:
     mirror image for negative ones) and linearly inside the zero bucket. q outside
     [0, 1] and NaN behave as in `bucket_quantile`; an empty histogram gives NaN.
     """
-    if math.isnan(q):
-        return math.nan
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
+    edge = _edge_quantile(q)
+    if edge is not None:
+        return edge
     buckets = _exp_buckets(h)
     total = math.fsum(b[2] for b in buckets)
     if total == 0:
@@ -319,10 +325,10 @@ def exponential_quantile(q: float, h: ExponentialHistogram) -> float:
         if below + c >= rank or idx == len(buckets) - 1:
             f = min(max((rank - below) / c, 0.0), 1.0)
             if kind == "pos":
-                return lo * (hi / lo) ** f
+                return float(lo * (hi / lo) ** f)  # float ** float is typed Any
             if kind == "neg":
                 # [lo, hi) with lo < hi < 0: exponential in |x|, walking up from lo
-                return -((-lo) * ((-hi) / (-lo)) ** f)
+                return -float((-lo) * ((-hi) / (-lo)) ** f)
             return lo + (hi - lo) * f
         below += c
     return math.nan  # pragma: no cover - the loop always returns

@@ -252,11 +252,11 @@ def _burn_pair(
     bad: str,
     budget: float,
     what: str,
-    describe: Callable[[tuple[BurnWindow, ...]], str],
+    describe: Callable[[tuple[BurnWindow, ...], float], str],
     slo_label: str,
 ) -> list[dict[str, Any]]:
     """The fast (page) and slow (ticket) burn alerts `Kvspread<name>BudgetFastBurn` /
-    `...SlowBurn` of one objective; `describe(windows)` writes the description."""
+    `...SlowBurn` of one objective; `describe(windows, budget)` writes the description."""
     return [
         _alert(
             f"Kvspread{name}Budget{kind}Burn",
@@ -264,7 +264,7 @@ def _burn_pair(
             for_,
             windows[0].severity,
             f"{_WHERE} is burning its {what} {speed}",
-            describe(windows),
+            describe(windows, budget),
             {"slo": slo_label},
         )
         for kind, windows, for_, speed in (
@@ -282,7 +282,7 @@ def _slo_alerts() -> list[dict[str, Any]]:
         "kvspread:http_errors:ratio_rate{w}",
         budget,
         "error budget",
-        lambda ws, b=budget: (
+        lambda ws, b: (
             f"{value} of requests to {_WHERE} failed (5xx) over the last "
             f"{ws[0].long} or {ws[1].long}; the objective allows {b * 100:.3g} %. At this rate "
             "the 30-day error budget runs out early."
@@ -295,17 +295,16 @@ def _slo_alerts() -> list[dict[str, Any]]:
             f'(1 - kvspread:http_requests_fast:ratio_rate{{w}}{{{{slo_class="{slo.qos}", '
             f"{slo.selector}}}}})"
         )
-        alerts += _burn_pair(
-            "Latency",
-            bad,
-            budget,
-            f"{slo.qos} latency budget",
-            lambda ws, b=budget, slo=slo: (
+
+        def slow(ws: tuple[BurnWindow, ...], b: float, slo: LatencySlo = slo) -> str:
+            return (
                 f"{value} of requests to {_WHERE} took longer than "
                 f"{slo.threshold_s * 1000:g} ms (the {slo.qos} class threshold) over the last "
                 f"{ws[0].long} or {ws[1].long}; the objective allows {b * 100:.3g} %."
-            ),
-            f"latency-{slo.qos}",
+            )
+
+        alerts += _burn_pair(
+            "Latency", bad, budget, f"{slo.qos} latency budget", slow, f"latency-{slo.qos}"
         )
     slo = TTFT_SLO
     budget = 1 - slo.objective
@@ -314,7 +313,7 @@ def _slo_alerts() -> list[dict[str, Any]]:
         f"(1 - kvspread:gen_ai_streams_fast_first_token:ratio_rate{{w}}{{{{{slo.selector}}}}})",
         budget,
         "time-to-first-token budget",
-        lambda ws, b=budget: (
+        lambda ws, b: (
             f"{value} of token streams from {_WHERE} took longer than "
             f"{TTFT_SLO.threshold_s:g} s to their first token over the last {ws[0].long} or "
             f"{ws[1].long}; the objective allows {b * 100:.3g} %."

@@ -9,15 +9,11 @@ the recent ids. Unknown id: 404.
 
 from __future__ import annotations
 
-import json
-import threading
-import urllib.parse
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
 from router.endpoints import EndpointSet
 from router.metrics import RouterMetrics
 from router.picker import Picker
@@ -25,7 +21,9 @@ from router.picker import Picker
 __all__ = ["DebugServer"]
 
 
-class DebugServer:
+class DebugServer(OpsServer):
+    """The picker's operator endpoints on host:port (`kvspread.opsserver` serves them)."""
+
     def __init__(
         self,
         host: str,
@@ -35,68 +33,39 @@ class DebugServer:
         metrics: RouterMetrics,
         ready: Callable[[], bool],
     ) -> None:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-            def _send(self, code: int, body: bytes, ctype: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _json(self, code: int, doc: Any) -> None:
-                self._send(code, json.dumps(doc, indent=1).encode(), "application/json")
-
-            def do_GET(self) -> None:  # noqa: N802
-                url = urllib.parse.urlsplit(self.path)
-                q = dict(urllib.parse.parse_qsl(url.query))
-                path = url.path.rstrip("/") or "/"
-                if path == "/metrics":
-                    outer.metrics.stale.set(outer.endpoints.stale_count())
-                    self._send(200, generate_latest(outer.metrics.registry), CONTENT_TYPE_LATEST)
-                elif path == "/healthz":
-                    self._send(200, b"ok\n", "text/plain")
-                elif path == "/readyz":
-                    ok = outer.ready()
-                    self._send(200 if ok else 503, b"ok\n" if ok else b"not ready\n", "text/plain")
-                elif path == "/debug/endpoints":
-                    self._json(200, [v.__dict__ for v in outer.endpoints.views()])
-                elif path.startswith("/debug/explain"):
-                    rid = q.get("request_id") or path.removeprefix("/debug/explain").strip("/")
-                    if not rid:
-                        self._json(
-                            400,
-                            {
-                                "error": "give ?request_id=ID (the request's x-request-id)",
-                                "recent": outer.picker.recent_ids(),
-                            },
-                        )
-                        return
-                    doc = outer.picker.explain(rid)
-                    if doc is None:
-                        self._json(404, {"error": f"no decision kept for request id {rid!r}"})
-                    else:
-                        self._json(200, doc)
-                else:
-                    self._json(404, {"error": f"no such path {url.path!r}"})
-
         self.picker = picker
         self.endpoints = endpoints
         self.metrics = metrics
         self.ready = ready
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__(host, port, self.route, "router-debug-http")
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() waits for serve_forever, so only if it runs
-            self._server.shutdown()
-        self._server.server_close()
+    def route(self, raw_path: str, q: dict[str, str]) -> Reply:
+        path = raw_path.rstrip("/") or "/"
+        if path == "/metrics":
+            self.metrics.stale.set(self.endpoints.stale_count())
+            return Reply(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
+        if path == "/healthz":
+            return text_reply(200, "ok\n")
+        if path == "/readyz":
+            ok = self.ready()
+            return text_reply(200 if ok else 503, "ok\n" if ok else "not ready\n")
+        if path == "/debug/endpoints":
+            return json_reply(200, [v.__dict__ for v in self.endpoints.views()], indent=1)
+        if path.startswith("/debug/explain"):
+            rid = q.get("request_id") or path.removeprefix("/debug/explain").strip("/")
+            if not rid:
+                return json_reply(
+                    400,
+                    {
+                        "error": "give ?request_id=ID (the request's x-request-id)",
+                        "recent": self.picker.recent_ids(),
+                    },
+                    indent=1,
+                )
+            doc = self.picker.explain(rid)
+            if doc is None:
+                return json_reply(
+                    404, {"error": f"no decision kept for request id {rid!r}"}, indent=1
+                )
+            return json_reply(200, doc, indent=1)
+        return json_reply(404, {"error": f"no such path {raw_path!r}"}, indent=1)

@@ -1,6 +1,6 @@
 """`envoy.service.ext_proc.v3.ExternalProcessor/Process`, as the Gateway API Inference
-Extension's endpoint picker protocol uses it (grpc.aio; stubs generated from the project's
-own copy of the messages it uses, router/proto/).
+Extension's endpoint picker protocol uses it (grpc.aio; message stubs generated from the
+project's own copy of the messages it uses, router/proto/; served by `kvspread.grpcservice`).
 
 Per HTTP request Envoy opens one bidirectional stream:
 
@@ -35,13 +35,14 @@ import grpc
 import orjson
 from google.protobuf import struct_pb2
 
+from kvspread.grpcservice import Service
 from router.picker import Outcome, Picker
 from router.proto import core_pb2 as base_pb2
 from router.proto import ext_proc_pb2 as pb
-from router.proto import ext_proc_pb2_grpc as pb_grpc
 from router.proto import http_status_pb2, processing_mode_pb2
 
 __all__ = [
+    "SERVICE",
     "ExtProcServicer",
     "StreamHandler",
     "DESTINATION_HEADER",
@@ -257,7 +258,11 @@ class StreamHandler:
         return out
 
 
-class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
+SERVICE = Service.of(pb.DESCRIPTOR.services_by_name["ExternalProcessor"])
+"""`envoy.service.ext_proc.v3.ExternalProcessor` (one bidirectional `Process`)."""
+
+
+class ExtProcServicer:
     """The asyncio servicer: one StreamHandler per stream."""
 
     def __init__(self, picker: Picker, *, duplex_default: bool = False) -> None:
@@ -267,7 +272,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
     async def Process(  # noqa: N802 - the gRPC method name
         self,
         request_iterator: AsyncIterator[pb.ProcessingRequest],
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[pb.ProcessingRequest, pb.ProcessingResponse],
     ) -> AsyncIterator[pb.ProcessingResponse]:
         h = StreamHandler(self.picker, self._duplex_default)
         async for req in request_iterator:

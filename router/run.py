@@ -20,10 +20,9 @@ from kvspread.settings import ConfigError
 from router.config import RouterConfig
 from router.debug import DebugServer
 from router.endpoints import Endpoint, EndpointSet
-from router.extproc import SERVICE_NAME, ExtProcServicer
+from router.extproc import SERVICE, SERVICE_NAME, ExtProcServicer
 from router.metrics import RouterMetrics
 from router.picker import Picker
-from router.proto import ext_proc_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from router.kubewatch import PoolWatch
@@ -90,7 +89,7 @@ class Router:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        pb_grpc.add_ExternalProcessorServicer_to_server(ExtProcServicer(self.picker), server)
+        SERVICE.add_to_server(ExtProcServicer(self.picker), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         bind = f"{self.cfg.server.host}:{self.cfg.server.grpc_port}"

@@ -312,7 +312,9 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction, environ: Mapping[str, str]) -> None:
+def register(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
+) -> None:
     """Add `simulate` with its `placement` and `serving` subcommands."""
     fmt = argparse.RawDescriptionHelpFormatter
     top = sub.add_parser(

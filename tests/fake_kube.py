@@ -69,6 +69,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from metrics_adapter.errors import status_object
+
 __all__ = ["FakeKubeApi", "make_node", "make_pod", "make_configmap", "KindInfo"]
 
 
@@ -96,18 +98,6 @@ _DEFAULT_KINDS = (
 )
 
 SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
-
-
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
 
 
 _REASONS = {
@@ -432,7 +422,7 @@ class FakeKubeApi:
         if expired:  # only a watch *starting* before the compacted history is refused
             yield {
                 "type": "ERROR",
-                "object": _status(
+                "object": status_object(
                     410, "Expired", f"too old resource version: {since} ({compacted})"
                 ),
             }
@@ -455,7 +445,7 @@ class FakeKubeApi:
                         if watcher.gone:
                             yield {
                                 "type": "ERROR",
-                                "object": _status(
+                                "object": status_object(
                                     410, "Expired", f"too old resource version: {since}"
                                 ),
                             }
@@ -501,7 +491,7 @@ class FakeKubeApi:
                 self.wfile.write(body)
 
             def _error(self, code: int, message: str) -> None:
-                self._send_json(code, _status(code, _REASONS.get(code, "Unknown"), message))
+                self._send_json(code, status_object(code, _REASONS.get(code, "Unknown"), message))
 
             def _body(self) -> Any:
                 n = int(self.headers.get("Content-Length") or 0)
@@ -623,7 +613,7 @@ class FakeKubeApi:
                     key = (api._key(route.kind), self._ns(route), obj["metadata"]["name"])
                     if key in api._objects:
                         msg = f'{route.kind.plural} "{key[2]}" already exists'
-                        self._send_json(409, _status(409, "AlreadyExists", msg))
+                        self._send_json(409, status_object(409, "AlreadyExists", msg))
                         return
                     stored = api._put(obj)
                 self._send_json(201, stored)
@@ -693,7 +683,7 @@ class FakeKubeApi:
                 if not ok:
                     self._error(404, f'{route.kind.plural} "{route.name}" not found')
                 else:
-                    self._send_json(200, _status(200, "", "deleted") | {"status": "Success"})
+                    self._send_json(200, status_object(200, "", "deleted") | {"status": "Success"})
 
             def do_GET(self) -> None:  # noqa: N802
                 self._handle()

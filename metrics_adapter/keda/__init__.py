@@ -5,13 +5,14 @@ scaler instead, through a ScaledObject trigger of type `external` (docs/adapter.
 KEDA installed"). `scaler.py` maps trigger metadata to the same provider read the REST API
 makes, so both give identical values and messages.
 
-The stubs `externalscaler_pb2.py`, `externalscaler_pb2_grpc.py` (and `.pyi`) are generated
-from `externalscaler.proto` and committed, so that installing and running the adapter needs
-only `grpcio` and `protobuf`, no code generation step; `tests/metrics_adapter/test_metrics_adapter_keda.py`
-regenerates them with grpcio-tools and fails if they differ. To regenerate, from the
-repository root:
+The message module `externalscaler_pb2.py` (and its `.pyi`) is generated from
+`externalscaler.proto` and committed, so that installing and running the adapter needs only
+`grpcio` and `protobuf`, no code generation step; `tests/metrics_adapter/test_metrics_adapter_keda.py`
+regenerates it with grpcio-tools and fails if it differs. The service itself is served from
+the module's descriptor by `kvspread.grpcservice` (no generated `_pb2_grpc.py`). To regenerate,
+from the repository root:
 
-    python3 -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \\
+    python3 -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \\
         metrics_adapter/keda/externalscaler.proto
 """
 

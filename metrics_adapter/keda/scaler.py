@@ -26,11 +26,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import grpc
 
+from kvspread.grpcservice import Service
 from metrics_adapter.errors import (
     AdapterError,
     BadRequest,
@@ -39,15 +41,26 @@ from metrics_adapter.errors import (
     SourceUnavailable,
 )
 from metrics_adapter.keda import externalscaler_pb2 as pb
-from metrics_adapter.keda import externalscaler_pb2_grpc as pb_grpc
 from metrics_adapter.provider import ExternalMetricsProvider
 from metrics_adapter.reads import parse_read
 from metrics_adapter.selectors import Selector
 from metrics_adapter.values import MetricValue
 
-__all__ = ["Trigger", "parse_trigger", "status_code", "ExternalScaler", "KedaServer"]
+__all__ = [
+    "SERVICE",
+    "Trigger",
+    "parse_trigger",
+    "status_code",
+    "ExternalScaler",
+    "KedaServer",
+]
 
 log = logging.getLogger("kvspread.adapter.keda")
+
+_R = TypeVar("_R")
+
+SERVICE = Service.of(pb.DESCRIPTOR.services_by_name["ExternalScaler"])
+"""`externalscaler.ExternalScaler`, from KEDA's externalscaler.proto."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +116,7 @@ def status_code(exc: AdapterError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-class ExternalScaler(pb_grpc.ExternalScalerServicer):
+class ExternalScaler:
     """`externalscaler.ExternalScaler` over an `ExternalMetricsProvider` (asyncio)."""
 
     def __init__(self, provider: ExternalMetricsProvider, stream_interval: float = 5.0) -> None:
@@ -127,28 +140,38 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         return any(v.value > trig.activation for v in await self._read(trig))
 
     async def _fail(
-        self, method: str, context: grpc.aio.ServicerContext, exc: AdapterError
-    ) -> None:  # type: ignore[type-arg]
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any], exc: AdapterError
+    ) -> None:
         code = status_code(exc)
         self._count(method, code)
         await context.abort(code, exc.message)
 
+    async def _answer(
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any], answer: Awaitable[_R]
+    ) -> _R:
+        """Await a unary call's answer: an AdapterError aborts the call with its gRPC code
+        and the REST API's message; every outcome is counted."""
+        try:
+            reply = await answer
+        except AdapterError as exc:
+            await self._fail(method, context, exc)
+        self._count(method, grpc.StatusCode.OK)
+        return reply
+
     async def IsActive(  # noqa: N802 - the gRPC method name
         self,
         request: pb.ScaledObjectRef,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.IsActiveResponse],
     ) -> pb.IsActiveResponse:
-        try:
-            active = await self._active(request)
-        except AdapterError as exc:
-            await self._fail("IsActive", context, exc)
-        self._count("IsActive", grpc.StatusCode.OK)
-        return pb.IsActiveResponse(result=active)
+        return await self._answer("IsActive", context, self._is_active(request))
+
+    async def _is_active(self, request: pb.ScaledObjectRef) -> pb.IsActiveResponse:
+        return pb.IsActiveResponse(result=await self._active(request))
 
     async def StreamIsActive(  # noqa: N802
         self,
         request: pb.ScaledObjectRef,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.IsActiveResponse],
     ) -> AsyncIterator[pb.IsActiveResponse]:
         last: bool | None = None
         while True:
@@ -167,13 +190,12 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
     async def GetMetricSpec(  # noqa: N802
         self,
         request: pb.ScaledObjectRef,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.GetMetricSpecResponse],
     ) -> pb.GetMetricSpecResponse:
-        try:
-            trig = parse_trigger(request)
-        except AdapterError as exc:
-            await self._fail("GetMetricSpec", context, exc)
-        self._count("GetMetricSpec", grpc.StatusCode.OK)
+        return await self._answer("GetMetricSpec", context, self._metric_spec(request))
+
+    async def _metric_spec(self, request: pb.ScaledObjectRef) -> pb.GetMetricSpecResponse:
+        trig = parse_trigger(request)
         spec = pb.MetricSpec(
             metricName=trig.metric, targetSize=round(trig.target), targetSizeFloat=trig.target
         )
@@ -182,14 +204,13 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
     async def GetMetrics(  # noqa: N802
         self,
         request: pb.GetMetricsRequest,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        context: grpc.aio.ServicerContext[pb.GetMetricsRequest, pb.GetMetricsResponse],
     ) -> pb.GetMetricsResponse:
-        try:
-            trig = parse_trigger(request.scaledObjectRef)
-            values = await self._read(trig)
-        except AdapterError as exc:
-            await self._fail("GetMetrics", context, exc)
-        self._count("GetMetrics", grpc.StatusCode.OK)
+        return await self._answer("GetMetrics", context, self._metrics(request))
+
+    async def _metrics(self, request: pb.GetMetricsRequest) -> pb.GetMetricsResponse:
+        trig = parse_trigger(request.scaledObjectRef)
+        values = await self._read(trig)
         name = request.metricName or trig.metric
         return pb.GetMetricsResponse(
             metricValues=[
@@ -201,6 +222,7 @@ class ExternalScaler(pb_grpc.ExternalScalerServicer):
         )
 
 
+@dataclass(eq=False)
 class KedaServer:
     """The gRPC server (grpc.aio, on the adapter's event loop).
 
@@ -211,27 +233,19 @@ class KedaServer:
         client_ca: PEM of the CA client certificates must chain to (None: not asked).
     """
 
-    def __init__(
-        self,
-        scaler: ExternalScaler,
-        host: str,
-        port: int,
-        tls: tuple[bytes, bytes] | None = None,
-        client_ca: bytes | None = None,
-    ) -> None:
-        self.scaler = scaler
-        self.host = host
-        self.port = port
-        self.tls = tls
-        self.client_ca = client_ca
-        self._server: grpc.aio.Server | None = None
+    scaler: ExternalScaler
+    host: str
+    port: int
+    tls: tuple[bytes, bytes] | None = None
+    client_ca: bytes | None = None
+    _server: grpc.aio.Server | None = field(default=None, init=False, repr=False)
 
     async def start(self) -> None:
         """Listen; raises `httpserver.PortInUse` when the port is taken (no SO_REUSEPORT)."""
         from metrics_adapter.httpserver import PortInUse
 
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_ExternalScalerServicer_to_server(self.scaler, server)
+        SERVICE.add_to_server(self.scaler, server)
         address = f"{self.host or '0.0.0.0'}:{self.port}"
         try:
             if self.tls is None:

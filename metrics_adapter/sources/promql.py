@@ -19,7 +19,7 @@ import math
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
@@ -94,7 +94,7 @@ class HttpPromClient:
 def parse_result(data: dict[str, Any]) -> list[PromSample]:
     """Samples of a `vector` or `scalar` instant-query result (matrix/string refused)."""
     kind = data.get("resultType")
-    result = data.get("result")
+    result: Any = data.get("result")
     if kind == "scalar":
         return [PromSample({}, float(result[0]), float(result[1]))]
     if kind == "vector":
@@ -134,15 +134,11 @@ def build_matchers(rule: Rule, namespace: str, selector: Selector) -> str:
         pl = to_prom.get(r.key)
         if pl is None or not _PROM_LABEL.match(pl):
             continue  # not a Prometheus label: filtered on the results instead
-        alts = "|".join(re.escape(v) for v in r.values)
-        if r.op == "=":
-            parts.append(f"{pl}={_quote(r.values[0])}")
-        elif r.op == "!=":
-            parts.append(f"{pl}!={_quote(r.values[0])}")
-        elif r.op == "in":
-            parts.append(f"{pl}=~{_quote(alts)}")
-        elif r.op == "notin":
-            parts.append(f"{pl}!~{_quote(alts)}")
+        if r.op in ("=", "!="):
+            parts.append(f"{pl}{r.op}{_quote(r.values[0])}")
+        elif r.op in ("in", "notin"):
+            alts = "|".join(re.escape(v) for v in r.values)
+            parts.append(f"{pl}{'=~' if r.op == 'in' else '!~'}{_quote(alts)}")
         elif r.op == "exists":
             parts.append(f'{pl}!=""')
         elif r.op == "!":
@@ -150,26 +146,21 @@ def build_matchers(rule: Rule, namespace: str, selector: Selector) -> str:
     return ",".join(parts)
 
 
+@dataclass(eq=False)
 class PromQLSource:
     """Evaluate `source: promql` rules (cached per query string for `cache_ttl` s)."""
 
     blocking = True  # an HTTP query: the shells call evaluate in a worker thread
 
-    def __init__(
-        self,
-        client: PromClient,
-        clock: Callable[[], float],
-        timeout: float = 5.0,
-        cache_ttl: float = 5.0,
-        cache_size: int = 1024,
-    ) -> None:
-        self.client = client
-        self.clock = clock
-        self.timeout = timeout
-        self.cache_ttl = cache_ttl
-        self.cache_size = cache_size
-        self._cache: dict[str, tuple[float, list[PromSample]]] = {}
-        self._lock = threading.Lock()
+    client: PromClient
+    clock: Callable[[], float]
+    timeout: float = 5.0
+    cache_ttl: float = 5.0
+    cache_size: int = 1024
+    _cache: dict[str, tuple[float, list[PromSample]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def ready(self) -> bool:
         return True

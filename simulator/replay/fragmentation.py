@@ -48,7 +48,8 @@ class FragModel:
         """F(n) for each row: gpu_free [S, G], cpu_free [S], model [S] -> float64 [S]."""
         total = gpu_free.sum(axis=1).astype(np.float64)
         if len(self.weight) == 0:
-            return total * self.cpu_weight
+            cpu_only: np.ndarray = total * self.cpu_weight
+            return cpu_only
         free = gpu_free[:, None, :]
         thr = self.thresholds[None, :, None]
         below = free < thr  # [S, U, G]
@@ -57,4 +58,5 @@ class FragModel:
         fits &= cpu_free[:, None] >= self.cpu[None, :]
         fits &= self.model_access[model]
         per_shape = np.where(fits, partial, total[:, None])
-        return total * self.cpu_weight + per_shape @ self.weight
+        frag: np.ndarray = total * self.cpu_weight + per_shape @ self.weight
+        return frag

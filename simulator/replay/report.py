@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,39 +93,34 @@ def _policies_in_order(results: Sequence[ReplayResult]) -> list[str]:
     return seen
 
 
-def write_allocation_csv(results: Sequence[ReplayResult], path: Path) -> None:
-    """The published `analysis_allo_discrete.csv` layout (see module docstring)."""
+def _write_runs(
+    path: Path,
+    results: Sequence[ReplayResult],
+    header: Iterable[object],
+    columns: Callable[[ReplayResult], Sequence[object]],
+) -> None:
+    """One row per run: workload, policy, tune and seed, then `columns(run)` under `header`."""
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["workload", "sc_policy", "tune", "seed", "total_gpus", *ARRIVED_LEVELS])
+        w.writerow(["workload", "sc_policy", "tune", "seed", *header])
         for r in results:
-            w.writerow(
-                [
-                    workload_name(r.trace),
-                    POLICY_LABELS.get(r.policy, r.policy),
-                    TUNE_RATIO,
-                    r.seed,
-                    r.total_gpus,
-                    *(_fmt(v) for v in r.allocation_columns()),
-                ]
-            )
+            policy = POLICY_LABELS.get(r.policy, r.policy)
+            w.writerow([workload_name(r.trace), policy, TUNE_RATIO, r.seed, *columns(r)])
+
+
+def write_allocation_csv(results: Sequence[ReplayResult], path: Path) -> None:
+    """The published `analysis_allo_discrete.csv` layout (see module docstring)."""
+    _write_runs(
+        path,
+        results,
+        ["total_gpus", *ARRIVED_LEVELS],
+        lambda r: [r.total_gpus, *(_fmt(v) for v in r.allocation_columns())],
+    )
 
 
 def write_frag_ratio_csv(results: Sequence[ReplayResult], path: Path) -> None:
     """The published `analysis_frag_ratio_discrete.csv` layout (see module docstring)."""
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["workload", "sc_policy", "tune", "seed", *ARRIVED_LEVELS])
-        for r in results:
-            w.writerow(
-                [
-                    workload_name(r.trace),
-                    POLICY_LABELS.get(r.policy, r.policy),
-                    TUNE_RATIO,
-                    r.seed,
-                    *(_fmt(v) for v in r.frag_ratio_columns()),
-                ]
-            )
+    _write_runs(path, results, ARRIVED_LEVELS, lambda r: [_fmt(v) for v in r.frag_ratio_columns()])
 
 
 def published_unallocated(

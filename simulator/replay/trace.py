@@ -86,7 +86,8 @@ class PodList:
 
     @property
     def total_gpu_milli(self) -> np.ndarray:
-        return self.num_gpu * self.gpu_milli
+        total: np.ndarray = self.num_gpu * self.gpu_milli
+        return total
 
     def __len__(self) -> int:
         return len(self.pod_names)

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -105,6 +106,10 @@ class ProgressBar:
             self.stream.flush()
 
 
+def _advance(bar: ProgressBar, done: int, fraction: float) -> None:
+    bar.update(done + fraction)
+
+
 def _one(job: tuple[SimConfig, str, str, str, int]) -> RunResult:
     cfg, policy, autoscaler, routing, seed = job
     return simulate(cfg, policy, seed, autoscaler=autoscaler, routing=routing)
@@ -136,7 +141,7 @@ def run_experiment(
     results: list[RunResult] = []
     if jobs <= 1 or len(work) == 1:
         for k, (c, p, a, r, s) in enumerate(work):
-            cb: Callable[[float], None] = lambda f, k=k: bar.update(k + f)  # noqa: E731
+            cb: Callable[[float], None] = partial(_advance, bar, k)
             results.append(simulate(c, p, s, progress=cb, autoscaler=a, routing=r))
     else:
         ctx = multiprocessing.get_context("fork")

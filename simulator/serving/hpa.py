@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "replicas_for_value",
@@ -75,41 +75,34 @@ class HpaDecision:
     desired: int
 
 
+@dataclass(eq=False)
 class Hpa:
     """One HorizontalPodAutoscaler with its recommendation and scale-event history.
 
     Not thread-safe; time is whatever the caller passes (seconds, non-decreasing).
     """
 
-    def __init__(
-        self,
-        min_replicas: int,
-        max_replicas: int,
-        tolerance: float = 0.1,
-        scale_up_window_s: float = 0.0,
-        scale_down_window_s: float = 300.0,
-        scale_up_percent: float = 100.0,
-        scale_up_pods: int = 4,
-        scale_up_period_s: float = 15.0,
-        scale_down_percent: float = 100.0,
-        scale_down_period_s: float = 15.0,
-    ) -> None:
-        if not 1 <= min_replicas <= max_replicas:
+    min_replicas: int
+    max_replicas: int
+    tolerance: float = 0.1
+    scale_up_window_s: float = 0.0
+    scale_down_window_s: float = 300.0
+    scale_up_percent: float = 100.0
+    scale_up_pods: int = 4
+    scale_up_period_s: float = 15.0
+    scale_down_percent: float = 100.0
+    scale_down_period_s: float = 15.0
+    _recommendations: deque[tuple[float, int]] = field(
+        default_factory=deque, init=False, repr=False
+    )
+    _events: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
+    """(time, replica change)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_replicas <= self.max_replicas:
             raise ValueError(
-                f"need 1 <= minReplicas ({min_replicas}) <= maxReplicas ({max_replicas})"
+                f"need 1 <= minReplicas ({self.min_replicas}) <= maxReplicas ({self.max_replicas})"
             )
-        self.min_replicas = min_replicas
-        self.max_replicas = max_replicas
-        self.tolerance = tolerance
-        self.scale_up_window_s = scale_up_window_s
-        self.scale_down_window_s = scale_down_window_s
-        self.scale_up_percent = scale_up_percent
-        self.scale_up_pods = scale_up_pods
-        self.scale_up_period_s = scale_up_period_s
-        self.scale_down_percent = scale_down_percent
-        self.scale_down_period_s = scale_down_period_s
-        self._recommendations: deque[tuple[float, int]] = deque()
-        self._events: deque[tuple[float, int]] = deque()  # (time, replica change)
 
     def propose(
         self,

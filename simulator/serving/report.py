@@ -16,13 +16,14 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from simulator.serving.sim import RunResult
+from simulator.serving.sim import RunResult, TimelineRow
 
 __all__ = [
     "summarise",
@@ -250,7 +251,7 @@ def _plotted_runs(results: Sequence[RunResult]) -> list[RunResult]:
     return list(seen.values())
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -314,6 +315,10 @@ def plot_latency(path: Path, results: Sequence[RunResult]) -> None:
     plt.close(fig)
 
 
+def _replicas(service: str, row: TimelineRow) -> int:
+    return row.replicas[service]
+
+
 def plot_replicas(path: Path, results: Sequence[RunResult]) -> None:
     """Replicas set by the HPA per service and GPUs in use over time, first seed."""
     plt = _plt()
@@ -322,7 +327,9 @@ def plot_replicas(path: Path, results: Sequence[RunResult]) -> None:
     fig, axes = plt.subplots(
         len(services) + 1, 1, figsize=(9, 2.2 * (len(services) + 1)), sharex=True
     )
-    series = [(s, lambda row, s=s: row.replicas[s], f"{s}\nreplicas") for s in services]
+    series: list[tuple[str, Callable[[TimelineRow], int], str]] = [
+        (s, partial(_replicas, s), f"{s}\nreplicas") for s in services
+    ]
     series.append(("", lambda row: row.gpus_occupied, "GPUs in use"))
     for ax, (_, get, label) in zip(axes, series, strict=True):
         for res in runs:
@@ -420,7 +427,7 @@ def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     if rows:
         first = rows[0].get("routing", "")
         rows = [r for r in rows if r.get("routing", "") == first]
-    return compare(rows, BASELINE, [m for m, *_ in COMPARED])  # type: ignore[return-value]
+    return compare(rows, BASELINE, [m for m, *_ in COMPARED])
 
 
 def _cell(c: dict[str, Any], factor: float, unit: str) -> str:
@@ -451,7 +458,9 @@ def _find(agg: Sequence[dict[str, Any]], pair: tuple[str, str]) -> dict[str, Any
     return next((a for a in agg if (a["policy"], a.get("autoscaler")) == pair), None)
 
 
-def _verdict(cmp: Sequence[dict[str, Any]], pair: tuple[str, str], metric: str) -> dict | None:
+def _verdict(
+    cmp: Sequence[dict[str, Any]], pair: tuple[str, str], metric: str
+) -> dict[str, Any] | None:
     return next(
         (c for c in cmp if (c["policy"], c["autoscaler"]) == pair and c["metric"] == metric),
         None,

@@ -19,6 +19,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -505,9 +506,9 @@ class Simulation:
             utils: list[float] = []
             for g in node.gpus:
                 engines = [
-                    self.pods[o]
+                    e
                     for o in g.occupants
-                    if o in self.pods and self.pods[o].engine is not None
+                    if o in self.pods and (e := self.pods[o].engine) is not None
                 ]
                 # NVML sees a process (and the collector its pod's model) once it has
                 # started and holds memory (`visible_at`): loading engines count from then
@@ -527,8 +528,8 @@ class Simulation:
                 utils.append(g.util(now))
                 kv.append(
                     (
-                        sum(p.engine.pool_blocks for p in engines),  # type: ignore[union-attr]
-                        sum(p.engine.used_blocks for p in engines),  # type: ignore[union-attr]
+                        sum(e.pool_blocks for e in engines),
+                        sum(e.used_blocks for e in engines),
                     )
                     if engines
                     else None
@@ -568,9 +569,9 @@ class Simulation:
                 if i < spec.initial_replicas:
                     order.append(name)
         for name in order:
-            pod = self._new_pod(name, 0.0)
-            if not self._try_place(pod, 0.0, initial=True):
-                self.unscheduled.append(pod)
+            first = self._new_pod(name, 0.0)
+            if not self._try_place(first, 0.0, initial=True):
+                self.unscheduled.append(first)
                 self._kick_scheduler(self.cfg.startup.schedule_retry_s)
             self._publish(0.0)
         sync = self.cfg.hpa.sync_period_s
@@ -608,7 +609,7 @@ class Simulation:
                 self.progress(min(1.0, now / self.end))
                 next_report = now + 60.0
             if kind == _STEP:
-                pid, epoch = payload  # type: ignore[misc]
+                pid, epoch = cast(tuple[str, int], payload)
                 pod = self.pods.get(pid)
                 if pod is None or pod.epoch != epoch or pod.engine is None:
                     continue
@@ -626,17 +627,17 @@ class Simulation:
                 if pod.state == "terminating" and not eng.active and not eng.in_flight:
                     self._release(pod, now)
             elif kind == _READY:
-                pid, attempt = payload  # type: ignore[misc]
+                pid, attempt = cast(tuple[str, int], payload)
                 pod = self.pods.get(pid)
                 if pod is not None and pod.state == "loading" and pod.attempt == attempt:
                     self._on_ready(pod, now)
             elif kind == _RESTART:
-                pid, attempt = payload  # type: ignore[misc]
+                pid, attempt = cast(tuple[str, int], payload)
                 pod = self.pods.get(pid)
                 if pod is not None and pod.state == "crashloop" and pod.attempt == attempt:
                     self._start_loading(pod, now)
             elif kind == _KILL:
-                pid, _ = payload  # type: ignore[misc]
+                pid, _ = cast(tuple[str, int], payload)
                 pod = self.pods.get(pid)
                 if pod is not None and pod.state == "terminating":
                     self._release(pod, now)

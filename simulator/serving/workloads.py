@@ -369,7 +369,9 @@ def _window_arrivals(
     if total <= 0:
         return np.sort(rng.random(n) * length)
     cum = np.cumsum(gaps) * (length / total)
-    return cum - cum[0] * rng.random()  # first arrival inside the first gap, last < end
+    # the first arrival inside the first gap, the last before the end
+    times: np.ndarray = cum - cum[0] * rng.random()
+    return times
 
 
 def _servegen_requests(

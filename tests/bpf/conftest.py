@@ -8,22 +8,27 @@ other tests on this machine does not reach them.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bpf import loader
+from tests.ports import free_port
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def wait_for(cond: Any, timeout: float = 15.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
 
 
 def bpf_skip_reason() -> str | None:

@@ -26,6 +26,7 @@ from bpf.tracker import RequestRecord
 from kvspread import names, nodesignals
 from kvspread.clock import FakeClock
 from kvspread.signals import decode_signals
+from tests.bpf.conftest import wait_for
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "engine-metrics"
@@ -82,15 +83,6 @@ def cluster_config(api_url: str, **kw: Any) -> CollectorConfig:
         proc_root=PROC,
         **kw,
     )
-
-
-def wait_for(cond: Any, timeout: float = 15.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return bool(cond())
 
 
 def test_nvml_without_driver_reports_absence() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
@@ -138,34 +137,6 @@ def test_capture_size_checked_before_compiling() -> None:
     f = loader.Features(frozenset(), ("conn_track.c",), {})
     with pytest.raises(ValueError, match="power of two"):
         loader.build_cflags(loader.ProbeConfig(capture_bytes=100), f)
-
-
-MODULES = [
-    "agent",
-    "attribution",
-    "config",
-    "engine",
-    "events",
-    "export",
-    "gpu",
-    "headers",
-    "http",
-    "loader",
-    "node",
-    "publish",
-    "server",
-    "state",
-    "stats",
-    "tracker",
-]
-
-
-@pytest.mark.parametrize("name", MODULES)
-def test_public_surface(name: str) -> None:
-    mod = importlib.import_module(f"bpf.{name}")
-    assert mod.__all__, name
-    for attr in mod.__all__:
-        assert hasattr(mod, attr), f"bpf.{name}.__all__ names missing {attr}"
 
 
 def test_only_loader_imports_bcc() -> None:

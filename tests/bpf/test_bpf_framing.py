@@ -19,10 +19,8 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
-from test_bpf_probes import Recorder, wait_for, within_bracket
+from test_bpf_probes import Recorder, offline_agent, wait_for, within_bracket
 
-from bpf.agent import Agent
-from bpf.config import BpfConfig, CollectorConfig, NvmlConfig
 from bpf.export import TOKEN_ATTRS
 from kvspread import names
 
@@ -187,15 +185,7 @@ def test_sse_time_to_first_token_and_per_output_token(
     token), against the instants the server took just after each write; then the agent's
     gen_ai.server histograms, /metrics names and the node signal."""
     srv, rec = framing
-    agent = Agent(
-        CollectorConfig(
-            port=0,
-            listen="127.0.0.1",
-            standalone=True,
-            bpf=BpfConfig(enabled=False),
-            nvml=NvmlConfig(enabled=False),
-        )
-    )
+    agent = offline_agent()
     rec.agent = agent
     tokens, gap_ms, per = (int(x) for x in shape.split("/"))
     path = f"/v1/chat/completions?sse={shape}"

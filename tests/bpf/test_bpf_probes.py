@@ -24,19 +24,24 @@ from bpf.events import decode_accept_event, decode_http_event
 from bpf.export import REQUEST_ATTRS
 from bpf.tracker import ConnTracker, RequestRecord
 from kvspread import names
+from tests.bpf.conftest import wait_for
 
 pytestmark = [pytest.mark.bpf, pytest.mark.timeout(120)]
 
 HERE = Path(__file__).parent
 
 
-def wait_for(cond: Any, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return bool(cond())
+def offline_agent() -> Agent:
+    """A standalone collector with BPF and NVML off: the test feeds it the events."""
+    return Agent(
+        CollectorConfig(
+            port=0,
+            listen="127.0.0.1",
+            standalone=True,
+            bpf=BpfConfig(enabled=False),
+            nvml=NvmlConfig(enabled=False),
+        )
+    )
 
 
 @pytest.fixture
@@ -199,15 +204,7 @@ def check_timing(r: RequestRecord, t: dict[str, Any], sent_ns: int) -> None:
 def test_keepalive_requests_counted_and_timed(subscribed: Any, uvicorn_server: Any) -> None:
     port = subscribed.traced[0]
     truth_file = uvicorn_server(port)
-    agent = Agent(
-        CollectorConfig(
-            port=0,
-            listen="127.0.0.1",
-            standalone=True,
-            bpf=BpfConfig(enabled=False),
-            nvml=NvmlConfig(enabled=False),
-        )
-    )
+    agent = offline_agent()
     rec = Recorder(port, agent)
     subscribed.subscribe(rec.on_http, rec.on_accept)
 

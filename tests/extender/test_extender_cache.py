@@ -13,7 +13,7 @@ from extender.run import Running, build
 from kvspread.clock import FakeClock
 from kvspread.kube import Backoff
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
-from tests.extender.decide import filter_doc, prioritize_scores
+from tests.extender.decide import filter_doc, prioritize_scores, synced
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
 
 
@@ -54,12 +54,8 @@ def cluster() -> Iterator[tuple[FakeKubeApi, Running, FakeClock]]:
         )
         running = build(cfg, clock)
         assert not running.ready()
-        running.start()
-        try:
-            assert api.wait_for(running.ready, 10), "caches did not sync"
+        with synced(api, running):
             yield api, running, clock
-        finally:
-            running.stop()
 
 
 def free_of(running: Running, node: str) -> float:

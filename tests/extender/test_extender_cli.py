@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 
 from extender.cli import config_from_args
 from kvspread.cli import build_parser, main
+from tests.ports import free_port
 
 WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "k8s-wire"
 
@@ -82,12 +82,6 @@ def test_bad_configuration_exits_2_with_the_key(
     assert "--explain: explain.enabled: expected true or false, got 'maybe'" in (
         capsys.readouterr().err
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_standalone_as_a_process() -> None:

@@ -19,7 +19,7 @@ from kvspread import names
 from kvspread import nodesignals as ns
 from kvspread.clock import FakeClock
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
-from tests.extender.decide import filter_doc, prioritize_scores
+from tests.extender.decide import filter_doc, prioritize_scores, synced
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
 
 
@@ -54,12 +54,8 @@ def cluster() -> Iterator[tuple[FakeKubeApi, Running, FakeClock]]:
         resource(api, clock, "n1", 1000)
         running = build(fast(api.url), clock)
         assert [r.name for r in running.reflectors] == ["nodes", "pods", "nodesignals"]
-        running.start()
-        try:
-            assert api.wait_for(running.ready, 10), "caches did not sync"
+        with synced(api, running):
             yield api, running, clock
-        finally:
-            running.stop()
 
 
 def used_of(running: Running, node: str) -> float | None:
@@ -112,13 +108,9 @@ def test_readiness_waits_for_the_nodesignals_list() -> None:
         # the CRD not installed yet: the list answers 404 a few times
         api.fail_next(404, path_prefix="/apis/kvspread.io/", count=3, watch=False)
         running = build(fast(api.url), clock)
-        running.start()
-        try:
-            assert api.wait_for(running.ready, 10)
+        with synced(api, running):
             stats = running.reflectors[2].stats
             assert stats.errors == 3 and "HTTP 404" in stats.last_error
-        finally:
-            running.stop()
 
 
 def test_switched_off_watches_only_nodes_and_pods() -> None:

@@ -7,7 +7,7 @@ import pytest
 from extender.config import ScoringConfig
 from extender.ledger import Ledger
 from extender.model import PodShape
-from extender.objects import parse_node, parse_pod
+from extender.objects import PodInfo, parse_node, parse_pod
 from extender.shapes import ShapeDistribution
 from extender.state import build_node_state
 from kvspread.clock import FakeClock
@@ -103,6 +103,19 @@ def signals(clock: FakeClock, *used: float, models: tuple[tuple[str, ...], ...] 
     )
 
 
+def bound_model_pod(gpu_memory: str) -> PodInfo:
+    """Pod `a` of model `m`, bound to n1, one GPU, asking for `gpu_memory`."""
+    return parse_pod(
+        make_pod(
+            "a",
+            node_name="n1",
+            gpus=1,
+            labels={"kvspread.io/model": "m"},
+            annotations={"kvspread.io/gpu-memory": gpu_memory},
+        )
+    )
+
+
 def test_state_from_fresh_signals_pods_and_ledger() -> None:
     clock = FakeClock()
     node = parse_node(
@@ -112,15 +125,7 @@ def test_state_from_fresh_signals_pods_and_ledger() -> None:
             annotations={"kvspread.io/signals": signals(clock, 1000, 1000)},
         )
     )
-    pod = parse_pod(
-        make_pod(
-            "a",
-            node_name="n1",
-            gpus=1,
-            labels={"kvspread.io/model": "m"},
-            annotations={"kvspread.io/gpu-memory": "30Gi"},
-        )
-    )
+    pod = bound_model_pod("30Gi")
     ledger = Ledger(clock)
     ledger.record("default/b", "n1", PodShape(1, 10240.0, model="m"), (1,))
     st = build_node_state(node, [pod], ledger.on_node("n1"), clock.now(), CFG)
@@ -135,15 +140,7 @@ def test_bound_pod_goes_on_the_gpu_that_serves_its_model() -> None:
     clock = FakeClock()
     ann = signals(clock, 20000, 20000, models=((), ("m",)))
     node = parse_node(make_node("n1", annotations={"kvspread.io/signals": ann}))
-    pod = parse_pod(
-        make_pod(
-            "a",
-            node_name="n1",
-            gpus=1,
-            labels={"kvspread.io/model": "m"},
-            annotations={"kvspread.io/gpu-memory": "16Gi"},
-        )
-    )
+    pod = bound_model_pod("16Gi")
     st = build_node_state(node, [pod], [], clock.now(), CFG)
     assert [g.allocated_mib for g in st.gpus] == [0.0, 16384.0]
 

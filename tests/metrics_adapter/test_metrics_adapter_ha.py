@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import random
-import socket
 
 import pytest
 
@@ -14,24 +13,10 @@ from kvspread import names
 from metrics_adapter.server import AdapterThread
 from tests.metrics_adapter.adapter_otel_helpers import provider
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
+from tests.ports import port_free_on
 
 NS = "llm"
 SERVICE = "kvspread-adapter-otlp.kvspread.svc"
-
-
-def _port_free_on(hosts: list[str]) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((hosts[0], 0))
-            port = s.getsockname()[1]
-        try:
-            for h in hosts[1:]:
-                with socket.socket() as s2:
-                    s2.bind((h, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no common free port")
 
 
 def test_parse_and_resolve_endpoints() -> None:
@@ -55,7 +40,7 @@ def test_parse_and_resolve_endpoints() -> None:
 
 def test_two_replicas_serve_the_same_values(pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
     hosts = ["127.0.0.1", "127.0.0.2"]
-    port = _port_free_on(hosts + ["127.0.0.3"])
+    port = port_free_on(hosts + ["127.0.0.3"])
     answers = {"addrs": hosts + ["127.0.0.3"]}  # .3: a replica that is not up yet
     cfgs = [base_config(pki, otlp_bind_address=h, otlp_port=port) for h in hosts]
     with AdapterThread(cfgs[0]) as a, AdapterThread(cfgs[1]) as b:

@@ -17,22 +17,17 @@ from kvspread import names
 from kvspread.clock import FakeClock
 from kvspread.quantity import format_quantity
 from metrics_adapter.keda import externalscaler_pb2 as pb
-from metrics_adapter.keda import externalscaler_pb2_grpc as pb_grpc
+from metrics_adapter.keda.scaler import SERVICE
 from metrics_adapter.server import AdapterThread
 from tests.metrics_adapter.adapter_otlp_payloads import counter, gauge, histogram, request
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
+from tests.ports import free_port
 
 T0 = 1_800_000_000.0
 NS = "llm"
 BOUNDS = (0.1, 0.2, 0.5, 1.0)
 RES = {names.ATTR_K8S_NAMESPACE: NS, names.ATTR_SERVICE_NAME: "vision"}
 KEDA = Path(__file__).parents[2] / "metrics_adapter" / "keda"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _push(a: AdapterThread, t: float, queue: float) -> None:
@@ -65,7 +60,7 @@ def keda(
     clock = FakeClock(t=T0 + 45)
     cfg = base_config(
         pki,
-        keda_port=_free_port(),
+        keda_port=free_port(),
         keda_bind_address="127.0.0.1",
         keda_tls_cert_file=pki.serving_cert,
         keda_tls_private_key_file=pki.serving_key,
@@ -108,7 +103,7 @@ def test_keda_and_rest_give_identical_values(
     a, _, mode = keda
     _push(a, T0 + 30, 3)
     with _channel(pki, a, client_cert) as ch:
-        stub = pb_grpc.ExternalScalerStub(ch)
+        stub = SERVICE.stub(ch)
         for metric in (names.SLI_LATENCY_P95, names.SLI_GOOD_REQUESTS_PER_SECOND,
                        names.SLI_ERROR_RATIO, names.SLI_QUEUE_DEPTH):  # fmt: skip
             got = stub.GetMetrics(
@@ -137,7 +132,7 @@ def test_errors_have_the_rest_messages_and_grpc_codes(
     a, clock, _ = keda
     _push(a, T0 + 30, 3)
     with _channel(pki, a, client_cert) as ch:
-        stub = pb_grpc.ExternalScalerStub(ch)
+        stub = SERVICE.stub(ch)
 
         def fail(ref: pb.ScaledObjectRef) -> grpc.RpcError:
             with pytest.raises(grpc.RpcError) as info:
@@ -172,7 +167,7 @@ def test_stream_is_active_pushes_changes(
     a, clock, _ = keda
     _push(a, T0 + 30, 0)
     with _channel(pki, a, client_cert) as ch:
-        stub = pb_grpc.ExternalScalerStub(ch)
+        stub = SERVICE.stub(ch)
         stream = stub.StreamIsActive(_ref(names.SLI_QUEUE_DEPTH, activationThreshold="1"))
         assert next(stream).result is False
         clock.advance(10)
@@ -187,7 +182,7 @@ def test_mutual_tls_refuses_a_client_without_certificate(
     a, _, mode = keda
     _push(a, T0 + 30, 3)
     with _channel(pki, a, None) as ch:
-        stub = pb_grpc.ExternalScalerStub(ch)
+        stub = SERVICE.stub(ch)
         if mode == "tls":  # server TLS only: KEDA's caCert alone is enough
             assert stub.IsActive(_ref(names.SLI_QUEUE_DEPTH), timeout=10).result
         else:  # tlsClientCert/tlsClientKey required
@@ -211,12 +206,10 @@ def test_keda_port_zero_disables_and_a_taken_port_fails(pki: Pki) -> None:
 
 def test_plaintext_when_no_certificate(pki: Pki) -> None:
     """Without --keda-tls-cert-file the scaler is plaintext (a trigger without caCert)."""
-    with AdapterThread(
-        base_config(pki, keda_port=_free_port(), keda_bind_address="127.0.0.1")
-    ) as a:
+    with AdapterThread(base_config(pki, keda_port=free_port(), keda_bind_address="127.0.0.1")) as a:
         assert a.adapter.keda is not None
         with grpc.insecure_channel(f"127.0.0.1:{a.adapter.keda.port}") as ch:
-            stub = pb_grpc.ExternalScalerStub(ch)
+            stub = SERVICE.stub(ch)
             spec = stub.GetMetricSpec(_ref(names.SLI_QUEUE_DEPTH), timeout=10).metricSpecs
             assert [s.targetSizeFloat for s in spec] == [2.0]
             with pytest.raises(grpc.RpcError) as info:
@@ -231,10 +224,10 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
     root = KEDA.parents[1]
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}", f"--python_out={out}",
-         f"--grpc_python_out={out}", f"--pyi_out={out}", "metrics_adapter/keda/externalscaler.proto"],
+         f"--pyi_out={out}", "metrics_adapter/keda/externalscaler.proto"],
         check=True, cwd=root,
     )  # fmt: skip
-    for name in ("externalscaler_pb2.py", "externalscaler_pb2_grpc.py", "externalscaler_pb2.pyi"):
+    for name in ("externalscaler_pb2.py", "externalscaler_pb2.pyi"):
         assert (out / "metrics_adapter" / "keda" / name).read_text() == (KEDA / name).read_text(), (
             name
         )

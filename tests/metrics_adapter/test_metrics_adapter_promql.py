@@ -27,6 +27,7 @@ from metrics_adapter.sources.promql import (
     build_matchers,
 )
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
+from tests.ports import free_port
 
 RULE_DOC = {
     "name": "queue_from_prometheus",
@@ -61,12 +62,6 @@ def test_cache_and_filtering() -> None:
         src.evaluate(rule, "llm", parse_selector("service=text"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Target(http.server.BaseHTTPRequestHandler):
     body = (
         b"# TYPE test_queue_length gauge\n"
@@ -92,7 +87,7 @@ class _Target(http.server.BaseHTTPRequestHandler):
 def test_real_prometheus_behind_a_promql_rule(pki: Pki, tmp_path: Path) -> None:
     target = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Target)
     threading.Thread(target=target.serve_forever, daemon=True).start()
-    port = _free_port()
+    port = free_port()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"

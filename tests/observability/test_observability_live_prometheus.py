@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import pytest
 import yaml
 
 from observability import dashboards, rules
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.bpf, pytest.mark.slow]
 
@@ -111,12 +111,6 @@ EXPECTED_ABSENT[("kvspread-autoscaling.json", "Good requests per second (< 200 m
     _missing_bucket("0.2", "the good-requests-per-second panel (threshold 0.2 s)")
 )
 EXPECTED_ABSENT[("kvspread-autoscaling.json", "Adapter latency p99")] = _adapter_duration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _can_run_bpf() -> str | None:
@@ -341,7 +335,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     logs = tmp / "logs"
     logs.mkdir()
     ports = {
-        k: _free_port() for k in ("http", "engine", "collector", "extender", "api", "otlp", "prom")
+        k: free_port() for k in ("http", "engine", "collector", "extender", "api", "otlp", "prom")
     }
     servers = [_serve(_Inference, ports["http"]), _serve(_Engine, ports["engine"])]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -83,21 +82,6 @@ def start_router() -> Iterator[Callable[[RouterConfig], Router]]:
 
 # --- cluster helpers: pods of an InferencePool on 127.0.0.N sharing one port ------------
 GROUP_VERSION = "inference.networking.k8s.io/v1"
-
-
-def shared_port(hosts: list[str]) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((hosts[0], 0))
-            port = s.getsockname()[1]
-        try:
-            for h in hosts:
-                with socket.socket() as t:
-                    t.bind((h, port))
-            return int(port)
-        except OSError:
-            continue
-    raise RuntimeError("no port free on every loopback address")
 
 
 def ready_pod(name: str, ip: str, node: str, labels: dict[str, str], ready: bool = True) -> dict:

@@ -14,6 +14,9 @@ from kvspread.settings import ConfigError
 from router.cli import config_from_args
 from router.config import RouterConfig
 
+SERVE = [sys.executable, "-m", "kvspread", "router", "serve", "--endpoints", "127.0.0.1:9"]
+"""`kvspread router serve` with one static endpoint, as a subprocess."""
+
 
 def cfg_of(argv: list[str], env: dict[str, str] | None = None) -> RouterConfig:
     env = env or {}
@@ -155,19 +158,7 @@ def test_serve_runs_answers_health_and_stops_on_sigterm(tmp_path: Path) -> None:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kvspread",
-            "router",
-            "serve",
-            "--endpoints",
-            "127.0.0.1:9",
-            "--grpc-port",
-            str(ports[0]),
-            "--http-port",
-            str(ports[1]),
-        ],  # fmt: skip
+        [*SERVE, "--grpc-port", str(ports[0]), "--http-port", str(ports[1])],
         env={**os.environ, "KVSPREAD_ROUTER_SERVER_LOG_LEVEL": "warning"},
         stderr=subprocess.PIPE,
         text=True,
@@ -203,19 +194,7 @@ def test_a_port_in_use_is_one_line_naming_it(which: str) -> None:
         port = taken.getsockname()[1]
         other = "--http-port" if which == "--grpc-port" else "--grpc-port"
         res = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kvspread",
-                "router",
-                "serve",
-                "--endpoints",
-                "127.0.0.1:9",
-                which,
-                str(port),
-                other,
-                "0",
-            ],  # fmt: skip
+            [*SERVE, which, str(port), other, "0"],
             capture_output=True,
             text=True,
             timeout=60,

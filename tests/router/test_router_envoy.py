@@ -20,7 +20,8 @@ import pytest
 
 from router.run import Router
 from tests.fake_kube import FakeKubeApi, make_node
-from tests.router.conftest import GROUP_VERSION, pool, ready_pod, router_config, shared_port
+from tests.ports import port_free_on
+from tests.router.conftest import GROUP_VERSION, pool, ready_pod, router_config
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
 from tests.router.fake_engine import FakeEngine
 
@@ -91,7 +92,7 @@ def served_by(resp: httpx.Response) -> str:
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[Gateway]:
-    port = shared_port(list(HOSTS.values()))
+    port = port_free_on(list(HOSTS.values()))
     fakes = {n: FakeEngine(n, host=h, port=port).start() for n, h in HOSTS.items()}
     with FakeKubeApi() as api:
         api.register_kind(GROUP_VERSION, "InferencePool", "inferencepools", True)

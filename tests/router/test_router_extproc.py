@@ -14,10 +14,9 @@ import pytest
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from router.extproc import BODY_CHUNK_BYTES
+from router.extproc import BODY_CHUNK_BYTES, SERVICE
 from router.proto import core_pb2 as base_pb2
 from router.proto import ext_proc_pb2 as pb
-from router.proto import ext_proc_pb2_grpc as pb_grpc
 from router.proto import processing_mode_pb2
 from tests.router.conftest import router_config, wait_fresh
 
@@ -82,7 +81,7 @@ def duplex(port: int, body: bytes, chunk: int = 16384, **kw: object) -> list[pb.
     """Envoy in FULL_DUPLEX_STREAMED: headers and every chunk sent without waiting."""
     msgs = [headers_msg(DUPLEX, **kw)] + body_msgs(body, chunk)  # type: ignore[arg-type]
     with channel(port) as ch:
-        return list(pb_grpc.ExternalProcessorStub(ch).Process(iter(msgs), timeout=10))
+        return list(SERVICE.stub(ch).Process(iter(msgs), timeout=10))
 
 
 def buffered(port: int, body: bytes, **kw: object) -> list[pb.ProcessingResponse]:
@@ -96,7 +95,7 @@ def buffered(port: int, body: bytes, **kw: object) -> list[pb.ProcessingResponse
     out: list[pb.ProcessingResponse] = []
     with channel(port) as ch:
         q.put(headers_msg(BUFFERED, **kw))  # type: ignore[arg-type]
-        it = pb_grpc.ExternalProcessorStub(ch).Process(gen(), timeout=10)
+        it = SERVICE.stub(ch).Process(gen(), timeout=10)
         first = next(it)
         out.append(first)
         if first.WhichOneof("response") == "request_headers":
@@ -161,9 +160,7 @@ def test_bodiless_request_picked_on_headers(two) -> None:  # type: ignore[no-unt
     router, busy, idle = two
     with channel(router.grpc_port) as ch:
         resps = list(
-            pb_grpc.ExternalProcessorStub(ch).Process(
-                iter([headers_msg(DUPLEX, end_of_stream=True)]), timeout=10
-            )
+            SERVICE.stub(ch).Process(iter([headers_msg(DUPLEX, end_of_stream=True)]), timeout=10)
         )
     assert len(resps) == 1
     assert destination(resps[0])[0].startswith(idle.address)
@@ -256,7 +253,7 @@ def test_tls_when_cert_given(engines, start_router, tmp_path) -> None:  # type: 
     creds = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
     with grpc.secure_channel(f"127.0.0.1:{router.grpc_port}", creds) as ch:
         msgs = [headers_msg(DUPLEX)] + body_msgs(CHAT, 4096)
-        resps = list(pb_grpc.ExternalProcessorStub(ch).Process(iter(msgs), timeout=10))
+        resps = list(SERVICE.stub(ch).Process(iter(msgs), timeout=10))
     assert destination(resps[0])[0] == e.address
     with channel(router.grpc_port) as ch, pytest.raises(grpc.RpcError):
-        list(pb_grpc.ExternalProcessorStub(ch).Process(iter(msgs), timeout=3))
+        list(SERVICE.stub(ch).Process(iter(msgs), timeout=3))

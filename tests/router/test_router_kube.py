@@ -14,12 +14,12 @@ from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from router.request import parse_request
 from router.scoring import choose
 from tests.fake_kube import FakeKubeApi, make_node
+from tests.ports import port_free_on
 from tests.router.conftest import (
     GROUP_VERSION,
     pool,
     ready_pod,
     router_config,
-    shared_port,
     wait,
 )
 from tests.router.fake_engine import FakeEngine
@@ -28,7 +28,7 @@ from tests.router.fake_engine import FakeEngine
 @pytest.fixture
 def cluster() -> Iterator[tuple[FakeKubeApi, list[FakeEngine], int]]:
     hosts = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
-    port = shared_port(hosts)
+    port = port_free_on(hosts)
     fakes = [FakeEngine(f"pod-{i}", host=h, port=port).start() for i, h in enumerate(hosts)]
     with FakeKubeApi() as api:
         api.register_kind(GROUP_VERSION, "InferencePool", "inferencepools", True)

@@ -16,7 +16,8 @@ from kvspread import names
 from kvspread import nodesignals as ns
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from tests.fake_kube import FakeKubeApi, make_node
-from tests.router.conftest import ready_pod, router_config, shared_port, wait
+from tests.ports import port_free_on
+from tests.router.conftest import ready_pod, router_config, wait
 from tests.router.fake_engine import FakeEngine
 
 TOTAL_MIB = 80000
@@ -24,7 +25,7 @@ TOTAL_MIB = 80000
 
 @pytest.fixture
 def cluster() -> Iterator[tuple[FakeKubeApi, int]]:
-    port = shared_port(["127.0.0.2"])
+    port = port_free_on(["127.0.0.2"])
     fake = FakeEngine("pod-a", host="127.0.0.2", port=port).start()
     with FakeKubeApi() as api:
         yield api, port

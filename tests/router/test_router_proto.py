@@ -31,7 +31,6 @@ def test_committed_stubs_match_the_protos(tmp_path: Path) -> None:
     (out / "router" / "proto").mkdir(parents=True)
     files = [f"router/proto/{p}" for p in router.proto.PROTOS]
     _protoc(f"--python_out={out}", f"--pyi_out={out}", *files)
-    _protoc(f"--grpc_python_out={out}", "router/proto/ext_proc.proto")
     generated = sorted(p.name for p in (out / "router" / "proto").iterdir())
     committed = sorted(p.name for p in PROTO.glob("*_pb2*"))
     assert generated == committed

@@ -73,7 +73,8 @@ class DotProductPolicy(_BestFitGpuMixin):
         dot = node_cpu * (pod.cpu_milli / MAX_SPEC_CPU) + node_gpu * (
             pod.total_gpu_milli / float(MAX_SPEC_GPU)
         )
-        return (100.0 * (1.0 - dot / 2.0)).astype(np.int64)
+        score: np.ndarray = (100.0 * (1.0 - dot / 2.0)).astype(np.int64)
+        return score
 
 
 class GpuClusteringPolicy(_BestFitGpuMixin):
@@ -101,7 +102,8 @@ class GpuClusteringPolicy(_BestFitGpuMixin):
             np.where(kinds == 1, MAX_NODE_SCORE * 3 // 4, MAX_NODE_SCORE * 2 // 4),
             np.where(kinds == 0, MAX_NODE_SCORE // 4, 0),
         )
-        return base + band
+        score: np.ndarray = base + band
+        return score
 
 
 class GpuPackingPolicy(_BestFitGpuMixin):
@@ -128,7 +130,8 @@ class GpuPackingPolicy(_BestFitGpuMixin):
         fully_free = (c.gpu_free[candidates] == MILLI).sum(axis=1)
         case3 = np.maximum(MAX_NODE_SCORE // 3 - fully_free, fully_free)
         idle = fully_free == c.n_gpu[candidates]
-        return np.where(idle, case3, np.where(full_used > 0, case2, case1))
+        score: np.ndarray = np.where(idle, case3, np.where(full_used > 0, case2, case1))
+        return score
 
 
 class BestFitPolicy(_BestFitGpuMixin):
@@ -147,4 +150,5 @@ class BestFitPolicy(_BestFitGpuMixin):
         gpu_left = (
             (c.gpu_free[candidates].sum(axis=1) - pod.total_gpu_milli) / float(MAX_SPEC_GPU) * 0.5
         )
-        return ((1.0 - (cpu_left + gpu_left)) * 100.0).astype(np.int64)
+        score: np.ndarray = ((1.0 - (cpu_left + gpu_left)) * 100.0).astype(np.int64)
+        return score

@@ -87,7 +87,8 @@ class FgdPolicy:
             scores[stale] = opt[np.arange(s), best]
             gpu[stale] = best
             stamp[stale] = c.version[stale]
-        return scores[candidates]
+        out: np.ndarray = scores[candidates]
+        return out
 
     def choose_gpus(self, pod: Pod, node: int) -> np.ndarray:
         row = self.r.cluster.gpu_free[node]

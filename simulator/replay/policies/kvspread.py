@@ -96,7 +96,8 @@ def balanced_allocation(
     cpu_f = np.minimum((cpu_cap - cpu_free + cpu_req) / cpu_cap, 1.0)
     mem_f = np.minimum((mem_cap - mem_free + mem_req) / mem_cap, 1.0)
     std = np.abs(cpu_f - mem_f) / 2.0
-    return ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+    score: np.ndarray = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+    return score
 
 
 def _pod_shape(pod: Pod) -> PodShape:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,30 +78,40 @@ def test_requests_longer_than_max_model_len_fail() -> None:
             assert r.status != "oom-len"
 
 
+def one_gpu_docs(
+    duration_s: float, replicas: int, rate_rps: float, **sections: Any
+) -> dict[str, Any]:
+    """One node with one 80 GiB GPU (two slots) serving only `docs` at a fixed replica
+    count; `sections` add to or replace the mapping's top-level sections."""
+    return {
+        "duration_s": duration_s,
+        "warmup_s": 0.0,
+        "cluster": {
+            "nodes": 1,
+            "gpus_per_node": 1,
+            "pools": ["mixed"],
+            "nvlink": [False],
+            "slots_per_gpu": 2,
+        },
+        "background": {"gpu_fraction": 0.0},
+        "kinds": {"text": {"share": 0.0}, "image": {"share": 0.0}},
+        "services": {
+            "chat": None,
+            "vision": None,
+            "docs": {
+                "initial_replicas": replicas,
+                "min_replicas": replicas,
+                "max_replicas": replicas,
+            },
+        },
+        "arrivals": {"rate_rps": rate_rps},
+        **sections,
+    }
+
+
 def one_gpu_two_pods(policy: str) -> Simulation:
     """One 80 GiB GPU, two 48 GiB instances: they cannot both have what they asked."""
-    cfg = config_from_mapping(
-        {
-            "duration_s": 120.0,
-            "warmup_s": 0.0,
-            "cluster": {
-                "nodes": 1,
-                "gpus_per_node": 1,
-                "pools": ["mixed"],
-                "nvlink": [False],
-                "slots_per_gpu": 2,
-            },
-            "background": {"gpu_fraction": 0.0},
-            "kinds": {"text": {"share": 0.0}, "image": {"share": 0.0}},
-            "services": {
-                "chat": None,
-                "vision": None,
-                "docs": {"initial_replicas": 2, "min_replicas": 2, "max_replicas": 2},
-            },
-            "arrivals": {"rate_rps": 0.2},
-        }
-    )
-    sim = Simulation(cfg, policy, 1)
+    sim = Simulation(config_from_mapping(one_gpu_docs(120.0, 2, 0.2)), policy, 1)
     sim.run()
     return sim
 
@@ -122,29 +133,14 @@ def test_memory_aware_placement_leaves_the_second_pod_pending() -> None:
 
 
 def test_vllm_v1_start_check_fails_a_too_small_pool() -> None:
-    cfg = config_from_mapping(
-        {
-            "duration_s": 60.0,
-            "warmup_s": 0.0,
-            "cost": {"require_max_model_len_fits": True},
-            "cluster": {
-                "nodes": 1,
-                "gpus_per_node": 1,
-                "pools": ["mixed"],
-                "nvlink": [False],
-                "slots_per_gpu": 2,
-            },
-            "background": {"gpu_fraction": 1.0, "mem_gib": [59.5]},
-            "kinds": {"text": {"share": 0.0}, "image": {"share": 0.0}},
-            "services": {
-                "chat": None,
-                "vision": None,
-                "docs": {"initial_replicas": 1, "min_replicas": 1, "max_replicas": 1},
-            },
-            "arrivals": {"rate_rps": 0.1},
-        }
+    mapping = one_gpu_docs(
+        60.0,
+        1,
+        0.1,
+        cost={"require_max_model_len_fits": True},
+        background={"gpu_fraction": 1.0, "mem_gib": [59.5]},
     )
-    sim = Simulation(cfg, "round-robin", 1)
+    sim = Simulation(config_from_mapping(mapping), "round-robin", 1)
     res = sim.run()
     # 20.5 GiB free: weights and reserve fit, but 32k tokens of KV (1.9 GB) do not
     assert res.start_failures >= 2  # restarted with back-off, failing again

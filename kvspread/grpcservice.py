@@ -1,0 +1,112 @@
+"""A gRPC service served and called from its protobuf descriptor.
+
+protoc's `*_pb2_grpc.py` plugin writes, for every service, a servicer base class, an
+`add_…_to_server` function and a client stub that each list the methods again. The service
+descriptor in the `*_pb2` module already says every method's name, streaming kind and message
+types, so one `Service` built from it registers a servicer object's methods on a server and
+builds a client stub: the KEDA external scaler (metrics_adapter/keda) and the router's ext_proc
+(router/) use it, and there is no generated servicer code to keep in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+
+__all__ = ["Method", "Service", "Stub"]
+
+_SERVER: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+"""(client streams, server streams) -> grpc's handler factory for that kind."""
+
+_CHANNEL = {
+    (False, False): "unary_unary",
+    (False, True): "unary_stream",
+    (True, False): "stream_unary",
+    (True, True): "stream_stream",
+}
+"""(client streams, server streams) -> the `grpc.Channel` method that calls that kind."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """One RPC: its name, streaming kind and message classes."""
+
+    name: str
+    client_streaming: bool
+    server_streaming: bool
+    request: type[Any]
+    response: type[Any]
+
+
+@dataclass(frozen=True)
+class Service:
+    """A service's full name and methods, read from its descriptor."""
+
+    name: str
+    methods: tuple[Method, ...]
+
+    @classmethod
+    def of(cls, descriptor: ServiceDescriptor) -> Service:
+        """The service a `*_pb2` module describes (`pb.DESCRIPTOR.services_by_name[...]`)."""
+        return cls(
+            descriptor.full_name,
+            tuple(
+                Method(
+                    m.name,
+                    m.client_streaming,
+                    m.server_streaming,
+                    message_factory.GetMessageClass(m.input_type),
+                    message_factory.GetMessageClass(m.output_type),
+                )
+                for m in descriptor.methods
+            ),
+        )
+
+    def add_to_server(self, servicer: object, server: grpc.Server | grpc.aio.Server) -> None:
+        """Serve `servicer`'s methods (attributes named as the RPCs) on `server`."""
+        handlers = {
+            m.name: _SERVER[m.client_streaming, m.server_streaming](
+                getattr(servicer, m.name),
+                request_deserializer=m.request.FromString,
+                response_serializer=m.response.SerializeToString,
+            )
+            for m in self.methods
+        }
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(self.name, handlers),)
+        )
+        server.add_registered_method_handlers(self.name, handlers)
+
+    def stub(self, channel: grpc.Channel) -> Stub:
+        """A client: one callable attribute per RPC (`stub.GetMetrics(request, timeout=…)`)."""
+        return Stub(self, channel)
+
+
+class Stub:
+    """A service's client over a channel; each RPC is an attribute of the same name."""
+
+    def __init__(self, service: Service, channel: grpc.Channel) -> None:
+        self._calls: dict[str, Any] = {
+            m.name: getattr(channel, _CHANNEL[m.client_streaming, m.server_streaming])(
+                f"/{service.name}/{m.name}",
+                request_serializer=m.request.SerializeToString,
+                response_deserializer=m.response.FromString,
+            )
+            for m in service.methods
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_calls"][name]
+        except KeyError:
+            raise AttributeError(name) from None

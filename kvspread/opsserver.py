@@ -1,0 +1,86 @@
+"""A small HTTP server in a thread for operator endpoints (/metrics, /healthz, /readyz, debug
+JSON), shared by the collector (bpf/server.py) and the router (router/debug.py).
+
+These endpoints serve scrapes and people, not traffic, so the standard library's threading
+server is enough. A part gives one `route(path, query) -> Reply` function; this module owns
+the HTTP side: status line, Content-Type and Content-Length, HEAD without a body, quiet access
+log, and a 500 with a JSON message (never a traceback) when the route raises.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NamedTuple
+
+__all__ = ["Reply", "Route", "OpsServer", "json_reply", "text_reply"]
+
+
+class Reply(NamedTuple):
+    """One HTTP answer."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+Route = Callable[[str, dict[str, str]], Reply]
+"""(path without the query, query parameters) -> the answer."""
+
+
+def json_reply(status: int, doc: Any, indent: int | None = None) -> Reply:
+    """`doc` as JSON: compact by default, `indent` for documents people read."""
+    if indent is None:
+        text = json.dumps(doc, separators=(",", ":"))
+    else:
+        text = json.dumps(doc, indent=indent)
+    return Reply(status, text.encode(), "application/json")
+
+
+def text_reply(status: int, text: str) -> Reply:
+    return Reply(status, text.encode(), "text/plain")
+
+
+class OpsServer:
+    """Serve `route` on host:port (port 0: any free port, see `port`) from a daemon thread."""
+
+    def __init__(self, host: str, port: int, route: Route, thread_name: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass  # quiet: the parts log JSON lines of their own
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                self.do_GET()
+
+            def do_GET(self) -> None:  # noqa: N802
+                path, _, query = self.path.partition("?")
+                try:
+                    reply = route(path, dict(urllib.parse.parse_qsl(query)))
+                except Exception as exc:  # noqa: BLE001 - a scrape must never kill the server
+                    reply = json_reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+                self.send_response(reply.status)
+                self.send_header("Content-Type", reply.content_type)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(reply.body)
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port: int = self.httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name=thread_name, daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():  # shutdown() waits for serve_forever, so only if it runs
+            self.httpd.shutdown()
+        self.httpd.server_close()

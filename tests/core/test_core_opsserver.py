@@ -1,0 +1,61 @@
+"""kvspread.opsserver: the operator endpoints' HTTP side (collector and router)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
+
+
+def _route(path: str, query: dict[str, str]) -> Reply:
+    if path == "/healthz":
+        return text_reply(200, "ok\n")
+    if path == "/echo":
+        return json_reply(200, query, indent=1)
+    if path == "/boom":
+        raise RuntimeError("broken source")
+    return json_reply(404, {"error": f"no such path {path}"})
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    srv = OpsServer("127.0.0.1", 0, _route, "test-ops")
+    srv.start()
+    try:
+        yield f"http://127.0.0.1:{srv.port}"
+    finally:
+        srv.stop()
+
+
+def test_routes_answer_with_type_and_length(server: str) -> None:
+    r = httpx.get(server + "/healthz")
+    assert (r.status_code, r.text, r.headers["content-type"]) == (200, "ok\n", "text/plain")
+    assert r.headers["content-length"] == "3"
+    r = httpx.get(server + "/echo?a=1&b=x")
+    assert r.json() == {"a": "1", "b": "x"}
+    assert r.headers["content-type"] == "application/json"
+    assert httpx.get(server + "/nope").json() == {"error": "no such path /nope"}
+
+
+def test_head_has_the_headers_and_no_body(server: str) -> None:
+    r = httpx.head(server + "/healthz")
+    assert r.status_code == 200 and r.headers["content-length"] == "3" and r.content == b""
+
+
+def test_a_failing_route_is_a_json_500_not_a_dropped_connection(server: str) -> None:
+    r = httpx.get(server + "/boom")
+    assert r.status_code == 500
+    assert r.json() == {"error": "RuntimeError: broken source"}
+    assert httpx.get(server + "/healthz").status_code == 200  # still serving
+
+
+def test_stop_without_start_returns() -> None:
+    srv = OpsServer("127.0.0.1", 0, _route, "test-ops")
+    srv.stop()
+
+
+def test_json_reply_is_compact_by_default() -> None:
+    assert json_reply(200, {"a": [1, 2]}).body == b'{"a":[1,2]}'
