@@ -11,7 +11,13 @@ keep-alive connections with a minimal asyncio HTTP/1.1 client, and prints p50 / 
 round trip per Envoy and the difference (the added latency).
 
     python bench/router_bench.py                    # 10 and 500 requests/s, 10 s each
-    python bench/router_bench.py --rates 10,500 --seconds 5
+    python bench/router_bench.py --rates 10,500 --seconds 5 --pin 1:0
+
+`--pin PICKER:OTHERS` pins the picker to the cores PICKER (taskset's list syntax: `1`,
+`2-3`) and this process, both Envoys and the fakes to OTHERS, so that the picker has its
+core to itself, as the target says ("on one core"). The table's `picker CPU ms/req` is the
+picker process's user + system CPU time over the run divided by its requests: the cost of
+one request to the picker, which the machine's load does not change much.
 
 Anchor (issue 15): llm-d's picker p50 0.90 / p95 1.96 ms at 10 QPS, p50 3.59 / p95 78.55 ms
 at 500 QPS. Target: p99 added <= 5 ms at 500 requests/s on one core.
@@ -49,6 +55,21 @@ print(",".join(f.address for f in fakes), flush=True)
 while True:
     time.sleep(3600)
 """
+
+
+def parse_cpus(text: str) -> set[int]:
+    """taskset-style core list: `1`, `0,2`, `2-3`."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -132,7 +153,21 @@ def main() -> int:
     )
     ap.add_argument("--rates", default="10,500", help="requests/s, comma-separated")
     ap.add_argument("--seconds", type=float, default=10.0, help="seconds per rate and Envoy")
+    ap.add_argument(
+        "--pin",
+        metavar="PICKER:OTHERS",
+        help="pin the picker to cores PICKER and everything else to OTHERS (e.g. 1:0)",
+    )
     args = ap.parse_args()
+    picker_cpus: set[int] | None = None
+    if args.pin:
+        try:
+            a, b = args.pin.split(":")
+            picker_cpus, other_cpus = parse_cpus(a), parse_cpus(b)
+        except ValueError:
+            print("router_bench: --pin wants PICKER:OTHERS core lists, e.g. 1:0", file=sys.stderr)
+            return 2
+        os.sched_setaffinity(0, other_cpus)  # the children (Envoys, fakes) inherit it
     why = envoy_skip_reason()
     if why:
         print(f"router_bench: {why}", file=sys.stderr)
@@ -169,6 +204,7 @@ def main() -> int:
             env=env,
             cwd=ROOT,
             text=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, picker_cpus)) if picker_cpus else None,
         )
         procs.append(picker)
         wait_http(f"http://127.0.0.1:{http_port}/readyz")
@@ -181,14 +217,23 @@ def main() -> int:
             for env_ in (plain, with_picker):  # warm-up: connections, caches
                 asyncio.run(open_loop(env_.port, min(rate, 100), 0.5))
             base = asyncio.run(open_loop(plain.port, rate, args.seconds))
+            cpu0 = cpu_seconds(picker.pid)
             picked = asyncio.run(open_loop(with_picker.port, rate, args.seconds))
-            rows.append((rate, len(base), base, picked))
+            cpu = (cpu_seconds(picker.pid) - cpu0) / max(1, len(picked)) * 1000
+            rows.append((rate, len(base), base, picked, cpu))
+        pins = (
+            f"picker on cores {sorted(picker_cpus)}, Envoys + fakes + load on "
+            f"{sorted(os.sched_getaffinity(0))}"
+            if picker_cpus
+            else "not pinned"
+        )
         print(f"# router_bench on {platform.node()} ({os.cpu_count()} CPUs, load "
-              f"{os.getloadavg()[0]:.1f}); {args.seconds:g} s per rate and Envoy")  # fmt: skip
+              f"{os.getloadavg()[0]:.1f}, {pins}); {args.seconds:g} s per rate and Envoy")  # fmt: skip
         print("| requests/s | n | Envoy p50 ms | Envoy p99 ms | + picker p50 ms | "
-              "+ picker p99 ms | added p50 ms | added p99 ms | non-200 |")  # fmt: skip
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for rate, n, base, picked in rows:
+              "+ picker p99 ms | added p50 ms | added p99 ms | non-200 | "
+              "picker CPU ms/req |")  # fmt: skip
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for rate, n, base, picked, cpu in rows:
             b50, b99, p50, p99 = (
                 pct(base, 0.5),
                 pct(base, 0.99),
@@ -197,7 +242,7 @@ def main() -> int:
             )
             errs = f"{base.count(None)} / {picked.count(None)}"
             print(f"| {rate:g} | {n} | {b50:.2f} | {b99:.2f} | {p50:.2f} | {p99:.2f} | "
-                  f"{p50 - b50:.2f} | {p99 - b99:.2f} | {errs} |")  # fmt: skip
+                  f"{p50 - b50:.2f} | {p99 - b99:.2f} | {errs} | {cpu:.3f} |")  # fmt: skip
         return 0
     finally:
         for e in envoys:

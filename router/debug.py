@@ -56,7 +56,9 @@ class DebugServer:
                 q = dict(urllib.parse.parse_qsl(url.query))
                 path = url.path.rstrip("/") or "/"
                 if path == "/metrics":
-                    outer.metrics.stale.set(outer.endpoints.stale_count())
+                    views = outer.endpoints.views()
+                    outer.metrics.stale.set(sum(1 for v in views if not v.fresh))
+                    outer.metrics.endpoints.set(len(views))
                     self._send(200, generate_latest(outer.metrics.registry), CONTENT_TYPE_LATEST)
                 elif path == "/healthz":
                     self._send(200, b"ok\n", "text/plain")

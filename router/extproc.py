@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import cast
 
 import grpc
 import orjson
@@ -92,23 +92,32 @@ def subset_hint(req: pb.ProcessingRequest) -> list[str] | None:
 
 
 def _mutation(destination: str) -> pb.CommonResponse:
-    opt = base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=DESTINATION_HEADER, raw_value=destination.encode()),
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-    )
-    return pb.CommonResponse(
-        header_mutation=pb.HeaderMutation(set_headers=[opt]), clear_route_cache=True
-    )
+    common = pb.CommonResponse(clear_route_cache=True)
+    opt = common.header_mutation.set_headers.add()
+    opt.header.key = DESTINATION_HEADER
+    opt.header.raw_value = destination.encode()
+    opt.append_action = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+    return common
 
 
 def _metadata(outcome: Outcome) -> struct_pb2.Struct:
     d = outcome.decision
-    inner: dict[str, Any] = {DESTINATION_HEADER: d.destination}
-    if d.fallbacks:
-        inner[FALLBACK_KEY] = d.fallbacks[0]
     md = struct_pb2.Struct()
-    md.update({DESTINATION_NAMESPACE: inner})
+    inner = md.fields[DESTINATION_NAMESPACE].struct_value.fields  # Struct.update is slow
+    inner[DESTINATION_HEADER].string_value = d.destination
+    if d.fallbacks:
+        inner[FALLBACK_KEY].string_value = d.fallbacks[0]
     return md
+
+
+def _streamed(part: bytes, end_of_stream: bool, *, request: bool) -> pb.ProcessingResponse:
+    """A body chunk given back to Envoy as a `streamed_response` body mutation."""
+    out = pb.ProcessingResponse()
+    body = out.request_body if request else out.response_body
+    streamed = body.response.body_mutation.streamed_response
+    streamed.body = part
+    streamed.end_of_stream = end_of_stream
+    return out
 
 
 def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
@@ -153,8 +162,13 @@ class StreamHandler:
         self.chunks: list[bytes] = []
         self.done = False
 
+    @property
+    def body(self) -> bytes:
+        """The request body so far (one chunk, the usual case, is not copied)."""
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+
     def _decide(self) -> Outcome:
-        return self.picker.pick(b"".join(self.chunks), self.headers, self.subset)
+        return self.picker.pick(self.body, self.headers, self.subset)
 
     def on_message(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         kind = req.WhichOneof("request")
@@ -180,16 +194,7 @@ class StreamHandler:
             rb = req.response_body
             if not self.response_duplex:
                 return [pb.ProcessingResponse(response_body=pb.BodyResponse())]
-            streamed = pb.StreamedBodyResponse(body=rb.body, end_of_stream=rb.end_of_stream)
-            return [
-                pb.ProcessingResponse(
-                    response_body=pb.BodyResponse(
-                        response=pb.CommonResponse(
-                            body_mutation=pb.BodyMutation(streamed_response=streamed)
-                        )
-                    )
-                )
-            ]
+            return [_streamed(rb.body, rb.end_of_stream, request=False)]
         if kind == "response_trailers":
             return [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
         return []  # other kinds carry nothing the picker answers
@@ -239,21 +244,12 @@ class StreamHandler:
                 request_headers=pb.HeadersResponse(response=common), dynamic_metadata=md
             )
         ]
-        body = b"".join(self.chunks)
+        body = self.body
         self.chunks = []
         n = max(1, -(-len(body) // BODY_CHUNK_BYTES))
         for i in range(n):
-            part = body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
-            streamed = pb.StreamedBodyResponse(body=part, end_of_stream=i == n - 1 and not trailers)
-            out.append(
-                pb.ProcessingResponse(
-                    request_body=pb.BodyResponse(
-                        response=pb.CommonResponse(
-                            body_mutation=pb.BodyMutation(streamed_response=streamed)
-                        )
-                    )
-                )
-            )
+            part = body if n == 1 else body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
+            out.append(_streamed(part, i == n - 1 and not trailers, request=True))
         return out
 
 
@@ -267,7 +263,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
     async def Process(  # noqa: N802 - the gRPC method name
         self,
         request_iterator: AsyncIterator[pb.ProcessingRequest],
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[pb.ProcessingRequest, pb.ProcessingResponse],
     ) -> AsyncIterator[pb.ProcessingResponse]:
         h = StreamHandler(self.picker, self._duplex_default)
         async for req in request_iterator:
