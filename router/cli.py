@@ -36,6 +36,11 @@ SETTINGS: list[Setting] = [
         metavar="BYTES",
     ),
     Setting(
+        "server.grpc_server",
+        "gRPC server: h2 (the picker's own, default) or grpcio",
+        metavar="KIND",
+    ),
+    Setting(
         "endpoints.static",
         "fixed endpoints ip:port,ip:port (no cluster needed)",
         flag="--endpoints",

@@ -34,7 +34,9 @@ from typing import cast
 import grpc
 import orjson
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 
+from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.picker import Outcome, Picker
 from router.proto import core_pb2 as base_pb2
 from router.proto import ext_proc_pb2 as pb
@@ -43,7 +45,9 @@ from router.proto import http_status_pb2, processing_mode_pb2
 
 __all__ = [
     "ExtProcServicer",
+    "ExtProcStream",
     "StreamHandler",
+    "PROCESS_PATH",
     "DESTINATION_HEADER",
     "DESTINATION_NAMESPACE",
     "SUBSET_NAMESPACE",
@@ -56,6 +60,7 @@ __all__ = [
 log = logging.getLogger("kvspread.router.extproc")
 
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 DESTINATION_NAMESPACE = "envoy.lb"
 FALLBACK_KEY = "x-gateway-destination-endpoint-fallback"
@@ -251,6 +256,26 @@ class StreamHandler:
             part = body if n == 1 else body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
             out.append(_streamed(part, i == n - 1 and not trailers, request=True))
         return out
+
+
+class ExtProcStream:
+    """One Process stream for router/h2grpc.py: wire bytes in and out of a StreamHandler."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, picker: Picker) -> None:
+        self.handler = StreamHandler(picker)
+
+    def on_message(self, data: bytes) -> list[bytes]:
+        try:
+            req = pb.ProcessingRequest.FromString(data)
+        except DecodeError as exc:
+            raise GrpcError(INVALID_ARGUMENT, f"unreadable ProcessingRequest: {exc}") from exc
+        return [r.SerializeToString() for r in self.handler.on_message(req)]
+
+    @property
+    def finished(self) -> bool:
+        return self.handler.done
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
