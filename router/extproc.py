@@ -1,6 +1,8 @@
 """`envoy.service.ext_proc.v3.ExternalProcessor/Process`, as the Gateway API Inference
-Extension's endpoint picker protocol uses it (grpc.aio; stubs generated from the project's
-own copy of the messages it uses, router/proto/).
+Extension's endpoint picker protocol uses it (messages generated from the project's own copy
+of the protos it uses, router/proto/). `StreamHandler` is the protocol; `ExtProcStream`
+carries it on the picker's own HTTP/2 server (router/h2grpc.py, the default) and
+`ExtProcServicer` on grpcio's asyncio server (`--grpc-server grpcio`).
 
 Per HTTP request Envoy opens one bidirectional stream:
 
@@ -279,7 +281,7 @@ class ExtProcStream:
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
-    """The asyncio servicer: one StreamHandler per stream."""
+    """grpcio's asyncio servicer (`--grpc-server grpcio`): one StreamHandler per stream."""
 
     def __init__(self, picker: Picker, *, duplex_default: bool = False) -> None:
         self.picker = picker
