@@ -22,7 +22,8 @@ its own Envoy, measured one after the other against the same plain Envoy run of 
 `2-3`) and this process, both Envoys and the fakes to OTHERS, so that the picker has its
 core to itself, as the target says ("on one core"). The table's `picker CPU ms/req` is the
 picker process's user + system CPU time over the run divided by its requests: the cost of
-one request to the picker, which the machine's load does not change much.
+one request to the picker, which the machine's load does not change much; the Envoy
+columns are the same for the plain Envoy and for the Envoy that asks the picker.
 
 Anchor (issue 15): llm-d's picker p50 0.90 / p95 1.96 ms at 10 QPS, p50 3.59 / p95 78.55 ms
 at 500 QPS. Target: p99 added <= 5 ms at 500 requests/s on one core.
@@ -310,12 +311,18 @@ def main() -> int:
             for rate in [float(r) for r in args.rates.split(",")]:
                 for env_ in [plain] + [e for _, e in pickers.values()]:  # warm-up
                     asyncio.run(open_loop(env_.port, min(rate, 100), 0.5))
+                e0 = cpu_seconds(plain.proc.pid)
                 base = asyncio.run(open_loop(plain.port, rate, args.seconds))
+                plain_cpu = (cpu_seconds(plain.proc.pid) - e0) / max(1, len(base)) * 1000
                 for kind, (picker, with_picker) in pickers.items():
-                    cpu0 = cpu_seconds(picker.pid)
+                    cpu0, e0 = cpu_seconds(picker.pid), cpu_seconds(with_picker.proc.pid)
                     picked = asyncio.run(open_loop(with_picker.port, rate, args.seconds))
-                    cpu = (cpu_seconds(picker.pid) - cpu0) / max(1, len(picked)) * 1000
-                    rows.append((run + 1, kind, rate, len(base), base, picked, cpu))
+                    n = max(1, len(picked))
+                    cpu = (cpu_seconds(picker.pid) - cpu0) / n * 1000
+                    envoy_cpu = (cpu_seconds(with_picker.proc.pid) - e0) / n * 1000
+                    rows.append(
+                        (run + 1, kind, rate, len(base), base, picked, cpu, plain_cpu, envoy_cpu)
+                    )
         pins = (
             f"picker on cores {sorted(picker_cpus)}, Envoys + fakes + load on "
             f"{sorted(os.sched_getaffinity(0))}"
@@ -326,9 +333,9 @@ def main() -> int:
               f"{os.getloadavg()[0]:.1f}, {pins}); {args.seconds:g} s per rate and Envoy")  # fmt: skip
         print("| run | gRPC server | requests/s | n | Envoy p50 ms | Envoy p99 ms | "
               "+ picker p50 ms | + picker p99 ms | added p50 ms | added p99 ms | non-200 | "
-              "picker CPU ms/req |")  # fmt: skip
-        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for run, kind, rate, n, base, picked, cpu in rows:
+              "picker CPU ms/req | Envoy CPU ms/req (plain / ext_proc) |")  # fmt: skip
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for run, kind, rate, n, base, picked, cpu, plain_cpu, envoy_cpu in rows:
             b50, b99, p50, p99 = (
                 pct(base, 0.5),
                 pct(base, 0.99),
@@ -337,7 +344,8 @@ def main() -> int:
             )
             errs = f"{base.count(None)} / {picked.count(None)}"
             print(f"| {run} | {kind} | {rate:g} | {n} | {b50:.2f} | {b99:.2f} | {p50:.2f} | "
-                  f"{p99:.2f} | {p50 - b50:.2f} | {p99 - b99:.2f} | {errs} | {cpu:.3f} |")  # fmt: skip
+                  f"{p99:.2f} | {p50 - b50:.2f} | {p99 - b99:.2f} | {errs} | {cpu:.3f} | "
+                  f"{plain_cpu:.3f} / {envoy_cpu:.3f} |")  # fmt: skip
         return 0
     finally:
         for e in envoys:
