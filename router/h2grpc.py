@@ -59,6 +59,7 @@ _DATA, _HEADERS, _PRIORITY, _RST, _SETTINGS, _PUSH, _PING, _GOAWAY, _WINDOW, _CO
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIO_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 _MAX_WINDOW = (1 << 31) - 1
 _OUR_MAX_FRAME = 1 << 20  # what we accept per frame (SETTINGS_MAX_FRAME_SIZE)
+_MAX_HEADER_BLOCK = 1 << 20  # a CONTINUATION run longer than this is refused
 _REFILL = 1 << 30  # give the peer its window back once this much arrived
 _FRAME = struct.Struct(">IBI")  # (length << 8 | type), flags, stream id
 
@@ -413,6 +414,8 @@ class _Connection(asyncio.Protocol):
             if self.header_block is None or sid != self.header_stream:
                 raise _ProtocolError("CONTINUATION without its HEADERS")
             self.header_block += payload
+            if len(self.header_block) > _MAX_HEADER_BLOCK:
+                raise _ProtocolError(f"header block over {_MAX_HEADER_BLOCK} bytes")
             if flags & _END_HEADERS:
                 block, self.header_block = bytes(self.header_block), None
                 self._on_headers(sid, self.header_flags, block)

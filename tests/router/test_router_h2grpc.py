@@ -149,3 +149,35 @@ def test_health_check_and_watch(server) -> None:  # type: ignore[no-untyped-def]
         loop.call_soon_threadsafe(health.set, "later", SERVING)
         assert next(unknown).status == SERVING
         unknown.cancel()
+
+
+def _goaway_after(port: int, data: bytes) -> bytes:
+    """Send raw bytes; return what the server wrote until it closed the connection."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(data)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got
+
+
+def _frames(data: bytes) -> list[int]:
+    kinds, pos = [], 0
+    while pos + 9 <= len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        kinds.append(data[pos + 3])
+        pos += 9 + length
+    return kinds
+
+
+def test_a_peer_breaking_http2_gets_goaway_and_the_close(server) -> None:  # type: ignore[no-untyped-def]
+    port, *_ = server
+    http1 = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert _frames(_goaway_after(port, http1))[-1] == 7  # SETTINGS first, then GOAWAY
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    headers = b"\x00\x00\x01\x01\x00\x00\x00\x00\x01" + b"\x82"  # HEADERS without END_HEADERS
+    cont = b"\x00\x40\x00\x09\x00\x00\x00\x00\x01" + b"\x82" * 0x4000
+    flood = preface + headers + cont * 65  # the 65th CONTINUATION passes the 1 MiB cap, last
+    assert _frames(_goaway_after(port, flood))[-1] == 7
