@@ -348,17 +348,21 @@ def scrape(
     model: str = "",
     timeout_s: float = 2.0,
     max_bytes: int = 8 << 20,
+    client: httpx.Client | None = None,
 ) -> list[EngineSample]:
-    """GET an engine's metrics endpoint and parse it.
+    """GET an engine's metrics endpoint and parse it. A caller that scrapes often passes
+    its own `client` (building one loads the CA bundle: milliseconds of CPU each time).
 
     Raises EngineParseError for garbage and httpx.HTTPError for transport failures.
     """
-    with httpx.Client(timeout=timeout_s) as client:
-        with client.stream("GET", url, headers={"Accept": "text/plain"}) as resp:
-            resp.raise_for_status()
-            body = bytearray()
-            for chunk in resp.iter_bytes():
-                body += chunk
-                if len(body) > max_bytes:
-                    raise EngineParseError(f"metrics body over {max_bytes} bytes")
+    if client is None:
+        with httpx.Client(timeout=timeout_s) as own:
+            return scrape(url, engine=engine, model=model, max_bytes=max_bytes, client=own)
+    with client.stream("GET", url, headers={"Accept": "text/plain"}, timeout=timeout_s) as resp:
+        resp.raise_for_status()
+        body = bytearray()
+        for chunk in resp.iter_bytes():
+            body += chunk
+            if len(body) > max_bytes:
+                raise EngineParseError(f"metrics body over {max_bytes} bytes")
     return parse_engine_metrics(body.decode("utf-8", "replace"), engine, model)

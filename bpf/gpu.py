@@ -76,7 +76,7 @@ class NvmlReader:
         if self._nvml is not None:
             return self._nvml
         try:
-            import pynvml  # type: ignore[import-untyped]
+            import pynvml
         except ImportError as exc:
             raise GpuUnavailable(f"pynvml not installed: {exc}") from exc
         try:

@@ -36,6 +36,11 @@ SETTINGS: list[Setting] = [
         metavar="BYTES",
     ),
     Setting(
+        "server.grpc_server",
+        "gRPC server: grpcio (default) or h2 (the picker's own HTTP/2 server, opt-in)",
+        metavar="KIND",
+    ),
+    Setting(
         "endpoints.static",
         "fixed endpoints ip:port,ip:port (no cluster needed)",
         flag="--endpoints",

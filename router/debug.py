@@ -42,7 +42,9 @@ class DebugServer(OpsServer):
     def route(self, raw_path: str, q: dict[str, str]) -> Reply:
         path = raw_path.rstrip("/") or "/"
         if path == "/metrics":
-            self.metrics.stale.set(self.endpoints.stale_count())
+            views = self.endpoints.views()
+            self.metrics.stale.set(sum(1 for v in views if not v.fresh))
+            self.metrics.endpoints.set(len(views))
             return Reply(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
         if path == "/healthz":
             return text_reply(200, "ok\n")

@@ -31,9 +31,12 @@ from kvspread.signals import NodeSignals
 from router.request import RequestInfo
 from router.scoring import EndpointView
 
-__all__ = ["Endpoint", "EndpointSet", "Measured", "summarise_samples"]
+__all__ = ["Endpoint", "EndpointSet", "Measured", "summarise_samples", "VIEW_MAX_AGE_S"]
 
 log = logging.getLogger("kvspread.router.endpoints")
+
+VIEW_MAX_AGE_S = 0.1
+"""Longest an endpoint's cached view is reused (its decayed image share and age text)."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,8 @@ def summarise_samples(samples: list[EngineSample]) -> Measured:
 Scraper = Callable[[Endpoint], list[EngineSample]]
 
 
-def _scrape(ep: Endpoint, timeout_s: float) -> list[EngineSample]:
-    return scrape(ep.metrics_url, engine=ep.engine, timeout_s=timeout_s)
+def _scrape(ep: Endpoint, timeout_s: float, client: httpx.Client) -> list[EngineSample]:
+    return scrape(ep.metrics_url, engine=ep.engine, timeout_s=timeout_s, client=client)
 
 
 class EndpointSet:
@@ -114,7 +117,9 @@ class EndpointSet:
         self._clock = clock
         self._wall = wall_clock
         self._signals_stale_after_s = signals_stale_after_s
-        self._scraper = scraper or (lambda ep: _scrape(ep, timeout_s))
+        # one client for every scrape: a new one per GET costs a CA bundle load (ms of CPU)
+        self._client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=64))
+        self._scraper = scraper or (lambda ep: _scrape(ep, timeout_s, self._client))
         self._lock = threading.Lock()
         self._endpoints: dict[str, Endpoint] = {}
         self._measured: dict[str, Measured] = {}
@@ -122,6 +127,11 @@ class EndpointSet:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="router-scrape")
+        # views() is asked once per request: it reuses each endpoint's view until something
+        # it shows changes (a scrape, a pick there, the set, node signals, a staleness bound
+        # or VIEW_MAX_AGE_S passing), so a pick rebuilds one view, not all of them
+        self._views: dict[str, EndpointView] = {}
+        self._views_until = -math.inf
         self.synced = False  # True after the first replace()
         self.scrapes = 0
 
@@ -133,11 +143,13 @@ class EndpointSet:
                 a: self._measured.get(a) or Measured(decayed_at=self._clock())
                 for a in self._endpoints
             }
+            self._views_until = -math.inf
             self.synced = True
 
     def set_node_signals(self, nodes: dict[str, NodeSignals]) -> None:
         with self._lock:
             self._nodes = dict(nodes)
+            self._views_until = -math.inf
 
     def endpoints(self) -> list[Endpoint]:
         with self._lock:
@@ -162,7 +174,9 @@ class EndpointSet:
                         extra={"kv": {"endpoint": ep.address, "why": err}},
                     )
                 m.error = err
+                self._views.pop(ep.address, None)
                 return
+            self._views.pop(ep.address, None)
             m.scraped_at = now
             m.error = ""
             m.waiting, m.running = got.waiting, got.running
@@ -190,6 +204,7 @@ class EndpointSet:
         if self._thread is not None:
             self._thread.join(5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
 
     # --- what the scorer sees ---------------------------------------------------------
     def _decay(self, m: Measured, now: float) -> None:
@@ -207,6 +222,7 @@ class EndpointSet:
             m = self._measured.get(address)
             if m is None:
                 return
+            self._views.pop(address, None)
             self._decay(m, now)
             m.picks_since_scrape += 1
             m.image_tokens += req.image_tokens
@@ -248,12 +264,33 @@ class EndpointSet:
             picks_since_scrape=m.picks_since_scrape,
         )
 
+    def _until(self, now: float, wall: float) -> float:
+        """When the cached views stop being true: the next staleness bound (of metrics or
+        node signals) or VIEW_MAX_AGE_S from now, whichever comes first."""
+        until = now + VIEW_MAX_AGE_S
+        for a, ep in self._endpoints.items():
+            at = self._measured[a].scraped_at
+            if at is not None and at + self.stale_after_s >= now:
+                until = min(until, at + self.stale_after_s)
+            node = self._nodes.get(ep.node) if ep.node else None
+            if node is not None and node.ts + self._signals_stale_after_s >= wall:
+                until = min(until, now + node.ts + self._signals_stale_after_s - wall)
+        return until
+
     def views(self) -> list[EndpointView]:
         now, wall = self._clock(), self._wall()
         with self._lock:
-            return [
-                self._view(ep, self._measured[a], now, wall) for a, ep in self._endpoints.items()
-            ]
+            if now > self._views_until:
+                self._views.clear()
+                self._views_until = self._until(now, wall)
+            cache = self._views
+            out = []
+            for a, ep in self._endpoints.items():
+                v = cache.get(a)
+                if v is None:
+                    v = cache[a] = self._view(ep, self._measured[a], now, wall)
+                out.append(v)
+            return out
 
     def stale_count(self) -> int:
         return sum(1 for v in self.views() if not v.fresh)

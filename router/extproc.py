@@ -1,6 +1,9 @@
 """`envoy.service.ext_proc.v3.ExternalProcessor/Process`, as the Gateway API Inference
-Extension's endpoint picker protocol uses it (grpc.aio; message stubs generated from the
-project's own copy of the messages it uses, router/proto/; served by `kvspread.grpcservice`).
+Extension's endpoint picker protocol uses it (messages generated from the project's own copy
+of the protos it uses, router/proto/). `StreamHandler` is the protocol; `ExtProcStream`
+carries it on the picker's own HTTP/2 server (router/h2grpc.py, `--grpc-server h2`) and
+`ExtProcServicer` on grpcio's asyncio server (`--grpc-server grpcio`, served by
+`kvspread.grpcservice`).
 
 Per HTTP request Envoy opens one bidirectional stream:
 
@@ -29,13 +32,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import cast
 
 import grpc
 import orjson
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 
 from kvspread.grpcservice import Service
+from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.picker import Outcome, Picker
 from router.proto import core_pb2 as base_pb2
 from router.proto import ext_proc_pb2 as pb
@@ -44,7 +49,9 @@ from router.proto import http_status_pb2, processing_mode_pb2
 __all__ = [
     "SERVICE",
     "ExtProcServicer",
+    "ExtProcStream",
     "StreamHandler",
+    "PROCESS_PATH",
     "DESTINATION_HEADER",
     "DESTINATION_NAMESPACE",
     "SUBSET_NAMESPACE",
@@ -57,6 +64,7 @@ __all__ = [
 log = logging.getLogger("kvspread.router.extproc")
 
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 DESTINATION_NAMESPACE = "envoy.lb"
 FALLBACK_KEY = "x-gateway-destination-endpoint-fallback"
@@ -93,23 +101,32 @@ def subset_hint(req: pb.ProcessingRequest) -> list[str] | None:
 
 
 def _mutation(destination: str) -> pb.CommonResponse:
-    opt = base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key=DESTINATION_HEADER, raw_value=destination.encode()),
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
-    )
-    return pb.CommonResponse(
-        header_mutation=pb.HeaderMutation(set_headers=[opt]), clear_route_cache=True
-    )
+    common = pb.CommonResponse(clear_route_cache=True)
+    opt = common.header_mutation.set_headers.add()
+    opt.header.key = DESTINATION_HEADER
+    opt.header.raw_value = destination.encode()
+    opt.append_action = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+    return common
 
 
 def _metadata(outcome: Outcome) -> struct_pb2.Struct:
     d = outcome.decision
-    inner: dict[str, Any] = {DESTINATION_HEADER: d.destination}
-    if d.fallbacks:
-        inner[FALLBACK_KEY] = d.fallbacks[0]
     md = struct_pb2.Struct()
-    md.update({DESTINATION_NAMESPACE: inner})
+    inner = md.fields[DESTINATION_NAMESPACE].struct_value.fields  # Struct.update is slow
+    inner[DESTINATION_HEADER].string_value = d.destination
+    if d.fallbacks:
+        inner[FALLBACK_KEY].string_value = d.fallbacks[0]
     return md
+
+
+def _streamed(part: bytes, end_of_stream: bool, *, request: bool) -> pb.ProcessingResponse:
+    """A body chunk given back to Envoy as a `streamed_response` body mutation."""
+    out = pb.ProcessingResponse()
+    body = out.request_body if request else out.response_body
+    streamed = body.response.body_mutation.streamed_response
+    streamed.body = part
+    streamed.end_of_stream = end_of_stream
+    return out
 
 
 def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
@@ -154,8 +171,13 @@ class StreamHandler:
         self.chunks: list[bytes] = []
         self.done = False
 
+    @property
+    def body(self) -> bytes:
+        """The request body so far (one chunk, the usual case, is not copied)."""
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+
     def _decide(self) -> Outcome:
-        return self.picker.pick(b"".join(self.chunks), self.headers, self.subset)
+        return self.picker.pick(self.body, self.headers, self.subset)
 
     def on_message(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         kind = req.WhichOneof("request")
@@ -181,16 +203,7 @@ class StreamHandler:
             rb = req.response_body
             if not self.response_duplex:
                 return [pb.ProcessingResponse(response_body=pb.BodyResponse())]
-            streamed = pb.StreamedBodyResponse(body=rb.body, end_of_stream=rb.end_of_stream)
-            return [
-                pb.ProcessingResponse(
-                    response_body=pb.BodyResponse(
-                        response=pb.CommonResponse(
-                            body_mutation=pb.BodyMutation(streamed_response=streamed)
-                        )
-                    )
-                )
-            ]
+            return [_streamed(rb.body, rb.end_of_stream, request=False)]
         if kind == "response_trailers":
             return [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
         return []  # other kinds carry nothing the picker answers
@@ -240,21 +253,12 @@ class StreamHandler:
                 request_headers=pb.HeadersResponse(response=common), dynamic_metadata=md
             )
         ]
-        body = b"".join(self.chunks)
+        body = self.body
         self.chunks = []
         n = max(1, -(-len(body) // BODY_CHUNK_BYTES))
         for i in range(n):
-            part = body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
-            streamed = pb.StreamedBodyResponse(body=part, end_of_stream=i == n - 1 and not trailers)
-            out.append(
-                pb.ProcessingResponse(
-                    request_body=pb.BodyResponse(
-                        response=pb.CommonResponse(
-                            body_mutation=pb.BodyMutation(streamed_response=streamed)
-                        )
-                    )
-                )
-            )
+            part = body if n == 1 else body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
+            out.append(_streamed(part, i == n - 1 and not trailers, request=True))
         return out
 
 
@@ -262,8 +266,28 @@ SERVICE = Service.of(pb.DESCRIPTOR.services_by_name["ExternalProcessor"])
 """`envoy.service.ext_proc.v3.ExternalProcessor` (one bidirectional `Process`)."""
 
 
+class ExtProcStream:
+    """One Process stream for router/h2grpc.py: wire bytes in and out of a StreamHandler."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, picker: Picker) -> None:
+        self.handler = StreamHandler(picker)
+
+    def on_message(self, data: bytes) -> list[bytes]:
+        try:
+            req = pb.ProcessingRequest.FromString(data)
+        except DecodeError as exc:
+            raise GrpcError(INVALID_ARGUMENT, f"unreadable ProcessingRequest: {exc}") from exc
+        return [r.SerializeToString() for r in self.handler.on_message(req)]
+
+    @property
+    def finished(self) -> bool:
+        return self.handler.done
+
+
 class ExtProcServicer:
-    """The asyncio servicer: one StreamHandler per stream."""
+    """grpcio's asyncio servicer (`--grpc-server grpcio`): one StreamHandler per stream."""
 
     def __init__(self, picker: Picker, *, duplex_default: bool = False) -> None:
         self.picker = picker

@@ -5,11 +5,14 @@ kvspread_router_picks_total{endpoint, reason}   counter: decisions; reason is on
 kvspread_router_pick_duration_seconds           histogram: body parsed -> decision made
 kvspread_router_stale_endpoints                 gauge: endpoints whose metrics are stale
 kvspread_router_endpoints                       gauge: endpoints in the set
+(both gauges are set when /metrics is read, not per request)
 kvspread_router_sheds_total                     counter: requests refused with 429
 kvspread_router_bad_requests_total              counter: bodies refused with 400
 """
 
 from __future__ import annotations
+
+import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -42,3 +45,16 @@ class RouterMetrics:
         self.bad = Counter(
             "kvspread_router_bad_requests", "Request bodies refused with 400", registry=r
         )
+        # picks.labels() takes a lock and builds a key per call; a pick asks for the same
+        # few children again and again, so they are kept here
+        self._pick_children: dict[tuple[str, str], Counter] = {}
+        self._children_lock = threading.Lock()
+
+    def pick(self, endpoint: str, reason: str) -> Counter:
+        """The picks counter's child for (endpoint, reason)."""
+        key = (endpoint, reason)
+        child = self._pick_children.get(key)
+        if child is None:
+            with self._children_lock:
+                child = self._pick_children[key] = self.picks.labels(endpoint, reason)
+        return child

@@ -56,12 +56,14 @@ class Picker:
         self.affinity = ContextAffinity(cfg.affinity.ttl_s, cfg.affinity.max_entries)
         self._clock = clock
         self._explain: OrderedDict[
-            str, tuple[Decision, RequestInfo | None, dict[str, str], str | None]
+            str, tuple[Decision, RequestInfo | None, Mapping[str, str], str | None]
         ] = OrderedDict()
         self._explain_max = explain_entries
         self._lock = threading.Lock()
 
     def pick(self, body: bytes, headers: Mapping[str, str], subset: list[str] | None) -> Outcome:
+        """Decide for one request. `headers` is kept for /debug/explain as it is (not
+        copied): the caller must not change it afterwards."""
         started = time.perf_counter()
         rid = headers.get(HEADER_REQUEST_ID, "")
         try:
@@ -100,11 +102,9 @@ class Picker:
         elapsed = time.perf_counter() - started
         m = self.metrics
         m.pick_seconds.observe(elapsed)
-        m.picks.labels(decision.chosen or "", decision.reason).inc()
+        m.pick(decision.chosen or "", decision.reason).inc()
         if decision.status == 429:
             m.sheds.inc()
-        m.endpoints.set(len(views))
-        m.stale.set(sum(1 for v in views if not v.fresh))
         self._remember(rid, decision, req, headers, bound.address if bound else None)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -135,7 +135,7 @@ class Picker:
         if not rid:
             return
         with self._lock:
-            self._explain[rid] = (d, req, dict(headers), bound)
+            self._explain[rid] = (d, req, headers, bound)  # the caller's own dict, not copied
             self._explain.move_to_end(rid)
             while len(self._explain) > self._explain_max:
                 self._explain.popitem(last=False)

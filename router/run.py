@@ -9,7 +9,9 @@ import asyncio
 import logging
 import signal
 import socket
+import ssl
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +22,8 @@ from kvspread.settings import ConfigError
 from router.config import RouterConfig
 from router.debug import DebugServer
 from router.endpoints import Endpoint, EndpointSet
-from router.extproc import SERVICE, SERVICE_NAME, ExtProcServicer
+from router.extproc import PROCESS_PATH, SERVICE, SERVICE_NAME, ExtProcServicer, ExtProcStream
+from router.h2grpc import H2GrpcServer, HealthStatus, server_tls
 from router.metrics import RouterMetrics
 from router.picker import Picker
 
@@ -62,6 +65,8 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
+        self._h2: H2GrpcServer | None = None
+        self._health_set: Callable[[str, int], None] = lambda service, status: None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
@@ -81,6 +86,42 @@ class Router:
         return grpc.ssl_server_credentials([(key, cert)])
 
     async def _serve(self) -> None:
+        if self.cfg.server.grpc_server == "grpcio":
+            await self._start_grpcio()
+        else:
+            await self._start_h2()
+        await self._set_health()
+        self._started.set()
+        while True:  # readiness follows the endpoint set
+            await asyncio.sleep(0.2)
+            await self._set_health()
+
+    async def _start_h2(self) -> None:
+        status = HealthStatus()
+        self._health_set = status.set
+        server = H2GrpcServer(
+            {PROCESS_PATH: lambda: ExtProcStream(self.picker)},
+            status,
+            max_message_bytes=self.cfg.server.max_message_bytes,
+        )
+        tls = None
+        if self.cfg.server.tls_cert:
+            try:
+                tls = server_tls(self.cfg.server.tls_cert, str(self.cfg.server.tls_key))
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"server.tls_cert/tls_key: cannot read: {exc}") from exc
+        bind = f"{self.cfg.server.host}:{self.cfg.server.grpc_port}"
+        try:
+            self.grpc_port = await server.start(
+                self.cfg.server.host, self.cfg.server.grpc_port, tls
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"server.grpc_port: cannot listen on {bind}: {exc.strerror or exc}"
+            ) from exc
+        self._h2 = server
+
+    async def _start_grpcio(self) -> None:
         n = self.cfg.server.max_message_bytes
         server = grpc.aio.server(
             options=[
@@ -90,8 +131,8 @@ class Router:
             ]
         )
         SERVICE.add_to_server(ExtProcServicer(self.picker), server)
-        self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
         bind = f"{self.cfg.server.host}:{self.cfg.server.grpc_port}"
         creds = self._credentials()
         try:
@@ -103,21 +144,22 @@ class Router:
         self.grpc_port = port
         await server.start()
         self._server = server
-        await self._set_health()
-        self._started.set()
-        while True:  # readiness follows the endpoint set
-            await asyncio.sleep(0.2)
-            await self._set_health()
+        self._health = servicer
 
     async def _set_health(self) -> None:
-        assert self._health is not None
         serving = health_pb2.HealthCheckResponse.SERVING
         not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
         ready = serving if self.ready() else not_serving
-        await self._health.set("", serving)
-        await self._health.set("liveness", serving)
-        await self._health.set("readiness", ready)
-        await self._health.set(SERVICE_NAME, ready)
+        for service, status in (
+            ("", serving),
+            ("liveness", serving),
+            ("readiness", ready),
+            (SERVICE_NAME, ready),
+        ):
+            if self._health is not None:
+                await self._health.set(service, status)
+            else:
+                self._health_set(service, status)
 
     def _thread_main(self) -> None:
         loop = asyncio.new_event_loop()
@@ -182,11 +224,17 @@ class Router:
         return self
 
     def stop(self) -> None:
-        loop, server = self._loop, self._server
-        if loop is not None and server is not None and loop.is_running():
-            fut = asyncio.run_coroutine_threadsafe(server.stop(0.5), loop)
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            if self._server is not None:
+                stopping = asyncio.run_coroutine_threadsafe(self._server.stop(0.5), loop)
+            elif self._h2 is not None:
+                stopping = asyncio.run_coroutine_threadsafe(self._h2.stop(), loop)
+            else:
+                stopping = None
             try:
-                fut.result(5)
+                if stopping is not None:
+                    stopping.result(5)
             except Exception:  # noqa: BLE001 - stopping anyway
                 pass
             loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])

@@ -60,6 +60,7 @@ def test_layering(tmp_path: Path) -> None:
         (["--endpoints", "a:1", "--max-message-bytes", "1000"], "server.max_message_bytes: expected an integer >= 4194304"),
         (["--endpoints", "a:1", "--fallbacks", "-1"], "--fallbacks: scoring.fallbacks: expected a number >= 0, got -1"),
         (["--endpoints", "a:1", "--log-level", "loud"], "server.log_level: expected one of debug"),
+        (["--endpoints", "a:1", "--grpc-server", "netty"], "server.grpc_server: expected one of grpcio, h2"),
     ],
 )  # fmt: skip
 def test_bad_configuration_is_named(argv: list[str], message: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from router.config import GRPC_SERVERS
 from router.extproc import BODY_CHUNK_BYTES, SERVICE
 from router.proto import core_pb2 as base_pb2
 from router.proto import ext_proc_pb2 as pb
@@ -118,12 +119,15 @@ def destination(resp: pb.ProcessingResponse) -> tuple[str, str, bool]:
     )
 
 
-@pytest.fixture
-def two(engines, start_router):  # type: ignore[no-untyped-def]
+@pytest.fixture(params=GRPC_SERVERS)
+def two(request, engines, start_router):  # type: ignore[no-untyped-def]
+    """Two engines behind the picker, on each gRPC server (the own HTTP/2 one, grpcio)."""
     busy, idle = engines("busy", "idle")
     busy.set(waiting=12, running=20, kv=0.7)
     idle.set(waiting=0, running=1, kv=0.1)
-    router = start_router(router_config([busy.address, idle.address]))
+    router = start_router(
+        router_config([busy.address, idle.address], server={"grpc_server": request.param})
+    )
     wait_fresh(router, 2)
     return router, busy, idle
 
@@ -237,7 +241,8 @@ def test_health_services(two) -> None:  # type: ignore[no-untyped-def]
             assert got.status == health_pb2.HealthCheckResponse.SERVING, svc
 
 
-def test_tls_when_cert_given(engines, start_router, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("kind", GRPC_SERVERS)
+def test_tls_when_cert_given(engines, start_router, tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
@@ -246,7 +251,11 @@ def test_tls_when_cert_given(engines, start_router, tmp_path) -> None:  # type: 
     (e,) = engines("e")
     cfg = router_config(
         [e.address],
-        server={"tls_cert": str(tmp_path / "cert.pem"), "tls_key": str(tmp_path / "key.pem")},
+        server={
+            "tls_cert": str(tmp_path / "cert.pem"),
+            "tls_key": str(tmp_path / "key.pem"),
+            "grpc_server": kind,
+        },
     )
     router = start_router(cfg)
     wait_fresh(router, 1)

@@ -1,0 +1,183 @@
+"""router/h2grpc.py: the HPACK decoder against the `hpack` package's encoder, and the
+HTTP/2 gRPC server against grpcio's client (health Check and Watch, unknown methods,
+message limits, handler errors, large messages through flow control)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import hpack
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from router.h2grpc import (
+    INVALID_ARGUMENT,
+    GrpcError,
+    H2GrpcServer,
+    HealthStatus,
+    HPACKDecoder,
+    HPACKError,
+)
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_hpack_decoder_follows_the_encoders_dynamic_table() -> None:
+    enc, dec = hpack.Encoder(), HPACKDecoder()
+    blocks = [
+        [(":method", "POST"), (":path", "/a.B/C"), ("x-request-id", "abc-123"), ("te", "trailers")],
+        [(":method", "POST"), (":path", "/a.B/C"), ("x-request-id", "abc-123"), ("te", "trailers")],
+        [(":method", "POST"), (":path", "/a.B/D"), ("x-request-id", "zzz-999" * 20)],
+        [(":method", "POST"), (":path", "/a.B/C"), ("x-request-id", "abc-123"), ("te", "trailers")],
+    ]
+    for headers in blocks:
+        got = dec.decode(enc.encode(headers, huffman=True))
+        assert [(n.decode(), v.decode()) for n, v in got] == headers
+    # never-indexed literals and a table size update
+    enc.header_table_size = 256
+    sensitive = [("authorization", hpack.NeverIndexedHeaderTuple("authorization", "secret"))]
+    got = dec.decode(enc.encode([sensitive[0][1], (":path", "/x")], huffman=False))
+    assert got == [(b"authorization", b"secret"), (b":path", b"/x")]
+
+
+def test_hpack_decoder_refuses_garbage() -> None:
+    dec = HPACKDecoder()
+    with pytest.raises(HPACKError):
+        dec.decode(b"\xff")  # index past both tables (integer truncated)
+    with pytest.raises(HPACKError):
+        dec.decode(b"\xbf\x40")  # dynamic index that does not exist
+    with pytest.raises(HPACKError):
+        dec.decode(b"\x40\x05ab")  # literal name shorter than its length
+
+
+class Echo:
+    """A test stream handler: echoes each message, fails on request."""
+
+    finished = False
+
+    def on_message(self, data: bytes) -> list[bytes]:
+        if data == b"bad":
+            raise GrpcError(INVALID_ARGUMENT, "bad input")
+        if data == b"boom":
+            raise RuntimeError("handler bug")
+        if data.startswith(b"big"):
+            return [b"x" * (8 << 20)]
+        return [data, data]
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[int, HealthStatus, asyncio.AbstractEventLoop]]:
+    loop = asyncio.new_event_loop()
+    health = HealthStatus()
+    health.set("readiness", SERVING)
+    srv = H2GrpcServer({"/t.Echo/Stream": Echo}, health, max_message_bytes=16 << 20)
+    port = loop.run_until_complete(srv.start("127.0.0.1", 0))
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    yield port, health, loop
+    asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(5)
+    loop.close()
+
+
+def _channel(port: int) -> grpc.Channel:
+    return grpc.insecure_channel(
+        f"127.0.0.1:{port}", options=[("grpc.max_receive_message_length", 64 << 20)]
+    )
+
+
+def _echo(ch: grpc.Channel, msgs: list[bytes]) -> list[bytes]:
+    call: Any = ch.stream_stream("/t.Echo/Stream")
+    return list(call(iter(msgs), timeout=10))
+
+
+def test_stream_messages_and_statuses(server) -> None:  # type: ignore[no-untyped-def]
+    port, *_ = server
+    with _channel(port) as ch:
+        assert _echo(ch, [b"a", b"bc"]) == [b"a", b"a", b"bc", b"bc"]
+        assert _echo(ch, []) == []
+        for msg, code, text in (
+            (b"bad", grpc.StatusCode.INVALID_ARGUMENT, "bad input"),
+            (b"boom", grpc.StatusCode.INTERNAL, "handler bug"),
+        ):
+            with pytest.raises(grpc.RpcError) as err:
+                _echo(ch, [msg])
+            assert err.value.code() == code and text in str(err.value.details())
+        nope: Any = ch.unary_unary("/t.Echo/Nope")
+        with pytest.raises(grpc.RpcError) as err:
+            nope(b"", timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_large_messages_both_ways_and_the_limit(server) -> None:  # type: ignore[no-untyped-def]
+    port, *_ = server
+    opts = [
+        ("grpc.max_receive_message_length", 64 << 20),
+        ("grpc.max_send_message_length", 64 << 20),
+    ]
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=opts) as ch:
+        body = b"big" + b"y" * (12 << 20)  # past every default window: flow control both ways
+        (got,) = _echo(ch, [body])
+        assert len(got) == 8 << 20
+        with pytest.raises(grpc.RpcError) as err:
+            _echo(ch, [b"z" * (17 << 20)])
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_health_check_and_watch(server) -> None:  # type: ignore[no-untyped-def]
+    port, health, loop = server
+    with _channel(port) as ch:
+        stub: Any = health_pb2_grpc.HealthStub(ch)
+        req = health_pb2.HealthCheckRequest(service="readiness")
+        assert stub.Check(req, timeout=5).status == SERVING
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=5)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        watch = stub.Watch(req, timeout=10)
+        assert next(watch).status == SERVING
+        loop.call_soon_threadsafe(health.set, "readiness", NOT_SERVING)
+        assert next(watch).status == NOT_SERVING
+        watch.cancel()
+        unknown = stub.Watch(health_pb2.HealthCheckRequest(service="later"), timeout=10)
+        assert next(unknown).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        loop.call_soon_threadsafe(health.set, "later", SERVING)
+        assert next(unknown).status == SERVING
+        unknown.cancel()
+
+
+def _goaway_after(port: int, data: bytes) -> bytes:
+    """Send raw bytes; return what the server wrote until it closed the connection."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(data)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got
+
+
+def _frames(data: bytes) -> list[int]:
+    kinds, pos = [], 0
+    while pos + 9 <= len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        kinds.append(data[pos + 3])
+        pos += 9 + length
+    return kinds
+
+
+def test_a_peer_breaking_http2_gets_goaway_and_the_close(server) -> None:  # type: ignore[no-untyped-def]
+    port, *_ = server
+    http1 = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert _frames(_goaway_after(port, http1))[-1] == 7  # SETTINGS first, then GOAWAY
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    headers = b"\x00\x00\x01\x01\x00\x00\x00\x00\x01" + b"\x82"  # HEADERS without END_HEADERS
+    cont = b"\x00\x40\x00\x09\x00\x00\x00\x00\x01" + b"\x82" * 0x4000
+    flood = preface + headers + cont * 65  # the 65th CONTINUATION passes the 1 MiB cap, last
+    assert _frames(_goaway_after(port, flood))[-1] == 7
