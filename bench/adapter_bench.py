@@ -144,7 +144,7 @@ def sdk_ingest(
     hist = provider.get_meter("bench").create_histogram(
         names.HTTP_SERVER_REQUEST_DURATION.name, unit="s"
     )
-    attrs = [
+    attrs: list[dict[str, str | int]] = [
         {
             names.ATTR_K8S_NAMESPACE: "sdk",
             names.ATTR_SERVICE_NAME: f"svc-{i % 100}",
@@ -224,8 +224,7 @@ def main() -> None:
 
     # 3. memory per series (a fresh store, same data; the decoder's attribute cache is
     # emptied first, so that its share per series is counted too)
-    otlp_decode._ATTRS_CACHE.clear()
-    otlp_decode._RAW_KV.clear()
+    otlp_decode.clear_caches()
     gc.collect()
     tracemalloc.start()
     store2 = SeriesStore(retention=90)
