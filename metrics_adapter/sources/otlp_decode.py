@@ -49,7 +49,7 @@ from metrics_adapter.sources.store import (
     Attrs,
     Point,
     Run,
-    canonical_attrs,
+    canonical_pair,
 )
 
 __all__ = [
@@ -215,20 +215,26 @@ class Decoded:
 
 
 _ATTRS_CACHE: dict[tuple[bytes, ...], tuple[tuple[str, str], ...]] = {}
-_RAW_KV: dict[bytes, bytes] = {}
 _ATTRS_CACHE_MAX = 100_000
 """Resource attribute sets (raw KeyValue bytes -> decoded pairs), bounded like
 `_AttrCache`."""
 
 
 def _point_attrs(raw: tuple[bytes, ...]) -> tuple[tuple[str, str], ...]:
-    """Sorted (key, rendered value) pairs of raw KeyValue bytes, uncached; the pairs are the
-    store's shared, interned ones (`store.canonical_attrs`)."""
+    """Sorted (key, rendered value) pairs of raw KeyValue bytes; each distinct KeyValue is
+    decoded once (`_AttrCache.kv`: a new series usually shares all but its pod name with
+    others), into the store's shared, interned pairs (`store.canonical_pair`)."""
+    kvs = _ATTRS.kv
     items = []
     for b in raw:
-        kv = KeyValue.FromString(b)
-        items.append((sys.intern(kv.key), kv.value.string_value or _attr_value(kv.value)))
-    return canonical_attrs(tuple(sorted(items)))
+        got = kvs.get(b)
+        if got is None:
+            kv = KeyValue.FromString(b)
+            value = kv.value.string_value or _attr_value(kv.value)
+            got = kvs[b] = (b, canonical_pair(sys.intern(kv.key), value))
+        items.append(got[1])
+    items.sort()
+    return tuple(items)
 
 
 def _resource_key(raw: tuple[bytes, ...]) -> tuple[tuple[str, str], ...]:
@@ -255,12 +261,13 @@ class _AttrCache:
 
     def __init__(self) -> None:
         self.tables: dict[tuple[bytes, ...], dict[tuple[bytes, ...], Attrs]] = {}
-        self.raw_kv: dict[bytes, bytes] = {}
+        self.kv: dict[bytes, tuple[bytes, tuple[str, str]]] = {}
+        """Raw KeyValue -> (the same bytes, shared; its decoded pair)."""
         self.size = 0
 
     def clear(self) -> None:
         self.tables.clear()
-        self.raw_kv.clear()
+        self.kv.clear()
         self.size = 0
 
     def table(self, res_raw: tuple[bytes, ...]) -> dict[tuple[bytes, ...], Attrs]:
@@ -272,13 +279,14 @@ class _AttrCache:
     def miss(self, res_raw: tuple[bytes, ...], res_key: Attrs, raw: tuple[bytes, ...]) -> Attrs:
         """Decode and remember one point attribute set (resource pairs first: dict(attrs)
         lets the point's value win where both have a key)."""
+        if self.size >= self.MAX or len(self.kv) >= self.MAX:
+            self.clear()
         items = _point_attrs(raw)
         got = res_key + items if res_key else items
-        if self.size >= self.MAX:
-            self.clear()
         self.size += 1
         # the stored key shares the bytes of attributes that many series have in common
-        self.table(res_raw)[tuple([self.raw_kv.setdefault(b, b) for b in raw])] = got
+        kv = self.kv
+        self.table(res_raw)[tuple([kv[b][0] for b in raw])] = got
         return got
 
 
@@ -463,8 +471,8 @@ def _fast_histograms(
     between points, or numbers not in the packed encoding this reading takes."""
     table = attrs_of.table
     attrs: list[Attrs] = []
-    ts: list[float] = []
-    starts: list[float] = []
+    ts: list[int] = []
+    starts: list[int] = []
     blobs: list[bytes] = []
     counts: list[int] = []
     sums: list[float] = []
@@ -490,8 +498,8 @@ def _fast_histograms(
         raw = tuple(dp.attributes)
         a = table.get(raw)
         attrs.append(a if a is not None else attrs_of(raw))
-        ts.append(t / 1e9)
-        starts.append(dp.start_time_unix_nano / 1e9)
+        ts.append(t)
+        starts.append(dp.start_time_unix_nano)
         blobs.append(cb)
         counts.append(dp.count)
         sums.append(dp.sum)
@@ -502,9 +510,8 @@ def _fast_histograms(
     width = len(bounds) + 1
     if not ok or width > 2048:  # wider: the uint64 row sums below could overflow
         return None
-    run = Run(name, HISTOGRAM, delta, True, bounds, attrs, ts, starts)
     if not n:
-        return run
+        return Run(name, HISTOGRAM, delta, True, bounds)
     buckets = np.frombuffer(join(blobs), _U64).reshape(n, width)
     if (
         int(buckets.max()) > MAX_EXACT
@@ -514,6 +521,10 @@ def _fast_histograms(
         return None
     if seconds and bounds == SDK_DEFAULT_BOUNDS:
         out.ms_bounds.extend((name, a) for a in attrs)
+    # nanoseconds to seconds in bulk: the same correctly rounded int -> float and / 1e9
+    # as `t / 1e9` per point
+    secs = (np.array([ts, starts], np.float64) / 1e9).tolist()
+    run = Run(name, HISTOGRAM, delta, True, bounds, attrs, secs[0], secs[1])
     run.values.frombytes(buckets.astype(np.float64).tobytes())
     return run
 

@@ -40,6 +40,7 @@ __all__ = [
     "HISTOGRAM",
     "EXP_HISTOGRAM",
     "canonical_attrs",
+    "canonical_pair",
 ]
 
 GAUGE: Final = 0
@@ -59,7 +60,7 @@ _PAIRS: dict[tuple[str, str], tuple[str, str]] = {}
 _PAIRS_MAX = 200_000
 
 
-def _pair(k: str, v: str) -> tuple[str, str]:
+def canonical_pair(k: str, v: str) -> tuple[str, str]:
     """One shared (key, value) tuple per distinct attribute, strings interned: series that
     share attributes share their memory (a pod name is the only per-series string)."""
     p = _PAIRS.get((k, v))
@@ -71,8 +72,8 @@ def _pair(k: str, v: str) -> tuple[str, str]:
 
 
 def canonical_attrs(attrs: Attrs) -> Attrs:
-    """The same attributes built from shared, interned pairs (see `_pair`)."""
-    return tuple([_pair(k, v) for k, v in attrs])
+    """The same attributes built from shared, interned pairs (see `canonical_pair`)."""
+    return tuple([canonical_pair(k, v) for k, v in attrs])
 
 
 @dataclass(slots=True)
@@ -241,7 +242,7 @@ class Run:
     """Validated points of one metric, kind, temporality and bucket layout, column-wise
     (what the OTLP decoder emits: no object per point, the numbers in one flat array).
 
-    Point i has attributes `attrs[i]`, times `ts[i]` / `starts[i]` and, for scalars and
+    Point i has attributes `attrs[i]` (built from `canonical_pair`s), times `ts[i]` / `starts[i]` and, for scalars and
     explicit histograms, the values `values[i * width : (i + 1) * width]` (width 1, or
     len(bounds) + 1 non-cumulative bucket counts); exponential histograms are in `exps`."""
 
@@ -315,8 +316,16 @@ class SeriesStore:
             if not by_ns:
                 del self._index[s.metric]
 
-    def _series(self, metric: str, kind: int, attrs: Attrs, bounds: tuple[float, ...]) -> Series:
-        """The series of (metric, attrs), created or restarted as needed (lock held)."""
+    def _series(
+        self,
+        metric: str,
+        kind: int,
+        attrs: Attrs,
+        bounds: tuple[float, ...],
+        canonical: bool = False,
+    ) -> Series:
+        """The series of (metric, attrs), created or restarted as needed (lock held);
+        `canonical`: attrs are already built from `canonical_pair`s."""
         lru = self._lru
         key = (metric, attrs)
         s = lru.get(key)
@@ -327,7 +336,7 @@ class SeriesStore:
             # the instrument changed shape: start the series afresh
             del lru[key]
             self._remove(key, s)
-        key = (metric, canonical_attrs(attrs))
+        key = (metric, attrs if canonical else canonical_attrs(attrs))
         bounds = self._bounds.setdefault(bounds, bounds)
         ns = ""
         for k, v in reversed(attrs):  # point attributes come last and win
@@ -369,7 +378,7 @@ class SeriesStore:
                 total += len(r.ts)
                 if kind == EXP_HISTOGRAM:
                     for a, t, st, exp in zip(r.attrs, r.ts, r.starts, r.exps, strict=True):
-                        s = series(metric, kind, a, bounds)
+                        s = series(metric, kind, a, bounds, True)
                         stored += s.append_exp(t, st, exp, delta, retention)
                         s.last_seen = now
                     continue
@@ -385,7 +394,7 @@ class SeriesStore:
                         or got.kind != kind
                         or (got.bounds is not bounds and got.bounds != bounds)
                     ):
-                        s = series(metric, kind, a, bounds)
+                        s = series(metric, kind, a, bounds, True)
                     else:
                         s = got
                         to_end(key)
