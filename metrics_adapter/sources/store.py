@@ -291,7 +291,14 @@ class SeriesStore:
         self.max_series = max_series
         self.idle_expiry = idle_expiry
         self.namespace_attribute = namespace_attribute
-        self._lru: OrderedDict[tuple[str, Attrs], Series] = OrderedDict()
+        self._keys: dict[tuple[str, Attrs], Series] = {}
+        self._lru: OrderedDict[Series, None] = OrderedDict()
+        """Series in write order (hashed by identity: no attribute tuple hashed per point)."""
+        self._by_id: dict[str, dict[int, Series]] = {}
+        """metric -> id(series.attrs) -> series: the decoder hands over the same attribute
+        tuple on every push, so a lookup needs no hashing of it; an entry counts only while
+        `series.attrs is` the tuple looked up (the series keeps it alive, so its id is not
+        reused)."""
         self._index: dict[str, dict[str, dict[tuple[str, Attrs], Series]]] = {}
         self._bounds: dict[tuple[float, ...], tuple[float, ...]] = {}
         self._lock = threading.RLock()
@@ -305,7 +312,13 @@ class SeriesStore:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def _remove(self, key: tuple[str, Attrs], s: Series) -> None:
+    def _drop(self, s: Series) -> None:
+        key = (s.metric, s.attrs)
+        del self._lru[s]
+        del self._keys[key]
+        ids = self._by_id.get(s.metric)
+        if ids is not None and ids.get(id(s.attrs)) is s:
+            del ids[id(s.attrs)]
         by_ns = self._index.get(s.metric)
         if by_ns is not None:
             group = by_ns.get(s.namespace)
@@ -315,6 +328,7 @@ class SeriesStore:
                     del by_ns[s.namespace]
             if not by_ns:
                 del self._index[s.metric]
+                self._by_id.pop(s.metric, None)
 
     def _series(
         self,
@@ -325,30 +339,37 @@ class SeriesStore:
         canonical: bool = False,
     ) -> Series:
         """The series of (metric, attrs), created or restarted as needed (lock held);
-        `canonical`: attrs are already built from `canonical_pair`s."""
-        lru = self._lru
-        key = (metric, attrs)
-        s = lru.get(key)
+        `canonical`: attrs are already built from `canonical_pair`s (the decoder's, which
+        the series then keeps, so that `_by_id` finds it on the next push)."""
+        s = self._keys.get((metric, attrs))
         if s is not None:
             if s.kind == kind and (kind != HISTOGRAM or s.bounds == bounds):
-                lru.move_to_end(key)
+                self._lru.move_to_end(s)
+                if canonical and s.attrs is not attrs:
+                    ids = self._by_id.setdefault(metric, {})
+                    if ids.get(id(s.attrs)) is s:
+                        del ids[id(s.attrs)]
+                    s.attrs = attrs  # equal; the decoder's own tuple from now on
+                    ids[id(attrs)] = s
                 return s
             # the instrument changed shape: start the series afresh
-            del lru[key]
-            self._remove(key, s)
-        key = (metric, attrs if canonical else canonical_attrs(attrs))
+            self._drop(s)
+        if not canonical:
+            attrs = canonical_attrs(attrs)
+        key = (metric, attrs)
         bounds = self._bounds.setdefault(bounds, bounds)
         ns = ""
         for k, v in reversed(attrs):  # point attributes come last and win
             if k == self.namespace_attribute:
                 ns = v
                 break
-        s = Series(metric, kind, key[1], ns, bounds)
-        lru[key] = s
+        s = Series(metric, kind, attrs, ns, bounds)
+        self._keys[key] = s
+        self._lru[s] = None
+        self._by_id.setdefault(metric, {})[id(attrs)] = s
         self._index.setdefault(metric, {}).setdefault(ns, {})[key] = s
-        while len(lru) > self.max_series:
-            old_key, old = lru.popitem(last=False)
-            self._remove(old_key, old)
+        while len(self._lru) > self.max_series:
+            self._drop(next(iter(self._lru)))
             self.dropped += 1
         return s
 
@@ -372,7 +393,7 @@ class SeriesStore:
         retention = self.retention
         with self._lock:
             series = self._series
-            get, to_end = self._lru.get, self._lru.move_to_end
+            to_end = self._lru.move_to_end
             for r in runs:
                 metric, kind, delta, mono, bounds = r.metric, r.kind, r.delta, r.monotonic, r.bounds
                 total += len(r.ts)
@@ -386,18 +407,19 @@ class SeriesStore:
                 stride = w + 1
                 vals = r.values
                 i = 0
+                get = self._by_id.setdefault(metric, {}).get
                 for a, t, st in zip(r.attrs, r.ts, r.starts, strict=True):
-                    key = (metric, a)
-                    got = get(key)
+                    got = get(id(a))
                     if (
                         got is None
+                        or got.attrs is not a
                         or got.kind != kind
                         or (got.bounds is not bounds and got.bounds != bounds)
                     ):
                         s = series(metric, kind, a, bounds, True)
                     else:
                         s = got
-                        to_end(key)
+                        to_end(s)
                     s.last_seen = now
                     d = s.data
                     if not delta and d and t > d[-stride] and st == s.start:
@@ -422,11 +444,10 @@ class SeriesStore:
         with self._lock:
             lru = self._lru
             while lru:
-                key, s = next(iter(lru.items()))
+                s = next(iter(lru))
                 if s.last_seen > now - self.idle_expiry:
                     break
-                del lru[key]
-                self._remove(key, s)
+                self._drop(s)
                 n += 1
             self.expired += n
         return n
@@ -452,4 +473,4 @@ class SeriesStore:
 
     def __iter__(self) -> Iterator[Series]:
         with self._lock:
-            return iter(list(self._lru.values()))
+            return iter(list(self._lru))

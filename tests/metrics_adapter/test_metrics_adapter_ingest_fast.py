@@ -203,3 +203,27 @@ def test_runs_store_like_points() -> None:
     for sa, sb in zip(a, b, strict=True):
         assert (sa.metric, sa.attrs, sa.start) == (sb.metric, sb.attrs, sb.start)
         assert list(sa.data) == list(sb.data) and len(sa) > 2
+
+
+def test_store_finds_series_by_the_decoders_attribute_tuples() -> None:
+    """The store looks series up by the identity of the decoder's attribute tuple; an equal
+    tuple that is another object (the decoder's cache started again) still finds the same
+    series, and eviction and expiry keep every index consistent."""
+    store = SeriesStore(retention=60, max_series=3, idle_expiry=30)
+
+    def push(pods: list[str], t: float, fresh: bool) -> None:
+        if fresh:
+            otlp_decode.clear_caches()
+        pts = [(T0, t, [1, 1, 1, 1, 1], {"pod": p}) for p in pods]
+        res = to_points(request(RES, [histogram("h", pts, BOUNDS)]))
+        store.add_runs(res.runs, t)
+
+    push(["a", "b"], T0 + 10, fresh=False)
+    push(["a", "b"], T0 + 20, fresh=True)  # equal attributes, new tuples
+    assert len(store) == 2 and all(len(s) == 3 for s in store)  # zero point + 2 pushes
+    push(["c", "d"], T0 + 30, fresh=False)  # over max_series: "a" is evicted
+    assert store.dropped == 1 and sorted(dict(s.attrs)["pod"] for s in store) == ["b", "c", "d"]
+    push(["c"], T0 + 60, fresh=False)
+    assert store.expire(T0 + 61) == 2 and [dict(s.attrs)["pod"] for s in store] == ["c"]
+    assert len(store._keys) == len(store._lru) == 1
+    assert list(store._by_id["h"].values()) == list(store._lru)
