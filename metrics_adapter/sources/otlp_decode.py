@@ -16,6 +16,16 @@ No I/O and no HTTP: the receiver (`metrics_adapter.receiver`) calls `decode_body
 Attributes: a series' identity is its metric name plus its resource attributes and its point
 attributes (each sorted, resource first; where both have a key the point's value is the one
 labels see), with values rendered as strings (ints as decimal, bools as true/false).
+
+Speed (docs/adapter.md, "Benchmark"): bodies are parsed with `FastRequest`, in which
+attributes and the explicit histograms' packed numbers arrive as raw bytes; attribute sets
+are decoded once and cached (`_AttrCache`); a metric's histogram points are validated
+together with numpy (`_fast_histograms`) and handed over column-wise (`store.Run`). A metric
+with any point to reject, bounds that differ between its points, or numbers that are not
+packed is read point by point from the exact parse (`RawRequest`, `_histograms`), so errors
+and their order are those of a point-by-point reader. Not detected: a field sent partly
+packed and partly unpacked whose packed part alone is consistent (legal protobuf that no
+OTel SDK or Collector writes) is read from its packed part.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ class Series:
         )
         self._attr_map: dict[str, str] | None = None
         self._labels_key: object = None
-        self._labels: dict[str, str] = {}
+        self._labels: dict[str, str] | None = None  # one dict fewer per unread series
 
     def attr_map(self) -> dict[str, str]:
         m = self._attr_map
@@ -132,6 +132,7 @@ class Series:
             attrs = self.attr_map()
             self._labels = {label: attrs[a] for a, label in mapping if a in attrs}
             self._labels_key = mapping
+        assert self._labels is not None
         return self._labels
 
     def __len__(self) -> int:
@@ -291,7 +292,6 @@ class SeriesStore:
         self.max_series = max_series
         self.idle_expiry = idle_expiry
         self.namespace_attribute = namespace_attribute
-        self._keys: dict[tuple[str, Attrs], Series] = {}
         self._lru: OrderedDict[Series, None] = OrderedDict()
         """Series in write order (hashed by identity: no attribute tuple hashed per point)."""
         self._by_id: dict[str, dict[int, Series]] = {}
@@ -312,10 +312,23 @@ class SeriesStore:
     def __len__(self) -> int:
         return len(self._lru)
 
+    def _namespace(self, attrs: Attrs) -> str:
+        for k, v in reversed(attrs):  # point attributes come last and win
+            if k == self.namespace_attribute:
+                return v
+        return ""
+
+    def _find(self, metric: str, attrs: Attrs) -> Series | None:
+        """The series of (metric, attrs) by value (`_index` is the one table by value)."""
+        by_ns = self._index.get(metric)
+        if by_ns is None:
+            return None
+        group = by_ns.get(self._namespace(attrs))
+        return None if group is None else group.get((metric, attrs))
+
     def _drop(self, s: Series) -> None:
         key = (s.metric, s.attrs)
         del self._lru[s]
-        del self._keys[key]
         ids = self._by_id.get(s.metric)
         if ids is not None and ids.get(id(s.attrs)) is s:
             del ids[id(s.attrs)]
@@ -341,7 +354,7 @@ class SeriesStore:
         """The series of (metric, attrs), created or restarted as needed (lock held);
         `canonical`: attrs are already built from `canonical_pair`s (the decoder's, which
         the series then keeps, so that `_by_id` finds it on the next push)."""
-        s = self._keys.get((metric, attrs))
+        s = self._find(metric, attrs)
         if s is not None:
             if s.kind == kind and (kind != HISTOGRAM or s.bounds == bounds):
                 self._lru.move_to_end(s)
@@ -358,13 +371,8 @@ class SeriesStore:
             attrs = canonical_attrs(attrs)
         key = (metric, attrs)
         bounds = self._bounds.setdefault(bounds, bounds)
-        ns = ""
-        for k, v in reversed(attrs):  # point attributes come last and win
-            if k == self.namespace_attribute:
-                ns = v
-                break
+        ns = self._namespace(attrs)
         s = Series(metric, kind, attrs, ns, bounds)
-        self._keys[key] = s
         self._lru[s] = None
         self._by_id.setdefault(metric, {})[id(attrs)] = s
         self._index.setdefault(metric, {}).setdefault(ns, {})[key] = s

@@ -214,7 +214,8 @@ def test_store_finds_series_by_the_decoders_attribute_tuples() -> None:
     def push(pods: list[str], t: float, fresh: bool) -> None:
         if fresh:
             otlp_decode.clear_caches()
-        pts = [(T0, t, [1, 1, 1, 1, 1], {"pod": p}) for p in pods]
+        pod: list[dict[str, str | int]] = [{"pod": p} for p in pods]
+        pts = [(T0, t, [1, 1, 1, 1, 1], a) for a in pod]
         res = to_points(request(RES, [histogram("h", pts, BOUNDS)]))
         store.add_runs(res.runs, t)
 
@@ -225,5 +226,5 @@ def test_store_finds_series_by_the_decoders_attribute_tuples() -> None:
     assert store.dropped == 1 and sorted(dict(s.attrs)["pod"] for s in store) == ["b", "c", "d"]
     push(["c"], T0 + 60, fresh=False)
     assert store.expire(T0 + 61) == 2 and [dict(s.attrs)["pod"] for s in store] == ["c"]
-    assert len(store._keys) == len(store._lru) == 1
+    assert len(store._lru) == 1 and len(store._index["h"]["llm"]) == 1
     assert list(store._by_id["h"].values()) == list(store._lru)
