@@ -197,7 +197,9 @@ def main() -> None:
     args = ap.parse_args()
     now = time.time()
     t0 = now - 10 * args.points - 5
+    built = time.monotonic()
     bodies = build_requests(args.series, args.points, t0)
+    build_s = time.monotonic() - built
     total_points = args.series * args.points
     rows: list[tuple[str, str, str]] = []
 
@@ -284,8 +286,11 @@ def main() -> None:
                 if time.monotonic() > deadline:
                     raise RuntimeError("adapter did not start")
                 time.sleep(0.2)
-            # fresh timestamps: the reads below must find the points inside the 1-min window
-            fresh = build_requests(args.series, args.points, time.time() - 10 * args.points - 1)
+            # fresh timestamps: the reads below must find the points inside the 1-min window,
+            # so the newest point is "now" when building ends (building takes seconds on a
+            # loaded machine), not when it starts
+            t_fresh = time.time() + build_s - 10 * args.points - 1
+            fresh = build_requests(args.series, args.points, t_fresh)
             with httpx.Client(base_url=otlp) as c:
                 t = time.perf_counter()
                 for b in fresh:
