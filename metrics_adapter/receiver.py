@@ -114,7 +114,8 @@ class OtlpReceiver:
             return self._error(400, str(exc), reply_type)
         result = to_points(msg)
         self.rejected_points += result.rejected
-        if result.rejected and not result.points:
+        accepted = result.accepted
+        if result.rejected and not accepted:
             return self._error(
                 400,
                 f"all {result.rejected} data points rejected: " + "; ".join(result.errors),
@@ -122,14 +123,14 @@ class OtlpReceiver:
             )
         for series in result.ms_bounds_in_seconds:
             self._warn_ms_bounds(*series)
-        if result.points:
-            self.store.add(result.points, self.clock())
-        resp = ExportMetricsServiceResponse()
+        if accepted:
+            self.store.add_runs(result.runs, self.clock())
+        ok = ExportMetricsServiceResponse()
         if result.rejected:
-            resp.partial_success.rejected_data_points = result.rejected
-            resp.partial_success.error_message = "; ".join(result.errors)
+            ok.partial_success.rejected_data_points = result.rejected
+            ok.partial_success.error_message = "; ".join(result.errors)
             log.info(
                 "otlp points rejected",
                 extra={"kv": {"rejected": result.rejected, "error": result.errors[0]}},
             )
-        return self._encode(resp, reply_type, 200)
+        return self._encode(ok, reply_type, 200)

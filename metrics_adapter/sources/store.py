@@ -24,7 +24,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from kvspread import names
@@ -34,11 +34,13 @@ __all__ = [
     "SeriesStore",
     "Series",
     "Point",
+    "Run",
     "GAUGE",
     "SUM",
     "HISTOGRAM",
     "EXP_HISTOGRAM",
     "canonical_attrs",
+    "canonical_pair",
 ]
 
 GAUGE: Final = 0
@@ -58,7 +60,7 @@ _PAIRS: dict[tuple[str, str], tuple[str, str]] = {}
 _PAIRS_MAX = 200_000
 
 
-def _pair(k: str, v: str) -> tuple[str, str]:
+def canonical_pair(k: str, v: str) -> tuple[str, str]:
     """One shared (key, value) tuple per distinct attribute, strings interned: series that
     share attributes share their memory (a pod name is the only per-series string)."""
     p = _PAIRS.get((k, v))
@@ -70,8 +72,8 @@ def _pair(k: str, v: str) -> tuple[str, str]:
 
 
 def canonical_attrs(attrs: Attrs) -> Attrs:
-    """The same attributes built from shared, interned pairs (see `_pair`)."""
-    return tuple([_pair(k, v) for k, v in attrs])
+    """The same attributes built from shared, interned pairs (see `canonical_pair`)."""
+    return tuple([canonical_pair(k, v) for k, v in attrs])
 
 
 @dataclass(slots=True)
@@ -116,7 +118,7 @@ class Series:
         )
         self._attr_map: dict[str, str] | None = None
         self._labels_key: object = None
-        self._labels: dict[str, str] = {}
+        self._labels: dict[str, str] | None = None  # one dict fewer per unread series
 
     def attr_map(self) -> dict[str, str]:
         m = self._attr_map
@@ -130,6 +132,7 @@ class Series:
             attrs = self.attr_map()
             self._labels = {label: attrs[a] for a, label in mapping if a in attrs}
             self._labels_key = mapping
+        assert self._labels is not None
         return self._labels
 
     def __len__(self) -> int:
@@ -164,50 +167,115 @@ class Series:
     def append(self, p: Point, retention: float) -> bool:
         """Store a point; False when it is older than the newest stored point (ignored)."""
         if self.kind == EXP_HISTOGRAM:
-            pts = self.exp_points
-            assert pts is not None and p.exp is not None
-            if pts and p.t <= pts[-1][0]:
-                return False
-            exp = p.exp
-            if p.delta and pts:
-                from metrics_adapter.sli import exponential_add
+            assert p.exp is not None
+            return self.append_exp(p.t, p.start, p.exp, p.delta, retention)
+        return self.append_values(p.t, p.start, p.values, p.delta, p.monotonic, retention)
 
-                exp = exponential_add(pts[-1][1], exp)
-            elif (not pts or p.start != self.start) and p.start and p.t - retention < p.start < p.t:
-                # new or restarted series (or the first delta): it was empty at its start
-                if not pts or p.start > pts[-1][0]:
-                    pts.append((p.start, ExponentialHistogram(scale=exp.scale)))
-            self.start = p.start
-            pts.append((p.t, exp))
-            while len(pts) > 2 and pts[1][0] <= p.t - retention:
-                del pts[0]
-            return True
+    def append_exp(
+        self, t: float, start: float, exp: ExponentialHistogram, delta: bool, retention: float
+    ) -> bool:
+        """`append` for an exponential histogram point."""
+        pts = self.exp_points
+        assert pts is not None
+        if pts and t <= pts[-1][0]:
+            return False
+        if delta and pts:
+            from metrics_adapter.sli import exponential_add
+
+            exp = exponential_add(pts[-1][1], exp)
+        elif (not pts or start != self.start) and start and t - retention < start < t:
+            # new or restarted series (or the first delta): it was empty at its start
+            if not pts or start > pts[-1][0]:
+                pts.append((start, ExponentialHistogram(scale=exp.scale)))
+        self.start = start
+        pts.append((t, exp))
+        while len(pts) > 2 and pts[1][0] <= t - retention:
+            del pts[0]
+        return True
+
+    def append_values(
+        self,
+        t: float,
+        start: float,
+        vals: Sequence[float],
+        delta: bool,
+        monotonic: bool,
+        retention: float,
+    ) -> bool:
+        """`append` for a scalar or explicit-histogram point: its numbers go straight into
+        the series' array (`vals` may be an `array('d')`, copied without Python floats)."""
         d, s = self.data, self.stride
-        if d and p.t <= d[-s]:
+        if d and t <= d[-s]:
             return False
-        vals = p.values
-        if self.kind == HISTOGRAM and len(vals) != s - 1:
+        kind = self.kind
+        if kind == HISTOGRAM and len(vals) != s - 1:
             return False
-        cumulative_kind = self.kind in (SUM, HISTOGRAM) and (self.kind == HISTOGRAM or p.monotonic)
-        if p.delta and self.kind != GAUGE:
+        if delta and kind != GAUGE:
             if d:
                 base = d[len(d) - s + 1 :]
                 vals = tuple(a + b for a, b in zip(base, vals, strict=True))
-            elif p.start and p.start < p.t and p.start > p.t - retention:
+            elif start and start < t and start > t - retention:
                 # the first delta covers (start, t]: the running total was 0 at start
-                d.append(p.start)
+                d.append(start)
                 d.extend([0.0] * (s - 1))
-        elif cumulative_kind and p.start and p.start < p.t and p.start != self.start:
+        elif (
+            (kind == HISTOGRAM or (kind == SUM and monotonic))
+            and start
+            and start < t
+            and start != self.start
+        ):
             # a new or restarted cumulative series: it was 0 at its start time
-            if (not d or p.start > d[-s]) and p.start > p.t - retention:
-                d.append(p.start)
+            if (not d or start > d[-s]) and start > t - retention:
+                d.append(start)
                 d.extend([0.0] * (s - 1))
-        self.start = p.start
-        self.monotonic = p.monotonic
-        d.append(p.t)
+        self.start = start
+        self.monotonic = monotonic
+        d.append(t)
         d.extend(vals)
-        self._trim(p.t - retention)
+        # keep one point at or before the horizon so a window edge has a left neighbour
+        if len(d) >= 2 * s and d[s] <= t - retention:
+            self._trim(t - retention)
         return True
+
+
+@dataclass(slots=True)
+class Run:
+    """Validated points of one metric, kind, temporality and bucket layout, column-wise
+    (what the OTLP decoder emits: no object per point, the numbers in one flat array).
+
+    Point i has attributes `attrs[i]` (built from `canonical_pair`s), times `ts[i]` / `starts[i]` and, for scalars and
+    explicit histograms, the values `values[i * width : (i + 1) * width]` (width 1, or
+    len(bounds) + 1 non-cumulative bucket counts); exponential histograms are in `exps`."""
+
+    metric: str
+    kind: int
+    delta: bool
+    monotonic: bool
+    bounds: tuple[float, ...] = ()
+    attrs: list[Attrs] = field(default_factory=list)
+    ts: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    values: array[float] = field(default_factory=lambda: array("d"))
+    exps: list[ExponentialHistogram] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def points(self) -> list[Point]:
+        """The same points as `Point` objects (tests; the store takes runs directly)."""
+        w = len(self.bounds) + 1 if self.kind == HISTOGRAM else 1
+        out = []
+        for i, (a, t, st) in enumerate(zip(self.attrs, self.ts, self.starts, strict=True)):
+            if self.kind == EXP_HISTOGRAM:
+                vals: tuple[float, ...] = ()
+                exp: ExponentialHistogram | None = self.exps[i]
+            else:
+                vals, exp = tuple(self.values[i * w : (i + 1) * w]), None
+            out.append(
+                Point(self.metric, self.kind, a, t, st, vals, self.delta, self.monotonic,
+                      self.bounds, exp)
+            )  # fmt: skip
+        return out
 
 
 class SeriesStore:
@@ -224,7 +292,13 @@ class SeriesStore:
         self.max_series = max_series
         self.idle_expiry = idle_expiry
         self.namespace_attribute = namespace_attribute
-        self._lru: OrderedDict[tuple[str, Attrs], Series] = OrderedDict()
+        self._lru: OrderedDict[Series, None] = OrderedDict()
+        """Series in write order (hashed by identity: no attribute tuple hashed per point)."""
+        self._by_id: dict[str, dict[int, Series]] = {}
+        """metric -> id(series.attrs) -> series: the decoder hands over the same attribute
+        tuple on every push, so a lookup needs no hashing of it; an entry counts only while
+        `series.attrs is` the tuple looked up (the series keeps it alive, so its id is not
+        reused)."""
         self._index: dict[str, dict[str, dict[tuple[str, Attrs], Series]]] = {}
         self._bounds: dict[tuple[float, ...], tuple[float, ...]] = {}
         self._lock = threading.RLock()
@@ -238,7 +312,26 @@ class SeriesStore:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def _remove(self, key: tuple[str, Attrs], s: Series) -> None:
+    def _namespace(self, attrs: Attrs) -> str:
+        for k, v in reversed(attrs):  # point attributes come last and win
+            if k == self.namespace_attribute:
+                return v
+        return ""
+
+    def _find(self, metric: str, attrs: Attrs) -> Series | None:
+        """The series of (metric, attrs) by value (`_index` is the one table by value)."""
+        by_ns = self._index.get(metric)
+        if by_ns is None:
+            return None
+        group = by_ns.get(self._namespace(attrs))
+        return None if group is None else group.get((metric, attrs))
+
+    def _drop(self, s: Series) -> None:
+        key = (s.metric, s.attrs)
+        del self._lru[s]
+        ids = self._by_id.get(s.metric)
+        if ids is not None and ids.get(id(s.attrs)) is s:
+            del ids[id(s.attrs)]
         by_ns = self._index.get(s.metric)
         if by_ns is not None:
             group = by_ns.get(s.namespace)
@@ -248,46 +341,109 @@ class SeriesStore:
                     del by_ns[s.namespace]
             if not by_ns:
                 del self._index[s.metric]
+                self._by_id.pop(s.metric, None)
+
+    def _series(
+        self,
+        metric: str,
+        kind: int,
+        attrs: Attrs,
+        bounds: tuple[float, ...],
+        canonical: bool = False,
+    ) -> Series:
+        """The series of (metric, attrs), created or restarted as needed (lock held);
+        `canonical`: attrs are already built from `canonical_pair`s (the decoder's, which
+        the series then keeps, so that `_by_id` finds it on the next push)."""
+        s = self._find(metric, attrs)
+        if s is not None:
+            if s.kind == kind and (kind != HISTOGRAM or s.bounds == bounds):
+                self._lru.move_to_end(s)
+                if canonical and s.attrs is not attrs:
+                    ids = self._by_id.setdefault(metric, {})
+                    if ids.get(id(s.attrs)) is s:
+                        del ids[id(s.attrs)]
+                    s.attrs = attrs  # equal; the decoder's own tuple from now on
+                    ids[id(attrs)] = s
+                return s
+            # the instrument changed shape: start the series afresh
+            self._drop(s)
+        if not canonical:
+            attrs = canonical_attrs(attrs)
+        key = (metric, attrs)
+        bounds = self._bounds.setdefault(bounds, bounds)
+        ns = self._namespace(attrs)
+        s = Series(metric, kind, attrs, ns, bounds)
+        self._lru[s] = None
+        self._by_id.setdefault(metric, {})[id(attrs)] = s
+        self._index.setdefault(metric, {}).setdefault(ns, {})[key] = s
+        while len(self._lru) > self.max_series:
+            self._drop(next(iter(self._lru)))
+            self.dropped += 1
+        return s
 
     def add(self, points: list[Point], now: float) -> int:
         """Store validated points (all of them, atomically w.r.t. readers); returns how many
         were stored (older-than-newest points are ignored and counted)."""
         stored = 0
         with self._lock:
-            lru = self._lru
             for p in points:
-                key = (p.metric, p.attrs)
-                s = lru.get(key)
-                if s is not None and (
-                    s.kind != p.kind or (p.kind == HISTOGRAM and s.bounds != p.bounds)
-                ):
-                    # the instrument changed shape: start the series afresh
-                    del lru[key]
-                    self._remove(key, s)
-                    s = None
-                if s is None:
-                    key = (p.metric, canonical_attrs(p.attrs))
-                    bounds = self._bounds.setdefault(p.bounds, p.bounds)
-                    ns = ""
-                    for k, v in reversed(p.attrs):  # point attributes come last and win
-                        if k == self.namespace_attribute:
-                            ns = v
-                            break
-                    s = Series(p.metric, p.kind, key[1], ns, bounds)
-                    lru[key] = s
-                    self._index.setdefault(p.metric, {}).setdefault(ns, {})[key] = s
-                    while len(lru) > self.max_series:
-                        old_key, old = lru.popitem(last=False)
-                        self._remove(old_key, old)
-                        self.dropped += 1
-                else:
-                    lru.move_to_end(key)
+                s = self._series(p.metric, p.kind, p.attrs, p.bounds)
                 if s.append(p, self.retention):
                     stored += 1
-                else:
-                    self.ignored += 1
                 s.last_seen = now
             self.points += stored
+            self.ignored += len(points) - stored
+        return stored
+
+    def add_runs(self, runs: list[Run], now: float) -> int:
+        """`add` for the decoder's column-wise runs (same semantics, no object per point)."""
+        stored = total = 0
+        retention = self.retention
+        with self._lock:
+            series = self._series
+            to_end = self._lru.move_to_end
+            for r in runs:
+                metric, kind, delta, mono, bounds = r.metric, r.kind, r.delta, r.monotonic, r.bounds
+                total += len(r.ts)
+                if kind == EXP_HISTOGRAM:
+                    for a, t, st, exp in zip(r.attrs, r.ts, r.starts, r.exps, strict=True):
+                        s = series(metric, kind, a, bounds, True)
+                        stored += s.append_exp(t, st, exp, delta, retention)
+                        s.last_seen = now
+                    continue
+                w = len(bounds) + 1 if kind == HISTOGRAM else 1
+                stride = w + 1
+                vals = r.values
+                i = 0
+                get = self._by_id.setdefault(metric, {}).get
+                for a, t, st in zip(r.attrs, r.ts, r.starts, strict=True):
+                    got = get(id(a))
+                    if (
+                        got is None
+                        or got.attrs is not a
+                        or got.kind != kind
+                        or (got.bounds is not bounds and got.bounds != bounds)
+                    ):
+                        s = series(metric, kind, a, bounds, True)
+                    else:
+                        s = got
+                        to_end(s)
+                    s.last_seen = now
+                    d = s.data
+                    if not delta and d and t > d[-stride] and st == s.start:
+                        # the common case, `Series.append_values` inlined: the next
+                        # cumulative point of a known series
+                        s.monotonic = mono
+                        d.append(t)
+                        d.extend(vals[i : i + w])
+                        if len(d) >= 2 * stride and d[stride] <= t - retention:
+                            s._trim(t - retention)
+                        stored += 1
+                    else:
+                        stored += s.append_values(t, st, vals[i : i + w], delta, mono, retention)
+                    i += w
+            self.points += stored
+            self.ignored += total - stored
         return stored
 
     def expire(self, now: float) -> int:
@@ -296,11 +452,10 @@ class SeriesStore:
         with self._lock:
             lru = self._lru
             while lru:
-                key, s = next(iter(lru.items()))
+                s = next(iter(lru))
                 if s.last_seen > now - self.idle_expiry:
                     break
-                del lru[key]
-                self._remove(key, s)
+                self._drop(s)
                 n += 1
             self.expired += n
         return n
@@ -326,4 +481,4 @@ class SeriesStore:
 
     def __iter__(self) -> Iterator[Series]:
         with self._lock:
-            return iter(list(self._lru.values()))
+            return iter(list(self._lru))
