@@ -240,7 +240,9 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         if not args.rate_scale > 0:
             raise ConfigError(f"--rate-scale: {args.rate_scale!r}: must be > 0")
         data["rate_scale"] = float(args.rate_scale)
-    cfg = load_config_mapping(data, duration, getattr(args, "rate", None), getattr(args, "config", None))
+    cfg = load_config_mapping(
+        data, duration, getattr(args, "rate", None), getattr(args, "config", None)
+    )
     for name, spec in cfg.workloads.items():  # a bad path from --config, before any run
         try:
             load_workload(spec.path)
