@@ -333,7 +333,8 @@ def _qual_shapes(free: np.ndarray, idle: np.ndarray, shapes: Shapes) -> np.ndarr
     """
     need = shapes.need[:, None, None]
     whole = shapes.whole[:, None, None]
-    return ((free[None] >= need) | (idle[None] & whole)).astype(np.float64)
+    out: np.ndarray = ((free[None] >= need) | (idle[None] & whole)).astype(np.float64)
+    return out
 
 
 def _frag_vec(free: np.ndarray, idle: np.ndarray, cpu: np.ndarray, shapes: Shapes) -> np.ndarray:
@@ -425,7 +426,8 @@ def _demand(pod: PodShape, batch: NodeBatch) -> np.ndarray:
     """(N,) the pod's GPU-memory demand D in MiB (whole GPUs: the node's largest GPU)."""
     if pod.mem_per_gpu_mib is not None:
         return np.full(len(batch), max(1, pod.gpus) * pod.mem_per_gpu_mib)
-    return max(1, pod.gpus) * batch.total.max(axis=1, initial=0.0)
+    out: np.ndarray = max(1, pod.gpus) * batch.total.max(axis=1, initial=0.0)
+    return out
 
 
 def placement_delta(
@@ -565,7 +567,7 @@ def modality_term(pod: PodShape, batch: NodeBatch) -> np.ndarray:
     lut = np.array(
         [table.get(p, NEUTRAL) for p, _ in sorted(POOL_CODES.items(), key=lambda kv: kv[1])]
     )
-    out = lut[batch.pool]
+    out: np.ndarray = lut[batch.pool]
     if pod.modality == "multi-image" or pod.gpus > 1:
         out = (1 - MULTI_IMAGE_NVLINK_SHARE) * out + MULTI_IMAGE_NVLINK_SHARE * batch.nvlink
     return out
@@ -594,7 +596,8 @@ def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
 def combine(terms: Mapping[str, np.ndarray], weights: TermWeights) -> np.ndarray:
     """(N,) weighted mean of the terms (weights need not sum to 1), clipped to [0,1]."""
     value = sum(getattr(weights, t) * terms[t] for t in TERMS) / weights.total()
-    return np.clip(value, 0.0, 1.0)
+    out: np.ndarray = np.clip(value, 0.0, 1.0)
+    return out
 
 
 def to_score(scaled: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -529,8 +530,8 @@ class Simulation:
                 utils.append(g.util(now))
                 kv.append(
                     (
-                        sum(p.engine.pool_blocks for p in engines),  # type: ignore[union-attr]
-                        sum(p.engine.used_blocks for p in engines),  # type: ignore[union-attr]
+                        sum(p.engine.pool_blocks for p in engines if p.engine),
+                        sum(p.engine.used_blocks for p in engines if p.engine),
                     )
                     if engines
                     else None
@@ -570,9 +571,9 @@ class Simulation:
                 if i < spec.initial_replicas:
                     order.append(name)
         for name in order:
-            pod = self._new_pod(name, 0.0)
-            if not self._try_place(pod, 0.0, initial=True):
-                self.unscheduled.append(pod)
+            first = self._new_pod(name, 0.0)
+            if not self._try_place(first, 0.0, initial=True):
+                self.unscheduled.append(first)
                 self._kick_scheduler(self.cfg.startup.schedule_retry_s)
             self._publish(0.0)
         sync = self.cfg.hpa.sync_period_s
@@ -607,7 +608,7 @@ class Simulation:
                 self.progress(min(1.0, now / self.end))
                 next_report = now + 60.0
             if kind == _STEP:
-                pid, epoch = payload  # type: ignore[misc]
+                pid, epoch = cast("tuple[str, int]", payload)
                 pod = self.pods.get(pid)
                 if pod is None or pod.epoch != epoch or pod.engine is None:
                     continue
@@ -625,17 +626,17 @@ class Simulation:
                 if pod.state == "terminating" and not eng.active and not eng.in_flight:
                     self._release(pod, now)
             elif kind == _READY:
-                pid, attempt = payload  # type: ignore[misc]
+                pid, attempt = cast("tuple[str, int]", payload)
                 pod = self.pods.get(pid)
                 if pod is not None and pod.state == "loading" and pod.attempt == attempt:
                     self._on_ready(pod, now)
             elif kind == _RESTART:
-                pid, attempt = payload  # type: ignore[misc]
+                pid, attempt = cast("tuple[str, int]", payload)
                 pod = self.pods.get(pid)
                 if pod is not None and pod.state == "crashloop" and pod.attempt == attempt:
                     self._start_loading(pod, now)
             elif kind == _KILL:
-                pid, _ = payload  # type: ignore[misc]
+                pid, _ = cast("tuple[str, int]", payload)
                 pod = self.pods.get(pid)
                 if pod is not None and pod.state == "terminating":
                     self._release(pod, now)
