@@ -38,7 +38,7 @@ import numpy as np
 from simulator.serving.cluster import Node, device_plugin_gpus, resource_fit
 
 if TYPE_CHECKING:
-    from simulator.serving.placement import BoundPod
+    from simulator.serving.placement import BoundPod, NodeView, Want
 
 __all__ = ["KubeDefault", "scores", "POD_CPU", "POD_MEMORY_GIB", "NODE_CPU", "NODE_MEMORY_GIB"]
 
@@ -60,7 +60,15 @@ class KubeDefault:
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
+    def choose(
+        self,
+        want: Want,
+        nodes: list[Node],
+        slots: int,
+        views: Mapping[int, NodeView],
+        bound: Mapping[int, list[BoundPod]],
+        now: float,
+    ) -> tuple[int, int] | None:
         feasible, total = scores(nodes, slots, bound, want.model, want.gpus)
         if not feasible:
             return None

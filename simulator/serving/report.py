@@ -16,13 +16,13 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from simulator.serving.sim import RunResult
+from simulator.serving.sim import RunResult, TimelineRow
 
 __all__ = [
     "summarise",
@@ -236,7 +236,7 @@ def _plotted_runs(results: Sequence[RunResult]) -> list[RunResult]:
     return list(seen.values())
 
 
-def _plt():  # type: ignore[no-untyped-def]
+def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -308,7 +308,13 @@ def plot_replicas(path: Path, results: Sequence[RunResult]) -> None:
     fig, axes = plt.subplots(
         len(services) + 1, 1, figsize=(9, 2.2 * (len(services) + 1)), sharex=True
     )
-    series = [(s, lambda row, s=s: row.replicas[s], f"{s}\nreplicas") for s in services]
+
+    def replicas_of(service: str) -> Callable[[TimelineRow], float]:
+        return lambda row: row.replicas[service]
+
+    series: list[tuple[str, Callable[[TimelineRow], float], str]] = [
+        (s, replicas_of(s), f"{s}\nreplicas") for s in services
+    ]
     series.append(("", lambda row: row.gpus_occupied, "GPUs in use"))
     for ax, (_, get, label) in zip(axes, series, strict=True):
         for res in runs:
@@ -398,7 +404,7 @@ def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Paired per-seed differences of every pair against BASELINE (simulator.serving.stats)."""
     from simulator.serving.stats import compare
 
-    return compare(rows, BASELINE, [m for m, *_ in COMPARED])  # type: ignore[return-value]
+    return compare(rows, BASELINE, [m for m, *_ in COMPARED])
 
 
 def _cell(c: dict[str, Any], factor: float, unit: str) -> str:
@@ -429,7 +435,9 @@ def _find(agg: Sequence[dict[str, Any]], pair: tuple[str, str]) -> dict[str, Any
     return next((a for a in agg if (a["policy"], a.get("autoscaler")) == pair), None)
 
 
-def _verdict(cmp: Sequence[dict[str, Any]], pair: tuple[str, str], metric: str) -> dict | None:
+def _verdict(
+    cmp: Sequence[dict[str, Any]], pair: tuple[str, str], metric: str
+) -> dict[str, Any] | None:
     return next(
         (c for c in cmp if (c["policy"], c["autoscaler"]) == pair and c["metric"] == metric),
         None,
@@ -543,8 +551,11 @@ def markdown_section(
     sharing = (
         f"{c.slots_per_gpu} time-sliced replicas per GPU"
         if c.slots_per_gpu > 1
-        else "whole GPUs (one replica per GPU)"
+        else "whole GPUs (a replica takes as many as its tensor-parallel degree)"
     )
+    if len(set(c.nvlink)) > 1 or any(c.nvlink_island_gpus):
+        nv = sum(1 for i in range(c.nodes) if c.nvlink[i % len(c.nvlink)])
+        sharing += f", NVLink on {nv} of {c.nodes} nodes"
     lines = [
         f"{heading} Serving simulation",
         "",
@@ -552,7 +563,12 @@ def markdown_section(
         "",
         f"{c.nodes} nodes x {c.gpus_per_node} {cfg.gpu.name}, {sharing}; services "
         + ", ".join(
-            f"`{n}` ({s.kind}, {s.model}, {s.qos}, {s.gpu_memory_gib:g}Gi)"
+            f"`{n}` ({s.kind}, {s.model}, {s.qos}, {s.gpu_memory_gib:g}Gi"
+            + (
+                f" on each of {s.tensor_parallel} GPUs, TP {s.tensor_parallel})"
+                if s.tensor_parallel > 1
+                else ")"
+            )
             for n, s in cfg.services.items()
         )
         + f"; {cfg.duration_s / 3600:.2g} h simulated after {cfg.warmup_s:.0f} s warm-up; "
@@ -564,7 +580,7 @@ def markdown_section(
         "exceeds `max_model_len` or its instance's whole KV pool. SLO: completed with "
         "end-to-end latency / output tokens within the class budget (realtime "
         f"{1000 * cfg.slo.realtime_s:.0f} ms, batch {1000 * cfg.slo.batch_s:.0f} ms per token). "
-        "GPU-h (memory share): pod lifetime x its `gpu-memory` share of the GPU; GPU-h (GPUs "
+        "GPU-h (memory share): pod lifetime x its `gpu-memory` share of a GPU x its GPUs; GPU-h (GPUs "
         "in use): time a GPU hosts at least one model instance. Step slow-down from sharing: "
         "busy-time mean of the engines' time-slicing factor (1 + busy co-tenants on the GPU). "
         "Unschedulable pod-s: time new pods waited for a GPU with room.",
