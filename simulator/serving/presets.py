@@ -4,7 +4,8 @@
 that `config_from_mapping` turns into a SimConfig; a user's `--config` is applied on top.
 
 Services (all three driven by bundled real data, simulator/data/workloads/SOURCE.md):
-- `chat`: Azure LLM inference trace 2023 (conversation), Llama-3-8B, realtime.
+- `chat`: Azure LLM inference trace 2023 (conversation), Llama-3-8B, realtime (on
+  `whole-gpu`: Llama-3-70B at tensor parallel 4).
 - `vision`: ServeGen mm-image (25 clients of a Qwen-VL-class model; up to dozens of images
   per request, hence the 32k-context Qwen2-VL-7B), realtime.
 - `assistant`: ServeGen language m-small (8 clients), Llama-3-8B, batch.
@@ -13,9 +14,9 @@ Clusters (`--cluster`):
 - `small`: 3 nodes x 4 A100-80GB, 4 time-sliced replicas per GPU (the quick run).
 - `shared`: 16 such nodes.
 - `whole-gpu`: 16 nodes x 8 A100-80GB, whole GPUs only (`slots_per_gpu` 1, each replica
-  asks for 80 GiB on each of its GPUs): the common vLLM deployment. Two of every three
-  nodes are NVSwitch boards (HGX A100: all 8 GPUs one NVLink island, label
-  `kvspread.io/nvlink: "true"`), the third PCIe-only servers. `chat` is Llama-3-70B at
+  asks for 80 GiB on each of its GPUs): the common vLLM deployment. 10 nodes are NVSwitch
+  boards (HGX A100: all 8 GPUs one NVLink island, label `kvspread.io/nvlink: "true"`),
+  6 PCIe-only servers (nodes 1, 4, 6, 9, 11, 14). `chat` is Llama-3-70B at
   tensor parallel 4 (`nvidia.com/gpu: 4`, its all-reduces slower across PCIe); vision and
   assistant take one GPU each. Nothing is shared, so kvspread's per-GPU memory terms
   only tell free GPUs from taken ones (other tenants' whole-GPU jobs, a quarter of the
@@ -78,7 +79,10 @@ _CLUSTER: dict[str, dict[str, Any]] = {
             "gpus_per_node": 8,
             "slots_per_gpu": 1,
             "pools": ["language", "mixed", "vision", "mixed"],
-            "nvlink": [True, True, False],
+            # 10 NVSwitch nodes, 6 PCIe-only; a period of 5 shares no factor with the
+            # 4 pools or the 3 services' turn order, so no policy lands a service on
+            # NVLink nodes by construction
+            "nvlink": [True, False, True, True, False],
             "nvlink_island_gpus": [0],
         },
         # other tenants hold whole GPUs too (training jobs), a quarter of them
