@@ -12,6 +12,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Layered, invalid, load_yaml
@@ -69,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"cluster and services of the real-workload setup (default {DEFAULT_CLUSTER}): "
         "small = 3 nodes x 4 shared GPUs, shared = 16 such nodes, whole-gpu = 16 nodes x 8 "
-        "GPUs, one replica per GPU",
+        "whole GPUs, chat a 4-GPU tensor-parallel Llama-3-70B",
     )
     _add(
         parser,
@@ -204,7 +205,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
             "--rate: sets the synthetic traffic's base rate; add --synthetic, or scale the "
             "real workloads with --rate-scale"
         )
-    data: dict = (
+    data: dict[str, Any] = (
         {}
         if synthetic
         else real_workload_mapping(getattr(args, "cluster", None) or DEFAULT_CLUSTER)
@@ -251,7 +252,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
     return cfg
 
 
-def _merge(base: dict, over: dict) -> None:
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> None:
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
             _merge(base[k], v)
@@ -267,7 +268,7 @@ def load_config(
 
 
 def load_config_mapping(
-    mapping: dict,
+    mapping: dict[str, Any],
     duration: float | None = None,
     rate: float | None = None,
     source: str | None = None,
