@@ -191,11 +191,15 @@ class Simulation:
     def _gpus(self, pod: Pod) -> list[Gpu]:
         """Every GPU the pod holds (one, or its tensor-parallel set)."""
         node = self.nodes[pod.node]
+        if len(pod.gpus) == 1:  # the common case, on the hot path of every step
+            return [node.gpus[pod.gpu]]
         return [node.gpus[j] for j in pod.gpus]
 
     def _factor(self, pod: Pod) -> float:
         """Time-slicing slow-down of the pod's steps: its most shared GPU (a
         tensor-parallel step waits for its slowest worker)."""
+        if len(pod.gpus) == 1:
+            return sharing_factor(self.cfg.cost, len(self.nodes[pod.node].gpus[pod.gpu].busy))
         return max(sharing_factor(self.cfg.cost, len(g.busy)) for g in self._gpus(pod))
 
     def _kick(self, pod: Pod, now: float) -> None:
