@@ -22,7 +22,7 @@ Terms (each in [0,1], higher is better; one vectorised pure function per term ov
     fragmentation  1 / (1 + exp(dF / D))     dF = F_n(after) - F_n(before), D = pod demand
     load           1 - load weight           (docs/design.md 4; GPU utilisation in its first part)
     spread         1 - r/(r+1) * (1 + 2 rho if rho > 0.35 else 1), clipped at 0
-    modality       pool/modality affinity table, NVLink for multi-image
+    modality       pool/modality affinity table, NVLink for multi-image and multi-GPU pods
     qos            realtime: mean(1 - p95/ceiling, 1 - streams/max_streams); others 0.5
 
 A node without fresh signals gets 0.5 for fragmentation, load and qos (neutral) and is
@@ -155,7 +155,9 @@ MODALITY_AFFINITY: Mapping[str, Mapping[str | None, float]] = {
 }
 MULTI_IMAGE_NVLINK_SHARE = 0.3
 """Share of the modality term that multi-image pods give to NVLink: tensor-parallel vision
-encoders move image embeddings between GPUs, which NVLink makes cheap."""
+encoders move image embeddings between GPUs, which NVLink makes cheap. Pods asking for
+several GPUs (tensor parallel) give it too, whatever their modality: every layer ends in
+an all-reduce between their GPUs, slower over PCIe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,8 +558,8 @@ def spread_term(replicas: np.ndarray, rho: np.ndarray, cfg: ScoringConfig) -> np
 def modality_term(pod: PodShape, batch: NodeBatch) -> np.ndarray:
     """(N,) affinity of the pod's modality to each node's pool (`MODALITY_AFFINITY`).
 
-    Multi-image pods give 30 % of the term to NVLink (docs/design.md section 5). An unknown
-    modality or pool is neutral.
+    Multi-image pods and pods asking for several GPUs give 30 % of the term to NVLink
+    (docs/design.md section 5). An unknown modality or pool is neutral.
     """
     table = MODALITY_AFFINITY.get(pod.modality)
     if table is None:
@@ -566,7 +568,7 @@ def modality_term(pod: PodShape, batch: NodeBatch) -> np.ndarray:
         [table.get(p, NEUTRAL) for p, _ in sorted(POOL_CODES.items(), key=lambda kv: kv[1])]
     )
     out: np.ndarray = lut[batch.pool]
-    if pod.modality == "multi-image":
+    if pod.modality == "multi-image" or pod.gpus > 1:
         out = (1 - MULTI_IMAGE_NVLINK_SHARE) * out + MULTI_IMAGE_NVLINK_SHARE * batch.nvlink
     return out
 

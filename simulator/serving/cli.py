@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"cluster and services of the real-workload setup (default {DEFAULT_CLUSTER}): "
         "small = 3 nodes x 4 shared GPUs, shared = 16 such nodes, whole-gpu = 16 nodes x 8 "
-        "GPUs, one replica per GPU",
+        "whole GPUs, chat a 4-GPU tensor-parallel Llama-3-70B",
     )
     _add(
         parser,

@@ -19,7 +19,17 @@ from dataclasses import dataclass, field
 
 from simulator.serving.engine import Engine
 
-__all__ = ["Gpu", "Node", "Pod", "POD_STATES", "NVML_UTIL_WINDOW_S", "device_plugin_gpu"]
+__all__ = [
+    "Gpu",
+    "Node",
+    "Pod",
+    "POD_STATES",
+    "NVML_UTIL_WINDOW_S",
+    "device_plugin_gpu",
+    "device_plugin_gpus",
+    "island_ids",
+    "resource_fit",
+]
 
 POD_STATES = ("pending", "loading", "ready", "crashloop", "terminating", "gone")
 
@@ -100,6 +110,22 @@ class Node:
     pool: str
     nvlink: bool
     gpus: list[Gpu]
+    islands: tuple[int, ...] = ()
+    """NVLink island of each GPU (`island_ids`); GPUs of one island talk over NVLink."""
+
+    def one_island(self, gpus: list[int]) -> bool:
+        """Whether GPUs `gpus` of this node are all in one NVLink island."""
+        return len({self.islands[j] for j in gpus}) == 1 if self.islands else len(gpus) <= 1
+
+
+def island_ids(gpus: int, nvlink: bool, island_gpus: int) -> tuple[int, ...]:
+    """NVLink island of each of a node's `gpus` GPUs: without NVLink every GPU is its own
+    island (PCIe only); with it, consecutive groups of `island_gpus` (0: one island of
+    all, an NVSwitch board such as HGX A100 8-GPU)."""
+    if not nvlink:
+        return tuple(range(gpus))
+    size = island_gpus if island_gpus > 0 else gpus
+    return tuple(j // size for j in range(gpus))
 
 
 def device_plugin_gpu(node: Node, slots: int) -> Gpu | None:
@@ -113,6 +139,40 @@ def device_plugin_gpu(node: Node, slots: int) -> Gpu | None:
     return min(open_gpus, key=lambda g: (len(g.occupants), g.index))
 
 
+def resource_fit(node: Node, slots: int, gpus: int) -> bool:
+    """kube-scheduler's NodeResourcesFit filter on `nvidia.com/gpu`: the node's free
+    device-plugin replicas cover the pod's request. With several GPUs per pod the GPUs
+    are whole (slots 1, config.validate), so it needs that many free GPUs."""
+    if gpus <= 1:
+        return any(len(g.occupants) < slots for g in node.gpus)
+    return sum(1 for g in node.gpus if not g.occupants) >= gpus
+
+
+def device_plugin_gpus(node: Node, count: int, slots: int) -> list[Gpu] | None:
+    """The GPUs the NVIDIA device plugin gives a pod asking for `count` `nvidia.com/gpu`.
+
+    One GPU: `device_plugin_gpu`. Several (whole GPUs, no time-slicing): the plugin's
+    preferred allocation uses go-gpuallocator's best-effort policy, which scores every
+    set of free GPUs by their links and takes the best; any set inside one NVLink island
+    scores above one that crosses PCIe, and sets of one island score alike, so here:
+    the lowest-indexed `count` free GPUs of the first island holding that many, else the
+    lowest-indexed free GPUs across islands. None when fewer than `count` are free."""
+    if count <= 1:
+        g = device_plugin_gpu(node, slots)
+        return None if g is None else [g]
+    free = [g for g in node.gpus if not g.occupants]
+    if len(free) < count:
+        return None
+    islands = node.islands or tuple(range(len(node.gpus)))
+    by_island: dict[int, list[Gpu]] = {}
+    for g in free:
+        by_island.setdefault(islands[g.index], []).append(g)
+    for isl in sorted(by_island):
+        if len(by_island[isl]) >= count:
+            return by_island[isl][:count]
+    return free[:count]
+
+
 @dataclass(eq=False)
 class Pod:
     """A model instance (or, with `service` empty, another tenant's pod)."""
@@ -123,7 +183,8 @@ class Pod:
     created: float
     state: str = "pending"
     node: int = -1
-    gpu: int = -1
+    gpu: int = -1  # the first of `gpus`
+    gpus: tuple[int, ...] = ()  # every GPU the pod holds (tensor parallel: several)
     placed_at: float = float("nan")
     ready_at: float = float("nan")
     ended_at: float = float("nan")

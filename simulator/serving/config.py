@@ -106,6 +106,17 @@ class CostModel:
     # larger than the available KV cache memory"): set true for that behaviour.
     require_max_model_len_fits: bool = False
     """An engine whose KV pool cannot hold one max_model_len sequence refuses to start (vLLM V1) instead of starting smaller."""
+    # Tensor parallelism: a TP-k engine's step takes the one-GPU time of the whole model
+    # divided by k / (1 + c (k - 1)), c the all-reduce overhead per extra GPU. c over NVLink
+    # is fitted to TensorRT-LLM's A100 FP16 first-token latencies (docs/source/performance.md
+    # @138f96d, v0.5): LLaMA-7B TP1 133 ms @2,048 input, LLaMA-70B TP4 377 ms; 70B has
+    # 10.2x the parameters, so TP4 runs 133 x 10.2 / 377 = 3.61x faster than one GPU
+    # would, c = (4 / 3.61 - 1) / 3 = 0.036. Over PCIe (GPUs outside one NVLink island)
+    # c is an assumption of this simulator (about 4x the NVLink cost).
+    tp_overhead_nvlink: float = 0.036
+    """All-reduce overhead per extra GPU of a tensor-parallel engine inside one NVLink island."""
+    tp_overhead_pcie: float = 0.15
+    """The same when the engine's GPUs are not all in one NVLink island (PCIe; an assumption)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,8 @@ class ModelSpec:
     """Longest sequence, tokens."""
     multimodal: bool = False
     """A vision model (pays the multimodal start-up profile run)."""
+    compute_scale: float = 1.0
+    """Prefill FLOPs per token relative to the 7-8B models the prefill cost was fitted to (parameters / 8B)."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +239,8 @@ class ServiceSpec:
     """Replicas at the start."""
     metrics: tuple[MetricTarget, ...] = (MetricTarget(),)
     """HPA metrics and targets."""
+    tensor_parallel: int = 1
+    """GPUs per replica (the pod's `nvidia.com/gpu`, the engine's tensor-parallel degree); gpu_memory_gib is per GPU. Above 1 only on whole GPUs (slots_per_gpu 1)."""
     queue_target: float = 3.0
     """AverageValue target of the `queue-depth` autoscaler: waiting requests per replica (an assumption; GKE's guide has users pick it from a load test)."""
 
@@ -247,6 +262,8 @@ class ClusterSpec:
     """Whether each node has NVLink, cycled."""
     slots_per_gpu: int = 4
     """Pods that may share one GPU (time-slicing replicas)."""
+    nvlink_island_gpus: tuple[int, ...] = (0,)
+    """GPUs per NVLink island of each node, cycled (0: all GPUs of an NVLink node in one island, as on an NVSwitch board; on a node without NVLink every GPU is its own island)."""
 
 
 @dataclass(frozen=True)
@@ -355,6 +372,10 @@ def _default_models() -> dict[str, ModelSpec]:
         "qwen2-vl-7b": ModelSpec(16.6, 57_344, 8192, True),
         # The same weights served with a 32k context for multi-image documents.
         "qwen2-vl-7b-32k": ModelSpec(16.6, 57_344, 32_768, True),
+        # Llama-3-70B: 80 layers x 8 KV heads x 128 x 2 x 2 B = 320 KiB/token; 70.6 B
+        # parameters, 141 GB BF16 (needs 2+ A100-80GB; TP-4 is the usual deployment);
+        # 8.8x the parameters of Llama-3-8B, so 8.8x the prefill FLOPs per token.
+        "llama-3-70b": ModelSpec(141.2, 327_680, 8192, False, 8.8),
     }
 
 
@@ -492,12 +513,21 @@ class SimConfig:
         for key in ("nodes", "gpus_per_node", "slots_per_gpu"):
             if getattr(self.cluster, key) < 1:
                 raise invalid(f"cluster.{key}", "an integer >= 1", getattr(self.cluster, key))
-        for key in ("pools", "nvlink"):
+        if any(k < 0 for k in self.cluster.nvlink_island_gpus):
+            raise invalid(
+                "cluster.nvlink_island_gpus",
+                "GPU counts >= 0",
+                list(self.cluster.nvlink_island_gpus),
+            )
+        for key in ("pools", "nvlink", "nvlink_island_gpus"):
             if not getattr(self.cluster, key):
                 raise invalid(f"cluster.{key}", "a non-empty list", [])
         for key in ("block_tokens", "max_num_seqs", "chunk_tokens"):
             if getattr(self.cost, key) < 1:
                 raise invalid(f"cost.{key}", "an integer >= 1", getattr(self.cost, key))
+        for key in ("tp_overhead_nvlink", "tp_overhead_pcie"):
+            if getattr(self.cost, key) < 0:
+                raise invalid(f"cost.{key}", "a number >= 0", getattr(self.cost, key))
         for key in ("prefill_tok_s", "eta"):
             if getattr(self.cost, key) <= 0:
                 raise invalid(f"cost.{key}", "a number > 0", getattr(self.cost, key))
@@ -533,6 +563,19 @@ class SimConfig:
                     f"{where}.gpu_memory_gib",
                     f"a size in (0, {self.gpu.hbm_gib}]",
                     s.gpu_memory_gib,
+                )
+            if not 1 <= s.tensor_parallel <= self.cluster.gpus_per_node:
+                raise invalid(
+                    f"{where}.tensor_parallel",
+                    f"a GPU count in [1, {self.cluster.gpus_per_node}] (cluster.gpus_per_node)",
+                    s.tensor_parallel,
+                )
+            if s.tensor_parallel > 1 and self.cluster.slots_per_gpu != 1:
+                raise invalid(
+                    f"{where}.tensor_parallel",
+                    "1 on time-sliced GPUs (a multi-GPU replica needs whole GPUs: "
+                    "cluster.slots_per_gpu 1)",
+                    s.tensor_parallel,
                 )
             if not s.metrics:
                 raise invalid(f"{where}.metrics", "at least one HPA metric", [])

@@ -18,6 +18,7 @@ __all__ = [
     "kv_pool_tokens",
     "blocks_for",
     "sharing_factor",
+    "tp_speedup",
 ]
 
 GIB = float(1 << 30)
@@ -34,11 +35,12 @@ def encode_s(cost: CostModel, image_tokens: int) -> float:
     return (cost.encode_e0_ms + cost.encode_ke_ms * t + cost.encode_qe_ms * t * t) / 1000.0
 
 
-def prefill_s(cost: CostModel, tokens: int) -> float:
-    """One compute-bound prefill pass over `tokens` tokens: p0 + tokens / R_pf."""
+def prefill_s(cost: CostModel, tokens: int, compute_scale: float = 1.0) -> float:
+    """One compute-bound prefill pass over `tokens` tokens: p0 + scale x tokens / R_pf
+    (`compute_scale`: the model's FLOPs per token relative to the fitted 7-8B model)."""
     if tokens <= 0:
         return 0.0
-    return cost.prefill_p0_ms / 1000.0 + tokens / cost.prefill_tok_s
+    return cost.prefill_p0_ms / 1000.0 + compute_scale * tokens / cost.prefill_tok_s
 
 
 def decode_step_s(cost: CostModel, gpu: GpuSpec, model: ModelSpec, live_tokens: int) -> float:
@@ -70,17 +72,20 @@ def mixed_step_s(
         return decode_step_s(cost, gpu, model, decode_live_tokens)
     bw = cost.eta * gpu.bandwidth_tb_s * 1e12
     kv_read = decode_live_tokens * model.kv_bytes_per_token / bw if decode_seqs else 0.0
-    return prefill_s(cost, prefill_tokens + decode_seqs) + kv_read
+    return prefill_s(cost, prefill_tokens + decode_seqs, model.compute_scale) + kv_read
 
 
-def kv_pool_tokens(cost: CostModel, model: ModelSpec, footprint_gib: float) -> int:
-    """KV-cache capacity in tokens (whole blocks) of an instance holding `footprint_gib`.
+def kv_pool_tokens(cost: CostModel, model: ModelSpec, footprint_gib: float, gpus: int = 1) -> int:
+    """KV-cache capacity in tokens (whole blocks) of an instance holding `footprint_gib`
+    in all (over its `gpus` tensor-parallel GPUs).
 
-    pool bytes = footprint - weights - activation reserve (vLLM: util x HBM - weights -
-    activations); negative means the weights do not even fit. Rounded down to whole
-    blocks of `block_tokens`.
+    pool bytes = footprint - weights - activation reserve per GPU (vLLM: util x HBM -
+    weights - activations, on each worker; TP shards weights and KV heads evenly);
+    negative means the weights do not even fit. Rounded down to whole blocks of
+    `block_tokens`.
     """
-    pool_bytes = footprint_gib * GIB - model.weights_gb * 1e9 - cost.act_reserve_gb * 1e9
+    reserve = cost.act_reserve_gb * 1e9 * max(1, gpus)
+    pool_bytes = footprint_gib * GIB - model.weights_gb * 1e9 - reserve
     if pool_bytes <= 0:
         return 0
     blocks = int(pool_bytes // (model.kv_bytes_per_token * cost.block_tokens))
@@ -95,3 +100,14 @@ def blocks_for(tokens: int, block_tokens: int) -> int:
 def sharing_factor(cost: CostModel, busy_occupants: int) -> float:
     """Slow-down of a step on a GPU that `busy_occupants` busy processes time-slice."""
     return 1.0 + cost.sharing_slowdown * max(0, busy_occupants - 1)
+
+
+def tp_speedup(cost: CostModel, gpus: int, one_island: bool) -> float:
+    """How much faster a tensor-parallel engine on `gpus` GPUs steps than the same model
+    would on one: k / (1 + c (k - 1)), c the all-reduce overhead per extra GPU
+    (`tp_overhead_nvlink` inside one NVLink island, else `tp_overhead_pcie`; the
+    sources are in config.CostModel). Weights, KV reads and FLOPs are split k ways."""
+    if gpus <= 1:
+        return 1.0
+    c = cost.tp_overhead_nvlink if one_island else cost.tp_overhead_pcie
+    return gpus / (1.0 + c * (gpus - 1))

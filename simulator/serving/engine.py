@@ -39,8 +39,17 @@ class Engine:
     (finished or failed); `truncate(now)` shortens a decode segment in flight.
     """
 
-    def __init__(self, cost: CostModel, gpu: GpuSpec, model: ModelSpec, pool_tokens: int) -> None:
+    def __init__(
+        self,
+        cost: CostModel,
+        gpu: GpuSpec,
+        model: ModelSpec,
+        pool_tokens: int,
+        speedup: float = 1.0,
+    ) -> None:
         self.cost = cost
+        # a tensor-parallel engine's steps are its one-GPU times / speedup (costmodel.tp_speedup)
+        self.speed = speedup
         self.gpu = gpu
         self.model = model
         self.block = cost.block_tokens
@@ -65,8 +74,8 @@ class Engine:
         self.seg_decode: list[Request] = []
         self.seg_failed: list[Request] = []
         bw = cost.eta * gpu.bandwidth_tb_s * 1e12
-        self._step_fixed = cost.decode_d0_ms / 1000.0 + model.weights_gb * 1e9 / bw
-        self._per_token = model.kv_bytes_per_token / bw
+        self._step_fixed = (cost.decode_d0_ms / 1000.0 + model.weights_gb * 1e9 / bw) / speedup
+        self._per_token = model.kv_bytes_per_token / bw / speedup
 
     # ---- state the router, the metrics and the signals read ----
     @property
@@ -197,9 +206,8 @@ class Engine:
                 nb = blocks_for(r.ctx + 1, self.block)
                 self.used_blocks += nb - r.blocks
                 r.blocks = nb
-            dt = factor * (
-                mixed_step_s(self.cost, self.gpu, self.model, tokens, len(decode), live) + encode
-            )
+            step = mixed_step_s(self.cost, self.gpu, self.model, tokens, len(decode), live)
+            dt = factor * (step + encode) / self.speed
             self.seg_mixed = True
             self.seg_chunks = chunks
             self.seg_k = 1

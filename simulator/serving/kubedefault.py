@@ -1,7 +1,8 @@
 """`kube-default`: kube-scheduler's default profile scoring a GPU inference pod.
 
 What a cluster without kvspread does: the filter is resource fit on `nvidia.com/gpu`
-(a free time-slicing slot; GPU memory is invisible to it), and the score plugins of the
+(a free time-slicing slot; for a tensor-parallel pod asking for k GPUs, k free whole
+GPUs; GPU memory is invisible to it), and the score plugins of the
 default profile that can tell nodes apart here, at their default weights:
 
 - NodeResourcesFit, strategy LeastAllocated (weight 1), over CPU and memory: the mean of
@@ -19,7 +20,9 @@ default profile that can tell nodes apart here, at their default weights:
   nodes holding it.
 
 Pod and node CPU/memory sizes are assumptions of this simulator (`POD_CPU` ...): every
-serving pod and every other tenant's pod requests them per GPU slot it takes.
+serving pod and every other tenant's pod requests them per GPU slot it takes (a TP-4
+pod requests 4 x POD_CPU). Nothing here sees NVLink: kube-scheduler scores no topology,
+and the device plugin picks the GPUs inside the node.
 TaintToleration, NodeAffinity and InterPodAffinity score every node alike here and are
 left out. The highest total wins; ties are broken at random, as kube-scheduler does.
 """
@@ -32,10 +35,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.serving.cluster import Node, device_plugin_gpu
+from simulator.serving.cluster import Node, device_plugin_gpus, resource_fit
 
 if TYPE_CHECKING:
-    from simulator.serving.placement import BoundPod
+    from simulator.serving.placement import BoundPod, NodeView, Want
 
 __all__ = ["KubeDefault", "scores", "POD_CPU", "POD_MEMORY_GIB", "NODE_CPU", "NODE_MEMORY_GIB"]
 
@@ -57,26 +60,40 @@ class KubeDefault:
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def choose(self, want, nodes, slots, views, bound, now):  # type: ignore[no-untyped-def]
-        feasible, total = scores(nodes, slots, bound, want.model)
+    def choose(
+        self,
+        want: Want,
+        nodes: list[Node],
+        slots: int,
+        views: Mapping[int, NodeView],
+        bound: Mapping[int, list[BoundPod]],
+        now: float,
+    ) -> tuple[int, int] | None:
+        feasible, total = scores(nodes, slots, bound, want.model, want.gpus)
         if not feasible:
             return None
         best = np.flatnonzero(total == total.max())
         node = feasible[int(best[int(self._rng.integers(len(best)))])]
-        g = device_plugin_gpu(node, slots)
-        return None if g is None else (node.index, g.index)
+        g = device_plugin_gpus(node, want.gpus, slots)
+        return None if g is None else (node.index, g[0].index)
 
 
 def scores(
-    nodes: list[Node], slots: int, bound: Mapping[int, list[BoundPod]], model: str
+    nodes: list[Node],
+    slots: int,
+    bound: Mapping[int, list[BoundPod]],
+    model: str,
+    gpus: int = 1,
 ) -> tuple[list[Node], np.ndarray]:
-    """The feasible nodes and their total default-profile scores."""
-    feasible = [n for n in nodes if any(len(g.occupants) < slots for g in n.gpus)]
+    """The feasible nodes and their total default-profile scores for a pod asking for
+    `gpus` `nvidia.com/gpu` (its CPU and memory requests scale with them)."""
+    feasible = [n for n in nodes if resource_fit(n, slots, gpus)]
     if not feasible:
         return [], np.empty(0)
     taken = np.array([sum(len(g.occupants) for g in n.gpus) for n in feasible], dtype=float)
-    cpu_used = np.minimum((taken + 1) * POD_CPU, NODE_CPU * 10)
-    mem_used = (taken + 1) * POD_MEMORY_GIB
+    k = max(1, gpus)
+    cpu_used = np.minimum((taken + k) * POD_CPU, NODE_CPU * 10)
+    mem_used = (taken + k) * POD_MEMORY_GIB
     cpu_s = np.where(cpu_used > NODE_CPU, 0, (NODE_CPU - cpu_used) * 100 // NODE_CPU)
     mem_s = np.where(
         mem_used > NODE_MEMORY_GIB, 0, (NODE_MEMORY_GIB - mem_used) * 100 // NODE_MEMORY_GIB

@@ -38,7 +38,7 @@ from extender.shapes import ShapeDistribution
 from extender.state import build_node_state
 from kvspread import names
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
-from simulator.serving.cluster import Gpu, Node, device_plugin_gpu
+from simulator.serving.cluster import Gpu, Node, device_plugin_gpu, resource_fit
 
 __all__ = [
     "POLICIES",
@@ -115,16 +115,20 @@ class BoundPod:
     modality: str
     qos: str
     request_gib: float
+    gpus: int = 1
+    """Its `nvidia.com/gpu` (tensor-parallel degree); request_gib is per GPU."""
 
 
 @dataclass(frozen=True)
 class Want:
-    """The pod to place: its service's model, request kind, QoS and memory request."""
+    """The pod to place: its service's model, request kind, QoS, memory request per GPU
+    and GPU count (`nvidia.com/gpu`, its tensor-parallel degree)."""
 
     model: str
     modality: str
     qos: str
     request_gib: float
+    gpus: int = 1
 
 
 class PlacementPolicy(Protocol):
@@ -166,7 +170,7 @@ class RoundRobin:
         for i in range(n):
             node = nodes[(self._next + i) % n]
             open_gpus = [g for g in node.gpus if _has_slot(g, slots)]
-            if open_gpus:
+            if open_gpus and resource_fit(node, slots, want.gpus):
                 g = min(open_gpus, key=lambda x: (len(x.occupants), x.index))
                 self._next = (node.index + 1) % n
                 return node.index, g.index
@@ -192,7 +196,7 @@ class MemoryWeighted:
         best_free = -1.0
         for node in nodes:
             fits = [g for g in node.gpus if _has_slot(g, slots) and g.free_gib >= want.request_gib]
-            if not fits:
+            if len(fits) < want.gpus or not resource_fit(node, slots, want.gpus):
                 continue
             total = sum(g.free_gib for g in node.gpus)
             g = max(fits, key=lambda x: (x.free_gib, -x.index))
@@ -252,7 +256,10 @@ class Kvspread:
             "spec": {
                 "nodeName": node,
                 "containers": [
-                    {"name": "engine", "resources": {"limits": {names.RESOURCE_GPU: "1"}}}
+                    {
+                        "name": "engine",
+                        "resources": {"limits": {names.RESOURCE_GPU: str(pod.gpus)}},
+                    }
                 ],
             },
             "status": {"phase": "Running"},
@@ -284,7 +291,7 @@ class Kvspread:
         now: float,
     ) -> tuple[int, int] | None:
         pod = PodShape(
-            gpus=1,
+            gpus=want.gpus,
             mem_per_gpu_mib=want.request_gib * 1024.0,
             model=want.model,
             modality=want.modality,
@@ -293,8 +300,8 @@ class Kvspread:
         self.shapes.observe(pod)
         by_name = {n.name: n for n in nodes}
         states = self.node_states(nodes, slots, views, bound, now)
-        # kube-scheduler's own resource fit first: a free nvidia.com/gpu slot on the node
-        states = [s for s in states if any(_has_slot(g, slots) for g in by_name[s.name].gpus)]
+        # kube-scheduler's own resource fit first: free nvidia.com/gpu on the node
+        states = [s for s in states if resource_fit(by_name[s.name], slots, want.gpus)]
         passing = [s for s in states if check_fit(pod, s, self.cfg).fits]
         if not passing:
             return None

@@ -574,8 +574,11 @@ def markdown_section(
     sharing = (
         f"{c.slots_per_gpu} time-sliced replicas per GPU"
         if c.slots_per_gpu > 1
-        else "whole GPUs (one replica per GPU)"
+        else "whole GPUs (a replica takes as many as its tensor-parallel degree)"
     )
+    if len(set(c.nvlink)) > 1 or any(c.nvlink_island_gpus):
+        nv = sum(1 for i in range(c.nodes) if c.nvlink[i % len(c.nvlink)])
+        sharing += f", NVLink on {nv} of {c.nodes} nodes"
     lines = [
         f"{heading} Serving simulation",
         "",
@@ -583,7 +586,12 @@ def markdown_section(
         "",
         f"{c.nodes} nodes x {c.gpus_per_node} {cfg.gpu.name}, {sharing}; services "
         + ", ".join(
-            f"`{n}` ({s.kind}, {s.model}, {s.qos}, {s.gpu_memory_gib:g}Gi)"
+            f"`{n}` ({s.kind}, {s.model}, {s.qos}, {s.gpu_memory_gib:g}Gi"
+            + (
+                f" on each of {s.tensor_parallel} GPUs, TP {s.tensor_parallel})"
+                if s.tensor_parallel > 1
+                else ")"
+            )
             for n, s in cfg.services.items()
         )
         + f"; {cfg.duration_s / 3600:.2g} h simulated after {cfg.warmup_s:.0f} s warm-up; "
@@ -595,7 +603,7 @@ def markdown_section(
         "exceeds `max_model_len` or its instance's whole KV pool. SLO: completed with "
         "end-to-end latency / output tokens within the class budget (realtime "
         f"{1000 * cfg.slo.realtime_s:.0f} ms, batch {1000 * cfg.slo.batch_s:.0f} ms per token). "
-        "GPU-h (memory share): pod lifetime x its `gpu-memory` share of the GPU; GPU-h (GPUs "
+        "GPU-h (memory share): pod lifetime x its `gpu-memory` share of a GPU x its GPUs; GPU-h (GPUs "
         "in use): time a GPU hosts at least one model instance. Step slow-down from sharing: "
         "busy-time mean of the engines' time-slicing factor (1 + busy co-tenants on the GPU). "
         "Unschedulable pod-s: time new pods waited for a GPU with room.",

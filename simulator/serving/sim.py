@@ -28,9 +28,9 @@ from bpf.stats import RecentWindow
 from kvspread import names
 from kvspread.signals import NodeSignals
 from simulator.serving.autoscalers import DEFAULT_AUTOSCALER, hpa_metrics
-from simulator.serving.cluster import Gpu, Node, Pod, device_plugin_gpu
+from simulator.serving.cluster import Gpu, Node, Pod, device_plugin_gpus, island_ids
 from simulator.serving.config import SimConfig
-from simulator.serving.costmodel import kv_pool_tokens, sharing_factor
+from simulator.serving.costmodel import kv_pool_tokens, sharing_factor, tp_speedup
 from simulator.serving.engine import Engine
 from simulator.serving.hpa import Hpa
 from simulator.serving.placement import BoundPod, NodeView, PlacementPolicy, Want, make_policy
@@ -175,10 +175,11 @@ class Simulation:
         c = self.cfg.cluster
         for i in range(c.nodes):
             gpus = [Gpu(i, j, self.cfg.gpu.hbm_gib) for j in range(c.gpus_per_node)]
+            nvlink = c.nvlink[i % len(c.nvlink)]
+            size = c.nvlink_island_gpus[i % len(c.nvlink_island_gpus)]
+            islands = island_ids(c.gpus_per_node, nvlink, size)
             self.nodes.append(
-                Node(
-                    f"gpu-node-{i}", i, c.pools[i % len(c.pools)], c.nvlink[i % len(c.nvlink)], gpus
-                )
+                Node(f"gpu-node-{i}", i, c.pools[i % len(c.pools)], nvlink, gpus, islands)
             )
             self.node_metrics[i] = RecentWindow(window_s=METRIC_WINDOW_S)
         bg = self.cfg.background
@@ -198,11 +199,19 @@ class Simulation:
                         g.set_busy(pid, True, 0.0)
 
     # ---- helpers ----
-    def _gpu(self, pod: Pod) -> Gpu:
-        return self.nodes[pod.node].gpus[pod.gpu]
+    def _gpus(self, pod: Pod) -> list[Gpu]:
+        """Every GPU the pod holds (one, or its tensor-parallel set)."""
+        node = self.nodes[pod.node]
+        if len(pod.gpus) == 1:  # the common case, on the hot path of every step
+            return [node.gpus[pod.gpu]]
+        return [node.gpus[j] for j in pod.gpus]
 
-    def _factor(self, gpu: Gpu) -> float:
-        return sharing_factor(self.cfg.cost, len(gpu.busy))
+    def _factor(self, pod: Pod) -> float:
+        """Time-slicing slow-down of the pod's steps: its most shared GPU (a
+        tensor-parallel step waits for its slowest worker)."""
+        if len(pod.gpus) == 1:
+            return sharing_factor(self.cfg.cost, len(self.nodes[pod.node].gpus[pod.gpu].busy))
+        return max(sharing_factor(self.cfg.cost, len(g.busy)) for g in self._gpus(pod))
 
     def _kick(self, pod: Pod, now: float) -> None:
         """Start a segment on an idle engine, or cut the one in flight so new work joins."""
@@ -210,7 +219,7 @@ class Simulation:
         assert eng is not None
         self._update_busy(pod, now)
         if not eng.in_flight:
-            end = eng.plan(now, self._factor(self._gpu(pod)))
+            end = eng.plan(now, self._factor(pod))
             if end is not None:
                 pod.epoch += 1
                 self._push(end, _STEP, (pod.pid, pod.epoch))
@@ -223,13 +232,12 @@ class Simulation:
 
     def _update_busy(self, pod: Pod, now: float) -> None:
         eng = pod.engine
-        gpu = self._gpu(pod)
         active = eng is not None and (eng.active or eng.in_flight)
-        was = pod.pid in gpu.busy
-        if active == was:
-            return
-        gpu.set_busy(pod.pid, active, now)
-        self._cut_neighbours(gpu, pod.pid, now)
+        for gpu in self._gpus(pod):
+            if active == (pod.pid in gpu.busy):
+                continue
+            gpu.set_busy(pod.pid, active, now)
+            self._cut_neighbours(gpu, pod.pid, now)
 
     def _cut_neighbours(self, gpu: Gpu, pid: str, now: float) -> None:
         """The GPU's sharing changed: its other engines' steps now take a different time,
@@ -295,38 +303,43 @@ class Simulation:
             if pod.node >= 0 and pod.state not in ("gone", "pending"):
                 spec = self.services[pod.service]
                 out[pod.node].append(
-                    BoundPod(pod.pid, spec.model, spec.kind, spec.qos, pod.request_gib)
+                    BoundPod(
+                        pod.pid, spec.model, spec.kind, spec.qos, pod.request_gib, len(pod.gpus)
+                    )
                 )
         return out
 
     def _try_place(self, pod: Pod, now: float, initial: bool = False) -> bool:
         spec = self.services[pod.service]
-        want = Want(spec.model, spec.kind, spec.qos, spec.gpu_memory_gib)
+        tp = spec.tensor_parallel
+        want = Want(spec.model, spec.kind, spec.qos, spec.gpu_memory_gib, tp)
         choice = self.policy.choose(
             want, self.nodes, self.cfg.cluster.slots_per_gpu, self.views, self._bound_by_node(), now
         )
-        # the policy picks the node; inside it the device plugin picks the GPU, for every
+        # the policy picks the node; inside it the device plugin picks the GPUs, for every
         # policy alike (no policy here can pin a GPU: kube-scheduler binds to a node)
-        dp = None if choice is None else device_plugin_gpu(self.nodes[choice[0]], self.slots)
+        dp = None if choice is None else device_plugin_gpus(self.nodes[choice[0]], tp, self.slots)
         if choice is None or dp is None:
             self.unschedulable_attempts += 1
             return False
-        pod.node, pod.gpu = choice[0], dp.index
-        if choice[1] != dp.index:
+        pod.node, pod.gpu, pod.gpus = choice[0], dp[0].index, tuple(g.index for g in dp)
+        if choice[1] != dp[0].index:
             self.gpu_overridden += 1
-        gpu = self._gpu(pod)
-        if gpu.allocated_gib + pod.request_gib > gpu.total_gib + 1e-9:
-            self.overcommits += 1  # promised more memory than the GPU has
-        gpu.claims[pod.pid] = pod.request_gib
-        gpu.occupants.append(pod.pid)
+        for gpu in dp:
+            if gpu.allocated_gib + pod.request_gib > gpu.total_gib + 1e-9:
+                self.overcommits += 1  # promised more memory than the GPU has
+            gpu.claims[pod.pid] = pod.request_gib
+            gpu.occupants.append(pod.pid)
         pod.placed_at = now
         self._start_loading(pod, now, delay=0.0 if initial else None)
         return True
 
     def _start_loading(self, pod: Pod, now: float, delay: float | None = None) -> None:
-        gpu = self._gpu(pod)
-        pod.footprint_gib = min(pod.request_gib, gpu.really_free_gib)
-        gpu.held[pod.pid] = pod.footprint_gib
+        pod.footprint_gib = 0.0
+        for gpu in self._gpus(pod):
+            held = min(pod.request_gib, gpu.really_free_gib)
+            gpu.held[pod.pid] = held
+            pod.footprint_gib += held
         pod.state = "loading"
         pod.attempt += 1
         model = self.services[pod.service].model
@@ -346,7 +359,7 @@ class Simulation:
     def _on_ready(self, pod: Pod, now: float) -> None:
         spec = self.services[pod.service]
         model = self.cfg.models[spec.model]
-        pool = kv_pool_tokens(self.cfg.cost, model, pod.footprint_gib)
+        pool = kv_pool_tokens(self.cfg.cost, model, pod.footprint_gib, len(pod.gpus))
         too_small = pool < self.cfg.cost.block_tokens or (
             self.cfg.cost.require_max_model_len_fits and pool < model.max_model_len
         )
@@ -355,7 +368,8 @@ class Simulation:
             self.start_failures += 1
             pod.restarts += 1
             pod.state = "crashloop"
-            self._gpu(pod).held.pop(pod.pid, None)
+            for gpu in self._gpus(pod):
+                gpu.held.pop(pod.pid, None)
             pod.footprint_gib = 0.0
             back = min(
                 self.cfg.startup.backoff_max_s,
@@ -364,7 +378,9 @@ class Simulation:
             self._push(now + back, _RESTART, (pod.pid, pod.attempt))
             return
         pod.pool_tokens = pool
-        pod.engine = Engine(self.cfg.cost, self.cfg.gpu, model, pool)
+        one_island = self.nodes[pod.node].one_island(list(pod.gpus))
+        speedup = tp_speedup(self.cfg.cost, len(pod.gpus), one_island)
+        pod.engine = Engine(self.cfg.cost, self.cfg.gpu, model, pool, speedup)
         pod.state = "ready"
         pod.ready_at = now
         self.ready[pod.service].append(pod)
@@ -393,14 +409,14 @@ class Simulation:
                 self._push(now + self.cfg.startup.grace_s, _KILL, (pod.pid, 0))
 
     def _release(self, pod: Pod, now: float) -> None:
-        gpu = self._gpu(pod)
-        gpu.claims.pop(pod.pid, None)
-        gpu.held.pop(pod.pid, None)
-        if pod.pid in gpu.busy:
-            gpu.set_busy(pod.pid, False, now)
-            self._cut_neighbours(gpu, pod.pid, now)
-        if pod.pid in gpu.occupants:
-            gpu.occupants.remove(pod.pid)
+        for gpu in self._gpus(pod):
+            gpu.claims.pop(pod.pid, None)
+            gpu.held.pop(pod.pid, None)
+            if pod.pid in gpu.busy:
+                gpu.set_busy(pod.pid, False, now)
+                self._cut_neighbours(gpu, pod.pid, now)
+            if pod.pid in gpu.occupants:
+                gpu.occupants.remove(pod.pid)
         if pod.engine is not None:
             self.retired_preemptions += pod.engine.preemptions
             self.busy_s += pod.engine.busy_s
@@ -619,7 +635,7 @@ class Simulation:
                 if pod.state == "terminating" and not eng.active:
                     self._release(pod, now)
                     continue
-                end = eng.plan(now, self._factor(self._gpu(pod)))
+                end = eng.plan(now, self._factor(pod))
                 if end is not None:
                     pod.epoch += 1
                     self._push(end, _STEP, (pod.pid, pod.epoch))
@@ -681,8 +697,8 @@ class Simulation:
             if math.isnan(pod.placed_at):
                 continue
             stop = pod.ended_at if not math.isnan(pod.ended_at) else end
-            # a fractional pod is charged its share of the GPU's memory
-            share = pod.request_gib / self.cfg.gpu.hbm_gib
+            # a fractional pod is charged its share of the GPU's memory, on each of its GPUs
+            share = len(pod.gpus) * pod.request_gib / self.cfg.gpu.hbm_gib
             pod.gpu_seconds = max(0.0, stop - pod.placed_at) * share
             pod_gpu_s += pod.gpu_seconds
         busy, slowed = self.busy_s, self.slowed_s

@@ -108,17 +108,17 @@ def spread_term(replicas: float, rho: float, cfg: ScoringConfig) -> float:
     return max(0.0, min(1.0, 1.0 - rep))
 
 
-def modality_term(modality: str, pool: str | None, nvlink: bool) -> float:
+def modality_term(modality: str, pool: str | None, nvlink: bool, gpus: int = 1) -> float:
     """Affinity of the pod's modality to the node's pool (`MODALITY_AFFINITY`).
 
-    Multi-image pods give 30 % of the term to NVLink (docs/design.md section 5). An unknown
-    modality or pool is neutral.
+    Multi-image pods and pods asking for several GPUs give 30 % of the term to NVLink
+    (docs/design.md section 5). An unknown modality or pool is neutral.
     """
     table = MODALITY_AFFINITY.get(modality)
     if table is None:
         return NEUTRAL
     base = table.get(pool if pool in POOL_CODES else None, NEUTRAL)
-    if modality == "multi-image":
+    if modality == "multi-image" or gpus > 1:
         return (1 - MULTI_IMAGE_NVLINK_SHARE) * base + MULTI_IMAGE_NVLINK_SHARE * float(nvlink)
     return base
 

@@ -316,7 +316,7 @@ def test_score_batch_agrees_with_the_scalar_reference(pod: PodShape) -> None:
         reps = node.model_replicas.get(pod.model, 0) if pod.model else 0
         assert s.terms.spread == pytest.approx(ref.spread_term(reps, rho, cfg))
         assert s.terms.modality == pytest.approx(
-            ref.modality_term(pod.modality, node.pool, node.nvlink)
+            ref.modality_term(pod.modality, node.pool, node.nvlink, pod.gpus)
         )
         if s.fits:
             demand = pod.gpus * (

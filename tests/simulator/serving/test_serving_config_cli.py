@@ -59,7 +59,7 @@ def test_yaml_mapping_overrides_by_path() -> None:
         (
             {"services": {"chat": {"model": "gpt-5"}}},
             "services.chat.model: expected a model of models "
-            "(llama-3-8b, qwen2-vl-7b, qwen2-vl-7b-32k), got 'gpt-5'",
+            "(llama-3-8b, qwen2-vl-7b, qwen2-vl-7b-32k, llama-3-70b), got 'gpt-5'",
         ),
         (
             {"services": {"chat": {"qos": "gold"}}},
