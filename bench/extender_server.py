@@ -17,9 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import uvicorn  # noqa: E402
 
-from bench.extender_nodes import synthetic_nodes, synthetic_pods  # noqa: E402
-from extender.config import ExtenderConfig  # noqa: E402
-from extender.run import build  # noqa: E402
+from bench.extender_nodes import filled_extender  # noqa: E402
 
 
 def main() -> int:
@@ -27,10 +25,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
     args = ap.parse_args()
-    cfg = ExtenderConfig.from_mapping({"kubernetes": {"api_server": "http://127.0.0.1:9"}})
-    running = build(cfg)  # reflectors are never started: the cache is filled below
-    running.state.replace_nodes(synthetic_nodes(args.nodes))
-    running.state.replace_pods(synthetic_pods(args.nodes))
+    running = filled_extender(args.nodes)
     uvicorn.run(
         running.app,
         host="127.0.0.1",
