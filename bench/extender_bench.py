@@ -96,12 +96,13 @@ def wait_ready(proc: subprocess.Popen[bytes], port: int, what: str) -> None:
     raise RuntimeError(f"{what} did not become ready")
 
 
-def start_server(nodes: int) -> tuple[subprocess.Popen[bytes], int]:
-    """The Python extender on a free port, its cache holding `nodes` synthetic nodes."""
+def start_server(nodes: int, ts: float) -> tuple[subprocess.Popen[bytes], int]:
+    """The Python extender on a free port, its cache holding `nodes` synthetic nodes with
+    signals measured at `ts` (the same nodes the client sends)."""
     port = free_port()
     cmd = [sys.executable, str(ROOT / "bench" / "extender_server.py")]
     proc = subprocess.Popen(
-        [*cmd, "--nodes", str(nodes), "--port", str(port)],
+        [*cmd, "--nodes", str(nodes), "--port", str(port), "--signals-ts", repr(ts)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -257,8 +258,9 @@ def latency_tables(args: argparse.Namespace) -> None:
         print(f"# Go floor: {go_note}")
         rows: dict[str, list[str]] = {"prioritize": [], "filter": []}
         for n in args.nodes:
-            nodes = synthetic_nodes(n)
-            proc, port = start_server(n)
+            ts = time.time()
+            nodes = synthetic_nodes(n, ts=ts)
+            proc, port = start_server(n, ts)
             go = start_go(exe) if exe is not None else None
             try:
                 for mode, names_only in (("names-only", True), ("full NodeList", False)):
@@ -316,9 +318,10 @@ def latency_tables(args: argparse.Namespace) -> None:
 def memory_check(requests: int, nodes: int, limit_mib: float = 50.0) -> bool:
     """RSS of the server after the first and after `requests` full-NodeList requests
     (filter and prioritize in turn); prints PASS/FAIL against `limit_mib` of growth."""
-    proc, port = start_server(nodes)
+    ts = time.time()
+    proc, port = start_server(nodes, ts)
     try:
-        body = request_body(synthetic_nodes(nodes), False)
+        body = request_body(synthetic_nodes(nodes, ts=ts), False)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         _post(conn, "filter", body)
         first = rss_mib(proc.pid)

@@ -29,11 +29,13 @@ def _captured() -> dict[str, Any]:
     return doc
 
 
-def synthetic_nodes(n: int, seed: int = 1) -> list[dict[str, Any]]:
-    """n Node objects (deterministic for a seed), fresh signals as of now."""
+def synthetic_nodes(n: int, seed: int = 1, ts: float | None = None) -> list[dict[str, Any]]:
+    """n Node objects (deterministic for a seed and `ts`), signals measured at `ts` (default
+    now). The bench's server and client pass the same `ts`, so the NodeList a request
+    carries is the one the server's watch cache holds, as with a real API server."""
     rng = random.Random(seed)
     template = _captured()["Nodes"]["items"][0]
-    now = time.time()
+    now = time.time() if ts is None else ts
     out = []
     for i in range(n):
         node = copy.deepcopy(template)
@@ -108,10 +110,12 @@ def request_body(nodes: list[dict[str, Any]], names_only: bool) -> bytes:
     return json.dumps(doc).encode()
 
 
-def filled_extender(n: int, nodes: list[dict[str, Any]] | None = None) -> Running:
+def filled_extender(
+    n: int, nodes: list[dict[str, Any]] | None = None, ts: float | None = None
+) -> Running:
     """The extender as `kvspread extender` builds it (its reflectors not started), the watch
     cache filled the way a first list fills it: `nodes` (default `synthetic_nodes(n)`) and
-    their bound pods. Signals come from the nodes' annotation (no NodeSignals watch: that
+    their bound pods (`ts`: see synthetic_nodes). Signals come from the nodes' annotation (no NodeSignals watch: that
     needs an API server with the CRD)."""
     cfg = ExtenderConfig.from_mapping(
         {"kubernetes": {"api_server": "http://127.0.0.1:9", "node_signals": False}}
@@ -119,6 +123,6 @@ def filled_extender(n: int, nodes: list[dict[str, Any]] | None = None) -> Runnin
     running = build(cfg)
     state = running.state
     assert isinstance(state, ClusterState)
-    state.replace_nodes(synthetic_nodes(n) if nodes is None else nodes)
+    state.replace_nodes(synthetic_nodes(n, ts=ts) if nodes is None else nodes)
     state.replace_pods(synthetic_pods(n))
     return running

@@ -24,8 +24,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--signals-ts", type=float, help="the nodes' signals timestamp (default: now)")
     args = ap.parse_args()
-    running = filled_extender(args.nodes)
+    running = filled_extender(args.nodes, ts=args.signals_ts)
     uvicorn.run(
         running.app,
         host="127.0.0.1",
