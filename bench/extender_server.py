@@ -34,6 +34,10 @@ def main() -> int:
         log_level="warning",
         access_log=False,
         log_config=None,
+        # the client idles a connection while it samples the Go floor and the JSON floor
+        # (seconds for 5,000-node NodeLists on a loaded machine); uvicorn's default 5 s
+        # would close it under the next 12 MB request
+        timeout_keep_alive=600,
     )
     return 0
 
