@@ -106,7 +106,11 @@ def start_server(nodes: int, ts: float) -> tuple[subprocess.Popen[bytes], int]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    wait_ready(proc, port, "extender")
+    try:
+        wait_ready(proc, port, "extender")
+    except BaseException:
+        proc.kill()  # never leave a server behind
+        raise
     return proc, port
 
 
@@ -137,7 +141,11 @@ def start_go(exe: Path) -> tuple[subprocess.Popen[bytes], int]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    wait_ready(proc, port, "Go floor")
+    try:
+        wait_ready(proc, port, "Go floor")
+    except BaseException:
+        proc.kill()
+        raise
     return proc, port
 
 
