@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from extender.cache import ClusterState
+from extender.config import ExtenderConfig
+from extender.run import Running, build
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 
 WIRE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "k8s-wire"
@@ -20,14 +23,19 @@ GPU_MIB = 81559.0
 
 
 def _captured() -> dict[str, Any]:
-    return json.loads((WIRE / "filter-request.nodeCacheCapable-false.json").read_text())
+    doc: dict[str, Any] = json.loads(
+        (WIRE / "filter-request.nodeCacheCapable-false.json").read_text()
+    )
+    return doc
 
 
-def synthetic_nodes(n: int, seed: int = 1) -> list[dict[str, Any]]:
-    """n Node objects (deterministic for a seed), fresh signals as of now."""
+def synthetic_nodes(n: int, seed: int = 1, ts: float | None = None) -> list[dict[str, Any]]:
+    """n Node objects (deterministic for a seed and `ts`), signals measured at `ts` (default
+    now). The bench's server and client pass the same `ts`, so the NodeList a request
+    carries is the one the server's watch cache holds, as with a real API server."""
     rng = random.Random(seed)
     template = _captured()["Nodes"]["items"][0]
-    now = time.time()
+    now = time.time() if ts is None else ts
     out = []
     for i in range(n):
         node = copy.deepcopy(template)
@@ -78,7 +86,7 @@ def synthetic_pods(n: int, seed: int = 2) -> list[dict[str, Any]]:
 
 def scheduling_pod(name: str = "llm-0") -> dict[str, Any]:
     """The captured pod, turned into a kvspread inference pod (1 GPU, 24 GiB)."""
-    pod = copy.deepcopy(_captured()["Pod"])
+    pod: dict[str, Any] = copy.deepcopy(_captured()["Pod"])
     pod["metadata"]["name"] = name
     pod["metadata"]["namespace"] = "serving"
     pod["metadata"]["labels"] = {
@@ -100,3 +108,21 @@ def request_body(nodes: list[dict[str, Any]], names_only: bool) -> bytes:
     else:
         doc = {"Pod": pod, "Nodes": {"metadata": {}, "items": nodes}, "NodeNames": None}
     return json.dumps(doc).encode()
+
+
+def filled_extender(
+    n: int, nodes: list[dict[str, Any]] | None = None, ts: float | None = None
+) -> Running:
+    """The extender as `kvspread extender` builds it (its reflectors not started), the watch
+    cache filled the way a first list fills it: `nodes` (default `synthetic_nodes(n)`) and
+    their bound pods (`ts`: see synthetic_nodes). Signals come from the nodes' annotation (no NodeSignals watch: that
+    needs an API server with the CRD)."""
+    cfg = ExtenderConfig.from_mapping(
+        {"kubernetes": {"api_server": "http://127.0.0.1:9", "node_signals": False}}
+    )
+    running = build(cfg)
+    state = running.state
+    assert isinstance(state, ClusterState)
+    state.replace_nodes(synthetic_nodes(n, ts=ts) if nodes is None else nodes)
+    state.replace_pods(synthetic_pods(n))
+    return running

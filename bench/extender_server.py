@@ -17,20 +17,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import uvicorn  # noqa: E402
 
-from bench.extender_nodes import synthetic_nodes, synthetic_pods  # noqa: E402
-from extender.config import ExtenderConfig  # noqa: E402
-from extender.run import build  # noqa: E402
+from bench.extender_nodes import filled_extender  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--signals-ts", type=float, help="the nodes' signals timestamp (default: now)")
     args = ap.parse_args()
-    cfg = ExtenderConfig.from_mapping({"kubernetes": {"api_server": "http://127.0.0.1:9"}})
-    running = build(cfg)  # reflectors are never started: the cache is filled below
-    running.state.replace_nodes(synthetic_nodes(args.nodes))
-    running.state.replace_pods(synthetic_pods(args.nodes))
+    running = filled_extender(args.nodes, ts=args.signals_ts)
     uvicorn.run(
         running.app,
         host="127.0.0.1",
@@ -38,6 +34,10 @@ def main() -> int:
         log_level="warning",
         access_log=False,
         log_config=None,
+        # the client idles a connection while it samples the Go floor and the JSON floor
+        # (seconds for 5,000-node NodeLists on a loaded machine); uvicorn's default 5 s
+        # would close it under the next 12 MB request
+        timeout_keep_alive=600,
     )
     return 0
 

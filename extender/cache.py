@@ -125,6 +125,9 @@ class ClusterState:
         self._pods: dict[str, PodInfo] = {}
         self._pods_on: dict[str, dict[str, PodInfo]] = {}
         self._table = NodeTable()
+        self._nodes_version = 0
+        """Bumped whenever `_nodes` changes (the kept NodeList split is then stale)."""
+        self._last_split: tuple[int, set[str], list[NodeInfo], list[int], list[int]] | None = None
         self.nodes_synced = False
         self.pods_synced = False
         self.node_signals: NodeSignalsCache | None = None
@@ -165,6 +168,7 @@ class ClusterState:
             for gone in set(self._nodes) - set(new):
                 self._table.remove(gone)
             self._nodes = new
+            self._nodes_version += 1
             for name in new:
                 self._refresh(name)
             self.nodes_synced = True
@@ -174,6 +178,7 @@ class ClusterState:
         if not info.name:
             return
         with self._lock:
+            self._nodes_version += 1
             if etype == "DELETED":
                 self._nodes.pop(info.name, None)
                 self._table.remove(info.name)
@@ -279,13 +284,8 @@ class ClusterState:
         taken from the table (no rebuild); the others are built from the body.
         """
         with self._lock:
-            known_pos: list[int] = []
-            other_pos: list[int] = []
-            cached = self._nodes
             own = self.ledger.nodes_of(pod) if pod is not None else set()
-            for pos, info in enumerate(infos):
-                same = cached.get(info.name) == info and info.name not in own
-                (known_pos if same else other_pos).append(pos)
+            known_pos, other_pos = self._split(infos, own)
             if not other_pos:
                 batch, _ = self._table.take(
                     [infos[p].name for p in known_pos], self._clock.now(), self._cfg.stale_after_s
@@ -301,6 +301,29 @@ class ClusterState:
         order = np.empty(len(infos), dtype=np.intp)
         order[np.asarray(known_pos + other_pos, dtype=np.intp)] = np.arange(len(infos))
         return NodeBatch.concat([known, built]).take(order)
+
+    def _split(self, infos: Sequence[NodeInfo], own: set[str]) -> tuple[list[int], list[int]]:
+        """(positions of `infos` the cache holds as they are, the other positions); nodes
+        in `own` count as other. The split of the last NodeList is kept while no node
+        changed: the scheduler sends the same nodes call after call, and extender/nodelist.py
+        hands out the same NodeInfo objects for unchanged nodes, so the check is a list
+        comparison of identical objects."""
+        last = self._last_split
+        if (
+            last is not None
+            and last[0] == self._nodes_version
+            and last[1] == own
+            and last[2] == infos
+        ):
+            return last[3], last[4]
+        known_pos: list[int] = []
+        other_pos: list[int] = []
+        cached = self._nodes
+        for pos, info in enumerate(infos):
+            same = cached.get(info.name) == info and info.name not in own
+            (known_pos if same else other_pos).append(pos)
+        self._last_split = (self._nodes_version, set(own), list(infos), known_pos, other_pos)
+        return known_pos, other_pos
 
     def node_names(self) -> list[str]:
         with self._lock:

@@ -10,6 +10,7 @@ kube-scheduler or the API server decodes them); the exact key is tried first.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -19,7 +20,15 @@ from extender.model import PodShape
 from kvspread import names
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
 
-__all__ = ["PodInfo", "NodeInfo", "parse_pod", "parse_node", "field", "TERMINAL_PHASES"]
+__all__ = [
+    "PodInfo",
+    "NodeInfo",
+    "parse_pod",
+    "parse_node",
+    "node_info",
+    "field",
+    "TERMINAL_PHASES",
+]
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -175,16 +184,26 @@ def parse_node(node: Any) -> NodeInfo:
     """Read a v1 Node dict. Never raises; the name is "" when missing."""
     meta = field(node, "metadata")
     name = field(meta, "name")
-    labels = _str_map(field(meta, "labels"))
-    annotations = _str_map(field(meta, "annotations"))
+    return node_info(
+        name if isinstance(name, str) else "",
+        _str_map(field(meta, "labels")),
+        _str_map(field(meta, "annotations")),
+        field(field(node, "status"), "allocatable"),
+    )
+
+
+def node_info(
+    name: str, labels: Mapping[str, str], annotations: Mapping[str, str], allocatable: Any
+) -> NodeInfo:
+    """The NodeInfo of a node's already extracted fields (`allocatable`: the status map,
+    any JSON value; the GPU count is None when it is not a whole number)."""
     pool = labels.get(names.LABEL_POOL)
-    alloc = field(field(node, "status"), "allocatable")
     try:
-        gpu_alloc: int | None = _gpu_count(field(alloc, names.RESOURCE_GPU), "allocatable")
+        gpu_alloc: int | None = _gpu_count(field(allocatable, names.RESOURCE_GPU), "allocatable")
     except ValueError:
         gpu_alloc = None
     return NodeInfo(
-        name=name if isinstance(name, str) else "",
+        name=name,
         pool=pool if pool in names.POOLS else None,
         nvlink=labels.get(names.LABEL_NVLINK, "").lower() == "true",
         signals_annotation=annotations.get(names.ANNOTATION_SIGNALS),

@@ -32,7 +32,7 @@ from extender.config import ExtenderConfig
 from extender.decisions import FilterDecision, PrioritizeDecision
 from extender.fit import Failure, FilterReason, exclude_stale, fit_batch
 from extender.metrics import ExtenderMetrics
-from extender.objects import PodInfo, parse_node, parse_pod
+from extender.objects import PodInfo, parse_pod
 from extender.scoring import TERMS, BatchScores, explain, score_batch
 from extender.shapes import ShapeDistribution
 from extender.wire import ExtenderArgs
@@ -96,7 +96,7 @@ class Extender:
         `pod` sees them: its own earlier placements left out."""
         ref = (pod.key, pod.uid)
         if args.nodes is not None:
-            batch = self.state.batch_for([parse_node(n) for n in args.nodes], ref)
+            batch = self.state.batch_for(args.nodes, ref)
             return batch, np.arange(len(args.nodes)), []
         batch, missing = self.state.take(args.names, model, ref)
         if missing:

@@ -11,8 +11,11 @@ unknown keys are ignored. Answers use the exact Go names:
     prioritize:  [{"Host": name, "Score": 0..10}, ...]
 
 A body that is not JSON, or not an ExtenderArgs, raises `WireError` with a message
-saying what is wrong (the server answers 400). JSON is parsed and written with orjson
-when it is installed (several times faster on 5,000-node NodeLists), else the stdlib.
+saying what is wrong (the server answers 400). The canonical body kube-scheduler sends is
+read by extender/nodelist.py (msgspec, each node's bytes kept); other JSON is parsed and
+written with orjson when it is installed, else the stdlib. Answers are assembled from
+pieces: /filter's passed nodes are the request's bytes, /prioritize's `{"Host":..}` heads
+are kept for the last node list.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
     _orjson = None  # type: ignore[assignment]
 
 from extender.decisions import FilterDecision, PrioritizeDecision
-from extender.objects import field
+from extender.nodelist import fast_args
+from extender.objects import NodeInfo, field, parse_node
 
 __all__ = [
     "WireError",
@@ -59,13 +63,17 @@ def dumps(doc: Any) -> bytes:
 
 @dataclass(frozen=True)
 class ExtenderArgs:
-    """A parsed request. `names` lists the candidate nodes in request order (both modes)."""
+    """A parsed request. `names` lists the candidate nodes in request order (both modes).
+
+    In full-NodeList mode `nodes` holds each node as read (`NodeInfo`) and `node_raws` its
+    JSON text as sent, for /filter's answer; both are None names-only."""
 
     pod: dict[str, Any]
-    nodes: list[dict[str, Any]] | None
+    nodes: list[NodeInfo] | None
     node_names: list[str] | None
     names: list[str]
     node_list_meta: Any = None
+    node_raws: list[bytes] | None = None
 
     @property
     def names_only(self) -> bool:
@@ -83,7 +91,28 @@ def _top(doc: Mapping[str, Any], key: str) -> tuple[bool, Any]:
 
 
 def parse_args(body: bytes | str) -> ExtenderArgs:
-    """Parse and check an ExtenderArgs body. Raises WireError (-> HTTP 400)."""
+    """Parse and check an ExtenderArgs body. Raises WireError (-> HTTP 400).
+
+    The body kube-scheduler sends takes extender/nodelist.py's fast path; anything else
+    (other letter cases, errors) the general one below."""
+    fast = fast_args(body)
+    if fast is not None:
+        meta = field(fast.pod, "metadata")
+        if meta is None or isinstance(meta, dict):
+            infos = fast.infos
+            return ExtenderArgs(
+                pod=fast.pod,
+                nodes=infos,
+                node_names=fast.node_names,
+                names=[i.name for i in infos] if infos is not None else list(fast.node_names or ()),
+                node_list_meta=fast.node_list_meta,
+                node_raws=fast.raws,
+            )
+    return _parse_general(body)
+
+
+def _parse_general(body: bytes | str) -> ExtenderArgs:
+    """Any letter case, every check with its message (Go's encoding/json rules)."""
     if not body or not (body.strip() if isinstance(body, bytes | str) else True):
         raise WireError("request body is empty: expected ExtenderArgs JSON {Pod, Nodes|NodeNames}")
     try:
@@ -105,7 +134,7 @@ def parse_args(body: bytes | str) -> ExtenderArgs:
         raise WireError("ExtenderArgs.Pod.metadata must be an object")
     _, nodes_raw = _top(doc, "Nodes")
     _, names_raw = _top(doc, "NodeNames")
-    nodes: list[dict[str, Any]] | None = None
+    nodes: list[Any] | None = None
     node_list_meta: Any = None
     names: list[str] = []
     if nodes_raw is not None:
@@ -144,34 +173,73 @@ def parse_args(body: bytes | str) -> ExtenderArgs:
         if nodes is None:
             names = list(names_raw)
     return ExtenderArgs(
-        pod=pod, nodes=nodes, node_names=node_names, names=names, node_list_meta=node_list_meta
+        pod=pod,
+        nodes=None if nodes is None else [parse_node(n) for n in nodes],
+        node_names=node_names,
+        names=names,
+        node_list_meta=node_list_meta,
+        node_raws=None if nodes is None else [dumps(n) for n in nodes],
     )
 
 
 def encode_filter(args: ExtenderArgs, d: FilterDecision) -> bytes:
-    """ExtenderFilterResult in the request's mode (Nodes and NodeNames null on an error)."""
-    nodes_out: Any = None
+    """ExtenderFilterResult in the request's mode (Nodes and NodeNames null on an error).
+
+    The passed nodes of a full NodeList are the request's own bytes, joined into the
+    answer in one copy (not decoded and encoded again)."""
+    parts: list[bytes | memoryview] = [b'{"Nodes":null,']
     names_out: list[str] | None = None
     if not d.error:
-        if args.nodes is not None:
+        if args.node_raws is not None:
             meta = args.node_list_meta if isinstance(args.node_list_meta, dict) else {}
-            nodes_out = {
-                "metadata": meta,
-                "items": [n for n, ok in zip(args.nodes, d.passed, strict=True) if ok],
-            }
+            parts = [b'{"Nodes":{"metadata":', dumps(meta), b',"items":[']
+            passed = [r for r, ok in zip(args.node_raws, d.passed, strict=True) if ok]
+            for r in passed:
+                parts += (r, b",")
+            if passed:
+                parts.pop()
+            parts.append(b"]},")
         if args.node_names is not None:
             names_out = [n for n, ok in zip(args.names, d.passed, strict=True) if ok]
-    return dumps(
+    rest = dumps(
         {
-            "Nodes": nodes_out,
             "NodeNames": names_out,
             "FailedNodes": dict(d.failed),
             "FailedAndUnresolvableNodes": dict(d.unresolvable),
             "Error": d.error,
         }
     )
+    parts.append(memoryview(rest)[1:])
+    return b"".join(parts)
+
+
+_SCORE_TAILS = tuple(b"%d}" % s for s in range(11))
+"""`<score>}` for the 0..10 extender scores."""
+
+_last_hosts: tuple[list[str], list[bytes]] | None = None
+"""The node names of the last HostPriorityList and their encoded `{"Host":..,"Score":`
+heads: the scheduler asks about the same nodes call after call."""
+
+
+def _host_heads(names: list[str]) -> list[bytes]:
+    global _last_hosts
+    last = _last_hosts
+    if last is not None and last[0] == names:
+        return last[1]
+    heads = [b'{"Host":' + dumps(n) + b',"Score":' for n in names]
+    _last_hosts = (list(names), heads)
+    return heads
 
 
 def encode_prioritize(args: ExtenderArgs, d: PrioritizeDecision) -> bytes:
     """HostPriorityList: [{"Host": name, "Score": int}] in request order."""
-    return dumps([{"Host": n, "Score": int(s)} for n, s in zip(args.names, d.scores, strict=True)])
+    scores = [int(s) for s in d.scores]
+    if len(scores) != len(args.names):
+        raise ValueError(f"{len(scores)} scores for {len(args.names)} nodes")
+    if not scores:
+        return b"[]"
+    if 0 <= min(scores) and max(scores) <= 10:
+        tails = list(map(_SCORE_TAILS.__getitem__, scores))
+    else:
+        tails = [b"%d}" % s for s in scores]
+    return b"[" + b",".join(map(bytes.__add__, _host_heads(args.names), tails)) + b"]"
