@@ -28,12 +28,15 @@ from bpf.events import (
     decode_http_event,
 )
 from bpf.http import (
+    RequestHead,
     RequestInfo,
     ResponseInfo,
     RouteTemplates,
     parse_request,
+    parse_request_head,
     parse_response,
     request_end,
+    with_body,
 )
 
 __all__ = ["RequestRecord", "ConnTracker", "TrackerCounters"]
@@ -117,6 +120,7 @@ class ConnTracker:
         self._conns: OrderedDict[tuple[int, int, int], _Conn] = OrderedDict()
         self._req_memo: dict[bytes, tuple[RequestInfo | None, int | None]] = {}
         self._resp_memo: dict[bytes, ResponseInfo] = {}
+        self._head_memo: dict[bytes, RequestHead | None] = {}
 
     def __len__(self) -> int:
         return len(self._conns)
@@ -137,11 +141,23 @@ class ConnTracker:
     def _parse_request(self, data: bytes) -> tuple[RequestInfo | None, int | None]:
         """The request in `data` and where a pipelined one after it starts (None: no
         split). Memoized on the bytes: identical request prefixes (health checks, scrapes,
-        repeated prompts) are parsed once; parsing is deterministic given the bytes."""
+        repeated prompts) are parsed once; parsing is deterministic given the bytes. The
+        head is memoized apart: different prompts behind the same head sniff only their
+        body."""
         hit = self._req_memo.get(data)
         if hit is not None:
             return hit
-        req = parse_request(data, self.routes)
+        end = data.find(b"\r\n\r\n")
+        head_bytes = data if end < 0 else data[: end + 4]
+        memo = self._head_memo
+        if head_bytes in memo:
+            head = memo[head_bytes]
+        else:
+            head = parse_request_head(head_bytes, self.routes)
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[head_bytes] = head
+        req = None if head is None else with_body(head, b"" if end < 0 else data[end + 4 :])
         cut = None
         if req is not None and len(data) > data.find(b"\r\n\r\n") + 4 + (req.content_length or 0):
             # bytes past this request: a pipelined one (rare), or a body without its length

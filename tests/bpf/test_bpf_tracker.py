@@ -181,3 +181,25 @@ def test_encoded_batch_tracks_what_single_events_track(monkeypatch: pytest.Monke
     assert batch.counters == one.counters and len(batch) == len(one)
     # the pairs on known connections skipped the general decode
     assert raws[1] not in decoded and raws[8] not in decoded and len(decoded) < len(seq)
+
+
+def test_same_head_different_bodies_parse_each_body() -> None:
+    """The head is parsed once per distinct head; each body still sets modality and
+    image parts, and an X-Modality header still names the modality."""
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n\r\n"
+    declared = head.replace(b"\r\n\r\n", b"\r\nX-Modality: audio\r\n\r\n")
+    two = b'{"content":[{"type":"image_url"},{"type":"image_url"}]}'
+    t = ConnTracker()
+    got = []
+    for i, data in enumerate(
+        [head + b'{"content":"hi"}', head + two, head + b'{"content":"yo"}', declared + two]
+    ):
+        t.on_http(ev(HttpEventKind.REQUEST, i * 10 * MS, data, fd=20 + i))
+        got += t.on_http(ev(HttpEventKind.RESPONSE_DONE, (i * 10 + 1) * MS, RESP, fd=20 + i))
+    assert [(r.modality, r.images) for r in got] == [
+        ("text", 0),
+        ("multi-image", 2),
+        ("text", 0),
+        ("audio", 2),
+    ]
+    assert len(t._head_memo) == 2
