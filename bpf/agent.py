@@ -21,7 +21,7 @@ from bpf import engine as engine_mod
 from bpf import loader as loader_mod
 from bpf.attribution import Attributor, PodMeta, PodRef
 from bpf.config import CollectorConfig, EngineTarget
-from bpf.events import EventDecodeError, decode_accept_event, decode_http_event
+from bpf.events import EventDecodeError, decode_accept_event
 from bpf.export import (
     GEN_AI_OPERATIONS,
     REQUEST_ATTRS,
@@ -241,17 +241,8 @@ class Agent:
     def on_http_batch(self, raws: list[bytes]) -> None:
         """A poll's worth of HTTP events: decoded and tracked under one lock, the requests
         they complete recorded together (`record_requests`)."""
-        records: list[RequestRecord] = []
-        bad = 0
         with self._tracker_lock:
-            on_http = self.tracker.on_http
-            for raw in raws:
-                try:
-                    ev = decode_http_event(raw)
-                except EventDecodeError:
-                    bad += 1
-                    continue
-                records += on_http(ev)
+            records, bad = self.tracker.on_http_raw(raws)
         if bad:
             self.state.count("dropped", "bad_event", bad)
         if len(raws) > bad:

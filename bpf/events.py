@@ -24,6 +24,7 @@ __all__ = [
     "TcpStats",
     "RTT_SLOTS",
     "HTTP_EVENT_HEADER_SIZE",
+    "HTTP_HEADER",
     "ACCEPT_EVENT_SIZE",
     "EventDecodeError",
     "decode_http_event",
@@ -111,8 +112,9 @@ class TcpStatsStruct(ctypes.Structure):
 
 
 HTTP_EVENT_HEADER_SIZE = ctypes.sizeof(HttpEventHeader)
-_HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBI")  # the same layout as HttpEventHeader
-assert _HTTP_HEADER.size == HTTP_EVENT_HEADER_SIZE
+# the same layout as HttpEventHeader; public for the tracker's fast path (bpf/tracker.py)
+HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBI")
+assert HTTP_HEADER.size == HTTP_EVENT_HEADER_SIZE
 _KINDS = {int(k): k for k in HttpEventKind}
 _STATES = {int(s): s for s in ConnState}
 ACCEPT_EVENT_SIZE = ctypes.sizeof(AcceptEventStruct)
@@ -186,7 +188,7 @@ def decode_http_event(raw: bytes) -> HttpEvent:
         kind,
         prev,
         events,
-    ) = _HTTP_HEADER.unpack_from(raw)
+    ) = HTTP_HEADER.unpack_from(raw)
     k = _KINDS.get(kind)
     st = _STATES.get(prev)
     if k is None or st is None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from kvspread import names
 
@@ -19,6 +20,9 @@ __all__ = [
     "RouteTemplates",
     "DEFAULT_ROUTES",
     "parse_request",
+    "parse_request_head",
+    "with_body",
+    "RequestHead",
     "parse_response",
     "sniff_modality",
     "request_end",
@@ -199,7 +203,36 @@ def _int(value: str | None) -> int | None:
 
 def parse_request(data: bytes, routes: RouteTemplates) -> RequestInfo | None:
     """Parse a request prefix; None when it is not an HTTP/1.x request line."""
-    first, fields, body = _split_head(data)
+    end = data.find(b"\r\n\r\n")
+    head = parse_request_head(data if end < 0 else data[: end + 4], routes)
+    return None if head is None else with_body(head, b"" if end < 0 else data[end + 4 :])
+
+
+class RequestHead(NamedTuple):
+    """A request's head parsed on its own; `declared`: its modality came from X-Modality."""
+
+    info: RequestInfo  # modality "text" (or the declared one), no image parts yet
+    declared: bool
+
+
+def with_body(head: RequestHead, body: bytes) -> RequestInfo:
+    """The request of `head` with the modality and image parts its body start shows (an
+    X-Modality header still names the modality)."""
+    modality, images = sniff_modality(body)
+    info = head.info
+    if head.declared:
+        modality = info.modality
+    if modality == info.modality and images == info.images:
+        return info  # text bodies: no new object
+    return replace(info, modality=modality, images=images)
+
+
+def parse_request_head(head: bytes, routes: RouteTemplates) -> RequestHead | None:
+    """Parse a request's head (the bytes up to and with the blank line, or all of them
+    when it is cut off); None when it is not an HTTP/1.x request line. Apart from the body
+    so that requests with the same head and different bodies (prompts) parse the head
+    once (bpf/tracker.py memoizes it)."""
+    first, fields, _ = _split_head(head)
     parts = first.split(b" ")
     if len(parts) < 2:
         return None
@@ -211,20 +244,18 @@ def parse_request(data: bytes, routes: RouteTemplates) -> RequestInfo | None:
         target = "/" + target.split("://", 1)[1].partition("/")[2]
     path = target.split("?", 1)[0].split("#", 1)[0] or "/"
     hdr = _headers(fields)
-    modality, images = sniff_modality(body)
     declared = hdr.get("x-modality", "").strip().lower()
-    if declared in names.MODALITIES:
-        modality = declared
-    return RequestInfo(
+    known = declared in names.MODALITIES
+    info = RequestInfo(
         method=method,
         path=path,
         route=routes.route(path),
-        modality=modality,
-        images=images,
+        modality=declared if known else "text",
         context_id=hdr.get("x-llm-context-id") or None,
         chunk_seq=_int(hdr.get("x-chunk-seq")),
         content_length=_int(hdr.get("content-length")),
     )
+    return RequestHead(info, known)
 
 
 def request_end(data: bytes) -> int | None:

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from bpf.events import AcceptEvent, ConnState, HttpEvent, HttpEventKind
+import pytest
+
+from bpf import tracker
+from bpf.events import (
+    HTTP_EVENT_HEADER_SIZE,
+    AcceptEvent,
+    ConnState,
+    HttpEvent,
+    HttpEventKind,
+    decode_http_event,
+    encode_http_event,
+)
 from bpf.tracker import ConnTracker
 
 MS = 1_000_000
@@ -112,3 +123,83 @@ def test_end_event_closes_the_previous_request_without_opening_one() -> None:
     assert r.duration_s == 0.012
     assert t.on_http(ev(HttpEventKind.CLOSE, 90 * MS, prev_end=80 * MS)) == []
     assert t.counters.requests == 1
+
+
+def test_encoded_batch_tracks_what_single_events_track(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`on_http_raw` (the agent's path: a fast path for REQUEST / RESPONSE_DONE pairs) gives
+    the records and counters `on_http` gives, event by event, for every kind of sequence."""
+    two = REQ + b"GET /health HTTP/1.1\r\n\r\n"
+    done = HttpEventKind.RESPONSE_DONE
+    seq = [
+        # keep-alive: a pair, a two-write response ended by the next request, an SSE stream
+        ev(HttpEventKind.REQUEST, 0, REQ),
+        ev(done, 2 * MS, RESP, prev=ConnState.REQUEST)._replace(req_end_ns=1 * MS),
+        ev(HttpEventKind.REQUEST, 10 * MS, REQ),
+        ev(HttpEventKind.RESPONSE, 12 * MS, RESP, prev=ConnState.REQUEST),
+        ev(HttpEventKind.REQUEST, 20 * MS, REQ, prev_end=15 * MS, prev=ConnState.RESPONDING),
+        ev(done, 30 * MS, SSE, prev=ConnState.REQUEST)._replace(
+            req_end_ns=21 * MS, sse_first_ns=25 * MS, sse_last_ns=29 * MS, sse_events=5
+        ),
+        # a request over two reads; another fd, answered in one write
+        ev(HttpEventKind.REQUEST, 31 * MS, REQ[:20], fd=6),
+        ev(HttpEventKind.REQUEST_MORE, 32 * MS, REQ[20:], fd=6, prev=ConnState.REQUEST),
+        ev(done, 33 * MS, RESP, fd=6, prev=ConnState.REQUEST),
+        # pipelined: two requests in one read, two responses
+        ev(HttpEventKind.REQUEST, 40 * MS, two, fd=7),
+        ev(done, 41 * MS, RESP, fd=7, prev=ConnState.REQUEST),
+        ev(done, 42 * MS, RESP, fd=7, prev_end=41 * MS),
+        # orphans, an over-budget END, unanswered at close, the fd reused
+        ev(done, 50 * MS, RESP, fd=8),
+        ev(HttpEventKind.REQUEST_MORE, 51 * MS, REQ, fd=9),
+        ev(HttpEventKind.REQUEST, 60 * MS, REQ),
+        ev(HttpEventKind.RESPONSE, 61 * MS, RESP, prev=ConnState.REQUEST),
+        ev(HttpEventKind.END, 70 * MS, prev_end=65 * MS, prev=ConnState.RESPONDING),
+        ev(HttpEventKind.REQUEST, 80 * MS, REQ),
+        ev(HttpEventKind.CLOSE, 90 * MS, prev_end=85 * MS),
+        ev(HttpEventKind.REQUEST, 95 * MS, REQ, conn=2),
+        ev(done, 96 * MS, RESP, conn=2, prev=ConnState.REQUEST),
+        ev(HttpEventKind.REQUEST, 97 * MS, b"not http\r\n\r\n", conn=2),
+        ev(done, 98 * MS, RESP, conn=2, prev=ConnState.REQUEST),
+    ]
+    one = ConnTracker()
+    expected = [r for e in seq for r in one.on_http(e)]
+    raws = [encode_http_event(e) for e in seq]
+    bad_kind = bytearray(raws[0])
+    bad_kind[HTTP_EVENT_HEADER_SIZE - 6] = 99  # the kind byte
+    decoded: list[bytes] = []
+
+    def decode(raw: bytes) -> HttpEvent:
+        decoded.append(raw)
+        return decode_http_event(raw)
+
+    monkeypatch.setattr(tracker, "decode_http_event", decode)
+    batch = ConnTracker()
+    got, bad = batch.on_http_raw([*raws[:3], b"short", bytes(bad_kind), *raws[3:]])
+    assert bad == 2
+    assert got == expected and len(expected) == 8
+    assert expected[2].ttft_s is not None and expected[2].tpot_s is not None
+    assert batch.counters == one.counters and len(batch) == len(one)
+    # the pairs on known connections skipped the general decode
+    assert raws[1] not in decoded and raws[8] not in decoded and len(decoded) < len(seq)
+
+
+def test_same_head_different_bodies_parse_each_body() -> None:
+    """The head is parsed once per distinct head; each body still sets modality and
+    image parts, and an X-Modality header still names the modality."""
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\n\r\n"
+    declared = head.replace(b"\r\n\r\n", b"\r\nX-Modality: audio\r\n\r\n")
+    two = b'{"content":[{"type":"image_url"},{"type":"image_url"}]}'
+    t = ConnTracker()
+    got = []
+    for i, data in enumerate(
+        [head + b'{"content":"hi"}', head + two, head + b'{"content":"yo"}', declared + two]
+    ):
+        t.on_http(ev(HttpEventKind.REQUEST, i * 10 * MS, data, fd=20 + i))
+        got += t.on_http(ev(HttpEventKind.RESPONSE_DONE, (i * 10 + 1) * MS, RESP, fd=20 + i))
+    assert [(r.modality, r.images) for r in got] == [
+        ("text", 0),
+        ("multi-image", 2),
+        ("text", 0),
+        ("audio", 2),
+    ]
+    assert len(t._head_memo) == 2
