@@ -7,7 +7,9 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -72,18 +74,24 @@ def keda(
         yield a, clock, mode
 
 
-def _channel(pki: Pki, a: AdapterThread, cert: tuple[bytes, bytes] | None) -> grpc.Channel:
+@contextmanager
+def _stub(
+    pki: Pki, a: AdapterThread, cert: tuple[bytes, bytes] | None, queue: float
+) -> Iterator[Any]:
+    """Push one batch with `queue` waiting requests, then a scaler stub over (m)TLS."""
     assert a.adapter.keda is not None
+    _push(a, T0 + 30, queue)
     creds = grpc.ssl_channel_credentials(
         root_certificates=pki.serving_ca.cert_pem.bytes(),
         private_key=cert[0] if cert else None,
         certificate_chain=cert[1] if cert else None,
     )
-    return grpc.secure_channel(
+    with grpc.secure_channel(
         f"127.0.0.1:{a.adapter.keda.port}",
         creds,
         options=[("grpc.ssl_target_name_override", "localhost")],
-    )
+    ) as ch:
+        yield SERVICE.stub(ch)
 
 
 def _ref(metric: str, selector: str = "service=vision", **extra: str) -> pb.ScaledObjectRef:
@@ -101,9 +109,7 @@ def test_keda_and_rest_give_identical_values(
     pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
 ) -> None:
     a, _, mode = keda
-    _push(a, T0 + 30, 3)
-    with _channel(pki, a, client_cert) as ch:
-        stub = SERVICE.stub(ch)
+    with _stub(pki, a, client_cert, 3) as stub:
         for metric in (names.SLI_LATENCY_P95, names.SLI_GOOD_REQUESTS_PER_SECOND,
                        names.SLI_ERROR_RATIO, names.SLI_QUEUE_DEPTH):  # fmt: skip
             got = stub.GetMetrics(
@@ -130,9 +136,7 @@ def test_errors_have_the_rest_messages_and_grpc_codes(
     pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
 ) -> None:
     a, clock, _ = keda
-    _push(a, T0 + 30, 3)
-    with _channel(pki, a, client_cert) as ch:
-        stub = SERVICE.stub(ch)
+    with _stub(pki, a, client_cert, 3) as stub:
 
         def fail(ref: pb.ScaledObjectRef) -> grpc.RpcError:
             with pytest.raises(grpc.RpcError) as info:
@@ -165,9 +169,7 @@ def test_stream_is_active_pushes_changes(
     pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
 ) -> None:
     a, clock, _ = keda
-    _push(a, T0 + 30, 0)
-    with _channel(pki, a, client_cert) as ch:
-        stub = SERVICE.stub(ch)
+    with _stub(pki, a, client_cert, 0) as stub:
         stream = stub.StreamIsActive(_ref(names.SLI_QUEUE_DEPTH, activationThreshold="1"))
         assert next(stream).result is False
         clock.advance(10)
@@ -180,9 +182,7 @@ def test_mutual_tls_refuses_a_client_without_certificate(
     pki: Pki, keda: tuple[AdapterThread, FakeClock, str]
 ) -> None:
     a, _, mode = keda
-    _push(a, T0 + 30, 3)
-    with _channel(pki, a, None) as ch:
-        stub = SERVICE.stub(ch)
+    with _stub(pki, a, None, 3) as stub:
         if mode == "tls":  # server TLS only: KEDA's caCert alone is enough
             assert stub.IsActive(_ref(names.SLI_QUEUE_DEPTH), timeout=10).result
         else:  # tlsClientCert/tlsClientKey required

@@ -136,6 +136,15 @@ def _can_run_bpf() -> str | None:
 # --- the traced server and the engine endpoint ---------------------------------------------
 
 
+def _reply(h: BaseHTTPRequestHandler, status: int, content_type: str, body: bytes) -> None:
+    """One whole response with its length, for the fake engines below."""
+    h.send_response(status)
+    h.send_header("Content-Type", content_type)
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)
+
+
 class _Inference(BaseHTTPRequestHandler):
     """POST /v1/chat/completions; X-Delay-Ms sets the server-side delay, X-Status the code,
     X-Stream N answers an SSE stream of N chat.completion.chunk events 5 ms apart (chunked)."""
@@ -160,12 +169,7 @@ class _Inference(BaseHTTPRequestHandler):
                 time.sleep(0.005)
             self.wfile.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
             return
-        body = b'{"choices":[{"message":{"content":"ok"}}]}'
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        _reply(self, status, "application/json", b'{"choices":[{"message":{"content":"ok"}}]}')
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -178,11 +182,7 @@ class _Engine(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(ENGINE_TEXT)))
-        self.end_headers()
-        self.wfile.write(ENGINE_TEXT)
+        _reply(self, 200, "text/plain; version=0.0.4", ENGINE_TEXT)
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -47,8 +47,9 @@ def _replay() -> Replay:
     return Replay(cluster, frag, node_frag, access, np.random.default_rng(0), targets)
 
 
-def _state(r: Replay) -> None:
-    """Node a: one GPU at 700 used; node b: 2 whole GPUs used; node c: empty."""
+def _busy() -> Replay:
+    """A replay where node a has one GPU at 700 used, node b 2 whole GPUs used, c is empty."""
+    r = _replay()
     c = r.cluster
     c.place(0, np.array([3]), _pod(8000, 700, 1))
     c.place(1, np.array([0, 1]), _pod(24000, 1000, 2))
@@ -56,14 +57,14 @@ def _state(r: Replay) -> None:
         r.node_frag[n] = r.frag.fragmentation(
             c.gpu_free[n : n + 1], c.cpu_free[n : n + 1], c.model_id[n : n + 1]
         )[0]
+    return r
 
 
 ALL = np.array([0, 1, 2])
 
 
 def test_gpupacking_bands() -> None:
-    r = _replay()
-    _state(r)
+    r = _busy()
     p = make_policy("gpupacking", r)
     share = p.score(_pod(4000, 200, 1), ALL)
     # a: shared GPU (300 free: 100 - 30 // 10 = 97); b: used node, 1 free GPU (50 - 1);
@@ -73,8 +74,7 @@ def test_gpupacking_bands() -> None:
 
 
 def test_gpuclustering_bands() -> None:
-    r = _replay()
-    _state(r)
+    r = _busy()
     p = make_policy("gpuclustering", r)
     s = p.score(_pod(4000, 1000, 2), ALL)
     # b holds only 2-GPU pods: 75 + 25 * 2000 // 8000 = 81; a holds a shared pod: 0 + 25 *
@@ -83,8 +83,7 @@ def test_gpuclustering_bands() -> None:
 
 
 def test_bestfit_and_dotproduct() -> None:
-    r = _replay()
-    _state(r)
+    r = _busy()
     pod = _pod(8000, 1000, 1)
     best = make_policy("bestfit", r).score(pod, ALL)
     # c: (1 - ((96000 - 8000)/128000 * 0.5 + (8000 - 1000)/8000 * 0.5)) * 100 = 21.875 -> 21
@@ -96,8 +95,7 @@ def test_bestfit_and_dotproduct() -> None:
 
 
 def test_fgd_prefers_the_gpu_that_removes_a_fragment() -> None:
-    r = _replay()
-    _state(r)
+    r = _busy()
     p = make_policy("fgd", r)
     pod = _pod(4000, 300, 1, shape=1)
     s = p.score(pod, ALL)
