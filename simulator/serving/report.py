@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from simulator.serving.sim import RunResult, TimelineRow
+from simulator.serving.stats import cell
 
 __all__ = [
     "summarise",
@@ -97,10 +98,10 @@ def summarise(result: RunResult) -> dict[str, Any]:
     by_qos: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for r in scored:
         q = qos_of[r.service]
-        cell = by_qos[q]
-        cell[1] += 1
+        tally = by_qos[q]
+        tally[1] += 1
         if r.status == "ok" and (r.finish - r.arrival) / max(1, r.out) <= _budget(result, q):
-            cell[0] += 1
+            tally[0] += 1
     for q in QOS_ORDER:
         met, tot = by_qos.get(q, [0, 0])
         row[f"slo_{q}"] = met / tot if tot else math.nan
@@ -416,7 +417,6 @@ COMPARED: tuple[tuple[str, str, float, str], ...] = (
     ("failed_starts", "failed starts", 1.0, ""),
 )
 """(metric, label, display factor, unit) of the paired comparison table."""
-_SHORT = {"better": "better", "worse": "worse", "no significant difference": "n.s."}
 
 
 def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -430,16 +430,6 @@ def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return compare(rows, BASELINE, [m for m, *_ in COMPARED])
 
 
-def _cell(c: dict[str, Any], factor: float, unit: str) -> str:
-    mean = c["mean_diff"] * factor
-    if math.isnan(mean):
-        return "-"
-    text = f"{mean:+.2f}{(' ' + unit) if unit else ''}"
-    if not math.isnan(c["ci_low"]):
-        text += f" [{c['ci_low'] * factor:+.2f}, {c['ci_high'] * factor:+.2f}]"
-    return f"{text} {_SHORT.get(c['verdict'], c['verdict'])}"
-
-
 def comparison_table(cmp: Sequence[dict[str, Any]]) -> str:
     """One row per pair, one column per metric: mean difference [95 % CI] verdict."""
     if not cmp:
@@ -449,7 +439,7 @@ def comparison_table(cmp: Sequence[dict[str, Any]]) -> str:
     head = "| policy | autoscaler | " + " | ".join(lbl for _, lbl, _, _ in COMPARED) + " |"
     lines = [head, "|---|---|" + "---:|" * len(COMPARED)]
     for p, a in pairs:
-        cells = [_cell(by[(p, a, m)], f, u) if (p, a, m) in by else "-" for m, _, f, u in COMPARED]
+        cells = [cell(by.get((p, a, m)), f, u) for m, _, f, u in COMPARED]
         lines.append(f"| {p} | {a} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from router.config import MetricsConfig
 from simulator.serving.routing import BASELINE_ROUTING
-from simulator.serving.stats import paired
+from simulator.serving.stats import cell, paired
 
 __all__ = ["compare_routing", "section", "DESIGN_NOTES", "ROUTING_COMPARED"]
 
@@ -37,8 +37,6 @@ DESIGN_NOTES: tuple[tuple[str, float, float], ...] = (
     ("multimodal dynamic weight", 987.0, 0.3),
 )
 """The design notes' routing table: (scheme, mean end-to-end ms, OOM %)."""
-
-_SHORT = {"better": "better", "worse": "worse", "no significant difference": "n.s."}
 
 
 def _key(r: dict[str, Any]) -> tuple[str, str]:
@@ -76,17 +74,6 @@ def compare_routing(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 head = {"policy": policy, "autoscaler": autoscaler, "routing": routing}
                 out.append({**head, "baseline": base, **p.row()})
     return out
-
-
-def _cell(c: dict[str, Any] | None, factor: float, unit: str) -> str:
-    if c is None or math.isnan(c["mean_diff"]):
-        return "-"
-    u = f" {unit}" if unit else ""
-    d = 0 if unit == "ms" else 2
-    text = f"{c['mean_diff'] * factor:+.{d}f}{u}"
-    if not math.isnan(c["ci_low"]):
-        text += f" [{c['ci_low'] * factor:+.{d}f}, {c['ci_high'] * factor:+.{d}f}]"
-    return f"{text} {_SHORT.get(c['verdict'], c['verdict'])}"
 
 
 def _fmt(v: Any, fmt: str) -> str:
@@ -133,7 +120,7 @@ def _design_notes_text(rows: list[dict[str, Any]], cmp: Sequence[dict[str, Any]]
         else:
             how = f"differs from round-robin by {rel:+.1f} %, not a significant difference"
         text.append(
-            f"Here kvspread routing {how} ({_cell(ks, 1000.0, 'ms')}); the design notes "
+            f"Here kvspread routing {how} ({cell(ks, 1000.0, 'ms')}); the design notes "
             f"report {100 * (DESIGN_NOTES[2][1] - rr) / rr:+.1f} % for their dynamic weight."
         )
     text.append(
@@ -181,7 +168,7 @@ def section(
             dict.fromkeys(c["routing"] for c in cmp if (c["policy"], c["autoscaler"]) == (p, a))
         )
         for r in routings:
-            cells = [_cell(by.get((p, a, r, m)), f, u) for m, _, f, u in ROUTING_COMPARED]
+            cells = [cell(by.get((p, a, r, m)), f, u) for m, _, f, u in ROUTING_COMPARED]
             lines.append(f"| {p} | {a} | {r} | " + " | ".join(cells) + " |")
     for p, a in pairs:
         rows = _routings_of(summary, (p, a))

@@ -131,7 +131,9 @@ class ServiceMetrics:
         )  # fmt: skip
         if kv_usage is not None:
             points.append(
-                Point(names.KV_CACHE_USAGE.name, GAUGE, self._gauge_attrs, t, 0.0, (float(kv_usage),))
+                Point(
+                    names.KV_CACHE_USAGE.name, GAUGE, self._gauge_attrs, t, 0.0, (float(kv_usage),)
+                )
             )
         self.adapter.push(points, t)
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["t_quantile_975", "Paired", "paired", "compare", "HIGHER_IS_BETTER"]
+__all__ = ["t_quantile_975", "Paired", "paired", "compare", "cell", "HIGHER_IS_BETTER"]
 
 # two-sided 95 % Student t quantiles t(0.975, df) for df = 1..30 (standard tables)
 _T975 = (
@@ -124,3 +125,20 @@ def compare(
             )
             out.append({"policy": key[0], "autoscaler": key[1], **p.row()})
     return out
+
+
+_SHORT_VERDICT = {"better": "better", "worse": "worse", "no significant difference": "n.s."}
+
+
+def cell(c: Mapping[str, Any] | None, factor: float, unit: str) -> str:
+    """One comparison (a `Paired.row()`) as a table cell: mean difference x `factor`
+    [95 % CI] and the verdict ("n.s." for no significant difference); "-" without data.
+    Milliseconds are shown whole, everything else to two decimals."""
+    if c is None or math.isnan(c["mean_diff"]):
+        return "-"
+    u = f" {unit}" if unit else ""
+    d = 0 if unit == "ms" else 2
+    text = f"{c['mean_diff'] * factor:+.{d}f}{u}"
+    if not math.isnan(c["ci_low"]):
+        text += f" [{c['ci_low'] * factor:+.{d}f}, {c['ci_high'] * factor:+.{d}f}]"
+    return f"{text} {_SHORT_VERDICT.get(c['verdict'], c['verdict'])}"
