@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from extender.batch import POOL_CODES, NodeBatch
-from extender.config import DEFAULT_TIE_BAND, ScoringConfig, TermWeights
+from extender.config import ScoringConfig, TermWeights
 from extender.fit import qualifying_gpus
 from extender.model import SIGNAL_STATES, NodeState, PodShape
 from extender.shapes import Shapes
@@ -76,7 +76,6 @@ __all__ = [
     "BatchScores",
     "node_preference",
     "TIE_EPSILON",
-    "FRAGMENTATION_TIE",
     "tie_break",
     "candidate_gpus",
     "expected_fragmentation",
@@ -109,20 +108,18 @@ they) count as tied apart from fragmentation; the stable per-node preference may
 (`tie_break`). It never reorders candidates that differ in any other term, however small
 the difference: a real difference in pool, load, replicas or latency always decides."""
 
-FRAGMENTATION_TIE = DEFAULT_TIE_BAND
-"""Default of `ScoringConfig.tie_band`: within a tie group (TIE_EPSILON), the preference may
-override fragmentation terms that differ by less than this (0.1 of the term's 0..1 range,
-i.e. 0.1 x the fragmentation weight share of the value: 0.035 with the default weights),
-never more; `tie_band: 0` confines it to exact ties.
-
-Why it exists: many placements change the expected fragmentation equally or nearly so
-(every empty node of a kind, every node with a whole GPU free), and kube-scheduler breaks
-ties at random, which scatters pods over empty nodes and leaves no node whole for large
-instances. A fixed order makes such candidates resolve the same way every time (first-fit),
-so partial placements concentrate on the same nodes; the FGD paper's published numbers rely
-on exactly such an order (its artifact scores int(100 x sigmoid), so near ties are exact
-ties, and picks the first node among them). Measured on the Alibaba trace (seed 42,
-docs/extender.md): exact ties only 5.73 % unallocated GPUs, a band of 0.1 4.42 %, FGD 4.68 %."""
+# The tie band (`ScoringConfig.tie_band`, default 0.1 of the fragmentation term's 0..1 range,
+# i.e. 0.035 of the value with the default weights): within a tie group (TIE_EPSILON), the
+# preference may override fragmentation terms closer than the band, never more; 0 confines it
+# to exact ties. Why it exists: many placements change the expected fragmentation equally or
+# nearly so (every empty node of a kind, every node with a whole GPU free), and kube-scheduler
+# breaks ties at random, which scatters pods over empty nodes and leaves no node whole for
+# large instances. A fixed order makes such candidates resolve the same way every time
+# (first-fit), so partial placements concentrate on the same nodes; the FGD paper's published
+# numbers rely on exactly such an order (its artifact scores int(100 x sigmoid), so near ties
+# are exact ties, and picks the first node among them). Measured on the Alibaba trace (seed
+# 42, docs/extender.md): exact ties only 5.73 % unallocated GPUs, a band of 0.1 4.42 %, FGD
+# 4.68 %.
 
 
 @lru_cache(maxsize=65536)
