@@ -291,6 +291,3 @@ class EndpointSet:
                     v = cache[a] = self._view(ep, self._measured[a], now, wall)
                 out.append(v)
             return out
-
-    def stale_count(self) -> int:
-        return sum(1 for v in self.views() if not v.fresh)
