@@ -15,13 +15,20 @@ __all__ = ["parse_seeds"]
 
 
 def _seed(value: object, shown: str) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(f"--seeds: {shown!r} is not a seed (a whole number >= 0)")
-    try:
-        seed = int(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        raise ConfigError(f"--seeds: {shown!r} is not a seed or a range a..b") from None
-    if seed < 0 or (isinstance(value, float) and value != seed):
+    seed: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        seed = value
+    elif isinstance(value, float) and value.is_integer():
+        seed = int(value)
+    elif isinstance(value, str):
+        try:
+            seed = int(value)
+        except ValueError:
+            try:
+                float(value)
+            except ValueError:
+                raise ConfigError(f"--seeds: {shown!r} is not a seed or a range a..b") from None
+    if seed is None or seed < 0:
         raise ConfigError(f"--seeds: {shown!r} is not a seed (a whole number >= 0)")
     return seed
 
