@@ -38,7 +38,7 @@ import numpy as np
 from simulator.serving.cluster import Node, device_plugin_gpus, resource_fit
 
 if TYPE_CHECKING:
-    from simulator.serving.placement import BoundPod, NodeView, Want
+    from simulator.serving.placement import BoundPod, ClusterSnapshot, Want
 
 __all__ = ["KubeDefault", "scores", "POD_CPU", "POD_MEMORY_GIB", "NODE_CPU", "NODE_MEMORY_GIB"]
 
@@ -60,21 +60,13 @@ class KubeDefault:
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def choose(
-        self,
-        want: Want,
-        nodes: list[Node],
-        slots: int,
-        views: Mapping[int, NodeView],
-        bound: Mapping[int, list[BoundPod]],
-        now: float,
-    ) -> tuple[int, int] | None:
-        feasible, total = scores(nodes, slots, bound, want.model, want.gpus)
+    def choose(self, want: Want, seen: ClusterSnapshot) -> tuple[int, int] | None:
+        feasible, total = scores(seen.nodes, seen.slots, seen.bound, want.model, want.gpus)
         if not feasible:
             return None
         best = np.flatnonzero(total == total.max())
         node = feasible[int(best[int(self._rng.integers(len(best)))])]
-        g = device_plugin_gpus(node, want.gpus, slots)
+        g = device_plugin_gpus(node, want.gpus, seen.slots)
         return None if g is None else (node.index, g[0].index)
 
 
