@@ -513,6 +513,43 @@ BPF_PROG_ARRAY(tail_progs, 2);
 #define TAIL_SSE_SCAN 0      /* sse_scan */
 #define TAIL_RESPONSE_HEAD 1 /* response_head */
 
+/* Hand this write to a tail-called program (TAIL_*); returns only when the call failed
+ * (the program is not loaded). `skip`: head bytes sse_scan passes over. */
+static __always_inline void job_call(void *ctx, struct io_args *a, u64 pid_tgid, u64 now,
+                                     long ret, u32 skip, u32 prog)
+{
+    u32 zero = 0;
+    struct sse_job *j = sse_jobs.lookup(&zero);
+    if (!j)
+        return;
+    j->key = a->key;
+    j->buf = a->buf;
+    j->iov = a->iov;
+    j->ret = (u64)ret;
+    j->left = (u64)ret;
+    j->src = a->buf;
+    j->seg = a->iov == IO_BUF ? (u64)ret : 0;
+    j->vi = 0;
+    j->now = now;
+    j->pid_tgid = pid_tgid;
+    j->skip = skip;
+    tail_progs.call(ctx, prog);
+}
+
+/* In a tail-called program: the job handed over, with its io_args and connection. */
+static __always_inline struct sse_job *job_take(struct io_args *a, struct conn_state **c)
+{
+    u32 zero = 0;
+    struct sse_job *j = sse_jobs.lookup(&zero);
+    if (!j)
+        return NULL;
+    a->key = j->key;
+    a->buf = j->buf;
+    a->iov = j->iov;
+    *c = conns.lookup(&a->key);
+    return *c ? j : NULL;
+}
+
 static __always_inline int hex_digit(char ch)
 {
     if (ch >= '0' && ch <= '9')
@@ -581,15 +618,13 @@ static __always_inline int write_done(void *ctx, struct conn_state *c, struct io
 int sse_scan(void *ctx)
 {
     u32 zero = 0;
-    struct sse_job *j = sse_jobs.lookup(&zero);
-    if (!j)
-        return 0;
-    u64 key = j->key;
-    volatile struct conn_state *c = conns.lookup(&key);
+    struct io_args a = {};
+    struct conn_state *cs = NULL;
+    struct sse_job *j = job_take(&a, &cs);
     struct sse_block *b = sse_blocks.lookup(&zero);
-    if (!c || !b)
+    if (!j || !cs || !b)
         return 0;
-    struct io_args a = {.key = key, .buf = j->buf, .iov = j->iov};
+    volatile struct conn_state *c = cs;
     /* one block per run; the program tail-calls itself for the next (at most 32 blocks) */
     if (j->left && j->seg == 0 && a.iov == IO_IOV && j->vi < MAX_IOVS) {
         struct iovec v = {};
@@ -636,22 +671,7 @@ int sse_scan(void *ctx)
 static __always_inline void sse_tail(void *ctx, struct conn_state *c, struct io_args *a,
                                      u64 pid_tgid, u64 now, long ret, u32 skip)
 {
-    u32 zero = 0;
-    struct sse_job *j = sse_jobs.lookup(&zero);
-    if (!j)
-        return;
-    j->key = a->key;
-    j->buf = a->buf;
-    j->iov = a->iov;
-    j->ret = (u64)ret;
-    j->left = (u64)ret;
-    j->src = a->buf;
-    j->seg = a->iov == IO_BUF ? (u64)ret : 0;
-    j->vi = 0;
-    j->now = now;
-    j->pid_tgid = pid_tgid;
-    j->skip = skip;
-    tail_progs.call(ctx, TAIL_SSE_SCAN);
+    job_call(ctx, a, pid_tgid, now, ret, skip, TAIL_SSE_SCAN);
     c->sse = SSE_LOST; /* no tail call: the program is not loaded */
 }
 
@@ -674,20 +694,18 @@ static __always_inline int write_done(void *ctx, struct conn_state *c, struct io
     return 0;
 }
 
-/* The first write of a response (tail call from write_exit): read the head, send RESPONSE
+/* The first write of a response (tail call from write_io): read the head, send RESPONSE
  * (RESPONSE_DONE when this write completes it), and scan the rest if it is SSE. */
 int response_head(void *ctx)
 {
     u32 zero = 0;
-    struct sse_job *j = sse_jobs.lookup(&zero);
-    if (!j)
-        return 0;
-    u64 key = j->key;
-    struct conn_state *c = conns.lookup(&key);
+    struct io_args a = {};
+    struct conn_state *c = NULL;
+    struct sse_job *j = job_take(&a, &c);
     struct http_event *ev = http_scratch.lookup(&zero);
-    if (!c || !ev)
+    if (!j || !c || !ev)
         return 0;
-    struct io_args a = {.key = key, .buf = j->buf, .iov = j->iov};
+    u64 key = a.key;
     long ret = (long)j->ret;
     u64 now = j->now, pid_tgid = j->pid_tgid;
     ev->len = capture(ev, &a, ret);
@@ -763,19 +781,7 @@ static __always_inline int write_io(void *ctx, struct conn_state *c, struct io_a
         c->resp_bytes = ret;
         return 0;
     }
-    u32 zero = 0;
-    struct sse_job *j = sse_jobs.lookup(&zero);
-    if (!j)
-        return 0;
-    j->key = a.key;
-    j->buf = a.buf;
-    j->iov = a.iov;
-    j->ret = (u64)ret;
-    j->left = (u64)ret;
-    j->now = now;
-    j->pid_tgid = pid_tgid;
-    j->skip = 0;
-    tail_progs.call(ctx, TAIL_RESPONSE_HEAD);
+    job_call(ctx, &a, pid_tgid, now, ret, 0, TAIL_RESPONSE_HEAD);
     return 0; /* not loaded: the response goes unseen */
 }
 
