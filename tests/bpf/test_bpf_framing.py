@@ -107,20 +107,7 @@ ENDINGS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/len/20/5/send",
-        "/len/6/10/write",
-        "/len/6/10/writev",
-        "/len/6/10/sendmsg",
-        "/len/6/10/sendfile",
-        "/chunked/8/5/send",
-        "/chunked/4/5/writev",
-        "/chunked/4/5/sendmsg",
-        "/nobody",
-    ],
-)
+@pytest.mark.parametrize("path", ENDINGS)
 def test_response_ends_at_its_last_byte_on_an_open_connection(framing: Any, path: str) -> None:
     srv, rec = framing
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
