@@ -108,20 +108,15 @@ static __always_inline struct conn_state *exit_conn(u64 pid_tgid, struct io_args
 {
     struct pt_regs *regs =
         (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)bpf_get_current_task_btf());
-    /* si (the buffer) and di (the fd) are adjacent in struct pt_regs: one read */
-    _Static_assert(offsetof(struct pt_regs, di) == offsetof(struct pt_regs, si) + 8,
-                   "pt_regs: di follows si");
-    struct {
-        u64 si;
-        u64 di;
-    } r = {};
-    bpf_probe_read_kernel(&r, sizeof(r), &regs->si);
-    a->key = (pid_tgid & 0xffffffff00000000ULL) | (u32)r.di;
+    /* plain loads: the helper returns a BTF pointer the verifier lets programs read
+     * directly (a fault reads 0), no bpf_probe_read_kernel call per syscall */
+    u64 fd = regs->di;
+    a->key = (pid_tgid & 0xffffffff00000000ULL) | (u32)fd;
     struct conn_state *c = conns.lookup(&a->key);
     if (!c)
         return NULL;
     a->iov = iov;
-    a->buf = iov == IO_NONE ? 0 : r.si;
+    a->buf = iov == IO_NONE ? 0 : regs->si;
     if (is_msg) { /* sendmsg / recvmsg: the bytes are in msg->msg_iov */
         const struct user_msghdr *msg = (const struct user_msghdr *)a->buf;
         a->buf = 0;
