@@ -14,9 +14,9 @@
  * Tracepoints: syscalls:sys_{enter,exit}_{read,recvfrom,readv,write,sendto,writev};
  * optional: recvmsg, sendmsg, sendfile64 (HAVE_SYS_*). With ARGS_AT_EXIT (x86-64, 5.15+)
  * only the exit tracepoints get a program: the arguments are read from the saved
- * registers there. Kernel needs: syscall
- * tracepoints (CONFIG_FTRACE_SYSCALLS), BPF ring buffer (5.8+) or perf buffer, bounded
- * loops (5.3+: the response head is scanned once per response, up to CAPTURE_BYTES).
+ * registers there. Kernel needs: syscall tracepoints (CONFIG_FTRACE_SYSCALLS), BPF ring
+ * buffer (5.8+) or perf buffer, bounded loops (5.3+: the response head is scanned once
+ * per response, up to CAPTURE_BYTES).
  */
 
 #define IO_BUF 0  /* buf is the user buffer */
