@@ -20,7 +20,9 @@ Measures (all printed as a Markdown table):
    ratios are noisy): the traced server's CPU without and with the collector, the
    collector's own CPU and the BPF run time, over `--pairs` paired runs, with spread;
    `--rate R` (repeatable) paces the same 16 connections to R req/s instead, and the share
-   of requests counted adds those over the budget (the kernel's own histogram).
+   of requests counted adds those over the budget (the kernel's own histogram). Then one
+   row per BPF program the collector holds (its fds' prog_id, so other processes' programs
+   are left out): run time and runs per request, ns per run, summed over the runs with it.
 4. Collector RSS while `--rss-requests` requests go through (a new connection every 100
    requests, so the connection tables churn), sampled every 10 %; with the default
    200k requests the figure for 1 M requests is extrapolated from the slope.
@@ -338,6 +340,56 @@ def bpf_run_time_ns() -> tuple[int, int]:
     return total, cnt
 
 
+def prog_stats(pid: int) -> dict[str, tuple[int, int]]:
+    """run_time_ns and run_cnt of each BPF program process `pid` holds (its fds' prog_id in
+    /proc/PID/fdinfo), by name: other processes' programs (tests on a shared machine) are
+    left out. A tail-called program's time is counted in the program that called it."""
+    ids: set[int] = set()
+    fdinfo = Path(f"/proc/{pid}/fdinfo")
+    for f in fdinfo.iterdir():
+        try:
+            for line in f.read_text().splitlines():
+                if line.startswith("prog_id:"):
+                    ids.add(int(line.split()[1]))
+        except OSError:
+            continue
+    out = subprocess.run(
+        ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    stats: dict[str, tuple[int, int]] = {}
+    for p in json.loads(out):
+        if p.get("id") in ids:
+            t, c = stats.get(p.get("name", "?"), (0, 0))
+            stats[p.get("name", "?")] = (
+                t + int(p.get("run_time_ns", 0)),
+                c + int(p.get("run_cnt", 0)),
+            )
+    return stats
+
+
+def per_program_rows(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], n: float
+) -> list[tuple[str, str]]:
+    """One row per program that ran: runs and run time per request, ns per run."""
+    rows = []
+    diffs = {
+        k: (after[k][0] - before.get(k, (0, 0))[0], after[k][1] - before.get(k, (0, 0))[1])
+        for k in after
+    }
+    for name, (t, c) in sorted(diffs.items(), key=lambda kv: -kv[1][0]):
+        if c <= 0:
+            continue
+        short = name.removeprefix("tracepoint__").replace("syscalls__", "")
+        rows.append(
+            (
+                f"  {short}",
+                f"{t / n / 1000:.3f} us per request, {c / n:.2f} runs per request, "
+                f"{t / c:.0f} ns per run",
+            )
+        )
+    return rows
+
+
 def set_bpf_stats(on: bool) -> None:
     Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1\n" if on else "0\n")
 
@@ -364,11 +416,15 @@ def cpu_per_request(
     collector: list[float] = []
     kernel: list[float] = []
     kernel_own: list[float] = []  # less the idle rate of the programs (other processes)
+    kernel_col: list[float] = []  # the collector's own programs only
     timed: list[float] = []
     counted: list[float] = []
     rates: list[float] = []
     rss: list[float] = []
     total = 0
+    progs_before: dict[str, tuple[int, int]] = {}
+    progs_after: dict[str, tuple[int, int]] = {}
+    progs_n = 0.0
     set_bpf_stats(True)
     try:
         for i in range(pairs):
@@ -381,11 +437,13 @@ def cpu_per_request(
                         time.sleep(2.0)
                         idle = (bpf_run_time_ns()[0] - i0) / (time.monotonic() - t0)
                     s0, b0 = proc_cpu_s(server_pid), bpf_run_time_ns()[0]
+                    p0 = prog_stats(col.proc.pid) if col else {}
                     c0 = col.cpu_s() if col else 0.0
                     seen0 = col.requests_seen() if col else 0.0
                     counted0 = col.requests_counted() if col else 0.0
                     res = run_saturated(port, seconds, rate=rate)
                     s1, b1 = proc_cpu_s(server_pid), bpf_run_time_ns()[0]
+                    p1 = prog_stats(col.proc.pid) if col else {}
                     n = max(res["requests"], 1)
                     total += int(n)
                     rates.append(n / res["seconds"])
@@ -393,11 +451,23 @@ def cpu_per_request(
                         server_without.append((s1 - s0) / n * 1e6)
                         continue
                     col.settle()  # the collector drains its ring buffer
+                    collector.append((col.cpu_s() - c0) / n * 1e6)
+                    timed.append((col.requests_seen() - seen0) / n)
+                    for k, (t, c) in p0.items():  # summed over the runs with the collector
+                        bt, bc = progs_before.get(k, (0, 0))
+                        progs_before[k] = (bt + t, bc + c)
+                    for k, (t, c) in p1.items():
+                        at, ac = progs_after.get(k, (0, 0))
+                        progs_after[k] = (at + t, ac + c)
+                    progs_n += n
+                    kernel_col.append(
+                        sum(t - p0.get(k, (0, 0))[0] for k, (t, _) in p1.items()) / n / 1000
+                    )
                     server_with.append((s1 - s0) / n * 1e6)
                     kernel.append((b1 - b0) / n / 1000)
                     kernel_own.append(max(0.0, b1 - b0 - idle * res["seconds"]) / n / 1000)
-                    collector.append((col.cpu_s() - c0) / n * 1e6)
-                    timed.append((col.requests_seen() - seen0) / n)
+                    # the kernel's over-budget histogram is read once per signals cycle (5 s)
+                    col.settle(quiet_s=6.0)
                     counted.append((col.requests_counted() - counted0) / n)
                     rss.append(col.rss_mib())
                 finally:
@@ -419,6 +489,10 @@ def cpu_per_request(
             "in-kernel BPF time per request, less the programs' idle rate (other processes)",
             _spread(kernel_own),
         ),
+        (
+            "in-kernel BPF time per request, the collector's own programs only",
+            _spread(kernel_col),
+        ),
         ("collector process CPU per request", _spread(collector)),
         (
             "requests timed as events (median share)",
@@ -429,6 +503,8 @@ def cpu_per_request(
             f"{100 * statistics.median(counted):.1f} %",
         ),
         ("collector RSS after each run (max)", f"{max(rss):.1f} MiB"),
+        ("per program (the collector's own, all runs with it together)", ""),
+        *per_program_rows(progs_before, progs_after, max(progs_n, 1.0)),
     ]
 
 

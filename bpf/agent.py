@@ -7,6 +7,7 @@ at /readyz and as kvspread_collector_source_up) and logged once per change of re
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -203,9 +204,15 @@ class Agent:
 
     def run_forever(self) -> None:
         self.start()
+        frozen = False
         try:
             while not self._stop.wait(1.0):
-                pass
+                if not frozen and self.bpf_ready.is_set():
+                    # The start-up heap (bcc, the SDKs, the loaded programs' tables) moves
+                    # to the permanent generation: the cyclic GC, run every few hundred
+                    # requests, then scans only what the requests themselves allocate.
+                    gc.freeze()
+                    frozen = True
         finally:
             self.stop()
 
@@ -337,26 +344,30 @@ class Agent:
         if now - self._label_memo_at >= LABEL_MEMO_S:
             self._label_memo.clear()
             self._label_memo_at = now
-        durations: dict[tuple[tuple[str, str], ...], list[float]] = {}
-        ttfbs: dict[tuple[tuple[str, str], ...], list[float]] = {}
-        otlp = self.otlp if self.otlp is not None and self.otlp.per_request else None
+        # grouped by the label memo's key first: the per-record work is one tuple and one
+        # dict lookup; labels, values and tokens are then handled per group
+        groups: dict[tuple[Any, ...], list[RequestRecord]] = {}
         for rec in recs:
-            lab = self._labels(rec)
-            d = durations.get(lab.labels)
-            if d is None:
-                d = durations[lab.labels] = []
-                ttfbs[lab.labels] = []
-            d.append(rec.duration_s)
-            ttfbs[lab.labels].append(rec.ttfb_s)
-            if otlp:
-                otlp.record_request(lab.otlp, rec.duration_s, rec.ttfb_s)
-            if rec.ttft_s is not None:
-                self._record_tokens(rec, lab.values)
-        for labels, values in durations.items():
-            lost = len(values) - self.state.requests.observe_many(labels, values)
+            key = (rec.tgid, rec.port, rec.method, rec.status, rec.route, rec.modality)
+            g = groups.get(key)
+            if g is None:
+                groups[key] = [rec]
+            else:
+                g.append(rec)
+        otlp = self.otlp if self.otlp is not None and self.otlp.per_request else None
+        for group in groups.values():
+            lab = self._labels(group[0])
+            durations = [r.duration_s for r in group]
+            ttfbs = [r.ttfb_s for r in group]
+            lost = len(durations) - self.state.requests.observe_many(lab.labels, durations)
             if lost:
                 self.state.count("dropped", "series_limit", lost)
-            self.state.ttfb.observe_many(labels, ttfbs[labels])
+            self.state.ttfb.observe_many(lab.labels, ttfbs)
+            for rec in group:
+                if otlp:
+                    otlp.record_request(lab.otlp, rec.duration_s, rec.ttfb_s)
+                if rec.ttft_s is not None:
+                    self._record_tokens(rec, lab.values)
         self.state.window.add_many(now, [(r.duration_s, r.images) for r in recs])
 
     def _record_tokens(self, rec: RequestRecord, values: dict[str, str]) -> None:

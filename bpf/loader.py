@@ -186,10 +186,21 @@ def build_source(programs: Iterable[str], program_dir: Path = PROGRAM_DIR) -> st
     return "\n".join(parts)
 
 
+def args_at_exit_possible() -> bool:
+    """Whether the exit programs may read the syscall arguments from the saved registers
+    (`-DARGS_AT_EXIT`, x86-64 register names; needs bpf_task_pt_regs, 5.15+: the loader
+    falls back to enter/exit pairs when it does not load)."""
+    return platform.machine() == "x86_64"
+
+
 def build_cflags(
-    config: ProbeConfig, features: Features, *, perf_buffer: bool = False
+    config: ProbeConfig,
+    features: Features,
+    *,
+    perf_buffer: bool = False,
+    args_at_exit: bool | None = None,
 ) -> list[str]:
-    """`-D` constants for the C code."""
+    """`-D` constants for the C code (`args_at_exit` None: where the machine allows)."""
     cap = config.capture_bytes
     if cap < 64 or cap > 4096 or cap & (cap - 1):
         raise ValueError(f"capture_bytes must be a power of two in 64..4096, got {cap}")
@@ -202,6 +213,10 @@ def build_cflags(
         f"-DMAX_REQUESTS_PER_S={int(config.max_requests_per_s)}",
     ]
     flags += [f"-DHAVE_SYS_{name.upper()}" for name in features.optional]
+    if args_at_exit is None:
+        args_at_exit = args_at_exit_possible()
+    if args_at_exit:
+        flags.append("-DARGS_AT_EXIT")
     if perf_buffer:
         flags.append("-DUSE_PERF_BUFFER")
     return flags
@@ -424,10 +439,14 @@ def load(config: ProbeConfig) -> ProbeSession:
         os.environ["BCC_KERNEL_SOURCE"] = str(tree)
     text = build_source(features.programs)
     errors: list[str] = []
-    for perf in (False, True):
+    # first the cheapest variant: ring buffer, arguments read at exit; then fallbacks
+    variants = [(False, True), (True, True)] if args_at_exit_possible() else []
+    variants += [(False, False), (True, False)]
+    for perf, at_exit in variants:
         try:
             bpf = bcc.BPF(
-                text=text.encode(), cflags=build_cflags(config, features, perf_buffer=perf)
+                text=text.encode(),
+                cflags=build_cflags(config, features, perf_buffer=perf, args_at_exit=at_exit),
             )
         except Exception as exc:  # noqa: BLE001 - bcc raises bare Exception
             errors.append(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))

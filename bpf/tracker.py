@@ -73,6 +73,7 @@ class RequestRecord(NamedTuple):
     tpot_s: float | None = None
 
 
+_new_record = tuple.__new__
 _REQUEST = int(HttpEventKind.REQUEST)
 _RESPONSE_DONE = int(HttpEventKind.RESPONSE_DONE)
 _MAX_STATE = max(int(s) for s in ConnState)
@@ -207,24 +208,29 @@ class ConnTracker:
             ttft = max(0, sse_first - p.request_end_ns) / 1e9
             if sse_events > 1:
                 tpot = (sse_last - sse_first) / (sse_events - 1) / 1e9
-        return RequestRecord(
-            tgid=c.tgid,
-            port=c.port,
-            method=req.method,
-            route=req.route,
-            status=resp.status,
-            modality=req.modality,
-            images=req.images,
-            start_ns=p.start_ns,
-            ttfb_s=(p.response_ns - p.start_ns) / 1e9,
-            duration_s=(end - p.start_ns) / 1e9,
-            streaming=resp.streaming,
-            response_bytes=resp_bytes,
-            context_id=req.context_id,
-            chunk_seq=req.chunk_seq,
-            peer=c.peer,
-            ttft_s=ttft,
-            tpot_s=tpot,
+        # tuple.__new__ with the fields in order: one record per request, and the
+        # NamedTuple constructor's keyword handling was a quarter of the tracker's time
+        return _new_record(
+            RequestRecord,
+            (
+                c.tgid,
+                c.port,
+                req.method,
+                req.route,
+                resp.status,
+                req.modality,
+                req.images,
+                p.start_ns,
+                (p.response_ns - p.start_ns) / 1e9,
+                (end - p.start_ns) / 1e9,
+                resp.streaming,
+                resp_bytes,
+                req.context_id,
+                req.chunk_seq,
+                c.peer,
+                ttft,
+                tpot,
+            ),
         )
 
     def on_http(self, ev: HttpEvent) -> list[RequestRecord]:

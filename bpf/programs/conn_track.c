@@ -92,6 +92,14 @@ static __always_inline int port_traced(u16 port)
 #endif
 }
 
+/* dst = *src (a kernel pointer or count), returning NULL from the caller when it is 0 */
+#define KV_READ_OR_NULL(dst, src)                           \
+    do {                                                    \
+        bpf_probe_read_kernel(&(dst), sizeof(dst), &(src)); \
+        if (!(dst))                                         \
+            return NULL;                                    \
+    } while (0)
+
 /* The struct sock behind a file descriptor of the current process, or NULL. */
 static __always_inline struct sock *fd_to_sock(u32 fd)
 {
@@ -105,24 +113,14 @@ static __always_inline struct sock *fd_to_sock(u32 fd)
     struct sock *sk = NULL;
     unsigned int max_fds = 0;
 
-    bpf_probe_read_kernel(&files, sizeof(files), &task->files);
-    if (!files)
-        return NULL;
-    bpf_probe_read_kernel(&fdt, sizeof(fdt), &files->fdt);
-    if (!fdt)
-        return NULL;
-    bpf_probe_read_kernel(&max_fds, sizeof(max_fds), &fdt->max_fds);
+    KV_READ_OR_NULL(files, task->files);
+    KV_READ_OR_NULL(fdt, files->fdt);
+    KV_READ_OR_NULL(max_fds, fdt->max_fds);
     if (fd >= max_fds)
         return NULL;
-    bpf_probe_read_kernel(&fd_array, sizeof(fd_array), &fdt->fd);
-    if (!fd_array)
-        return NULL;
-    bpf_probe_read_kernel(&file, sizeof(file), &fd_array[fd]);
-    if (!file)
-        return NULL;
-    bpf_probe_read_kernel(&sock, sizeof(sock), &file->private_data);
-    if (!sock)
-        return NULL;
+    KV_READ_OR_NULL(fd_array, fdt->fd);
+    KV_READ_OR_NULL(file, fd_array[fd]);
+    KV_READ_OR_NULL(sock, file->private_data);
     /* a socket file's private_data is a struct socket pointing back at the file */
     bpf_probe_read_kernel(&back, sizeof(back), &sock->file);
     if (back != file)

@@ -12,9 +12,11 @@
  * (pipelining) starts the next request at that last read.
  *
  * Tracepoints: syscalls:sys_{enter,exit}_{read,recvfrom,readv,write,sendto,writev};
- * optional: recvmsg, sendmsg, sendfile64 (HAVE_SYS_*). Kernel needs: syscall
- * tracepoints (CONFIG_FTRACE_SYSCALLS), BPF ring buffer (5.8+) or perf buffer, bounded
- * loops (5.3+: the response head is scanned once per response, up to CAPTURE_BYTES).
+ * optional: recvmsg, sendmsg, sendfile64 (HAVE_SYS_*). With ARGS_AT_EXIT (x86-64, 5.15+)
+ * only the exit tracepoints get a program: the arguments are read from the saved
+ * registers there. Kernel needs: syscall tracepoints (CONFIG_FTRACE_SYSCALLS), BPF ring
+ * buffer (5.8+) or perf buffer, bounded loops (5.3+: the response head is scanned once
+ * per response, up to CAPTURE_BYTES).
  */
 
 #define IO_BUF 0  /* buf is the user buffer */
@@ -33,8 +35,10 @@ struct io_args {
 #define CHUNKED_END 0x0a0d0a0d300a0dULL
 #define MAX_IOVS 8 /* iovecs of one writev/sendmsg followed for the chunked terminator */
 
+#ifndef ARGS_AT_EXIT
 BPF_HASH(active_reads, u64, struct io_args, 16384);
 BPF_HASH(active_writes, u64, struct io_args, 16384);
+#endif
 BPF_PERCPU_ARRAY(http_scratch, struct http_event, 1);
 
 /* A one-second window of requests handed to user space: above MAX_REQUESTS_PER_S the
@@ -94,6 +98,34 @@ static __always_inline int within_budget(u64 now)
 #endif
 }
 
+#ifdef ARGS_AT_EXIT
+/* x86-64, 5.15+ (bpf_task_pt_regs): a syscall's arguments are still in its saved user
+ * registers when it returns (the kernel writes only the return value, to ax), so the exit
+ * program alone does the work: no enter program runs, no per-syscall hash update and
+ * delete. An untracked process's syscall costs one register read and one lookup. */
+static __always_inline struct conn_state *exit_conn(u64 pid_tgid, struct io_args *a, u32 iov,
+                                                    int is_write, int is_msg)
+{
+    struct pt_regs *regs =
+        (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)bpf_get_current_task_btf());
+    /* plain loads: the helper returns a BTF pointer the verifier lets programs read
+     * directly (a fault reads 0), no bpf_probe_read_kernel call per syscall */
+    u64 fd = regs->di;
+    a->key = (pid_tgid & 0xffffffff00000000ULL) | (u32)fd;
+    struct conn_state *c = conns.lookup(&a->key);
+    if (!c)
+        return NULL;
+    a->iov = iov;
+    a->buf = iov == IO_NONE ? 0 : regs->si;
+    if (is_msg) { /* sendmsg / recvmsg: the bytes are in msg->msg_iov */
+        const struct user_msghdr *msg = (const struct user_msghdr *)a->buf;
+        a->buf = 0;
+        bpf_probe_read_user(&a->buf, sizeof(a->buf), &msg->msg_iov);
+    }
+    return c;
+}
+#else
+/* Elsewhere the enter program keeps the arguments for the exit program, per thread. */
 static __always_inline int io_enter(u32 fd, const void *buf, u32 iov, int is_write)
 {
     u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -120,6 +152,23 @@ static __always_inline int msg_enter(u32 fd, const struct user_msghdr *msg, int 
     bpf_probe_read_user(&iov, sizeof(iov), &msg->msg_iov);
     return io_enter(fd, iov, IO_IOV, is_write);
 }
+
+/* The arguments io_enter kept for this thread's syscall (taken out), and its connection. */
+static __always_inline struct conn_state *exit_conn(u64 pid_tgid, struct io_args *a, u32 iov,
+                                                    int is_write, int is_msg)
+{
+    struct io_args *ap =
+        is_write ? active_writes.lookup(&pid_tgid) : active_reads.lookup(&pid_tgid);
+    if (!ap)
+        return NULL;
+    *a = *ap;
+    if (is_write)
+        active_writes.delete(&pid_tgid);
+    else
+        active_reads.delete(&pid_tgid);
+    return conns.lookup(&a->key);
+}
+#endif
 
 /* Copy up to CAPTURE_BYTES of the user buffer into ev->data; returns bytes copied. */
 static __always_inline u32 capture(struct http_event *ev, struct io_args *a, long ret)
@@ -180,19 +229,11 @@ static __always_inline void fill_event(struct http_event *ev, struct conn_state 
     ev->sse_events = c->sse == SSE_ON ? c->sse_events : 0;
 }
 
-static __always_inline int read_exit(void *ctx, long ret)
+/* A read of `ret` bytes on tracked connection `c`. */
+static __always_inline int read_io(void *ctx, struct conn_state *c, struct io_args *ap,
+                                   u64 pid_tgid, long ret)
 {
-    u64 pid_tgid = bpf_get_current_pid_tgid();
-    struct io_args *ap = active_reads.lookup(&pid_tgid);
-    if (!ap)
-        return 0;
     struct io_args a = *ap;
-    active_reads.delete(&pid_tgid);
-    if (ret <= 0)
-        return 0;
-    struct conn_state *c = conns.lookup(&a.key);
-    if (!c)
-        return 0;
     u64 now = bpf_ktime_get_ns();
     u8 kind = HTTP_EV_REQUEST;
     c->last_read_ns = now;
@@ -471,6 +512,43 @@ BPF_PROG_ARRAY(tail_progs, 2);
 #define TAIL_SSE_SCAN 0      /* sse_scan */
 #define TAIL_RESPONSE_HEAD 1 /* response_head */
 
+/* Hand this write to a tail-called program (TAIL_*); returns only when the call failed
+ * (the program is not loaded). `skip`: head bytes sse_scan passes over. */
+static __always_inline void job_call(void *ctx, struct io_args *a, u64 pid_tgid, u64 now,
+                                     long ret, u32 skip, u32 prog)
+{
+    u32 zero = 0;
+    struct sse_job *j = sse_jobs.lookup(&zero);
+    if (!j)
+        return;
+    j->key = a->key;
+    j->buf = a->buf;
+    j->iov = a->iov;
+    j->ret = (u64)ret;
+    j->left = (u64)ret;
+    j->src = a->buf;
+    j->seg = a->iov == IO_BUF ? (u64)ret : 0;
+    j->vi = 0;
+    j->now = now;
+    j->pid_tgid = pid_tgid;
+    j->skip = skip;
+    tail_progs.call(ctx, prog);
+}
+
+/* In a tail-called program: the job handed over, with its io_args and connection. */
+static __always_inline struct sse_job *job_take(struct io_args *a, struct conn_state **c)
+{
+    u32 zero = 0;
+    struct sse_job *j = sse_jobs.lookup(&zero);
+    if (!j)
+        return NULL;
+    a->key = j->key;
+    a->buf = j->buf;
+    a->iov = j->iov;
+    *c = conns.lookup(&a->key);
+    return *c ? j : NULL;
+}
+
 static __always_inline int hex_digit(char ch)
 {
     if (ch >= '0' && ch <= '9')
@@ -539,15 +617,13 @@ static __always_inline int write_done(void *ctx, struct conn_state *c, struct io
 int sse_scan(void *ctx)
 {
     u32 zero = 0;
-    struct sse_job *j = sse_jobs.lookup(&zero);
-    if (!j)
-        return 0;
-    u64 key = j->key;
-    volatile struct conn_state *c = conns.lookup(&key);
+    struct io_args a = {};
+    struct conn_state *cs = NULL;
+    struct sse_job *j = job_take(&a, &cs);
     struct sse_block *b = sse_blocks.lookup(&zero);
-    if (!c || !b)
+    if (!j || !cs || !b)
         return 0;
-    struct io_args a = {.key = key, .buf = j->buf, .iov = j->iov};
+    volatile struct conn_state *c = cs;
     /* one block per run; the program tail-calls itself for the next (at most 32 blocks) */
     if (j->left && j->seg == 0 && a.iov == IO_IOV && j->vi < MAX_IOVS) {
         struct iovec v = {};
@@ -594,22 +670,7 @@ int sse_scan(void *ctx)
 static __always_inline void sse_tail(void *ctx, struct conn_state *c, struct io_args *a,
                                      u64 pid_tgid, u64 now, long ret, u32 skip)
 {
-    u32 zero = 0;
-    struct sse_job *j = sse_jobs.lookup(&zero);
-    if (!j)
-        return;
-    j->key = a->key;
-    j->buf = a->buf;
-    j->iov = a->iov;
-    j->ret = (u64)ret;
-    j->left = (u64)ret;
-    j->src = a->buf;
-    j->seg = a->iov == IO_BUF ? (u64)ret : 0;
-    j->vi = 0;
-    j->now = now;
-    j->pid_tgid = pid_tgid;
-    j->skip = skip;
-    tail_progs.call(ctx, TAIL_SSE_SCAN);
+    job_call(ctx, a, pid_tgid, now, ret, skip, TAIL_SSE_SCAN);
     c->sse = SSE_LOST; /* no tail call: the program is not loaded */
 }
 
@@ -632,20 +693,18 @@ static __always_inline int write_done(void *ctx, struct conn_state *c, struct io
     return 0;
 }
 
-/* The first write of a response (tail call from write_exit): read the head, send RESPONSE
+/* The first write of a response (tail call from write_io): read the head, send RESPONSE
  * (RESPONSE_DONE when this write completes it), and scan the rest if it is SSE. */
 int response_head(void *ctx)
 {
     u32 zero = 0;
-    struct sse_job *j = sse_jobs.lookup(&zero);
-    if (!j)
-        return 0;
-    u64 key = j->key;
-    struct conn_state *c = conns.lookup(&key);
+    struct io_args a = {};
+    struct conn_state *c = NULL;
+    struct sse_job *j = job_take(&a, &c);
     struct http_event *ev = http_scratch.lookup(&zero);
-    if (!c || !ev)
+    if (!j || !c || !ev)
         return 0;
-    struct io_args a = {.key = key, .buf = j->buf, .iov = j->iov};
+    u64 key = a.key;
     long ret = (long)j->ret;
     u64 now = j->now, pid_tgid = j->pid_tgid;
     ev->len = capture(ev, &a, ret);
@@ -696,19 +755,11 @@ int response_head(void *ctx)
     return 0;
 }
 
-static __always_inline int write_exit(void *ctx, long ret)
+/* A write of `ret` bytes on tracked connection `c`. */
+static __always_inline int write_io(void *ctx, struct conn_state *c, struct io_args *ap,
+                                    u64 pid_tgid, long ret)
 {
-    u64 pid_tgid = bpf_get_current_pid_tgid();
-    struct io_args *ap = active_writes.lookup(&pid_tgid);
-    if (!ap)
-        return 0;
     struct io_args a = *ap;
-    active_writes.delete(&pid_tgid);
-    if (ret <= 0)
-        return 0;
-    struct conn_state *c = conns.lookup(&a.key);
-    if (!c)
-        return 0;
     u64 now = bpf_ktime_get_ns();
     if (c->state == CONN_RESPONDING) {
         c->last_write_ns = now;
@@ -729,45 +780,58 @@ static __always_inline int write_exit(void *ctx, long ret)
         c->resp_bytes = ret;
         return 0;
     }
-    u32 zero = 0;
-    struct sse_job *j = sse_jobs.lookup(&zero);
-    if (!j)
-        return 0;
-    j->key = a.key;
-    j->buf = a.buf;
-    j->iov = a.iov;
-    j->ret = (u64)ret;
-    j->left = (u64)ret;
-    j->now = now;
-    j->pid_tgid = pid_tgid;
-    j->skip = 0;
-    tail_progs.call(ctx, TAIL_RESPONSE_HEAD);
+    job_call(ctx, &a, pid_tgid, now, ret, 0, TAIL_RESPONSE_HEAD);
     return 0; /* not loaded: the response goes unseen */
 }
 
+/* One syscall's exit: its connection if tracked, then the read or write. */
+static __always_inline int io_exit(void *ctx, long ret, u32 iov, int is_write, int is_msg)
+{
+#ifdef ARGS_AT_EXIT
+    if (ret <= 0)
+        return 0; /* before any lookup: nothing moved */
+#endif
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    struct io_args a = {};
+    struct conn_state *c = exit_conn(pid_tgid, &a, iov, is_write, is_msg);
+    if (!c || ret <= 0)
+        return 0;
+    if (is_write)
+        return write_io(ctx, c, &a, pid_tgid, ret);
+    return read_io(ctx, c, &a, pid_tgid, ret);
+}
+
+#ifndef ARGS_AT_EXIT
 TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter((u32)args->fd, args->buf, 0, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_read) { return read_exit(args, args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom) { return io_enter((u32)args->fd, args->ubuf, 0, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return read_exit(args, args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_readv) { return io_enter((u32)args->fd, args->vec, IO_IOV, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return read_exit(args, args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_write) { return io_enter((u32)args->fd, args->buf, 0, 1); }
-TRACEPOINT_PROBE(syscalls, sys_exit_write) { return write_exit(args, args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_sendto) { return io_enter((u32)args->fd, args->buff, 0, 1); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return write_exit(args, args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return io_enter((u32)args->fd, args->vec, IO_IOV, 1); }
-TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return write_exit(args, args->ret); }
 #ifdef HAVE_SYS_RECVMSG
 TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg) { return msg_enter((u32)args->fd, args->msg, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return read_exit(args, args->ret); }
 #endif
 #ifdef HAVE_SYS_SENDMSG
 TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg) { return msg_enter((u32)args->fd, args->msg, 1); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return write_exit(args, args->ret); }
 #endif
 #ifdef HAVE_SYS_SENDFILE64
 TRACEPOINT_PROBE(syscalls, sys_enter_sendfile64) { return io_enter((u32)args->out_fd, NULL, IO_NONE, 1); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendfile64) { return write_exit(args, args->ret); }
+#endif
+#endif
+TRACEPOINT_PROBE(syscalls, sys_exit_read) { return io_exit(args, args->ret, IO_BUF, 0, 0); }
+TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return io_exit(args, args->ret, IO_BUF, 0, 0); }
+TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return io_exit(args, args->ret, IO_IOV, 0, 0); }
+TRACEPOINT_PROBE(syscalls, sys_exit_write) { return io_exit(args, args->ret, IO_BUF, 1, 0); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return io_exit(args, args->ret, IO_BUF, 1, 0); }
+TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return io_exit(args, args->ret, IO_IOV, 1, 0); }
+#ifdef HAVE_SYS_RECVMSG
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return io_exit(args, args->ret, IO_IOV, 0, 1); }
+#endif
+#ifdef HAVE_SYS_SENDMSG
+TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return io_exit(args, args->ret, IO_IOV, 1, 1); }
+#endif
+#ifdef HAVE_SYS_SENDFILE64
+TRACEPOINT_PROBE(syscalls, sys_exit_sendfile64) { return io_exit(args, args->ret, IO_NONE, 1, 0); }
 #endif
 
 /* close(): the end of the last response on the connection. */

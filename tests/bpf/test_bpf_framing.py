@@ -21,8 +21,10 @@ import pytest
 from prometheus_client import generate_latest
 from test_bpf_probes import Recorder, offline_agent, wait_for, within_bracket
 
+from bpf import loader
 from bpf.export import TOKEN_ATTRS
 from kvspread import names
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.bpf, pytest.mark.timeout(120)]
 
@@ -92,20 +94,20 @@ def check(rec: Any, truth: dict[str, Any], sent_ns: int) -> None:
     assert within_bracket(rec.duration_s, lo_end - hi_start, hi_end - lo_start), (rec, truth)
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/len/20/5/send",
-        "/len/6/10/write",
-        "/len/6/10/writev",
-        "/len/6/10/sendmsg",
-        "/len/6/10/sendfile",
-        "/chunked/8/5/send",
-        "/chunked/4/5/writev",
-        "/chunked/4/5/sendmsg",
-        "/nobody",
-    ],
-)
+ENDINGS = [
+    "/len/20/5/send",
+    "/len/6/10/write",
+    "/len/6/10/writev",
+    "/len/6/10/sendmsg",
+    "/len/6/10/sendfile",
+    "/chunked/8/5/send",
+    "/chunked/4/5/writev",
+    "/chunked/4/5/sendmsg",
+    "/nobody",
+]
+
+
+@pytest.mark.parametrize("path", ENDINGS)
 def test_response_ends_at_its_last_byte_on_an_open_connection(framing: Any, path: str) -> None:
     srv, rec = framing
     with socket.create_connection(("127.0.0.1", srv.port)) as s:
@@ -226,3 +228,39 @@ def test_sse_time_to_first_token_and_per_output_token(
     sig = agent.compute_signals()
     assert sig.ttft_p95_s is not None and abs(sig.ttft_p95_s - r.ttft_s) < 1e-6
     agent.server.httpd.server_close()
+
+
+def test_enter_exit_pairs_where_arguments_are_not_read_at_exit(
+    probes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The programs without ARGS_AT_EXIT (other architectures, kernels before 5.15: the
+    enter program keeps the arguments for the exit one) time every ending the same way."""
+    monkeypatch.setattr(loader, "args_at_exit_possible", lambda: False)
+    assert "-DARGS_AT_EXIT" not in loader.build_cflags(
+        loader.ProbeConfig(), loader.detect_features(loader.DEFAULT_TRACEFS)
+    )
+    port = free_port()
+    session = loader.load(loader.ProbeConfig(ports=(port,), header_cache=probes.header_cache))
+    rec = Recorder(port)
+    session.open_batches(rec.on_http_batch, rec.on_accept)
+    srv = Server(port)
+
+    def polled(n: int) -> bool:
+        session.poll(20)
+        return len(rec.records) >= n
+
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            for i, path in enumerate(ENDINGS):
+                sent = time.monotonic_ns()
+                s.sendall(get(path))
+                read_response(s)
+                truth = srv.truth()
+                assert wait_for(lambda i=i: polled(i + 1), 5), (path, rec.tracker.counters)
+                r = rec.records[i]
+                assert r.context_id == path and r.status == (204 if path == "/nobody" else 200)
+                check(r, truth, sent)
+        assert len(rec.records) == len(ENDINGS)
+    finally:
+        srv.stop()
+        session.close()
