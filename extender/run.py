@@ -12,12 +12,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from fastapi import FastAPI
-
 from extender.cache import ClusterState, NodeSource, StaticState
 from extender.config import ExtenderConfig
 from extender.ledger import Ledger
-from extender.server import create_app
+from extender.server import ExtenderApp, create_app
 from extender.service import Extender
 from extender.signals_watch import node_signals_reflector
 from kvspread.clock import SYSTEM_CLOCK, Clock
@@ -35,7 +33,7 @@ POD_FIELD_SELECTOR = "spec.nodeName!="
 class Running:
     cfg: ExtenderConfig
     extender: Extender
-    app: FastAPI
+    app: ExtenderApp
     state: NodeSource
     reflectors: list[Reflector] = field(default_factory=list)
 
