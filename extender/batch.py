@@ -99,7 +99,7 @@ class NodeBatch:
     @classmethod
     def from_states(cls, nodes: Sequence[NodeState]) -> NodeBatch:
         """Build from node states (one Python pass; O(N * G))."""
-        table = NodeTable(width=max((len(s.gpus) for s in nodes), default=1))
+        table = NodeTable(width=max((len(s.gpus) for s in nodes), default=1), capacity=len(nodes))
         for s in nodes:
             table.set(s)
         batch, _ = table.take([s.name for s in nodes])
@@ -210,7 +210,7 @@ class NodeTable:
     access.
     """
 
-    def __init__(self, width: int = 8) -> None:
+    def __init__(self, width: int = 8, capacity: int = 64) -> None:
         self._rows: dict[str, int] = {}
         self._free_rows: list[int] = []
         self._cap = 0
@@ -226,7 +226,7 @@ class NodeTable:
         ) = None
         self._last_span = False
         """The rows of the last lookup (`_last`) are consecutive and ascending."""
-        self._grow(64)
+        self._grow(max(1, capacity))
 
     def _shape(self, c: Column, cap: int) -> tuple[int, ...]:
         return (cap, self._width) if c.per_gpu else (cap,)

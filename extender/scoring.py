@@ -452,7 +452,8 @@ def placement_delta(
     can = fits & batch.fresh
     if not can.any():
         return delta, chosen
-    rows = np.flatnonzero(can)
+    # every row usually qualifies: then the columns are used as they are, not gathered
+    rows: slice | np.ndarray = slice(None) if can.all() else np.flatnonzero(can)
     per_gpu = _demand(pod, batch)[rows] / max(1, pod.gpus)
     u = np.clip(np.nan_to_num(batch.util[rows], nan=0.0), 0.0, 1.0)
     d_rows, c_rows = _delta_rows(
@@ -786,7 +787,7 @@ def _finish(
     lower: list[int] = []
     all_fits = fits
     if tier is not None and fits.any():
-        present = [int(t) for t in np.unique(tier[fits])]
+        present = np.flatnonzero(np.bincount(tier[fits])).tolist()  # tiers in use, best first
         lower = present[1:]
         if lower:
             fits = fits & (tier == present[0])
