@@ -19,6 +19,7 @@ from extender.server import ExtenderApp, create_app
 from extender.service import Extender
 from extender.signals_watch import node_signals_reflector
 from kvspread.clock import SYSTEM_CLOCK, Clock
+from kvspread.heap import keep_freed_memory
 from kvspread.kube import Backoff, Reflector
 
 __all__ = ["Running", "build", "serve"]
@@ -92,6 +93,7 @@ def serve(cfg: ExtenderConfig) -> int:
     """Run until interrupted; returns the process exit code."""
     import uvicorn
 
+    keep_freed_memory()  # no page faults on every request's arrays (kvspread/heap.py)
     running = build(cfg)
     running.start()
     log.info(
