@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -42,11 +42,13 @@ log = logging.getLogger("kvspread.extender.server")
 _JSON = b"application/json"
 
 
-_Send = Callable[[dict[str, Any]], Awaitable[None]]
-_Receive = Callable[[], Awaitable[dict[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
-async def _read_body(scope: dict[str, Any], receive: _Receive, limit: int) -> bytes | None:
+async def _read_body(
+    scope: MutableMapping[str, Any], receive: _Receive, limit: int
+) -> bytes | None:
     """The body, or None when it exceeds `limit` bytes: refused from Content-Length before
     reading, else while streaming, so an oversized body is never buffered whole."""
     for k, v in scope["headers"]:
@@ -96,7 +98,9 @@ class ExtenderApp:
             "/" + ext.cfg.server.prioritize_verb.strip("/"): "prioritize",
         }
 
-    async def __call__(self, scope: dict[str, Any], receive: _Receive, send: _Send) -> None:
+    async def __call__(
+        self, scope: MutableMapping[str, Any], receive: _Receive, send: _Send
+    ) -> None:
         verb = self._verbs.get(scope.get("path", "")) if scope["type"] == "http" else None
         if verb is None or scope["method"] != "POST":
             await self.routes(scope, receive, send)
@@ -105,7 +109,7 @@ class ExtenderApp:
         await _send_json(send, status, body)
 
     async def _handle(
-        self, scope: dict[str, Any], receive: _Receive, verb: str
+        self, scope: MutableMapping[str, Any], receive: _Receive, verb: str
     ) -> tuple[int, bytes]:
         start = time.perf_counter()
         ext, limit = self.ext, self._limit
