@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import uvicorn  # noqa: E402
 
 from bench.extender_nodes import filled_extender  # noqa: E402
+from kvspread.heap import keep_freed_memory  # noqa: E402
 
 
 def main() -> int:
@@ -26,6 +27,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--signals-ts", type=float, help="the nodes' signals timestamp (default: now)")
     args = ap.parse_args()
+    keep_freed_memory()  # as `kvspread extender` does (extender/run.py: serve)
     running = filled_extender(args.nodes, ts=args.signals_ts)
     uvicorn.run(
         running.app,

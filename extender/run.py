@@ -12,15 +12,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from fastapi import FastAPI
-
 from extender.cache import ClusterState, NodeSource, StaticState
 from extender.config import ExtenderConfig
 from extender.ledger import Ledger
-from extender.server import create_app
+from extender.server import ExtenderApp, create_app
 from extender.service import Extender
 from extender.signals_watch import node_signals_reflector
 from kvspread.clock import SYSTEM_CLOCK, Clock
+from kvspread.heap import keep_freed_memory
 from kvspread.kube import Backoff, Reflector
 
 __all__ = ["Running", "build", "serve"]
@@ -35,7 +34,7 @@ POD_FIELD_SELECTOR = "spec.nodeName!="
 class Running:
     cfg: ExtenderConfig
     extender: Extender
-    app: FastAPI
+    app: ExtenderApp
     state: NodeSource
     reflectors: list[Reflector] = field(default_factory=list)
 
@@ -94,6 +93,7 @@ def serve(cfg: ExtenderConfig) -> int:
     """Run until interrupted; returns the process exit code."""
     import uvicorn
 
+    keep_freed_memory()  # no page faults on every request's arrays (kvspread/heap.py)
     running = build(cfg)
     running.start()
     log.info(

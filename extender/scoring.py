@@ -383,23 +383,24 @@ def _delta_rows(
         before = shapes.p @ np.where(fits0, all_free[None, :] - qsum, all_free[None, :])
         cpu_fit = cpu_after[None, :] >= shapes.cpu[:, None]
         need_m = shapes.need[:, None]
+        # every GPU j at once, GPU-major (G, M, N): each F after is one contiguous (M, N)
+        # product, the same arithmetic as one GPU at a time
+        cols = [j for j in range(g) if qual_pod[:, j].any()]
+        fT = free.T[cols]  # (J, N)
+        fT2 = np.maximum(fT - need, 0.0)
+        qT = qf.transpose(2, 0, 1)[cols]  # (J, M, N)
+        qT2 = (fT2[:, None, :] >= need_m[None]).astype(np.float64)  # idle is lost once placed
+        q2 = q[None] - qT + qT2
+        all2 = all_free[None] - (fT - fT2)  # (J, N)
+        nonq2 = all2[:, None, :] - (qsum[None] - qT * fT[:, None, :] + qT2 * fT2[:, None, :])
+        after = np.where((q2 >= k[None]) & cpu_fit[None], nonq2, all2[:, None, :])
         best = np.full(n, np.inf)
         best_cost = np.full(n, np.inf)
         best_j = np.zeros(n, dtype=np.intp)
-        for j in range(g):
-            cand = qual_pod[:, j]
-            if not cand.any():
-                continue
-            fj = free[:, j]
-            fj2 = np.maximum(fj - need, 0.0)
-            qj = qf[:, :, j]
-            qj2 = (fj2[None, :] >= need_m).astype(np.float64)  # idle is lost once placed
-            q2 = q - qj + qj2
-            all2 = all_free - (fj - fj2)
-            nonq2 = all2[None, :] - (qsum - qj * fj[None, :] + qj2 * fj2[None, :])
-            fa = shapes.p @ np.where((q2 >= k) & cpu_fit, nonq2, all2[None, :])
+        for i, j in enumerate(cols):
+            fa = shapes.p @ after[i]
             cost = fa + busy[:, j]
-            better = cand & (cost < best_cost - 1e-9)
+            better = qual_pod[:, j] & (cost < best_cost - 1e-9)
             best = np.where(better, fa, best)
             best_cost = np.where(better, cost, best_cost)
             best_j = np.where(better, j, best_j)
@@ -451,7 +452,8 @@ def placement_delta(
     can = fits & batch.fresh
     if not can.any():
         return delta, chosen
-    rows = np.flatnonzero(can)
+    # every row usually qualifies: then the columns are used as they are, not gathered
+    rows: slice | np.ndarray = slice(None) if can.all() else np.flatnonzero(can)
     per_gpu = _demand(pod, batch)[rows] / max(1, pod.gpus)
     u = np.clip(np.nan_to_num(batch.util[rows], nan=0.0), 0.0, 1.0)
     d_rows, c_rows = _delta_rows(
@@ -490,9 +492,9 @@ def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.nda
     """(N,) weighted mean of the parts present (not NaN) per row; NaN where none is."""
     num = np.zeros(n)
     den = np.zeros(n)
-    for w, part in parts:
+    for w, part in parts:  # every part is finite or NaN (clipped ratios)
         present = ~np.isnan(part)
-        num += np.where(present, w * np.nan_to_num(part), 0.0)
+        num += np.where(present, w * part, 0.0)
         den += np.where(present, w, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
@@ -701,16 +703,37 @@ def tie_break(
         group = np.zeros(len(c), dtype=np.int64)
     else:
         group = np.floor(rest[c] / TIE_EPSILON + 0.5).astype(np.int64)
-    by_key = np.lexsort((-pref, -key, group))  # within each group: best key first
-    by_value = np.lexsort((-v, group))  # within each group: best value first
-    ranked = v.copy()
-    ranked[by_key] = v[by_value]
+    # only groups of two or more candidates permute anything: sort just their members
+    by_group = np.argsort(group, kind="stable")
+    same = group[by_group][1:] == group[by_group][:-1]
+    ranked = v
+    if same.any():
+        shared = np.zeros(len(c), dtype=bool)
+        shared[1:] |= same
+        shared[:-1] |= same
+        m = by_group[shared]  # in group order, ascending position within a group
+        gm = group[m]
+        by_key = m[np.lexsort((-pref[m], -key[m], gm))]  # within each group: best key first
+        by_value = m[np.lexsort((-v[m], gm))]  # within each group: best value first
+        ranked = v.copy()
+        ranked[by_key] = v[by_value]
     # exact ties left over (equal values) go by the same order, never by anything else
+    by_order = np.argsort(key)
+    if not _all_distinct(key[by_order]):
+        by_order = np.lexsort((pref, key))
     order = np.empty(len(c))
-    order[np.lexsort((pref, key))] = np.arange(len(c)) / len(c)
+    order[by_order] = np.arange(len(c)) / len(c)
     out = zero
     out[c] = ranked - v + 1e-9 * order
     return out
+
+
+def _all_distinct(s: np.ndarray) -> bool:
+    """True when no two entries of the sorted `s` are equal (then a plain sort orders it
+    exactly as a lexsort with tie-breaking keys would, at a fraction of the cost)."""
+    if s.dtype.kind == "f" and len(s) and np.isnan(s[-1]):  # NaN sorts last; never "distinct"
+        return False
+    return bool((s[1:] != s[:-1]).all())
 
 
 def rank_tiers(
@@ -764,7 +787,7 @@ def _finish(
     lower: list[int] = []
     all_fits = fits
     if tier is not None and fits.any():
-        present = [int(t) for t in np.unique(tier[fits])]
+        present = np.flatnonzero(np.bincount(tier[fits])).tolist()  # tiers in use, best first
         lower = present[1:]
         if lower:
             fits = fits & (tier == present[0])

@@ -1,4 +1,4 @@
-"""HTTP routes of the extender (FastAPI; routes only, the decisions live in service.py).
+"""HTTP routes of the extender (routes only, the decisions live in service.py).
 
     POST /<filterVerb>       ExtenderArgs -> ExtenderFilterResult      (default /filter)
     POST /<prioritizeVerb>   ExtenderArgs -> HostPriorityList          (default /prioritize)
@@ -9,8 +9,10 @@
     GET  /readyz             200 after the first list of nodes, pods and NodeSignals (when
                              kubernetes.node_signals; always, standalone)
 
-Bodies are read raw and parsed by wire.py (no pydantic on the hot path). A body that is
-not an ExtenderArgs gets 400 with a JSON {"error": message}; one larger than
+The two verbs are served by a lean ASGI callable (`ExtenderApp`: raw body bytes, wire.py's
+parse and encode, no framework request/response objects: at 500 nodes FastAPI's machinery
+cost as much CPU as the decision itself); the other routes are a FastAPI app behind it.
+A body that is not an ExtenderArgs gets 400 with a JSON {"error": message}; one larger than
 `server.max_body_bytes` (default 256 MiB, a 15,000-node full NodeList) gets 413, refused
 from its Content-Length or while streaming, never buffered whole. Nothing the scheduler can
 send produces a 5xx: an unexpected failure is logged and counted (code "internal") and
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -32,65 +35,104 @@ from extender.decisions import FilterDecision, PrioritizeDecision
 from extender.service import NEUTRAL_SCORE, Extender
 from extender.wire import WireError, dumps, encode_filter, encode_prioritize, parse_args
 
-__all__ = ["create_app"]
+__all__ = ["ExtenderApp", "create_app"]
 
 log = logging.getLogger("kvspread.extender.server")
 
-_JSON = "application/json"
+_JSON = b"application/json"
 
 
-async def _read_body(request: Request, limit: int) -> bytes | None:
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+
+
+async def _read_body(
+    scope: MutableMapping[str, Any], receive: _Receive, limit: int
+) -> bytes | None:
     """The body, or None when it exceeds `limit` bytes: refused from Content-Length before
     reading, else while streaming, so an oversized body is never buffered whole."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
+    for k, v in scope["headers"]:
+        if k == b"content-length":
+            if v.isdigit() and int(v) > limit:
+                return None
+            break
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":  # http.disconnect: nothing more will come
+            break
+        chunk = msg.get("body", b"")
         size += len(chunk)
         if size > limit:
             return None
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not msg.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
-    """Build the ASGI app for `ext`; `ready()` backs /readyz."""
-    app = FastAPI(
-        title="kvspread scheduler extender",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
+async def _send_json(send: _Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-length", b"%d" % len(body)), (b"content-type", _JSON)],
+        }
     )
-    m = ext.metrics
-    limit = ext.cfg.server.max_body_bytes
-    fverb = ext.cfg.server.filter_verb.strip("/")
-    pverb = ext.cfg.server.prioritize_verb.strip("/")
+    await send({"type": "http.response.body", "body": body})
 
-    async def handle(request: Request, verb: str) -> Response:
+
+class ExtenderApp:
+    """The ASGI app: POST to the two verbs is answered here, straight from the raw body
+    (one parse, one encode, no framework objects: the scheduler's hot path, called for
+    every pod); everything else (debug, metrics, health, and other methods on the verb
+    paths, which get FastAPI's 405) goes to the FastAPI app `routes`."""
+
+    def __init__(self, ext: Extender, routes: FastAPI) -> None:
+        self.ext = ext
+        self.routes = routes
+        self._limit = ext.cfg.server.max_body_bytes
+        self._verbs = {
+            "/" + ext.cfg.server.filter_verb.strip("/"): "filter",
+            "/" + ext.cfg.server.prioritize_verb.strip("/"): "prioritize",
+        }
+
+    async def __call__(
+        self, scope: MutableMapping[str, Any], receive: _Receive, send: _Send
+    ) -> None:
+        verb = self._verbs.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if verb is None or scope["method"] != "POST":
+            await self.routes(scope, receive, send)
+            return
+        status, body = await self._handle(scope, receive, verb)
+        await _send_json(send, status, body)
+
+    async def _handle(
+        self, scope: MutableMapping[str, Any], receive: _Receive, verb: str
+    ) -> tuple[int, bytes]:
         start = time.perf_counter()
+        ext, limit = self.ext, self._limit
         code = "200"
         try:
-            body = await _read_body(request, limit)
+            body = await _read_body(scope, receive, limit)
             if body is None:
                 code = "413"
-                return JSONResponse(
+                return 413, dumps(
                     {
                         "error": f"request body is larger than server.max_body_bytes "
                         f"({limit} bytes); raise it for clusters with larger NodeLists, or "
                         "register the extender with nodeCacheCapable: true (names only)"
-                    },
-                    status_code=413,
+                    }
                 )
             try:
                 args = parse_args(body)
             except WireError as exc:
                 code = "400"
-                return JSONResponse({"error": str(exc)}, status_code=400)
+                return 400, dumps({"error": str(exc)})
             except RecursionError:
                 code = "400"
-                return JSONResponse({"error": "request body nests too deeply"}, status_code=400)
+                return 400, dumps({"error": "request body nests too deeply"})
             try:
                 if verb == "filter":
                     out = encode_filter(args, ext.filter(args))
@@ -104,18 +146,28 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
                     out = encode_filter(args, FilterDecision.failure(n))
                 else:
                     out = encode_prioritize(args, PrioritizeDecision.neutral(n, NEUTRAL_SCORE))
-            return Response(content=out, media_type=_JSON)
+            return 200, out
         finally:
+            m = ext.metrics
             m.requests.labels(verb, code).inc()
             m.duration.labels(verb).observe(time.perf_counter() - start)
 
-    @app.post("/" + fverb)
-    async def filter_route(request: Request) -> Response:
-        return await handle(request, "filter")
 
-    @app.post("/" + pverb)
-    async def prioritize_route(request: Request) -> Response:
-        return await handle(request, "prioritize")
+def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
+    """Build the ASGI app for `ext`; `ready()` backs /readyz."""
+    app = FastAPI(
+        title="kvspread scheduler extender",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    m = ext.metrics
+
+    async def _verb_route() -> Response:  # reached only by non-POST methods (405)
+        return Response(status_code=405)
+
+    for verb in (ext.cfg.server.filter_verb, ext.cfg.server.prioritize_verb):
+        app.add_api_route("/" + verb.strip("/"), _verb_route, methods=["POST"])
 
     @app.get("/debug/explain")
     async def explain_route(pod: str = "", top: int | None = None) -> Response:
@@ -131,7 +183,7 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
         doc = ext.explain(pod, top)
         if doc is None:
             return JSONResponse({"error": f"no recent decision about pod {pod}"}, status_code=404)
-        return Response(content=dumps(doc), media_type=_JSON)
+        return Response(content=dumps(doc), media_type="application/json")
 
     @app.get("/metrics")
     async def metrics_route() -> Response:
@@ -154,4 +206,4 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> FastAPI:
             status_code=503,
         )
 
-    return app
+    return ExtenderApp(ext, app)
