@@ -53,6 +53,7 @@ __all__ = [
     "env_name",
     "parse_bool",
     "invalid",
+    "bounded",
     "expected_text",
     "dump",
     "validated",
@@ -104,6 +105,33 @@ class ConfigError(ValueError):
 def invalid(key: str, expected: str, value: Any) -> ConfigError:
     """The one error wording: `KEY: expected WHAT, got VALUE`."""
     return ConfigError(f"expected {expected}, got {value!r}", key=key)
+
+
+def bounded(
+    obj: Any,
+    *keys: str,
+    above: float | None = None,
+    at_least: float | None = None,
+    what: str = "a number",
+    finite: bool = False,
+) -> None:
+    """The one range check of a config class's `validate()`: each field of `obj` (or item,
+    where `obj` is a mapping) named in `keys`, dotted for a section below it (`cost.eta`),
+    must be > `above` or >= `at_least` (NaN never is), and finite where `finite`; otherwise
+    `invalid(key, "WHAT > N", value)`, so `what` ("an integer", "a finite number") is the
+    wording the user reads."""
+    if (above is None) == (at_least is None):
+        raise TypeError("bounded() takes exactly one of above= and at_least=")
+    for key in keys:
+        value = obj
+        for part in key.split("."):
+            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
+        if above is not None:
+            ok, rule = value > above, f"> {above:g}"
+        else:
+            ok, rule = value >= typing.cast(float, at_least), f">= {at_least:g}"
+        if not ok or (finite and not math.isfinite(value)):
+            raise invalid(key, f"{what} {rule}", value)
 
 
 def parse_bool(text: str) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Final
 
-from kvspread.settings import Layered, Parse, Setting, invalid, load
+from kvspread.settings import Layered, Parse, Setting, bounded, invalid, load
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
 from metrics_adapter.rules import (
     DEFAULT_STALENESS_S,
@@ -181,9 +181,7 @@ class AdapterConfig:
         for key in ("secure_port", "otlp_port", "keda_port"):
             if not 0 <= getattr(self, key) <= 65535:
                 raise invalid(key, "a port number 0..65535", getattr(self, key))
-        for key in ("otlp_max_body_bytes", "max_series"):
-            if getattr(self, key) < 1:
-                raise invalid(key, "an integer >= 1", getattr(self, key))
+        bounded(self, "otlp_max_body_bytes", "max_series", at_least=1, what="an integer")
         if self.authorization_mode not in AUTHORIZATION_MODES:
             raise invalid(
                 "authorization_mode",

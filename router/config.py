@@ -28,13 +28,12 @@ YAML shape (every key optional; defaults shown, except that exactly one of
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 from kvspread.logs import LEVELS
-from kvspread.settings import Parse, invalid, load
+from kvspread.settings import Parse, bounded, invalid, load
 from router.scoring import ScoringConfig
 
 __all__ = [
@@ -89,11 +88,6 @@ def _is_address(item: str) -> bool:
 def _port(key: str, value: int | None, lowest: int = 1) -> None:
     if value is not None and not lowest <= value <= 65535:
         raise invalid(key, f"a port number {lowest}..65535", value)
-
-
-def _positive(key: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise invalid(key, "a number > 0", value)
 
 
 @dataclass(frozen=True)
@@ -208,8 +202,8 @@ class MetricsConfig:
     cycle)."""
 
     def validate(self) -> None:
-        for key in ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s"):
-            _positive(key, getattr(self, key))
+        keys = ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s")
+        bounded(self, *keys, above=0, finite=True)
         if self.stale_after_s < self.interval_s:
             raise invalid(
                 "stale_after_s",
@@ -232,12 +226,8 @@ class RequestConfig:
     """Output tokens assumed when the request gives no max_tokens."""
 
     def validate(self) -> None:
-        for key in ("patch", "max_image_tokens"):
-            if getattr(self, key) < 1:
-                raise invalid(key, "an integer >= 1", getattr(self, key))
-        for key in ("default_image_tokens", "default_max_tokens"):
-            if getattr(self, key) < 0:
-                raise invalid(key, "an integer >= 0", getattr(self, key))
+        bounded(self, "patch", "max_image_tokens", at_least=1, what="an integer")
+        bounded(self, "default_image_tokens", "default_max_tokens", at_least=0, what="an integer")
 
 
 @dataclass(frozen=True)
@@ -250,9 +240,8 @@ class AffinityConfig:
     """Bindings kept (the least recently used are dropped)."""
 
     def validate(self) -> None:
-        _positive("ttl_s", self.ttl_s)
-        if self.max_entries < 1:
-            raise invalid("max_entries", "an integer >= 1", self.max_entries)
+        bounded(self, "ttl_s", above=0, finite=True)
+        bounded(self, "max_entries", at_least=1, what="an integer")
 
 
 SOURCES: Final = (

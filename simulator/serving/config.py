@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.config import ScoringConfig
-from kvspread.settings import invalid, load
+from kvspread.settings import bounded, invalid, load
 from simulator.serving.slis import sli_names
 
 __all__ = [
@@ -506,13 +506,10 @@ class SimConfig:
 
     def validate(self) -> SimConfig:
         """Cross-field checks; returns self so it chains."""
-        if self.duration_s <= 0:
-            raise invalid("duration_s", "a number > 0", self.duration_s)
-        if self.warmup_s < 0:
-            raise invalid("warmup_s", "a number >= 0", self.warmup_s)
-        for key in ("nodes", "gpus_per_node", "slots_per_gpu"):
-            if getattr(self.cluster, key) < 1:
-                raise invalid(f"cluster.{key}", "an integer >= 1", getattr(self.cluster, key))
+        bounded(self, "duration_s", above=0)
+        bounded(self, "warmup_s", at_least=0)
+        keys = ("cluster.nodes", "cluster.gpus_per_node", "cluster.slots_per_gpu")
+        bounded(self, *keys, at_least=1, what="an integer")
         if any(k < 0 for k in self.cluster.nvlink_island_gpus):
             raise invalid(
                 "cluster.nvlink_island_gpus",
@@ -522,21 +519,11 @@ class SimConfig:
         for key in ("pools", "nvlink", "nvlink_island_gpus"):
             if not getattr(self.cluster, key):
                 raise invalid(f"cluster.{key}", "a non-empty list", [])
-        for key in ("block_tokens", "max_num_seqs", "chunk_tokens"):
-            if getattr(self.cost, key) < 1:
-                raise invalid(f"cost.{key}", "an integer >= 1", getattr(self.cost, key))
-        for key in ("tp_overhead_nvlink", "tp_overhead_pcie"):
-            if getattr(self.cost, key) < 0:
-                raise invalid(f"cost.{key}", "a number >= 0", getattr(self.cost, key))
-        for key in ("prefill_tok_s", "eta"):
-            if getattr(self.cost, key) <= 0:
-                raise invalid(f"cost.{key}", "a number > 0", getattr(self.cost, key))
-        for key in ("hbm_gib", "bandwidth_tb_s"):
-            if getattr(self.gpu, key) <= 0:
-                raise invalid(f"gpu.{key}", "a number > 0", getattr(self.gpu, key))
-        for key in ("rate_rps", "cv"):
-            if getattr(self.arrivals, key) <= 0:
-                raise invalid(f"arrivals.{key}", "a number > 0", getattr(self.arrivals, key))
+        keys = ("cost.block_tokens", "cost.max_num_seqs", "cost.chunk_tokens")
+        bounded(self, *keys, at_least=1, what="an integer")
+        bounded(self, "cost.tp_overhead_nvlink", "cost.tp_overhead_pcie", at_least=0)
+        positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
+        bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:
             raise invalid("services", "at least one service", {})
         for kind in self.kinds:
@@ -596,10 +583,8 @@ class SimConfig:
         if self.workloads and set(self.workloads) != set(self.services):
             missing = sorted(set(self.services) - set(self.workloads))
             raise invalid("workloads", "a workload for every service", missing)
-        if self.rate_scale <= 0:
-            raise invalid("rate_scale", "a number > 0", self.rate_scale)
-        if self.workload_start_s < 0:
-            raise invalid("workload_start_s", "a number >= 0", self.workload_start_s)
+        bounded(self, "rate_scale", above=0)
+        bounded(self, "workload_start_s", at_least=0)
         served = {s.kind for s in self.services.values()}
         for kind, k in self.kinds.items():
             if k.share < 0:
