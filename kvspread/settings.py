@@ -48,6 +48,8 @@ __all__ = [
     "add_settings",
     "layer",
     "gather",
+    "from_args",
+    "KUBERNETES_SETTINGS",
     "load",
     "load_yaml",
     "env_name",
@@ -356,6 +358,34 @@ def gather(
 ) -> Layered:
     """`layer` over the YAML file at `path` (None: no file)."""
     return layer(part, settings, args, environ, load_yaml(path), path)
+
+
+def from_args(
+    part: str,
+    settings: list[Setting],
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    build: Callable[[Layered], T],
+) -> T:
+    """A part's config from flag > env > `--config` YAML > defaults, read strictly by
+    `build` (its `Config.from_mapping`)."""
+    return build(gather(part, settings, args, environ, getattr(args, "config", None)))
+
+
+KUBERNETES_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "kubernetes.kubeconfig",
+        "kubeconfig file (default: in-cluster, then ~/.kube/config)",
+        metavar="FILE",
+    ),
+    Setting(
+        "kubernetes.api_server",
+        "plain API server URL without credentials (kubectl proxy, tests)",
+        flag="--kube-api-server",
+        metavar="URL",
+    ),
+)
+"""How a part with a `kubernetes:` section (kubeconfig, api_server) reaches the API server."""
 
 
 # --- the loader -------------------------------------------------------------------------
