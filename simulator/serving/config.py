@@ -418,39 +418,31 @@ def _default_kinds() -> dict[str, KindSpec]:
 
 
 def _default_services() -> dict[str, ServiceSpec]:
+    """One service per kind of traffic, each scaled by an HPA on requests per second per
+    replica (AverageValue) and on p95 latency (Value), 1 to `max` replicas from 2."""
     rps = "kvspread_requests_per_second"
     p95 = "kvspread_request_latency_p95_seconds"
+    table = (
+        # name, kind, model, qos, GiB per GPU, max replicas, rps per replica, p95 target
+        ("chat", "text", "llama-3-8b", "realtime", 24.0, 8, 2.5, 30.0),
+        ("vision", "image", "qwen2-vl-7b", "realtime", 32.0, 8, 2.5, 20.0),
+        ("docs", "multi-image", "qwen2-vl-7b-32k", "batch", 48.0, 10, 0.35, 120.0),
+    )
     return {
-        "chat": ServiceSpec(
-            kind="text",
-            model="llama-3-8b",
-            qos="realtime",
-            gpu_memory_gib=24.0,
+        name: ServiceSpec(
+            kind=kind,
+            model=model,
+            qos=qos,
+            gpu_memory_gib=gib,
             min_replicas=1,
-            max_replicas=8,
+            max_replicas=top,
             initial_replicas=2,
-            metrics=(MetricTarget(rps, "AverageValue", 2.5), MetricTarget(p95, "Value", 30.0)),
-        ),
-        "vision": ServiceSpec(
-            kind="image",
-            model="qwen2-vl-7b",
-            qos="realtime",
-            gpu_memory_gib=32.0,
-            min_replicas=1,
-            max_replicas=8,
-            initial_replicas=2,
-            metrics=(MetricTarget(rps, "AverageValue", 2.5), MetricTarget(p95, "Value", 20.0)),
-        ),
-        "docs": ServiceSpec(
-            kind="multi-image",
-            model="qwen2-vl-7b-32k",
-            qos="batch",
-            gpu_memory_gib=48.0,
-            min_replicas=1,
-            max_replicas=10,
-            initial_replicas=2,
-            metrics=(MetricTarget(rps, "AverageValue", 0.35), MetricTarget(p95, "Value", 120.0)),
-        ),
+            metrics=(
+                MetricTarget(rps, "AverageValue", per_replica),
+                MetricTarget(p95, "Value", slo),
+            ),
+        )
+        for name, kind, model, qos, gib, top, per_replica, slo in table
     }
 
 
