@@ -434,13 +434,13 @@ def _default_services() -> dict[str, ServiceSpec]:
             model=model,
             qos=qos,
             gpu_memory_gib=gib,
-            min_replicas=1,
-            max_replicas=top,
-            initial_replicas=2,
             metrics=(
                 MetricTarget(rps, "AverageValue", per_replica),
                 MetricTarget(p95, "Value", slo),
             ),
+            min_replicas=1,
+            max_replicas=top,
+            initial_replicas=2,
         )
         for name, kind, model, qos, gib, top, per_replica, slo in table
     }
