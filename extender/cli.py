@@ -77,7 +77,6 @@ def register(
         sub,
         PART,
         SETTINGS,
-        name="extender",
         help="kube-scheduler extender: filter and prioritize GPU nodes",
         description="kube-scheduler extender (filter + prioritize) placing LLM inference pods "
         "by GPU memory, KV-cache fragmentation, load, model spread and modality.",

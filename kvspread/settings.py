@@ -215,7 +215,6 @@ def add_part(
     part: str,
     settings: list[Setting],
     *,
-    name: str,
     help: str,
     description: str | None,
     verb: str,
@@ -224,11 +223,11 @@ def add_part(
     epilog: str,
     config_help: str = "YAML configuration file",
 ) -> argparse.ArgumentParser:
-    """`kvspread NAME VERB`: a part's parser with its one verb, which takes `--config FILE`
-    and one flag per setting; the bare part prints its help and exits 2. Returns the verb's
-    parser, for extra flags and its `func`."""
-    parser = sub.add_parser(name, help=help, description=description)
-    verbs = parser.add_subparsers(dest=f"{name}_cmd", metavar="{" + verb + "}")
+    """`kvspread PART VERB`: a part's parser with its one verb, which takes `--config FILE`
+    and one flag per setting (variables KVSPREAD_PART_*); the bare part prints its help and
+    exits 2. Returns the verb's parser, for extra flags and its `func`."""
+    parser = sub.add_parser(part, help=help, description=description)
+    verbs = parser.add_subparsers(dest=f"{part}_cmd", metavar="{" + verb + "}")
     cmd = verbs.add_parser(
         verb,
         help=verb_help,

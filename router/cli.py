@@ -124,7 +124,6 @@ def register(
         sub,
         PART,
         SETTINGS,
-        name="router",
         help="endpoint picker for the Gateway API Inference Extension (Envoy ext_proc)",
         description="Per-request endpoint picker: Envoy asks it over ext_proc which "
         "model-server pod serves each request, by GPU memory, queue, KV cache, modality "
