@@ -40,7 +40,7 @@ from functools import cached_property, partial
 from typing import Any, Final, Literal
 
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
-from kvspread.settings import bounded, invalid, load, validated
+from kvspread.settings import KubeAccess, bounded, invalid, load, validated
 
 __all__ = [
     "ScoringConfig",
@@ -405,22 +405,16 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
-class KubernetesConfig:
-    """How the extender reaches the API server to watch nodes and pods (YAML `kubernetes:`)."""
+class KubernetesConfig(KubeAccess):
+    """How the extender reaches the API server to watch nodes and pods (YAML `kubernetes:`):
+    the shared access keys and its watch timing."""
 
-    kubeconfig: str | None = None
-    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
-    api_server: str | None = None
-    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
     watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S
     """Server-side timeout of each watch request, seconds; a renewal is cheap."""
     backoff_base_s: float = DEFAULT_BACKOFF_BASE_S
     """First reconnect delay after a failed list or watch, seconds (doubles, with jitter)."""
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
     """Longest reconnect delay, seconds."""
-    node_signals: bool = True
-    """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
-    NodeSignals wins over its kvspread.io/signals annotation."""
 
     def validate(self) -> None:
         _finite_fields(self, "watch_timeout_s", "backoff_base_s", "backoff_max_s", above=0)

@@ -50,6 +50,7 @@ __all__ = [
     "gather",
     "from_args",
     "KUBERNETES_SETTINGS",
+    "KubeAccess",
     "load",
     "load_yaml",
     "env_name",
@@ -385,6 +386,20 @@ KUBERNETES_SETTINGS: tuple[Setting, ...] = (
     ),
 )
 """How a part with a `kubernetes:` section (kubeconfig, api_server) reaches the API server."""
+
+
+@dataclass(frozen=True)
+class KubeAccess:
+    """The `kubernetes:` keys every part that watches the API server has (the extender and
+    the router); a part's own `KubernetesConfig` extends it."""
+
+    kubeconfig: str | None = None
+    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
+    api_server: str | None = None
+    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
+    node_signals: bool = True
+    """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
+    NodeSignals wins over its kvspread.io/signals annotation."""
 
 
 # --- the loader -------------------------------------------------------------------------

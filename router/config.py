@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 from kvspread.logs import LEVELS
-from kvspread.settings import Parse, bounded, invalid, load
+from kvspread.settings import KubeAccess, Parse, bounded, invalid, load
 from router.scoring import ScoringConfig
 
 __all__ = [
@@ -173,17 +173,9 @@ class PoolConfig:
 
 
 @dataclass(frozen=True)
-class KubernetesConfig:
+class KubernetesConfig(KubeAccess):
     """How the picker reaches the API server for pools, pods and nodes (YAML
     `kubernetes:`)."""
-
-    kubeconfig: str | None = None
-    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
-    api_server: str | None = None
-    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
-    node_signals: bool = True
-    """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
-    NodeSignals wins over its kvspread.io/signals annotation."""
 
 
 @dataclass(frozen=True)
