@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import Any, Final, Literal
 
+from kvspread.logs import LogLevel
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
 from kvspread.settings import KubeAccess, bounded, invalid, load, validated
 
@@ -354,8 +355,6 @@ kvspread.io/signals annotation) is ~250 MiB. Names-only requests are a few hundr
 DEFAULT_EXPLAIN_PODS: Final = 256
 """Decisions kept for /debug/explain (least recently decided pods are dropped)."""
 
-_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -369,7 +368,7 @@ class ServerConfig:
     """PEM certificate: serve HTTPS (with `tls_key`); unset: plain HTTP."""
     tls_key: str | None = None
     """PEM private key of `tls_cert`."""
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     """debug, info, warning or error; debug logs one line per decision."""
     standalone: bool = False
     """No cluster: no watches; full-NodeList requests are scored from the body alone."""
@@ -387,8 +386,6 @@ class ServerConfig:
         if (self.tls_cert is None) != (self.tls_key is None):
             key = "tls_key" if self.tls_key is None else "tls_cert"
             raise invalid(key, "tls_cert and tls_key given together", None)
-        if self.log_level not in _LOG_LEVELS:
-            raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
         for key, verb in (
             ("filter_verb", self.filter_verb),
             ("prioritize_verb", self.prioritize_verb),

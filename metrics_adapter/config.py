@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Final
 
+from kvspread.logs import LogLevel
 from kvspread.settings import Layered, Parse, Setting, bounded, invalid, load
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
 from metrics_adapter.rules import (
@@ -89,7 +90,6 @@ DURATION: Final = Parse(
     "a duration > 0 (seconds, or 30s, 1m30s, 500ms, 2h)",
     "duration",
 )
-_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 Names = tuple[str, ...]
 
@@ -166,7 +166,7 @@ class AdapterConfig:
     rules: tuple[Rule, ...] = field(default=(), metadata={"doc_expand": False})
     """The external metrics served, one rule each (keys: the rules section below); unset:
     the default SLIs of docs/design.md section 6."""
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     """debug, info, warning or error."""
 
     @property
@@ -196,8 +196,6 @@ class AdapterConfig:
                 "at least one user or group in AllowList mode",
                 list(self.authorization_allow_users),
             )
-        if self.log_level not in _LOG_LEVELS:
-            raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
         for cert, key in (
             ("tls_cert_file", "tls_private_key_file"),
             ("otlp_tls_cert_file", "otlp_tls_private_key_file"),

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
-from kvspread.logs import LEVELS
+from kvspread.logs import LogLevel
 from kvspread.settings import KubeAccess, Parse, bounded, invalid, load
 from router.scoring import ScoringConfig
 
@@ -104,7 +104,7 @@ class ServerConfig:
     """PEM certificate: serve gRPC over TLS (with `tls_key`); unset: plaintext HTTP/2."""
     tls_key: str | None = None
     """PEM private key of `tls_cert`."""
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     """debug, info, warning or error; debug logs one JSON line per pick."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest gRPC message received or sent, so large base64 bodies pass (>= 4194304)."""
@@ -120,8 +120,6 @@ class ServerConfig:
             raise invalid(key, "tls_cert and tls_key both or neither", None)
         if self.grpc_server not in GRPC_SERVERS:
             raise invalid("grpc_server", "one of " + ", ".join(GRPC_SERVERS), self.grpc_server)
-        if self.log_level not in LEVELS:
-            raise invalid("log_level", "one of " + ", ".join(LEVELS), self.log_level)
         if self.max_message_bytes < MIN_MESSAGE_BYTES:
             raise invalid(
                 "max_message_bytes",
