@@ -36,7 +36,7 @@ from typing import Annotated, Any, ClassVar, Final
 from bpf.http import DEFAULT_ROUTES
 from bpf.publish import PublishConfig
 from kvspread.logs import LogLevel
-from kvspread.settings import INTERNAL, Parse, invalid, load
+from kvspread.settings import INTERNAL, Parse, invalid, load, ports
 
 __all__ = [
     "EngineTarget",
@@ -236,8 +236,7 @@ class CollectorConfig:
     """CPU niceness of the collector (0..19): under contention the workload wins."""
 
     def validate(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise invalid("port", "a port number 0..65535", self.port)
+        ports(self, "port")
         from bpf.fanout import parse_endpoints
 
         try:

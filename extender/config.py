@@ -41,7 +41,7 @@ from typing import Any, Final, Literal
 
 from kvspread.logs import LogLevel
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
-from kvspread.settings import KubeAccess, bounded, invalid, load, validated
+from kvspread.settings import KubeAccess, bounded, invalid, load, ports, validated
 
 __all__ = [
     "ScoringConfig",
@@ -381,8 +381,7 @@ class ServerConfig:
     (never buffered whole); default 256 MiB, a full NodeList of 15,000 nodes."""
 
     def validate(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise invalid("port", "a port number 0..65535", self.port)
+        ports(self, "port")
         if (self.tls_cert is None) != (self.tls_key is None):
             key = "tls_key" if self.tls_key is None else "tls_cert"
             raise invalid(key, "tls_cert and tls_key given together", None)

@@ -57,6 +57,7 @@ __all__ = [
     "parse_bool",
     "invalid",
     "bounded",
+    "ports",
     "expected_text",
     "dump",
     "validated",
@@ -135,6 +136,15 @@ def bounded(
             ok, rule = value >= typing.cast(float, at_least), f">= {at_least:g}"
         if not ok or (finite and not math.isfinite(value)):
             raise invalid(key, f"{what} {rule}", value)
+
+
+def ports(obj: Any, *keys: str, lowest: int = 0) -> None:
+    """Each field of `obj` named in `keys` is a port number `lowest`..65535, or None (unset);
+    0, where allowed, means any free port."""
+    for key in keys:
+        value = getattr(obj, key)
+        if value is not None and not lowest <= value <= 65535:
+            raise invalid(key, f"a port number {lowest}..65535", value)
 
 
 def parse_bool(text: str) -> bool:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Final
 
 from kvspread.logs import LogLevel
-from kvspread.settings import Layered, Parse, Setting, bounded, invalid, load
+from kvspread.settings import Layered, Parse, Setting, bounded, invalid, load, ports
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
 from metrics_adapter.rules import (
     DEFAULT_STALENESS_S,
@@ -178,9 +178,7 @@ class AdapterConfig:
         return self.requestheader_group_headers or DEFAULT_GROUP_HEADERS
 
     def validate(self) -> None:
-        for key in ("secure_port", "otlp_port", "keda_port"):
-            if not 0 <= getattr(self, key) <= 65535:
-                raise invalid(key, "a port number 0..65535", getattr(self, key))
+        ports(self, "secure_port", "otlp_port", "keda_port")
         bounded(self, "otlp_max_body_bytes", "max_series", at_least=1, what="an integer")
         if self.authorization_mode not in AUTHORIZATION_MODES:
             raise invalid(

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 from kvspread.logs import LogLevel
-from kvspread.settings import KubeAccess, Parse, bounded, invalid, load
+from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, ports
 from router.scoring import ScoringConfig
 
 __all__ = [
@@ -85,11 +85,6 @@ def _is_address(item: str) -> bool:
     return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
-def _port(key: str, value: int | None, lowest: int = 1) -> None:
-    if value is not None and not lowest <= value <= 65535:
-        raise invalid(key, f"a port number {lowest}..65535", value)
-
-
 @dataclass(frozen=True)
 class ServerConfig:
     """How the picker serves Envoy and its HTTP endpoints (YAML `server:`)."""
@@ -113,8 +108,7 @@ class ServerConfig:
     own HTTP/2 server on one event loop (opt-in: about a quarter of the CPU per stream)."""
 
     def validate(self) -> None:
-        _port("grpc_port", self.grpc_port, 0)
-        _port("http_port", self.http_port, 0)
+        ports(self, "grpc_port", "http_port")
         if (self.tls_cert is None) != (self.tls_key is None):
             key = "tls_key" if self.tls_key is None else "tls_cert"
             raise invalid(key, "tls_cert and tls_key both or neither", None)
@@ -151,8 +145,7 @@ class EndpointsConfig:
         for n, item in enumerate(self.static):
             if not _is_address(item):
                 raise invalid(f"static[{n}]", "ip:port", item)
-        _port("target_port", self.target_port)
-        _port("metrics_port", self.metrics_port)
+        ports(self, "target_port", "metrics_port", lowest=1)
         if self.selector and self.target_port is None:
             raise invalid("target_port", "a port with selector (--target-port)", None)
         if not self.metrics_path.startswith("/"):

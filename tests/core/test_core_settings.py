@@ -289,3 +289,15 @@ def test_bounded_is_the_one_range_check_and_its_wording() -> None:
     bounded({"ok": 0.5}, "ok", above=0)  # a mapping's items too
     with pytest.raises(TypeError):
         bounded(obj, "n", above=0, at_least=0)
+
+
+def test_ports_checks_the_range_and_lets_unset_pass() -> None:
+    from types import SimpleNamespace
+
+    from kvspread.settings import ports
+
+    ports(SimpleNamespace(a=0, b=None, c=65535), "a", "b", "c")
+    with pytest.raises(ConfigError, match=r"^c: expected a port number 0\.\.65535, got 65536$"):
+        ports(SimpleNamespace(c=65536), "c")
+    with pytest.raises(ConfigError, match=r"^a: expected a port number 1\.\.65535, got 0$"):
+        ports(SimpleNamespace(a=0), "a", lowest=1)
