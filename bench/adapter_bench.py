@@ -37,11 +37,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import httpx  # noqa: E402
 import trustme  # noqa: E402
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (  # noqa: E402
-    ExportMetricsServiceRequest,
-)
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
-from opentelemetry.proto.metrics.v1 import metrics_pb2 as mp  # noqa: E402
 
 from kvspread import names  # noqa: E402
 from metrics_adapter import sli  # noqa: E402
@@ -49,16 +44,11 @@ from metrics_adapter.httpserver import Request  # noqa: E402
 from metrics_adapter.receiver import OtlpReceiver  # noqa: E402
 from metrics_adapter.sources import otlp_decode  # noqa: E402
 from metrics_adapter.sources.store import SeriesStore  # noqa: E402
+from tests.metrics_adapter.adapter_otlp_payloads import histogram, request  # noqa: E402
 from tests.ports import free_port, wait_http_ok  # noqa: E402
 
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 NS_COUNT = 100
-
-
-def _kv(k: str, v: str | int) -> KeyValue:
-    return KeyValue(
-        key=k, value=AnyValue(int_value=v) if isinstance(v, int) else AnyValue(string_value=v)
-    )
 
 
 def build_requests(series: int, points: int, t0: float, per_request: int = 1000) -> list[bytes]:
@@ -69,36 +59,22 @@ def build_requests(series: int, points: int, t0: float, per_request: int = 1000)
     for rnd in range(points):
         t = t0 + 10 * (rnd + 1)
         for chunk in range(0, series, per_request):
-            req = ExportMetricsServiceRequest()
-            rm = req.resource_metrics.add()
-            rm.resource.attributes.extend([_kv(names.ATTR_K8S_NODE, "node-1")])
-            m = rm.scope_metrics.add().metrics.add()
-            m.name = names.HTTP_SERVER_REQUEST_DURATION.name
-            m.unit = "s"
-            m.histogram.aggregation_temporality = mp.AGGREGATION_TEMPORALITY_CUMULATIVE
+            pts = []
             for i in range(chunk, min(chunk + per_request, series)):
                 c = counts[i]
                 for _ in range(20):
-                    c[min(int(rng.expovariate(1.5) * 5), len(BOUNDS) - 1)] += (
-                        1  # no overflow: p95 served
-                    )
-                dp = m.histogram.data_points.add()
-                dp.start_time_unix_nano = int(t0 * 1e9)
-                dp.time_unix_nano = int(t * 1e9)
-                dp.explicit_bounds.extend(BOUNDS)
-                dp.bucket_counts.extend(c)
-                dp.count = sum(c)
-                dp.sum = 0.1 * dp.count
-                dp.attributes.extend(
-                    [
-                        _kv(names.ATTR_K8S_NAMESPACE, f"ns-{i % NS_COUNT}"),
-                        _kv(names.ATTR_SERVICE_NAME, f"svc-{i // NS_COUNT}"),
-                        _kv(names.ATTR_K8S_POD, f"pod-{i}"),
-                        _kv(names.ATTR_MODALITY, "text"),
-                        _kv(names.ATTR_HTTP_ROUTE, "/v1/chat/completions"),
-                        _kv(names.ATTR_HTTP_STATUS, 200),
-                    ]
-                )
+                    c[min(int(rng.expovariate(1.5) * 5), len(BOUNDS) - 1)] += 1  # no overflow
+                attrs: dict[str, str | int] = {
+                    names.ATTR_K8S_NAMESPACE: f"ns-{i % NS_COUNT}",
+                    names.ATTR_SERVICE_NAME: f"svc-{i // NS_COUNT}",
+                    names.ATTR_K8S_POD: f"pod-{i}",
+                    names.ATTR_MODALITY: "text",
+                    names.ATTR_HTTP_ROUTE: "/v1/chat/completions",
+                    names.ATTR_HTTP_STATUS: 200,
+                }
+                pts.append((t0, t, tuple(c), attrs))
+            m = histogram(names.HTTP_SERVER_REQUEST_DURATION.name, pts, BOUNDS, mean=0.1)
+            req = request({names.ATTR_K8S_NODE: "node-1"}, [m])
             bodies.append(req.SerializeToString())
     return bodies
 

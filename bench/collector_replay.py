@@ -23,19 +23,13 @@ import pstats
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from opentelemetry.sdk.metrics.export import (  # noqa: E402
-    MetricExporter,
-    MetricExportResult,
-    MetricsData,
-)
 
 from bpf.agent import Agent  # noqa: E402
 from bpf.config import CollectorConfig  # noqa: E402
 from bpf.events import ConnState, HttpEvent, HttpEventKind, encode_http_event  # noqa: E402
+from tests.otel_fake import FakeOtlpExporter  # noqa: E402
 
 REQUEST = (
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
@@ -44,21 +38,6 @@ REQUEST = (
 RESPONSE = (
     b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"ok": true}\n'
 )
-
-
-class DropExporter(MetricExporter):
-    """An OTLP endpoint stand-in that accepts and drops every export."""
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        pass
 
 
 def events(n: int, unique: bool) -> list[bytes]:
@@ -99,7 +78,8 @@ def events(n: int, unique: bool) -> list[bytes]:
 def replay(raws: list[bytes], batch: int, otlp: bool, profile: bool = False) -> float:
     """Process CPU microseconds per request (two events each)."""
     agent = Agent(
-        CollectorConfig(standalone=True, port=0), otlp_exporter=DropExporter() if otlp else None
+        CollectorConfig(standalone=True, port=0),
+        otlp_exporter=FakeOtlpExporter(keep=False) if otlp else None,
     )
     prof = cProfile.Profile() if profile else None
     try:

@@ -17,8 +17,9 @@ import os
 import platform
 import time
 
+from simulator.seeds import parse_seeds
 from simulator.serving.config import config_from_mapping
-from simulator.serving.experiment import parse_seeds, run_experiment
+from simulator.serving.experiment import run_experiment
 from simulator.serving.placement import POLICIES
 from simulator.serving.sim import Simulation
 

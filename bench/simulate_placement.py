@@ -13,10 +13,11 @@ import argparse
 import os
 import time
 
-from simulator.cli import parse_policies, parse_seeds
+from simulator.cli import parse_policies
 from simulator.replay.policies import DEFAULT_POLICIES
 from simulator.replay.report import summarise
 from simulator.replay.runner import ReplayJob, run_jobs
+from simulator.seeds import parse_seeds
 
 
 def main() -> None:

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 
-from simulator.cli import parse_seeds
 from simulator.replay.report import published_unallocated, workload_name
 from simulator.replay.runner import ReplayJob, run_jobs
 from simulator.replay.trace import bundled_pod_lists
+from simulator.seeds import parse_seeds
 
 
 def main() -> None:

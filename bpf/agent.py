@@ -48,7 +48,7 @@ from bpf.tracker import ConnTracker, RequestRecord
 from kvspread import names
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.gpumem import free_mib, node_fragmentation_of
-from kvspread.kube import Reflector
+from kvspread.kube import Reflector, WatchedTable
 from kvspread.signals import NodeSignals
 
 __all__ = ["Agent"]
@@ -57,6 +57,10 @@ log = logging.getLogger("kvspread.collector")
 
 SERVICE_LABELS = ("app.kubernetes.io/name", "app")
 MIRROR = "kubernetes.io/config.mirror"  # a mirror pod's annotation: its static pod's hash
+
+
+def _uid_of(m: PodMeta) -> str:
+    return m.uid
 
 
 def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
@@ -120,8 +124,7 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._reasons: dict[str, str] = {}
         self._started = False
-        self._pods: dict[str, PodMeta] = {}
-        self._pods_lock = threading.Lock()
+        self._pods = WatchedTable(_pod_meta, _uid_of, self._pods_changed)
         self.session: loader_mod.ProbeSession | None = None
         self.tracker = ConnTracker(RouteTemplates(config.routes, config.max_routes))
         self.attributor = Attributor(config.proc_root, self._pod_lookup, retry_s=5.0, clock=clock)
@@ -288,8 +291,7 @@ class Agent:
         """(service name, QoS class) of the serving pod from its labels, "" when unknown."""
         if ref is None:
             return "", ""
-        with self._pods_lock:
-            meta = self._pods.get(ref.uid)
+        meta = self._pods.get(ref.uid)
         if meta is None:
             return "", ""
         service = next((v for v in (meta.label(k) for k in SERVICE_LABELS) if v), "")
@@ -380,20 +382,15 @@ class Agent:
     def _pod_lookup(self, uid: str) -> PodMeta | None:
         """The pod of a cgroup's UID; a static pod's cgroup names its config hash, which
         its mirror pod carries in an annotation."""
-        with self._pods_lock:
-            meta = self._pods.get(uid)
-            if meta is None and "-" not in uid:
-                meta = next((m for m in self._pods.values() if m.annotation(MIRROR) == uid), None)
-            return meta
+        meta = self._pods.get(uid)
+        if meta is None and "-" not in uid:
+            meta = self._pods.find(lambda m: m.annotation(MIRROR) == uid)
+        return meta
 
     def _pod_by_ip(self, ip: str) -> PodMeta | None:
         if not ip:
             return None
-        with self._pods_lock:
-            for m in self._pods.values():
-                if m.ip == ip:
-                    return m
-        return None
+        return self._pods.find(lambda m: m.ip == ip)
 
     def _pods_watcher(self) -> Reflector:
         """List+watch of this node's pods (`kvspread.kube.Reflector`): changes arrive as
@@ -407,8 +404,8 @@ class Agent:
             self._pod_reflector = Reflector(
                 "collector-pods",
                 core.list_pod_for_all_namespaces,
-                self._replace_pods,
-                self._pod_event,
+                self._pods.replace_all,
+                self._pods.event,
                 field_selector=f"spec.nodeName={self.config.node_name}",
                 watch_timeout_s=max(1, int(self.config.pods.refresh_s)),
                 request_timeout_s=15.0,
@@ -420,31 +417,15 @@ class Agent:
         """List this node's pods once (the watch keeps them current afterwards)."""
         self._pods_watcher().list_once()
 
-    def _replace_pods(self, items: list[dict[str, Any]]) -> None:
-        table = {m.uid: m for m in map(_pod_meta, items) if m is not None}
-        with self._pods_lock:
-            self._pods = table
+    def _pods_changed(self, uids: set[str]) -> None:
+        """After every pod list and every pod event the table applied."""
         self._label_memo.clear()  # attributes may name other pods now
-        self._source("kubernetes", True)
-
-    def _pod_event(self, etype: str, obj: dict[str, Any]) -> None:
-        meta = _pod_meta(obj)
-        if meta is None:
-            return
-        with self._pods_lock:
-            if etype == "DELETED":
-                self._pods.pop(meta.uid, None)
-            else:
-                self._pods[meta.uid] = meta
-        self._label_memo.clear()
         self._source("kubernetes", True)
 
     # --- engines ----------------------------------------------------------------------
     def engine_targets(self) -> list[EngineTarget]:
         targets = list(self.config.engines.targets)
-        with self._pods_lock:
-            pods = list(self._pods.values())
-        for p in pods:
+        for p in self._pods.snapshot().values():
             port = p.annotation(names.ANNOTATION_METRICS_PORT)
             if not port or not p.ip:
                 continue

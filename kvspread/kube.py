@@ -23,11 +23,13 @@ import logging
 import random
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["api_client", "Reflector", "ReflectorStats", "Backoff"]
+__all__ = ["api_client", "Reflector", "ReflectorStats", "Backoff", "WatchedTable"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("kvspread.kube")
 
@@ -264,3 +266,70 @@ class Reflector:
             extra={"kv": {"resource": self.name, "error": why, "retry_in_s": round(delay, 3)}},
         )
         self._stop.wait(delay)
+
+
+class WatchedTable(Generic[T]):
+    """The objects of one resource by key, kept equal to the API's by a list+watch: a
+    `Reflector`'s `on_list` is `replace_all`, its `on_event` is `event`. Thread-safe.
+
+    ADDED/MODIFIED set an object, DELETED removes it, a re-list replaces them all; an item
+    `parse` returns None for is skipped. `on_change(keys)` runs after each re-list (the keys
+    whose object changed, maybe none) and each event it applied (that event's key), outside
+    the lock.
+    """
+
+    def __init__(
+        self,
+        parse: Callable[[Any], T | None],
+        key: Callable[[T], str],
+        on_change: Callable[[set[str]], None] | None = None,
+    ) -> None:
+        self._parse = parse
+        self._key = key
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._by_key: dict[str, T] = {}
+        self.synced = False  # True after the first list
+
+    def replace_all(self, items: Iterable[Any]) -> None:
+        """A full list: these objects and no others."""
+        new = {self._key(o): o for o in map(self._parse, items) if o is not None}
+        with self._lock:
+            old = self._by_key
+            changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+            self._by_key = new
+            self.synced = True
+        if self._on_change is not None:
+            self._on_change(changed)
+
+    def event(self, etype: str, obj: Any) -> None:
+        """One watch event."""
+        o = self._parse(obj)
+        if o is None:
+            return
+        k = self._key(o)
+        with self._lock:
+            if etype == "DELETED":
+                self._by_key.pop(k, None)
+            else:
+                self._by_key[k] = o
+        if self._on_change is not None:
+            self._on_change({k})
+
+    def get(self, key: str) -> T | None:
+        with self._lock:
+            return self._by_key.get(key)
+
+    def find(self, match: Callable[[T], bool]) -> T | None:
+        """The first object that `match` accepts, None when none does."""
+        with self._lock:
+            return next((o for o in self._by_key.values() if match(o)), None)
+
+    def snapshot(self) -> dict[str, T]:
+        """Every object by key, as of now (a copy)."""
+        with self._lock:
+            return dict(self._by_key)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_key)

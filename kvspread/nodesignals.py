@@ -25,11 +25,11 @@ the cache holds only data and the Reflector is built here but run by the reader.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from kvspread.kube import WatchedTable
 from kvspread.signals import MAX_DOCUMENT_BYTES
 
 if TYPE_CHECKING:
@@ -143,59 +143,26 @@ def parse_resource(obj: Any) -> NodeSignalsObject | None:
     )
 
 
-class NodeSignalsCache:
+def _node_of(o: NodeSignalsObject) -> str:
+    return o.node
+
+
+class NodeSignalsCache(WatchedTable[NodeSignalsObject]):
     """NodeSignals by node name, kept equal to the API's by a list+watch; `on_change(nodes)`
-    after each update, outside the lock, with the names of the nodes it touched.
+    after each update, outside the lock, with the names of the nodes it touched (sorted;
+    not called when a re-list changed nothing).
 
     ADDED/MODIFIED set a node's object, DELETED removes it (its readers fall back to the
     annotation), a re-list replaces them all.
     """
 
     def __init__(self, on_change: Callable[[Iterable[str]], None] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._by_node: dict[str, NodeSignalsObject] = {}
+        super().__init__(parse_resource, _node_of, self._changed)
         self.on_change = on_change
-        self.synced = False
-
-    def replace_all(self, items: Iterable[dict[str, Any]]) -> None:
-        """A full list: these objects and no others."""
-        parsed = [o for o in (parse_resource(i) for i in items) if o is not None]
-        new = {o.node: o for o in parsed}
-        with self._lock:
-            old = self._by_node
-            changed = {n for n in set(old) | set(new) if old.get(n) != new.get(n)}
-            self._by_node = new
-            self.synced = True
-        self._changed(changed)
-
-    def event(self, etype: str, obj: dict[str, Any]) -> None:
-        """One watch event."""
-        o = parse_resource(obj)
-        if o is None:
-            return
-        with self._lock:
-            if etype == "DELETED":
-                self._by_node.pop(o.node, None)
-            else:
-                self._by_node[o.node] = o
-        self._changed({o.node})
 
     def _changed(self, nodes: set[str]) -> None:
         if nodes and self.on_change is not None:
             self.on_change(sorted(nodes))
-
-    def get(self, node: str) -> NodeSignalsObject | None:
-        with self._lock:
-            return self._by_node.get(node)
-
-    def snapshot(self) -> dict[str, NodeSignalsObject]:
-        """Every node's object, as of now (a copy)."""
-        with self._lock:
-            return dict(self._by_node)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._by_node)
 
 
 def watch(

@@ -21,11 +21,11 @@ from typing import Any
 from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Setting, add_settings, gather, load
 from simulator.replay.config import DEFAULT_OUT, DEFAULT_SEEDS
+from simulator.seeds import parse_seeds
 
 __all__ = [
     "register",
     "require_trace_data",
-    "parse_seeds",
     "parse_policies",
     "run_placement",
     "run_quick",
@@ -101,31 +101,6 @@ SETTINGS = [
         metavar="PCT",
     ),
 ]
-
-
-def parse_seeds(text: str | list[int]) -> list[int]:
-    """'42..51' / '42,43,50..51' -> sorted unique ints; ConfigError on anything else."""
-    if isinstance(text, list):
-        return sorted(set(int(s) for s in text))
-    seeds: set[int] = set()
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if ".." in part:
-                a, b = part.split("..", 1)
-                lo, hi = int(a), int(b)
-                if hi < lo:
-                    raise ValueError
-                seeds.update(range(lo, hi + 1))
-            else:
-                seeds.add(int(part))
-        except ValueError:
-            raise ConfigError(f"--seeds: {part!r} is not a seed or a range a..b") from None
-    if not seeds:
-        raise ConfigError("--seeds: no seed given")
-    return sorted(seeds)
 
 
 def parse_policies(text: str | list[str]) -> list[str]:

@@ -70,6 +70,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from metrics_adapter.errors import status_object
+from tests.http_fake import QuietHandler
 
 __all__ = ["FakeKubeApi", "make_node", "make_pod", "make_configmap", "KindInfo"]
 
@@ -475,20 +476,9 @@ class FakeKubeApi:
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as separate writes
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
-
+        class Handler(QuietHandler):
             def _send_json(self, code: int, doc: Any) -> None:
-                body = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_body(code, "application/json", json.dumps(doc).encode())
 
             def _error(self, code: int, message: str) -> None:
                 self._send_json(code, status_object(code, _REASONS.get(code, "Unknown"), message))

@@ -17,11 +17,11 @@ from typing import Any
 
 from kvspread.preflight import check_output_dir
 from kvspread.settings import ConfigError, Layered, invalid, load_yaml
+from simulator.seeds import parse_seeds
 from simulator.serving.autoscalers import AUTOSCALERS, parse_autoscalers
 from simulator.serving.config import SimConfig, config_from_mapping
 from simulator.serving.experiment import (
     parse_policies,
-    parse_seeds,
     run_experiment,
     write_outputs,
 )

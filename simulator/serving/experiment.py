@@ -24,33 +24,8 @@ __all__ = [
     "run_experiment",
     "write_outputs",
     "ProgressBar",
-    "parse_seeds",
     "parse_policies",
 ]
-
-
-def parse_seeds(text: str | Sequence[int]) -> list[int]:
-    """'1,2,3', '42..51' or a mix ('1,5..7'); a list of ints passes through."""
-    if not isinstance(text, str):
-        return [int(s) for s in text]
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if ".." in part:
-                lo, hi = (int(x) for x in part.split("..", 1))
-                if hi < lo:
-                    raise ValueError
-                out.extend(range(lo, hi + 1))
-            else:
-                out.append(int(part))
-        except ValueError as exc:
-            raise ValueError(f"--seeds: {part!r} is not an integer or a range a..b") from exc
-    if not out:
-        raise ValueError("--seeds: no seed given")
-    return out
 
 
 def parse_policies(text: str | Sequence[str]) -> list[str]:

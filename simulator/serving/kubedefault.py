@@ -9,7 +9,7 @@ default profile that can tell nodes apart here, at their default weights:
   (allocatable - requested) x 100 / allocatable, the incoming pod included. Extended
   resources such as `nvidia.com/gpu` are not scored by default.
 - NodeResourcesBalancedAllocation (weight 1): (1 - std of the CPU and memory request
-  fractions) x 100.
+  fractions) x 100. These two come from `simulator.kubescore`, shared with the replay.
 - PodTopologySpread (weight 2) with the system default constraints (hostname maxSkew 3,
   zone maxSkew 5, ScheduleAnyway; the simulated nodes carry no zone label, so only the
   hostname one applies; a service's pods are those serving its model): raw = its pods on
@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.kubescore import Requested, balanced_allocation, least_allocated
 from simulator.serving.cluster import Node, device_plugin_gpus, resource_fit
 
 if TYPE_CHECKING:
-    from simulator.serving.placement import BoundPod, NodeView, Want
+    from simulator.serving.placement import BoundPod, ClusterSnapshot, Want
 
 __all__ = ["KubeDefault", "scores", "POD_CPU", "POD_MEMORY_GIB", "NODE_CPU", "NODE_MEMORY_GIB"]
 
@@ -60,21 +61,13 @@ class KubeDefault:
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def choose(
-        self,
-        want: Want,
-        nodes: list[Node],
-        slots: int,
-        views: Mapping[int, NodeView],
-        bound: Mapping[int, list[BoundPod]],
-        now: float,
-    ) -> tuple[int, int] | None:
-        feasible, total = scores(nodes, slots, bound, want.model, want.gpus)
+    def choose(self, want: Want, seen: ClusterSnapshot) -> tuple[int, int] | None:
+        feasible, total = scores(seen.nodes, seen.slots, seen.bound, want.model, want.gpus)
         if not feasible:
             return None
         best = np.flatnonzero(total == total.max())
         node = feasible[int(best[int(self._rng.integers(len(best)))])]
-        g = device_plugin_gpus(node, want.gpus, slots)
+        g = device_plugin_gpus(node, want.gpus, seen.slots)
         return None if g is None else (node.index, g[0].index)
 
 
@@ -92,16 +85,11 @@ def scores(
         return [], np.empty(0)
     taken = np.array([sum(len(g.occupants) for g in n.gpus) for n in feasible], dtype=float)
     k = max(1, gpus)
-    cpu_used = np.minimum((taken + k) * POD_CPU, NODE_CPU * 10)
-    mem_used = (taken + k) * POD_MEMORY_GIB
-    cpu_s = np.where(cpu_used > NODE_CPU, 0, (NODE_CPU - cpu_used) * 100 // NODE_CPU)
-    mem_s = np.where(
-        mem_used > NODE_MEMORY_GIB, 0, (NODE_MEMORY_GIB - mem_used) * 100 // NODE_MEMORY_GIB
+    requested = Requested(
+        (taken + k) * POD_CPU, (taken + k) * POD_MEMORY_GIB, NODE_CPU, NODE_MEMORY_GIB
     )
-    fit = (cpu_s + mem_s) // 2
-    cpu_f = np.minimum(cpu_used / NODE_CPU, 1.0)
-    mem_f = np.minimum(mem_used / NODE_MEMORY_GIB, 1.0)
-    balanced = ((1.0 - np.abs(cpu_f - mem_f) / 2.0) * 100).astype(np.int64)
+    fit = least_allocated(requested)
+    balanced = balanced_allocation(requested)
     same = np.array(
         [sum(1 for p in bound.get(n.index, []) if p.model == model) for n in feasible],
         dtype=float,

@@ -23,8 +23,8 @@ respects time-slicing slots (kube-scheduler's own resource fit runs before any e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,6 +39,7 @@ from extender.state import build_node_state
 from kvspread import names
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from simulator.serving.cluster import Gpu, Node, device_plugin_gpu, resource_fit
+from simulator.serving.kubedefault import KubeDefault
 
 __all__ = [
     "POLICIES",
@@ -48,6 +49,7 @@ __all__ = [
     "RoundRobin",
     "MemoryWeighted",
     "Kvspread",
+    "ClusterSnapshot",
     "make_policy",
 ]
 
@@ -107,19 +109,6 @@ class NodeView:
 
 
 @dataclass(frozen=True)
-class BoundPod:
-    """A model instance bound to a node, as the extender's pod cache would list it."""
-
-    name: str
-    model: str
-    modality: str
-    qos: str
-    request_gib: float
-    gpus: int = 1
-    """Its `nvidia.com/gpu` (tensor-parallel degree); request_gib is per GPU."""
-
-
-@dataclass(frozen=True)
 class Want:
     """The pod to place: its service's model, request kind, QoS, memory request per GPU
     and GPU count (`nvidia.com/gpu`, its tensor-parallel degree)."""
@@ -131,18 +120,31 @@ class Want:
     gpus: int = 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class BoundPod(Want):
+    """A model instance bound to a node, as the extender's pod cache would list it: what
+    was wanted for it, and its pod name."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """What every policy sees when it places a pod: the nodes, the time-slicing slots per
+    GPU, the collector's last view of each node (by node index), the model instances bound
+    to each node, and the simulated time."""
+
+    nodes: list[Node]
+    slots: int
+    views: Mapping[int, NodeView] = field(default_factory=dict)
+    bound: Mapping[int, list[BoundPod]] = field(default_factory=dict)
+    now: float = 0.0
+
+
 class PlacementPolicy(Protocol):
     name: str
 
-    def choose(
-        self,
-        want: Want,
-        nodes: list[Node],
-        slots: int,
-        views: Mapping[int, NodeView],
-        bound: Mapping[int, list[BoundPod]],
-        now: float,
-    ) -> tuple[int, int] | None:
+    def choose(self, want: Want, seen: ClusterSnapshot) -> tuple[int, int] | None:
         """(node index, GPU index) or None when the pod is unschedulable now."""
         ...
 
@@ -157,15 +159,8 @@ class RoundRobin:
     def __init__(self, rng: np.random.Generator) -> None:
         self._next = 0
 
-    def choose(
-        self,
-        want: Want,
-        nodes: list[Node],
-        slots: int,
-        views: Mapping[int, NodeView],
-        bound: Mapping[int, list[BoundPod]],
-        now: float,
-    ) -> tuple[int, int] | None:
+    def choose(self, want: Want, seen: ClusterSnapshot) -> tuple[int, int] | None:
+        nodes, slots = seen.nodes, seen.slots
         n = len(nodes)
         for i in range(n):
             node = nodes[(self._next + i) % n]
@@ -183,18 +178,11 @@ class MemoryWeighted:
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def choose(
-        self,
-        want: Want,
-        nodes: list[Node],
-        slots: int,
-        views: Mapping[int, NodeView],
-        bound: Mapping[int, list[BoundPod]],
-        now: float,
-    ) -> tuple[int, int] | None:
+    def choose(self, want: Want, seen: ClusterSnapshot) -> tuple[int, int] | None:
         best: list[tuple[int, int]] = []
         best_free = -1.0
-        for node in nodes:
+        slots = seen.slots
+        for node in seen.nodes:
             fits = [g for g in node.gpus if _has_slot(g, slots) and g.free_gib >= want.request_gib]
             if len(fits) < want.gpus or not resource_fit(node, slots, want.gpus):
                 continue
@@ -265,31 +253,17 @@ class Kvspread:
             "status": {"phase": "Running"},
         }
 
-    def node_states(
-        self,
-        nodes: list[Node],
-        slots: int,
-        views: Mapping[int, NodeView],
-        bound: Mapping[int, list[BoundPod]],
-        now: float,
-    ) -> list[NodeState]:
+    def node_states(self, seen: ClusterSnapshot) -> list[NodeState]:
         """NodeStates exactly as the extender builds them from Node and Pod objects."""
         out = []
-        for node in nodes:
-            info = parse_node(self.node_object(node, slots, views.get(node.index)))
-            pods = [parse_pod(self.pod_object(p, node.name)) for p in bound.get(node.index, [])]
-            out.append(build_node_state(info, pods, (), now, self.cfg))
+        for node in seen.nodes:
+            info = parse_node(self.node_object(node, seen.slots, seen.views.get(node.index)))
+            bound = seen.bound.get(node.index, [])
+            pods = [parse_pod(self.pod_object(p, node.name)) for p in bound]
+            out.append(build_node_state(info, pods, (), seen.now, self.cfg))
         return out
 
-    def choose(
-        self,
-        want: Want,
-        nodes: list[Node],
-        slots: int,
-        views: Mapping[int, NodeView],
-        bound: Mapping[int, list[BoundPod]],
-        now: float,
-    ) -> tuple[int, int] | None:
+    def choose(self, want: Want, seen: ClusterSnapshot) -> tuple[int, int] | None:
         pod = PodShape(
             gpus=want.gpus,
             mem_per_gpu_mib=want.request_gib * 1024.0,
@@ -298,8 +272,9 @@ class Kvspread:
             qos=want.qos,
         )
         self.shapes.observe(pod)
-        by_name = {n.name: n for n in nodes}
-        states = self.node_states(nodes, slots, views, bound, now)
+        slots = seen.slots
+        by_name = {n.name: n for n in seen.nodes}
+        states = self.node_states(seen)
         # kube-scheduler's own resource fit first: free nvidia.com/gpu on the node
         states = [s for s in states if resource_fit(by_name[s.name], slots, want.gpus)]
         passing = [s for s in states if check_fit(pod, s, self.cfg).fits]
@@ -319,18 +294,18 @@ class Kvspread:
         return None if dp is None else (node.index, dp.index)
 
 
+_MAKERS: dict[str, Callable[[np.random.Generator, ScoringConfig | None], PlacementPolicy]] = {
+    "kube-default": lambda rng, cfg: KubeDefault(rng),
+    "round-robin": lambda rng, cfg: RoundRobin(rng),
+    "memory-weighted": lambda rng, cfg: MemoryWeighted(rng),
+    "kvspread": Kvspread,
+}
+
+
 def make_policy(
     name: str, rng: np.random.Generator, cfg: ScoringConfig | None = None
 ) -> PlacementPolicy:
     """The policy called `name` (one of POLICIES)."""
-    if name == "kube-default":
-        from simulator.serving.kubedefault import KubeDefault
-
-        return KubeDefault(rng)
-    if name == "round-robin":
-        return RoundRobin(rng)
-    if name == "memory-weighted":
-        return MemoryWeighted(rng)
-    if name == "kvspread":
-        return Kvspread(rng, cfg)
-    raise ValueError(f"unknown placement policy {name!r} (one of {', '.join(POLICIES)})")
+    if name not in _MAKERS:
+        raise ValueError(f"unknown placement policy {name!r} (one of {', '.join(POLICIES)})")
+    return _MAKERS[name](rng, cfg)

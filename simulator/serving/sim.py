@@ -33,7 +33,14 @@ from simulator.serving.config import SimConfig
 from simulator.serving.costmodel import kv_pool_tokens, sharing_factor, tp_speedup
 from simulator.serving.engine import Engine
 from simulator.serving.hpa import Hpa
-from simulator.serving.placement import BoundPod, NodeView, PlacementPolicy, Want, make_policy
+from simulator.serving.placement import (
+    BoundPod,
+    ClusterSnapshot,
+    NodeView,
+    PlacementPolicy,
+    Want,
+    make_policy,
+)
 from simulator.serving.routing import DEFAULT_ROUTING, Router, make_router
 from simulator.serving.slis import AdapterSlis, ServiceMetrics
 from simulator.serving.workload import Request, generate_requests
@@ -304,7 +311,12 @@ class Simulation:
                 spec = self.services[pod.service]
                 out[pod.node].append(
                     BoundPod(
-                        pod.pid, spec.model, spec.kind, spec.qos, pod.request_gib, len(pod.gpus)
+                        spec.model,
+                        spec.kind,
+                        spec.qos,
+                        pod.request_gib,
+                        len(pod.gpus),
+                        name=pod.pid,
                     )
                 )
         return out
@@ -313,9 +325,10 @@ class Simulation:
         spec = self.services[pod.service]
         tp = spec.tensor_parallel
         want = Want(spec.model, spec.kind, spec.qos, spec.gpu_memory_gib, tp)
-        choice = self.policy.choose(
-            want, self.nodes, self.cfg.cluster.slots_per_gpu, self.views, self._bound_by_node(), now
+        seen = ClusterSnapshot(
+            self.nodes, self.cfg.cluster.slots_per_gpu, self.views, self._bound_by_node(), now
         )
+        choice = self.policy.choose(want, seen)
         # the policy picks the node; inside it the device plugin picks the GPUs, for every
         # policy alike (no policy here can pin a GPU: kube-scheduler binds to a node)
         dp = None if choice is None else device_plugin_gpus(self.nodes[choice[0]], tp, self.slots)

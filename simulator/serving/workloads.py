@@ -426,19 +426,19 @@ def _csv_requests(
     service: str,
     kind: str,
     rng: np.random.Generator,
-    start_s: float,
     length_s: float,
     rate_scale: float,
 ) -> list[Request]:
+    """A CSV always starts at its first request (module docstring): no start offset."""
     span = wl.span_s
     copies = _count(rng, rate_scale) if rate_scale > 1 else 1
     keep_p = min(1.0, rate_scale)
     out: list[Request] = []
     for c in range(max(copies, 1)):
         shift = 0.0 if c == 0 else float(rng.random() * span)
-        laps = int(math.ceil((start_s + length_s) / span)) + 1
+        laps = int(math.ceil(length_s / span)) + 1
         for lap in range(-1 if shift else 0, laps):
-            t = wl.t_s + shift + lap * span - start_s
+            t = wl.t_s + shift + lap * span
             sel = np.nonzero((t >= 0) & (t < length_s))[0]
             if keep_p < 1.0:
                 sel = sel[rng.random(len(sel)) < keep_p]
@@ -475,7 +475,7 @@ def workload_requests(
     rng = np.random.default_rng([seed, 31337, stream])
     if isinstance(wl, ServeGenWorkload):
         return _servegen_requests(wl, service, kind, rng, start_s, length_s, rate_scale)
-    return _csv_requests(wl, service, kind, rng, 0.0, length_s, rate_scale)
+    return _csv_requests(wl, service, kind, rng, length_s, rate_scale)
 
 
 def _name_of(path: str) -> str:

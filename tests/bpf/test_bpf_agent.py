@@ -433,16 +433,12 @@ def test_otlp_push_with_semantic_attributes() -> None:
 
 def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
     """The SLO rules select by service and QoS class: both come from the serving pod's labels."""
-    from bpf.attribution import PodMeta, PodRef
+    from bpf.attribution import PodRef
 
     agent = Agent(base_config(bpf={"enabled": False}, nvml={"enabled": False}))
-    meta = PodMeta(
-        uid="u-1",
-        namespace="llm",
-        name="qwen-0",
-        labels=(("app.kubernetes.io/name", "qwen2-vl"), (names.LABEL_QOS, "realtime")),
-    )
-    agent._pods["u-1"] = meta
+    labels = {"app.kubernetes.io/name": "qwen2-vl", names.LABEL_QOS: "realtime"}
+    md = {"uid": "u-1", "namespace": "llm", "name": "qwen-0", "labels": labels}
+    agent._pods.event("ADDED", {"metadata": md})  # as the pod watch delivers it
     agent.attributor.resolve = lambda tgid: PodRef(uid="u-1", namespace="llm", name="qwen-0")  # type: ignore[method-assign, assignment]
     rec = _record(tgid=42, ttfb_s=0.02, duration_s=0.3)
     agent.record_request(rec)
@@ -455,15 +451,13 @@ def test_request_carries_service_and_qos_from_the_pod_labels() -> None:
 
 def test_engine_reading_carries_the_engine_pods_service(engine_url: str) -> None:
     """kvspread_kv_cache_usage_ratio and the queue depth are selected by service in the adapter."""
-    from bpf.attribution import PodMeta
 
     target = EngineTarget(f"{engine_url}/vllm", pod_uid="u-9", pod_name="vllm-0", namespace="llm")
     agent = Agent(
         base_config(bpf={"enabled": False}, nvml={"enabled": False}, engines={"targets": (target,)})
     )
-    agent._pods["u-9"] = PodMeta(
-        uid="u-9", namespace="llm", name="vllm-0", labels=(("app", "chat"),)
-    )
+    md = {"uid": "u-9", "namespace": "llm", "name": "vllm-0", "labels": {"app": "chat"}}
+    agent._pods.event("ADDED", {"metadata": md})  # as the pod watch delivers it
     agent.scrape_engines()
     (reading,) = agent.state.engines.values()
     assert reading.service == "chat" and reading.pod == "vllm-0"

@@ -7,13 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from opentelemetry.sdk.metrics import Histogram
-from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    MetricExporter,
-    MetricExportResult,
-    MetricsData,
-)
+from opentelemetry.sdk.metrics.export import MetricsData
 
 from bpf.agent import Agent
 from bpf.config import CollectorConfig
@@ -22,6 +16,7 @@ from bpf.export import OtlpExporter, otlp_attributes
 from bpf.state import CollectorState
 from bpf.stats import DURATION_BUCKETS, HistogramTable, RecentWindow
 from kvspread import names
+from tests.otel_fake import FakeOtlpExporter
 
 REQ = b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
 RESP = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
@@ -101,27 +96,6 @@ def test_a_batch_records_what_single_events_record() -> None:
     assert batched.tracker.counters.requests == 20
 
 
-class _Exporter(MetricExporter):
-    """Keeps what it is given (a fake OTLP endpoint)."""
-
-    def __init__(self, delta: bool = False) -> None:
-        t = AggregationTemporality.DELTA if delta else AggregationTemporality.CUMULATIVE
-        super().__init__(preferred_temporality={Histogram: t})
-        self.got: list[MetricsData] = []
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kw: Any
-    ) -> MetricExportResult:
-        self.got.append(metrics_data)
-        return MetricExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kw: Any) -> None:
-        pass
-
-
 def _points(data: MetricsData, name: str) -> list[Any]:
     return [
         p
@@ -135,7 +109,7 @@ def _points(data: MetricsData, name: str) -> list[Any]:
 
 def test_otlp_request_histograms_come_from_the_tables() -> None:
     state = CollectorState()
-    exp = _Exporter()
+    exp = FakeOtlpExporter()
     otlp = OtlpExporter(state, [], 60, {"service.name": "t"}, exp)
     assert not otlp.per_request
     labels = ((names.ATTR_HTTP_METHOD, "GET"), (names.ATTR_SERVER_PORT, "8000"))
@@ -153,7 +127,7 @@ def test_otlp_request_histograms_come_from_the_tables() -> None:
 
 def test_delta_temporality_records_per_request_through_the_sdk() -> None:
     state = CollectorState()
-    exp = _Exporter(delta=True)
+    exp = FakeOtlpExporter(delta=True)
     otlp = OtlpExporter(state, [], 60, {"service.name": "t"}, exp)
     assert otlp.per_request
     otlp.record_request({names.ATTR_HTTP_METHOD: "GET"}, 0.25, 0.01)

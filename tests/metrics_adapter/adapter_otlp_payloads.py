@@ -37,8 +37,10 @@ def histogram(
     points: Sequence[tuple[float, float, Sequence[int], dict[str, str | int]]],
     bounds: Sequence[float],
     temporality: int = CUMULATIVE,
+    mean: float | None = None,
 ) -> mp.Metric:
-    """points: (start_s, time_s, bucket_counts, attributes)."""
+    """points: (start_s, time_s, bucket_counts, attributes); `mean` sets each point's sum
+    to mean x count (no sum without it)."""
     m = mp.Metric(name=name, unit="s")
     m.histogram.aggregation_temporality = temporality
     for start, t, counts, attrs in points:
@@ -48,6 +50,8 @@ def histogram(
         dp.explicit_bounds.extend(bounds)
         dp.bucket_counts.extend(counts)
         dp.count = sum(counts)
+        if mean is not None:
+            dp.sum = mean * dp.count
         dp.attributes.extend(kvs(attrs))
     return m
 

@@ -19,6 +19,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.http_fake import QuietHandler
+
 __all__ = ["FakeEngine", "vllm_metrics", "MODEL"]
 
 MODEL = "Qwen/Qwen2-VL-7B-Instruct"
@@ -102,13 +104,7 @@ class FakeEngine:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as separate writes
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802
                 if self.path != "/metrics":
                     self.send_error(404)
@@ -117,11 +113,7 @@ class FakeEngine:
                     self.send_error(500, "metrics broken on purpose")
                     return
                 body = fake._metrics_text().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_body(200, "text/plain; version=0.0.4", body)
 
             def do_POST(self) -> None:  # noqa: N802
                 n = int(self.headers.get("Content-Length", "0") or 0)
@@ -135,11 +127,7 @@ class FakeEngine:
                     body = json.dumps(
                         {"object": "chat.completion", "served_by": fake.name, "bytes": len(raw)}
                     ).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
+                    self.send_body(200, "application/json", body)
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")

@@ -39,6 +39,7 @@ from extender.fit import fit_batch
 from extender.model import GpuState, NodeState, PodShape
 from extender.scoring import finish_scores, score_batch
 from extender.shapes import Shape, Shapes
+from simulator.kubescore import MAX_NODE_SCORE, Requested, balanced_allocation, least_allocated
 from simulator.replay.cluster import Pod
 from simulator.replay.policies.base import Replay
 from simulator.replay.trace import MAX_GPUS_PER_NODE, MILLI
@@ -48,12 +49,9 @@ __all__ = [
     "KvspreadUnroundedPolicy",
     "KvspreadK8sPolicy",
     "DEFAULT_EXTENDER_WEIGHT",
-    "least_allocated",
-    "balanced_allocation",
 ]
 
 TIE_RANDOM = "random"
-MAX_NODE_SCORE = 100
 MAX_EXTENDER_PRIORITY = 10
 DEFAULT_EXTENDER_WEIGHT = 5
 """Extender weight in the KubeSchedulerConfiguration `extenders[].weight` assumed by
@@ -63,41 +61,6 @@ defaults' preference for empty nodes outweighs (6.16 % unallocated against 4.55 
 shipped profile disables those two score plugins, manifests/extender/)."""
 NONZERO_MEMORY_MIB = 200.0
 NONZERO_CPU_MILLI = 100.0
-
-
-def least_allocated(
-    cpu_free: np.ndarray,
-    mem_free: np.ndarray,
-    cpu_cap: np.ndarray,
-    mem_cap: np.ndarray,
-    cpu_req: float,
-    mem_req: float,
-) -> np.ndarray:
-    """kube-scheduler NodeResourcesFit, LeastAllocated, CPU and memory at weight 1:
-    mean over resources of (capacity - requested) * 100 / capacity (integer), requested
-    including the incoming pod."""
-    cpu_used = cpu_cap - cpu_free + max(cpu_req, NONZERO_CPU_MILLI)
-    mem_used = mem_cap - mem_free + max(mem_req, NONZERO_MEMORY_MIB)
-    cpu_s = np.where(cpu_used > cpu_cap, 0, (cpu_cap - cpu_used) * MAX_NODE_SCORE // cpu_cap)
-    mem_s = np.where(mem_used > mem_cap, 0, (mem_cap - mem_used) * MAX_NODE_SCORE // mem_cap)
-    return (cpu_s + mem_s) // 2
-
-
-def balanced_allocation(
-    cpu_free: np.ndarray,
-    mem_free: np.ndarray,
-    cpu_cap: np.ndarray,
-    mem_cap: np.ndarray,
-    cpu_req: float,
-    mem_req: float,
-) -> np.ndarray:
-    """kube-scheduler NodeResourcesBalancedAllocation: int((1 - std of the requested
-    fractions of CPU and memory) * 100), fractions capped at 1, incoming pod included."""
-    cpu_f = np.minimum((cpu_cap - cpu_free + cpu_req) / cpu_cap, 1.0)
-    mem_f = np.minimum((mem_cap - mem_free + mem_req) / mem_cap, 1.0)
-    std = np.abs(cpu_f - mem_f) / 2.0
-    score: np.ndarray = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
-    return score
 
 
 def _pod_shape(pod: Pod) -> PodShape:
@@ -237,14 +200,19 @@ class KvspreadK8sPolicy(KvspreadPolicy):
     def score(self, pod: Pod, candidates: np.ndarray) -> np.ndarray:
         _, ext = self.extender_scores(pod, candidates)
         c = self.r.cluster
-        args = (
-            c.cpu_free[candidates],
-            c.mem_free[candidates],
-            c.cpu_capacity[candidates],
-            c.mem_capacity[candidates],
-            float(pod.cpu_milli),
-            float(pod.memory_mib),
+        cpu_cap, mem_cap = c.cpu_capacity[candidates], c.mem_capacity[candidates]
+        cpu_used = cpu_cap - c.cpu_free[candidates]
+        mem_used = mem_cap - c.mem_free[candidates]
+        cpu, mem = float(pod.cpu_milli), float(pod.memory_mib)
+        # LeastAllocated counts a pod that requests nothing as its non-zero default
+        fit = Requested(
+            cpu_used + max(cpu, NONZERO_CPU_MILLI),
+            mem_used + max(mem, NONZERO_MEMORY_MIB),
+            cpu_cap,
+            mem_cap,
         )
-        plugins = least_allocated(*args) + balanced_allocation(*args)
+        plugins = least_allocated(fit) + balanced_allocation(
+            Requested(cpu_used + cpu, mem_used + mem, cpu_cap, mem_cap)
+        )
         total = plugins + ext * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY) * self.weight
         return np.where(ext >= 0, total, -np.inf).astype(np.float64)

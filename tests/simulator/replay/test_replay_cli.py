@@ -9,8 +9,9 @@ import pytest
 
 from kvspread.cli import main
 from kvspread.settings import ConfigError
-from simulator.cli import parse_policies, parse_seeds
+from simulator.cli import parse_policies
 from simulator.replay.report import PUBLISHED_ALLOCATION
+from simulator.seeds import parse_seeds
 
 
 def test_small_run_writes_the_published_layout(
@@ -57,7 +58,9 @@ def test_environment_sets_defaults(tmp_path: Path) -> None:
     ("argv", "message"),
     [
         (["--policies", "fgd,nope"], "unknown policy nope"),
-        (["--seeds", "5..1"], "not a seed or a range"),
+        (["--seeds", "5..1"], "--seeds: '5..1' is a reversed range (write 1..5)"),
+        (["--seeds", "-3"], "--seeds: '-3' is not a seed (a whole number >= 0)"),
+        (["--seeds", "x"], "--seeds: 'x' is not a seed or a range a..b"),
         (["--trace", "nosuch"], "not a bundled trace name"),
         (
             ["--extender-weight", "-1"],

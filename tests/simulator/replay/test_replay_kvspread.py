@@ -6,14 +6,10 @@ import numpy as np
 
 from extender.model import GpuState, NodeState, PodShape
 from extender.scoring import score_nodes
+from simulator.kubescore import Requested, balanced_allocation, least_allocated
 from simulator.replay.placement import Trace, run_replay
 from simulator.replay.policies import Replay
-from simulator.replay.policies.kvspread import (
-    KvspreadK8sPolicy,
-    KvspreadPolicy,
-    balanced_allocation,
-    least_allocated,
-)
+from simulator.replay.policies.kvspread import KvspreadK8sPolicy, KvspreadPolicy
 
 
 def _policy(trace: Trace, cls: type = KvspreadPolicy) -> KvspreadPolicy:
@@ -60,10 +56,14 @@ def test_scores_are_the_extenders(default_trace: Trace) -> None:
 def test_kube_scheduler_default_plugins() -> None:
     cap_c, cap_m = np.array([100000]), np.array([100000])
     free_c, free_m = np.array([60000]), np.array([20000])
+    requested = Requested(cap_c - free_c + 10000, cap_m - free_m + 10000, cap_c, cap_m)
     # LeastAllocated: cpu (100000 - 50000) * 100 // 100000 = 50, mem (100000 - 90000) = 10
-    assert least_allocated(free_c, free_m, cap_c, cap_m, 10000, 10000).tolist() == [30]
+    assert least_allocated(requested).tolist() == [30]
     # Balanced: fractions 0.5 and 0.9, std 0.2 -> 80
-    assert balanced_allocation(free_c, free_m, cap_c, cap_m, 10000, 10000).tolist() == [80]
+    assert balanced_allocation(requested).tolist() == [80]
+    over = Requested(np.array([120000]), np.array([50000]), cap_c, cap_m)
+    assert least_allocated(over).tolist() == [25]  # an over-requested resource scores 0
+    assert balanced_allocation(over).tolist() == [75]  # its fraction counts as 1
 
 
 def test_k8s_mode_adds_the_extender_at_its_weight(default_trace: Trace) -> None:

@@ -13,7 +13,7 @@ from simulator.serving.autoscalers import AUTOSCALERS, hpa_metrics, parse_autosc
 from simulator.serving.config import config_from_mapping
 from simulator.serving.experiment import ProgressBar, run_experiment
 from simulator.serving.kubedefault import KubeDefault, scores
-from simulator.serving.placement import POLICIES, BoundPod, make_policy
+from simulator.serving.placement import POLICIES, BoundPod, ClusterSnapshot, make_policy
 from simulator.serving.sim import simulate
 from simulator.serving.stats import compare, paired, t_quantile_975
 from tests.simulator.serving.test_serving_placement import WANT, cluster
@@ -21,7 +21,7 @@ from tests.simulator.serving.test_serving_placement import WANT, cluster
 
 def bound(node_pods: dict[int, list[str]]) -> dict[int, list[BoundPod]]:
     return {
-        n: [BoundPod(f"{m}-{i}", m, "image", "realtime", 32.0) for i, m in enumerate(models)]
+        n: [BoundPod(m, "image", "realtime", 32.0, name=f"{m}-{i}") for i, m in enumerate(models)]
         for n, models in node_pods.items()
     }
 
@@ -50,7 +50,7 @@ def test_kube_default_ignores_gpu_memory() -> None:
             g.claims[f"y-{g.index}-{k}"] = 1.0
             g.occupants.append(f"y-{g.index}-{k}")
     pol = KubeDefault(np.random.default_rng(1))
-    picks = {pol.choose(WANT, nodes, 4, {}, {}, 0.0) for _ in range(5)}
+    picks = {pol.choose(WANT, ClusterSnapshot(nodes, 4)) for _ in range(5)}
     assert picks == {(0, 0)}
     assert nodes[0].gpus[0].free_gib < WANT.request_gib  # it does not fit in memory
 
@@ -58,7 +58,7 @@ def test_kube_default_ignores_gpu_memory() -> None:
 def test_kube_default_fills_slots_then_refuses() -> None:
     nodes = cluster([[1], [1]])
     pol = KubeDefault(np.random.default_rng(0))
-    assert pol.choose(WANT, nodes, 1, {}, {}, 0.0) is None  # every slot taken
+    assert pol.choose(WANT, ClusterSnapshot(nodes, 1)) is None  # every slot taken
 
 
 def test_autoscaler_metrics() -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kvspread.settings import ConfigError
+from simulator.seeds import parse_seeds
 from simulator.serving import cli
 from simulator.serving.config import SimConfig, config_from_mapping, default_config
-from simulator.serving.experiment import parse_policies, parse_seeds
+from simulator.serving.experiment import parse_policies
 
 
 def test_defaults_are_the_documented_set() -> None:
@@ -98,6 +101,37 @@ def test_seeds_and_policies_parsing() -> None:
         parse_seeds("a")
     with pytest.raises(ValueError, match="--seeds"):
         parse_seeds("5..1")
+    assert parse_seeds("7,3..4,3") == [3, 4, 7]
+
+
+@pytest.mark.parametrize("bad", ["-3", "1..-2", "-2..4", "1.5", "x..3", ""])
+def test_seeds_refuse_what_numpy_would_reject(bad: str) -> None:
+    with pytest.raises(ConfigError, match="--seeds"):
+        parse_seeds(bad)
+    with pytest.raises(ConfigError, match="--seeds"):
+        parse_seeds([True] if bad == "" else [-1])
+
+
+def test_negative_seed_is_a_configuration_error_on_the_command_line(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvspread",
+            "simulate",
+            "serving",
+            "--seeds",
+            "-3",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "configuration error: --seeds: '-3' is not a seed" in proc.stderr
+    assert "internal error" not in proc.stderr
     assert parse_policies("kvspread, round-robin") == ["kvspread", "round-robin"]
     with pytest.raises(ValueError, match="unknown policy 'fgd'"):
         parse_policies("fgd")

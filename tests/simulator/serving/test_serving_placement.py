@@ -12,6 +12,7 @@ from extender.shapes import ShapeDistribution
 from simulator.serving.cluster import Gpu, Node
 from simulator.serving.placement import (
     BoundPod,
+    ClusterSnapshot,
     Kvspread,
     MemoryWeighted,
     NodeView,
@@ -57,7 +58,7 @@ def views(nodes: list[Node], ts: float = 100.0) -> dict[int, NodeView]:
 def test_round_robin_cycles_nodes_and_ignores_memory() -> None:
     nodes = cluster([[70, 70], [0, 0], [75, 0]])
     rr = RoundRobin(np.random.default_rng(0))
-    picks = [rr.choose(WANT, nodes, 4, {}, {}, 0.0) for _ in range(4)]
+    picks = [rr.choose(WANT, ClusterSnapshot(nodes, 4)) for _ in range(4)]
     # node 0 first although no GPU there has 32 GiB free; GPU with fewest pods
     assert picks[0] == (0, 0)
     assert picks[1] == (1, 0)
@@ -68,17 +69,17 @@ def test_round_robin_cycles_nodes_and_ignores_memory() -> None:
 def test_round_robin_respects_time_slicing_slots() -> None:
     nodes = cluster([[10], [10]])
     rr = RoundRobin(np.random.default_rng(0))
-    assert rr.choose(WANT, nodes, 1, {}, {}, 0.0) is None
-    assert rr.choose(WANT, nodes, 2, {}, {}, 0.0) == (0, 0)
+    assert rr.choose(WANT, ClusterSnapshot(nodes, 1)) is None
+    assert rr.choose(WANT, ClusterSnapshot(nodes, 2)) == (0, 0)
 
 
 def test_memory_weighted_takes_the_node_with_most_free_memory() -> None:
     nodes = cluster([[40, 40], [0, 60], [70, 70]])
     mw = MemoryWeighted(np.random.default_rng(0))
     # node 1 has 80 + 20 = 100 GiB free (node 0: 80); on it the GPU with most free
-    assert mw.choose(WANT, nodes, 4, {}, {}, 0.0) == (1, 0)
+    assert mw.choose(WANT, ClusterSnapshot(nodes, 4)) == (1, 0)
     full = cluster([[60, 60]])
-    assert mw.choose(WANT, full, 4, {}, {}, 0.0) is None
+    assert mw.choose(WANT, ClusterSnapshot(full, 4)) is None
 
 
 def test_kvspread_picks_the_extenders_best_score() -> None:
@@ -86,9 +87,9 @@ def test_kvspread_picks_the_extenders_best_score() -> None:
         [[40, 0, 0, 0], [48, 48, 0, 0], [20, 50, 60, 8]], pools=("language", "vision", "mixed")
     )
     vw = views(nodes)
-    bound = {1: [BoundPod("vision-0", "qwen2-vl-7b", "image", "realtime", 32.0)]}
+    bound = {1: [BoundPod("qwen2-vl-7b", "image", "realtime", 32.0, name="vision-0")]}
     kv = Kvspread(np.random.default_rng(0))
-    pick = kv.choose(WANT, nodes, 4, vw, bound, 105.0)
+    pick = kv.choose(WANT, ClusterSnapshot(nodes, 4, vw, bound, 105.0))
     assert pick is not None
     # recompute with the extender directly on the same states and shape distribution
     cfg = ScoringConfig()
@@ -101,7 +102,7 @@ def test_kvspread_picks_the_extenders_best_score() -> None:
         qos=WANT.qos,
     )
     shapes.observe(pod)
-    states = kv.node_states(nodes, 4, vw, bound, 105.0)
+    states = kv.node_states(ClusterSnapshot(nodes, 4, vw, bound, 105.0))
     scores = score_nodes(pod, states, cfg, shapes.snapshot())
     best = max(s.score for s in scores)
     winners = {s.name for s in scores if s.score == best}
@@ -113,9 +114,9 @@ def test_kvspread_picks_the_extenders_best_score() -> None:
 def test_kvspread_reads_signals_and_pods_like_the_extender() -> None:
     nodes = cluster([[40, 0]], pools=("vision",))
     nodes[0].nvlink = True
-    bound = {0: [BoundPod("docs-3", "qwen2-vl-7b-32k", "multi-image", "batch", 48.0)]}
+    bound = {0: [BoundPod("qwen2-vl-7b-32k", "multi-image", "batch", 48.0, name="docs-3")]}
     kv = Kvspread(np.random.default_rng(0))
-    (state,) = kv.node_states(nodes, 4, views(nodes), bound, 110.0)
+    (state,) = kv.node_states(ClusterSnapshot(nodes, 4, views(nodes), bound, 110.0))
     assert state.fresh and state.pool == "vision" and state.nvlink
     assert state.streams == 3 and state.image_token_share == 0.25 and state.p95_s == 2.0
     assert state.model_replicas == {"qwen2-vl-7b-32k": 1}
@@ -123,7 +124,7 @@ def test_kvspread_reads_signals_and_pods_like_the_extender() -> None:
     # the extender guesses where the bound 48Gi pod sits: the GPU with room for it
     assert sum(g.allocated_mib for g in state.gpus) == 48 * 1024.0
     # signals older than the extender's stale age give a neutral, unfiltered node
-    (stale,) = kv.node_states(nodes, 4, views(nodes, ts=0.0), bound, 1000.0)
+    (stale,) = kv.node_states(ClusterSnapshot(nodes, 4, views(nodes, ts=0.0), bound, 1000.0))
     assert stale.signals == "stale" and not stale.gpus
 
 
@@ -153,13 +154,13 @@ def test_signals_document_round_trips() -> None:
 def test_kvspread_filter_refuses_nodes_without_room() -> None:
     nodes = cluster([[60, 60], [70, 50]])
     kv = Kvspread(np.random.default_rng(0))
-    assert kv.choose(WANT, nodes, 4, views(nodes), {}, 105.0) is None
+    assert kv.choose(WANT, ClusterSnapshot(nodes, 4, views(nodes), {}, 105.0)) is None
 
 
 def test_kvspread_respects_time_slicing_slots() -> None:
     nodes = cluster([[10, 10]])
     kv = Kvspread(np.random.default_rng(0))
-    assert kv.choose(WANT, nodes, 1, views(nodes), {}, 105.0) is None
+    assert kv.choose(WANT, ClusterSnapshot(nodes, 1, views(nodes), {}, 105.0)) is None
 
 
 def test_unknown_policy() -> None:

@@ -14,7 +14,7 @@ from simulator.serving.cluster import Gpu, Node, device_plugin_gpus, island_ids,
 from simulator.serving.config import config_from_mapping, default_config
 from simulator.serving.costmodel import kv_pool_tokens, tp_speedup
 from simulator.serving.kubedefault import KubeDefault, scores
-from simulator.serving.placement import Kvspread, NodeView, Want
+from simulator.serving.placement import ClusterSnapshot, Kvspread, NodeView, Want
 from simulator.serving.presets import CLUSTERS, real_workload_mapping
 from simulator.serving.sim import simulate
 
@@ -81,7 +81,7 @@ def test_kube_default_filters_on_free_gpus_and_scales_requests_with_them() -> No
     _, one = scores(nodes[2:], 1, {}, TP4.model, gpus=1)
     _, four = scores(nodes[2:], 1, {}, TP4.model, gpus=4)
     assert one[0] > four[0]
-    pick = KubeDefault(np.random.default_rng(0)).choose(TP4, nodes, 1, {}, {}, 0.0)
+    pick = KubeDefault(np.random.default_rng(0)).choose(TP4, ClusterSnapshot(nodes, 1))
     assert pick == (2, 0)
 
 
@@ -92,7 +92,7 @@ def test_kvspread_places_a_tp4_pod_through_the_extender_on_the_nvlink_node() -> 
         node(2, taken=(0, 1, 2, 3, 4), nvlink=True),  # 3 free: filtered
     ]
     kv = Kvspread(np.random.default_rng(0))
-    pick = kv.choose(TP4, nodes, 1, views(nodes), {}, 105.0)
+    pick = kv.choose(TP4, ClusterSnapshot(nodes, 1, views(nodes), {}, 105.0))
     assert pick is not None and pick[0] == 1
     scored = dict(kv.last_scores)
     assert "gpu-node-2" not in scored  # kube-scheduler's own fit removed it first
