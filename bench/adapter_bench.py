@@ -25,7 +25,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import ssl
 import statistics
 import subprocess
@@ -46,6 +45,7 @@ from metrics_adapter.receiver import OtlpReceiver  # noqa: E402
 from metrics_adapter.sources import otlp_decode  # noqa: E402
 from metrics_adapter.sources.store import SeriesStore  # noqa: E402
 from tests.metrics_adapter.adapter_otlp_payloads import histogram, request  # noqa: E402
+from tests.ports import free_port, wait_http_ok  # noqa: E402
 
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 NS_COUNT = 100
@@ -144,12 +144,6 @@ def sdk_ingest(otlp: str, pid: int, series: int = 1900, rounds: int = 25) -> tup
     provider.shutdown()
     assert points == rounds * series, (points, rounds * series)
     return points / cpu, points / wall
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -252,16 +246,7 @@ def main() -> None:
         proc = subprocess.Popen(cmd, cwd=os.path.join(os.path.dirname(__file__), ".."))
         try:
             otlp = f"http://127.0.0.1:{otlp_port}"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{otlp}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("adapter did not start")
-                time.sleep(0.2)
+            wait_http_ok(f"{otlp}/healthz", 60, proc)
             # fresh timestamps: the reads below must find the points inside the 1-min window,
             # so the newest point is "now" when building ends (building takes seconds on a
             # loaded machine), not when it starts

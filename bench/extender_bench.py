@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,13 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.extender_nodes import filled_extender, request_body, synthetic_nodes  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.ports import free_port, wait_http_ok  # noqa: E402
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -77,25 +70,6 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def wait_ready(proc: subprocess.Popen[bytes], port: int, what: str) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise RuntimeError(f"{what} exited: {err[-2000:]}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", "/readyz")
-            ok = conn.getresponse().status == 200
-            conn.close()
-            if ok:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} did not become ready")
-
-
 def start_server(nodes: int, ts: float) -> tuple[subprocess.Popen[bytes], int]:
     """The Python extender on a free port, its cache holding `nodes` synthetic nodes with
     signals measured at `ts` (the same nodes the client sends)."""
@@ -107,7 +81,7 @@ def start_server(nodes: int, ts: float) -> tuple[subprocess.Popen[bytes], int]:
         stderr=subprocess.PIPE,
     )
     try:
-        wait_ready(proc, port, "extender")
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz", 300, proc)
     except BaseException:
         proc.kill()  # never leave a server behind
         raise
@@ -142,7 +116,7 @@ def start_go(exe: Path) -> tuple[subprocess.Popen[bytes], int]:
         stderr=subprocess.PIPE,
     )
     try:
-        wait_ready(proc, port, "Go floor")
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz", 300, proc)
     except BaseException:
         proc.kill()
         raise

@@ -36,17 +36,15 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.ports import free_port, wait_http_ok  # noqa: E402
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason  # noqa: E402
 
 BODY = json.dumps(
@@ -118,12 +116,6 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (all its threads) from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Conn(asyncio.Protocol):
@@ -214,18 +206,6 @@ def pct(xs: list[float | None], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] * 1000
 
 
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} never answered 200")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -298,7 +278,7 @@ def main() -> int:
                 preexec_fn=(lambda: os.sched_setaffinity(0, picker_cpus)) if picker_cpus else None,
             )
             procs.append(picker)
-            wait_http(f"http://127.0.0.1:{http_port}/readyz")
+            wait_http_ok(f"http://127.0.0.1:{http_port}/readyz", 30, picker)
             if plain is None:
                 plain = Envoy(bootstrap(grpc_port, endpoints, ext_proc=False))
                 envoys.append(plain)

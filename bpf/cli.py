@@ -108,7 +108,6 @@ def register(
         sub,
         PART,
         SETTINGS,
-        name="collector",
         help="node collector: eBPF, NVML, engine metrics -> signals",
         description=None,
         verb="run",

@@ -35,7 +35,8 @@ from typing import Annotated, Any, ClassVar, Final
 
 from bpf.http import DEFAULT_ROUTES
 from bpf.publish import PublishConfig
-from kvspread.settings import INTERNAL, Parse, invalid, load
+from kvspread.logs import LogLevel
+from kvspread.settings import INTERNAL, Parse, invalid, load, ports
 
 __all__ = [
     "EngineTarget",
@@ -189,9 +190,6 @@ class PodsConfig:
         _at_least("refresh_s", self.refresh_s, 1.0)
 
 
-_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-
-
 @dataclass(frozen=True)
 class CollectorConfig:
     """The whole `kvspread collector run` configuration."""
@@ -208,7 +206,7 @@ class CollectorConfig:
     """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
     kube_api_server: str | None = None
     """API server URL without credentials (kubectl proxy, tests)."""
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     """debug, info, warning or error."""
     http_ports: Annotated[tuple[int, ...] | None, PORTS] = None
     """Server ports to trace; unset or []: every listening port."""
@@ -238,10 +236,7 @@ class CollectorConfig:
     """CPU niceness of the collector (0..19): under contention the workload wins."""
 
     def validate(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise invalid("port", "a port number 0..65535", self.port)
-        if self.log_level not in _LOG_LEVELS:
-            raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
+        ports(self, "port")
         from bpf.fanout import parse_endpoints
 
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from kvspread import names
 from kvspread.nodesignals import CHANNELS
-from kvspread.settings import invalid
+from kvspread.settings import bounded, invalid
 from kvspread.signals import NodeSignals
 
 __all__ = ["PublishConfig", "should_publish", "patch_node_annotation"]
@@ -55,11 +55,8 @@ class PublishConfig:
     def validate(self) -> None:
         if self.channel not in CHANNELS:
             raise invalid("channel", "one of " + ", ".join(CHANNELS), self.channel)
-        for f in fields(self):
-            if f.name != "channel" and not getattr(self, f.name) >= 0:
-                raise invalid(f.name, "a number >= 0", getattr(self, f.name))
-        if self.write_burst < 1:
-            raise invalid("write_burst", "an integer >= 1", self.write_burst)
+        bounded(self, *(f.name for f in fields(self) if f.name != "channel"), at_least=0)
+        bounded(self, "write_burst", at_least=1, what="an integer")
 
 
 def _rel(a: float, b: float) -> float:

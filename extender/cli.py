@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from extender.config import DEFAULT_HOST, DEFAULT_PORT, ExtenderConfig
 from kvspread import logs, preflight
-from kvspread.settings import Setting, add_part, gather
+from kvspread.settings import KUBERNETES_SETTINGS, Setting, add_part, from_args
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
 
@@ -36,17 +36,7 @@ SETTINGS: list[Setting] = [
         "URL path of the prioritize verb (default prioritize)",
         metavar="VERB",
     ),
-    Setting(
-        "kubernetes.kubeconfig",
-        "kubeconfig file (default: in-cluster, then ~/.kube/config)",
-        metavar="FILE",
-    ),
-    Setting(
-        "kubernetes.api_server",
-        "plain API server URL without credentials (kubectl proxy, tests)",
-        flag="--kube-api-server",
-        metavar="URL",
-    ),
+    *KUBERNETES_SETTINGS,
     Setting(
         "ledger.ttl_s",
         "seconds a recent placement counts before the pod shows up bound (default 30)",
@@ -77,8 +67,7 @@ the YAML also holds the scoring section (weights, thresholds), see docs/extender
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> ExtenderConfig:
     """Merge flag > env > YAML > defaults and validate strictly."""
-    merged = gather(PART, SETTINGS, args, environ, getattr(args, "config", None))
-    return ExtenderConfig.from_mapping(merged)
+    return from_args(PART, SETTINGS, args, environ, ExtenderConfig.from_mapping)
 
 
 def register(
@@ -88,7 +77,6 @@ def register(
         sub,
         PART,
         SETTINGS,
-        name="extender",
         help="kube-scheduler extender: filter and prioritize GPU nodes",
         description="kube-scheduler extender (filter + prioritize) placing LLM inference pods "
         "by GPU memory, KV-cache fragmentation, load, model spread and modality.",

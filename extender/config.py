@@ -34,14 +34,14 @@ the known ones, a wrong type or a value out of range names its dotted key.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Final, Literal
 
+from kvspread.logs import LogLevel
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
-from kvspread.settings import invalid, load, validated
+from kvspread.settings import KubeAccess, bounded, invalid, load, ports, validated
 
 __all__ = [
     "ScoringConfig",
@@ -105,8 +105,7 @@ class TermWeights:
         return self.fragmentation + self.load + self.spread + self.modality + self.qos
 
     def validate(self) -> None:
-        for k in _WEIGHT_KEYS:
-            _non_negative(k, getattr(self, k))
+        _finite_fields(self, *_WEIGHT_KEYS, at_least=0)
         if self.total() <= 0:
             raise invalid("fragmentation", "at least one weight > 0", self.fragmentation)
 
@@ -123,8 +122,7 @@ class LoadWeights:
     """Weight of the node's share of image requests."""
 
     def validate(self) -> None:
-        for k in _LOAD_KEYS:
-            _non_negative(k, getattr(self, k))
+        _finite_fields(self, *_LOAD_KEYS, at_least=0)
         if self.memory + self.streams + self.image <= 0:
             raise invalid("memory", "at least one load weight > 0", self.memory)
 
@@ -155,17 +153,16 @@ class PriorShape:
         return float(parse_quantity(self.cpu)) * 1000.0
 
     def validate(self) -> None:
-        if self.gpus < 1:
-            raise invalid("gpus", "an integer >= 1", self.gpus)
+        bounded(self, "gpus", at_least=1, what="an integer")
         try:
             mem = self.mem_per_gpu_mib
         except QuantityError:
             raise invalid("memory", f"'whole' or {QUANTITY_FORMAT_HELP}", self.memory) from None
         if mem is not None:
-            _positive("memory", mem)
-        _positive("weight", self.weight)
+            _finite_fields({"memory": mem}, "memory", above=0)
+        _finite_fields(self, "weight", above=0)
         try:
-            _non_negative("cpu", self.cpu_milli)
+            _finite_fields({"cpu": self.cpu_milli}, "cpu", at_least=0)
         except QuantityError:
             raise invalid("cpu", QUANTITY_FORMAT_HELP, self.cpu) from None
 
@@ -308,17 +305,13 @@ class ScoringConfig:
         validated(self.load_weights, "load_weights")
         _in_range("rho_threshold", self.rho_threshold, 0.0, 1.0)
         _in_range("util_share", self.util_share, 0.0, 1.0)
-        _non_negative("busy_gpu_penalty", self.busy_gpu_penalty)
-        _non_negative("rho_repulsion", self.rho_repulsion)
-        _positive("stale_after_s", self.stale_after_s)
-        _positive("max_streams", self.max_streams)
-        _positive("qos_p95_ceiling_s", self.qos_p95_ceiling_s)
+        _finite_fields(self, "busy_gpu_penalty", "rho_repulsion", at_least=0)
+        _finite_fields(self, "stale_after_s", "max_streams", "qos_p95_ceiling_s", above=0)
         _in_range("idle_used_fraction", self.idle_used_fraction, 0.0, 1.0)
         _in_range("tie_band", self.tie_band, 0.0, 1.0)
-        _non_negative("shape_prior_weight", self.shape_prior_weight)
-        _positive("shape_half_life_pods", self.shape_half_life_pods)
-        if self.max_shapes < 1:
-            raise invalid("max_shapes", "an integer >= 1", self.max_shapes)
+        _finite_fields(self, "shape_prior_weight", at_least=0)
+        _finite_fields(self, "shape_half_life_pods", above=0)
+        bounded(self, "max_shapes", at_least=1, what="an integer")
         if not self.shape_prior:
             raise invalid("shape_prior", "at least one shape", list(self.shape_prior))
         for n, shape in enumerate(self.shape_prior):
@@ -330,14 +323,8 @@ class ScoringConfig:
         return load(cls, data, where=where)
 
 
-def _non_negative(where: str, value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        raise invalid(where, "a finite number >= 0", value)
-
-
-def _positive(where: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise invalid(where, "a finite number > 0", value)
+_finite_fields = partial(bounded, what="a finite number", finite=True)
+"""The extender's range checks refuse infinity too, and say so."""
 
 
 def _in_range(where: str, value: float, lo: float, hi: float) -> None:
@@ -368,8 +355,6 @@ kvspread.io/signals annotation) is ~250 MiB. Names-only requests are a few hundr
 DEFAULT_EXPLAIN_PODS: Final = 256
 """Decisions kept for /debug/explain (least recently decided pods are dropped)."""
 
-_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
-
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -383,7 +368,7 @@ class ServerConfig:
     """PEM certificate: serve HTTPS (with `tls_key`); unset: plain HTTP."""
     tls_key: str | None = None
     """PEM private key of `tls_cert`."""
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     """debug, info, warning or error; debug logs one line per decision."""
     standalone: bool = False
     """No cluster: no watches; full-NodeList requests are scored from the body alone."""
@@ -396,13 +381,10 @@ class ServerConfig:
     (never buffered whole); default 256 MiB, a full NodeList of 15,000 nodes."""
 
     def validate(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise invalid("port", "a port number 0..65535", self.port)
+        ports(self, "port")
         if (self.tls_cert is None) != (self.tls_key is None):
             key = "tls_key" if self.tls_key is None else "tls_cert"
             raise invalid(key, "tls_cert and tls_key given together", None)
-        if self.log_level not in _LOG_LEVELS:
-            raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
         for key, verb in (
             ("filter_verb", self.filter_verb),
             ("prioritize_verb", self.prioritize_verb),
@@ -415,31 +397,23 @@ class ServerConfig:
                 raise invalid(key, "a URL path segment like 'filter'", verb)
         if self.filter_verb == self.prioritize_verb:
             raise invalid("prioritize_verb", "a verb other than filter_verb", self.prioritize_verb)
-        _positive("max_body_bytes", self.max_body_bytes)
+        _finite_fields(self, "max_body_bytes", above=0)
 
 
 @dataclass(frozen=True)
-class KubernetesConfig:
-    """How the extender reaches the API server to watch nodes and pods (YAML `kubernetes:`)."""
+class KubernetesConfig(KubeAccess):
+    """How the extender reaches the API server to watch nodes and pods (YAML `kubernetes:`):
+    the shared access keys and its watch timing."""
 
-    kubeconfig: str | None = None
-    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
-    api_server: str | None = None
-    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
     watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S
     """Server-side timeout of each watch request, seconds; a renewal is cheap."""
     backoff_base_s: float = DEFAULT_BACKOFF_BASE_S
     """First reconnect delay after a failed list or watch, seconds (doubles, with jitter)."""
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
     """Longest reconnect delay, seconds."""
-    node_signals: bool = True
-    """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
-    NodeSignals wins over its kvspread.io/signals annotation."""
 
     def validate(self) -> None:
-        _positive("watch_timeout_s", self.watch_timeout_s)
-        _positive("backoff_base_s", self.backoff_base_s)
-        _positive("backoff_max_s", self.backoff_max_s)
+        _finite_fields(self, "watch_timeout_s", "backoff_base_s", "backoff_max_s", above=0)
 
 
 @dataclass(frozen=True)
@@ -450,7 +424,7 @@ class LedgerConfig:
     """Seconds a placement counts as allocated before the pod shows up bound."""
 
     def validate(self) -> None:
-        _positive("ttl_s", self.ttl_s)
+        _finite_fields(self, "ttl_s", above=0)
 
 
 @dataclass(frozen=True)
@@ -464,8 +438,7 @@ class ExplainConfig:
     """Decisions kept for `/debug/explain` (least recently decided pods are dropped)."""
 
     def validate(self) -> None:
-        if self.max_pods < 1:
-            raise invalid("max_pods", "an integer >= 1", self.max_pods)
+        bounded(self, "max_pods", at_least=1, what="an integer")
 
 
 @dataclass(frozen=True)
@@ -478,7 +451,7 @@ class SignalsConfig:
 
     def validate(self) -> None:
         if self.exclude_after_s is not None:
-            _positive("exclude_after_s", self.exclude_after_s)
+            _finite_fields(self, "exclude_after_s", above=0)
 
 
 @dataclass(frozen=True)

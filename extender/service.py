@@ -107,11 +107,25 @@ class Extender:
             known = np.arange(len(args.names))
         return batch, known, missing
 
-    def _remember(self, key: str, d: _Decision) -> None:
+    def _remember(
+        self,
+        verb: str,
+        pod: PodInfo,
+        args: ExtenderArgs,
+        unknown: list[int],
+        scores: BatchScores | None,
+        failed: dict[str, Failure],
+        passed: int,
+    ) -> None:
+        """Keep a decision for /debug/explain (the last `explain.max_pods` pods)."""
+        names = args.names
+        d = _Decision(
+            verb, self.clock.now(), pod, names, [names[i] for i in unknown], scores, failed, passed
+        )
         with self._lock:
-            per = self._decisions.pop(key, {})
-            per[d.verb] = d
-            self._decisions[key] = per
+            per = self._decisions.pop(pod.key, {})
+            per[verb] = d
+            self._decisions[pod.key] = per
             while len(self._decisions) > self.cfg.explain.max_pods:
                 self._decisions.popitem(last=False)
 
@@ -124,10 +138,7 @@ class Extender:
             failed = dict.fromkeys(args.names, Failure(FilterReason.INVALID_POD, reason))
             self._count_failures(failed)
             self.metrics.filter_decisions.labels("invalid_pod").inc()
-            self._remember(
-                pod.key,
-                _Decision("filter", self.clock.now(), pod, args.names, [], None, failed, 0),
-            )
+            self._remember("filter", pod, args, [], None, failed, 0)
             # unresolvable: evicting other pods (preemption) cannot fix the pod's own spec
             return FilterDecision([False] * n, unresolvable=dict.fromkeys(args.names, reason))
         self._observe(pod)
@@ -144,19 +155,7 @@ class Extender:
         self._count_failures(failed)
         self.metrics.filter_decisions.labels("passed" if passed.any() else "no_fit").inc()
         self.metrics.count_signals(batch.codes, len(unknown))
-        self._remember(
-            pod.key,
-            _Decision(
-                "filter",
-                self.clock.now(),
-                pod,
-                args.names,
-                [args.names[i] for i in unknown],
-                None,
-                failed,
-                int(passed.sum()),
-            ),
-        )
+        self._remember("filter", pod, args, unknown, None, failed, int(passed.sum()))
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "filter decision",
@@ -201,19 +200,7 @@ class Extender:
         else:
             outcome = "placed"
         self.metrics.prioritize_decisions.labels(outcome).inc()
-        self._remember(
-            pod.key,
-            _Decision(
-                "prioritize",
-                self.clock.now(),
-                pod,
-                args.names,
-                [args.names[i] for i in unknown],
-                scores,
-                {},
-                int(scores.fits.sum()),
-            ),
-        )
+        self._remember("prioritize", pod, args, unknown, scores, {}, int(scores.fits.sum()))
         if log.isEnabledFor(logging.DEBUG):
             kv: dict[str, Any] = {
                 "pod": pod.key,

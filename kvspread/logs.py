@@ -10,11 +10,14 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+import typing
+from typing import Any, Literal
 
-__all__ = ["configure", "JsonFormatter", "LEVELS"]
+__all__ = ["configure", "JsonFormatter", "LEVELS", "LogLevel"]
 
-LEVELS = ("debug", "info", "warning", "error")
+LogLevel = Literal["debug", "info", "warning", "error"]
+"""A log level as the configs, flags and variables spell it; the loader refuses others."""
+LEVELS: tuple[str, ...] = typing.get_args(LogLevel)
 
 
 class JsonFormatter(logging.Formatter):

@@ -48,11 +48,16 @@ __all__ = [
     "add_settings",
     "layer",
     "gather",
+    "from_args",
+    "KUBERNETES_SETTINGS",
+    "KubeAccess",
     "load",
     "load_yaml",
     "env_name",
     "parse_bool",
     "invalid",
+    "bounded",
+    "ports",
     "expected_text",
     "dump",
     "validated",
@@ -104,6 +109,42 @@ class ConfigError(ValueError):
 def invalid(key: str, expected: str, value: Any) -> ConfigError:
     """The one error wording: `KEY: expected WHAT, got VALUE`."""
     return ConfigError(f"expected {expected}, got {value!r}", key=key)
+
+
+def bounded(
+    obj: Any,
+    *keys: str,
+    above: float | None = None,
+    at_least: float | None = None,
+    what: str = "a number",
+    finite: bool = False,
+) -> None:
+    """The one range check of a config class's `validate()`: each field of `obj` (or item,
+    where `obj` is a mapping) named in `keys`, dotted for a section below it (`cost.eta`),
+    must be > `above` or >= `at_least` (NaN never is), and finite where `finite`; otherwise
+    `invalid(key, "WHAT > N", value)`, so `what` ("an integer", "a finite number") is the
+    wording the user reads."""
+    if (above is None) == (at_least is None):
+        raise TypeError("bounded() takes exactly one of above= and at_least=")
+    for key in keys:
+        value = obj
+        for part in key.split("."):
+            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
+        if above is not None:
+            ok, rule = value > above, f"> {above:g}"
+        else:
+            ok, rule = value >= typing.cast(float, at_least), f">= {at_least:g}"
+        if not ok or (finite and not math.isfinite(value)):
+            raise invalid(key, f"{what} {rule}", value)
+
+
+def ports(obj: Any, *keys: str, lowest: int = 0) -> None:
+    """Each field of `obj` named in `keys` is a port number `lowest`..65535, or None (unset);
+    0, where allowed, means any free port."""
+    for key in keys:
+        value = getattr(obj, key)
+        if value is not None and not lowest <= value <= 65535:
+            raise invalid(key, f"a port number {lowest}..65535", value)
 
 
 def parse_bool(text: str) -> bool:
@@ -185,7 +226,6 @@ def add_part(
     part: str,
     settings: list[Setting],
     *,
-    name: str,
     help: str,
     description: str | None,
     verb: str,
@@ -194,11 +234,11 @@ def add_part(
     epilog: str,
     config_help: str = "YAML configuration file",
 ) -> argparse.ArgumentParser:
-    """`kvspread NAME VERB`: a part's parser with its one verb, which takes `--config FILE`
-    and one flag per setting; the bare part prints its help and exits 2. Returns the verb's
-    parser, for extra flags and its `func`."""
-    parser = sub.add_parser(name, help=help, description=description)
-    verbs = parser.add_subparsers(dest=f"{name}_cmd", metavar="{" + verb + "}")
+    """`kvspread PART VERB`: a part's parser with its one verb, which takes `--config FILE`
+    and one flag per setting (variables KVSPREAD_PART_*); the bare part prints its help and
+    exits 2. Returns the verb's parser, for extra flags and its `func`."""
+    parser = sub.add_parser(part, help=help, description=description)
+    verbs = parser.add_subparsers(dest=f"{part}_cmd", metavar="{" + verb + "}")
     cmd = verbs.add_parser(
         verb,
         help=verb_help,
@@ -328,6 +368,48 @@ def gather(
 ) -> Layered:
     """`layer` over the YAML file at `path` (None: no file)."""
     return layer(part, settings, args, environ, load_yaml(path), path)
+
+
+def from_args(
+    part: str,
+    settings: list[Setting],
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    build: Callable[[Layered], T],
+) -> T:
+    """A part's config from flag > env > `--config` YAML > defaults, read strictly by
+    `build` (its `Config.from_mapping`)."""
+    return build(gather(part, settings, args, environ, getattr(args, "config", None)))
+
+
+KUBERNETES_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "kubernetes.kubeconfig",
+        "kubeconfig file (default: in-cluster, then ~/.kube/config)",
+        metavar="FILE",
+    ),
+    Setting(
+        "kubernetes.api_server",
+        "plain API server URL without credentials (kubectl proxy, tests)",
+        flag="--kube-api-server",
+        metavar="URL",
+    ),
+)
+"""How a part with a `kubernetes:` section (kubeconfig, api_server) reaches the API server."""
+
+
+@dataclass(frozen=True)
+class KubeAccess:
+    """The `kubernetes:` keys every part that watches the API server has (the extender and
+    the router); a part's own `KubernetesConfig` extends it."""
+
+    kubeconfig: str | None = None
+    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
+    api_server: str | None = None
+    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
+    node_signals: bool = True
+    """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
+    NodeSignals wins over its kvspread.io/signals annotation."""
 
 
 # --- the loader -------------------------------------------------------------------------

@@ -28,7 +28,6 @@ def register(
         sub,
         "adapter",
         SETTINGS,
-        name="adapter",
         help="external-metrics API server (APIService v1beta1.external.metrics.k8s.io)",
         description="The kvspread external-metrics adapter.",
         verb="serve",

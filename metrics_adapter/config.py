@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Final
 
-from kvspread.settings import Layered, Parse, Setting, invalid, load
+from kvspread.logs import LogLevel
+from kvspread.settings import Layered, Parse, Setting, bounded, invalid, load, ports
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
 from metrics_adapter.rules import (
     DEFAULT_STALENESS_S,
@@ -89,7 +90,6 @@ DURATION: Final = Parse(
     "a duration > 0 (seconds, or 30s, 1m30s, 500ms, 2h)",
     "duration",
 )
-_LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 Names = tuple[str, ...]
 
@@ -166,7 +166,7 @@ class AdapterConfig:
     rules: tuple[Rule, ...] = field(default=(), metadata={"doc_expand": False})
     """The external metrics served, one rule each (keys: the rules section below); unset:
     the default SLIs of docs/design.md section 6."""
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     """debug, info, warning or error."""
 
     @property
@@ -178,12 +178,8 @@ class AdapterConfig:
         return self.requestheader_group_headers or DEFAULT_GROUP_HEADERS
 
     def validate(self) -> None:
-        for key in ("secure_port", "otlp_port", "keda_port"):
-            if not 0 <= getattr(self, key) <= 65535:
-                raise invalid(key, "a port number 0..65535", getattr(self, key))
-        for key in ("otlp_max_body_bytes", "max_series"):
-            if getattr(self, key) < 1:
-                raise invalid(key, "an integer >= 1", getattr(self, key))
+        ports(self, "secure_port", "otlp_port", "keda_port")
+        bounded(self, "otlp_max_body_bytes", "max_series", at_least=1, what="an integer")
         if self.authorization_mode not in AUTHORIZATION_MODES:
             raise invalid(
                 "authorization_mode",
@@ -198,8 +194,6 @@ class AdapterConfig:
                 "at least one user or group in AllowList mode",
                 list(self.authorization_allow_users),
             )
-        if self.log_level not in _LOG_LEVELS:
-            raise invalid("log_level", "one of " + ", ".join(_LOG_LEVELS), self.log_level)
         for cert, key in (
             ("tls_cert_file", "tls_private_key_file"),
             ("otlp_tls_cert_file", "otlp_tls_private_key_file"),

@@ -19,7 +19,7 @@ shell turns any `AdapterError` into a `Status` object with its `code` and `reaso
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "AdapterError",
@@ -40,10 +40,20 @@ GROUP = "external.metrics.k8s.io"
 
 
 class AdapterError(Exception):
-    """Base: an error with an HTTP code and a Kubernetes `reason`."""
+    """Base: an error with an HTTP code and a Kubernetes `reason`, which a subclass sets
+    in its header: `class NotFound(AdapterError, code=404, reason="NotFound")`."""
 
-    code = 500
-    reason = "InternalError"
+    code: ClassVar[int] = 500
+    reason: ClassVar[str] = "InternalError"
+
+    def __init_subclass__(
+        cls, code: int | None = None, reason: str | None = None, **kw: Any
+    ) -> None:
+        super().__init_subclass__(**kw)
+        if code is not None:
+            cls.code = code
+        if reason is not None:
+            cls.reason = reason
 
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -54,11 +64,8 @@ class AdapterError(Exception):
         return status_object(self.code, self.reason, self.message, self.details)
 
 
-class NotFound(AdapterError):
+class NotFound(AdapterError, code=404, reason="NotFound"):
     """A path the server does not serve."""
-
-    code = 404
-    reason = "NotFound"
 
 
 class MetricNotFound(NotFound):
@@ -73,33 +80,28 @@ class MetricNotFound(NotFound):
         self.metric = metric
 
 
-class BadRequest(AdapterError):
-    code = 400
-    reason = "BadRequest"
+class BadRequest(AdapterError, code=400, reason="BadRequest"):
+    """A request that cannot be served as asked: a bad namespace, selector or KEDA trigger."""
 
 
 class SelectorError(BadRequest):
     """A label selector that does not parse; the message says where and why."""
 
 
-class Unauthorized(AdapterError):
-    code = 401
-    reason = "Unauthorized"
+class Unauthorized(AdapterError, code=401, reason="Unauthorized"):
+    """No valid front-proxy client certificate, or no user."""
 
 
-class Forbidden(AdapterError):
-    code = 403
-    reason = "Forbidden"
+class Forbidden(AdapterError, code=403, reason="Forbidden"):
+    """The authoriser said no."""
 
 
-class MethodNotAllowed(AdapterError):
-    code = 405
-    reason = "MethodNotAllowed"
+class MethodNotAllowed(AdapterError, code=405, reason="MethodNotAllowed"):
+    """A verb the path does not take."""
 
 
-class SourceUnavailable(AdapterError):
-    code = 503
-    reason = "ServiceUnavailable"
+class SourceUnavailable(AdapterError, code=503, reason="ServiceUnavailable"):
+    """The metrics source cannot answer now (e.g. Prometheus is down)."""
 
 
 class NoFreshData(SourceUnavailable):
@@ -109,12 +111,9 @@ class NoFreshData(SourceUnavailable):
     kvspread_adapter_stale_reads_total."""
 
 
-class HistogramTooCoarse(AdapterError):
+class HistogramTooCoarse(AdapterError, code=422, reason="Invalid"):
     """A quantile falls in a bucket too wide to bound it: served values would mislead an
     HPA, so the read fails with the series, its bounds and the fix (docs/adapter.md)."""
-
-    code = 422
-    reason = "Invalid"
 
     def __init__(self, message: str, refusal: str) -> None:
         super().__init__(message)

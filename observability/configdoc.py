@@ -73,7 +73,17 @@ def _doc(obj: Any) -> str:
 
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """Field name -> its meaning: the docstring under the field, else its trailing comment."""
+    """Field name -> its meaning: the docstring under the field, else its trailing comment;
+    fields a config class inherits (`KubeAccess`) are read in the class that declares them."""
+    out: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base):
+            out.update(field_docs(base))
+    out.update(_own_field_docs(cls))
+    return out
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):

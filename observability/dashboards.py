@@ -140,6 +140,16 @@ def _ts(
     return p
 
 
+def _share(
+    title: str,
+    description: str,
+    *queries: tuple[str, str],
+    thresholds: db.ThresholdsConfig | None = None,
+) -> timeseries.Panel:
+    """A time series of shares: percent unit on a 0..1 axis."""
+    return _ts(title, description, "percentunit", *queries, thresholds=thresholds, minmax=(0, 1))
+
+
 def _stat(
     title: str,
     description: str,
@@ -165,6 +175,30 @@ def _stat(
     if thresholds is not None:
         p = p.thresholds(thresholds)
     return p
+
+
+def _up_timeline(
+    title: str, description: str, query: tuple[str, str], words: tuple[str, str], width: int
+) -> statetimeline.Panel:
+    """A 0/1 gauge over time, 1 shown green as `words[0]`, 0 red as `words[1]`."""
+    up, down = words
+    mapping = dm.ValueMap(
+        options={
+            "0": dm.ValueMappingResult(text=down, color="red", index=0),
+            "1": dm.ValueMappingResult(text=up, color="green", index=1),
+        }
+    )
+    return (
+        statetimeline.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .span(width)
+        .height(8)
+        .targets([_q(*query)])
+        .mappings([mapping])
+        .thresholds(_thresholds(*UP_THRESHOLDS))
+    )
 
 
 def _variables(*which: str) -> list[Builder[Any]]:
@@ -204,9 +238,14 @@ def _variables(*which: str) -> list[Builder[Any]]:
 
 
 def _dashboard(
-    uid: str, title: str, description: str, variables: list[Builder[Any]]
+    uid: str,
+    title: str,
+    description: str,
+    variables: list[Builder[Any]],
+    panels: list[db.Row | Builder[dm.Panel]],
 ) -> db.Dashboard:
-    return (
+    """A dashboard and its panels in order, each `db.Row` starting a (collapsible) row."""
+    d = (
         db.Dashboard(title)
         .uid(UID_PREFIX + uid)
         .description(description)
@@ -226,14 +265,30 @@ def _dashboard(
             .keep_time(True)
         )
     )
+    for p in panels:
+        d = d.with_row(p) if isinstance(p, db.Row) else d.with_panel(p)
+    return d
 
 
 def _hq(q: float, series: str, by: str, sel: str) -> str:
     return f"histogram_quantile({q}, sum by (le, {by}) (rate({series}_bucket{{{sel}}}[{RI}])))"
 
 
+def _quantiles(
+    series: str, by: str, sel: str, legend: str, *qs: float
+) -> tuple[tuple[str, str], ...]:
+    """One query per quantile of a histogram, legends suffixed p50, p95, ..."""
+    return tuple((_hq(q, series, by, sel), f"{legend} p{q * 100:g}") for q in qs)
+
+
 # --- the dashboards -------------------------------------------------------------------------
 
+BUDGET_THRESHOLDS: Final = ((None, "red"), (0, "orange"), (0.25, "green"))
+"""Share of an error budget left: red once spent, orange under a quarter."""
+FULL_THRESHOLDS: Final = ((None, "green"), (0.9, "orange"), (0.97, "red"))
+"""GPU memory and KV cache used share: engines preempt or fail requests near full."""
+UP_THRESHOLDS: Final = ((None, "red"), (1, "green"))
+"""A 0/1 up or synced gauge."""
 LAT_THRESHOLDS: Final = (
     (None, "green"),
     (r.LATENCY_SLOS[0].threshold_s, "orange"),
@@ -244,674 +299,549 @@ LAT_THRESHOLDS: Final = (
 def slo_overview() -> db.Dashboard:
     err_budget = 1 - r.ERROR_OBJECTIVE
     by = f"{c.NAMESPACE}, {c.SERVICE}, {c.MODALITY}"
-    d = _dashboard(
+    return _dashboard(
         "slo",
         "kvspread / SLO overview",
         "Request rate, latency, errors and error budgets per service and modality, from the "
         "collector's eBPF-measured http.server.request.duration and the kvspread SLI rules.",
         _variables("namespace", "service", "modality"),
-    )
-    d = d.with_row(db.Row("Now"))
-    d = d.with_panel(
-        _stat(
-            "Requests per second",
-            "All selected services, 5-minute rate.",
-            "reqps",
-            f"sum(kvspread:http_requests:rate5m{{{SVC}}})",
-        )
-    )
-    d = d.with_panel(
-        _stat(
-            "Error ratio",
-            f"5xx over all requests, 5-minute window. The availability objective is "
-            f"{r.ERROR_OBJECTIVE * 100:g} %.",
-            "percentunit",
-            f"sum(kvspread:http_errors:rate5m{{{SVC}}}) / sum(kvspread:http_requests:rate5m{{{SVC}}})",
-            thresholds=_thresholds(
-                (None, "green"), (err_budget, "orange"), (err_budget * 14.4, "red")
+        [
+            db.Row("Now"),
+            _stat(
+                "Requests per second",
+                "All selected services, 5-minute rate.",
+                "reqps",
+                f"sum(kvspread:http_requests:rate5m{{{SVC}}})",
             ),
-        )
-    )
-    d = d.with_panel(
-        _stat(
-            "Availability budget remaining (30 d)",
-            "Worst service: share of the 30-day error budget still unspent. Below 0 the SLO "
-            "is missed.",
-            "percentunit",
-            f'min(kvspread:error_budget_remaining:ratio30d{{slo="availability", {SVC}}})',
-            thresholds=_thresholds((None, "red"), (0, "orange"), (0.25, "green")),
-        )
-    )
-    d = d.with_panel(
-        _stat(
-            "Latency budget remaining (30 d)",
-            "Worst service and class: share of the 30-day latency budget still unspent.",
-            "percentunit",
-            f'min(kvspread:error_budget_remaining:ratio30d{{slo=~"latency-.*", {SVC}}})',
-            thresholds=_thresholds((None, "red"), (0, "orange"), (0.25, "green")),
-        )
-    )
-    d = d.with_row(db.Row("Traffic and latency"))
-    d = d.with_panel(
-        _ts(
-            "Request rate by service and modality",
-            "Requests per second (5-minute rate) measured server-side by eBPF.",
-            "reqps",
-            (f"sum by ({by}) (kvspread:http_requests:rate5m{{{SVC}}})", LEGEND_SVC),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Latency p50 / p95 / p99",
-            "Request duration quantiles from the histogram buckets (linear interpolation). "
-            "Dashed lines: realtime 50 ms and batch 120 ms class thresholds.",
-            "s",
-            (_hq(0.5, HTTP, by, SVC), LEGEND_SVC + " p50"),
-            (_hq(0.95, HTTP, by, SVC), LEGEND_SVC + " p95"),
-            (_hq(0.99, HTTP, by, SVC), LEGEND_SVC + " p99"),
-            thresholds=_thresholds(*LAT_THRESHOLDS),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Time to first byte p95",
-            "First request byte read to first response byte written: the prefill part of "
-            "a streamed answer.",
-            "s",
-            (_hq(0.95, TTFB, by, SVC), LEGEND_SVC),
-            thresholds=_thresholds(*LAT_THRESHOLDS),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Time to first token p95 (token streams)",
-            "SSE responses: last request byte read to the first data event written. Dashed "
-            "line: the 1 s time-to-first-token objective.",
-            "s",
-            (_hq(0.95, TTFT, by, SVC), LEGEND_SVC),
-            thresholds=_thresholds((None, "green"), (1.0, "red")),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Time per output token p50 / p95 (token streams)",
-            "SSE responses: mean time between data events after the first (inter-token "
-            "latency, the decode speed users see).",
-            "s",
-            (_hq(0.5, TPOT, by, SVC), LEGEND_SVC + " p50"),
-            (_hq(0.95, TPOT, by, SVC), LEGEND_SVC + " p95"),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Error ratio",
-            "5xx over all requests (5-minute window) per service and modality.",
-            "percentunit",
-            (f"sum by ({by}) (kvspread:http_errors:ratio_rate5m{{{SVC}}})", LEGEND_SVC),
-            thresholds=_thresholds((None, "green"), (err_budget, "red")),
-            minmax=(0, None),
-        )
-    )
-    d = d.with_row(db.Row("SLOs"))
-    d = d.with_panel(
-        _ts(
-            "Good-request ratio per QoS class threshold",
-            "Share of requests faster than each class threshold (realtime 50 ms, batch "
-            "120 ms), 5-minute window; the dashed line is the 99 % objective.",
-            "percentunit",
-            (
-                f"kvspread:http_requests_fast:ratio_rate5m{{{SVC}}}",
-                LEGEND_SVC + " < {{slo_class}}",
+            _stat(
+                "Error ratio",
+                f"5xx over all requests, 5-minute window. The availability objective is "
+                f"{r.ERROR_OBJECTIVE * 100:g} %.",
+                "percentunit",
+                f"sum(kvspread:http_errors:rate5m{{{SVC}}}) / sum(kvspread:http_requests:rate5m{{{SVC}}})",
+                thresholds=_thresholds(
+                    (None, "green"), (err_budget, "orange"), (err_budget * 14.4, "red")
+                ),
             ),
-            thresholds=_thresholds((None, "red"), (r.LATENCY_SLOS[0].objective, "green")),
-            minmax=(0, 1),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Error budget remaining (30 d)",
-            "Per service and SLO: 1 - (bad share over 30 days) / (allowed bad share). "
-            "Availability counts 5xx; latency SLOs count requests over the class threshold "
-            "(pods labelled kvspread.io/qos=realtime against 50 ms, others against 120 ms).",
-            "percentunit",
-            (
-                f"kvspread:error_budget_remaining:ratio30d{{{SVC}}}",
-                LEGEND_SVC + " {{slo}}",
+            _stat(
+                "Availability budget remaining (30 d)",
+                "Worst service: share of the 30-day error budget still unspent. Below 0 the SLO "
+                "is missed.",
+                "percentunit",
+                f'min(kvspread:error_budget_remaining:ratio30d{{slo="availability", {SVC}}})',
+                thresholds=_thresholds(*BUDGET_THRESHOLDS),
             ),
-            thresholds=_thresholds((None, "red"), (0, "orange"), (0.25, "green")),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Error budget burn rate (1 h)",
-            "Error ratio over 1 hour divided by the allowed ratio. Pages at 14.4 (1 h and "
-            "5 m), and at 6 (6 h and 30 m); see docs/runbooks.md.",
-            "none",
-            (
-                f"sum by ({by}) (kvspread:http_errors:ratio_rate1h{{{SVC}}}) / {err_budget:.6g}",
-                LEGEND_SVC,
+            _stat(
+                "Latency budget remaining (30 d)",
+                "Worst service and class: share of the 30-day latency budget still unspent.",
+                "percentunit",
+                f'min(kvspread:error_budget_remaining:ratio30d{{slo=~"latency-.*", {SVC}}})',
+                thresholds=_thresholds(*BUDGET_THRESHOLDS),
             ),
-            thresholds=_thresholds((None, "green"), (6, "orange"), (14.4, "red")),
-            minmax=(0, None),
-        )
+            db.Row("Traffic and latency"),
+            _ts(
+                "Request rate by service and modality",
+                "Requests per second (5-minute rate) measured server-side by eBPF.",
+                "reqps",
+                (f"sum by ({by}) (kvspread:http_requests:rate5m{{{SVC}}})", LEGEND_SVC),
+            ),
+            _ts(
+                "Latency p50 / p95 / p99",
+                "Request duration quantiles from the histogram buckets (linear interpolation). "
+                "Dashed lines: realtime 50 ms and batch 120 ms class thresholds.",
+                "s",
+                *_quantiles(HTTP, by, SVC, LEGEND_SVC, 0.5, 0.95, 0.99),
+                thresholds=_thresholds(*LAT_THRESHOLDS),
+            ),
+            _ts(
+                "Time to first byte p95",
+                "First request byte read to first response byte written: the prefill part of "
+                "a streamed answer.",
+                "s",
+                (_hq(0.95, TTFB, by, SVC), LEGEND_SVC),
+                thresholds=_thresholds(*LAT_THRESHOLDS),
+            ),
+            _ts(
+                "Time to first token p95 (token streams)",
+                "SSE responses: last request byte read to the first data event written. Dashed "
+                "line: the 1 s time-to-first-token objective.",
+                "s",
+                (_hq(0.95, TTFT, by, SVC), LEGEND_SVC),
+                thresholds=_thresholds((None, "green"), (1.0, "red")),
+            ),
+            _ts(
+                "Time per output token p50 / p95 (token streams)",
+                "SSE responses: mean time between data events after the first (inter-token "
+                "latency, the decode speed users see).",
+                "s",
+                *_quantiles(TPOT, by, SVC, LEGEND_SVC, 0.5, 0.95),
+            ),
+            _ts(
+                "Error ratio",
+                "5xx over all requests (5-minute window) per service and modality.",
+                "percentunit",
+                (f"sum by ({by}) (kvspread:http_errors:ratio_rate5m{{{SVC}}})", LEGEND_SVC),
+                thresholds=_thresholds((None, "green"), (err_budget, "red")),
+                minmax=(0, None),
+            ),
+            db.Row("SLOs"),
+            _share(
+                "Good-request ratio per QoS class threshold",
+                "Share of requests faster than each class threshold (realtime 50 ms, batch "
+                "120 ms), 5-minute window; the dashed line is the 99 % objective.",
+                (
+                    f"kvspread:http_requests_fast:ratio_rate5m{{{SVC}}}",
+                    LEGEND_SVC + " < {{slo_class}}",
+                ),
+                thresholds=_thresholds((None, "red"), (r.LATENCY_SLOS[0].objective, "green")),
+            ),
+            _ts(
+                "Error budget remaining (30 d)",
+                "Per service and SLO: 1 - (bad share over 30 days) / (allowed bad share). "
+                "Availability counts 5xx; latency SLOs count requests over the class threshold "
+                "(pods labelled kvspread.io/qos=realtime against 50 ms, others against 120 ms).",
+                "percentunit",
+                (
+                    f"kvspread:error_budget_remaining:ratio30d{{{SVC}}}",
+                    LEGEND_SVC + " {{slo}}",
+                ),
+                thresholds=_thresholds(*BUDGET_THRESHOLDS),
+            ),
+            _ts(
+                "Error budget burn rate (1 h)",
+                "Error ratio over 1 hour divided by the allowed ratio. Pages at 14.4 (1 h and "
+                "5 m), and at 6 (6 h and 30 m); see docs/runbooks.md.",
+                "none",
+                (
+                    f"sum by ({by}) (kvspread:http_errors:ratio_rate1h{{{SVC}}}) / {err_budget:.6g}",
+                    LEGEND_SVC,
+                ),
+                thresholds=_thresholds((None, "green"), (6, "orange"), (14.4, "red")),
+                minmax=(0, None),
+            ),
+        ],
     )
-    return d
 
 
 def gpu_kv() -> db.Dashboard:
-    d = _dashboard(
+    gpu_legend = "{{node}} GPU {{gpu_index}}"
+    kv_sel = f"{NS}, {NODE_SEL}"
+    inst = "{{k8s_namespace_name}}/{{k8s_pod_name}} ({{llm_engine}})"
+    return _dashboard(
         "gpu",
         "kvspread / GPU and KV cache",
         "GPU memory per node and GPU (NVML), KV-cache usage per engine instance, and the "
         "node fragmentation the scheduler extender acts on. Absent on nodes without a GPU "
         "driver: the collector reports GPU metrics absent, never zero.",
         _variables("namespace", "node"),
-    )
-    gpu_legend = "{{node}} GPU {{gpu_index}}"
-    d = d.with_row(db.Row("GPU memory"))
-    d = d.with_panel(
-        _ts(
-            "GPU memory used",
-            "Per node and GPU (NVML).",
-            "bytes",
-            (f"{GPU_USED}{{{GPU_DEVICE_SEL}}}", gpu_legend),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "GPU memory per pod",
-            "Shared GPUs (time-slicing, MPS): each pod's processes on each GPU (NVML "
-            "per-process memory, pid -> cgroup -> pod); no_pod is processes in no pod.",
-            "bytes",
-            (
-                f'{GPU_USED}{{{NODE_SEL},{c.GPU_MEMORY_OWNER}!=""}}',
-                "{{node}} GPU {{gpu_index}} {{k8s_namespace_name}}/{{k8s_pod_name}}"
-                f" {{{{{c.GPU_MEMORY_OWNER}}}}}",
+        [
+            db.Row("GPU memory"),
+            _ts(
+                "GPU memory used",
+                "Per node and GPU (NVML).",
+                "bytes",
+                (f"{GPU_USED}{{{GPU_DEVICE_SEL}}}", gpu_legend),
             ),
-            stacked=True,
-        )
+            _ts(
+                "GPU memory per pod",
+                "Shared GPUs (time-slicing, MPS): each pod's processes on each GPU (NVML "
+                "per-process memory, pid -> cgroup -> pod); no_pod is processes in no pod.",
+                "bytes",
+                (
+                    f'{GPU_USED}{{{NODE_SEL},{c.GPU_MEMORY_OWNER}!=""}}',
+                    "{{node}} GPU {{gpu_index}} {{k8s_namespace_name}}/{{k8s_pod_name}}"
+                    f" {{{{{c.GPU_MEMORY_OWNER}}}}}",
+                ),
+                stacked=True,
+            ),
+            _share(
+                "GPU memory used share",
+                "Used over total per GPU.",
+                (f"{GPU_USED}{{{GPU_DEVICE_SEL}}} / {GPU_TOTAL}{{{NODE_SEL}}}", gpu_legend),
+                thresholds=_thresholds(*FULL_THRESHOLDS),
+            ),
+            _share(
+                "GPU utilisation",
+                "Share of time a kernel ran (NVML).",
+                (f"{GPU_UTIL}{{{NODE_SEL}}}", gpu_legend),
+            ),
+            _ts(
+                "Largest free extent",
+                "max over the node's GPUs of free memory: the biggest instance that fits on one "
+                "GPU now.",
+                "bytes",
+                (f"{EXTENT}{{{NODE_SEL}}}", "{{node}}"),
+            ),
+            db.Row("Fragmentation"),
+            heatmap.Panel()
+            .title("Node fragmentation rho over time")
+            .description(
+                "rho = 1 - max_g(free_g) / sum_g(free_g) per node (rows), over time (columns). "
+                "0: all free memory on one GPU; above 0.35 the extender repels replicas harder."
+            )
+            .datasource(DS)
+            .span(24)
+            .height(10)
+            .targets([_q(f"{RHO}{{{NODE_SEL}}}", "{{node}}")])
+            .calculate(False)
+            .color(
+                heatmap.HeatmapColorOptions()
+                .mode(hm.HeatmapColorMode.SCHEME)
+                .scheme("RdYlGn")
+                .reverse(True)
+                .min(0)
+                .max(1)
+                .fill("dark-orange")
+                .scale(hm.HeatmapColorScale.LINEAR)
+                .exponent(0.5)
+                .steps(64)
+            )
+            .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.UNKNOWN))
+            .cell_values(heatmap.CellValues().unit("percentunit").decimals(2))
+            .y_axis(heatmap.YAxisConfig().axis_placement(cm.AxisPlacement.LEFT))
+            .show_legend(),
+            _share(
+                "Node fragmentation rho",
+                "The same values as lines, with the 0.35 repulsion threshold.",
+                (f"{RHO}{{{NODE_SEL}}}", "{{node}}"),
+                thresholds=_thresholds((None, "green"), (0.35, "orange")),
+            ),
+            _ts(
+                "Active streams and image-token share",
+                "Load inputs of the extender: requests in flight per node, and the share of image "
+                "tokens in recent traffic.",
+                "short",
+                (f"{STREAMS}{{{NODE_SEL}}}", "{{node}} streams"),
+                (f"{IMAGE_SHARE}{{{NODE_SEL}}}", "{{node}} image share"),
+            ),
+            db.Row("KV cache and engine queues"),
+            _share(
+                "KV-cache usage per engine instance",
+                "From each engine's own metrics (vLLM kv_cache_usage_perc, SGLang token_usage, "
+                "TensorRT-LLM block metrics). Engines preempt or fail requests near 100 %.",
+                (f"{KV}{{{kv_sel}}}", inst),
+                thresholds=_thresholds(*FULL_THRESHOLDS),
+            ),
+            _ts(
+                "Engine requests running and waiting",
+                "Running batch and queue depth per engine instance.",
+                "short",
+                (f"{RUNNING}{{{kv_sel}}}", inst + " running"),
+                (f"{WAITING}{{{kv_sel}}}", inst + " waiting"),
+            ),
+        ],
     )
-    d = d.with_panel(
-        _ts(
-            "GPU memory used share",
-            "Used over total per GPU.",
-            "percentunit",
-            (f"{GPU_USED}{{{GPU_DEVICE_SEL}}} / {GPU_TOTAL}{{{NODE_SEL}}}", gpu_legend),
-            thresholds=_thresholds((None, "green"), (0.9, "orange"), (0.97, "red")),
-            minmax=(0, 1),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "GPU utilisation",
-            "Share of time a kernel ran (NVML).",
-            "percentunit",
-            (f"{GPU_UTIL}{{{NODE_SEL}}}", gpu_legend),
-            minmax=(0, 1),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Largest free extent",
-            "max over the node's GPUs of free memory: the biggest instance that fits on one "
-            "GPU now.",
-            "bytes",
-            (f"{EXTENT}{{{NODE_SEL}}}", "{{node}}"),
-        )
-    )
-    d = d.with_row(db.Row("Fragmentation"))
-    d = d.with_panel(
-        heatmap.Panel()
-        .title("Node fragmentation rho over time")
-        .description(
-            "rho = 1 - max_g(free_g) / sum_g(free_g) per node (rows), over time (columns). "
-            "0: all free memory on one GPU; above 0.35 the extender repels replicas harder."
-        )
-        .datasource(DS)
-        .span(24)
-        .height(10)
-        .targets([_q(f"{RHO}{{{NODE_SEL}}}", "{{node}}")])
-        .calculate(False)
-        .color(
-            heatmap.HeatmapColorOptions()
-            .mode(hm.HeatmapColorMode.SCHEME)
-            .scheme("RdYlGn")
-            .reverse(True)
-            .min(0)
-            .max(1)
-            .fill("dark-orange")
-            .scale(hm.HeatmapColorScale.LINEAR)
-            .exponent(0.5)
-            .steps(64)
-        )
-        .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.UNKNOWN))
-        .cell_values(heatmap.CellValues().unit("percentunit").decimals(2))
-        .y_axis(heatmap.YAxisConfig().axis_placement(cm.AxisPlacement.LEFT))
-        .show_legend()
-    )
-    d = d.with_panel(
-        _ts(
-            "Node fragmentation rho",
-            "The same values as lines, with the 0.35 repulsion threshold.",
-            "percentunit",
-            (f"{RHO}{{{NODE_SEL}}}", "{{node}}"),
-            thresholds=_thresholds((None, "green"), (0.35, "orange")),
-            minmax=(0, 1),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Active streams and image-token share",
-            "Load inputs of the extender: requests in flight per node, and the share of image "
-            "tokens in recent traffic.",
-            "short",
-            (f"{STREAMS}{{{NODE_SEL}}}", "{{node}} streams"),
-            (f"{IMAGE_SHARE}{{{NODE_SEL}}}", "{{node}} image share"),
-        )
-    )
-    d = d.with_row(db.Row("KV cache and engine queues"))
-    kv_sel = f"{NS}, {NODE_SEL}"
-    inst = "{{k8s_namespace_name}}/{{k8s_pod_name}} ({{llm_engine}})"
-    d = d.with_panel(
-        _ts(
-            "KV-cache usage per engine instance",
-            "From each engine's own metrics (vLLM kv_cache_usage_perc, SGLang token_usage, "
-            "TensorRT-LLM block metrics). Engines preempt or fail requests near 100 %.",
-            "percentunit",
-            (f"{KV}{{{kv_sel}}}", inst),
-            thresholds=_thresholds((None, "green"), (0.9, "orange"), (0.97, "red")),
-            minmax=(0, 1),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Engine requests running and waiting",
-            "Running batch and queue depth per engine instance.",
-            "short",
-            (f"{RUNNING}{{{kv_sel}}}", inst + " running"),
-            (f"{WAITING}{{{kv_sel}}}", inst + " waiting"),
-        )
-    )
-    return d
 
 
 def scheduling() -> db.Dashboard:
-    d = _dashboard(
+    dur = names.EXTENDER_REQUEST_DURATION.prometheus
+    return _dashboard(
         "scheduling",
         "kvspread / Scheduling",
         "The kube-scheduler extender: latency per verb, decisions, filter reasons, node-signal "
         "freshness and the prioritize terms.",
         _variables(),
-    )
-    dur = names.EXTENDER_REQUEST_DURATION.prometheus
-    d = d.with_row(db.Row("Extender"))
-    d = d.with_panel(
-        _ts(
-            "Requests by verb and code",
-            "Calls from kube-scheduler per second.",
-            "reqps",
-            (
-                f"sum by (verb, code) (rate({names.EXTENDER_REQUESTS.prometheus}[{RI}]))",
-                "{{verb}} {{code}}",
+        [
+            db.Row("Extender"),
+            _ts(
+                "Requests by verb and code",
+                "Calls from kube-scheduler per second.",
+                "reqps",
+                (
+                    f"sum by (verb, code) (rate({names.EXTENDER_REQUESTS.prometheus}[{RI}]))",
+                    "{{verb}} {{code}}",
+                ),
             ),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Latency per verb p50 / p99",
-            "Body read to response written. The scheduler waits on this for every pod; the "
-            "KvspreadExtenderSlow alert fires at p99 > 250 ms.",
-            "s",
-            (_hq(0.5, dur, "verb", ""), "{{verb}} p50"),
-            (_hq(0.99, dur, "verb", ""), "{{verb}} p99"),
-            thresholds=_thresholds((None, "green"), (0.25, "red")),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Decisions",
-            "Filter and prioritize calls per second by outcome (filter: passed, no_fit, "
-            "invalid_pod; prioritize: placed, no_fit, no_gpu, invalid_pod).",
-            "ops",
-            (
-                f"sum by (outcome) (rate({names.EXTENDER_FILTER_DECISIONS.prometheus}[{RI}]))",
-                "filter {{outcome}}",
+            _ts(
+                "Latency per verb p50 / p99",
+                "Body read to response written. The scheduler waits on this for every pod; the "
+                "KvspreadExtenderSlow alert fires at p99 > 250 ms.",
+                "s",
+                *_quantiles(dur, "verb", "", "{{verb}}", 0.5, 0.99),
+                thresholds=_thresholds((None, "green"), (0.25, "red")),
             ),
-            (
-                f"sum by (outcome) (rate({names.EXTENDER_PRIORITIZE_DECISIONS.prometheus}[{RI}]))",
-                "prioritize {{outcome}}",
+            _ts(
+                "Decisions",
+                "Filter and prioritize calls per second by outcome (filter: passed, no_fit, "
+                "invalid_pod; prioritize: placed, no_fit, no_gpu, invalid_pod).",
+                "ops",
+                (
+                    f"sum by (outcome) (rate({names.EXTENDER_FILTER_DECISIONS.prometheus}[{RI}]))",
+                    "filter {{outcome}}",
+                ),
+                (
+                    f"sum by (outcome) (rate({names.EXTENDER_PRIORITIZE_DECISIONS.prometheus}[{RI}]))",
+                    "prioritize {{outcome}}",
+                ),
+                stacked=True,
             ),
-            stacked=True,
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Filter failures by reason",
-            "Nodes failed by the filter per second, by reason (the text kubectl describe pod "
-            "shows comes from the same reasons).",
-            "ops",
-            (
-                f"sum by (reason) (rate({names.EXTENDER_FILTER_FAILURES.prometheus}[{RI}]))",
-                "{{reason}}",
+            _ts(
+                "Filter failures by reason",
+                "Nodes failed by the filter per second, by reason (the text kubectl describe pod "
+                "shows comes from the same reasons).",
+                "ops",
+                (
+                    f"sum by (reason) (rate({names.EXTENDER_FILTER_FAILURES.prometheus}[{RI}]))",
+                    "{{reason}}",
+                ),
+                bars=True,
+                stacked=True,
             ),
-            bars=True,
-            stacked=True,
-        )
-    )
-    d = d.with_row(db.Row("Signals and scores"))
-    d = d.with_panel(
-        _ts(
-            "Node-signal reads by state",
-            "fresh, stale or missing kvspread.io/signals annotations per second. Stale and "
-            "missing nodes get a neutral signal score; invalid documents count apart, and "
-            "unknown means the node is not in the extender's cache.",
-            "ops",
-            (f"sum by (state) (rate({names.EXTENDER_SIGNALS.prometheus}[{RI}]))", "{{state}}"),
-            stacked=True,
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Stale or missing signal share",
-            "Share of node-signal reads that were stale or missing; the "
-            "KvspreadNodeSignalsStale alert fires above 20 %.",
-            "percentunit",
-            (
-                f'sum(rate({names.EXTENDER_SIGNALS.prometheus}{{state=~"stale|missing|invalid"}}[{RI}])) '
-                f"/ sum(rate({names.EXTENDER_SIGNALS.prometheus}[{RI}]))",
-                "stale or missing",
+            db.Row("Signals and scores"),
+            _ts(
+                "Node-signal reads by state",
+                "fresh, stale or missing kvspread.io/signals annotations per second. Stale and "
+                "missing nodes get a neutral signal score; invalid documents count apart, and "
+                "unknown means the node is not in the extender's cache.",
+                "ops",
+                (f"sum by (state) (rate({names.EXTENDER_SIGNALS.prometheus}[{RI}]))", "{{state}}"),
+                stacked=True,
             ),
-            thresholds=_thresholds((None, "green"), (0.2, "red")),
-            minmax=(0, 1),
-        )
+            _share(
+                "Stale or missing signal share",
+                "Share of node-signal reads that were stale or missing; the "
+                "KvspreadNodeSignalsStale alert fires above 20 %.",
+                (
+                    f'sum(rate({names.EXTENDER_SIGNALS.prometheus}{{state=~"stale|missing|invalid"}}[{RI}])) '
+                    f"/ sum(rate({names.EXTENDER_SIGNALS.prometheus}[{RI}]))",
+                    "stale or missing",
+                ),
+                thresholds=_thresholds((None, "green"), (0.2, "red")),
+            ),
+            _share(
+                "Score terms (median and p90)",
+                "Distribution of each prioritize term in [0, 1] over the scored nodes: "
+                "fragmentation, load, spread, modality, qos.",
+                *_quantiles(names.EXTENDER_SCORE_TERM.prometheus, "term", "", "{{term}}", 0.5, 0.9),
+            ),
+            _up_timeline(
+                "Cache synced",
+                "1 once the node or pod cache finished its first list (readyz).",
+                (f"{names.EXTENDER_CACHE_SYNCED.prometheus}", "{{instance}} {{resource}}"),
+                ("synced", "not synced"),
+                width=12,
+            ),
+        ],
     )
-    d = d.with_panel(
-        _ts(
-            "Score terms (median and p90)",
-            "Distribution of each prioritize term in [0, 1] over the scored nodes: "
-            "fragmentation, load, spread, modality, qos.",
-            "percentunit",
-            (_hq(0.5, names.EXTENDER_SCORE_TERM.prometheus, "term", ""), "{{term}} p50"),
-            (_hq(0.9, names.EXTENDER_SCORE_TERM.prometheus, "term", ""), "{{term}} p90"),
-            minmax=(0, 1),
-        )
-    )
-    d = d.with_panel(
-        statetimeline.Panel()
-        .title("Cache synced")
-        .description("1 once the node or pod cache finished its first list (readyz).")
-        .datasource(DS)
-        .span(12)
-        .height(8)
-        .targets([_q(f"{names.EXTENDER_CACHE_SYNCED.prometheus}", "{{instance}} {{resource}}")])
-        .mappings(_up_mappings("synced", "not synced"))
-        .thresholds(_thresholds((None, "red"), (1, "green")))
-    )
-    return d
-
-
-def _up_mappings(up: str, down: str) -> list[dm.ValueMapping]:
-    return [
-        dm.ValueMap(
-            options={
-                "0": dm.ValueMappingResult(text=down, color="red", index=0),
-                "1": dm.ValueMappingResult(text=up, color="green", index=1),
-            }
-        )
-    ]
 
 
 def autoscaling() -> db.Dashboard:
-    d = _dashboard(
+    hpa_sel = 'namespace=~"$namespace", horizontalpodautoscaler=~"$hpa"'
+    by = f"{c.NAMESPACE}, {c.SERVICE}, {c.MODALITY}"
+    return _dashboard(
         "autoscaling",
         "kvspread / Autoscaling",
         "Per HPA, current and desired replicas (kube-state-metrics) next to the kvspread SLIs "
         "the adapter serves to it, and the adapter's own health.",
         _variables("namespace", "service", "modality", "hpa"),
-    )
-    hpa_sel = 'namespace=~"$namespace", horizontalpodautoscaler=~"$hpa"'
-    by = f"{c.NAMESPACE}, {c.SERVICE}, {c.MODALITY}"
-    d = d.with_row(db.Row("Replicas and the SLIs they follow"))
-    d = d.with_panel(
-        _ts(
-            "Replicas: current, desired, max",
-            "kube-state-metrics series of each HPA. Desired above current: the controller is "
-            "scaling out; desired at max: the SLI cannot be met with more replicas.",
-            "short",
-            (
-                f"kube_horizontalpodautoscaler_status_current_replicas{{{hpa_sel}}}",
-                "{{horizontalpodautoscaler}} current",
+        [
+            db.Row("Replicas and the SLIs they follow"),
+            _ts(
+                "Replicas: current, desired, max",
+                "kube-state-metrics series of each HPA. Desired above current: the controller is "
+                "scaling out; desired at max: the SLI cannot be met with more replicas.",
+                "short",
+                (
+                    f"kube_horizontalpodautoscaler_status_current_replicas{{{hpa_sel}}}",
+                    "{{horizontalpodautoscaler}} current",
+                ),
+                (
+                    f"kube_horizontalpodautoscaler_status_desired_replicas{{{hpa_sel}}}",
+                    "{{horizontalpodautoscaler}} desired",
+                ),
+                (
+                    f"kube_horizontalpodautoscaler_spec_max_replicas{{{hpa_sel}}}",
+                    "{{horizontalpodautoscaler}} max",
+                ),
             ),
-            (
-                f"kube_horizontalpodautoscaler_status_desired_replicas{{{hpa_sel}}}",
-                "{{horizontalpodautoscaler}} desired",
+            _ts(
+                "p95 latency (kvspread_request_latency_p95_seconds)",
+                "The SLI a latency-scaled HPA targets, as Prometheus sees it (the adapter computes "
+                "it from the same histogram over its own window).",
+                "s",
+                (f"kvspread:http_request_duration_seconds:p95_rate5m{{{SVC}}}", LEGEND_SVC),
+                thresholds=_thresholds(*LAT_THRESHOLDS),
             ),
-            (
-                f"kube_horizontalpodautoscaler_spec_max_replicas{{{hpa_sel}}}",
-                "{{horizontalpodautoscaler}} max",
+            _ts(
+                "Good requests per second (< 200 ms)",
+                "kvspread_good_requests_per_second as the HPA example uses it: requests faster "
+                "than 0.2 s per second.",
+                "reqps",
+                (
+                    f'sum by ({by}) (rate({HTTP}_bucket{{le="0.2", {SVC}}}[{RI}]))',
+                    LEGEND_SVC,
+                ),
             ),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "p95 latency (kvspread_request_latency_p95_seconds)",
-            "The SLI a latency-scaled HPA targets, as Prometheus sees it (the adapter computes "
-            "it from the same histogram over its own window).",
-            "s",
-            (f"kvspread:http_request_duration_seconds:p95_rate5m{{{SVC}}}", LEGEND_SVC),
-            thresholds=_thresholds(*LAT_THRESHOLDS),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Good requests per second (< 200 ms)",
-            "kvspread_good_requests_per_second as the HPA example uses it: requests faster "
-            "than 0.2 s per second.",
-            "reqps",
-            (
-                f'sum by ({by}) (rate({HTTP}_bucket{{le="0.2", {SVC}}}[{RI}]))',
-                LEGEND_SVC,
+            _ts(
+                "Queue depth and KV-cache usage",
+                "kvspread_queue_depth (requests waiting in the engines) and "
+                "kvspread_kv_cache_usage_ratio (mean over instances) per namespace.",
+                "short",
+                (f"sum by ({c.NAMESPACE}) ({WAITING}{{{NS}}})", "{{k8s_namespace_name}} waiting"),
+                (f"avg by ({c.NAMESPACE}) ({KV}{{{NS}}})", "{{k8s_namespace_name}} KV usage"),
             ),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Queue depth and KV-cache usage",
-            "kvspread_queue_depth (requests waiting in the engines) and "
-            "kvspread_kv_cache_usage_ratio (mean over instances) per namespace.",
-            "short",
-            (f"sum by ({c.NAMESPACE}) ({WAITING}{{{NS}}})", "{{k8s_namespace_name}} waiting"),
-            (f"avg by ({c.NAMESPACE}) ({KV}{{{NS}}})", "{{k8s_namespace_name}} KV usage"),
-        )
-    )
-    d = d.with_row(db.Row("Metrics adapter"))
-    d = d.with_panel(
-        _ts(
-            "External-metrics requests by code",
-            "Reads by the HPA controller through the aggregator.",
-            "reqps",
-            (
-                f"sum by (kind, code) (rate({names.ADAPTER_REQUESTS.prometheus}[{RI}]))",
-                "{{kind}} {{code}}",
+            db.Row("Metrics adapter"),
+            _ts(
+                "External-metrics requests by code",
+                "Reads by the HPA controller through the aggregator.",
+                "reqps",
+                (
+                    f"sum by (kind, code) (rate({names.ADAPTER_REQUESTS.prometheus}[{RI}]))",
+                    "{{kind}} {{code}}",
+                ),
             ),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Adapter latency p99",
-            "External-metrics request latency.",
-            "s",
-            (_hq(0.99, names.ADAPTER_REQUEST_DURATION.prometheus, "instance", ""), "{{instance}}"),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Series held and OTLP points",
-            "Series in the windowed store and OTLP data points received per second.",
-            "short",
-            (f"sum by (instance) ({names.ADAPTER_SERIES.prometheus})", "{{instance}} series"),
-            (
-                f"sum by (instance) (rate({names.ADAPTER_OTLP_POINTS.prometheus}[{RI}]))",
-                "{{instance}} points/s",
+            _ts(
+                "Adapter latency p99",
+                "External-metrics request latency.",
+                "s",
+                (
+                    _hq(0.99, names.ADAPTER_REQUEST_DURATION.prometheus, "instance", ""),
+                    "{{instance}}",
+                ),
             ),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Stale reads and dropped series",
-            "Reads refused because the newest value was too old (the HPA sees the metric "
-            "missing), and series evicted by the cap or expired.",
-            "ops",
-            (
-                f"sum by (instance) (rate({names.ADAPTER_STALE_READS.prometheus}[{RI}]))",
-                "{{instance}} stale",
+            _ts(
+                "Series held and OTLP points",
+                "Series in the windowed store and OTLP data points received per second.",
+                "short",
+                (f"sum by (instance) ({names.ADAPTER_SERIES.prometheus})", "{{instance}} series"),
+                (
+                    f"sum by (instance) (rate({names.ADAPTER_OTLP_POINTS.prometheus}[{RI}]))",
+                    "{{instance}} points/s",
+                ),
             ),
-            (
-                f"sum by (instance) (rate({names.ADAPTER_SERIES_DROPPED.prometheus}[{RI}]))",
-                "{{instance}} evicted",
+            _ts(
+                "Stale reads and dropped series",
+                "Reads refused because the newest value was too old (the HPA sees the metric "
+                "missing), and series evicted by the cap or expired.",
+                "ops",
+                (
+                    f"sum by (instance) (rate({names.ADAPTER_STALE_READS.prometheus}[{RI}]))",
+                    "{{instance}} stale",
+                ),
+                (
+                    f"sum by (instance) (rate({names.ADAPTER_SERIES_DROPPED.prometheus}[{RI}]))",
+                    "{{instance}} evicted",
+                ),
             ),
-        )
+        ],
     )
-    return d
 
 
 def network() -> db.Dashboard:
-    d = _dashboard(
+    sel = f"{NS}, {NODE_SEL}"
+    pod = f"{c.NAMESPACE}, {c.POD}"
+    port = f"{pod}, {c.PORT}"
+    edge_by = f"client_pod, client_address, {c.NAMESPACE}, {c.POD}, {c.PORT}"
+    return _dashboard(
         "network",
         "kvspread / Network",
         "TCP round-trip time and retransmits per pod, accept-queue delay (the head-of-line "
         "wait a Service proxy adds) and connection edges, measured by the collector's eBPF "
         "programs.",
         _variables("namespace", "node"),
-    )
-    sel = f"{NS}, {NODE_SEL}"
-    pod = f"{c.NAMESPACE}, {c.POD}"
-    d = d.with_row(db.Row("TCP"))
-    d = d.with_panel(
-        _ts(
-            "TCP RTT p50 / p99 per pod",
-            "Smoothed RTT from tcp:tcp_probe.",
-            "s",
-            (_hq(0.5, RTT, pod, sel), "{{k8s_namespace_name}}/{{k8s_pod_name}} p50"),
-            (_hq(0.99, RTT, pod, sel), "{{k8s_namespace_name}}/{{k8s_pod_name}} p99"),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "TCP retransmits per pod",
-            "Retransmitted segments per second (tcp:tcp_retransmit_skb).",
-            "pps",
-            (
-                f"sum by ({pod}) (rate({RETRANS}{{{sel}}}[{RI}]))",
-                "{{k8s_namespace_name}}/{{k8s_pod_name}}",
+        [
+            db.Row("TCP"),
+            _ts(
+                "TCP RTT p50 / p99 per pod",
+                "Smoothed RTT from tcp:tcp_probe.",
+                "s",
+                *_quantiles(RTT, pod, sel, "{{k8s_namespace_name}}/{{k8s_pod_name}}", 0.5, 0.99),
             ),
-        )
-    )
-    d = d.with_row(db.Row("Accept queue"))
-    port = f"{pod}, {c.PORT}"
-    d = d.with_panel(
-        _ts(
-            "Accept-queue delay p50 / p99 per port",
-            "Connection established to accept(): time a new connection waits for the server "
-            "to take it (head-of-line blocking).",
-            "s",
-            (_hq(0.5, ACCEPT_DELAY, port, sel), "{{k8s_pod_name}}:{{server_port}} p50"),
-            (_hq(0.99, ACCEPT_DELAY, port, sel), "{{k8s_pod_name}}:{{server_port}} p99"),
-            thresholds=_thresholds((None, "green"), (0.01, "orange"), (0.1, "red")),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Accept-queue backlog",
-            "Connections waiting in the accept queue per listening port.",
-            "short",
-            (
-                f"{BACKLOG}{{{NODE_SEL}}}",
-                "{{node}} port {{server_port}} (limit {{limit}})",
+            _ts(
+                "TCP retransmits per pod",
+                "Retransmitted segments per second (tcp:tcp_retransmit_skb).",
+                "pps",
+                (
+                    f"sum by ({pod}) (rate({RETRANS}{{{sel}}}[{RI}]))",
+                    "{{k8s_namespace_name}}/{{k8s_pod_name}}",
+                ),
             ),
-        )
+            db.Row("Accept queue"),
+            _ts(
+                "Accept-queue delay p50 / p99 per port",
+                "Connection established to accept(): time a new connection waits for the server "
+                "to take it (head-of-line blocking).",
+                "s",
+                *_quantiles(ACCEPT_DELAY, port, sel, "{{k8s_pod_name}}:{{server_port}}", 0.5, 0.99),
+                thresholds=_thresholds((None, "green"), (0.01, "orange"), (0.1, "red")),
+            ),
+            _ts(
+                "Accept-queue backlog",
+                "Connections waiting in the accept queue per listening port.",
+                "short",
+                (
+                    f"{BACKLOG}{{{NODE_SEL}}}",
+                    "{{node}} port {{server_port}} (limit {{limit}})",
+                ),
+            ),
+            db.Row("Dependencies"),
+            table.Panel()
+            .title("Connection edges")
+            .description(
+                "Accepted connections per second from a client (pod where the collector knows it, "
+                "else its address) to a server pod and port over the selected time range: the "
+                "service dependency graph."
+            )
+            .datasource(DS)
+            .span(24)
+            .height(10)
+            .unit("cps")
+            .targets(
+                [
+                    _q(
+                        f"sum by ({edge_by}) (rate({EDGES}{{{sel}}}[$__range]))",
+                        instant=True,
+                    ).format(pm.PromQueryFormat.TABLE)
+                ]
+            ),
+        ],
     )
-    d = d.with_row(db.Row("Dependencies"))
-    edge_by = f"client_pod, client_address, {c.NAMESPACE}, {c.POD}, {c.PORT}"
-    d = d.with_panel(
-        table.Panel()
-        .title("Connection edges")
-        .description(
-            "Accepted connections per second from a client (pod where the collector knows it, "
-            "else its address) to a server pod and port over the selected time range: the "
-            "service dependency graph."
-        )
-        .datasource(DS)
-        .span(24)
-        .height(10)
-        .unit("cps")
-        .targets(
-            [
-                _q(
-                    f"sum by ({edge_by}) (rate({EDGES}{{{sel}}}[$__range]))",
-                    instant=True,
-                ).format(pm.PromQueryFormat.TABLE)
-            ]
-        )
-    )
-    return d
 
 
 def collector_health() -> db.Dashboard:
-    d = _dashboard(
+    return _dashboard(
         "collector",
         "kvspread / Collector health",
         "Which collector sources work on each node (bpf, nvml, engine, kubernetes, otlp), "
         "BPF event rates and what was dropped.",
         _variables("node"),
-    )
-    d = d.with_panel(
-        statetimeline.Panel()
-        .title("Sources up")
-        .description(
-            "1 when a source works. A source that is down leaves its signals absent, never "
-            "zero; the logs say why once."
-        )
-        .datasource(DS)
-        .span(24)
-        .height(8)
-        .targets([_q(f"{SOURCE_UP}{{{NODE_SEL}}}", "{{node}} {{source}}")])
-        .mappings(_up_mappings("up", "down"))
-        .thresholds(_thresholds((None, "red"), (1, "green")))
-    )
-    d = d.with_panel(
-        _ts(
-            "BPF events per second",
-            "Events read from each BPF program.",
-            "ops",
-            (
-                f"sum by ({c.NODE_FROM_SCRAPE}, program) (rate({BPF_EVENTS}{{{NODE_SEL}}}[{RI}]))",
-                "{{node}} {{program}}",
+        [
+            _up_timeline(
+                "Sources up",
+                "1 when a source works. A source that is down leaves its signals absent, never "
+                "zero; the logs say why once.",
+                (f"{SOURCE_UP}{{{NODE_SEL}}}", "{{node}} {{source}}"),
+                ("up", "down"),
+                width=24,
             ),
-        )
-    )
-    d = d.with_panel(
-        _ts(
-            "Dropped per second",
-            "Samples or events dropped: full BPF tables, lost perf events, failed exports.",
-            "ops",
-            (
-                f"sum by ({c.NODE_FROM_SCRAPE}, reason) (rate({DROPPED}{{{NODE_SEL}}}[{RI}]))",
-                "{{node}} {{reason}}",
+            _ts(
+                "BPF events per second",
+                "Events read from each BPF program.",
+                "ops",
+                (
+                    f"sum by ({c.NODE_FROM_SCRAPE}, program) (rate({BPF_EVENTS}{{{NODE_SEL}}}[{RI}]))",
+                    "{{node}} {{program}}",
+                ),
             ),
-            thresholds=_thresholds((None, "green"), (1, "red")),
-        )
+            _ts(
+                "Dropped per second",
+                "Samples or events dropped: full BPF tables, lost perf events, failed exports.",
+                "ops",
+                (
+                    f"sum by ({c.NODE_FROM_SCRAPE}, reason) (rate({DROPPED}{{{NODE_SEL}}}[{RI}]))",
+                    "{{node}} {{reason}}",
+                ),
+                thresholds=_thresholds((None, "green"), (1, "red")),
+            ),
+            _ts(
+                "Scrape targets up",
+                "Prometheus' own view of every kvspread target.",
+                "short",
+                ('up{job=~".*kvspread.*"}', "{{job}} {{instance}}"),
+                minmax=(0, 1),
+            ),
+        ],
     )
-    d = d.with_panel(
-        _ts(
-            "Scrape targets up",
-            "Prometheus' own view of every kvspread target.",
-            "short",
-            ('up{job=~".*kvspread.*"}', "{{job}} {{instance}}"),
-            minmax=(0, 1),
-        )
-    )
-    return d
 
 
 DASHBOARDS: Final[dict[str, Callable[[], db.Dashboard]]] = {

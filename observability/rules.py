@@ -108,63 +108,60 @@ def _le(seconds: float) -> str:
     return repr(float(seconds))
 
 
+def _record(name: str, expr: str, **labels: str) -> dict[str, Any]:
+    """One recording rule; `labels` are the static labels it adds (slo, slo_class)."""
+    rule: dict[str, Any] = {"record": name, "expr": expr}
+    if labels:
+        rule["labels"] = labels
+    return rule
+
+
+def _rate_and_share(part: str, expr: str, total: str, w: str) -> list[dict[str, Any]]:
+    """`kvspread:PART:rate{w}` from `expr`, and `kvspread:PART:ratio_rate{w}`, its share of
+    `kvspread:TOTAL:rate{w}`."""
+    rate = f"kvspread:{part}:rate{w}"
+    return [
+        _record(rate, expr),
+        _record(f"kvspread:{part}:ratio_rate{w}", f"{rate} / kvspread:{total}:rate{w}"),
+    ]
+
+
 def _recording() -> list[dict[str, Any]]:
     rules: list[dict[str, Any]] = []
     for w in WINDOWS:
         total = f"sum by ({BY}) (rate({HTTP}_count[{w}]))"
-        rules.append({"record": f"kvspread:http_requests:rate{w}", "expr": total})
+        rules.append(_record(f"kvspread:http_requests:rate{w}", total))
         # `or 0 * total` keeps a zero error series where no request failed, so that the
         # ratio and the budget panels read 0 rather than nothing.
         errors = f'sum by ({BY}) (rate({HTTP}_count{{{c.STATUS}=~"5.."}}[{w}])) or (0 * {total})'
-        rules.append({"record": f"kvspread:http_errors:rate{w}", "expr": errors})
-        rules.append(
-            {
-                "record": f"kvspread:http_errors:ratio_rate{w}",
-                "expr": f"kvspread:http_errors:rate{w} / kvspread:http_requests:rate{w}",
-            }
-        )
+        rules += _rate_and_share("http_errors", errors, "http_requests", w)
         for slo in LATENCY_SLOS:
             fast = f'sum by ({BY}) (rate({HTTP}_bucket{{le="{_le(slo.threshold_s)}"}}[{w}]))'
-            rules.append(
-                {
-                    "record": f"kvspread:http_requests_fast:rate{w}",
-                    "expr": fast,
-                    "labels": {"slo_class": slo.qos},
-                }
+            rules.append(_record(f"kvspread:http_requests_fast:rate{w}", fast, slo_class=slo.qos))
+            ratio = (
+                f'kvspread:http_requests_fast:rate{w}{{slo_class="{slo.qos}"}} '
+                f"/ ignoring(slo_class) kvspread:http_requests:rate{w}"
             )
             rules.append(
-                {
-                    "record": f"kvspread:http_requests_fast:ratio_rate{w}",
-                    "expr": f'kvspread:http_requests_fast:rate{w}{{slo_class="{slo.qos}"}} '
-                    f"/ ignoring(slo_class) kvspread:http_requests:rate{w}",
-                    "labels": {"slo_class": slo.qos},
-                }
+                _record(f"kvspread:http_requests_fast:ratio_rate{w}", ratio, slo_class=slo.qos)
             )
         streams = f"sum by ({BY}) (rate({TTFT}_count[{w}]))"
-        rules.append({"record": f"kvspread:gen_ai_streams:rate{w}", "expr": streams})
+        rules.append(_record(f"kvspread:gen_ai_streams:rate{w}", streams))
         fast = f'sum by ({BY}) (rate({TTFT}_bucket{{le="{_le(TTFT_SLO.threshold_s)}"}}[{w}]))'
-        rules.append({"record": f"kvspread:gen_ai_streams_fast_first_token:rate{w}", "expr": fast})
-        rules.append(
-            {
-                "record": f"kvspread:gen_ai_streams_fast_first_token:ratio_rate{w}",
-                "expr": f"kvspread:gen_ai_streams_fast_first_token:rate{w} "
-                f"/ kvspread:gen_ai_streams:rate{w}",
-            }
-        )
+        rules += _rate_and_share("gen_ai_streams_fast_first_token", fast, "gen_ai_streams", w)
     for name, series in (("time_to_first_token", TTFT), ("time_per_output_token", TPOT)):
         rules.append(
-            {
-                "record": f"kvspread:gen_ai_server_{name}_seconds:p95_rate5m",
-                "expr": f"histogram_quantile(0.95, sum by (le, {BY}) (rate({series}_bucket[5m])))",
-            }
+            _record(
+                f"kvspread:gen_ai_server_{name}_seconds:p95_rate5m",
+                f"histogram_quantile(0.95, sum by (le, {BY}) (rate({series}_bucket[5m])))",
+            )
         )
     for q in (50, 95, 99):
         rules.append(
-            {
-                "record": f"kvspread:http_request_duration_seconds:p{q}_rate5m",
-                "expr": f"histogram_quantile(0.{q:02d}, sum by (le, {BY}) "
-                f"(rate({HTTP}_bucket[5m])))",
-            }
+            _record(
+                f"kvspread:http_request_duration_seconds:p{q}_rate5m",
+                f"histogram_quantile(0.{q:02d}, sum by (le, {BY}) (rate({HTTP}_bucket[5m])))",
+            )
         )
     return rules
 
@@ -172,34 +169,34 @@ def _recording() -> list[dict[str, Any]]:
 def _budget() -> list[dict[str, Any]]:
     """30-day SLI and budget remaining, from the 5-minute rates (weighted by traffic)."""
     p = SLO_PERIOD
-    rules: list[dict[str, Any]] = [
-        {
-            "record": f"kvspread:http_errors:ratio_rate{p}",
-            "expr": f"sum_over_time(kvspread:http_errors:rate5m[{p}]) "
+    rules = [
+        _record(
+            f"kvspread:http_errors:ratio_rate{p}",
+            f"sum_over_time(kvspread:http_errors:rate5m[{p}]) "
             f"/ sum_over_time(kvspread:http_requests:rate5m[{p}])",
-        },
-        {
-            "record": f"kvspread:error_budget_remaining:ratio{p}",
-            "expr": f"1 - kvspread:http_errors:ratio_rate{p} / {1 - ERROR_OBJECTIVE:.6g}",
-            "labels": {"slo": "availability"},
-        },
+        ),
+        _record(
+            f"kvspread:error_budget_remaining:ratio{p}",
+            f"1 - kvspread:http_errors:ratio_rate{p} / {1 - ERROR_OBJECTIVE:.6g}",
+            slo="availability",
+        ),
     ]
     for slo in LATENCY_SLOS:
+        fast = f'sum_over_time(kvspread:http_requests_fast:rate5m{{slo_class="{slo.qos}"}}[{p}])'
         rules.append(
-            {
-                "record": f"kvspread:http_requests_fast:ratio_rate{p}",
-                "expr": f'sum_over_time(kvspread:http_requests_fast:rate5m{{slo_class="{slo.qos}"}}[{p}]) '
-                f"/ ignoring(slo_class) sum_over_time(kvspread:http_requests:rate5m[{p}])",
-                "labels": {"slo_class": slo.qos},
-            }
+            _record(
+                f"kvspread:http_requests_fast:ratio_rate{p}",
+                f"{fast} / ignoring(slo_class) sum_over_time(kvspread:http_requests:rate5m[{p}])",
+                slo_class=slo.qos,
+            )
         )
+        bad = f'1 - kvspread:http_requests_fast:ratio_rate{p}{{slo_class="{slo.qos}", {slo.selector}}}'
         rules.append(
-            {
-                "record": f"kvspread:error_budget_remaining:ratio{p}",
-                "expr": f'1 - (1 - kvspread:http_requests_fast:ratio_rate{p}{{slo_class="{slo.qos}", '
-                f"{slo.selector}}}) / {1 - slo.objective:.6g}",
-                "labels": {"slo": f"latency-{slo.qos}"},
-            }
+            _record(
+                f"kvspread:error_budget_remaining:ratio{p}",
+                f"1 - ({bad}) / {1 - slo.objective:.6g}",
+                slo=f"latency-{slo.qos}",
+            )
         )
     return rules
 
@@ -468,18 +465,18 @@ def prometheus_rule(namespace: str = "kvspread") -> dict[str, Any]:
 
 def alert_names() -> list[str]:
     """Every distinct alert name, in order."""
-    seen: list[str] = []
-    for g in rule_groups():
-        for r in g["rules"]:
-            if "alert" in r and r["alert"] not in seen:
-                seen.append(r["alert"])
-    return seen
+    return _distinct("alert")
 
 
 def recorded_names() -> list[str]:
+    """Every distinct recorded series name, in order."""
+    return _distinct("record")
+
+
+def _distinct(kind: str) -> list[str]:
     seen: list[str] = []
     for g in rule_groups():
         for r in g["rules"]:
-            if "record" in r and r["record"] not in seen:
-                seen.append(r["record"])
+            if kind in r and r[kind] not in seen:
+                seen.append(r[kind])
     return seen

@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Mapping
 
 from kvspread import logs
-from kvspread.settings import Setting, add_part, gather
+from kvspread.settings import KUBERNETES_SETTINGS, Setting, add_part, from_args
 from router.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, RouterConfig
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
@@ -77,17 +77,7 @@ SETTINGS: list[Setting] = [
         flag="--pool-namespace",
         metavar="NS",
     ),
-    Setting(
-        "kubernetes.kubeconfig",
-        "kubeconfig file (default: in-cluster, then ~/.kube/config)",
-        metavar="FILE",
-    ),
-    Setting(
-        "kubernetes.api_server",
-        "plain API server URL without credentials (kubectl proxy, tests)",
-        flag="--kube-api-server",
-        metavar="URL",
-    ),
+    *KUBERNETES_SETTINGS,
     Setting(
         "metrics.interval_s",
         "seconds between engine /metrics scrapes (default 0.5)",
@@ -124,8 +114,7 @@ the YAML also holds the scoring weights, see docs/router.md.
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> RouterConfig:
     """Merge flag > env > YAML > defaults and validate strictly."""
-    merged = gather(PART, SETTINGS, args, environ, getattr(args, "config", None))
-    return RouterConfig.from_mapping(merged)
+    return from_args(PART, SETTINGS, args, environ, RouterConfig.from_mapping)
 
 
 def register(
@@ -135,7 +124,6 @@ def register(
         sub,
         PART,
         SETTINGS,
-        name="router",
         help="endpoint picker for the Gateway API Inference Extension (Envoy ext_proc)",
         description="Per-request endpoint picker: Envoy asks it over ext_proc which "
         "model-server pod serves each request, by GPU memory, queue, KV cache, modality "

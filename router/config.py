@@ -28,13 +28,12 @@ YAML shape (every key optional; defaults shown, except that exactly one of
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
-from kvspread.logs import LEVELS
-from kvspread.settings import Parse, invalid, load
+from kvspread.logs import LogLevel
+from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, ports
 from router.scoring import ScoringConfig
 
 __all__ = [
@@ -86,16 +85,6 @@ def _is_address(item: str) -> bool:
     return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
-def _port(key: str, value: int | None, lowest: int = 1) -> None:
-    if value is not None and not lowest <= value <= 65535:
-        raise invalid(key, f"a port number {lowest}..65535", value)
-
-
-def _positive(key: str, value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise invalid(key, "a number > 0", value)
-
-
 @dataclass(frozen=True)
 class ServerConfig:
     """How the picker serves Envoy and its HTTP endpoints (YAML `server:`)."""
@@ -110,7 +99,7 @@ class ServerConfig:
     """PEM certificate: serve gRPC over TLS (with `tls_key`); unset: plaintext HTTP/2."""
     tls_key: str | None = None
     """PEM private key of `tls_cert`."""
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     """debug, info, warning or error; debug logs one JSON line per pick."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest gRPC message received or sent, so large base64 bodies pass (>= 4194304)."""
@@ -119,15 +108,12 @@ class ServerConfig:
     own HTTP/2 server on one event loop (opt-in: about a quarter of the CPU per stream)."""
 
     def validate(self) -> None:
-        _port("grpc_port", self.grpc_port, 0)
-        _port("http_port", self.http_port, 0)
+        ports(self, "grpc_port", "http_port")
         if (self.tls_cert is None) != (self.tls_key is None):
             key = "tls_key" if self.tls_key is None else "tls_cert"
             raise invalid(key, "tls_cert and tls_key both or neither", None)
         if self.grpc_server not in GRPC_SERVERS:
             raise invalid("grpc_server", "one of " + ", ".join(GRPC_SERVERS), self.grpc_server)
-        if self.log_level not in LEVELS:
-            raise invalid("log_level", "one of " + ", ".join(LEVELS), self.log_level)
         if self.max_message_bytes < MIN_MESSAGE_BYTES:
             raise invalid(
                 "max_message_bytes",
@@ -159,8 +145,7 @@ class EndpointsConfig:
         for n, item in enumerate(self.static):
             if not _is_address(item):
                 raise invalid(f"static[{n}]", "ip:port", item)
-        _port("target_port", self.target_port)
-        _port("metrics_port", self.metrics_port)
+        ports(self, "target_port", "metrics_port", lowest=1)
         if self.selector and self.target_port is None:
             raise invalid("target_port", "a port with selector (--target-port)", None)
         if not self.metrics_path.startswith("/"):
@@ -179,17 +164,9 @@ class PoolConfig:
 
 
 @dataclass(frozen=True)
-class KubernetesConfig:
+class KubernetesConfig(KubeAccess):
     """How the picker reaches the API server for pools, pods and nodes (YAML
     `kubernetes:`)."""
-
-    kubeconfig: str | None = None
-    """kubeconfig file; unset: in-cluster service account, then ~/.kube/config."""
-    api_server: str | None = None
-    """A plain API URL without credentials (kubectl proxy, tests' FakeKubeApi)."""
-    node_signals: bool = True
-    """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
-    NodeSignals wins over its kvspread.io/signals annotation."""
 
 
 @dataclass(frozen=True)
@@ -208,8 +185,8 @@ class MetricsConfig:
     cycle)."""
 
     def validate(self) -> None:
-        for key in ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s"):
-            _positive(key, getattr(self, key))
+        keys = ("interval_s", "stale_after_s", "timeout_s", "signals_stale_after_s")
+        bounded(self, *keys, above=0, finite=True)
         if self.stale_after_s < self.interval_s:
             raise invalid(
                 "stale_after_s",
@@ -232,12 +209,8 @@ class RequestConfig:
     """Output tokens assumed when the request gives no max_tokens."""
 
     def validate(self) -> None:
-        for key in ("patch", "max_image_tokens"):
-            if getattr(self, key) < 1:
-                raise invalid(key, "an integer >= 1", getattr(self, key))
-        for key in ("default_image_tokens", "default_max_tokens"):
-            if getattr(self, key) < 0:
-                raise invalid(key, "an integer >= 0", getattr(self, key))
+        bounded(self, "patch", "max_image_tokens", at_least=1, what="an integer")
+        bounded(self, "default_image_tokens", "default_max_tokens", at_least=0, what="an integer")
 
 
 @dataclass(frozen=True)
@@ -250,9 +223,8 @@ class AffinityConfig:
     """Bindings kept (the least recently used are dropped)."""
 
     def validate(self) -> None:
-        _positive("ttl_s", self.ttl_s)
-        if self.max_entries < 1:
-            raise invalid("max_entries", "an integer >= 1", self.max_entries)
+        bounded(self, "ttl_s", above=0, finite=True)
+        bounded(self, "max_entries", at_least=1, what="an integer")
 
 
 SOURCES: Final = (

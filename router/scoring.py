@@ -21,11 +21,10 @@ eligible endpoint is fresh and has at least `shed_queue` requests waiting.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from kvspread.settings import invalid
+from kvspread.settings import bounded
 from router.request import RequestInfo
 
 __all__ = [
@@ -92,13 +91,8 @@ class ScoringConfig:
     """Fallback endpoints sent after the chosen one in the destination header."""
 
     def validate(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not (math.isfinite(value) and value >= 0):
-                raise invalid(f.name, "a number >= 0", value)
-        for key in ("max_streams", "queue_norm"):
-            if getattr(self, key) <= 0:
-                raise invalid(key, "a number > 0", getattr(self, key))
+        bounded(self, *(f.name for f in fields(self)), at_least=0, finite=True)
+        bounded(self, "max_streams", "queue_norm", above=0)
 
 
 @dataclass(frozen=True)

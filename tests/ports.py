@@ -1,10 +1,16 @@
-"""Free TCP ports for the tests' servers (shared by every test folder)."""
+"""Ports for the tests' and benchmarks' servers: free ones, and waiting until a server
+started on one answers (shared by every test folder and bench/)."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
+from typing import Any
 
-__all__ = ["free_port", "port_free_on"]
+import httpx
+
+__all__ = ["free_port", "port_free_on", "wait_http_ok"]
 
 
 def free_port() -> int:
@@ -29,3 +35,25 @@ def port_free_on(hosts: list[str]) -> int:
         except OSError:
             continue
     raise RuntimeError(f"no port free on every address of {hosts}")
+
+
+def wait_http_ok(
+    url: str, timeout: float = 30.0, proc: subprocess.Popen[Any] | None = None
+) -> None:
+    """Poll GET `url` until it answers 200. Fails (RuntimeError) after `timeout` seconds, or
+    as soon as `proc`, the server's process, has exited, with what it wrote to a piped
+    stderr, so a server that cannot start says why instead of timing out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            text = err.decode(errors="replace") if isinstance(err, bytes) else err
+            raise RuntimeError(f"{url}: the server exited ({proc.returncode}): {text[-2000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not answer 200 within {timeout:g} s")
+        time.sleep(0.1)

@@ -11,6 +11,7 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,20 @@ def _add(parser: argparse.ArgumentParser, flag: str, **kw: object) -> None:
     parser.add_argument(flag, **kw)  # type: ignore[arg-type]
 
 
+def _add_all_of(
+    parser: argparse.ArgumentParser, flag: str, names: Sequence[str], what: str
+) -> None:
+    """A comma list of some of `names`, by default all of them."""
+    every = ",".join(names)
+    _add(
+        parser,
+        flag,
+        default=every,
+        metavar="LIST",
+        help=f"comma-separated {what} (default {every})",
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the serving simulation's flags to `parser`.
 
@@ -58,7 +73,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--workload",
         action="append",
-        default=None,
         metavar="SERVICE=PATH",
         help="drive SERVICE from a ServeGen client folder, an Azure-format CSV "
         "(TIMESTAMP,ContextTokens,GeneratedTokens[,NumImages]) or a bundled name "
@@ -68,7 +82,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--cluster",
         choices=CLUSTERS,
-        default=None,
         help=f"cluster and services of the real-workload setup (default {DEFAULT_CLUSTER}): "
         "small = 3 nodes x 4 shared GPUs, shared = 16 such nodes, whole-gpu = 16 nodes x 8 "
         "whole GPUs, chat a 4-GPU tensor-parallel Llama-3-70B",
@@ -76,7 +89,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add(
         parser,
         "--hours",
-        default=None,
         metavar="A-B",
         help="part of the ServeGen day to run, in hours (e.g. 10-11; sets the start and "
         "--duration; default 10-11)",
@@ -85,7 +97,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--offset",
         type=float,
-        default=None,
         metavar="SECONDS",
         help="start at this trace second of the ServeGen data instead (CSV traces always "
         "start at their first request)",
@@ -94,7 +105,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--rate-scale",
         type=float,
-        default=None,
         metavar="F",
         help="multiply every workload rate by F (default: the cluster's stated factor)",
     )
@@ -102,31 +112,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--synthetic",
         action="store_true",
-        default=False,
         help="the synthetic traffic model instead of real workloads (arrivals:/kinds: keys)",
     )
     _add(
         parser,
         "--duration",
         type=float,
-        default=None,
         metavar="SECONDS",
         help="simulated seconds per run after the warm-up (default 3600)",
     )
-    _add(
-        parser,
-        "--policies",
-        default=",".join(POLICIES),
-        metavar="LIST",
-        help=f"comma-separated placement policies (default {','.join(POLICIES)})",
-    )
-    _add(
-        parser,
-        "--autoscalers",
-        default=",".join(AUTOSCALERS),
-        metavar="LIST",
-        help=f"comma-separated autoscalers (default {','.join(AUTOSCALERS)})",
-    )
+    _add_all_of(parser, "--policies", POLICIES, "placement policies")
+    _add_all_of(parser, "--autoscalers", AUTOSCALERS, "autoscalers")
     _add(
         parser,
         "--routing",
@@ -161,7 +157,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add(
         parser,
         "--config",
-        default=None,
         metavar="FILE",
         help="YAML overriding the cost model, workload, cluster, HPA "
         "(keys: docs/serving-simulation.md)",
@@ -170,7 +165,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--rate",
         type=float,
-        default=None,
         metavar="RPS",
         help="base request rate of the synthetic traffic (overrides arrivals.rate_rps)",
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.config import ScoringConfig
-from kvspread.settings import invalid, load
+from kvspread.settings import bounded, invalid, load
 from simulator.serving.slis import sli_names
 
 __all__ = [
@@ -418,39 +418,31 @@ def _default_kinds() -> dict[str, KindSpec]:
 
 
 def _default_services() -> dict[str, ServiceSpec]:
+    """One service per kind of traffic, each scaled by an HPA on requests per second per
+    replica (AverageValue) and on p95 latency (Value), 1 to `max` replicas from 2."""
     rps = "kvspread_requests_per_second"
     p95 = "kvspread_request_latency_p95_seconds"
+    table = (
+        # name, kind, model, qos, GiB per GPU, max replicas, rps per replica, p95 target
+        ("chat", "text", "llama-3-8b", "realtime", 24.0, 8, 2.5, 30.0),
+        ("vision", "image", "qwen2-vl-7b", "realtime", 32.0, 8, 2.5, 20.0),
+        ("docs", "multi-image", "qwen2-vl-7b-32k", "batch", 48.0, 10, 0.35, 120.0),
+    )
     return {
-        "chat": ServiceSpec(
-            kind="text",
-            model="llama-3-8b",
-            qos="realtime",
-            gpu_memory_gib=24.0,
+        name: ServiceSpec(
+            kind=kind,
+            model=model,
+            qos=qos,
+            gpu_memory_gib=gib,
+            metrics=(
+                MetricTarget(rps, "AverageValue", per_replica),
+                MetricTarget(p95, "Value", slo),
+            ),
             min_replicas=1,
-            max_replicas=8,
+            max_replicas=top,
             initial_replicas=2,
-            metrics=(MetricTarget(rps, "AverageValue", 2.5), MetricTarget(p95, "Value", 30.0)),
-        ),
-        "vision": ServiceSpec(
-            kind="image",
-            model="qwen2-vl-7b",
-            qos="realtime",
-            gpu_memory_gib=32.0,
-            min_replicas=1,
-            max_replicas=8,
-            initial_replicas=2,
-            metrics=(MetricTarget(rps, "AverageValue", 2.5), MetricTarget(p95, "Value", 20.0)),
-        ),
-        "docs": ServiceSpec(
-            kind="multi-image",
-            model="qwen2-vl-7b-32k",
-            qos="batch",
-            gpu_memory_gib=48.0,
-            min_replicas=1,
-            max_replicas=10,
-            initial_replicas=2,
-            metrics=(MetricTarget(rps, "AverageValue", 0.35), MetricTarget(p95, "Value", 120.0)),
-        ),
+        )
+        for name, kind, model, qos, gib, top, per_replica, slo in table
     }
 
 
@@ -506,13 +498,10 @@ class SimConfig:
 
     def validate(self) -> SimConfig:
         """Cross-field checks; returns self so it chains."""
-        if self.duration_s <= 0:
-            raise invalid("duration_s", "a number > 0", self.duration_s)
-        if self.warmup_s < 0:
-            raise invalid("warmup_s", "a number >= 0", self.warmup_s)
-        for key in ("nodes", "gpus_per_node", "slots_per_gpu"):
-            if getattr(self.cluster, key) < 1:
-                raise invalid(f"cluster.{key}", "an integer >= 1", getattr(self.cluster, key))
+        bounded(self, "duration_s", above=0)
+        bounded(self, "warmup_s", at_least=0)
+        keys = ("cluster.nodes", "cluster.gpus_per_node", "cluster.slots_per_gpu")
+        bounded(self, *keys, at_least=1, what="an integer")
         if any(k < 0 for k in self.cluster.nvlink_island_gpus):
             raise invalid(
                 "cluster.nvlink_island_gpus",
@@ -522,21 +511,11 @@ class SimConfig:
         for key in ("pools", "nvlink", "nvlink_island_gpus"):
             if not getattr(self.cluster, key):
                 raise invalid(f"cluster.{key}", "a non-empty list", [])
-        for key in ("block_tokens", "max_num_seqs", "chunk_tokens"):
-            if getattr(self.cost, key) < 1:
-                raise invalid(f"cost.{key}", "an integer >= 1", getattr(self.cost, key))
-        for key in ("tp_overhead_nvlink", "tp_overhead_pcie"):
-            if getattr(self.cost, key) < 0:
-                raise invalid(f"cost.{key}", "a number >= 0", getattr(self.cost, key))
-        for key in ("prefill_tok_s", "eta"):
-            if getattr(self.cost, key) <= 0:
-                raise invalid(f"cost.{key}", "a number > 0", getattr(self.cost, key))
-        for key in ("hbm_gib", "bandwidth_tb_s"):
-            if getattr(self.gpu, key) <= 0:
-                raise invalid(f"gpu.{key}", "a number > 0", getattr(self.gpu, key))
-        for key in ("rate_rps", "cv"):
-            if getattr(self.arrivals, key) <= 0:
-                raise invalid(f"arrivals.{key}", "a number > 0", getattr(self.arrivals, key))
+        keys = ("cost.block_tokens", "cost.max_num_seqs", "cost.chunk_tokens")
+        bounded(self, *keys, at_least=1, what="an integer")
+        bounded(self, "cost.tp_overhead_nvlink", "cost.tp_overhead_pcie", at_least=0)
+        positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
+        bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:
             raise invalid("services", "at least one service", {})
         for kind in self.kinds:
@@ -596,10 +575,8 @@ class SimConfig:
         if self.workloads and set(self.workloads) != set(self.services):
             missing = sorted(set(self.services) - set(self.workloads))
             raise invalid("workloads", "a workload for every service", missing)
-        if self.rate_scale <= 0:
-            raise invalid("rate_scale", "a number > 0", self.rate_scale)
-        if self.workload_start_s < 0:
-            raise invalid("workload_start_s", "a number >= 0", self.workload_start_s)
+        bounded(self, "rate_scale", above=0)
+        bounded(self, "workload_start_s", at_least=0)
         served = {s.kind for s in self.services.values()}
         for kind, k in self.kinds.items():
             if k.share < 0:

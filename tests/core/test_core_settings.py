@@ -268,3 +268,36 @@ def test_error_wording_is_identical_across_parts() -> None:
         _error(serving, {"sever": 1}),
     ]
     assert all(str(e).startswith("sever: unknown key (known: ") for e in unknown)
+
+
+def test_bounded_is_the_one_range_check_and_its_wording() -> None:
+    """`bounded` names the (dotted) key, the rule and the value; `finite` refuses infinity."""
+    from types import SimpleNamespace
+
+    from kvspread.settings import bounded
+
+    obj = SimpleNamespace(n=0, x=float("nan"), cost=SimpleNamespace(eta=-1.0), t=float("inf"))
+    with pytest.raises(ConfigError, match=r"^n: expected an integer >= 1, got 0$"):
+        bounded(obj, "n", at_least=1, what="an integer")
+    with pytest.raises(ConfigError, match=r"^x: expected a number >= 0, got nan$"):
+        bounded(obj, "x", at_least=0)
+    with pytest.raises(ConfigError, match=r"^cost\.eta: expected a number > 0, got -1\.0$"):
+        bounded(obj, "cost.eta", above=0)
+    bounded(obj, "t", above=0)  # infinity is > 0 ...
+    with pytest.raises(ConfigError, match=r"^t: expected a finite number > 0, got inf$"):
+        bounded(obj, "t", above=0, what="a finite number", finite=True)  # ... unless finite
+    bounded({"ok": 0.5}, "ok", above=0)  # a mapping's items too
+    with pytest.raises(TypeError):
+        bounded(obj, "n", above=0, at_least=0)
+
+
+def test_ports_checks_the_range_and_lets_unset_pass() -> None:
+    from types import SimpleNamespace
+
+    from kvspread.settings import ports
+
+    ports(SimpleNamespace(a=0, b=None, c=65535), "a", "b", "c")
+    with pytest.raises(ConfigError, match=r"^c: expected a port number 0\.\.65535, got 65536$"):
+        ports(SimpleNamespace(c=65536), "c")
+    with pytest.raises(ConfigError, match=r"^a: expected a port number 1\.\.65535, got 0$"):
+        ports(SimpleNamespace(a=0), "a", lowest=1)

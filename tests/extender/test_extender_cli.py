@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -13,7 +12,7 @@ import pytest
 
 from extender.cli import config_from_args
 from kvspread.cli import build_parser, main
-from tests.ports import free_port
+from tests.ports import free_port, wait_http_ok
 
 WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "k8s-wire"
 
@@ -104,16 +103,7 @@ def test_serve_standalone_as_a_process() -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.1)
+        wait_http_ok(url + "/readyz", 30, proc)
         body = (WIRE / "prioritize-request.nodeCacheCapable-false.json").read_bytes()
         r = httpx.post(url + "/prioritize", content=body)
         assert r.status_code == 200 and [h["Host"] for h in r.json()] == [

@@ -13,6 +13,7 @@ from kvspread.cli import build_parser
 from kvspread.settings import ConfigError
 from router.cli import config_from_args
 from router.config import RouterConfig
+from tests.ports import free_port, wait_http_ok
 
 SERVE = [sys.executable, "-m", "kvspread", "router", "serve", "--endpoints", "127.0.0.1:9"]
 """`kvspread router serve` with one static endpoint, as a subprocess."""
@@ -146,18 +147,11 @@ def test_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
 def test_serve_runs_answers_health_and_stops_on_sigterm(tmp_path: Path) -> None:
     import os
     import signal
-    import socket
-    import time
 
     import grpc
-    import httpx
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = [free_port(), free_port()]
     proc = subprocess.Popen(
         [*SERVE, "--grpc-port", str(ports[0]), "--http-port", str(ports[1])],
         env={**os.environ, "KVSPREAD_ROUTER_SERVER_LOG_LEVEL": "warning"},
@@ -165,15 +159,7 @@ def test_serve_runs_answers_health_and_stops_on_sigterm(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{ports[1]}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
-            time.sleep(0.1)
+        wait_http_ok(f"http://127.0.0.1:{ports[1]}/readyz", 60, proc)
         with grpc.insecure_channel(f"127.0.0.1:{ports[0]}") as ch:
             got = health_pb2_grpc.HealthStub(ch).Check(
                 health_pb2.HealthCheckRequest(service="readiness"), timeout=5
