@@ -29,7 +29,7 @@ import ssl
 import struct
 import urllib.parse
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from grpc_health.v1 import health_pb2
 from hpack.huffman_table import decode_huffman
@@ -336,8 +336,7 @@ class _Connection(asyncio.Protocol):
 
     # --- asyncio --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self.server._connections.add(self)
         settings = struct.pack(
             ">HIHIHI", 0x2, 0, 0x4, _MAX_WINDOW, 0x5, _OUR_MAX_FRAME
