@@ -14,8 +14,9 @@ What runs (all on loopback, each its own process unless said):
   scheduled send time, so a late generator or a queue shows up in the figures instead of
   being left out (no coordinated omission).
 
-Per run and rate, the plain Envoy is measured, then each picker's Envoy, one after the
-other. `added` = p50 / p99 through Envoy with ext_proc minus the same through the plain
+Per run and rate, the plain Envoy and each picker's Envoy take turns of `--slice` seconds
+(default 1) until each has had `--seconds`, so a change in the machine's other load falls
+on all of them alike; a turn waits for its last answer before the next begins. `added` = p50 / p99 through Envoy with ext_proc minus the same through the plain
 Envoy of that run. The second table is CPU milliseconds per request of every process over
 each measured phase (user + system from /proc/PID/stat, all threads), and how busy the
 data-plane cores were: `ours` is the sum of this bench's processes there, `all` is every
@@ -240,48 +241,45 @@ class Proc:
 
 @dataclass
 class Phase:
+    """One gateway's measurement at one rate in one run (its slices added up)."""
+
     run: int
     rate: float
     name: str  # "plain" or the picker's gRPC server kind
-    latencies: list[float | None]
-    lags: list[float]
-    cpu_ms: dict[str, float]  # per process, per request
-    ours_pct: float
-    all_pct: float
-    picker_core_pct: float | None  # every process on the picker's cores, when pinned
+    latencies: list[float | None] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # per process, CPU seconds
+    wall_s: float = 0.0
+    dp_busy_s: float = 0.0  # every process on the data-plane cores
+    picker_busy_s: float = 0.0  # every process on the picker's cores
+
+    def cpu_ms(self, proc: str) -> float:
+        """CPU milliseconds per request of one process."""
+        return self.cpu_s.get(proc, 0.0) / max(1, len(self.latencies)) * 1000
 
 
-async def measure(
+async def measure_slice(
+    ph: Phase,
     load: OpenLoop,
-    name: str,
-    run: int,
-    rate: float,
     seconds: float,
     procs: list[Proc],
     dp_cores: set[int],
     picker_cores: set[int] | None,
-) -> Phase:
+) -> None:
+    """Run `seconds` of load at ph.rate and add latencies and CPU to ph."""
     t0, c0 = time.monotonic(), core_busy(dp_cores)
     k0 = core_busy(picker_cores) if picker_cores else 0.0
     s0 = {p.name: cpu_seconds(p.pid) for p in procs}
-    lat, lags = await load.run(rate, seconds)
+    lat, lags = await load.run(ph.rate, seconds)
     t1, c1 = time.monotonic(), core_busy(dp_cores)
     k1 = core_busy(picker_cores) if picker_cores else 0.0
-    s1 = {p.name: cpu_seconds(p.pid) for p in procs}
-    n = max(1, len(lat))
-    ours = sum(s1[p.name] - s0[p.name] for p in procs if p.side == "data plane")
-    wall = (t1 - t0) * len(dp_cores)
-    return Phase(
-        run,
-        rate,
-        name,
-        lat,
-        lags,
-        {p.name: (s1[p.name] - s0[p.name]) / n * 1000 for p in procs},
-        ours / wall * 100,
-        (c1 - c0) / wall * 100,
-        (k1 - k0) / (t1 - t0) / len(picker_cores) * 100 if picker_cores else None,
-    )
+    for p in procs:
+        ph.cpu_s[p.name] = ph.cpu_s.get(p.name, 0.0) + cpu_seconds(p.pid) - s0[p.name]
+    ph.latencies += lat
+    ph.lags += lags
+    ph.wall_s += t1 - t0
+    ph.dp_busy_s += c1 - c0
+    ph.picker_busy_s += k1 - k0
 
 
 def print_report(
@@ -327,14 +325,17 @@ def print_report(
     print("| run | req/s | phase | " + " | ".join(f"{p.name} [{p.side}]" for p in procs), end="")
     print(" | data plane sum | data-plane cores busy % ours / all | picker cores busy % all |")
     print("|---:|---:|---|" + "---:|" * len(procs) + "---:|---:|---:|")
+    n_dp = len(os.sched_getaffinity(0))
     for ph in phases:
-        dp = sum(ph.cpu_ms[p.name] for p in procs if p.side == "data plane")
-        cells = " | ".join(f"{ph.cpu_ms[p.name]:.3f}" for p in procs)
+        dp = sum(ph.cpu_ms(p.name) for p in procs if p.side == "data plane")
+        ours = sum(ph.cpu_s[p.name] for p in procs if p.side == "data plane")
+        cells = " | ".join(f"{ph.cpu_ms(p.name):.3f}" for p in procs)
+        wall = max(ph.wall_s, 1e-9)
+        picker_pct = f"{ph.picker_busy_s / wall * 100:.0f}" if args.pin else "-"
         print(
             f"| {ph.run} | {ph.rate:g} | {ph.name} | {cells} | {dp:.3f} | "
-            f"{ph.ours_pct:.0f} / {ph.all_pct:.0f} | "
-            + ("-" if ph.picker_core_pct is None else f"{ph.picker_core_pct:.0f}")
-            + " |"
+            f"{ours / wall / n_dp * 100:.0f} / {ph.dp_busy_s / wall / n_dp * 100:.0f} | "
+            f"{picker_pct} |"
         )
     print("\nEnvoy counters over the whole bench (upstream connections against requests):")
     for envoy_name, c in counters.items():
@@ -356,17 +357,19 @@ async def bench(
     loop = asyncio.get_running_loop()
     loads = {name: OpenLoop(e.port, loop) for name, e in gateways.items()}
     phases = []
+    slices = max(1, round(args.seconds / args.slice))
     try:
         for run in range(1, args.repeat + 1):
             for rate in [float(r) for r in args.rates.split(",")]:
                 for load in loads.values():  # warm-up: connections open, caches warm
                     await load.run(min(rate, 100), 0.5)
-                for name, load in loads.items():
-                    phases.append(
-                        await measure(
-                            load, name, run, rate, args.seconds, procs, dp_cores, picker_cores
+                now = {name: Phase(run, rate, name) for name in loads}
+                for _ in range(slices):  # the gateways take turns, so drift hits all alike
+                    for name, load in loads.items():
+                        await measure_slice(
+                            now[name], load, args.seconds / slices, procs, dp_cores, picker_cores
                         )
-                    )
+                phases += now.values()
     finally:
         for load in loads.values():
             load.close()
@@ -390,6 +393,13 @@ def main() -> int:
         help="picker gRPC servers to measure side by side, comma-separated (h2, grpcio)",
     )
     ap.add_argument("--repeat", type=int, default=1, help="runs of every rate (the spread)")
+    ap.add_argument(
+        "--slice",
+        type=float,
+        default=1.0,
+        help="seconds of one turn: the gateways are measured in turns of this length, "
+        "interleaved, until each has had --seconds (so the machine's load drifts hit all)",
+    )
     ap.add_argument(
         "--harness-loop",
         choices=("auto", "asyncio", "uvloop"),
