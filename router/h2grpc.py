@@ -125,8 +125,11 @@ _OK_TRAILERS = _trailers(OK)
 
 class HPACKDecoder:
     """RFC 7541 decoding with the dynamic table; one per connection, every header block in
-    order. A block made only of indexed fields (what Envoy sends once its table is warm)
-    leaves the table as it was, so its decoding is cached by the block's bytes."""
+    order. A block of indexed fields and literals without indexing (what Envoy sends once
+    its table is warm: the same ext_proc headers on every stream, some of them never
+    indexed) leaves the table as it was, so its decoding is cached by the block's bytes;
+    a block that changes the table (an incremental literal, a size update) empties the
+    cache, whose entries may then mean other headers."""
 
     def __init__(self, max_table_size: int = 4096) -> None:
         self._static = HeaderTable.STATIC_TABLE
@@ -197,7 +200,7 @@ class HPACKDecoder:
             return cached
         out: list[tuple[bytes, bytes]] = []
         pos, n = 0, len(data)
-        only_indexed = True
+        table_unchanged = True
         try:
             while pos < n:
                 b = data[pos]
@@ -205,11 +208,12 @@ class HPACKDecoder:
                     index, pos = self._int(data, pos, 7)
                     out.append(self._entry(index))
                     continue
-                only_indexed = False
                 if b & 0x40:  # literal with incremental indexing
+                    table_unchanged = False
                     index, pos = self._int(data, pos, 6)
                     index_name = True
                 elif b & 0x20:  # dynamic table size update
+                    table_unchanged = False
                     size, pos = self._int(data, pos, 5)
                     if size > self._limit:
                         raise HPACKError(f"table size {size} over the limit {self._limit}")
@@ -229,7 +233,7 @@ class HPACKDecoder:
                     self._add(name, value)
         except IndexError:
             raise HPACKError("truncated header block") from None
-        if only_indexed:
+        if table_unchanged:
             if len(self._cache) > 256:
                 self._cache.clear()
             self._cache[data] = out
