@@ -16,13 +16,19 @@ What runs (all on loopback, each its own process unless said):
 
 Per run and rate, the plain Envoy and each picker's Envoy take turns of `--slice` seconds
 (default 1) until each has had `--seconds`, so a change in the machine's other load falls
-on all of them alike; a turn waits for its last answer before the next begins. `added` = p50 / p99 through Envoy with ext_proc minus the same through the plain
-Envoy of that run. The second table is CPU milliseconds per request of every process over
-each measured phase (user + system from /proc/PID/stat, all threads), and how busy the
-data-plane cores were: `ours` is the sum of this bench's processes there, `all` is every
-process on the machine (from /proc/stat), so other load on the machine is visible.
-`lag p99` is how late the generator sent (scheduled to written): near zero unless the
-generator's core is saturated.
+on all of them alike; a turn waits for its last answer before the next begins.
+`added` = p50 / p99 through Envoy with ext_proc minus the same through the plain Envoy of
+that run and rate. `lag p99` is how late the generator sent (scheduled to written): near
+zero unless the generator's core is saturated.
+
+The second table is CPU milliseconds per request of every process over each phase (user +
+system from /proc/PID/stat, all threads; the kernel counts in 10 ms ticks, so at 10 req/s
+over 5 s a step is 0.2 ms and an idle process's scrapes or stats flushes dominate), the sum
+over the data-plane processes, and how busy the cores were: `ours` is the sum of this
+bench's processes on the data-plane cores, `all` is every process on the machine there
+(from /proc/stat), and the picker's cores likewise, so other load on the machine shows.
+The generator and the fakes run on uvloop when it is installed (`--harness-loop`); the
+picker always runs on its own asyncio loop.
 
 `--pin PICKER:OTHERS` pins the picker(s) to cores PICKER (taskset's list syntax: `1`,
 `2-3`) and this process, the Envoys and the fakes to OTHERS, so the picker has a core to
