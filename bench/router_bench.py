@@ -362,7 +362,7 @@ async def bench(
 ) -> list[Phase]:
     loop = asyncio.get_running_loop()
     loads = {name: OpenLoop(e.port, loop) for name, e in gateways.items()}
-    phases = []
+    phases: list[Phase] = []
     slices = max(1, round(args.seconds / args.slice))
     try:
         for run in range(1, args.repeat + 1):
