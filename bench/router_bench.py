@@ -106,6 +106,16 @@ def core_busy(cores: set[int]) -> float:
     return busy / TICK
 
 
+def picker_command(endpoints: list[str], grpc_port: int, http_port: int, kind: str) -> list[str]:
+    """`kvspread router serve` over static endpoints, one destination (no fallbacks)."""
+    return [
+        sys.executable, "-m", "kvspread", "router", "serve",
+        "--endpoints", ",".join(endpoints), "--grpc-port", str(grpc_port),
+        "--http-port", str(http_port), "--grpc-server", kind, "--fallbacks", "0",
+        "--log-level", "warning",
+    ]  # fmt: skip
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -458,25 +468,7 @@ def main() -> int:
         for kind in kinds:
             grpc_port, http_port = free_port(), free_port()
             picker = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "kvspread",
-                    "router",
-                    "serve",
-                    "--endpoints",
-                    ",".join(endpoints),
-                    "--grpc-port",
-                    str(grpc_port),
-                    "--http-port",
-                    str(http_port),
-                    "--grpc-server",
-                    kind,
-                    "--fallbacks",
-                    "0",
-                    "--log-level",
-                    "warning",
-                ],  # fmt: skip
+                picker_command(endpoints, grpc_port, http_port, kind),
                 env=env,
                 cwd=ROOT,
                 text=True,

@@ -35,7 +35,7 @@ sys.path.insert(1 + len(_pp), str(ROOT))
 from router.extproc import PROCESS_PATH, ExtProcStream  # noqa: E402, I001
 from router.h2grpc import H2GrpcServer, HealthStatus, _Connection  # noqa: E402
 from router.run import Router  # noqa: E402
-from bench.router_bench import OpenLoop, free_port, wait_http  # noqa: E402
+from bench.router_bench import OpenLoop, free_port, picker_command, wait_http  # noqa: E402
 from tests.router.conftest import router_config  # noqa: E402
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason  # noqa: E402
 from tests.router.fake_engine import FakeEngine  # noqa: E402
@@ -139,25 +139,7 @@ def main() -> int:
         None
         if args.load
         else subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kvspread",
-                "router",
-                "serve",
-                "--endpoints",
-                ",".join(endpoints),
-                "--grpc-port",
-                str(grpc_port),
-                "--http-port",
-                str(http_port),
-                "--grpc-server",
-                "h2",
-                "--fallbacks",
-                "0",
-                "--log-level",
-                "warning",
-            ],  # fmt: skip
+            picker_command(endpoints, grpc_port, http_port, "h2"),
             cwd=ROOT,
         )
     )
