@@ -119,6 +119,36 @@ def _metadata(outcome: Outcome) -> struct_pb2.Struct:
     return md
 
 
+_ANSWERS: dict[tuple[str, str, str], pb.ProcessingResponse] = {}
+"""Destination answers by (phase, destination, first fallback): a pool has few endpoints,
+so the same few messages serve every request (building one costs about as much as the
+rest of the answer). Never mutated once built; cleared when it grows past _ANSWERS_MAX."""
+_ANSWERS_MAX = 4096
+
+
+def _destination_answer(phase: str, outcome: Outcome) -> pb.ProcessingResponse:
+    """The headers (`phase` "headers") or BUFFERED body ("body") response that carries the
+    destination: header mutation, `clear_route_cache` and the dynamic metadata."""
+    d = outcome.decision
+    key = (phase, d.destination, d.fallbacks[0] if d.fallbacks else "")
+    out = _ANSWERS.get(key)
+    if out is None:
+        common = _mutation(d.destination)
+        md = _metadata(outcome)
+        if phase == "headers":
+            out = pb.ProcessingResponse(
+                request_headers=pb.HeadersResponse(response=common), dynamic_metadata=md
+            )
+        else:
+            out = pb.ProcessingResponse(
+                request_body=pb.BodyResponse(response=common), dynamic_metadata=md
+            )
+        if len(_ANSWERS) >= _ANSWERS_MAX:
+            _ANSWERS.clear()
+        _ANSWERS[key] = out
+    return out
+
+
 def _streamed(part: bytes, end_of_stream: bool, *, request: bool) -> pb.ProcessingResponse:
     """A body chunk given back to Envoy as a `streamed_response` body mutation."""
     out = pb.ProcessingResponse()
@@ -220,14 +250,7 @@ class StreamHandler:
                 self.done = True
                 return [_immediate(outcome)]
             self.headers_answered = True
-            return [
-                pb.ProcessingResponse(
-                    request_headers=pb.HeadersResponse(
-                        response=_mutation(outcome.decision.destination)
-                    ),
-                    dynamic_metadata=_metadata(outcome),
-                )
-            ]
+            return [_destination_answer("headers", outcome)]
         if self.duplex:
             return []  # answered once the body is complete
         self.headers_answered = True
@@ -239,20 +262,10 @@ class StreamHandler:
         if outcome.decision.status != 200:
             self.done = True
             return [_immediate(outcome)]
-        common = _mutation(outcome.decision.destination)
-        md = _metadata(outcome)
         if not self.duplex:
-            return [
-                pb.ProcessingResponse(
-                    request_body=pb.BodyResponse(response=common), dynamic_metadata=md
-                )
-            ]
+            return [_destination_answer("body", outcome)]
         self.headers_answered = True
-        out = [
-            pb.ProcessingResponse(
-                request_headers=pb.HeadersResponse(response=common), dynamic_metadata=md
-            )
-        ]
+        out = [_destination_answer("headers", outcome)]
         body = self.body
         self.chunks = []
         n = max(1, -(-len(body) // BODY_CHUNK_BYTES))

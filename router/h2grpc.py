@@ -29,7 +29,7 @@ import ssl
 import struct
 import urllib.parse
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from grpc_health.v1 import health_pb2
 from hpack.huffman_table import decode_huffman
@@ -62,6 +62,7 @@ _OUR_MAX_FRAME = 1 << 20  # what we accept per frame (SETTINGS_MAX_FRAME_SIZE)
 _MAX_HEADER_BLOCK = 1 << 20  # a CONTINUATION run longer than this is refused
 _REFILL = 1 << 30  # give the peer its window back once this much arrived
 _FRAME = struct.Struct(">IBI")  # (length << 8 | type), flags, stream id
+_MESSAGE_PREFIX = struct.Struct(">BI")  # gRPC: compressed flag, message length
 
 # gRPC status codes used here
 OK, INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 5, 8, 12, 13
@@ -81,12 +82,7 @@ class HPACKError(ValueError):
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return (
-        struct.pack(">I", len(payload))[1:]
-        + bytes((kind, flags))
-        + stream.to_bytes(4, "big")
-        + payload
-    )
+    return _FRAME.pack(len(payload) << 8 | kind, flags, stream) + payload
 
 
 def _hpack_int(value: int, prefix_bits: int, first: int) -> bytes:
@@ -125,8 +121,11 @@ _OK_TRAILERS = _trailers(OK)
 
 class HPACKDecoder:
     """RFC 7541 decoding with the dynamic table; one per connection, every header block in
-    order. A block made only of indexed fields (what Envoy sends once its table is warm)
-    leaves the table as it was, so its decoding is cached by the block's bytes."""
+    order. A block of indexed fields and literals without indexing (what Envoy sends once
+    its table is warm: the same ext_proc headers on every stream, some of them never
+    indexed) leaves the table as it was, so its decoding is cached by the block's bytes;
+    a block that changes the table (an incremental literal, a size update) empties the
+    cache, whose entries may then mean other headers."""
 
     def __init__(self, max_table_size: int = 4096) -> None:
         self._static = HeaderTable.STATIC_TABLE
@@ -197,7 +196,7 @@ class HPACKDecoder:
             return cached
         out: list[tuple[bytes, bytes]] = []
         pos, n = 0, len(data)
-        only_indexed = True
+        table_unchanged = True
         try:
             while pos < n:
                 b = data[pos]
@@ -205,11 +204,12 @@ class HPACKDecoder:
                     index, pos = self._int(data, pos, 7)
                     out.append(self._entry(index))
                     continue
-                only_indexed = False
                 if b & 0x40:  # literal with incremental indexing
+                    table_unchanged = False
                     index, pos = self._int(data, pos, 6)
                     index_name = True
                 elif b & 0x20:  # dynamic table size update
+                    table_unchanged = False
                     size, pos = self._int(data, pos, 5)
                     if size > self._limit:
                         raise HPACKError(f"table size {size} over the limit {self._limit}")
@@ -229,7 +229,7 @@ class HPACKDecoder:
                     self._add(name, value)
         except IndexError:
             raise HPACKError("truncated header block") from None
-        if only_indexed:
+        if table_unchanged:
             if len(self._cache) > 256:
                 self._cache.clear()
             self._cache[data] = out
@@ -336,8 +336,7 @@ class _Connection(asyncio.Protocol):
 
     # --- asyncio --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self.server._connections.add(self)
         settings = struct.pack(
             ">HIHIHI", 0x2, 0, 0x4, _MAX_WINDOW, 0x5, _OUR_MAX_FRAME
@@ -501,6 +500,14 @@ class _Connection(asyncio.Protocol):
             s.received = 0
         if flags & _PADDED:
             payload = payload[1 : len(payload) - payload[0]]
+        if not s.buf and len(payload) >= 5 and not payload[0]:
+            # the usual frame: exactly one whole uncompressed message, no copy into s.buf
+            length = int.from_bytes(payload[1:5], "big")
+            if len(payload) == 5 + length and length <= self.server.max_message_bytes:
+                self._dispatch(s, payload[5:])
+                if flags & _END_STREAM and not s.closed:
+                    self._end_of_input(s)
+                return
         s.buf += payload
         self._messages(s)
         if flags & _END_STREAM and not s.closed:
@@ -542,8 +549,8 @@ class _Connection(asyncio.Protocol):
             log.exception("ext_proc handler failed")
             self._finish(s, INTERNAL, f"{type(exc).__name__}: {exc}")
             return
-        for a in answers:
-            self._send_message(s, a)
+        if answers:
+            self._send_messages(s, answers)
         if s.handler.finished:
             self._finish(s, OK)
 
@@ -593,12 +600,28 @@ class _Connection(asyncio.Protocol):
 
     # --- frames out -----------------------------------------------------------------
     def _send_message(self, s: _Stream, msg: bytes) -> None:
+        self._send_messages(s, [msg])
+
+    def _send_messages(self, s: _Stream, msgs: list[bytes]) -> None:
+        """gRPC messages, length-prefixed, in as few DATA frames as the peer allows."""
         if s.closed:
             return
         if not s.headers_sent:
             s.headers_sent = True
             self.out.append(_frame(_HEADERS, _END_HEADERS, s.sid, _RESPONSE_HEADERS))
-        s.pending += b"\x00" + len(msg).to_bytes(4, "big") + msg
+        parts = []
+        for msg in msgs:
+            parts.append(_MESSAGE_PREFIX.pack(0, len(msg)))
+            parts.append(msg)
+        data = b"".join(parts)
+        n = len(data)
+        if not s.pending and n <= min(self.peer_max_frame, s.send_window, self.peer_window):
+            self.out.append(_FRAME.pack(n << 8 | _DATA, 0, s.sid))  # one frame, no copy
+            self.out.append(data)
+            s.send_window -= n
+            self.peer_window -= n
+            return
+        s.pending += data
         self._send_pending(s)
 
     def _send_pending(self, s: _Stream) -> None:

@@ -147,41 +147,50 @@ def modality_term(request_modality: str, pod_modality: str | None) -> float:
     return table.get(pod_modality or "text", 1.0)
 
 
-def _clip(x: float) -> float:
-    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
-
-
 def _terms(
-    ep: EndpointView, req: RequestInfo, cfg: ScoringConfig
+    ep: EndpointView, req: RequestInfo, cfg: ScoringConfig, total_tokens: int
 ) -> tuple[dict[str, float], bool, str]:
-    """(terms, saturated, note) of one endpoint."""
-    notes = []
-    mem = 1.0 if ep.gpu_memory_share is None else _clip(ep.gpu_memory_share)
-    if ep.gpu_memory_share is None:
-        notes.append("no GPU memory signal")
-    img = 1.0 if ep.image_token_share is None else _clip(ep.image_token_share)
-    if ep.fresh and ep.running is not None and ep.waiting is not None:
-        streams = ep.running + ep.waiting + ep.picks_since_scrape
-        streams_term = _clip(streams / cfg.max_streams)
+    """(terms, saturated, note) of one endpoint; `total_tokens` is req.total_tokens. It runs
+    for every endpoint on every request, hence the locals and the inline clipping to [0, 1]."""
+    notes: list[str] | None = None
+    fresh = ep.fresh
+    share = ep.gpu_memory_share
+    if share is None:
+        mem = 1.0
+        notes = ["no GPU memory signal"]
+    else:
+        mem = 0.0 if share < 0.0 else 1.0 if share > 1.0 else share
+    share = ep.image_token_share
+    img = 1.0 if share is None else 0.0 if share < 0.0 else 1.0 if share > 1.0 else share
+    waiting, picks = ep.waiting, ep.picks_since_scrape
+    if fresh and ep.running is not None and waiting is not None:
+        x = (ep.running + waiting + picks) / cfg.max_streams
+        streams_term = 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
     else:
         streams_term = 1.0
     load = cfg.load_memory * mem + cfg.load_streams * streams_term + cfg.load_image * img
-    if ep.fresh and ep.waiting is not None:
-        queued = ep.waiting + ep.picks_since_scrape
-        queue = _clip(queued / cfg.queue_norm)
+    queued: float | None
+    if fresh and waiting is not None:
+        queued = waiting + picks
+        x = queued / cfg.queue_norm
+        queue = 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
     else:
         queued, queue = None, 1.0
     no_room = False
-    if ep.fresh and ep.kv_usage is not None:
-        usage = _clip(ep.kv_usage)
-        if ep.kv_capacity_tokens:
-            free = (1.0 - usage) * ep.kv_capacity_tokens
-            if req.total_tokens > free:
+    usage: float | None
+    if fresh and ep.kv_usage is not None:
+        u = ep.kv_usage
+        usage = 0.0 if u < 0.0 else 1.0 if u > 1.0 else u
+        capacity = ep.kv_capacity_tokens
+        if capacity:
+            free = (1.0 - usage) * capacity
+            if total_tokens > free:
                 no_room = True
-                notes.append(f"{req.total_tokens} tokens do not fit {int(free)} free")
+                notes = (notes or []) + [f"{total_tokens} tokens do not fit {int(free)} free"]
                 kv = 1.0
             else:
-                kv = _clip(usage + req.total_tokens / ep.kv_capacity_tokens)
+                x = usage + total_tokens / capacity
+                kv = 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
         else:
             kv = usage
     else:
@@ -193,7 +202,7 @@ def _terms(
         or (usage is not None and usage >= cfg.saturation_kv)
     )
     terms = {"load": load, "queue": queue, "kv": kv, "modality": mod}
-    return terms, saturated, "; ".join(notes)
+    return terms, saturated, "; ".join(notes) if notes else ""
 
 
 def choose(
@@ -225,8 +234,9 @@ def choose(
         )
         return Decision(503, "no-endpoint", excluded=excluded, message=msg)
     cands: list[Candidate] = []
+    total_tokens = req.total_tokens
     for ep in eligible:
-        terms, saturated, note = _terms(ep, req, cfg)
+        terms, saturated, note = _terms(ep, req, cfg, total_tokens)
         score = (
             cfg.w_load * terms["load"]
             + cfg.w_queue * terms["queue"]

@@ -45,6 +45,23 @@ def test_hpack_decoder_follows_the_encoders_dynamic_table() -> None:
     assert got == [(b"authorization", b"secret"), (b":path", b"/x")]
 
 
+def test_hpack_cached_block_follows_a_table_change() -> None:
+    # a block of an indexed dynamic entry and a never-indexed literal leaves the table as
+    # it was, so its decoding is cached; a block that adds an entry moves index 62 to the
+    # new header, and the same bytes must then decode to that one
+    dec = HPACKDecoder()
+
+    def lit(flag: int, name: bytes, value: bytes) -> bytes:
+        return bytes([flag, len(name)]) + name + bytes([len(value)]) + value
+
+    repeated = b"\xbe" + lit(0x10, b"x-n", b"v")  # index 62, never-indexed literal
+    dec.decode(lit(0x40, b"x-a", b"1"))
+    assert dec.decode(repeated) == [(b"x-a", b"1"), (b"x-n", b"v")]
+    assert dec.decode(repeated) == [(b"x-a", b"1"), (b"x-n", b"v")]
+    dec.decode(lit(0x40, b"x-b", b"2"))
+    assert dec.decode(repeated) == [(b"x-b", b"2"), (b"x-n", b"v")]
+
+
 def test_hpack_decoder_refuses_garbage() -> None:
     dec = HPACKDecoder()
     with pytest.raises(HPACKError):

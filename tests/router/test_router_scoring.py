@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from router.affinity import ContextAffinity
 from router.request import RequestInfo, parse_request
-from router.scoring import EndpointView, ScoringConfig, choose, modality_term
+from router.scoring import EndpointView, ScoringConfig, _terms, choose, modality_term
 
 CFG = ScoringConfig()
 TEXT = parse_request(b'{"model": "m", "prompt": "hello", "max_tokens": 100}')
@@ -117,3 +119,76 @@ def test_affinity_expires_and_is_bounded() -> None:
     for i in range(3):
         aff.bind(f"k{i}", "a:1", now=30)
     assert len(aff) == 2 and aff.lookup("k0", now=30) is None
+
+
+def _reference_terms(
+    e: EndpointView, req: RequestInfo, cfg: ScoringConfig
+) -> tuple[dict[str, float], bool, str]:
+    """The terms as docs/router.md states them, written plainly: the oracle for the
+    scorer's tuned `_terms`."""
+
+    def clip(x: float) -> float:
+        return min(1.0, max(0.0, x))
+
+    notes = [] if e.gpu_memory_share is not None else ["no GPU memory signal"]
+    mem = 1.0 if e.gpu_memory_share is None else clip(e.gpu_memory_share)
+    img = 1.0 if e.image_token_share is None else clip(e.image_token_share)
+    known = e.fresh and e.running is not None and e.waiting is not None
+    streams = clip((e.running + e.waiting + e.picks_since_scrape) / cfg.max_streams) if known else 1.0  # type: ignore[operator]  # fmt: skip
+    load = cfg.load_memory * mem + cfg.load_streams * streams + cfg.load_image * img
+    queued = e.waiting + e.picks_since_scrape if e.fresh and e.waiting is not None else None
+    queue = 1.0 if queued is None else clip(queued / cfg.queue_norm)
+    usage = clip(e.kv_usage) if e.fresh and e.kv_usage is not None else None
+    no_room, kv = False, 1.0
+    if usage is not None:
+        kv = usage
+        if e.kv_capacity_tokens:
+            free = (1.0 - usage) * e.kv_capacity_tokens
+            no_room = req.total_tokens > free
+            if no_room:
+                notes.append(f"{req.total_tokens} tokens do not fit {int(free)} free")
+            kv = 1.0 if no_room else clip(usage + req.total_tokens / e.kv_capacity_tokens)
+    saturated = (
+        no_room
+        or (queued is not None and queued >= cfg.saturation_queue)
+        or (usage is not None and usage >= cfg.saturation_kv)
+    )
+    terms = {"load": load, "queue": queue, "kv": kv, "modality": modality_term(req.modality, e.modality)}  # fmt: skip
+    return terms, saturated, "; ".join(notes)
+
+
+maybe_share = st.none() | st.floats(-0.5, 1.5)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    fresh=st.booleans(),
+    waiting=st.none() | st.floats(-2, 40),
+    running=st.none() | st.floats(0, 100),
+    kv=maybe_share,
+    capacity=st.none() | st.sampled_from([0, 500, 100_000]),
+    mem=maybe_share,
+    img=maybe_share,
+    picks=st.integers(0, 10),
+    modality=st.sampled_from([None, "text", "image", "multi-image", "mixed", "audio"]),
+    req_modality=st.sampled_from(["text", "image", "multi-image"]),
+    tokens=st.integers(0, 5000),
+)
+def test_terms_match_the_plain_formulas(
+    fresh: bool,
+    waiting: float | None,
+    running: float | None,
+    kv: float | None,
+    capacity: int | None,
+    mem: float | None,
+    img: float | None,
+    picks: int,
+    modality: str | None,
+    req_modality: str,
+    tokens: int,
+) -> None:
+    e = EndpointView("a:1", modality=modality, fresh=fresh, waiting=waiting, running=running,
+                     kv_usage=kv, kv_capacity_tokens=capacity, gpu_memory_share=mem,
+                     image_token_share=img, picks_since_scrape=picks)  # fmt: skip
+    req = RequestInfo("m", req_modality, (), tokens, tokens // 2, 100, False)
+    assert _terms(e, req, CFG, req.total_tokens) == _reference_terms(e, req, CFG)
