@@ -293,6 +293,7 @@ class ConnTracker:
         unpack = HTTP_HEADER.unpack_from
         head = HTTP_EVENT_HEADER_SIZE
         finish = self._finish
+        req_memo, resp_memo, counters = self._req_memo, self._resp_memo, self.counters
         for raw in raws:
             if len(raw) >= head:
                 (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
@@ -309,6 +310,46 @@ class ConnTracker:
                             continue
                         if kind == _RESPONSE_DONE and p is not None and not p.response_ns:
                             conns.move_to_end(key)
+                            parsed = req_memo.get(p.request)
+                            resp = resp_memo.get(raw[head : head + n])
+                            if (
+                                parsed is not None
+                                and parsed[1] is None
+                                and resp is not None
+                                and (req := parsed[0]) is not None
+                                and not (sse_events and resp.streaming)
+                            ):
+                                # request and response seen before, no pipelining, no
+                                # token stream: `_finish`'s record, built here
+                                c.pending = None
+                                c.answered = True
+                                counters.requests += 1
+                                took = (ts - p.start_ns) / 1e9
+                                out.append(
+                                    _new_record(
+                                        RequestRecord,
+                                        (
+                                            c.tgid,
+                                            c.port,
+                                            req.method,
+                                            req.route,
+                                            resp.status,
+                                            req.modality,
+                                            req.images,
+                                            p.start_ns,
+                                            took,
+                                            took,
+                                            resp.streaming,
+                                            prev_bytes,
+                                            req.context_id,
+                                            req.chunk_seq,
+                                            c.peer,
+                                            None,
+                                            None,
+                                        ),
+                                    )  # fmt: skip
+                                )
+                                continue
                             p.response_ns = ts
                             p.response = raw[head : head + n]
                             p.request_end_ns = req_end
