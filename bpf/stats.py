@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from kvspread import names
 
 __all__ = [
@@ -70,9 +72,14 @@ class HistogramState:
         return out
 
 
+BULK_VALUES = 32
+"""From this many values of one label set, `observe_many` works on an array."""
+
+
 class HistogramTable:
     def __init__(self, bounds: Sequence[float], max_series: int = 2000) -> None:
         self.bounds = tuple(bounds)
+        self._bounds_arr: np.ndarray | None = None
         self.max_series = max_series
         self.dropped = 0
         self._series: dict[Labels, HistogramState] = {}
@@ -109,6 +116,10 @@ class HistogramTable:
                     return 0
                 st = HistogramState(buckets=[0] * (len(self.bounds) + 1))
                 self._series[labels] = st
+            if len(values) >= BULK_VALUES:
+                arr = np.asarray(values, dtype=np.float64)
+                if np.isfinite(arr).all():
+                    return self._observe_bulk(st, arr)
             buckets, bounds, where = st.buckets, self.bounds, bisect.bisect_left
             n, total = 0, 0.0
             lo, hi = st.min, st.max
@@ -123,6 +134,26 @@ class HistogramTable:
             st.count += n
             st.min, st.max = lo, hi
             return n
+
+    def _observe_bulk(self, st: HistogramState, arr: np.ndarray) -> int:
+        """`observe_many` of finite values in a few array operations: the same buckets
+        (searchsorted left is bisect_left), the same sum (cumsum adds in order, as the
+        loop does), min and max."""
+        if self._bounds_arr is None:
+            self._bounds_arr = np.asarray(self.bounds, dtype=np.float64)
+        counts = np.bincount(
+            np.searchsorted(self._bounds_arr, arr, side="left"), minlength=len(st.buckets)
+        ).tolist()
+        buckets = st.buckets
+        for i, c in enumerate(counts):
+            if c:
+                buckets[i] += c
+        st.total += float(np.cumsum(arr)[-1])
+        st.count += len(arr)
+        lo, hi = float(arr.min()), float(arr.max())
+        st.min = lo if lo < st.min else st.min
+        st.max = hi if hi > st.max else st.max
+        return len(arr)
 
     def snapshot(self) -> dict[Labels, HistogramState]:
         with self._lock:
@@ -184,7 +215,8 @@ class RecentWindow:
     def add_many(self, at: float, items: Sequence[tuple[float, int]]) -> None:
         """(duration, image parts) of several requests seen at `at`, under one lock."""
         with self._lock:
-            self._items.extend(_Recent(at, d, i) for d, i in items)
+            new = tuple.__new__  # the NamedTuple constructor is a Python function
+            self._items.extend([new(_Recent, (at, d, i)) for d, i in items])
 
     def _live(self, now: float) -> list[_Recent]:
         with self._lock:
