@@ -15,7 +15,6 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -194,10 +193,10 @@ def quantile(values: Sequence[float], q: float) -> float | None:
     return s[rank - 1]
 
 
-class _Recent(NamedTuple):  # a tuple: one is built per request
-    at: float
-    duration_s: float
-    images: int
+_Recent = tuple[float, float, int]
+"""(seen at, duration s, image parts): a plain tuple, one per request. Not a NamedTuple:
+the collector's cyclic GC untracks exact tuples of numbers, never a tuple subclass, so a
+full window of those would be rescanned at every collection."""
 
 
 class RecentWindow:
@@ -210,24 +209,23 @@ class RecentWindow:
 
     def add(self, at: float, duration_s: float, images: int) -> None:
         with self._lock:
-            self._items.append(_Recent(at, duration_s, images))
+            self._items.append((at, duration_s, images))
 
     def add_many(self, at: float, items: Sequence[tuple[float, int]]) -> None:
         """(duration, image parts) of several requests seen at `at`, under one lock."""
         with self._lock:
-            new = tuple.__new__  # the NamedTuple constructor is a Python function
-            self._items.extend([new(_Recent, (at, d, i)) for d, i in items])
+            self._items.extend([(at, d, i) for d, i in items])
 
     def _live(self, now: float) -> list[_Recent]:
         with self._lock:
-            while self._items and self._items[0].at < now - self.window_s:
+            while self._items and self._items[0][0] < now - self.window_s:
                 self._items.popleft()
             return list(self._items)
 
     def p95(self, now: float) -> float | None:
-        return quantile([r.duration_s for r in self._live(now)], 0.95)
+        return quantile([r[1] for r in self._live(now)], 0.95)
 
     def counts(self, now: float) -> tuple[int, int]:
         """(requests, image parts) in the window."""
         live = self._live(now)
-        return len(live), sum(r.images for r in live)
+        return len(live), sum(r[2] for r in live)

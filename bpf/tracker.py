@@ -294,7 +294,8 @@ class ConnTracker:
         unpack = HTTP_HEADER.unpack_from
         head = HTTP_EVENT_HEADER_SIZE
         finish = self._finish
-        req_memo, resp_memo, counters = self._req_memo, self._resp_memo, self.counters
+        req_memo, resp_memo = self._req_memo, self._resp_memo
+        done = 0  # requests completed by the fast path (added to the counter once)
         for raw in raws:
             if len(raw) >= head:
                 (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
@@ -324,7 +325,7 @@ class ConnTracker:
                                 # token stream: `_finish`'s record, built here
                                 c.pending = None
                                 c.answered = True
-                                counters.requests += 1
+                                done += 1
                                 took = (ts - p.start_ns) / 1e9
                                 out.append(
                                     _record(c, req, resp, p.start_ns, took, took, prev_bytes)
@@ -343,6 +344,7 @@ class ConnTracker:
                 bad += 1
                 continue
             out += self.on_http(ev)
+        self.counters.requests += done
         return out, bad
 
     def in_flight(
