@@ -305,10 +305,10 @@ class Agent:
         return service, meta.label(names.LABEL_QOS) or ""
 
     def _labels(self, rec: RequestRecord) -> _RequestLabels:
-        """The attributes of a request, memoized per (process, port, method, status, route,
+        """The attributes of a request, memoized per (process, port, method, route, status,
         modality) for `LABEL_MEMO_S` and until the pod table changes: the pod lookup and
         the label tuples are built once per series, not once per request."""
-        key = (rec.tgid, rec.port, rec.method, rec.status, rec.route, rec.modality)
+        key = rec[:6]  # (tgid, port, method, route, status, modality): record_requests' key
         hit = self._label_memo.get(key)
         if hit is not None:
             return hit
@@ -348,7 +348,7 @@ class Agent:
         # dict lookup; labels, values and tokens are then handled per group
         groups: dict[tuple[Any, ...], list[RequestRecord]] = {}
         for rec in recs:
-            key = (rec.tgid, rec.port, rec.method, rec.status, rec.route, rec.modality)
+            key = rec[:6]  # tgid, port, method, route, status, modality: one slice
             g = groups.get(key)
             if g is None:
                 groups[key] = [rec]

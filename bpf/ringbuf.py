@@ -66,26 +66,53 @@ class RingReader:
 
     def drain(self) -> list[bytes]:
         """Every committed record since the last drain (discarded ones skipped), oldest
-        first; stops at a record still being written (busy)."""
+        first; stops at a record still being written (busy).
+
+        The unread stretch is copied out in one slice and walked in that copy (a Python
+        loop over a memory map pays the buffer protocol per header and per record, half
+        the drain's time). One copy is not enough on its own: a large copy (`rep movsb`)
+        may load a record's bytes before its header, so a record committed during the
+        copy could show a committed header over stale bytes. The committed stretch is
+        therefore copied a second time, after every header in it was seen committed, and
+        the records are taken from the first copy only when the two are equal (they
+        differ only for such a race; the second copy is walked then)."""
         cons = _POS.unpack_from(self._cons, 0)[0]
         prod = _POS.unpack_from(self._prod, 0)[0]
-        out: list[bytes] = []
         if cons >= prod:
-            return out
-        buf, off, mask = self._prod, self._off, self._mask
-        unpack = _LEN.unpack_from
-        limit = self._max
-        while cons < prod and len(out) < limit:
-            at = off + (cons & mask)
-            n = unpack(buf, at)[0]
+            return []
+        at = self._off + (cons & self._mask)
+        avail = min(prod - cons, self._mask + 1)
+        buf = self._prod
+        blob = bytes(buf[at : at + avail])
+        out, used = _walk(blob, avail, self._max)
+        if used:
+            settled = bytes(buf[at : at + used])
+            if settled != blob[:used]:
+                out, used = _walk(settled, used, self._max)
+        _POS.pack_into(self._cons, 0, cons + used)
+        return out
+
+
+def _walk(blob: bytes, avail: int, limit: int) -> tuple[list[bytes], int]:
+    """The records at the start of `blob` up to the first busy one (at most `limit`),
+    and the bytes they take."""
+    out: list[bytes] = []
+    append = out.append
+    unpack = _LEN.unpack_from
+    flags = BUSY_BIT | DISCARD_BIT
+    p = 0
+    while p < avail and limit:
+        n = unpack(blob, p)[0]
+        if n & flags:
             if n & BUSY_BIT:
                 break
-            length = n & ~(BUSY_BIT | DISCARD_BIT)
-            if not n & DISCARD_BIT:
-                out.append(bytes(buf[at + HEADER_SIZE : at + HEADER_SIZE + length]))
-            cons += (length + HEADER_SIZE + 7) & ~7
-        _POS.pack_into(self._cons, 0, cons)
-        return out
+            p += ((n & ~flags) + HEADER_SIZE + 7) & ~7
+            continue
+        start = p + HEADER_SIZE
+        p = (start + n + 7) & ~7
+        append(blob[start : start + n])
+        limit -= 1
+    return out, p
 
 
 def open_ring(map_fd: int, size: int) -> tuple[RingReader, tuple[mmap.mmap, mmap.mmap]]:

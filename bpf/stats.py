@@ -15,7 +15,8 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+
+import numpy as np
 
 from kvspread import names
 
@@ -70,9 +71,14 @@ class HistogramState:
         return out
 
 
+BULK_VALUES = 32
+"""From this many values of one label set, `observe_many` works on an array."""
+
+
 class HistogramTable:
     def __init__(self, bounds: Sequence[float], max_series: int = 2000) -> None:
         self.bounds = tuple(bounds)
+        self._bounds_arr: np.ndarray | None = None
         self.max_series = max_series
         self.dropped = 0
         self._series: dict[Labels, HistogramState] = {}
@@ -109,6 +115,10 @@ class HistogramTable:
                     return 0
                 st = HistogramState(buckets=[0] * (len(self.bounds) + 1))
                 self._series[labels] = st
+            if len(values) >= BULK_VALUES:
+                arr = np.asarray(values, dtype=np.float64)
+                if np.isfinite(arr).all():
+                    return self._observe_bulk(st, arr)
             buckets, bounds, where = st.buckets, self.bounds, bisect.bisect_left
             n, total = 0, 0.0
             lo, hi = st.min, st.max
@@ -123,6 +133,26 @@ class HistogramTable:
             st.count += n
             st.min, st.max = lo, hi
             return n
+
+    def _observe_bulk(self, st: HistogramState, arr: np.ndarray) -> int:
+        """`observe_many` of finite values in a few array operations: the same buckets
+        (searchsorted left is bisect_left), the same sum (cumsum adds in order, as the
+        loop does), min and max."""
+        if self._bounds_arr is None:
+            self._bounds_arr = np.asarray(self.bounds, dtype=np.float64)
+        counts = np.bincount(
+            np.searchsorted(self._bounds_arr, arr, side="left"), minlength=len(st.buckets)
+        ).tolist()
+        buckets = st.buckets
+        for i, c in enumerate(counts):
+            if c:
+                buckets[i] += c
+        st.total += float(np.cumsum(arr)[-1])
+        st.count += len(arr)
+        lo, hi = float(arr.min()), float(arr.max())
+        st.min = lo if lo < st.min else st.min
+        st.max = hi if hi > st.max else st.max
+        return len(arr)
 
     def snapshot(self) -> dict[Labels, HistogramState]:
         with self._lock:
@@ -163,10 +193,10 @@ def quantile(values: Sequence[float], q: float) -> float | None:
     return s[rank - 1]
 
 
-class _Recent(NamedTuple):  # a tuple: one is built per request
-    at: float
-    duration_s: float
-    images: int
+_Recent = tuple[float, float, int]
+"""(seen at, duration s, image parts): a plain tuple, one per request. Not a NamedTuple:
+the collector's cyclic GC untracks exact tuples of numbers, never a tuple subclass, so a
+full window of those would be rescanned at every collection."""
 
 
 class RecentWindow:
@@ -179,23 +209,23 @@ class RecentWindow:
 
     def add(self, at: float, duration_s: float, images: int) -> None:
         with self._lock:
-            self._items.append(_Recent(at, duration_s, images))
+            self._items.append((at, duration_s, images))
 
     def add_many(self, at: float, items: Sequence[tuple[float, int]]) -> None:
         """(duration, image parts) of several requests seen at `at`, under one lock."""
         with self._lock:
-            self._items.extend(_Recent(at, d, i) for d, i in items)
+            self._items.extend([(at, d, i) for d, i in items])
 
     def _live(self, now: float) -> list[_Recent]:
         with self._lock:
-            while self._items and self._items[0].at < now - self.window_s:
+            while self._items and self._items[0][0] < now - self.window_s:
                 self._items.popleft()
             return list(self._items)
 
     def p95(self, now: float) -> float | None:
-        return quantile([r.duration_s for r in self._live(now)], 0.95)
+        return quantile([r[1] for r in self._live(now)], 0.95)
 
     def counts(self, now: float) -> tuple[int, int]:
         """(requests, image parts) in the window."""
         live = self._live(now)
-        return len(live), sum(r.images for r in live)
+        return len(live), sum(r[2] for r in live)

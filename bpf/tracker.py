@@ -79,6 +79,27 @@ _RESPONSE_DONE = int(HttpEventKind.RESPONSE_DONE)
 _MAX_STATE = max(int(s) for s in ConnState)
 
 
+def _record(
+    c: _Conn,
+    req: RequestInfo,
+    resp: ResponseInfo,
+    start_ns: int,
+    ttfb_s: float,
+    duration_s: float,
+    resp_bytes: int,
+    ttft_s: float | None = None,
+    tpot_s: float | None = None,
+) -> RequestRecord:
+    """tuple.__new__ with the fields in order: one record per request, and the
+    NamedTuple constructor's keyword handling was a quarter of the tracker's time."""
+    return _new_record(
+        RequestRecord,
+        (c.tgid, c.port, req.method, req.route, resp.status, req.modality, req.images,
+         start_ns, ttfb_s, duration_s, resp.streaming, resp_bytes, req.context_id,
+         req.chunk_seq, c.peer, ttft_s, tpot_s),
+    )  # fmt: skip
+
+
 @dataclass(slots=True)
 class _Pending:
     start_ns: int
@@ -208,29 +229,9 @@ class ConnTracker:
             ttft = max(0, sse_first - p.request_end_ns) / 1e9
             if sse_events > 1:
                 tpot = (sse_last - sse_first) / (sse_events - 1) / 1e9
-        # tuple.__new__ with the fields in order: one record per request, and the
-        # NamedTuple constructor's keyword handling was a quarter of the tracker's time
-        return _new_record(
-            RequestRecord,
-            (
-                c.tgid,
-                c.port,
-                req.method,
-                req.route,
-                resp.status,
-                req.modality,
-                req.images,
-                p.start_ns,
-                (p.response_ns - p.start_ns) / 1e9,
-                (end - p.start_ns) / 1e9,
-                resp.streaming,
-                resp_bytes,
-                req.context_id,
-                req.chunk_seq,
-                c.peer,
-                ttft,
-                tpot,
-            ),
+        ttfb = (p.response_ns - p.start_ns) / 1e9
+        return _record(
+            c, req, resp, p.start_ns, ttfb, (end - p.start_ns) / 1e9, resp_bytes, ttft, tpot
         )
 
     def on_http(self, ev: HttpEvent) -> list[RequestRecord]:
@@ -293,6 +294,8 @@ class ConnTracker:
         unpack = HTTP_HEADER.unpack_from
         head = HTTP_EVENT_HEADER_SIZE
         finish = self._finish
+        req_memo, resp_memo = self._req_memo, self._resp_memo
+        done = 0  # requests completed by the fast path (added to the counter once)
         for raw in raws:
             if len(raw) >= head:
                 (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
@@ -309,6 +312,25 @@ class ConnTracker:
                             continue
                         if kind == _RESPONSE_DONE and p is not None and not p.response_ns:
                             conns.move_to_end(key)
+                            parsed = req_memo.get(p.request)
+                            resp = resp_memo.get(raw[head : head + n])
+                            if (
+                                parsed is not None
+                                and parsed[1] is None
+                                and resp is not None
+                                and (req := parsed[0]) is not None
+                                and not (sse_events and resp.streaming)
+                            ):
+                                # request and response seen before, no pipelining, no
+                                # token stream: `_finish`'s record, built here
+                                c.pending = None
+                                c.answered = True
+                                done += 1
+                                took = (ts - p.start_ns) / 1e9
+                                out.append(
+                                    _record(c, req, resp, p.start_ns, took, took, prev_bytes)
+                                )
+                                continue
                             p.response_ns = ts
                             p.response = raw[head : head + n]
                             p.request_end_ns = req_end
@@ -322,6 +344,7 @@ class ConnTracker:
                 bad += 1
                 continue
             out += self.on_http(ev)
+        self.counters.requests += done
         return out, bad
 
     def in_flight(

@@ -136,3 +136,30 @@ def test_delta_temporality_records_per_request_through_the_sdk() -> None:
     otlp.shutdown()
     (p,) = _points(exp.got[0], names.HTTP_SERVER_REQUEST_DURATION.name)
     assert p.count == 1 and p.sum == 0.25
+
+
+def test_observe_many_in_bulk_matches_the_per_value_loop(monkeypatch: Any) -> None:
+    """From BULK_VALUES values on, the array path: the same buckets (values on the
+    bounds included), sum, count, min and max as observe_many's per-value loop."""
+    import random
+
+    from bpf import stats
+
+    rng = random.Random(12)
+    batches = [
+        [
+            rng.choice([rng.expovariate(20), rng.random() * 30, *DURATION_BUCKETS[:4], 0.0])
+            for _ in range(rng.randint(stats.BULK_VALUES, 4 * stats.BULK_VALUES))
+        ]
+        for _ in range(20)
+    ]
+    bulk, loop = HistogramTable(DURATION_BUCKETS), HistogramTable(DURATION_BUCKETS)
+    for values in batches:
+        assert bulk.observe_many(LABELS, values) == len(values)
+    monkeypatch.setattr(stats, "BULK_VALUES", 10**9)
+    for values in batches:
+        loop.observe_many(LABELS, values)
+    assert bulk.snapshot() == loop.snapshot()
+    monkeypatch.undo()
+    nan = [0.5] * stats.BULK_VALUES + [float("nan")]  # non-finite: the loop, NaN left out
+    assert bulk.observe_many(LABELS, nan) == stats.BULK_VALUES

@@ -67,3 +67,33 @@ def test_max_records_bounds_one_drain() -> None:
 def test_size_must_be_a_power_of_two() -> None:
     with pytest.raises(ValueError, match="power of two"):
         RingReader(bytearray(8), bytearray(8), OFF, 48)
+
+
+class _StaleFirstCopy(bytearray):
+    """A producer buffer whose first slice shows every record's bytes still zero (the
+    header already committed): what a copy that loaded the bytes before the header would
+    hold if the kernel committed the record mid-copy."""
+
+    copies = 0
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def, override]
+        got = super().__getitem__(key)
+        if isinstance(key, slice):
+            self.copies += 1
+            if self.copies == 1:
+                stale = bytearray(got)
+                p = 0
+                while p + HEADER_SIZE <= len(stale):
+                    n = struct.unpack_from("<I", stale, p)[0] & ~(BUSY_BIT | DISCARD_BIT)
+                    stale[p + HEADER_SIZE : p + HEADER_SIZE + n] = bytes(n)
+                    p += (n + HEADER_SIZE + 7) & ~7
+                return stale
+        return got
+
+
+def test_records_come_from_the_second_copy_when_the_first_raced_a_commit() -> None:
+    cons, prod = ring([(b"abc", 0), (b"12345678", 0)])
+    stale = _StaleFirstCopy(prod)
+    assert RingReader(cons, stale, OFF, SIZE).drain() == [b"abc", b"12345678"]
+    assert stale.copies == 2
+    assert struct.unpack("<Q", cons)[0] == struct.unpack_from("<Q", prod)[0]
