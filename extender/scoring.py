@@ -68,10 +68,13 @@ from extender.model import SIGNAL_STATES, NodeState, PodShape
 from extender.shapes import Shapes
 from kvspread.gpumem import node_fragmentation
 
-try:  # the clip ufunc itself: `np.clip` adds a Python wrapper of ~5 us a call (11 a request)
-    from numpy._core.umath import clip as _clip
+try:
+    from numpy._core import umath as _umath
 except ImportError:  # numpy 1.x
-    from numpy.core.umath import clip as _clip
+    from numpy.core import umath as _umath  # type: ignore[no-redef]
+
+_clip: Any = _umath.clip  # type: ignore[attr-defined]
+"""The clip ufunc itself: `np.clip` adds a Python wrapper of ~5 us a call (11 a request)."""
 
 __all__ = [
     "TERMS",
@@ -395,10 +398,19 @@ def _delta_rows(
         fT2 = np.maximum(fT - need, 0.0)
         qT = qf.transpose(2, 0, 1)[cols]  # (J, M, N)
         qT2 = (fT2[:, None, :] >= need_m[None]).astype(np.float64)  # idle is lost once placed
-        q2 = q[None] - qT + qT2
+        # the (J, M, N) temporaries are reused in place (out=): the same operations in the
+        # same order as q2 = q - qT + qT2, nonq2 = all2 - (qsum - qT fT + qT2 fT2)
+        q2 = np.subtract(q[None], qT)
+        q2 += qT2
         all2 = all_free[None] - (fT - fT2)  # (J, N)
-        nonq2 = all2[:, None, :] - (qsum[None] - qT * fT[:, None, :] + qT2 * fT2[:, None, :])
-        after = np.where((q2 >= k[None]) & cpu_fit[None], nonq2, all2[:, None, :])
+        nonq2 = np.multiply(qT, fT[:, None, :])
+        np.subtract(qsum[None], nonq2, out=nonq2)
+        qT2 *= fT2[:, None, :]
+        nonq2 += qT2
+        np.subtract(all2[:, None, :], nonq2, out=nonq2)
+        ok = q2 >= k[None]
+        ok &= cpu_fit[None]
+        after = np.where(ok, nonq2, all2[:, None, :])
         # F after for every GPU in one stacked product (the same gemv per GPU as one
         # at a time); the choice stays sequential: GPU j wins only when it costs at least
         # 1e-9 less than the best so far
@@ -565,7 +577,8 @@ def spread_term(replicas: np.ndarray, rho: np.ndarray, cfg: ScoringConfig) -> np
     """
     rep = replicas / (replicas + 1.0)
     rep = np.where(rho > cfg.rho_threshold, rep * (1.0 + cfg.rho_repulsion * rho), rep)
-    return _clip(1.0 - rep, 0.0, 1.0)
+    out: np.ndarray = _clip(1.0 - rep, 0.0, 1.0)
+    return out
 
 
 def modality_term(pod: PodShape, batch: NodeBatch) -> np.ndarray:
@@ -616,7 +629,8 @@ def combine(terms: Mapping[str, np.ndarray], weights: TermWeights) -> np.ndarray
 def to_score(scaled: np.ndarray) -> np.ndarray:
     """[0,1] -> integer 0..10, rounding half up (deterministic, no banker's rounding)."""
     x = np.where(np.isfinite(scaled), scaled, 0.0)
-    return _clip(np.floor(x * 10.0 + 0.5), 0, 10).astype(np.int64)
+    score: np.ndarray = _clip(np.floor(x * 10.0 + 0.5), 0, 10).astype(np.int64)
+    return score
 
 
 # --- composition -------------------------------------------------------------------------
