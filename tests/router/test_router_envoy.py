@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from router.config import GRPC_SERVERS
 from router.run import Router
 from tests.fake_kube import FakeKubeApi, make_node
 from tests.ports import port_free_on
@@ -90,8 +91,10 @@ def served_by(resp: httpx.Response) -> str:
     return str(resp.json()["served_by"])
 
 
-@pytest.fixture(scope="module")
-def gateway() -> Iterator[Gateway]:
+@pytest.fixture(scope="module", params=GRPC_SERVERS)
+def gateway(request: pytest.FixtureRequest) -> Iterator[Gateway]:
+    """The real Envoy in front of the picker, on each gRPC server (grpcio, the default, and
+    the opt-in own HTTP/2 one), so both face Envoy's real ext_proc client."""
     port = port_free_on(list(HOSTS.values()))
     fakes = {n: FakeEngine(n, host=h, port=port).start() for n, h in HOSTS.items()}
     with FakeKubeApi() as api:
@@ -106,6 +109,7 @@ def gateway() -> Iterator[Gateway]:
             pool={"name": "qwen-vl", "namespace": "llm"},
             kubernetes={"api_server": api.url},
             scoring={"fallbacks": 0},  # ORIGINAL_DST takes one address
+            server={"grpc_server": request.param},
         )
         router = Router(cfg).start()
         envoy = Envoy(bootstrap(router.grpc_port, [f"{h}:{port}" for h in HOSTS.values()]))
