@@ -7,6 +7,7 @@ not depend on `jobs` or on the order in which workers finish; they are returned 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
@@ -120,7 +121,12 @@ def run_jobs(
             if progress:
                 progress.step(f"{job.policy} seed {job.seed}")
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # forkserver, not fork: a process that already runs threads (an embedding program, a
+        # test run, gRPC's poller) can leave a forked child holding a lock no thread will
+        # release; the jobs carry everything a worker needs, so nothing is lost
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["simulator.replay.runner"])
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             futures = {pool.submit(_run, job): i for i, job in enumerate(jobs)}
             for fut in as_completed(futures):
                 i = futures[fut]

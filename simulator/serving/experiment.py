@@ -119,7 +119,10 @@ def run_experiment(
             cb: Callable[[float], None] = partial(_advance, bar, k)
             results.append(simulate(c, p, s, progress=cb, autoscaler=a, routing=r))
     else:
-        ctx = multiprocessing.get_context("fork")
+        # forkserver, not fork: forking a process that already runs threads can leave the
+        # child holding a lock no thread will release (see simulator/replay/runner.py)
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["simulator.serving.experiment"])
         with ctx.Pool(min(jobs, len(work))) as pool:
             by_key: dict[tuple[str, str, str, int], RunResult] = {}
             for res in pool.imap_unordered(_one, work):
