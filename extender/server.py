@@ -163,7 +163,9 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
     )
     m = ext.metrics
 
-    async def _verb_route() -> Response:  # reached only by non-POST methods (405)
+    async def _verb_route() -> Response:
+        # never called: ExtenderApp answers every POST to a verb itself; the route is here
+        # so that FastAPI answers the other methods on the verb paths with 405
         return Response(status_code=405)
 
     for verb in (ext.cfg.server.filter_verb, ext.cfg.server.prioritize_verb):
