@@ -37,7 +37,7 @@ SETTINGS: list[Setting] = [
     ),
     Setting(
         "server.grpc_server",
-        "gRPC server: grpcio (default) or h2 (the picker's own HTTP/2 server, opt-in)",
+        "gRPC server: h2 (default: the picker's own HTTP/2 server) or grpcio",
         metavar="KIND",
     ),
     Setting(

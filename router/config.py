@@ -9,7 +9,7 @@ YAML shape (every key optional; defaults shown, except that exactly one of
 
     server:   {host: 127.0.0.1, grpc_port: 9002, http_port: 9090, tls_cert: null,
                tls_key: null, log_level: info, max_message_bytes: 67108864,
-               grpc_server: grpcio}
+               grpc_server: h2}
     endpoints: {static: [10.0.0.5:8000, 10.0.0.6:8000], selector: null, target_port: null,
                 namespace: null, metrics_port: null, metrics_path: /metrics}
     pool:     {name: null, namespace: default}        # watch this InferencePool
@@ -103,9 +103,9 @@ class ServerConfig:
     """debug, info, warning or error; debug logs one JSON line per pick."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest gRPC message received or sent, so large base64 bodies pass (>= 4194304)."""
-    grpc_server: str = "grpcio"
-    """gRPC server: `grpcio` (grpcio's asyncio server, the default) or `h2`, the picker's
-    own HTTP/2 server on one event loop (opt-in: about a quarter of the CPU per stream)."""
+    grpc_server: str = "h2"
+    """gRPC server: `h2`, the picker's own HTTP/2 server on one event loop (the default: about
+    a quarter of grpcio's CPU per stream), or `grpcio` (grpcio's asyncio server)."""
 
     def validate(self) -> None:
         ports(self, "grpc_port", "http_port")

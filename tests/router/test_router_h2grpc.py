@@ -1,12 +1,17 @@
 """router/h2grpc.py: the HPACK decoder against the `hpack` package's encoder, and the
 HTTP/2 gRPC server against grpcio's client (health Check and Watch, unknown methods,
-message limits, handler errors, large messages through flow control)."""
+message limits, handler errors, large messages through flow control) and against nghttp2's
+(curl, Node's http2 module), the HTTP/2 stack of many gateways and tools."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -198,3 +203,114 @@ def test_a_peer_breaking_http2_gets_goaway_and_the_close(server) -> None:  # typ
     cont = b"\x00\x40\x00\x09\x00\x00\x00\x00\x01" + b"\x82" * 0x4000
     flood = preface + headers + cont * 65  # the 65th CONTINUATION passes the 1 MiB cap, last
     assert _frames(_goaway_after(port, flood))[-1] == 7
+
+
+# nghttp2, a third HTTP/2 implementation (after grpcio's and Envoy's): curl and Node's http2.
+NODE_CLIENT = Path(__file__).with_name("node_grpc_client.js")
+
+
+def _grpc_frame(msg: bytes) -> bytes:
+    return b"\x00" + len(msg).to_bytes(4, "big") + msg
+
+
+async def _set(health: HealthStatus, service: str, status: int) -> None:
+    health.set(service, status)
+
+
+def _node_call(port: int, path: str, msgs: list[bytes], mode: str = "") -> dict[str, Any]:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the nghttp2 client test needs Node's http2 module")
+    args = [
+        node,
+        str(NODE_CLIENT),
+        f"http://127.0.0.1:{port}",
+        path,
+        ",".join(m.hex() for m in msgs),
+    ]
+    out = subprocess.run(
+        [*args, mode] if mode else args, capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def test_nghttp2_clients_health_check_and_watch(server) -> None:  # type: ignore[no-untyped-def]
+    port, health, loop = server
+    check = "/grpc.health.v1.Health/Check"
+    readiness = [health_pb2.HealthCheckRequest(service="readiness").SerializeToString()]
+    for status in (SERVING, NOT_SERVING):
+        asyncio.run_coroutine_threadsafe(_set(health, "readiness", status), loop).result(5)
+        got = _node_call(port, check, readiness)
+        assert (got["status"], got["grpc_status"]) == (200, "0")
+        (reply,) = got["messages"]
+        assert (
+            health_pb2.HealthCheckResponse.FromString(bytes.fromhex(reply["hex"])).status == status
+        )
+    asyncio.run_coroutine_threadsafe(_set(health, "readiness", SERVING), loop).result(5)
+    got = _node_call(
+        port, check, [health_pb2.HealthCheckRequest(service="nope").SerializeToString()]
+    )
+    assert got["grpc_status"] == "5" and "nope" in got["grpc_message"] and got["messages"] == []
+    watch = "/grpc.health.v1.Health/Watch"
+    got = _node_call(
+        port,
+        watch,
+        [health_pb2.HealthCheckRequest(service="readiness").SerializeToString()],
+        "first",
+    )
+    assert (
+        health_pb2.HealthCheckResponse.FromString(bytes.fromhex(got["messages"][0]["hex"])).status
+        == SERVING
+    )
+
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed: the curl (nghttp2) half of this test needs it")
+    request = _grpc_frame(health_pb2.HealthCheckRequest(service="readiness").SerializeToString())
+    out = subprocess.run(
+        [
+            curl,
+            "-sS",
+            "--http2-prior-knowledge",
+            "-D",
+            "-",
+            "-o",
+            "-",
+            "--data-binary",
+            "@-",
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            f"http://127.0.0.1:{port}{check}",
+        ],
+        input=request,
+        capture_output=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    head, _, rest = out.stdout.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/2 200")
+    reply = _grpc_frame(health_pb2.HealthCheckResponse(status=SERVING).SerializeToString())
+    assert rest.startswith(reply) and b"grpc-status: 0" in rest[len(reply) :]
+
+
+def test_nghttp2_client_streams_and_flow_control(server) -> None:  # type: ignore[no-untyped-def]
+    port, *_ = server
+    got = _node_call(port, "/t.Echo/Stream", [b"a", b"bc" * 300])
+    assert got["grpc_status"] == "0"
+    assert [bytes.fromhex(m["hex"]) for m in got["messages"]] == [
+        b"a",
+        b"a",
+        b"bc" * 300,
+        b"bc" * 300,
+    ]
+    # An 8 MiB reply against nghttp2's 64 KiB default windows: the server's sends must wait
+    # for Node's WINDOW_UPDATEs, then finish with the trailers.
+    got = _node_call(port, "/t.Echo/Stream", [b"big"])
+    assert got["grpc_status"] == "0"
+    assert got["messages"] == [{"len": 8 << 20, "sum": ord("x") * (8 << 20)}]
+    got = _node_call(port, "/t.Echo/Stream", [b"bad"])
+    assert (got["grpc_status"], got["grpc_message"]) == ("3", "bad input")
