@@ -42,9 +42,7 @@ from google.protobuf.message import DecodeError
 from kvspread.grpcservice import Service
 from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.picker import Outcome, Picker
-from router.proto import core_pb2 as base_pb2
 from router.proto import ext_proc_pb2 as pb
-from router.proto import http_status_pb2, processing_mode_pb2
 
 __all__ = [
     "SERVICE",
@@ -73,7 +71,7 @@ SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 BODY_CHUNK_BYTES = 64 * 1024
 """Size of the streamed_response chunks that return the body to Envoy."""
 
-_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+_DUPLEX = pb.ProcessingMode.FULL_DUPLEX_STREAMED
 
 
 def _headers(msg: pb.HttpHeaders) -> dict[str, str]:
@@ -105,7 +103,7 @@ def _mutation(destination: str) -> pb.CommonResponse:
     opt = common.header_mutation.set_headers.add()
     opt.header.key = DESTINATION_HEADER
     opt.header.raw_value = destination.encode()
-    opt.append_action = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+    opt.append_action = pb.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
     return common
 
 
@@ -170,14 +168,14 @@ def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
             }
         }
     )
-    opt = base_pb2.HeaderValueOption(
-        header=base_pb2.HeaderValue(key="content-type", raw_value=b"application/json")
+    opt = pb.HeaderValueOption(
+        header=pb.HeaderValue(key="content-type", raw_value=b"application/json")
     )
     return pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
             # Envoy's StatusCode numbers are the HTTP codes (BadRequest = 400, ...) and proto3
             # enums are open, so the code goes over as it is
-            status=http_status_pb2.HttpStatus(code=cast(http_status_pb2.StatusCode, d.status)),
+            status=pb.HttpStatus(code=cast(pb.StatusCode, d.status)),
             headers=pb.HeaderMutation(set_headers=[opt]),
             body=body,
             details=f"kvspread_router_{d.reason}",

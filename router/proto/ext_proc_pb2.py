@@ -23,48 +23,69 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
-from router.proto import core_pb2 as router_dot_proto_dot_core__pb2
-from router.proto import http_status_pb2 as router_dot_proto_dot_http__status__pb2
-from router.proto import processing_mode_pb2 as router_dot_proto_dot_processing__mode__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brouter/proto/ext_proc.proto\x12\x19\x65nvoy.service.ext_proc.v3\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17router/proto/core.proto\x1a\x1erouter/proto/http_status.proto\x1a\"router/proto/processing_mode.proto\"\x95\x02\n\x15ProtocolConfiguration\x12\x61\n\x11request_body_mode\x18\x01 \x01(\x0e\x32\x46.envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode\x12\x62\n\x12response_body_mode\x18\x02 \x01(\x0e\x32\x46.envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode\x12\x35\n-send_body_without_waiting_for_header_response\x18\x03 \x01(\x08\"\xb0\x04\n\x11ProcessingRequest\x12\x41\n\x0frequest_headers\x18\x02 \x01(\x0b\x32&.envoy.service.ext_proc.v3.HttpHeadersH\x00\x12\x42\n\x10response_headers\x18\x03 \x01(\x0b\x32&.envoy.service.ext_proc.v3.HttpHeadersH\x00\x12;\n\x0crequest_body\x18\x04 \x01(\x0b\x32#.envoy.service.ext_proc.v3.HttpBodyH\x00\x12<\n\rresponse_body\x18\x05 \x01(\x0b\x32#.envoy.service.ext_proc.v3.HttpBodyH\x00\x12\x43\n\x10request_trailers\x18\x06 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.HttpTrailersH\x00\x12\x44\n\x11response_trailers\x18\x07 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.HttpTrailersH\x00\x12\x38\n\x10metadata_context\x18\x08 \x01(\x0b\x32\x1e.envoy.config.core.v3.Metadata\x12I\n\x0fprotocol_config\x18\x0b \x01(\x0b\x32\x30.envoy.service.ext_proc.v3.ProtocolConfigurationB\t\n\x07request\"\xc4\x04\n\x12ProcessingResponse\x12\x45\n\x0frequest_headers\x18\x01 \x01(\x0b\x32*.envoy.service.ext_proc.v3.HeadersResponseH\x00\x12\x46\n\x10response_headers\x18\x02 \x01(\x0b\x32*.envoy.service.ext_proc.v3.HeadersResponseH\x00\x12?\n\x0crequest_body\x18\x03 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.BodyResponseH\x00\x12@\n\rresponse_body\x18\x04 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.BodyResponseH\x00\x12G\n\x10request_trailers\x18\x05 \x01(\x0b\x32+.envoy.service.ext_proc.v3.TrailersResponseH\x00\x12H\n\x11response_trailers\x18\x06 \x01(\x0b\x32+.envoy.service.ext_proc.v3.TrailersResponseH\x00\x12J\n\x12immediate_response\x18\x07 \x01(\x0b\x32,.envoy.service.ext_proc.v3.ImmediateResponseH\x00\x12\x31\n\x10\x64ynamic_metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.StructB\n\n\x08response\"V\n\x0bHttpHeaders\x12\x30\n\x07headers\x18\x01 \x01(\x0b\x32\x1f.envoy.config.core.v3.HeaderMap\x12\x15\n\rend_of_stream\x18\x03 \x01(\x08\"/\n\x08HttpBody\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x15\n\rend_of_stream\x18\x02 \x01(\x08\"A\n\x0cHttpTrailers\x12\x31\n\x08trailers\x18\x01 \x01(\x0b\x32\x1f.envoy.config.core.v3.HeaderMap\"N\n\x0fHeadersResponse\x12;\n\x08response\x18\x01 \x01(\x0b\x32).envoy.service.ext_proc.v3.CommonResponse\"K\n\x0c\x42odyResponse\x12;\n\x08response\x18\x01 \x01(\x0b\x32).envoy.service.ext_proc.v3.CommonResponse\"V\n\x10TrailersResponse\x12\x42\n\x0fheader_mutation\x18\x01 \x01(\x0b\x32).envoy.service.ext_proc.v3.HeaderMutation\"\xe6\x02\n\x0e\x43ommonResponse\x12H\n\x06status\x18\x01 \x01(\x0e\x32\x38.envoy.service.ext_proc.v3.CommonResponse.ResponseStatus\x12\x42\n\x0fheader_mutation\x18\x02 \x01(\x0b\x32).envoy.service.ext_proc.v3.HeaderMutation\x12>\n\rbody_mutation\x18\x03 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.BodyMutation\x12\x31\n\x08trailers\x18\x04 \x01(\x0b\x32\x1f.envoy.config.core.v3.HeaderMap\x12\x19\n\x11\x63lear_route_cache\x18\x05 \x01(\x08\"8\n\x0eResponseStatus\x12\x0c\n\x08\x43ONTINUE\x10\x00\x12\x18\n\x14\x43ONTINUE_AND_REPLACE\x10\x01\"\x99\x01\n\x11ImmediateResponse\x12)\n\x06status\x18\x01 \x01(\x0b\x32\x19.envoy.type.v3.HttpStatus\x12:\n\x07headers\x18\x02 \x01(\x0b\x32).envoy.service.ext_proc.v3.HeaderMutation\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x0f\n\x07\x64\x65tails\x18\x05 \x01(\t\"f\n\x0eHeaderMutation\x12<\n\x0bset_headers\x18\x01 \x03(\x0b\x32\'.envoy.config.core.v3.HeaderValueOption\x12\x16\n\x0eremove_headers\x18\x02 \x03(\t\";\n\x14StreamedBodyResponse\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x15\n\rend_of_stream\x18\x02 \x01(\x08\"\x8e\x01\n\x0c\x42odyMutation\x12\x0e\n\x04\x62ody\x18\x01 \x01(\x0cH\x00\x12\x14\n\nclear_body\x18\x02 \x01(\x08H\x00\x12L\n\x11streamed_response\x18\x03 \x01(\x0b\x32/.envoy.service.ext_proc.v3.StreamedBodyResponseH\x00\x42\n\n\x08mutation2\x81\x01\n\x11\x45xternalProcessor\x12l\n\x07Process\x12,.envoy.service.ext_proc.v3.ProcessingRequest\x1a-.envoy.service.ext_proc.v3.ProcessingResponse\"\x00(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brouter/proto/ext_proc.proto\x12\x19\x65nvoy.service.ext_proc.v3\x1a\x1cgoogle/protobuf/struct.proto\"\xf5\x01\n\x15ProtocolConfiguration\x12Q\n\x11request_body_mode\x18\x01 \x01(\x0e\x32\x36.envoy.service.ext_proc.v3.ProcessingMode.BodySendMode\x12R\n\x12response_body_mode\x18\x02 \x01(\x0e\x32\x36.envoy.service.ext_proc.v3.ProcessingMode.BodySendMode\x12\x35\n-send_body_without_waiting_for_header_response\x18\x03 \x01(\x08\"\xb5\x04\n\x11ProcessingRequest\x12\x41\n\x0frequest_headers\x18\x02 \x01(\x0b\x32&.envoy.service.ext_proc.v3.HttpHeadersH\x00\x12\x42\n\x10response_headers\x18\x03 \x01(\x0b\x32&.envoy.service.ext_proc.v3.HttpHeadersH\x00\x12;\n\x0crequest_body\x18\x04 \x01(\x0b\x32#.envoy.service.ext_proc.v3.HttpBodyH\x00\x12<\n\rresponse_body\x18\x05 \x01(\x0b\x32#.envoy.service.ext_proc.v3.HttpBodyH\x00\x12\x43\n\x10request_trailers\x18\x06 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.HttpTrailersH\x00\x12\x44\n\x11response_trailers\x18\x07 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.HttpTrailersH\x00\x12=\n\x10metadata_context\x18\x08 \x01(\x0b\x32#.envoy.service.ext_proc.v3.Metadata\x12I\n\x0fprotocol_config\x18\x0b \x01(\x0b\x32\x30.envoy.service.ext_proc.v3.ProtocolConfigurationB\t\n\x07request\"\xc4\x04\n\x12ProcessingResponse\x12\x45\n\x0frequest_headers\x18\x01 \x01(\x0b\x32*.envoy.service.ext_proc.v3.HeadersResponseH\x00\x12\x46\n\x10response_headers\x18\x02 \x01(\x0b\x32*.envoy.service.ext_proc.v3.HeadersResponseH\x00\x12?\n\x0crequest_body\x18\x03 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.BodyResponseH\x00\x12@\n\rresponse_body\x18\x04 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.BodyResponseH\x00\x12G\n\x10request_trailers\x18\x05 \x01(\x0b\x32+.envoy.service.ext_proc.v3.TrailersResponseH\x00\x12H\n\x11response_trailers\x18\x06 \x01(\x0b\x32+.envoy.service.ext_proc.v3.TrailersResponseH\x00\x12J\n\x12immediate_response\x18\x07 \x01(\x0b\x32,.envoy.service.ext_proc.v3.ImmediateResponseH\x00\x12\x31\n\x10\x64ynamic_metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.StructB\n\n\x08response\"[\n\x0bHttpHeaders\x12\x35\n\x07headers\x18\x01 \x01(\x0b\x32$.envoy.service.ext_proc.v3.HeaderMap\x12\x15\n\rend_of_stream\x18\x03 \x01(\x08\"/\n\x08HttpBody\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x15\n\rend_of_stream\x18\x02 \x01(\x08\"F\n\x0cHttpTrailers\x12\x36\n\x08trailers\x18\x01 \x01(\x0b\x32$.envoy.service.ext_proc.v3.HeaderMap\"N\n\x0fHeadersResponse\x12;\n\x08response\x18\x01 \x01(\x0b\x32).envoy.service.ext_proc.v3.CommonResponse\"K\n\x0c\x42odyResponse\x12;\n\x08response\x18\x01 \x01(\x0b\x32).envoy.service.ext_proc.v3.CommonResponse\"V\n\x10TrailersResponse\x12\x42\n\x0fheader_mutation\x18\x01 \x01(\x0b\x32).envoy.service.ext_proc.v3.HeaderMutation\"\xeb\x02\n\x0e\x43ommonResponse\x12H\n\x06status\x18\x01 \x01(\x0e\x32\x38.envoy.service.ext_proc.v3.CommonResponse.ResponseStatus\x12\x42\n\x0fheader_mutation\x18\x02 \x01(\x0b\x32).envoy.service.ext_proc.v3.HeaderMutation\x12>\n\rbody_mutation\x18\x03 \x01(\x0b\x32\'.envoy.service.ext_proc.v3.BodyMutation\x12\x36\n\x08trailers\x18\x04 \x01(\x0b\x32$.envoy.service.ext_proc.v3.HeaderMap\x12\x19\n\x11\x63lear_route_cache\x18\x05 \x01(\x08\"8\n\x0eResponseStatus\x12\x0c\n\x08\x43ONTINUE\x10\x00\x12\x18\n\x14\x43ONTINUE_AND_REPLACE\x10\x01\"\xa5\x01\n\x11ImmediateResponse\x12\x35\n\x06status\x18\x01 \x01(\x0b\x32%.envoy.service.ext_proc.v3.HttpStatus\x12:\n\x07headers\x18\x02 \x01(\x0b\x32).envoy.service.ext_proc.v3.HeaderMutation\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x0f\n\x07\x64\x65tails\x18\x05 \x01(\t\"k\n\x0eHeaderMutation\x12\x41\n\x0bset_headers\x18\x01 \x03(\x0b\x32,.envoy.service.ext_proc.v3.HeaderValueOption\x12\x16\n\x0eremove_headers\x18\x02 \x03(\t\";\n\x14StreamedBodyResponse\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x15\n\rend_of_stream\x18\x02 \x01(\x08\"\x8e\x01\n\x0c\x42odyMutation\x12\x0e\n\x04\x62ody\x18\x01 \x01(\x0cH\x00\x12\x14\n\nclear_body\x18\x02 \x01(\x08H\x00\x12L\n\x11streamed_response\x18\x03 \x01(\x0b\x32/.envoy.service.ext_proc.v3.StreamedBodyResponseH\x00\x42\n\n\x08mutation\"\xac\x01\n\x08Metadata\x12P\n\x0f\x66ilter_metadata\x18\x01 \x03(\x0b\x32\x37.envoy.service.ext_proc.v3.Metadata.FilterMetadataEntry\x1aN\n\x13\x46ilterMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct:\x02\x38\x01\"<\n\x0bHeaderValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\x12\x11\n\traw_value\x18\x03 \x01(\x0c\"\xbc\x02\n\x11HeaderValueOption\x12\x36\n\x06header\x18\x01 \x01(\x0b\x32&.envoy.service.ext_proc.v3.HeaderValue\x12V\n\rappend_action\x18\x03 \x01(\x0e\x32?.envoy.service.ext_proc.v3.HeaderValueOption.HeaderAppendAction\x12\x18\n\x10keep_empty_value\x18\x04 \x01(\x08\"}\n\x12HeaderAppendAction\x12\x1b\n\x17\x41PPEND_IF_EXISTS_OR_ADD\x10\x00\x12\x11\n\rADD_IF_ABSENT\x10\x01\x12\x1e\n\x1aOVERWRITE_IF_EXISTS_OR_ADD\x10\x02\x12\x17\n\x13OVERWRITE_IF_EXISTS\x10\x03\"D\n\tHeaderMap\x12\x37\n\x07headers\x18\x01 \x03(\x0b\x32&.envoy.service.ext_proc.v3.HeaderValue\"A\n\nHttpStatus\x12\x33\n\x04\x63ode\x18\x01 \x01(\x0e\x32%.envoy.service.ext_proc.v3.StatusCode\"\xba\x05\n\x0eProcessingMode\x12U\n\x13request_header_mode\x18\x01 \x01(\x0e\x32\x38.envoy.service.ext_proc.v3.ProcessingMode.HeaderSendMode\x12V\n\x14response_header_mode\x18\x02 \x01(\x0e\x32\x38.envoy.service.ext_proc.v3.ProcessingMode.HeaderSendMode\x12Q\n\x11request_body_mode\x18\x03 \x01(\x0e\x32\x36.envoy.service.ext_proc.v3.ProcessingMode.BodySendMode\x12R\n\x12response_body_mode\x18\x04 \x01(\x0e\x32\x36.envoy.service.ext_proc.v3.ProcessingMode.BodySendMode\x12V\n\x14request_trailer_mode\x18\x05 \x01(\x0e\x32\x38.envoy.service.ext_proc.v3.ProcessingMode.HeaderSendMode\x12W\n\x15response_trailer_mode\x18\x06 \x01(\x0e\x32\x38.envoy.service.ext_proc.v3.ProcessingMode.HeaderSendMode\"1\n\x0eHeaderSendMode\x12\x0b\n\x07\x44\x45\x46\x41ULT\x10\x00\x12\x08\n\x04SEND\x10\x01\x12\x08\n\x04SKIP\x10\x02\"n\n\x0c\x42odySendMode\x12\x08\n\x04NONE\x10\x00\x12\x0c\n\x08STREAMED\x10\x01\x12\x0c\n\x08\x42UFFERED\x10\x02\x12\x14\n\x10\x42UFFERED_PARTIAL\x10\x03\x12\x18\n\x14\x46ULL_DUPLEX_STREAMED\x10\x04\x12\x08\n\x04GRPC\x10\x05*\xb5\t\n\nStatusCode\x12\t\n\x05\x45mpty\x10\x00\x12\x0c\n\x08\x43ontinue\x10\x64\x12\x07\n\x02OK\x10\xc8\x01\x12\x0c\n\x07\x43reated\x10\xc9\x01\x12\r\n\x08\x41\x63\x63\x65pted\x10\xca\x01\x12 \n\x1bNonAuthoritativeInformation\x10\xcb\x01\x12\x0e\n\tNoContent\x10\xcc\x01\x12\x11\n\x0cResetContent\x10\xcd\x01\x12\x13\n\x0ePartialContent\x10\xce\x01\x12\x10\n\x0bMultiStatus\x10\xcf\x01\x12\x14\n\x0f\x41lreadyReported\x10\xd0\x01\x12\x0b\n\x06IMUsed\x10\xe2\x01\x12\x14\n\x0fMultipleChoices\x10\xac\x02\x12\x15\n\x10MovedPermanently\x10\xad\x02\x12\n\n\x05\x46ound\x10\xae\x02\x12\r\n\x08SeeOther\x10\xaf\x02\x12\x10\n\x0bNotModified\x10\xb0\x02\x12\r\n\x08UseProxy\x10\xb1\x02\x12\x16\n\x11TemporaryRedirect\x10\xb3\x02\x12\x16\n\x11PermanentRedirect\x10\xb4\x02\x12\x0f\n\nBadRequest\x10\x90\x03\x12\x11\n\x0cUnauthorized\x10\x91\x03\x12\x14\n\x0fPaymentRequired\x10\x92\x03\x12\x0e\n\tForbidden\x10\x93\x03\x12\r\n\x08NotFound\x10\x94\x03\x12\x15\n\x10MethodNotAllowed\x10\x95\x03\x12\x12\n\rNotAcceptable\x10\x96\x03\x12 \n\x1bProxyAuthenticationRequired\x10\x97\x03\x12\x13\n\x0eRequestTimeout\x10\x98\x03\x12\r\n\x08\x43onflict\x10\x99\x03\x12\t\n\x04Gone\x10\x9a\x03\x12\x13\n\x0eLengthRequired\x10\x9b\x03\x12\x17\n\x12PreconditionFailed\x10\x9c\x03\x12\x14\n\x0fPayloadTooLarge\x10\x9d\x03\x12\x0f\n\nURITooLong\x10\x9e\x03\x12\x19\n\x14UnsupportedMediaType\x10\x9f\x03\x12\x18\n\x13RangeNotSatisfiable\x10\xa0\x03\x12\x16\n\x11\x45xpectationFailed\x10\xa1\x03\x12\x17\n\x12MisdirectedRequest\x10\xa5\x03\x12\x18\n\x13UnprocessableEntity\x10\xa6\x03\x12\x0b\n\x06Locked\x10\xa7\x03\x12\x15\n\x10\x46\x61iledDependency\x10\xa8\x03\x12\x14\n\x0fUpgradeRequired\x10\xaa\x03\x12\x19\n\x14PreconditionRequired\x10\xac\x03\x12\x14\n\x0fTooManyRequests\x10\xad\x03\x12 \n\x1bRequestHeaderFieldsTooLarge\x10\xaf\x03\x12\x18\n\x13InternalServerError\x10\xf4\x03\x12\x13\n\x0eNotImplemented\x10\xf5\x03\x12\x0f\n\nBadGateway\x10\xf6\x03\x12\x17\n\x12ServiceUnavailable\x10\xf7\x03\x12\x13\n\x0eGatewayTimeout\x10\xf8\x03\x12\x1c\n\x17HTTPVersionNotSupported\x10\xf9\x03\x12\x1a\n\x15VariantAlsoNegotiates\x10\xfa\x03\x12\x18\n\x13InsufficientStorage\x10\xfb\x03\x12\x11\n\x0cLoopDetected\x10\xfc\x03\x12\x10\n\x0bNotExtended\x10\xfe\x03\x12\"\n\x1dNetworkAuthenticationRequired\x10\xff\x03\x32\x81\x01\n\x11\x45xternalProcessor\x12l\n\x07Process\x12,.envoy.service.ext_proc.v3.ProcessingRequest\x1a-.envoy.service.ext_proc.v3.ProcessingResponse\"\x00(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'router.proto.ext_proc_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PROTOCOLCONFIGURATION']._serialized_start=182
-  _globals['_PROTOCOLCONFIGURATION']._serialized_end=459
-  _globals['_PROCESSINGREQUEST']._serialized_start=462
-  _globals['_PROCESSINGREQUEST']._serialized_end=1022
-  _globals['_PROCESSINGRESPONSE']._serialized_start=1025
-  _globals['_PROCESSINGRESPONSE']._serialized_end=1605
-  _globals['_HTTPHEADERS']._serialized_start=1607
-  _globals['_HTTPHEADERS']._serialized_end=1693
-  _globals['_HTTPBODY']._serialized_start=1695
-  _globals['_HTTPBODY']._serialized_end=1742
-  _globals['_HTTPTRAILERS']._serialized_start=1744
-  _globals['_HTTPTRAILERS']._serialized_end=1809
-  _globals['_HEADERSRESPONSE']._serialized_start=1811
-  _globals['_HEADERSRESPONSE']._serialized_end=1889
-  _globals['_BODYRESPONSE']._serialized_start=1891
-  _globals['_BODYRESPONSE']._serialized_end=1966
-  _globals['_TRAILERSRESPONSE']._serialized_start=1968
-  _globals['_TRAILERSRESPONSE']._serialized_end=2054
-  _globals['_COMMONRESPONSE']._serialized_start=2057
-  _globals['_COMMONRESPONSE']._serialized_end=2415
-  _globals['_COMMONRESPONSE_RESPONSESTATUS']._serialized_start=2359
-  _globals['_COMMONRESPONSE_RESPONSESTATUS']._serialized_end=2415
-  _globals['_IMMEDIATERESPONSE']._serialized_start=2418
-  _globals['_IMMEDIATERESPONSE']._serialized_end=2571
-  _globals['_HEADERMUTATION']._serialized_start=2573
-  _globals['_HEADERMUTATION']._serialized_end=2675
-  _globals['_STREAMEDBODYRESPONSE']._serialized_start=2677
-  _globals['_STREAMEDBODYRESPONSE']._serialized_end=2736
-  _globals['_BODYMUTATION']._serialized_start=2739
-  _globals['_BODYMUTATION']._serialized_end=2881
-  _globals['_EXTERNALPROCESSOR']._serialized_start=2884
-  _globals['_EXTERNALPROCESSOR']._serialized_end=3013
+  _globals['_METADATA_FILTERMETADATAENTRY']._loaded_options = None
+  _globals['_METADATA_FILTERMETADATAENTRY']._serialized_options = b'8\001'
+  _globals['_STATUSCODE']._serialized_start=4190
+  _globals['_STATUSCODE']._serialized_end=5395
+  _globals['_PROTOCOLCONFIGURATION']._serialized_start=89
+  _globals['_PROTOCOLCONFIGURATION']._serialized_end=334
+  _globals['_PROCESSINGREQUEST']._serialized_start=337
+  _globals['_PROCESSINGREQUEST']._serialized_end=902
+  _globals['_PROCESSINGRESPONSE']._serialized_start=905
+  _globals['_PROCESSINGRESPONSE']._serialized_end=1485
+  _globals['_HTTPHEADERS']._serialized_start=1487
+  _globals['_HTTPHEADERS']._serialized_end=1578
+  _globals['_HTTPBODY']._serialized_start=1580
+  _globals['_HTTPBODY']._serialized_end=1627
+  _globals['_HTTPTRAILERS']._serialized_start=1629
+  _globals['_HTTPTRAILERS']._serialized_end=1699
+  _globals['_HEADERSRESPONSE']._serialized_start=1701
+  _globals['_HEADERSRESPONSE']._serialized_end=1779
+  _globals['_BODYRESPONSE']._serialized_start=1781
+  _globals['_BODYRESPONSE']._serialized_end=1856
+  _globals['_TRAILERSRESPONSE']._serialized_start=1858
+  _globals['_TRAILERSRESPONSE']._serialized_end=1944
+  _globals['_COMMONRESPONSE']._serialized_start=1947
+  _globals['_COMMONRESPONSE']._serialized_end=2310
+  _globals['_COMMONRESPONSE_RESPONSESTATUS']._serialized_start=2254
+  _globals['_COMMONRESPONSE_RESPONSESTATUS']._serialized_end=2310
+  _globals['_IMMEDIATERESPONSE']._serialized_start=2313
+  _globals['_IMMEDIATERESPONSE']._serialized_end=2478
+  _globals['_HEADERMUTATION']._serialized_start=2480
+  _globals['_HEADERMUTATION']._serialized_end=2587
+  _globals['_STREAMEDBODYRESPONSE']._serialized_start=2589
+  _globals['_STREAMEDBODYRESPONSE']._serialized_end=2648
+  _globals['_BODYMUTATION']._serialized_start=2651
+  _globals['_BODYMUTATION']._serialized_end=2793
+  _globals['_METADATA']._serialized_start=2796
+  _globals['_METADATA']._serialized_end=2968
+  _globals['_METADATA_FILTERMETADATAENTRY']._serialized_start=2890
+  _globals['_METADATA_FILTERMETADATAENTRY']._serialized_end=2968
+  _globals['_HEADERVALUE']._serialized_start=2970
+  _globals['_HEADERVALUE']._serialized_end=3030
+  _globals['_HEADERVALUEOPTION']._serialized_start=3033
+  _globals['_HEADERVALUEOPTION']._serialized_end=3349
+  _globals['_HEADERVALUEOPTION_HEADERAPPENDACTION']._serialized_start=3224
+  _globals['_HEADERVALUEOPTION_HEADERAPPENDACTION']._serialized_end=3349
+  _globals['_HEADERMAP']._serialized_start=3351
+  _globals['_HEADERMAP']._serialized_end=3419
+  _globals['_HTTPSTATUS']._serialized_start=3421
+  _globals['_HTTPSTATUS']._serialized_end=3486
+  _globals['_PROCESSINGMODE']._serialized_start=3489
+  _globals['_PROCESSINGMODE']._serialized_end=4187
+  _globals['_PROCESSINGMODE_HEADERSENDMODE']._serialized_start=4026
+  _globals['_PROCESSINGMODE_HEADERSENDMODE']._serialized_end=4075
+  _globals['_PROCESSINGMODE_BODYSENDMODE']._serialized_start=4077
+  _globals['_PROCESSINGMODE_BODYSENDMODE']._serialized_end=4187
+  _globals['_EXTERNALPROCESSOR']._serialized_start=5398
+  _globals['_EXTERNALPROCESSOR']._serialized_end=5527
 # @@protoc_insertion_point(module_scope)

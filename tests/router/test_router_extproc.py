@@ -16,13 +16,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from router.config import GRPC_SERVERS
 from router.extproc import BODY_CHUNK_BYTES, SERVICE
-from router.proto import core_pb2 as base_pb2
 from router.proto import ext_proc_pb2 as pb
-from router.proto import processing_mode_pb2
 from tests.router.conftest import router_config, wait_fresh
 
-DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
-BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+DUPLEX = pb.ProcessingMode.FULL_DUPLEX_STREAMED
+BUFFERED = pb.ProcessingMode.BUFFERED
 
 CHAT = json.dumps(
     {"model": "qwen", "stream": True, "messages": [{"role": "user", "content": "hello " * 50}]}
@@ -45,8 +43,8 @@ def headers_msg(
     ] + list((extra or {}).items())
     msg = pb.ProcessingRequest(
         request_headers=pb.HttpHeaders(
-            headers=base_pb2.HeaderMap(
-                headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in hv]
+            headers=pb.HeaderMap(
+                headers=[pb.HeaderValue(key=k, raw_value=v.encode()) for k, v in hv]
             ),
             end_of_stream=end_of_stream,
         )
