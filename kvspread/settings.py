@@ -303,12 +303,13 @@ class PartCommand:
 
 
 def load_yaml(path: str | Path | None) -> dict[str, Any]:
-    """Read a YAML mapping; a missing file or a non-mapping is a ConfigError."""
+    """Read a YAML mapping; a missing file, bytes that are not UTF-8 (YAML reads the bytes
+    itself, whatever the locale) or a non-mapping is a ConfigError."""
     if path is None:
         return {}
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(p.read_bytes())
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
     except IsADirectoryError as exc:

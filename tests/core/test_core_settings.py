@@ -54,6 +54,11 @@ def test_load_yaml_errors_are_clear(tmp_path):
     bad.write_text("a: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_yaml(bad)
+    bad.write_bytes(b"server:\n  host: caf\xe9\n")  # Latin-1, not UTF-8
+    with pytest.raises(ConfigError, match="not valid YAML: unacceptable character"):
+        load_yaml(bad)
+    bad.write_text("server:\n  host: café\n", encoding="utf-8")
+    assert load_yaml(bad) == {"server": {"host": "café"}}
     assert load_yaml(None) == {}
 
 
