@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from kvspread.settings import Setting, add_part, gather
+from kvspread.settings import PartCommand, Setting, gather
 
 __all__ = ["register", "SETTINGS", "build_config"]
 
@@ -101,22 +101,8 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return 0
 
 
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
-) -> None:
-    run = add_part(
-        sub,
-        PART,
-        SETTINGS,
-        help="node collector: eBPF, NVML, engine metrics -> signals",
-        description=None,
-        verb="run",
-        verb_help="run the collector agent (DaemonSet)",
-        verb_description="Measure HTTP latency, TCP and accept queues with eBPF, GPU memory with "
-        "NVML and engine KV-cache metrics; publish node signals and export metrics.",
-        epilog=EPILOG,
-        config_help="YAML config file (see docs/collector.md)",
-    )
+def _flags(run: argparse.ArgumentParser) -> None:
+    """The verb's flags that are no setting: repeatable lists and switches."""
     run.add_argument(
         "--otlp-endpoint",
         action="append",
@@ -135,4 +121,20 @@ def register(
     run.add_argument(
         "--print-bpf", action="store_true", help="print the final BPF C with its cflags and exit"
     )
-    run.set_defaults(func=lambda a: _run(a, environ))
+
+
+register = PartCommand(
+    PART,
+    SETTINGS,
+    help="node collector: eBPF, NVML, engine metrics -> signals",
+    description=None,
+    verb="run",
+    verb_help="run the collector agent (DaemonSet)",
+    verb_description="Measure HTTP latency, TCP and accept queues with eBPF, GPU memory with "
+    "NVML and engine KV-cache metrics; publish node signals and export metrics.",
+    epilog=EPILOG,
+    config_help="YAML config file (see docs/collector.md)",
+    flags=_flags,
+    run=_run,
+)
+"""`kvspread collector run`."""

@@ -16,7 +16,7 @@ from typing import Any
 from kvspread import names
 from kvspread.nodesignals import CHANNELS
 from kvspread.settings import bounded, invalid
-from kvspread.signals import NodeSignals
+from kvspread.signals import HEARTBEAT_S, NodeSignals
 
 __all__ = ["PublishConfig", "should_publish", "patch_node_annotation"]
 
@@ -32,7 +32,7 @@ class PublishConfig:
     kvspread.io/signals: small clusters)."""
     min_interval_s: float = 10.0
     """Fewest seconds between two writes."""
-    max_interval_s: float = 120.0
+    max_interval_s: float = HEARTBEAT_S
     """Heartbeat: most seconds between two writes, changed or not (well below the
     extender's stale_after_s)."""
     writes_per_100s: float = 1.0

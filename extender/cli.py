@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from extender.config import DEFAULT_HOST, DEFAULT_PORT, ExtenderConfig
 from kvspread import logs, preflight
-from kvspread.settings import KUBERNETES_SETTINGS, Setting, add_part, from_args
+from kvspread.settings import KUBERNETES_SETTINGS, PartCommand, Setting, from_args
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
 
@@ -70,32 +70,29 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ex
     return from_args(PART, SETTINGS, args, environ, ExtenderConfig.from_mapping)
 
 
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
-) -> None:
-    serve = add_part(
-        sub,
-        PART,
-        SETTINGS,
-        help="kube-scheduler extender: filter and prioritize GPU nodes",
-        description="kube-scheduler extender (filter + prioritize) placing LLM inference pods "
-        "by GPU memory, KV-cache fragmentation, load, model spread and modality.",
-        verb="serve",
-        verb_help="serve /filter, /prioritize, /debug/explain, /metrics, /healthz, /readyz",
-        verb_description="Serve the scheduler extender over HTTP(S).",
-        epilog=EPILOG,
-    )
+def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """Check the key pair, the port and the cluster access first: each mistake is one line."""
+    cfg = config_from_args(args, environ)
+    srv, kube = cfg.server, cfg.kubernetes
+    preflight.check_tls_pair(srv.tls_cert, srv.tls_key, "--tls-cert", "--tls-key")
+    preflight.check_port(srv.host, srv.port, "--port")
+    if not srv.standalone:
+        preflight.check_kube_access(kube.kubeconfig, kube.api_server, "--standalone")
+    logs.configure(srv.log_level)
+    from extender.run import serve as serve_forever
 
-    def run_serve(args: argparse.Namespace) -> int:
-        cfg = config_from_args(args, environ)
-        srv, kube = cfg.server, cfg.kubernetes
-        preflight.check_tls_pair(srv.tls_cert, srv.tls_key, "--tls-cert", "--tls-key")
-        preflight.check_port(srv.host, srv.port, "--port")
-        if not srv.standalone:
-            preflight.check_kube_access(kube.kubeconfig, kube.api_server, "--standalone")
-        logs.configure(srv.log_level)
-        from extender.run import serve as serve_forever
+    return serve_forever(cfg)
 
-        return serve_forever(cfg)
 
-    serve.set_defaults(func=run_serve)
+register = PartCommand(
+    PART,
+    SETTINGS,
+    help="kube-scheduler extender: filter and prioritize GPU nodes",
+    description="kube-scheduler extender (filter + prioritize) placing LLM inference pods "
+    "by GPU memory, KV-cache fragmentation, load, model spread and modality.",
+    verb_help="serve /filter, /prioritize, /debug/explain, /metrics, /healthz, /readyz",
+    verb_description="Serve the scheduler extender over HTTP(S).",
+    epilog=EPILOG,
+    run=_serve,
+)
+"""`kvspread extender serve`."""

@@ -42,6 +42,7 @@ from typing import Any, Final, Literal
 from kvspread.logs import LogLevel
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
 from kvspread.settings import KubeAccess, bounded, invalid, load, ports, validated
+from kvspread.signals import STALE_AFTER_S
 
 __all__ = [
     "ScoringConfig",
@@ -198,11 +199,10 @@ DEFAULT_RHO_THRESHOLD: Final = 0.35
 DEFAULT_RHO_REPULSION: Final = 2.0
 """Repulsion multiplier slope: repulsion x (1 + 2 rho) above the threshold (docs/design.md 5)."""
 
-DEFAULT_STALE_AFTER_S: Final = 300.0
+DEFAULT_STALE_AFTER_S: Final = STALE_AFTER_S
 """Signals older than this are stale: neutral score, never filtered (docs/design.md section 3).
-Chosen with the collector's 120 s heartbeat (bpf/publish.py): two heartbeats and a cycle
-fit, so one lost write never makes a node stale, and 5,000 nodes heartbeat at 42 writes/s,
-under the 50 writes/s bound (docs/collector.md)."""
+The one bound of the signals document (kvspread/signals.py), chosen with the collector's
+heartbeat: two heartbeats and a cycle."""
 
 DEFAULT_MAX_STREAMS: Final = 256
 """Streams at which a node counts as fully loaded: vLLM's default `--max-num-seqs` (256),

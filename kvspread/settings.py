@@ -4,7 +4,8 @@ Precedence: command-line flag > environment variable (`KVSPREAD_<PART>_<KEY>`) >
 YAML file (`--config FILE`) > the part's documented defaults. A part declares its
 overridable keys as `Setting`s; `add_settings` turns them into argparse flags (default
 None, so "not given" is visible) and `layer` merges the sources into one `Layered`
-mapping that remembers where each value came from. `load(ConfigClass, mapping)` then
+mapping that remembers where each value came from; a `PartCommand` is a part's whole
+`kvspread PART VERB` (texts, settings, what it runs). `load(ConfigClass, mapping)` then
 builds the part's frozen config dataclass from it, driven by the type hints:
 
 - a nested dataclass field is a nested YAML mapping (`server: {port: 8888}`);
@@ -33,7 +34,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -46,6 +47,8 @@ __all__ = [
     "Layered",
     "Parse",
     "add_settings",
+    "add_part",
+    "PartCommand",
     "layer",
     "gather",
     "from_args",
@@ -257,13 +260,56 @@ def add_part(
     return cmd
 
 
+@dataclass(frozen=True)
+class PartCommand:
+    """`kvspread PART VERB` of a part with one verb, as data: its texts, its settings, extra
+    flags and what the verb runs. A part's cli module exports one as `register`, the
+    `register(subparsers, environ)` that kvspread/cli.py calls, so the parser assembly, the
+    bare part's help and the hand-over of `environ` are written once here."""
+
+    part: str
+    settings: Sequence[Setting]
+    help: str
+    description: str | None
+    verb_help: str
+    verb_description: str
+    epilog: str
+    run: Callable[[argparse.Namespace, Mapping[str, str]], int]
+    """The verb: parsed flags and the environment in, exit status out."""
+    verb: str = "serve"
+    config_help: str = "YAML configuration file"
+    flags: Callable[[argparse.ArgumentParser], None] | None = None
+    """Adds the verb's flags that are no setting (repeatable lists, switches)."""
+
+    def __call__(
+        self, sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
+    ) -> argparse.ArgumentParser:
+        cmd = add_part(
+            sub,
+            self.part,
+            list(self.settings),
+            help=self.help,
+            description=self.description,
+            verb=self.verb,
+            verb_help=self.verb_help,
+            verb_description=self.verb_description,
+            epilog=self.epilog,
+            config_help=self.config_help,
+        )
+        if self.flags is not None:
+            self.flags(cmd)
+        cmd.set_defaults(func=lambda args: self.run(args, environ))
+        return cmd
+
+
 def load_yaml(path: str | Path | None) -> dict[str, Any]:
-    """Read a YAML mapping; a missing file or a non-mapping is a ConfigError."""
+    """Read a YAML mapping; a missing file, bytes that are not UTF-8 (YAML reads the bytes
+    itself, whatever the locale) or a non-mapping is a ConfigError."""
     if path is None:
         return {}
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(p.read_bytes())
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
     except IsADirectoryError as exc:

@@ -33,11 +33,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
     "SCHEMA_VERSION",
     "MAX_DOCUMENT_BYTES",
+    "HEARTBEAT_S",
+    "STALE_AFTER_S",
     "GpuSignal",
     "PodMemory",
     "NodeSignals",
@@ -52,6 +54,15 @@ __all__ = [
 SCHEMA_VERSION = 1
 MAX_DOCUMENT_BYTES = 4096
 MAX_PODS_PER_GPU = 64
+
+HEARTBEAT_S: Final = 120.0
+"""The collector rewrites an unchanged document at least this often (its
+`publish.max_interval_s`), so that a reader can tell a quiet node from a dead collector."""
+STALE_AFTER_S: Final = 300.0
+"""A document older than this is stale to its readers (the extender's
+`scoring.stale_after_s`, the router's `metrics.signals_stale_after_s`; docs/design.md
+section 3): two heartbeats and a cycle fit, so one lost write never makes a node stale, and
+5,000 nodes heartbeat at 42 writes/s, under the 50 writes/s bound (docs/collector.md)."""
 
 
 class SignalsError(ValueError):

@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Mapping
 
 from kvspread import logs
-from kvspread.settings import KUBERNETES_SETTINGS, Setting, add_part, from_args
+from kvspread.settings import KUBERNETES_SETTINGS, PartCommand, Setting, from_args
 from router.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, RouterConfig
 
 __all__ = ["register", "SETTINGS", "config_from_args"]
@@ -117,28 +117,24 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ro
     return from_args(PART, SETTINGS, args, environ, RouterConfig.from_mapping)
 
 
-def register(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], environ: Mapping[str, str]
-) -> None:
-    serve = add_part(
-        sub,
-        PART,
-        SETTINGS,
-        help="endpoint picker for the Gateway API Inference Extension (Envoy ext_proc)",
-        description="Per-request endpoint picker: Envoy asks it over ext_proc which "
-        "model-server pod serves each request, by GPU memory, queue, KV cache, modality "
-        "and context affinity.",
-        verb="serve",
-        verb_help="serve ext_proc gRPC plus /metrics and /debug/explain over HTTP",
-        verb_description="Serve the endpoint picker.",
-        epilog=EPILOG,
-    )
+def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    cfg = config_from_args(args, environ)
+    logs.configure(cfg.server.log_level)
+    from router.run import serve as serve_forever
 
-    def run_serve(args: argparse.Namespace) -> int:
-        cfg = config_from_args(args, environ)
-        logs.configure(cfg.server.log_level)
-        from router.run import serve as serve_forever
+    return serve_forever(cfg)
 
-        return serve_forever(cfg)
 
-    serve.set_defaults(func=run_serve)
+register = PartCommand(
+    PART,
+    SETTINGS,
+    help="endpoint picker for the Gateway API Inference Extension (Envoy ext_proc)",
+    description="Per-request endpoint picker: Envoy asks it over ext_proc which "
+    "model-server pod serves each request, by GPU memory, queue, KV cache, modality "
+    "and context affinity.",
+    verb_help="serve ext_proc gRPC plus /metrics and /debug/explain over HTTP",
+    verb_description="Serve the endpoint picker.",
+    epilog=EPILOG,
+    run=_serve,
+)
+"""`kvspread router serve`."""

@@ -34,6 +34,8 @@ from typing import Annotated, Any, Final
 
 from kvspread.logs import LogLevel
 from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, ports
+from kvspread.signals import STALE_AFTER_S
+from router.request import RequestConfig
 from router.scoring import ScoringConfig
 
 __all__ = [
@@ -179,7 +181,7 @@ class MetricsConfig:
     """Metrics older than this rank the endpoint after every fresh one (>= `interval_s`)."""
     timeout_s: float = 1.0
     """Timeout of one scrape, seconds."""
-    signals_stale_after_s: float = 300.0
+    signals_stale_after_s: float = STALE_AFTER_S
     """A node's signals (its NodeSignals, else its annotation) older than this count as
     absent (the extender's `scoring.stale_after_s`: two collector heartbeats of 120 s and a
     cycle)."""
@@ -193,24 +195,6 @@ class MetricsConfig:
                 f"a number >= metrics.interval_s ({self.interval_s:g})",
                 self.stale_after_s,
             )
-
-
-@dataclass(frozen=True)
-class RequestConfig:
-    """Token estimates read from a request body (YAML `request:`)."""
-
-    patch: int = 28
-    """Image patch side in pixels: an image is ceil(w/patch) x ceil(h/patch) tokens."""
-    default_image_tokens: int = 1024
-    """Tokens counted for an image whose size cannot be read (a remote URL)."""
-    max_image_tokens: int = 16384
-    """Cap of one image's token estimate."""
-    default_max_tokens: int = 256
-    """Output tokens assumed when the request gives no max_tokens."""
-
-    def validate(self) -> None:
-        bounded(self, "patch", "max_image_tokens", at_least=1, what="an integer")
-        bounded(self, "default_image_tokens", "default_max_tokens", at_least=0, what="an integer")
 
 
 @dataclass(frozen=True)

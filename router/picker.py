@@ -67,17 +67,7 @@ class Picker:
         started = time.perf_counter()
         rid = headers.get(HEADER_REQUEST_ID, "")
         try:
-            req = (
-                BODILESS
-                if not body
-                else parse_request(
-                    body,
-                    patch=self.cfg.request.patch,
-                    default_image_tokens=self.cfg.request.default_image_tokens,
-                    max_image_tokens=self.cfg.request.max_image_tokens,
-                    default_max_tokens=self.cfg.request.default_max_tokens,
-                )
-            )
+            req = BODILESS if not body else parse_request(body, self.cfg.request)
         except RequestError as exc:
             self.metrics.bad.inc()
             decision = Decision(400, "bad-request", message=str(exc))

@@ -17,15 +17,19 @@ import binascii
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
+
+from kvspread.settings import bounded
 
 __all__ = [
     "RequestInfo",
     "RequestError",
     "ImageEstimate",
     "parse_request",
+    "RequestConfig",
+    "DEFAULT_ESTIMATES",
     "image_size",
     "BODILESS",
 ]
@@ -161,16 +165,39 @@ def _data_url(url: str) -> tuple[int, bytes] | None:
     return size, head
 
 
-def _estimate_image(url: str, patch: int, default_tokens: int, max_tokens: int) -> ImageEstimate:
+@dataclass(frozen=True)
+class RequestConfig:
+    """Token estimates read from a request body (YAML `request:` of the router's config):
+    `parse_request`'s parameters, so their defaults are written once."""
+
+    patch: int = 28
+    """Image patch side in pixels: an image is ceil(w/patch) x ceil(h/patch) tokens."""
+    default_image_tokens: int = 1024
+    """Tokens counted for an image whose size cannot be read (a remote URL)."""
+    max_image_tokens: int = 16384
+    """Cap of one image's token estimate."""
+    default_max_tokens: int = 256
+    """Output tokens assumed when the request gives no max_tokens."""
+
+    def validate(self) -> None:
+        bounded(self, "patch", "max_image_tokens", at_least=1, what="an integer")
+        bounded(self, "default_image_tokens", "default_max_tokens", at_least=0, what="an integer")
+
+
+DEFAULT_ESTIMATES: Final = RequestConfig()
+
+
+def _estimate_image(url: str, estimates: RequestConfig) -> ImageEstimate:
     data = _data_url(url)
     if data is None:
-        return ImageEstimate("url", None, None, None, default_tokens)
+        return ImageEstimate("url", None, None, None, estimates.default_image_tokens)
     size, head = data
     dims = image_size(head)
     if dims is None:
-        return ImageEstimate("data", size, None, None, default_tokens)
+        return ImageEstimate("data", size, None, None, estimates.default_image_tokens)
     w, h = dims
-    tokens = min(max_tokens, math.ceil(w / patch) * math.ceil(h / patch))
+    patch = estimates.patch
+    tokens = min(estimates.max_image_tokens, math.ceil(w / patch) * math.ceil(h / patch))
     return ImageEstimate("data", size, w, h, tokens)
 
 
@@ -185,14 +212,7 @@ def _image_url(part: dict[str, Any]) -> str | None:
     return None
 
 
-def parse_request(
-    body: bytes,
-    *,
-    patch: int = 28,
-    default_image_tokens: int = 1024,
-    max_image_tokens: int = 16384,
-    default_max_tokens: int = 256,
-) -> RequestInfo:
+def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> RequestInfo:
     """Read a chat/completions or completions body. Raises RequestError on garbage."""
     if not body:
         raise RequestError("empty request body (a JSON object was expected)")
@@ -227,9 +247,7 @@ def parse_request(
                     if part.get("type") == "image_url" or url is not None:
                         if url is None:
                             raise RequestError(f"messages[{n}]: image_url part without a url")
-                        images.append(
-                            _estimate_image(url, patch, default_image_tokens, max_image_tokens)
-                        )
+                        images.append(_estimate_image(url, estimates))
     else:
         prompt = doc.get("prompt")
         if isinstance(prompt, str):
@@ -241,7 +259,7 @@ def parse_request(
             raise RequestError("'prompt' must be a string or a list")
     out = doc.get("max_completion_tokens", doc.get("max_tokens"))
     if out is None:
-        out = default_max_tokens
+        out = estimates.default_max_tokens
     if isinstance(out, bool) or not isinstance(out, int) or out < 0:
         raise RequestError("'max_tokens' must be a non-negative integer")
     modality = "text" if not images else ("image" if len(images) == 1 else "multi-image")

@@ -330,14 +330,8 @@ class KvspreadPicker:
             es.set_node_signals(signals)
 
     def info(self, req: Request) -> RequestInfo:
-        rc = self.request
-        return parse_request(
-            request_body(req, self._models[req.service], rc.patch),
-            patch=rc.patch,
-            default_image_tokens=rc.default_image_tokens,
-            max_image_tokens=rc.max_image_tokens,
-            default_max_tokens=rc.default_max_tokens,
-        )
+        body = request_body(req, self._models[req.service], self.request.patch)
+        return parse_request(body, self.request)
 
     def pick(self, req: Request, pods: Sequence[Pod], now: float) -> Pod:
         self._now = now

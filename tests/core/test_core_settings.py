@@ -2,7 +2,15 @@ import argparse
 
 import pytest
 
-from kvspread.settings import ConfigError, Setting, add_settings, layer, load_yaml
+from kvspread.settings import (
+    ConfigError,
+    PartCommand,
+    Setting,
+    add_settings,
+    from_args,
+    layer,
+    load_yaml,
+)
 
 SETTINGS = [
     Setting("server.port", "port to listen on", type=int),
@@ -44,6 +52,40 @@ def test_help_names_the_environment_variable():
     assert "KVSPREAD_EXTENDER_SERVER_PORT" in p.format_help()
 
 
+def test_part_command_builds_the_verb_and_hands_over_environ(capsys):
+    seen = {}
+
+    def run(args, environ):
+        seen["merged"] = from_args("demo", SETTINGS, args, environ, dict)
+        seen["extra"] = args.extra
+        return 7
+
+    command = PartCommand(
+        "demo",
+        SETTINGS,
+        help="a demo part",
+        description="The demo part.",
+        verb_help="run the demo",
+        verb_description="Run the demo.",
+        epilog="examples:\n  kvspread demo serve\n",
+        run=run,
+        flags=lambda parser: parser.add_argument("--extra", action="store_true"),
+    )
+    top = argparse.ArgumentParser(prog="kvspread")
+    command(top.add_subparsers(dest="part"), {"KVSPREAD_DEMO_SERVER_HOST": "::1"})
+    args = top.parse_args(["demo", "serve", "--port", "9", "--extra"])
+    assert args.func(args) == 7
+    assert seen == {"merged": {"server": {"port": 9, "host": "::1"}}, "extra": True}
+    bare = top.parse_args(["demo"])
+    assert bare.func(bare) == 2  # the bare part prints its help
+    assert "{serve}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        top.parse_args(["demo", "serve", "--help"])
+    out = capsys.readouterr().out
+    assert "Run the demo." in out and "[env KVSPREAD_DEMO_SERVER_PORT]" in out
+    assert "kvspread demo serve" in out and "--extra" in out
+
+
 def test_load_yaml_errors_are_clear(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_yaml(tmp_path / "missing.yaml")
@@ -54,6 +96,11 @@ def test_load_yaml_errors_are_clear(tmp_path):
     bad.write_text("a: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_yaml(bad)
+    bad.write_bytes(b"server:\n  host: caf\xe9\n")  # Latin-1, not UTF-8
+    with pytest.raises(ConfigError, match="not valid YAML: unacceptable character"):
+        load_yaml(bad)
+    bad.write_text("server:\n  host: café\n", encoding="utf-8")
+    assert load_yaml(bad) == {"server": {"host": "café"}}
     assert load_yaml(None) == {}
 
 
