@@ -137,18 +137,7 @@ class Simulation:
         self.node_metrics: dict[int, RecentWindow] = {}
         self.node_cache: dict[int, set[str]] = defaultdict(set)  # models cached per node
         self.hpas = {
-            s: Hpa(
-                spec.min_replicas,
-                spec.max_replicas,
-                tolerance=cfg.hpa.tolerance,
-                scale_up_window_s=cfg.hpa.scale_up_window_s,
-                scale_down_window_s=cfg.hpa.scale_down_window_s,
-                scale_up_percent=cfg.hpa.scale_up_percent,
-                scale_up_pods=cfg.hpa.scale_up_pods,
-                scale_up_period_s=cfg.hpa.scale_up_period_s,
-                scale_down_percent=cfg.hpa.scale_down_percent,
-                scale_down_period_s=cfg.hpa.scale_down_period_s,
-            )
+            s: Hpa(spec.min_replicas, spec.max_replicas, cfg.hpa)
             for s, spec in cfg.services.items()
         }
         self.spec_replicas = {s: spec.initial_replicas for s, spec in cfg.services.items()}
