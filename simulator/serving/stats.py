@@ -5,6 +5,9 @@ Every (policy, autoscaler) pair runs on the same arrivals for a seed, so the fai
 interval mean +/- t(0.975, n-1) x sd / sqrt(n). The verdict reads the interval: it lies
 wholly on the good side ("better"), wholly on the bad side ("worse"), or contains 0
 ("no significant difference"). With one seed there is no interval ("one seed: no CI").
+
+`COMPARABLE` is the one list of the metrics compared (label, display unit, which way is
+good); the placement and the routing comparison tables pick their columns from it.
 """
 
 from __future__ import annotations
