@@ -49,7 +49,7 @@ from bpf.tracker import ConnTracker, RequestRecord
 from kvspread import names
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.gpumem import free_mib, node_fragmentation_of
-from kvspread.kube import Reflector, WatchedTable
+from kvspread.kube import Reflector, WatchedTable, lookup, lookup_str
 from kvspread.signals import NodeSignals
 
 __all__ = ["Agent"]
@@ -66,23 +66,19 @@ def _uid_of(m: PodMeta) -> str:
 
 def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
     """PodMeta from a raw v1 Pod (API JSON); None without a uid."""
-    md = obj.get("metadata")
-    md = md if isinstance(md, dict) else {}
-    uid = md.get("uid")
-    if not isinstance(uid, str) or not uid:
+    uid = lookup_str(obj, "metadata", "uid")
+    if not uid:
         return None
-    status = obj.get("status")
-    ip = status.get("podIP") if isinstance(status, dict) else None
 
     def pairs(key: str) -> tuple[tuple[str, str], ...]:
-        m = md.get(key)
+        m = lookup(obj, "metadata", key)
         return tuple(sorted((str(k), str(v)) for k, v in m.items())) if isinstance(m, dict) else ()
 
     return PodMeta(
         uid=uid,
-        namespace=str(md.get("namespace") or ""),
-        name=str(md.get("name") or ""),
-        ip=ip if isinstance(ip, str) else "",
+        namespace=str(lookup(obj, "metadata", "namespace") or ""),
+        name=str(lookup(obj, "metadata", "name") or ""),
+        ip=lookup_str(obj, "status", "podIP"),
         labels=pairs("labels"),
         annotations=pairs("annotations"),
     )

@@ -27,16 +27,33 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["api_client", "Reflector", "ReflectorStats", "Backoff", "WatchedTable"]
+__all__ = [
+    "api_client",
+    "lookup",
+    "lookup_str",
+    "Reflector",
+    "ReflectorStats",
+    "Backoff",
+    "WatchedTable",
+]
 
 T = TypeVar("T")
 
 log = logging.getLogger("kvspread.kube")
 
 
-def _get(obj: Any, key: str) -> Any:
-    """obj[key] when obj is a mapping, else None (API objects are untrusted JSON)."""
-    return obj.get(key) if isinstance(obj, dict) else None
+def lookup(obj: Any, *path: str) -> Any:
+    """obj[path[0]][path[1]]... while each step is a mapping, else None: API objects are
+    untrusted JSON, so every reader walks them this way."""
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def lookup_str(obj: Any, *path: str) -> str:
+    """The string at `path` in an API object, "" when it is absent or not a string."""
+    value = lookup(obj, *path)
+    return value if isinstance(value, str) else ""
 
 
 def api_client(kubeconfig: str | None = None, server: str | None = None) -> Any:
@@ -169,8 +186,8 @@ class Reflector:
             doc = json.loads(resp.data)
         finally:
             resp.release_conn()
-        items = _get(doc, "items") or []
-        rv = _get(_get(doc, "metadata"), "resourceVersion") or ""
+        items = lookup(doc, "items") or []
+        rv = lookup(doc, "metadata", "resourceVersion") or ""
         self._on_list([i for i in items if isinstance(i, dict)])
         self.stats.lists += 1
         self.stats.resource_version = str(rv)
@@ -201,14 +218,14 @@ class Reflector:
                 if not line or not line.strip():
                     continue
                 event = json.loads(line)
-                etype = _get(event, "type")
-                obj = _get(event, "object")
+                etype = lookup(event, "type")
+                obj = lookup(event, "object")
                 if etype == "ERROR":
-                    code = _get(obj, "code")
+                    code = lookup(obj, "code")
                     if code == 410:
-                        raise _Gone(_get(obj, "message") or "410 Gone")
+                        raise _Gone(lookup(obj, "message") or "410 Gone")
                     raise RuntimeError(f"watch error event: {obj!r}")
-                new_rv = _get(_get(obj, "metadata"), "resourceVersion")
+                new_rv = lookup(obj, "metadata", "resourceVersion")
                 if etype in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
                     self._on_event(etype, obj)
                     self.stats.events += 1

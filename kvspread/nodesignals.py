@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from kvspread.kube import WatchedTable
+from kvspread.kube import WatchedTable, lookup, lookup_str
 from kvspread.signals import MAX_DOCUMENT_BYTES
 
 if TYPE_CHECKING:
@@ -128,17 +128,13 @@ def parse_resource(obj: Any) -> NodeSignalsObject | None:
     """
     if not isinstance(obj, dict) or obj.get("kind", KIND) != KIND:
         return None
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    name = lookup_str(obj, "metadata", "name")
+    if not name:
         return None
-    spec = obj.get("spec")
-    doc = spec.get("document") if isinstance(spec, dict) else None
-    rv = meta.get("resourceVersion")
+    rv = lookup(obj, "metadata", "resourceVersion")
     return NodeSignalsObject(
         node=name,
-        document=doc if isinstance(doc, str) else "",
+        document=lookup_str(obj, "spec", "document"),
         resource_version=str(rv) if rv is not None else "",
     )
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 __all__ = [
@@ -355,15 +355,13 @@ def exponential_downscale(h: ExponentialHistogram, scale: int) -> ExponentialHis
 
     po, pc = fold(h.positive_offset, h.positive_counts)
     no, nc = fold(h.negative_offset, h.negative_counts)
-    return ExponentialHistogram(
+    return replace(
+        h,
         scale=scale,
-        zero_count=h.zero_count,
         positive_offset=po,
         positive_counts=pc,
         negative_offset=no,
         negative_counts=nc,
-        zero_threshold=h.zero_threshold,
-        sum=h.sum,
     )
 
 

@@ -28,6 +28,7 @@ import httpx
 
 from bpf.engine import EngineParseError, EngineSample, scrape
 from kvspread.signals import NodeSignals
+from router.config import MetricsConfig
 from router.request import RequestInfo
 from router.scoring import EndpointView
 
@@ -100,23 +101,19 @@ class EndpointSet:
 
     def __init__(
         self,
+        metrics: MetricsConfig | None = None,
         *,
-        interval_s: float = 0.5,
-        stale_after_s: float = 2.0,
-        timeout_s: float = 1.0,
         share_half_life_s: float = 60.0,
-        signals_stale_after_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         scraper: Scraper | None = None,
     ) -> None:
-        self.interval_s = interval_s
-        self.stale_after_s = stale_after_s
-        self._timeout_s = timeout_s
+        self.metrics = metrics or MetricsConfig()
+        """Scrape interval, timeout and the staleness bounds (the router's `metrics:`)."""
         self._half_life_s = share_half_life_s
         self._clock = clock
         self._wall = wall_clock
-        self._signals_stale_after_s = signals_stale_after_s
+        timeout_s = self.metrics.timeout_s
         # one client for every scrape: a new one per GET costs a CA bundle load (ms of CPU)
         self._client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=64))
         self._scraper = scraper or (lambda ep: _scrape(ep, timeout_s, self._client))
@@ -194,7 +191,7 @@ class EndpointSet:
             while not self._stop.is_set():
                 started = self._clock()
                 self.scrape_all()
-                self._stop.wait(max(0.0, self.interval_s - (self._clock() - started)))
+                self._stop.wait(max(0.0, self.metrics.interval_s - (self._clock() - started)))
 
         self._thread = threading.Thread(target=loop, name="router-scraper", daemon=True)
         self._thread.start()
@@ -232,7 +229,7 @@ class EndpointSet:
         self._decay(m, now)
         own_share = m.image_tokens / (m.all_tokens + 1.0)
         node = self._nodes.get(ep.node) if ep.node else None
-        if node is not None and wall - node.ts > self._signals_stale_after_s:
+        if node is not None and wall - node.ts > self.metrics.signals_stale_after_s:
             node = None  # stale node signals count as absent (the worst value)
         mem_share = None
         image_share = own_share
@@ -247,7 +244,7 @@ class EndpointSet:
             fresh, why = False, "never scraped" + (f" ({m.error})" if m.error else "")
         else:
             age = now - m.scraped_at
-            fresh = age <= self.stale_after_s
+            fresh = age <= self.metrics.stale_after_s
             why = "" if fresh else f"metrics {age:.1f}s old" + (f" ({m.error})" if m.error else "")
         return EndpointView(
             address=ep.address,
@@ -270,11 +267,11 @@ class EndpointSet:
         until = now + VIEW_MAX_AGE_S
         for a, ep in self._endpoints.items():
             at = self._measured[a].scraped_at
-            if at is not None and at + self.stale_after_s >= now:
-                until = min(until, at + self.stale_after_s)
+            if at is not None and at + self.metrics.stale_after_s >= now:
+                until = min(until, at + self.metrics.stale_after_s)
             node = self._nodes.get(ep.node) if ep.node else None
-            if node is not None and node.ts + self._signals_stale_after_s >= wall:
-                until = min(until, now + node.ts + self._signals_stale_after_s - wall)
+            if node is not None and node.ts + self.metrics.signals_stale_after_s >= wall:
+                until = min(until, now + node.ts + self.metrics.signals_stale_after_s - wall)
         return until
 
     def views(self) -> list[EndpointView]:

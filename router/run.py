@@ -52,12 +52,7 @@ class Router:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
         self.metrics = RouterMetrics()
-        self.endpoints = EndpointSet(
-            interval_s=cfg.metrics.interval_s,
-            stale_after_s=cfg.metrics.stale_after_s,
-            timeout_s=cfg.metrics.timeout_s,
-            signals_stale_after_s=cfg.metrics.signals_stale_after_s,
-        )
+        self.endpoints = EndpointSet(cfg.metrics)
         self.picker = Picker(cfg, self.endpoints, self.metrics)
         self.watch: PoolWatch | None = None
         self.grpc_port = 0

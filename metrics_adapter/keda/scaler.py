@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -58,6 +58,8 @@ __all__ = [
 log = logging.getLogger("kvspread.adapter.keda")
 
 _R = TypeVar("_R")
+_Q = TypeVar("_Q")
+_S = TypeVar("_S", bound="ExternalScaler")
 
 SERVICE = Service.of(pb.DESCRIPTOR.services_by_name["ExternalScaler"])
 """`externalscaler.ExternalScaler`, from KEDA's externalscaler.proto."""
@@ -116,6 +118,19 @@ def status_code(exc: AdapterError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+def _unary(
+    method: str, compute: Callable[[_S, _Q], Awaitable[_R]]
+) -> Callable[[_S, _Q, grpc.aio.ServicerContext[Any, Any]], Coroutine[Any, Any, _R]]:
+    """The unary RPC `method`, answered by `compute(self, request)` through
+    `ExternalScaler._answer`: the unary methods differ only in what they compute."""
+
+    async def rpc(self: _S, request: _Q, context: grpc.aio.ServicerContext[Any, Any]) -> _R:
+        return await self._answer(method, context, compute(self, request))
+
+    rpc.__name__ = rpc.__qualname__ = method
+    return rpc
+
+
 class ExternalScaler:
     """`externalscaler.ExternalScaler` over an `ExternalMetricsProvider` (asyncio)."""
 
@@ -158,15 +173,10 @@ class ExternalScaler:
         self._count(method, grpc.StatusCode.OK)
         return reply
 
-    async def IsActive(  # noqa: N802 - the gRPC method name
-        self,
-        request: pb.ScaledObjectRef,
-        context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.IsActiveResponse],
-    ) -> pb.IsActiveResponse:
-        return await self._answer("IsActive", context, self._is_active(request))
-
     async def _is_active(self, request: pb.ScaledObjectRef) -> pb.IsActiveResponse:
         return pb.IsActiveResponse(result=await self._active(request))
+
+    IsActive = _unary("IsActive", _is_active)
 
     async def StreamIsActive(  # noqa: N802
         self,
@@ -187,13 +197,6 @@ class ExternalScaler:
                     yield pb.IsActiveResponse(result=active)
             await asyncio.sleep(self.stream_interval)
 
-    async def GetMetricSpec(  # noqa: N802
-        self,
-        request: pb.ScaledObjectRef,
-        context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.GetMetricSpecResponse],
-    ) -> pb.GetMetricSpecResponse:
-        return await self._answer("GetMetricSpec", context, self._metric_spec(request))
-
     async def _metric_spec(self, request: pb.ScaledObjectRef) -> pb.GetMetricSpecResponse:
         trig = parse_trigger(request)
         spec = pb.MetricSpec(
@@ -201,12 +204,7 @@ class ExternalScaler:
         )
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
-    async def GetMetrics(  # noqa: N802
-        self,
-        request: pb.GetMetricsRequest,
-        context: grpc.aio.ServicerContext[pb.GetMetricsRequest, pb.GetMetricsResponse],
-    ) -> pb.GetMetricsResponse:
-        return await self._answer("GetMetrics", context, self._metrics(request))
+    GetMetricSpec = _unary("GetMetricSpec", _metric_spec)
 
     async def _metrics(self, request: pb.GetMetricsRequest) -> pb.GetMetricsResponse:
         trig = parse_trigger(request.scaledObjectRef)
@@ -220,6 +218,8 @@ class ExternalScaler:
                 for v in values
             ]
         )
+
+    GetMetrics = _unary("GetMetrics", _metrics)
 
 
 @dataclass(eq=False)

@@ -26,6 +26,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from simulator.serving.config import HpaBehavior
+
 __all__ = [
     "replicas_for_value",
     "replicas_for_average_value",
@@ -84,14 +86,8 @@ class Hpa:
 
     min_replicas: int
     max_replicas: int
-    tolerance: float = 0.1
-    scale_up_window_s: float = 0.0
-    scale_down_window_s: float = 300.0
-    scale_up_percent: float = 100.0
-    scale_up_pods: int = 4
-    scale_up_period_s: float = 15.0
-    scale_down_percent: float = 100.0
-    scale_down_period_s: float = 15.0
+    behavior: HpaBehavior = field(default_factory=HpaBehavior)
+    """Tolerance, stabilisation windows and rate limits (autoscaling/v2 `behavior`)."""
     _recommendations: deque[tuple[float, int]] = field(
         default_factory=deque, init=False, repr=False
     )
@@ -116,31 +112,31 @@ class Hpa:
         when it cannot fetch one; None when no metric has a value (no scaling).
         """
         best: int | None = None
+        tolerance = self.behavior.tolerance
         for kind, value, target in metrics:
             if value is None or isinstance(value, float) and math.isnan(value):
                 continue
             if kind == "Value":
-                r = replicas_for_value(
-                    current_replicas, ready_replicas, value, target, self.tolerance
-                )
+                r = replicas_for_value(current_replicas, ready_replicas, value, target, tolerance)
             elif kind == "AverageValue":
-                r = replicas_for_average_value(current_replicas, value, target, self.tolerance)
+                r = replicas_for_average_value(current_replicas, value, target, tolerance)
             else:
                 raise ValueError(f"unknown metric target type {kind!r}")
             best = r if best is None else max(best, r)
         return best
 
     def _stabilise(self, now: float, proposal: int, current: int) -> int:
+        b = self.behavior
         self._recommendations.append((now, proposal))
-        horizon = max(self.scale_up_window_s, self.scale_down_window_s)
+        horizon = max(b.scale_up_window_s, b.scale_down_window_s)
         while self._recommendations and self._recommendations[0][0] < now - horizon:
             self._recommendations.popleft()
         up_floor = proposal
         down_ceiling = proposal
         for t, r in self._recommendations:
-            if t > now - self.scale_up_window_s:  # the controller's timestamp.After(cutoff)
+            if t > now - b.scale_up_window_s:  # the controller's timestamp.After(cutoff)
                 up_floor = min(up_floor, r)
-            if t > now - self.scale_down_window_s:
+            if t > now - b.scale_down_window_s:
                 down_ceiling = max(down_ceiling, r)
         # the controller's stabilizeRecommendationWithBehaviors
         if current < up_floor:
@@ -150,18 +146,17 @@ class Hpa:
         return current
 
     def _limit(self, now: float, current: int, desired: int) -> int:
+        b = self.behavior
         if desired > current:
-            added = sum(d for t, d in self._events if d > 0 and t > now - self.scale_up_period_s)
+            added = sum(d for t, d in self._events if d > 0 and t > now - b.scale_up_period_s)
             start = current - added
-            by_percent = math.ceil(start * (1 + self.scale_up_percent / 100.0))
-            by_pods = start + self.scale_up_pods
+            by_percent = math.ceil(start * (1 + b.scale_up_percent / 100.0))
+            by_pods = start + b.scale_up_pods
             return min(desired, max(by_percent, by_pods))
         if desired < current:
-            removed = -sum(
-                d for t, d in self._events if d < 0 and t > now - self.scale_down_period_s
-            )
+            removed = -sum(d for t, d in self._events if d < 0 and t > now - b.scale_down_period_s)
             start = current + removed
-            floor = math.floor(start * (1 - self.scale_down_percent / 100.0))
+            floor = math.floor(start * (1 - b.scale_down_percent / 100.0))
             return max(desired, floor)
         return desired
 
@@ -181,7 +176,7 @@ class Hpa:
         desired = max(self.min_replicas, min(self.max_replicas, desired))
         if desired != current_replicas:
             self._events.append((now, desired - current_replicas))
-        horizon = max(self.scale_up_period_s, self.scale_down_period_s)
+        horizon = max(self.behavior.scale_up_period_s, self.behavior.scale_down_period_s)
         while self._events and self._events[0][0] <= now - horizon:
             self._events.popleft()
         return HpaDecision(proposal, stabilised, desired)

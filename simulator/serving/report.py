@@ -19,12 +19,12 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from simulator.serving.sim import RunResult, TimelineRow
-from simulator.serving.stats import cell
+from simulator.serving.stats import cell, compared
 
 __all__ = [
     "summarise",
@@ -408,15 +408,10 @@ BASELINE = ("kube-default", "request-rate")
 """What the comparison is against: kube-scheduler's default scoring with a request-rate
 HPA, a cluster without kvspread."""
 GOAL = ("kvspread", "slo")
-COMPARED: tuple[tuple[str, str, float, str], ...] = (
-    ("slo_realtime", "realtime SLO", 100.0, "pp"),
-    ("slo_batch", "batch SLO", 100.0, "pp"),
-    ("mean_e2e_s", "mean e2e", 1.0, "s"),
-    ("gpu_hours_occupied", "GPU-h in use", 1.0, "h"),
-    ("oom_rate", "OOM / request", 100.0, "pp"),
-    ("failed_starts", "failed starts", 1.0, ""),
+COMPARED: Final = compared(
+    "slo_realtime", "slo_batch", "mean_e2e_s", "gpu_hours_occupied", "oom_rate", "failed_starts"
 )
-"""(metric, label, display factor, unit) of the paired comparison table."""
+"""The columns of the paired comparison table."""
 
 
 def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -427,7 +422,7 @@ def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     if rows:
         first = rows[0].get("routing", "")
         rows = [r for r in rows if r.get("routing", "") == first]
-    return compare(rows, BASELINE, [m for m, *_ in COMPARED])
+    return compare(rows, BASELINE, [c.metric for c in COMPARED])
 
 
 def comparison_table(cmp: Sequence[dict[str, Any]]) -> str:
@@ -436,10 +431,10 @@ def comparison_table(cmp: Sequence[dict[str, Any]]) -> str:
         return ""
     pairs = list(dict.fromkeys((c["policy"], c["autoscaler"]) for c in cmp))
     by = {(c["policy"], c["autoscaler"], c["metric"]): c for c in cmp}
-    head = "| policy | autoscaler | " + " | ".join(lbl for _, lbl, _, _ in COMPARED) + " |"
+    head = "| policy | autoscaler | " + " | ".join(c.label for c in COMPARED) + " |"
     lines = [head, "|---|---|" + "---:|" * len(COMPARED)]
     for p, a in pairs:
-        cells = [cell(by.get((p, a, m)), f, u) for m, _, f, u in COMPARED]
+        cells = [cell(by.get((p, a, c.metric)), c.factor, c.unit) for c in COMPARED]
         lines.append(f"| {p} | {a} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -508,7 +503,7 @@ def headline(agg: Sequence[dict[str, Any]], cmp: Sequence[dict[str, Any]]) -> li
     if losses:
         lose.append(
             "kvspread + slo is worse than the baseline on "
-            + ", ".join(lbl for m, lbl, _, _ in COMPARED if any(c["metric"] == m for c in losses))
+            + ", ".join(c.label for c in COMPARED if any(x["metric"] == c.metric for x in losses))
         )
     if (best["policy"], best["autoscaler"]) != GOAL:
         lose.append(

@@ -275,10 +275,7 @@ class KvspreadPicker:
         self.sets: dict[str, EndpointSet] = {}
         for service in models:
             self.sets[service] = EndpointSet(
-                interval_s=self.metrics.interval_s,
-                stale_after_s=self.metrics.stale_after_s,
-                timeout_s=self.metrics.timeout_s,
-                signals_stale_after_s=self.metrics.signals_stale_after_s,
+                self.metrics,
                 clock=self._clock,
                 wall_clock=self._clock,  # node signals carry simulated time stamps
                 scraper=self._scrape,

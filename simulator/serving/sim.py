@@ -45,7 +45,7 @@ from simulator.serving.routing import DEFAULT_ROUTING, Router, make_router
 from simulator.serving.slis import AdapterSlis, ServiceMetrics
 from simulator.serving.workload import Request, generate_requests
 
-__all__ = ["Simulation", "RunResult", "simulate", "TimelineRow"]
+__all__ = ["Simulation", "RunCounters", "RunResult", "simulate", "TimelineRow"]
 
 _STEP, _READY, _RESTART, _HPA, _SCHED, _KILL, _TICK, _SCRAPE = range(8)
 METRIC_WINDOW_S = 60.0  # adapter SLI window (docs/design.md section 6 default)
@@ -63,26 +63,34 @@ class TimelineRow:
 
 
 @dataclass
-class RunResult:
+class RunCounters:
+    """What a run counts as it goes: the Simulation adds to one, and its RunResult is one
+    (so each counter is declared once, and handed over without a copy per field)."""
+
+    timeline: list[TimelineRow] = field(default_factory=list)
+    scale_events: list[tuple[float, str, int, int]] = field(default_factory=list)
+    """(t, service, from, to)."""
+    occupied_gpu_seconds: float = 0.0
+    start_failures: int = 0
+    pending_pod_seconds: float = 0.0
+    unschedulable_attempts: int = 0
+    events: int = 0
+    overcommits: int = 0  # placements onto a GPU whose claims then exceed its memory
+    gpu_overridden: int = 0  # placements where the device plugin's GPU was not the preferred
+
+
+@dataclass(kw_only=True)
+class RunResult(RunCounters):
     """Everything one run produced; `report.summarise` turns it into table rows."""
 
     policy: str
     seed: int
     config: SimConfig
     requests: list[Request]
-    timeline: list[TimelineRow]
-    scale_events: list[tuple[float, str, int, int]]  # (t, service, from, to)
     pod_gpu_seconds: float
-    occupied_gpu_seconds: float
     preemptions: int
-    start_failures: int
-    pending_pod_seconds: float
-    unschedulable_attempts: int
     sim_end: float
-    events: int
     mean_sharing_factor: float = 1.0  # engine step slow-down from GPU sharing, busy-time mean
-    overcommits: int = 0  # placements onto a GPU whose claims then exceed its memory
-    gpu_overridden: int = 0  # placements where the device plugin's GPU was not the preferred
     pods: list[Pod] = field(default_factory=list)
     autoscaler: str = DEFAULT_AUTOSCALER
     routing: str = DEFAULT_ROUTING
@@ -122,7 +130,7 @@ class Simulation:
         self.end = cfg.warmup_s + cfg.duration_s
         self.heap: list[tuple[float, int, int, object]] = []
         self.seq = 0
-        self.events = 0
+        self.counted = RunCounters()
         self.nodes: list[Node] = []
         self.pods: dict[str, Pod] = {}
         self.pod_counter = 0
@@ -137,38 +145,18 @@ class Simulation:
         self.node_metrics: dict[int, RecentWindow] = {}
         self.node_cache: dict[int, set[str]] = defaultdict(set)  # models cached per node
         self.hpas = {
-            s: Hpa(
-                spec.min_replicas,
-                spec.max_replicas,
-                tolerance=cfg.hpa.tolerance,
-                scale_up_window_s=cfg.hpa.scale_up_window_s,
-                scale_down_window_s=cfg.hpa.scale_down_window_s,
-                scale_up_percent=cfg.hpa.scale_up_percent,
-                scale_up_pods=cfg.hpa.scale_up_pods,
-                scale_up_period_s=cfg.hpa.scale_up_period_s,
-                scale_down_percent=cfg.hpa.scale_down_percent,
-                scale_down_period_s=cfg.hpa.scale_down_period_s,
-            )
+            s: Hpa(spec.min_replicas, spec.max_replicas, cfg.hpa)
             for s, spec in cfg.services.items()
         }
         self.spec_replicas = {s: spec.initial_replicas for s, spec in cfg.services.items()}
         self.views: dict[int, NodeView] = {}
         self.node_tokens: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.node_tokens_prev: dict[int, list[float]] = {}
-        self.timeline: list[TimelineRow] = []
-        self.scale_events: list[tuple[float, str, int, int]] = []
-        self.start_failures = 0
-        self.unschedulable_attempts = 0
-        self.pending_pod_seconds = 0.0
-        self.occupied_gpu_seconds = 0.0
         self.retired_preemptions = 0
-        self.overcommits = 0
         self.busy_s = 0.0  # engine busy time, and the same weighted by the sharing factor
         self.slowed_s = 0.0
         self.sched_pending = False
         self.slots = cfg.cluster.slots_per_gpu
-        # placements where the device plugin's GPU differs from the one the policy preferred
-        self.gpu_overridden = 0
         self.published: dict[int, NodeSignals] = {}
         self.publish_cfg = PublishConfig(min_interval_s=cfg.startup.signals_period_s)
 
@@ -333,14 +321,14 @@ class Simulation:
         # policy alike (no policy here can pin a GPU: kube-scheduler binds to a node)
         dp = None if choice is None else device_plugin_gpus(self.nodes[choice[0]], tp, self.slots)
         if choice is None or dp is None:
-            self.unschedulable_attempts += 1
+            self.counted.unschedulable_attempts += 1
             return False
         pod.node, pod.gpu, pod.gpus = choice[0], dp[0].index, tuple(g.index for g in dp)
         if choice[1] != dp[0].index:
-            self.gpu_overridden += 1
+            self.counted.gpu_overridden += 1
         for gpu in dp:
             if gpu.allocated_gib + pod.request_gib > gpu.total_gib + 1e-9:
-                self.overcommits += 1  # promised more memory than the GPU has
+                self.counted.overcommits += 1  # promised more memory than the GPU has
             gpu.claims[pod.pid] = pod.request_gib
             gpu.occupants.append(pod.pid)
         pod.placed_at = now
@@ -378,7 +366,7 @@ class Simulation:
         )
         if too_small:
             # vLLM exits at start-up; the kubelet restarts it with back-off
-            self.start_failures += 1
+            self.counted.start_failures += 1
             pod.restarts += 1
             pod.state = "crashloop"
             for gpu in self._gpus(pod):
@@ -483,7 +471,7 @@ class Simulation:
             values.append((target.type, v, target.value))
         decision = self.hpas[service].step(now, current, ready, values)  # type: ignore[arg-type]
         if decision.desired != current:
-            self.scale_events.append((now, service, current, decision.desired))
+            self.counted.scale_events.append((now, service, current, decision.desired))
             self.spec_replicas[service] = decision.desired
             self._scale(service, decision.desired, now)
 
@@ -494,8 +482,8 @@ class Simulation:
             for g in node.gpus:
                 if any(o in self.pods for o in g.occupants):
                     occupied += 1
-        self.occupied_gpu_seconds += occupied * step
-        self.pending_pod_seconds += len(self.unscheduled) * step
+        self.counted.occupied_gpu_seconds += occupied * step
+        self.counted.pending_pod_seconds += len(self.unscheduled) * step
         for s in self.services:
             pods = self.ready[s]
             queue = sum(len(p.engine.waiting) for p in pods if p.engine) + len(self.backlog[s])
@@ -515,7 +503,7 @@ class Simulation:
             },
             gpus_occupied=occupied,
         )
-        self.timeline.append(row)
+        self.counted.timeline.append(row)
 
     def _publish(self, now: float) -> None:
         """The collector's node signals (docs/design.md section 3), every signals period."""
@@ -624,7 +612,7 @@ class Simulation:
                 if t_arr == math.inf:
                     break
                 now = t_arr
-                self.events += 1
+                self.counted.events += 1
                 self._route(reqs[i], now)
                 i += 1
                 continue
@@ -633,7 +621,7 @@ class Simulation:
                 break
             if i >= n_req and now > self.end and self._all_done():
                 break
-            self.events += 1
+            self.counted.events += 1
             if self.progress is not None and now >= next_report:
                 self.progress(min(1.0, now / self.end))
                 next_report = now + 60.0
@@ -726,23 +714,15 @@ class Simulation:
         if self.progress is not None:
             self.progress(1.0)
         return RunResult(
+            **vars(self.counted),
             policy=self.policy_name,
             seed=self.seed,
             config=self.cfg,
             requests=self.requests,
-            timeline=self.timeline,
-            scale_events=self.scale_events,
             pod_gpu_seconds=pod_gpu_s,
-            occupied_gpu_seconds=self.occupied_gpu_seconds,
             preemptions=preempt,
-            start_failures=self.start_failures,
-            pending_pod_seconds=self.pending_pod_seconds,
-            unschedulable_attempts=self.unschedulable_attempts,
             sim_end=end,
-            events=self.events,
             mean_sharing_factor=slowed / busy if busy > 0 else 1.0,
-            overcommits=self.overcommits,
-            gpu_overridden=self.gpu_overridden,
             pods=all_pods,
             autoscaler=self.autoscaler,
             routing=self.routing,

@@ -5,6 +5,9 @@ Every (policy, autoscaler) pair runs on the same arrivals for a seed, so the fai
 interval mean +/- t(0.975, n-1) x sd / sqrt(n). The verdict reads the interval: it lies
 wholly on the good side ("better"), wholly on the bad side ("worse"), or contains 0
 ("no significant difference"). With one seed there is no interval ("one seed: no CI").
+
+`COMPARABLE` is the one list of the metrics compared (label, display unit, which way is
+good); the placement and the routing comparison tables pick their columns from it.
 """
 
 from __future__ import annotations
@@ -12,9 +15,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, NamedTuple
 
-__all__ = ["t_quantile_975", "Paired", "paired", "compare", "cell", "HIGHER_IS_BETTER"]
+__all__ = [
+    "t_quantile_975",
+    "Paired",
+    "paired",
+    "compare",
+    "cell",
+    "Compared",
+    "COMPARABLE",
+    "compared",
+    "HIGHER_IS_BETTER",
+]
 
 # two-sided 95 % Student t quantiles t(0.975, df) for df = 1..30 (standard tables)
 _T975 = (
@@ -23,19 +36,45 @@ _T975 = (
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
 
-HIGHER_IS_BETTER: Mapping[str, bool] = {
-    "slo_realtime": True,
-    "slo_batch": True,
-    "mean_e2e_s": False,
-    "p99_e2e_s": False,
-    "p99_ttft_s": False,
-    "oom_rate": False,
-    "failed_starts": False,
-    "gpu_hours_pods": False,
-    "gpu_hours_occupied": False,
-    "preemptions": False,
-}
+
+class Compared(NamedTuple):
+    """A summary metric the paired comparisons cover: its label in the comparison tables,
+    the factor and unit its differences are shown in, and which way is good."""
+
+    metric: str
+    label: str
+    factor: float
+    unit: str
+    higher_is_better: bool = False
+
+    def in_ms(self) -> Compared:
+        """The same metric (in seconds) shown in milliseconds."""
+        return self._replace(factor=self.factor * 1000.0, unit="ms")
+
+
+_COMPARED: Final = (
+    Compared("slo_realtime", "realtime SLO", 100.0, "pp", higher_is_better=True),
+    Compared("slo_batch", "batch SLO", 100.0, "pp", higher_is_better=True),
+    Compared("mean_e2e_s", "mean e2e", 1.0, "s"),
+    Compared("p99_e2e_s", "p99 e2e", 1.0, "s"),
+    Compared("p99_ttft_s", "p99 TTFT", 1.0, "s"),
+    Compared("oom_rate", "OOM / request", 100.0, "pp"),
+    Compared("failed_starts", "failed starts", 1.0, ""),
+    Compared("gpu_hours_pods", "GPU-h (memory share)", 1.0, "h"),
+    Compared("gpu_hours_occupied", "GPU-h in use", 1.0, "h"),
+    Compared("preemptions", "preemptions", 1.0, ""),
+)
+COMPARABLE: Final[Mapping[str, Compared]] = {c.metric: c for c in _COMPARED}
+"""Every metric a comparison table may show, by name: one label and unit per metric for
+both reports (simulator.serving.report, simulator.serving.routing_report)."""
+
+HIGHER_IS_BETTER: Final[Mapping[str, bool]] = {c.metric: c.higher_is_better for c in _COMPARED}
 """Which way is good for each compared metric."""
+
+
+def compared(*metrics: str) -> tuple[Compared, ...]:
+    """The columns of a comparison table: these metrics of COMPARABLE, in this order."""
+    return tuple(COMPARABLE[m] for m in metrics)
 
 
 def t_quantile_975(df: int) -> float:

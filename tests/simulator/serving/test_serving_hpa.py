@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.serving.config import HpaBehavior
 from simulator.serving.hpa import Hpa, replicas_for_average_value, replicas_for_value
 
 
@@ -55,10 +56,8 @@ def test_average_value_target(current: int, metric: float, target: float, expect
     assert replicas_for_average_value(current, metric, target, 0.1) == expect
 
 
-def _hpa(**kw: float) -> Hpa:
-    args: dict = {"min_replicas": 1, "max_replicas": 20}
-    args.update(kw)
-    return Hpa(**args)
+def _hpa(min_replicas: int = 1, max_replicas: int = 20, **behavior: float) -> Hpa:
+    return Hpa(min_replicas, max_replicas, HpaBehavior(**behavior))
 
 
 def test_step_doubles_with_default_behaviour() -> None:

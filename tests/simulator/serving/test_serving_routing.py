@@ -36,6 +36,7 @@ from simulator.serving.routing import (
 )
 from simulator.serving.routing_report import compare_routing
 from simulator.serving.sim import Simulation
+from simulator.serving.stats import Compared
 from simulator.serving.workload import Request
 
 CFG = default_config()
@@ -334,7 +335,7 @@ def test_compare_routing_verdicts_follow_the_interval() -> None:
     assert by[("kv-queue", "mean_e2e_s")]["verdict"] == "no significant difference"
 
 
-def routing_report_metrics() -> tuple[tuple[str, str, float, str], ...]:
+def routing_report_metrics() -> tuple[Compared, ...]:
     from simulator.serving.routing_report import ROUTING_COMPARED
 
     return ROUTING_COMPARED

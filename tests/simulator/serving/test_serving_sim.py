@@ -129,7 +129,7 @@ def test_memory_aware_placement_leaves_the_second_pod_pending() -> None:
         sim = one_gpu_two_pods(policy)
         states = sorted(p.state for p in sim.pods.values())
         assert states == ["pending", "ready"], policy
-        assert sim.unschedulable_attempts > 0
+        assert sim.counted.unschedulable_attempts > 0
 
 
 def test_vllm_v1_start_check_fails_a_too_small_pool() -> None:
