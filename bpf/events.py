@@ -16,6 +16,7 @@ from typing import NamedTuple
 __all__ = [
     "HttpEventKind",
     "ConnState",
+    "RESP_F_EVENT_STREAM",
     "HttpEventHeader",
     "AcceptEventStruct",
     "SockKeyStruct",
@@ -46,7 +47,11 @@ class HttpEventKind(IntEnum):
     RESPONSE = 3
     CLOSE = 4
     END = 5  # the response ended (complete at this write, or before an unsampled request)
-    RESPONSE_DONE = 6  # first bytes of a response that the same write completed
+    RESPONSE_DONE = 6  # first bytes of a response that the same write completes
+    COMPLETE = 7  # a whole request: its bytes, the response's times and status
+
+
+RESP_F_EVENT_STREAM = 1  # COMPLETE flags: the response is text/event-stream
 
 
 class ConnState(IntEnum):
@@ -78,6 +83,9 @@ class HttpEventHeader(ctypes.Structure):
         ("kind", ctypes.c_uint8),
         ("prev_state", ctypes.c_uint8),
         ("sse_events", ctypes.c_uint32),
+        ("resp_ns", ctypes.c_uint64),
+        ("status", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
     ]
 
 
@@ -113,7 +121,7 @@ class TcpStatsStruct(ctypes.Structure):
 
 HTTP_EVENT_HEADER_SIZE = ctypes.sizeof(HttpEventHeader)
 # the same layout as HttpEventHeader; public for the tracker's fast path (bpf/tracker.py)
-HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBI")
+HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBIQII")
 assert HTTP_HEADER.size == HTTP_EVENT_HEADER_SIZE
 _KINDS = {int(k): k for k in HttpEventKind}
 _STATES = {int(s): s for s in ConnState}
@@ -141,6 +149,11 @@ class HttpEvent(NamedTuple):
     sse_first_ns: int = 0  # events ending an SSE response: its first and last data event
     sse_last_ns: int = 0
     sse_events: int = 0  # data events (data: [DONE] excluded), 0 when not an SSE stream
+    # COMPLETE: ts_ns is the request's first read, resp_ns the response's first write,
+    # prev_end_ns its end; status and flags (RESP_F_*) read from its head in the kernel
+    resp_ns: int = 0
+    status: int = 0
+    flags: int = 0
 
 
 class AcceptEvent(NamedTuple):
@@ -188,6 +201,9 @@ def decode_http_event(raw: bytes) -> HttpEvent:
         kind,
         prev,
         events,
+        resp_ns,
+        status,
+        flags,
     ) = HTTP_HEADER.unpack_from(raw)
     k = _KINDS.get(kind)
     st = _STATES.get(prev)
@@ -210,6 +226,9 @@ def decode_http_event(raw: bytes) -> HttpEvent:
         first,
         last,
         events,
+        resp_ns,
+        status,
+        flags,
     )
 
 
@@ -265,6 +284,9 @@ def encode_http_event(ev: HttpEvent, capture_bytes: int = 512) -> bytes:
         sse_first_ns=ev.sse_first_ns,
         sse_last_ns=ev.sse_last_ns,
         sse_events=ev.sse_events,
+        resp_ns=ev.resp_ns,
+        status=ev.status,
+        flags=ev.flags,
         tgid=ev.tgid,
         fd=ev.fd,
         len=len(ev.data),

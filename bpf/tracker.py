@@ -20,6 +20,7 @@ from typing import NamedTuple
 from bpf.events import (
     HTTP_EVENT_HEADER_SIZE,
     HTTP_HEADER,
+    RESP_F_EVENT_STREAM,
     AcceptEvent,
     ConnState,
     EventDecodeError,
@@ -76,6 +77,7 @@ class RequestRecord(NamedTuple):
 _new_record = tuple.__new__
 _REQUEST = int(HttpEventKind.REQUEST)
 _RESPONSE_DONE = int(HttpEventKind.RESPONSE_DONE)
+_COMPLETE = int(HttpEventKind.COMPLETE)
 _MAX_STATE = max(int(s) for s in ConnState)
 
 
@@ -100,6 +102,15 @@ def _record(
     )  # fmt: skip
 
 
+def _token_times(
+    request_end_ns: int, first: int, last: int, events: int
+) -> tuple[float, float | None]:
+    """Time to first token and per output token of an SSE stream with `events` data
+    events, the first and last completed at `first` and `last` (ns)."""
+    ttft = max(0, first - request_end_ns) / 1e9
+    return ttft, ((last - first) / (events - 1) / 1e9 if events > 1 else None)
+
+
 @dataclass(slots=True)
 class _Pending:
     start_ns: int
@@ -107,6 +118,7 @@ class _Pending:
     response_ns: int = 0
     response: bytes = b""
     request_end_ns: int = 0  # last read before the response
+    info: ResponseInfo | None = None  # COMPLETE: read from the head in the kernel
 
 
 @dataclass(slots=True)
@@ -143,6 +155,7 @@ class ConnTracker:
         self._req_memo: dict[bytes, tuple[RequestInfo | None, int | None]] = {}
         self._resp_memo: dict[bytes, ResponseInfo] = {}
         self._head_memo: dict[bytes, RequestHead | None] = {}
+        self._info_memo: dict[tuple[int, int], ResponseInfo] = {}
 
     def __len__(self) -> int:
         return len(self._conns)
@@ -215,7 +228,7 @@ class ConnTracker:
         if req is None:
             self.counters.unparsable += 1
             return None
-        resp = self._resp_memo.get(p.response)
+        resp = p.info if p.info is not None else self._resp_memo.get(p.response)
         if resp is None:
             resp = parse_response(p.response)
             if len(self._resp_memo) >= MEMO_SIZE:
@@ -224,11 +237,8 @@ class ConnTracker:
         end = max(end_ns, p.response_ns)
         self.counters.requests += 1
         ttft = tpot = None
-        sse_first, sse_last, sse_events = sse
-        if sse_events and resp.streaming and p.request_end_ns:
-            ttft = max(0, sse_first - p.request_end_ns) / 1e9
-            if sse_events > 1:
-                tpot = (sse_last - sse_first) / (sse_events - 1) / 1e9
+        if sse[2] and resp.streaming and p.request_end_ns:
+            ttft, tpot = _token_times(p.request_end_ns, *sse)
         ttfb = (p.response_ns - p.start_ns) / 1e9
         return _record(
             c, req, resp, p.start_ns, ttfb, (end - p.start_ns) / 1e9, resp_bytes, ttft, tpot
@@ -242,6 +252,8 @@ class ConnTracker:
             c = self._conns.pop(key, None)
             return [] if c is None else self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
+        if kind == HttpEventKind.COMPLETE:
+            return self._complete(c, ev)
         if kind == HttpEventKind.END:
             return self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
         out: list[RequestRecord] = []
@@ -273,6 +285,26 @@ class ConnTracker:
                 out += self._done(c, ev.ts_ns, ev.prev_resp_bytes, ev)
         return out
 
+    def _response_info(self, status: int, flags: int) -> ResponseInfo:
+        """The ResponseInfo of a COMPLETE record's status and flags (few distinct ones)."""
+        key = (status, flags)
+        info = self._info_memo.get(key)
+        if info is None:
+            info = ResponseInfo(status=status or None, streaming=bool(flags & RESP_F_EVENT_STREAM))
+            self._info_memo[key] = info
+        return info
+
+    def _complete(self, c: _Conn, ev: HttpEvent) -> list[RequestRecord]:
+        """A COMPLETE record: what a REQUEST followed by the events ending its response
+        (RESPONSE_DONE, or RESPONSE then END) would give, the response read in the kernel."""
+        out = self._done(c, 0, 0) if c.pending is not None else []
+        c.pending = _Pending(
+            ev.ts_ns, ev.data, ev.resp_ns, b"", ev.req_end_ns,
+            self._response_info(ev.status, ev.flags),
+        )  # fmt: skip
+        c.leftover = b""
+        return out + self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
+
     def _done(
         self, c: _Conn, end_ns: int, resp_bytes: int, ev: HttpEvent | None = None
     ) -> list[RequestRecord]:
@@ -294,13 +326,40 @@ class ConnTracker:
         unpack = HTTP_HEADER.unpack_from
         head = HTTP_EVENT_HEADER_SIZE
         finish = self._finish
-        req_memo, resp_memo = self._req_memo, self._resp_memo
+        req_memo, resp_memo, info_memo = self._req_memo, self._resp_memo, self._info_memo
+        parse = self._parse_request
         done = 0  # requests completed by the fast path (added to the counter once)
         for raw in raws:
             if len(raw) >= head:
-                (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
-                 prev, sse_events) = unpack(raw)  # fmt: skip
-                if prev <= _MAX_STATE and (kind == _REQUEST or kind == _RESPONSE_DONE):
+                (ts, conn, end_ns, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
+                 prev, sse_events, resp_ns, status, flags) = unpack(raw)  # fmt: skip
+                if kind == _COMPLETE:
+                    # one record per request, the kernel's usual case: `_complete` with
+                    # nothing pending, no pipelined bytes, the request parsable
+                    key = (tgid, fd, conn)
+                    c = conns.get(key)
+                    if c is not None and c.pending is None and resp_ns:
+                        data = raw[head : head + n]
+                        parsed = req_memo.get(data) or parse(data)
+                        req = parsed[0]
+                        if req is not None and parsed[1] is None:
+                            conns.move_to_end(key)
+                            c.answered = True
+                            c.leftover = b""
+                            resp = info_memo.get((status, flags)) or self._response_info(
+                                status, flags
+                            )
+                            ttft = tpot = None
+                            if sse_events and flags & RESP_F_EVENT_STREAM and req_end:
+                                ttft, tpot = _token_times(req_end, first, last, sse_events)
+                            done += 1
+                            out.append(
+                                _record(c, req, resp, ts, (resp_ns - ts) / 1e9,
+                                        (max(end_ns, resp_ns) - ts) / 1e9, prev_bytes, ttft,
+                                        tpot)
+                            )  # fmt: skip
+                            continue
+                elif prev <= _MAX_STATE and (kind == _REQUEST or kind == _RESPONSE_DONE):
                     key = (tgid, fd, conn)
                     c = conns.get(key)
                     if c is not None:

@@ -6,10 +6,10 @@ import pytest
 
 from bpf import tracker
 from bpf.events import (
-    HTTP_EVENT_HEADER_SIZE,
     AcceptEvent,
     ConnState,
     HttpEvent,
+    HttpEventHeader,
     HttpEventKind,
     decode_http_event,
     encode_http_event,
@@ -165,7 +165,7 @@ def test_encoded_batch_tracks_what_single_events_track(monkeypatch: pytest.Monke
     expected = [r for e in seq for r in one.on_http(e)]
     raws = [encode_http_event(e) for e in seq]
     bad_kind = bytearray(raws[0])
-    bad_kind[HTTP_EVENT_HEADER_SIZE - 6] = 99  # the kind byte
+    bad_kind[HttpEventHeader.kind.offset] = 99  # the kind byte
     decoded: list[bytes] = []
 
     def decode(raw: bytes) -> HttpEvent:
