@@ -407,23 +407,35 @@ class ConnTracker:
         return out, bad
 
     def in_flight(
-        self, now_ns: int, last_write_ns: Callable[[int, int], int | None], idle_s: float = 1.0
+        self,
+        now_ns: int,
+        last_write_ns: Callable[[int, int], int | None],
+        idle_s: float = 1.0,
+        held: Callable[[int, int, int], int | None] | None = None,
     ) -> int:
         """Requests in flight: awaiting their first response byte, or still writing.
 
         A response counts as still writing when its connection wrote within `idle_s`
         (`last_write_ns(tgid, fd)` reads the kernel's table), so an idle keep-alive
-        connection after a finished response is not counted.
+        connection after a finished response is not counted. A request the kernel still
+        holds (its COMPLETE record not sent) is seen only there: `held(tgid, fd, conn_id)`
+        gives 0 while it awaits its first response byte, its last write once responding,
+        None when the connection holds none.
         """
         n = 0
-        for c in self._conns.values():
+        idle_ns = idle_s * 1e9
+        for (_, _, conn_id), c in self._conns.items():
             p = c.pending
             if p is None:
+                if held is not None:
+                    last = held(c.tgid, c.fd, conn_id)
+                    if last is not None and (last == 0 or now_ns - last <= idle_ns):
+                        n += 1
                 continue
             if not p.response_ns:
                 n += 1
                 continue
             last = last_write_ns(c.tgid, c.fd)
-            if last is not None and now_ns - last <= idle_s * 1e9:
+            if last is not None and now_ns - last <= idle_ns:
                 n += 1
         return n

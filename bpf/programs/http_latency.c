@@ -261,15 +261,22 @@ static __always_inline struct http_event *request_slot(u64 key)
     return pending_reqs.lookup(&key);
 }
 
-/* Send the held REQUEST event as it is: what follows needs the old event sequence. */
-static __always_inline void send_deferred_request(void *ctx, struct conn_state *c, u64 key)
+/* Send the held REQUEST event as it is: what follows needs the old event sequence.
+ * Returns 0 when sent; 1 when its bytes were evicted: the request then goes on unsampled
+ * (no events, its duration counted in unsampled_hist when it ends), and the caller sends
+ * nothing for it either. */
+static __always_inline int send_deferred_request(void *ctx, struct conn_state *c, u64 key)
 {
     c->deferred = 0;
     struct http_event *ev = pending_reqs.lookup(&key);
-    if (ev && ev->conn_id == c->id)
+    if (ev && ev->conn_id == c->id) {
         emit_http(ctx, ev);
-    else
-        hist_add(key >> 32, c->port, c->req_start_ns, c->req_start_ns); /* bytes evicted */
+        return 0;
+    }
+    count_lost(3);
+    c->unsampled = 1;
+    c->more = MAX_MORE_CHUNKS;
+    return 1;
 }
 
 /* The held request's response ended at end_ns after resp_bytes: send the COMPLETE record
@@ -281,6 +288,7 @@ static __always_inline void send_complete(void *ctx, struct conn_state *c, u64 k
     struct http_event *ev = pending_reqs.lookup(&key);
     if (!ev || ev->conn_id != c->id) {
         hist_add(key >> 32, c->port, c->req_start_ns, end_ns); /* bytes evicted: counted */
+        count_lost(3);
         return;
     }
     ev->kind = HTTP_EV_COMPLETE;
@@ -327,12 +335,13 @@ static __always_inline int read_io(void *ctx, struct conn_state *c, struct io_ar
         return 0;
     }
     if (c->deferred) {
-        if (c->state == CONN_REQUEST)
-            send_deferred_request(ctx, c, a.key); /* REQUEST_MORE follows it */
-        else /* a new request while responding: the held one ends at its last write */
+        if (c->state == CONN_REQUEST) {
+            if (send_deferred_request(ctx, c, a.key)) /* REQUEST_MORE follows it */
+                return 0;
+        } else { /* a new request while responding: the held one ends at its last write */
             send_complete(ctx, c, a.key, c->last_write_ns, c->resp_bytes);
-        if (c->state == CONN_RESPONDING)
             c->state = CONN_IDLE;
+        }
     }
     if (kind == HTTP_EV_REQUEST)
         count_unsampled(c, pid_tgid >> 32); /* the unsampled request before this one */
@@ -842,7 +851,8 @@ int response_head(void *ctx)
                 sse_tail(ctx, c, &a, pid_tgid, now, ret, c->head_len);
             return write_done(ctx, c, &a, pid_tgid, now, ret);
         }
-        send_deferred_request(ctx, c, key);
+        if (send_deferred_request(ctx, c, key))
+            return 0;
     }
     fill_event(ev, c, pid_tgid, key, now, ret, HTTP_EV_RESPONSE);
     ev->prev_state = pipelined_start ? CONN_IDLE : CONN_REQUEST;

@@ -122,6 +122,10 @@ def test_mirrors_match_compiled_structs(probes: object) -> None:
     assert ctypes.sizeof(bpf[b"tcp_stats"].Leaf) == ctypes.sizeof(TcpStatsStruct)
     assert ctypes.sizeof(bpf[b"tcp_stats"].Key) == ctypes.sizeof(SockKeyStruct)
     lost = probes.session.lost_events()  # type: ignore[attr-defined]
-    assert set(lost) == {"http", "accept", "budget"} and all(v >= 0 for v in lost.values())
+    assert set(lost) == {"http", "accept", "budget", "held"}
+    assert all(v >= 0 for v in lost.values())
     leaf = bpf[b"conns"].Leaf
-    assert {n for n, *_ in leaf._fields_} >= {"id", "sk", "last_write_ns", "state", "port"}
+    assert {n for n, *_ in leaf._fields_} >= {
+        "id", "sk", "last_write_ns", "state", "port", "deferred"
+    }  # fmt: skip
+    assert ctypes.sizeof(bpf[b"pending_reqs"].Leaf) == HTTP_EVENT_HEADER_SIZE + 512
