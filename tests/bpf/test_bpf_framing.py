@@ -275,3 +275,28 @@ def test_enter_exit_pairs_where_arguments_are_not_read_at_exit(
     finally:
         srv.stop()
         session.close()
+
+
+def test_a_held_request_is_in_flight_until_its_response_ends(subscribed: Any, framing: Any) -> None:
+    """While the kernel holds a request (its COMPLETE record not sent), user space has not
+    seen it; the kernel's table says it is in flight, and the tracker counts it."""
+    srv, rec = framing
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.sendall(get("/len/1/1/send"))  # one request first: the accept is seen
+        read_response(s)
+        srv.truth()
+        assert wait_for(lambda: len(rec.records) == 1 and rec.accepts, 5)
+        acc = rec.accepts[-1]
+        assert subscribed.session.conn_held(acc.tgid, acc.fd, acc.conn_id) is None
+        s.sendall(get("/len/20/40/send"))  # 20 writes 40 ms apart: about 0.8 s
+        time.sleep(0.3)
+        last = subscribed.session.conn_held(acc.tgid, acc.fd, acc.conn_id)
+        assert last is not None and 0 < time.monotonic_ns() - last < 2e8
+        with rec.lock:
+            held = subscribed.session.conn_held
+            assert rec.tracker.in_flight(time.monotonic_ns(), lambda t, f: None, 1.0, held) == 1
+        assert len(rec.records) == 1  # nothing sent to user space yet
+        read_response(s)
+        srv.truth()
+        assert wait_for(lambda: len(rec.records) == 2, 5)
+        assert subscribed.session.conn_held(acc.tgid, acc.fd, acc.conn_id) is None
