@@ -155,7 +155,7 @@ class ConnTracker:
         self._req_memo: dict[bytes, tuple[RequestInfo | None, int | None]] = {}
         self._resp_memo: dict[bytes, ResponseInfo] = {}
         self._head_memo: dict[bytes, RequestHead | None] = {}
-        self._info_memo: dict[tuple[int, int], ResponseInfo] = {}
+        self._info_memo: dict[int, ResponseInfo] = {}  # status << 8 | flags
 
     def __len__(self) -> int:
         return len(self._conns)
@@ -287,7 +287,7 @@ class ConnTracker:
 
     def _response_info(self, status: int, flags: int) -> ResponseInfo:
         """The ResponseInfo of a COMPLETE record's status and flags (few distinct ones)."""
-        key = (status, flags)
+        key = status << 8 | flags
         info = self._info_memo.get(key)
         if info is None:
             info = ResponseInfo(status=status or None, streaming=bool(flags & RESP_F_EVENT_STREAM))
@@ -346,7 +346,7 @@ class ConnTracker:
                             conns.move_to_end(key)
                             c.answered = True
                             c.leftover = b""
-                            resp = info_memo.get((status, flags)) or self._response_info(
+                            resp = info_memo.get(status << 8 | flags) or self._response_info(
                                 status, flags
                             )
                             ttft = tpot = None
@@ -355,7 +355,8 @@ class ConnTracker:
                             done += 1
                             out.append(
                                 _record(c, req, resp, ts, (resp_ns - ts) / 1e9,
-                                        (max(end_ns, resp_ns) - ts) / 1e9, prev_bytes, ttft,
+                                        ((end_ns if end_ns > resp_ns else resp_ns) - ts) / 1e9,
+                                        prev_bytes, ttft,
                                         tpot)
                             )  # fmt: skip
                             continue
