@@ -126,6 +126,8 @@ assert HTTP_HEADER.size == HTTP_EVENT_HEADER_SIZE
 _KINDS = {int(k): k for k in HttpEventKind}
 _STATES = {int(s): s for s in ConnState}
 ACCEPT_EVENT_SIZE = ctypes.sizeof(AcceptEventStruct)
+_ACCEPT = struct.Struct("<QQQIIIIHHHH16s")  # the layout of AcceptEventStruct
+assert _ACCEPT.size == ACCEPT_EVENT_SIZE
 
 
 class HttpEvent(NamedTuple):
@@ -244,18 +246,11 @@ def _addr(family: int, raw: bytes) -> str:
 def decode_accept_event(raw: bytes) -> AcceptEvent:
     if len(raw) < ACCEPT_EVENT_SIZE:
         raise EventDecodeError(f"accept event is {len(raw)} bytes, expected {ACCEPT_EVENT_SIZE}")
-    e = AcceptEventStruct.from_buffer_copy(raw[:ACCEPT_EVENT_SIZE])
+    ts, conn, queue, tgid, fd, backlog, most, port, peer_port, family, _, addr = (
+        _ACCEPT.unpack_from(raw)
+    )
     return AcceptEvent(
-        ts_ns=e.ts_ns,
-        conn_id=e.conn_id,
-        queue_ns=e.queue_ns,
-        tgid=e.tgid,
-        fd=e.fd,
-        port=e.port,
-        backlog=e.backlog,
-        max_backlog=e.max_backlog,
-        peer=_addr(e.family, bytes(e.peer_addr)),
-        peer_port=e.peer_port,
+        ts, conn, queue, tgid, fd, port, backlog, most, _addr(family, addr), peer_port
     )
 
 

@@ -254,11 +254,8 @@ static __always_inline struct http_event *request_slot(u64 key)
     if (ev)
         return ev;
     u32 zero = 0;
-    struct http_event *init = http_scratch.lookup(&zero);
-    if (!init)
-        return NULL;
-    pending_reqs.update(&key, init);
-    return pending_reqs.lookup(&key);
+    struct http_event *init = http_scratch.lookup(&zero); /* any bytes: all are rewritten */
+    return init ? pending_reqs.lookup_or_try_init(&key, init) : NULL;
 }
 
 /* Send the held REQUEST event as it is: what follows needs the old event sequence.
