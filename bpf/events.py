@@ -26,6 +26,10 @@ __all__ = [
     "RTT_SLOTS",
     "HTTP_EVENT_HEADER_SIZE",
     "HTTP_HEADER",
+    "HTTP_KIND_AT",
+    "COMPLETE_FIELDS",
+    "COMPLETE_SSE_FIELDS",
+    "COMPLETE_SSE_AT",
     "ACCEPT_EVENT_SIZE",
     "EventDecodeError",
     "decode_http_event",
@@ -123,6 +127,16 @@ HTTP_EVENT_HEADER_SIZE = ctypes.sizeof(HttpEventHeader)
 # the same layout as HttpEventHeader; public for the tracker's fast path (bpf/tracker.py)
 HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBIQII")
 assert HTTP_HEADER.size == HTTP_EVENT_HEADER_SIZE
+# a COMPLETE record's fields of a request without a token stream, the others skipped
+# (ts, conn_id, prev_end, prev_bytes, tgid, fd, len, resp_ns, status, flags), and its
+# token-stream fields from offset 32 (req_end, sse_first, sse_last, sse_events): the fast
+# path unpacks only what it uses (each field unpacked is an int built)
+COMPLETE_FIELDS = struct.Struct("<QQQQ24xIII12xQII")
+COMPLETE_SSE_FIELDS = struct.Struct("<QQQ20xI")
+COMPLETE_SSE_AT = HttpEventHeader.req_end_ns.offset
+HTTP_KIND_AT = HttpEventHeader.kind.offset
+assert COMPLETE_FIELDS.size == HTTP_EVENT_HEADER_SIZE
+assert COMPLETE_SSE_AT + COMPLETE_SSE_FIELDS.size == HttpEventHeader.resp_ns.offset
 _KINDS = {int(k): k for k in HttpEventKind}
 _STATES = {int(s): s for s in ConnState}
 ACCEPT_EVENT_SIZE = ctypes.sizeof(AcceptEventStruct)

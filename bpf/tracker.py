@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from bpf.events import (
+    COMPLETE_FIELDS,
+    COMPLETE_SSE_AT,
+    COMPLETE_SSE_FIELDS,
     HTTP_EVENT_HEADER_SIZE,
     HTTP_HEADER,
+    HTTP_KIND_AT,
     RESP_F_EVENT_STREAM,
     AcceptEvent,
     ConnState,
@@ -328,14 +332,17 @@ class ConnTracker:
         finish = self._finish
         req_memo, resp_memo, info_memo = self._req_memo, self._resp_memo, self._info_memo
         parse = self._parse_request
+        unpack_complete, unpack_sse = COMPLETE_FIELDS.unpack_from, COMPLETE_SSE_FIELDS.unpack_from
+        kind_at, sse_at = HTTP_KIND_AT, COMPLETE_SSE_AT
         done = 0  # requests completed by the fast path (added to the counter once)
         for raw in raws:
             if len(raw) >= head:
-                (ts, conn, end_ns, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
-                 prev, sse_events, resp_ns, status, flags) = unpack(raw)  # fmt: skip
-                if kind == _COMPLETE:
+                if raw[kind_at] == _COMPLETE:
                     # one record per request, the kernel's usual case: `_complete` with
                     # nothing pending, no pipelined bytes, the request parsable
+                    ts, conn, end_ns, prev_bytes, tgid, fd, n, resp_ns, status, flags = (
+                        unpack_complete(raw)
+                    )
                     key = (tgid, fd, conn)
                     c = conns.get(key)
                     if c is not None and c.pending is None and resp_ns:
@@ -350,54 +357,58 @@ class ConnTracker:
                                 status, flags
                             )
                             ttft = tpot = None
-                            if sse_events and flags & RESP_F_EVENT_STREAM and req_end:
-                                ttft, tpot = _token_times(req_end, first, last, sse_events)
+                            if flags & RESP_F_EVENT_STREAM:
+                                req_end, first, last, events = unpack_sse(raw, sse_at)
+                                if events and req_end:
+                                    ttft, tpot = _token_times(req_end, first, last, events)
                             done += 1
                             out.append(
                                 _record(c, req, resp, ts, (resp_ns - ts) / 1e9,
                                         ((end_ns if end_ns > resp_ns else resp_ns) - ts) / 1e9,
-                                        prev_bytes, ttft,
-                                        tpot)
+                                        prev_bytes, ttft, tpot)
                             )  # fmt: skip
                             continue
-                elif prev <= _MAX_STATE and (kind == _REQUEST or kind == _RESPONSE_DONE):
-                    key = (tgid, fd, conn)
-                    c = conns.get(key)
-                    if c is not None:
-                        p = c.pending
-                        if kind == _REQUEST and p is None:
-                            conns.move_to_end(key)
-                            c.pending = _Pending(ts, raw[head : head + n])
-                            c.leftover = b""
-                            continue
-                        if kind == _RESPONSE_DONE and p is not None and not p.response_ns:
-                            conns.move_to_end(key)
-                            parsed = req_memo.get(p.request)
-                            resp = resp_memo.get(raw[head : head + n])
-                            if (
-                                parsed is not None
-                                and parsed[1] is None
-                                and resp is not None
-                                and (req := parsed[0]) is not None
-                                and not (sse_events and resp.streaming)
-                            ):
-                                # request and response seen before, no pipelining, no
-                                # token stream: `_finish`'s record, built here
-                                c.pending = None
-                                c.answered = True
-                                done += 1
-                                took = (ts - p.start_ns) / 1e9
-                                out.append(
-                                    _record(c, req, resp, p.start_ns, took, took, prev_bytes)
-                                )
+                else:
+                    (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
+                     prev, sse_events, _r, _s, _f) = unpack(raw)  # fmt: skip
+                    if prev <= _MAX_STATE and (kind == _REQUEST or kind == _RESPONSE_DONE):
+                        key = (tgid, fd, conn)
+                        c = conns.get(key)
+                        if c is not None:
+                            p = c.pending
+                            if kind == _REQUEST and p is None:
+                                conns.move_to_end(key)
+                                c.pending = _Pending(ts, raw[head : head + n])
+                                c.leftover = b""
                                 continue
-                            p.response_ns = ts
-                            p.response = raw[head : head + n]
-                            p.request_end_ns = req_end
-                            rec = finish(c, ts, prev_bytes, (first, last, sse_events))
-                            if rec is not None:
-                                out.append(rec)
-                            continue
+                            if kind == _RESPONSE_DONE and p is not None and not p.response_ns:
+                                conns.move_to_end(key)
+                                parsed = req_memo.get(p.request)
+                                resp = resp_memo.get(raw[head : head + n])
+                                if (
+                                    parsed is not None
+                                    and parsed[1] is None
+                                    and resp is not None
+                                    and (req := parsed[0]) is not None
+                                    and not (sse_events and resp.streaming)
+                                ):
+                                    # request and response seen before, no pipelining, no
+                                    # token stream: `_finish`'s record, built here
+                                    c.pending = None
+                                    c.answered = True
+                                    done += 1
+                                    took = (ts - p.start_ns) / 1e9
+                                    out.append(
+                                        _record(c, req, resp, p.start_ns, took, took, prev_bytes)
+                                    )
+                                    continue
+                                p.response_ns = ts
+                                p.response = raw[head : head + n]
+                                p.request_end_ns = req_end
+                                rec = finish(c, ts, prev_bytes, (first, last, sse_events))
+                                if rec is not None:
+                                    out.append(rec)
+                                continue
             try:
                 ev = decode_http_event(raw)
             except EventDecodeError:

@@ -7,8 +7,12 @@
  * bytes written, the chunked terminator written, or close; the write that completes it
  * sends HTTP_EV_END (HTTP_EV_RESPONSE_DONE when the first write is also the last), so a
  * request is reported when its response is complete, not when the next one starts.
- * Other writes only move last_write_ns and resp_bytes: streamed (SSE) responses cost no
- * events. A response written when no request is pending but one was read before
+ * The usual case costs one record instead: a request read on an idle connection is held
+ * in pending_reqs, and when its response's head says how it ends, the write that ends it
+ * sends HTTP_EV_COMPLETE (the request's bytes with the response's times and status); in
+ * every other case the held REQUEST event is sent as it is and the sequence above
+ * follows. Other writes only move last_write_ns and resp_bytes: streamed (SSE) responses
+ * cost no events. A response written when no request is pending but one was read before
  * (pipelining) starts the next request at that last read.
  *
  * Tracepoints: syscalls:sys_{enter,exit}_{read,recvfrom,readv,write,sendto,writev};
@@ -327,8 +331,10 @@ static __always_inline int read_io(void *ctx, struct conn_state *c, struct io_ar
         return 0;
     ev->len = capture(ev, &a, ret);
     if (kind == HTTP_EV_REQUEST && !looks_like_request(ev)) {
-        if (c->requests == 0)
-            conns.delete(&a.key); /* not HTTP/1.x (TLS, HTTP/2, ...): stop tracking */
+        if (c->requests == 0) { /* not HTTP/1.x (TLS, HTTP/2, ...): stop tracking */
+            conns.delete(&a.key);
+            pending_reqs.delete(&a.key);
+        }
         return 0;
     }
     if (c->deferred) {
