@@ -2,11 +2,13 @@
 replayed through the agent's real event path (decode, tracker, parsing, attribution,
 histograms, optionally OTLP), in the batches the ring-buffer reader hands over.
 
-    python3 bench/collector_replay.py [--requests 20000] [--batch 1000] [--profile]
+    python3 bench/collector_replay.py [--requests 20000] [--batch 1000] [--profile] [--two-events]
 
-Each request is the two events the kernel sends for a keep-alive request answered in one
-write (REQUEST with the captured bytes, RESPONSE_DONE with the response head), shaped like
-bench/collector_bench.py's traffic. Printed per request, process CPU time (no root needed):
+Each request is the one COMPLETE record the kernel sends for a keep-alive request whose
+response ends as its head says (the captured request bytes, the response's times and
+status), shaped like bench/collector_bench.py's traffic; `--two-events` replays the two
+events of the older programs instead (REQUEST with the captured bytes, RESPONSE_DONE with
+the response head), as the kernel still sends when the head does not say how it ends. Printed per request, process CPU time (no root needed):
 identical requests (a load test, health checks: parsed once), requests whose body differs
 each time (real prompts: parsed each time), each without and with an OTLP exporter (a fake
 endpoint that drops the payload, so the OTel SDK side is measured, not the network).
@@ -40,12 +42,23 @@ RESPONSE = (
 )
 
 
-def events(n: int, unique: bool) -> list[bytes]:
+def events(n: int, unique: bool, two: bool = False) -> list[bytes]:
     out = []
     tgid, t = os.getpid(), 10**9
     for i in range(n):
         fd = 10 + i % 16
         req = REQUEST.replace(b"00000", b"%05d" % (i % 100_000)) if unique else REQUEST
+        if not two:
+            out.append(
+                encode_http_event(
+                    HttpEvent(
+                        HttpEventKind.COMPLETE, t, 1, tgid, fd, 8000, len(req), ConnState.IDLE,
+                        t + 5000, len(RESPONSE), req, t + 100, resp_ns=t + 5000, status=200,
+                    )
+                )
+            )  # fmt: skip
+            t += 10_000
+            continue
         out.append(
             encode_http_event(
                 HttpEvent(
@@ -75,8 +88,10 @@ def events(n: int, unique: bool) -> list[bytes]:
     return out
 
 
-def replay(raws: list[bytes], batch: int, otlp: bool, profile: bool = False) -> float:
-    """Process CPU microseconds per request (two events each)."""
+def replay(
+    raws: list[bytes], requests: int, batch: int, otlp: bool, profile: bool = False
+) -> float:
+    """Process CPU microseconds per request."""
     agent = Agent(
         CollectorConfig(standalone=True, port=0),
         otlp_exporter=FakeOtlpExporter(keep=False) if otlp else None,
@@ -102,7 +117,7 @@ def replay(raws: list[bytes], batch: int, otlp: bool, profile: bool = False) -> 
             agent.otlp.shutdown()
     if prof:
         pstats.Stats(prof).sort_stats("tottime").print_stats(20)
-    return cpu / (len(raws) // 2) * 1e6
+    return cpu / requests * 1e6
 
 
 def main() -> int:
@@ -110,16 +125,18 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--batch", type=int, default=1000, help="events per batch (one poll)")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--two-events", action="store_true", help="REQUEST + RESPONSE_DONE each")
     args = ap.parse_args()
+    n, two = args.requests, args.two_events
     print("| requests | OTLP | user-space CPU per request |\n| --- | --- | --- |")
     for unique in (False, True):
-        raws = events(args.requests, unique)
+        raws = events(n, unique, two)
         for otlp in (False, True):
-            us = replay(raws, args.batch, otlp)
+            us = replay(raws, n, args.batch, otlp)
             what = "unique bodies" if unique else "identical"
             print(f"| {what} | {'yes' if otlp else 'no'} | {us:.1f} us |")
     if args.profile:
-        replay(events(args.requests, True), args.batch, True, profile=True)
+        replay(events(n, True, two), n, args.batch, True, profile=True)
     return 0
 
 

@@ -86,6 +86,8 @@ def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
 
 LABEL_MEMO_S = 5.0
 """Longest a request's memoized attributes are reused (pod changes clear them at once)."""
+LOST_REASONS = {"budget": "over_budget", "held": "held_request_evicted"}
+"""`dropped` reasons of the kernel's undelivered counts (loader names); others: buffer full."""
 
 
 class _RequestLabels(NamedTuple):
@@ -518,7 +520,7 @@ class Agent:
                 lost = self.session.lost_events()
                 for name, n in lost.items():
                     if n:
-                        why = "over_budget" if name == "budget" else f"kernel_buffer_full_{name}"
+                        why = LOST_REASONS.get(name, f"kernel_buffer_full_{name}")
                         st.dropped[why] = n
                 st.tcp = self.session.read_tcp_stats()
                 st.unsampled = self.session.read_unsampled()
@@ -554,7 +556,10 @@ class Agent:
             session = self.session
             with self._tracker_lock:
                 streams = self.tracker.in_flight(
-                    time.monotonic_ns(), session.conn_last_write_ns, c.signals.stream_idle_s
+                    time.monotonic_ns(),
+                    session.conn_last_write_ns,
+                    c.signals.stream_idle_s,
+                    session.conn_held,
                 )
         requests, images = st.window.counts(now_mono)
         share: float | None = None

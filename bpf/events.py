@@ -16,6 +16,7 @@ from typing import NamedTuple
 __all__ = [
     "HttpEventKind",
     "ConnState",
+    "RESP_F_EVENT_STREAM",
     "HttpEventHeader",
     "AcceptEventStruct",
     "SockKeyStruct",
@@ -25,6 +26,10 @@ __all__ = [
     "RTT_SLOTS",
     "HTTP_EVENT_HEADER_SIZE",
     "HTTP_HEADER",
+    "HTTP_KIND_AT",
+    "COMPLETE_FIELDS",
+    "COMPLETE_SSE_FIELDS",
+    "COMPLETE_SSE_AT",
     "ACCEPT_EVENT_SIZE",
     "EventDecodeError",
     "decode_http_event",
@@ -46,7 +51,11 @@ class HttpEventKind(IntEnum):
     RESPONSE = 3
     CLOSE = 4
     END = 5  # the response ended (complete at this write, or before an unsampled request)
-    RESPONSE_DONE = 6  # first bytes of a response that the same write completed
+    RESPONSE_DONE = 6  # first bytes of a response that the same write completes
+    COMPLETE = 7  # a whole request: its bytes, the response's times and status
+
+
+RESP_F_EVENT_STREAM = 1  # COMPLETE flags: the response is text/event-stream
 
 
 class ConnState(IntEnum):
@@ -78,6 +87,9 @@ class HttpEventHeader(ctypes.Structure):
         ("kind", ctypes.c_uint8),
         ("prev_state", ctypes.c_uint8),
         ("sse_events", ctypes.c_uint32),
+        ("resp_ns", ctypes.c_uint64),
+        ("status", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
     ]
 
 
@@ -113,11 +125,23 @@ class TcpStatsStruct(ctypes.Structure):
 
 HTTP_EVENT_HEADER_SIZE = ctypes.sizeof(HttpEventHeader)
 # the same layout as HttpEventHeader; public for the tracker's fast path (bpf/tracker.py)
-HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBI")
+HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBIQII")
 assert HTTP_HEADER.size == HTTP_EVENT_HEADER_SIZE
+# a COMPLETE record's fields of a request without a token stream, the others skipped
+# (ts, conn_id, prev_end, prev_bytes, tgid, fd, len, resp_ns, status, flags), and its
+# token-stream fields from offset 32 (req_end, sse_first, sse_last, sse_events): the fast
+# path unpacks only what it uses (each field unpacked is an int built)
+COMPLETE_FIELDS = struct.Struct("<QQQQ24xIII12xQII")
+COMPLETE_SSE_FIELDS = struct.Struct("<QQQ20xI")
+COMPLETE_SSE_AT = HttpEventHeader.req_end_ns.offset
+HTTP_KIND_AT = HttpEventHeader.kind.offset
+assert COMPLETE_FIELDS.size == HTTP_EVENT_HEADER_SIZE
+assert COMPLETE_SSE_AT + COMPLETE_SSE_FIELDS.size == HttpEventHeader.resp_ns.offset
 _KINDS = {int(k): k for k in HttpEventKind}
 _STATES = {int(s): s for s in ConnState}
 ACCEPT_EVENT_SIZE = ctypes.sizeof(AcceptEventStruct)
+_ACCEPT = struct.Struct("<QQQIIIIHHHH16s")  # the layout of AcceptEventStruct
+assert _ACCEPT.size == ACCEPT_EVENT_SIZE
 
 
 class HttpEvent(NamedTuple):
@@ -141,6 +165,11 @@ class HttpEvent(NamedTuple):
     sse_first_ns: int = 0  # events ending an SSE response: its first and last data event
     sse_last_ns: int = 0
     sse_events: int = 0  # data events (data: [DONE] excluded), 0 when not an SSE stream
+    # COMPLETE: ts_ns is the request's first read, resp_ns the response's first write,
+    # prev_end_ns its end; status and flags (RESP_F_*) read from its head in the kernel
+    resp_ns: int = 0
+    status: int = 0
+    flags: int = 0
 
 
 class AcceptEvent(NamedTuple):
@@ -188,6 +217,9 @@ def decode_http_event(raw: bytes) -> HttpEvent:
         kind,
         prev,
         events,
+        resp_ns,
+        status,
+        flags,
     ) = HTTP_HEADER.unpack_from(raw)
     k = _KINDS.get(kind)
     st = _STATES.get(prev)
@@ -210,6 +242,9 @@ def decode_http_event(raw: bytes) -> HttpEvent:
         first,
         last,
         events,
+        resp_ns,
+        status,
+        flags,
     )
 
 
@@ -225,18 +260,11 @@ def _addr(family: int, raw: bytes) -> str:
 def decode_accept_event(raw: bytes) -> AcceptEvent:
     if len(raw) < ACCEPT_EVENT_SIZE:
         raise EventDecodeError(f"accept event is {len(raw)} bytes, expected {ACCEPT_EVENT_SIZE}")
-    e = AcceptEventStruct.from_buffer_copy(raw[:ACCEPT_EVENT_SIZE])
+    ts, conn, queue, tgid, fd, backlog, most, port, peer_port, family, _, addr = (
+        _ACCEPT.unpack_from(raw)
+    )
     return AcceptEvent(
-        ts_ns=e.ts_ns,
-        conn_id=e.conn_id,
-        queue_ns=e.queue_ns,
-        tgid=e.tgid,
-        fd=e.fd,
-        port=e.port,
-        backlog=e.backlog,
-        max_backlog=e.max_backlog,
-        peer=_addr(e.family, bytes(e.peer_addr)),
-        peer_port=e.peer_port,
+        ts, conn, queue, tgid, fd, port, backlog, most, _addr(family, addr), peer_port
     )
 
 
@@ -265,6 +293,9 @@ def encode_http_event(ev: HttpEvent, capture_bytes: int = 512) -> bytes:
         sse_first_ns=ev.sse_first_ns,
         sse_last_ns=ev.sse_last_ns,
         sse_events=ev.sse_events,
+        resp_ns=ev.resp_ns,
+        status=ev.status,
+        flags=ev.flags,
         tgid=ev.tgid,
         fd=ev.fd,
         len=len(ev.data),

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from bpf import headers, ringbuf
 from bpf.events import (
     RTT_SLOTS,
+    ConnState,
     TcpStats,
     decode_sock_key,
     decode_tcp_stats,
@@ -380,7 +381,7 @@ class ProbeSession:
         and requests over the `max_requests_per_s` budget."""
         table = self._bpf[b"lost_events"]
         out = {}
-        for idx, name in ((0, "http"), (1, "accept"), (2, "budget")):
+        for idx, name in ((0, "http"), (1, "accept"), (2, "budget"), (3, "held")):
             out[name] = int(sum(table[ctypes.c_int(idx)]))
         return out
 
@@ -392,6 +393,19 @@ class ProbeSession:
         except KeyError:
             return None
         return int(v.last_write_ns)
+
+    def conn_held(self, tgid: int, fd: int, conn_id: int) -> int | None:
+        """A request the kernel holds on this connection (its COMPLETE record not sent
+        yet): 0 while no response byte went out, else the response's last write (ns);
+        None when it holds none."""
+        table = self._bpf[b"conns"]
+        try:
+            v = table[table.Key((tgid << 32) | fd)]
+        except KeyError:
+            return None
+        if not v.deferred or v.id != conn_id:
+            return None
+        return int(v.last_write_ns) if v.state == ConnState.RESPONDING else 0
 
     def table_sizes(self) -> dict[str, int]:
         return {name: len(self._bpf[name.encode()].items()) for name in ("conns", "sk_owner")}

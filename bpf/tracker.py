@@ -18,8 +18,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from bpf.events import (
+    COMPLETE_FIELDS,
+    COMPLETE_SSE_AT,
+    COMPLETE_SSE_FIELDS,
     HTTP_EVENT_HEADER_SIZE,
     HTTP_HEADER,
+    HTTP_KIND_AT,
+    RESP_F_EVENT_STREAM,
     AcceptEvent,
     ConnState,
     EventDecodeError,
@@ -76,6 +81,7 @@ class RequestRecord(NamedTuple):
 _new_record = tuple.__new__
 _REQUEST = int(HttpEventKind.REQUEST)
 _RESPONSE_DONE = int(HttpEventKind.RESPONSE_DONE)
+_COMPLETE = int(HttpEventKind.COMPLETE)
 _MAX_STATE = max(int(s) for s in ConnState)
 
 
@@ -100,6 +106,15 @@ def _record(
     )  # fmt: skip
 
 
+def _token_times(
+    request_end_ns: int, first: int, last: int, events: int
+) -> tuple[float, float | None]:
+    """Time to first token and per output token of an SSE stream with `events` data
+    events, the first and last completed at `first` and `last` (ns)."""
+    ttft = max(0, first - request_end_ns) / 1e9
+    return ttft, ((last - first) / (events - 1) / 1e9 if events > 1 else None)
+
+
 @dataclass(slots=True)
 class _Pending:
     start_ns: int
@@ -107,6 +122,7 @@ class _Pending:
     response_ns: int = 0
     response: bytes = b""
     request_end_ns: int = 0  # last read before the response
+    info: ResponseInfo | None = None  # COMPLETE: read from the head in the kernel
 
 
 @dataclass(slots=True)
@@ -143,6 +159,7 @@ class ConnTracker:
         self._req_memo: dict[bytes, tuple[RequestInfo | None, int | None]] = {}
         self._resp_memo: dict[bytes, ResponseInfo] = {}
         self._head_memo: dict[bytes, RequestHead | None] = {}
+        self._info_memo: dict[int, ResponseInfo] = {}  # status << 8 | flags
 
     def __len__(self) -> int:
         return len(self._conns)
@@ -215,7 +232,7 @@ class ConnTracker:
         if req is None:
             self.counters.unparsable += 1
             return None
-        resp = self._resp_memo.get(p.response)
+        resp = p.info if p.info is not None else self._resp_memo.get(p.response)
         if resp is None:
             resp = parse_response(p.response)
             if len(self._resp_memo) >= MEMO_SIZE:
@@ -224,11 +241,8 @@ class ConnTracker:
         end = max(end_ns, p.response_ns)
         self.counters.requests += 1
         ttft = tpot = None
-        sse_first, sse_last, sse_events = sse
-        if sse_events and resp.streaming and p.request_end_ns:
-            ttft = max(0, sse_first - p.request_end_ns) / 1e9
-            if sse_events > 1:
-                tpot = (sse_last - sse_first) / (sse_events - 1) / 1e9
+        if sse[2] and resp.streaming and p.request_end_ns:
+            ttft, tpot = _token_times(p.request_end_ns, *sse)
         ttfb = (p.response_ns - p.start_ns) / 1e9
         return _record(
             c, req, resp, p.start_ns, ttfb, (end - p.start_ns) / 1e9, resp_bytes, ttft, tpot
@@ -242,6 +256,8 @@ class ConnTracker:
             c = self._conns.pop(key, None)
             return [] if c is None else self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
         c = self._conn(ev.tgid, ev.fd, ev.conn_id, ev.port)
+        if kind == HttpEventKind.COMPLETE:
+            return self._complete(c, ev)
         if kind == HttpEventKind.END:
             return self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
         out: list[RequestRecord] = []
@@ -273,6 +289,26 @@ class ConnTracker:
                 out += self._done(c, ev.ts_ns, ev.prev_resp_bytes, ev)
         return out
 
+    def _response_info(self, status: int, flags: int) -> ResponseInfo:
+        """The ResponseInfo of a COMPLETE record's status and flags (few distinct ones)."""
+        key = status << 8 | flags
+        info = self._info_memo.get(key)
+        if info is None:
+            info = ResponseInfo(status=status or None, streaming=bool(flags & RESP_F_EVENT_STREAM))
+            self._info_memo[key] = info
+        return info
+
+    def _complete(self, c: _Conn, ev: HttpEvent) -> list[RequestRecord]:
+        """A COMPLETE record: what a REQUEST followed by the events ending its response
+        (RESPONSE_DONE, or RESPONSE then END) would give, the response read in the kernel."""
+        out = self._done(c, 0, 0) if c.pending is not None else []
+        c.pending = _Pending(
+            ev.ts_ns, ev.data, ev.resp_ns, b"", ev.req_end_ns,
+            self._response_info(ev.status, ev.flags),
+        )  # fmt: skip
+        c.leftover = b""
+        return out + self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
+
     def _done(
         self, c: _Conn, end_ns: int, resp_bytes: int, ev: HttpEvent | None = None
     ) -> list[RequestRecord]:
@@ -294,50 +330,85 @@ class ConnTracker:
         unpack = HTTP_HEADER.unpack_from
         head = HTTP_EVENT_HEADER_SIZE
         finish = self._finish
-        req_memo, resp_memo = self._req_memo, self._resp_memo
+        req_memo, resp_memo, info_memo = self._req_memo, self._resp_memo, self._info_memo
+        parse = self._parse_request
+        unpack_complete, unpack_sse = COMPLETE_FIELDS.unpack_from, COMPLETE_SSE_FIELDS.unpack_from
+        kind_at, sse_at = HTTP_KIND_AT, COMPLETE_SSE_AT
         done = 0  # requests completed by the fast path (added to the counter once)
         for raw in raws:
             if len(raw) >= head:
-                (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
-                 prev, sse_events) = unpack(raw)  # fmt: skip
-                if prev <= _MAX_STATE and (kind == _REQUEST or kind == _RESPONSE_DONE):
+                if raw[kind_at] == _COMPLETE:
+                    # one record per request, the kernel's usual case: `_complete` with
+                    # nothing pending, no pipelined bytes, the request parsable
+                    ts, conn, end_ns, prev_bytes, tgid, fd, n, resp_ns, status, flags = (
+                        unpack_complete(raw)
+                    )
                     key = (tgid, fd, conn)
                     c = conns.get(key)
-                    if c is not None:
-                        p = c.pending
-                        if kind == _REQUEST and p is None:
+                    if c is not None and c.pending is None and resp_ns:
+                        data = raw[head : head + n]
+                        parsed = req_memo.get(data) or parse(data)
+                        req = parsed[0]
+                        if req is not None and parsed[1] is None:
                             conns.move_to_end(key)
-                            c.pending = _Pending(ts, raw[head : head + n])
+                            c.answered = True
                             c.leftover = b""
+                            resp = info_memo.get(status << 8 | flags) or self._response_info(
+                                status, flags
+                            )
+                            ttft = tpot = None
+                            if flags & RESP_F_EVENT_STREAM:
+                                req_end, first, last, events = unpack_sse(raw, sse_at)
+                                if events and req_end:
+                                    ttft, tpot = _token_times(req_end, first, last, events)
+                            done += 1
+                            out.append(
+                                _record(c, req, resp, ts, (resp_ns - ts) / 1e9,
+                                        ((end_ns if end_ns > resp_ns else resp_ns) - ts) / 1e9,
+                                        prev_bytes, ttft, tpot)
+                            )  # fmt: skip
                             continue
-                        if kind == _RESPONSE_DONE and p is not None and not p.response_ns:
-                            conns.move_to_end(key)
-                            parsed = req_memo.get(p.request)
-                            resp = resp_memo.get(raw[head : head + n])
-                            if (
-                                parsed is not None
-                                and parsed[1] is None
-                                and resp is not None
-                                and (req := parsed[0]) is not None
-                                and not (sse_events and resp.streaming)
-                            ):
-                                # request and response seen before, no pipelining, no
-                                # token stream: `_finish`'s record, built here
-                                c.pending = None
-                                c.answered = True
-                                done += 1
-                                took = (ts - p.start_ns) / 1e9
-                                out.append(
-                                    _record(c, req, resp, p.start_ns, took, took, prev_bytes)
-                                )
+                else:
+                    (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
+                     prev, sse_events, _r, _s, _f) = unpack(raw)  # fmt: skip
+                    if prev <= _MAX_STATE and (kind == _REQUEST or kind == _RESPONSE_DONE):
+                        key = (tgid, fd, conn)
+                        c = conns.get(key)
+                        if c is not None:
+                            p = c.pending
+                            if kind == _REQUEST and p is None:
+                                conns.move_to_end(key)
+                                c.pending = _Pending(ts, raw[head : head + n])
+                                c.leftover = b""
                                 continue
-                            p.response_ns = ts
-                            p.response = raw[head : head + n]
-                            p.request_end_ns = req_end
-                            rec = finish(c, ts, prev_bytes, (first, last, sse_events))
-                            if rec is not None:
-                                out.append(rec)
-                            continue
+                            if kind == _RESPONSE_DONE and p is not None and not p.response_ns:
+                                conns.move_to_end(key)
+                                parsed = req_memo.get(p.request)
+                                resp = resp_memo.get(raw[head : head + n])
+                                if (
+                                    parsed is not None
+                                    and parsed[1] is None
+                                    and resp is not None
+                                    and (req := parsed[0]) is not None
+                                    and not (sse_events and resp.streaming)
+                                ):
+                                    # request and response seen before, no pipelining, no
+                                    # token stream: `_finish`'s record, built here
+                                    c.pending = None
+                                    c.answered = True
+                                    done += 1
+                                    took = (ts - p.start_ns) / 1e9
+                                    out.append(
+                                        _record(c, req, resp, p.start_ns, took, took, prev_bytes)
+                                    )
+                                    continue
+                                p.response_ns = ts
+                                p.response = raw[head : head + n]
+                                p.request_end_ns = req_end
+                                rec = finish(c, ts, prev_bytes, (first, last, sse_events))
+                                if rec is not None:
+                                    out.append(rec)
+                                continue
             try:
                 ev = decode_http_event(raw)
             except EventDecodeError:
@@ -348,23 +419,35 @@ class ConnTracker:
         return out, bad
 
     def in_flight(
-        self, now_ns: int, last_write_ns: Callable[[int, int], int | None], idle_s: float = 1.0
+        self,
+        now_ns: int,
+        last_write_ns: Callable[[int, int], int | None],
+        idle_s: float = 1.0,
+        held: Callable[[int, int, int], int | None] | None = None,
     ) -> int:
         """Requests in flight: awaiting their first response byte, or still writing.
 
         A response counts as still writing when its connection wrote within `idle_s`
         (`last_write_ns(tgid, fd)` reads the kernel's table), so an idle keep-alive
-        connection after a finished response is not counted.
+        connection after a finished response is not counted. A request the kernel still
+        holds (its COMPLETE record not sent) is seen only there: `held(tgid, fd, conn_id)`
+        gives 0 while it awaits its first response byte, its last write once responding,
+        None when the connection holds none.
         """
         n = 0
-        for c in self._conns.values():
+        idle_ns = idle_s * 1e9
+        for (_, _, conn_id), c in self._conns.items():
             p = c.pending
             if p is None:
+                if held is not None:
+                    last = held(c.tgid, c.fd, conn_id)
+                    if last is not None and (last == 0 or now_ns - last <= idle_ns):
+                        n += 1
                 continue
             if not p.response_ns:
                 n += 1
                 continue
             last = last_write_ns(c.tgid, c.fd)
-            if last is not None and now_ns - last <= idle_s * 1e9:
+            if last is not None and now_ns - last <= idle_ns:
                 n += 1
         return n

@@ -36,8 +36,10 @@ BPF_RINGBUF_OUTPUT(http_events, 1024);
 #define KV_RB_FLAGS 1
 
 /* Events not delivered: [0] http and [1] accept events the buffers had no room for (user
- * space fell behind), [2] requests over the MAX_REQUESTS_PER_S budget. */
-BPF_PERCPU_ARRAY(lost_events, u64, 3);
+ * space fell behind), [2] requests over the MAX_REQUESTS_PER_S budget, [3] requests whose
+ * bytes held in pending_reqs were evicted before their response ended (counted in
+ * unsampled_hist instead). */
+BPF_PERCPU_ARRAY(lost_events, u64, 4);
 
 static __always_inline void count_lost(int which)
 {

@@ -30,6 +30,9 @@
 #ifndef MAX_MORE_CHUNKS
 #define MAX_MORE_CHUNKS 2 /* extra reads of one request copied (headers split from body) */
 #endif
+#ifndef PENDING_REQS
+#define PENDING_REQS 8192 /* LRU size of the requests kept in the kernel until their response ends */
+#endif
 #ifndef RTT_SLOTS
 #define RTT_SLOTS 32 /* log2 buckets of smoothed RTT in microseconds */
 #endif
@@ -49,6 +52,9 @@
 #define HTTP_EV_CLOSE 4        /* the server closed the connection */
 #define HTTP_EV_END 5          /* the response ended at this write (or before an unsampled request) */
 #define HTTP_EV_RESPONSE_DONE 6 /* first bytes of a response that this same write completes */
+#define HTTP_EV_COMPLETE 7     /* one whole request: its first read's bytes, the response's
+                                  times and status (the request's bytes were kept in
+                                  pending_reqs until the response ended) */
 
 #define CONN_IDLE 0
 #define CONN_REQUEST 1
@@ -64,6 +70,8 @@
 #define SSE_NONE 0
 #define SSE_ON 1   /* counting data events */
 #define SSE_LOST 2 /* bytes skipped in the middle of chunk framing: counts no longer exact */
+
+#define RESP_F_EVENT_STREAM 1 /* Content-Type: text/event-stream */
 
 #define CHUNK_SIZE 0 /* reading a chunk-size line */
 #define CHUNK_DATA 1 /* inside a chunk's payload */
@@ -95,10 +103,12 @@ struct conn_state {
     u8 sse_data;       /* the current event has a data field */
     u8 sse_final;      /* the current event is data: [DONE] (not a token) */
     u16 head_len;      /* bytes of the response head in its first write */
-    u16 pad;
+    u16 status;        /* the current response's status code (a COMPLETE record's) */
     u32 chunk_left;    /* CHUNK_SIZE: the size so far; CHUNK_DATA: payload bytes left */
     u32 sse_events;    /* data events completed (data: [DONE] excluded) */
-    u32 pad2;
+    u8 deferred;       /* the current request's REQUEST event is held in pending_reqs */
+    u8 resp_flags;     /* RESP_F_* of the current response's head */
+    u16 pad2;
     u64 req_end_ns;    /* last read before the response: the request's last byte */
     u64 sse_first_ns;  /* write that completed the first data event */
     u64 sse_last_ns;   /* write that completed the last data event so far */
@@ -122,6 +132,10 @@ struct http_event {
     u8 kind;             /* HTTP_EV_* */
     u8 prev_state;       /* CONN_* before this event */
     u32 sse_events;      /* events ending an SSE response: its data events, else 0 */
+    u64 resp_ns;         /* COMPLETE: the response's first write (ts_ns is the request's
+                            first read, prev_end_ns the response's end) */
+    u32 status;          /* COMPLETE: the response's status code */
+    u32 flags;           /* COMPLETE: RESP_F_* */
     char data[CAPTURE_BYTES];
 };
 

@@ -7,8 +7,12 @@
  * bytes written, the chunked terminator written, or close; the write that completes it
  * sends HTTP_EV_END (HTTP_EV_RESPONSE_DONE when the first write is also the last), so a
  * request is reported when its response is complete, not when the next one starts.
- * Other writes only move last_write_ns and resp_bytes: streamed (SSE) responses cost no
- * events. A response written when no request is pending but one was read before
+ * The usual case costs one record instead: a request read on an idle connection is held
+ * in pending_reqs, and when its response's head says how it ends, the write that ends it
+ * sends HTTP_EV_COMPLETE (the request's bytes with the response's times and status); in
+ * every other case the held REQUEST event is sent as it is and the sequence above
+ * follows. Other writes only move last_write_ns and resp_bytes: streamed (SSE) responses
+ * cost no events. A response written when no request is pending but one was read before
  * (pipelining) starts the next request at that last read.
  *
  * Tracepoints: syscalls:sys_{enter,exit}_{read,recvfrom,readv,write,sendto,writev};
@@ -40,6 +44,14 @@ BPF_HASH(active_reads, u64, struct io_args, 16384);
 BPF_HASH(active_writes, u64, struct io_args, 16384);
 #endif
 BPF_PERCPU_ARRAY(http_scratch, struct http_event, 1);
+/* The REQUEST event of a connection's current request, kept here instead of sent when the
+ * request starts on an idle connection: the write that ends its response sends it once, as
+ * one COMPLETE record (request bytes, response times and status), so user space handles
+ * one record per request instead of two. Anything else (a further read of the request, a
+ * response whose end is not known from its head, pipelining) sends it as the REQUEST event
+ * it is, and the old sequence follows. Keyed like conns; an entry evicted before its
+ * response ended loses the bytes, and the request is counted in unsampled_hist instead. */
+BPF_TABLE("lru_hash", u64, struct http_event, pending_reqs, PENDING_REQS);
 
 /* A one-second window of requests handed to user space: above MAX_REQUESTS_PER_S the
  * request is timed by nobody (and counted), which bounds the collector's CPU however busy
@@ -56,11 +68,10 @@ BPF_ARRAY(request_budget, struct request_budget, 1);
 BPF_TABLE("lru_hash", struct sock_key, struct tcp_stats, unsampled_hist, 4096);
 BPF_ARRAY(unsampled_zero, struct tcp_stats, 1);
 
-static __always_inline void count_unsampled(struct conn_state *c, u32 tgid)
+/* One request of (tgid, port) from start_ns to end_ns into unsampled_hist. */
+static __always_inline void hist_add(u32 tgid, u16 port, u64 start_ns, u64 end_ns)
 {
-    if (!c->unsampled || c->state != CONN_RESPONDING || c->last_write_ns < c->req_start_ns)
-        return;
-    struct sock_key k = {.tgid = tgid, .port = c->port};
+    struct sock_key k = {.tgid = tgid, .port = port};
     struct tcp_stats *h = unsampled_hist.lookup(&k);
     if (!h) {
         u32 zero = 0;
@@ -72,13 +83,20 @@ static __always_inline void count_unsampled(struct conn_state *c, u32 tgid)
         if (!h)
             return;
     }
-    u64 us = (c->last_write_ns - c->req_start_ns) / 1000;
+    u64 us = end_ns > start_ns ? (end_ns - start_ns) / 1000 : 0;
     u32 slot = us ? bpf_log2l(us) : 0;
     if (slot >= RTT_SLOTS)
         slot = RTT_SLOTS - 1;
     __sync_fetch_and_add(&h->rtt_count, 1);
     __sync_fetch_and_add(&h->rtt_sum_us, us);
     __sync_fetch_and_add(&h->rtt_slots[slot], 1);
+}
+
+static __always_inline void count_unsampled(struct conn_state *c, u32 tgid)
+{
+    if (!c->unsampled || c->state != CONN_RESPONDING || c->last_write_ns < c->req_start_ns)
+        return;
+    hist_add(tgid, c->port, c->req_start_ns, c->last_write_ns);
 }
 
 static __always_inline int within_budget(u64 now)
@@ -227,6 +245,64 @@ static __always_inline void fill_event(struct http_event *ev, struct conn_state 
     ev->sse_first_ns = c->sse_first_ns;
     ev->sse_last_ns = c->sse_last_ns;
     ev->sse_events = c->sse == SSE_ON ? c->sse_events : 0;
+    ev->resp_ns = 0;
+    ev->status = 0;
+    ev->flags = 0;
+}
+
+/* The slot in pending_reqs for `key`'s next request (created on first use); NULL when
+ * the map cannot give one (the request's event is then sent at once, as before). */
+static __always_inline struct http_event *request_slot(u64 key)
+{
+    struct http_event *ev = pending_reqs.lookup(&key);
+    if (ev)
+        return ev;
+    u32 zero = 0;
+    struct http_event *init = http_scratch.lookup(&zero); /* any bytes: all are rewritten */
+    return init ? pending_reqs.lookup_or_try_init(&key, init) : NULL;
+}
+
+/* Send the held REQUEST event as it is: what follows needs the old event sequence.
+ * Returns 0 when sent; 1 when its bytes were evicted: the request then goes on unsampled
+ * (no events, its duration counted in unsampled_hist when it ends), and the caller sends
+ * nothing for it either. */
+static __always_inline int send_deferred_request(void *ctx, struct conn_state *c, u64 key)
+{
+    c->deferred = 0;
+    struct http_event *ev = pending_reqs.lookup(&key);
+    if (ev && ev->conn_id == c->id) {
+        emit_http(ctx, ev);
+        return 0;
+    }
+    count_lost(3);
+    c->unsampled = 1;
+    c->more = MAX_MORE_CHUNKS;
+    return 1;
+}
+
+/* The held request's response ended at end_ns after resp_bytes: send the COMPLETE record
+ * (the held REQUEST event with the response's fields filled in). */
+static __always_inline void send_complete(void *ctx, struct conn_state *c, u64 key, u64 end_ns,
+                                          u64 resp_bytes)
+{
+    c->deferred = 0;
+    struct http_event *ev = pending_reqs.lookup(&key);
+    if (!ev || ev->conn_id != c->id) {
+        hist_add(key >> 32, c->port, c->req_start_ns, end_ns); /* bytes evicted: counted */
+        count_lost(3);
+        return;
+    }
+    ev->kind = HTTP_EV_COMPLETE;
+    ev->prev_end_ns = end_ns;
+    ev->prev_resp_bytes = resp_bytes;
+    ev->resp_ns = c->resp_start_ns;
+    ev->req_end_ns = c->req_end_ns;
+    ev->sse_first_ns = c->sse_first_ns;
+    ev->sse_last_ns = c->sse_last_ns;
+    ev->sse_events = c->sse == SSE_ON ? c->sse_events : 0;
+    ev->status = c->status;
+    ev->flags = c->resp_flags;
+    emit_http(ctx, ev);
 }
 
 /* A read of `ret` bytes on tracked connection `c`. */
@@ -244,14 +320,31 @@ static __always_inline int read_io(void *ctx, struct conn_state *c, struct io_ar
         kind = HTTP_EV_REQUEST_MORE;
     }
     u32 zero = 0;
-    struct http_event *ev = http_scratch.lookup(&zero);
+    /* a request on an idle connection is captured into its pending_reqs slot and held */
+    int hold = kind == HTTP_EV_REQUEST && c->state == CONN_IDLE && !c->deferred;
+    struct http_event *ev = hold ? request_slot(a.key) : NULL;
+    if (!ev) {
+        hold = 0;
+        ev = http_scratch.lookup(&zero);
+    }
     if (!ev)
         return 0;
     ev->len = capture(ev, &a, ret);
     if (kind == HTTP_EV_REQUEST && !looks_like_request(ev)) {
-        if (c->requests == 0)
-            conns.delete(&a.key); /* not HTTP/1.x (TLS, HTTP/2, ...): stop tracking */
+        if (c->requests == 0) { /* not HTTP/1.x (TLS, HTTP/2, ...): stop tracking */
+            conns.delete(&a.key);
+            pending_reqs.delete(&a.key);
+        }
         return 0;
+    }
+    if (c->deferred) {
+        if (c->state == CONN_REQUEST) {
+            if (send_deferred_request(ctx, c, a.key)) /* REQUEST_MORE follows it */
+                return 0;
+        } else { /* a new request while responding: the held one ends at its last write */
+            send_complete(ctx, c, a.key, c->last_write_ns, c->resp_bytes);
+            c->state = CONN_IDLE;
+        }
     }
     if (kind == HTTP_EV_REQUEST)
         count_unsampled(c, pid_tgid >> 32); /* the unsampled request before this one */
@@ -292,6 +385,10 @@ static __always_inline int read_io(void *ctx, struct conn_state *c, struct io_ar
                       ev->data[3] == 'D';
     } else {
         c->more += 1;
+    }
+    if (hold) {
+        c->deferred = 1; /* sent with its response's end (send_complete) */
+        return 0;
     }
     emit_http(ctx, ev);
     return 0;
@@ -338,6 +435,7 @@ static __always_inline void parse_head(struct http_event *ev, struct conn_state 
 {
     c->framing = FRAME_UNKNOWN;
     c->resp_expect = 0;
+    c->resp_flags = 0;
     u32 zero = 0;
     volatile struct head_parse *h = head_scratch.lookup(&zero);
     if (!h)
@@ -408,6 +506,7 @@ static __always_inline void parse_head(struct http_event *ev, struct conn_state 
         }
     }
     c->head_len = head;
+    c->resp_flags = h->sse ? RESP_F_EVENT_STREAM : 0;
     char s0 = ev->data[9], s1 = ev->data[10], s2 = ev->data[11];
     int no_body = c->head_req || (s0 == '2' && s1 == '0' && s2 == '4') ||
                   (s0 == '3' && s1 == '0' && s2 == '4');
@@ -680,6 +779,11 @@ static __always_inline int write_done(void *ctx, struct conn_state *c, struct io
 {
     if (!response_done(c, a, ret))
         return 0;
+    if (c->deferred) {
+        c->state = CONN_IDLE;
+        send_complete(ctx, c, a->key, now, c->resp_bytes);
+        return 0;
+    }
     u32 zero = 0;
     struct http_event *ev = http_scratch.lookup(&zero);
     if (!ev)
@@ -738,6 +842,21 @@ int response_head(void *ctx)
     c->sse_first_ns = 0;
     c->sse_last_ns = 0;
     parse_head(ev, c);
+    if (c->deferred) {
+        /* the request's event is held: when this head says how the response ends, the
+         * response's end sends one COMPLETE record instead of RESPONSE and END */
+        char s0 = ev->data[9], s1 = ev->data[10], s2 = ev->data[11];
+        if ((c->framing == FRAME_LENGTH || c->framing == FRAME_CHUNKED) && ev->data[0] == 'H' &&
+            ev->data[4] == '/' && ev->data[8] == ' ' && s0 >= '1' && s0 <= '5' && s1 >= '0' &&
+            s1 <= '9' && s2 >= '0' && s2 <= '9') {
+            c->status = (s0 - '0') * 100 + (s1 - '0') * 10 + (s2 - '0');
+            if (c->sse == SSE_ON)
+                sse_tail(ctx, c, &a, pid_tgid, now, ret, c->head_len);
+            return write_done(ctx, c, &a, pid_tgid, now, ret);
+        }
+        if (send_deferred_request(ctx, c, key))
+            return 0;
+    }
     fill_event(ev, c, pid_tgid, key, now, ret, HTTP_EV_RESPONSE);
     ev->prev_state = pipelined_start ? CONN_IDLE : CONN_REQUEST;
     ev->prev_end_ns = pipelined_start;
@@ -845,6 +964,14 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     u32 zero = 0;
     struct http_event *ev = http_scratch.lookup(&zero);
     count_unsampled(c, pid_tgid >> 32);
+    if (c->deferred) {
+        if (c->state == CONN_RESPONDING) {
+            send_complete(args, c, key, c->last_write_ns, c->resp_bytes);
+            c->state = CONN_IDLE;
+        } else {
+            send_deferred_request(args, c, key); /* never answered */
+        }
+    }
     if (ev) {
         fill_event(ev, c, pid_tgid, key, bpf_ktime_get_ns(), 0, HTTP_EV_CLOSE);
         ev->len = 0;
@@ -853,5 +980,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
         emit_http_header(args, ev);
     }
     conns.delete(&key);
+    pending_reqs.delete(&key);
     return 0;
 }

@@ -52,8 +52,9 @@ def test_close_event_is_header_only() -> None:
 
 def test_http_event_layout_is_fixed() -> None:
     # ts, conn_id, prev_end, prev_bytes, req_end, sse_first, sse_last (7 x u64),
-    # tgid, fd, len, total (4 x u32), port u16, kind u8, prev_state u8, sse_events u32
-    assert HTTP_EVENT_HEADER_SIZE == 80
+    # tgid, fd, len, total (4 x u32), port u16, kind u8, prev_state u8, sse_events u32,
+    # resp_ns u64, status u32, flags u32 (COMPLETE records)
+    assert HTTP_EVENT_HEADER_SIZE == 96
     raw = bytearray(HTTP_EVENT_HEADER_SIZE + 4)
     raw[0:8] = (5).to_bytes(8, "little")
     raw[40:48] = (900).to_bytes(8, "little")
@@ -62,6 +63,9 @@ def test_http_event_layout_is_fixed() -> None:
     raw[72:74] = (8080).to_bytes(2, "little")
     raw[74] = 3
     raw[76:80] = (12).to_bytes(4, "little")
+    raw[80:88] = (950).to_bytes(8, "little")
+    raw[88:92] = (204).to_bytes(4, "little")
+    raw[92:96] = (1).to_bytes(4, "little")
     raw[HTTP_EVENT_HEADER_SIZE:] = b"HTTP"
     ev = decode_http_event(bytes(raw))
     assert (ev.ts_ns, ev.tgid, ev.port, ev.kind, ev.data, ev.sse_first_ns, ev.sse_events) == (
@@ -73,6 +77,7 @@ def test_http_event_layout_is_fixed() -> None:
         900,
         12,
     )
+    assert (ev.resp_ns, ev.status, ev.flags) == (950, 204, 1)
 
 
 @pytest.mark.parametrize("raw", [b"", b"\x00" * 10], ids=["empty", "short"])
@@ -117,6 +122,10 @@ def test_mirrors_match_compiled_structs(probes: object) -> None:
     assert ctypes.sizeof(bpf[b"tcp_stats"].Leaf) == ctypes.sizeof(TcpStatsStruct)
     assert ctypes.sizeof(bpf[b"tcp_stats"].Key) == ctypes.sizeof(SockKeyStruct)
     lost = probes.session.lost_events()  # type: ignore[attr-defined]
-    assert set(lost) == {"http", "accept", "budget"} and all(v >= 0 for v in lost.values())
+    assert set(lost) == {"http", "accept", "budget", "held"}
+    assert all(v >= 0 for v in lost.values())
     leaf = bpf[b"conns"].Leaf
-    assert {n for n, *_ in leaf._fields_} >= {"id", "sk", "last_write_ns", "state", "port"}
+    assert {n for n, *_ in leaf._fields_} >= {
+        "id", "sk", "last_write_ns", "state", "port", "deferred"
+    }  # fmt: skip
+    assert ctypes.sizeof(bpf[b"pending_reqs"].Leaf) == HTTP_EVENT_HEADER_SIZE + 512

@@ -22,6 +22,7 @@ from prometheus_client import generate_latest
 from test_bpf_probes import Recorder, offline_agent, wait_for, within_bracket
 
 from bpf import loader
+from bpf.events import HttpEventKind
 from bpf.export import TOKEN_ATTRS
 from kvspread import names
 from tests.ports import free_port
@@ -122,6 +123,9 @@ def test_response_ends_at_its_last_byte_on_an_open_connection(framing: Any, path
             assert r.context_id == path and r.status == (204 if path == "/nobody" else 200)
             check(r, truth, sent)
     assert len(rec.records) == 3
+    # each request came as one record built in the kernel (its bytes held there until
+    # the response ended), not as REQUEST + RESPONSE(_DONE) + END
+    assert rec.kinds == [HttpEventKind.COMPLETE] * 3
 
 
 def test_head_request_ends_after_its_head(framing: Any) -> None:
@@ -149,6 +153,8 @@ def test_close_delimited_response_ends_at_its_last_write_reported_at_close(frami
     r = rec.records[0]
     check(r, truth, sent)  # the last write, not the close 300 ms later
     assert r.duration_s < 0.2
+    # no length nor chunking: the request's event is sent at the response's first write
+    assert rec.kinds == [HttpEventKind.REQUEST, HttpEventKind.RESPONSE, HttpEventKind.CLOSE]
 
 
 def test_pipelined_requests_each_end_at_their_own_response(framing: Any) -> None:
@@ -164,6 +170,10 @@ def test_pipelined_requests_each_end_at_their_own_response(framing: Any) -> None
         if t["read"] == truths[0]["read"]:  # read together: all start at that read
             check(r, t, sent)
     assert rec.records[0].duration_s < rec.records[1].duration_s < rec.records[2].duration_s
+    # the read holding all three is held and sent with the first response's end; the
+    # others start at that read (pipelined), with RESPONSE events
+    assert rec.kinds[0] == HttpEventKind.COMPLETE
+    assert HttpEventKind.REQUEST not in rec.kinds
 
 
 def sse_request(path: str) -> bytes:
@@ -198,6 +208,7 @@ def test_sse_time_to_first_token_and_per_output_token(
         truth = srv.truth()
         assert wait_for(lambda: len(rec.records) == 1, 5), rec.tracker.counters
     assert body.count(b"chat.completion.chunk") == tokens and b"data: [DONE]" in body
+    assert rec.kinds == [HttpEventKind.COMPLETE]  # the whole stream: one record
     r = rec.records[0]
     assert r.streaming and r.status == 200 and r.route == "/v1/chat/completions"
     events = truth["events"]
@@ -264,3 +275,28 @@ def test_enter_exit_pairs_where_arguments_are_not_read_at_exit(
     finally:
         srv.stop()
         session.close()
+
+
+def test_a_held_request_is_in_flight_until_its_response_ends(subscribed: Any, framing: Any) -> None:
+    """While the kernel holds a request (its COMPLETE record not sent), user space has not
+    seen it; the kernel's table says it is in flight, and the tracker counts it."""
+    srv, rec = framing
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.sendall(get("/len/1/1/send"))  # one request first: the accept is seen
+        read_response(s)
+        srv.truth()
+        assert wait_for(lambda: len(rec.records) == 1 and rec.accepts, 5)
+        acc = rec.accepts[-1]
+        assert subscribed.session.conn_held(acc.tgid, acc.fd, acc.conn_id) is None
+        s.sendall(get("/len/20/40/send"))  # 20 writes 40 ms apart: about 0.8 s
+        time.sleep(0.3)
+        last = subscribed.session.conn_held(acc.tgid, acc.fd, acc.conn_id)
+        assert last is not None and 0 < time.monotonic_ns() - last < 2e8
+        with rec.lock:
+            held = subscribed.session.conn_held
+            assert rec.tracker.in_flight(time.monotonic_ns(), lambda t, f: None, 1.0, held) == 1
+        assert len(rec.records) == 1  # nothing sent to user space yet
+        read_response(s)
+        srv.truth()
+        assert wait_for(lambda: len(rec.records) == 2, 5)
+        assert subscribed.session.conn_held(acc.tgid, acc.fd, acc.conn_id) is None

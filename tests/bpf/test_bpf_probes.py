@@ -20,7 +20,7 @@ import pytest
 
 from bpf.agent import Agent
 from bpf.config import BpfConfig, CollectorConfig, NvmlConfig
-from bpf.events import decode_accept_event, decode_http_event
+from bpf.events import HttpEventKind, decode_accept_event, decode_http_event
 from bpf.export import REQUEST_ATTRS
 from bpf.tracker import ConnTracker, RequestRecord
 from kvspread import names
@@ -103,6 +103,7 @@ class Recorder:
         self.port = port
         self.tracker = ConnTracker()
         self.records: list[RequestRecord] = []
+        self.kinds: list[HttpEventKind] = []  # of the events on this port, in order
         self.accepts: list[Any] = []
         self.agent = agent
         self.lock = threading.Lock()
@@ -112,6 +113,7 @@ class Recorder:
         if ev.port != self.port:
             return
         with self.lock:
+            self.kinds.append(ev.kind)
             self.records.extend(self.tracker.on_http(ev))
         if self.agent:
             self.agent.on_http_bytes(raw)

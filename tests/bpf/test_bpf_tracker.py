@@ -6,10 +6,11 @@ import pytest
 
 from bpf import tracker
 from bpf.events import (
-    HTTP_EVENT_HEADER_SIZE,
+    RESP_F_EVENT_STREAM,
     AcceptEvent,
     ConnState,
     HttpEvent,
+    HttpEventHeader,
     HttpEventKind,
     decode_http_event,
     encode_http_event,
@@ -165,7 +166,7 @@ def test_encoded_batch_tracks_what_single_events_track(monkeypatch: pytest.Monke
     expected = [r for e in seq for r in one.on_http(e)]
     raws = [encode_http_event(e) for e in seq]
     bad_kind = bytearray(raws[0])
-    bad_kind[HTTP_EVENT_HEADER_SIZE - 6] = 99  # the kind byte
+    bad_kind[HttpEventHeader.kind.offset] = 99  # the kind byte
     decoded: list[bytes] = []
 
     def decode(raw: bytes) -> HttpEvent:
@@ -203,3 +204,75 @@ def test_same_head_different_bodies_parse_each_body() -> None:
         ("audio", 2),
     ]
     assert len(t._head_memo) == 2
+
+
+def complete(
+    ts: int, data: bytes, resp_ns: int, end_ns: int, status: int = 200, fd: int = 5, **kw: int
+) -> HttpEvent:
+    """A COMPLETE record: the request read at `ts`, its response from `resp_ns` to `end_ns`."""
+    return ev(HttpEventKind.COMPLETE, ts, data, prev_end=end_ns, fd=fd)._replace(
+        resp_ns=resp_ns, status=status, **kw
+    )
+
+
+def test_complete_record_gives_what_the_event_sequence_gives() -> None:
+    """COMPLETE (the kernel held the request until its response ended) is the record of
+    REQUEST + RESPONSE + END: times, status, streaming, tokens, attribution."""
+    sse = {"req_end_ns": 1 * MS, "sse_first_ns": 5 * MS, "sse_last_ns": 9 * MS, "sse_events": 5}
+    for head, flags, tokens in ((RESP, 0, {"req_end_ns": 1 * MS}), (SSE, RESP_F_EVENT_STREAM, sse)):
+        old, new = ConnTracker(), ConnTracker()
+        for t in (old, new):
+            t.on_accept(AcceptEvent(0, 1, 0, 100, 5, 8000, 1, 128, "10.0.0.7", 5555))
+        old.on_http(ev(HttpEventKind.REQUEST, 0, REQ))
+        old.on_http(
+            ev(HttpEventKind.RESPONSE, 2 * MS, head, prev=ConnState.REQUEST)._replace(
+                req_end_ns=1 * MS
+            )
+        )
+        (want,) = old.on_http(ev(HttpEventKind.END, 10 * MS, prev_end=10 * MS)._replace(**tokens))
+        (got,) = new.on_http(
+            complete(0, REQ, 2 * MS, 10 * MS, flags=flags, **tokens)  # type: ignore[arg-type]
+        )
+        assert got == want and got.peer == "10.0.0.7" and (got.ttft_s is None) == (not flags)
+        assert new.counters == old.counters
+
+
+def test_complete_records_in_a_batch_track_what_single_events_track() -> None:
+    """The fast path of `on_http_raw` for COMPLETE gives what `on_http` gives: a known
+    connection, a new one, pipelined bytes, an SSE stream, bytes that are not HTTP, a
+    request still pending before it."""
+    two = REQ + b"GET /health HTTP/1.1\r\n\r\n"
+    tokens = {"req_end_ns": 41 * MS, "sse_first_ns": 45 * MS, "sse_last_ns": 49 * MS}
+    seq = [
+        ev(HttpEventKind.REQUEST, 0, REQ),
+        ev(HttpEventKind.RESPONSE_DONE, 2 * MS, RESP, prev=ConnState.REQUEST),
+        complete(10 * MS, REQ, 12 * MS, 15 * MS),
+        complete(20 * MS, REQ, 21 * MS, 21 * MS, status=404, fd=6),  # not seen before
+        complete(30 * MS, two, 31 * MS, 31 * MS),  # pipelined: the second answered next
+        ev(HttpEventKind.RESPONSE_DONE, 32 * MS, RESP, prev_end=31 * MS),
+        complete(40 * MS, REQ, 42 * MS, 50 * MS, flags=RESP_F_EVENT_STREAM, sse_events=3, **tokens),
+        complete(60 * MS, b"not http\r\n\r\n", 61 * MS, 62 * MS),
+        ev(HttpEventKind.REQUEST, 70 * MS, REQ),  # unanswered as far as user space saw
+        complete(80 * MS, REQ, 81 * MS, 82 * MS),
+        complete(90 * MS, REQ, 91 * MS, 95 * MS),
+    ]
+    one = ConnTracker()
+    expected = [r for e in seq for r in one.on_http(e)]
+    batch = ConnTracker()
+    got, bad = batch.on_http_raw([encode_http_event(e) for e in seq])
+    assert bad == 0 and got == expected and len(expected) == 8
+    assert [r.status for r in got] == [200, 200, 404, 200, 200, 200, 200, 200]
+    assert got[5].ttft_s == 0.004 and got[5].tpot_s == 0.002
+    assert batch.counters == one.counters and one.counters.unparsable == 1
+    assert one.counters.unanswered == 1 and one.counters.requests == 8
+
+
+def test_in_flight_counts_requests_the_kernel_holds() -> None:
+    """A request whose record the kernel has not sent yet is in flight too (the kernel's
+    table says so): waiting for its first response byte, or still writing."""
+    t = ConnTracker()
+    for fd in (1, 2, 3, 4):
+        t.on_http(complete(0, REQ, 1 * MS, 2 * MS, fd=fd))  # one finished request each
+    held = {1: 0, 2: 4_900 * MS, 3: 10 * MS}  # fd 4: nothing held
+    n = t.in_flight(5_000 * MS, lambda tgid, fd: None, 1.0, lambda tgid, fd, c: held.get(fd))
+    assert n == 2
