@@ -4,7 +4,8 @@ JSON), shared by the collector (bpf/server.py) and the router (router/debug.py).
 These endpoints serve scrapes and people, not traffic, so the standard library's threading
 server is enough. A part gives one `route(path, query) -> Reply` function; this module owns
 the HTTP side: status line, Content-Type and Content-Length, HEAD without a body, quiet access
-log, and a 500 with a JSON message (never a traceback) when the route raises.
+log, a 500 with a JSON message (never a traceback) when the route raises, and (from
+`kvspread.httpbase`) a JSON 405 for other methods and JSON protocol errors such as 414.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import json
 import threading
 import urllib.parse
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, NamedTuple
+
+from kvspread.httpbase import JsonErrorHandler
 
 __all__ = ["Reply", "Route", "OpsServer", "json_reply", "text_reply"]
 
@@ -48,12 +51,7 @@ class OpsServer:
     """Serve `route` on host:port (port 0: any free port, see `port`) from a daemon thread."""
 
     def __init__(self, host: str, port: int, route: Route, thread_name: str) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass  # quiet: the parts log JSON lines of their own
-
+        class Handler(JsonErrorHandler):  # GET and HEAD; other methods 405, errors JSON
             def do_HEAD(self) -> None:  # noqa: N802
                 self.do_GET()
 

@@ -183,6 +183,11 @@ def test_server_routes() -> None:
         assert httpx.get(f"{base}/healthz").text == "ok\n"
         agent.cycle()
         assert httpx.get(f"{base}/readyz").status_code == 200
+        for method, path in (("POST", "/signals"), ("DELETE", "/metrics")):
+            r = httpx.request(method, base + path, content=b"x")
+            assert (r.status_code, r.headers["allow"]) == (405, "GET, HEAD")
+            assert r.json() == {"error": f"method {method} not allowed on {path}; use GET, HEAD"}
+        assert httpx.get(f"{base}/signals").status_code == 200
     finally:
         agent.server.stop()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Iterator
 
 import httpx
@@ -59,3 +61,38 @@ def test_stop_without_start_returns() -> None:
 
 def test_json_reply_is_compact_by_default() -> None:
     assert json_reply(200, {"a": [1, 2]}).body == b'{"a":[1,2]}'
+
+
+@pytest.mark.parametrize("method", ["POST", "DELETE", "PUT", "PATCH", "OPTIONS", "BREW"])
+def test_other_methods_are_a_json_405_naming_get(server: str, method: str) -> None:
+    r = httpx.request(method, server + "/healthz?x=1", content=b"x")
+    assert r.status_code == 405
+    assert r.headers["allow"] == "GET, HEAD"
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == {"error": f"method {method} not allowed on /healthz; use GET, HEAD"}
+    assert "\n" not in r.text
+    assert httpx.get(server + "/healthz").status_code == 200  # still serving
+
+
+def _raw(server: str, request: bytes) -> tuple[bytes, bytes]:
+    """(status line and headers, body) of one raw request: httpx refuses long URLs."""
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(request)
+        raw = s.makefile("rb").read()  # the server closes after an error
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_a_long_url_is_a_json_414(server: str) -> None:
+    head, body = _raw(server, b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 414 ")
+    assert b"Content-Type: application/json" in head
+    assert json.loads(body) == {"error": "request line over 65536 bytes: shorten the URL"}
+    assert httpx.get(server + "/healthz").status_code == 200
+
+
+def test_a_malformed_request_line_is_a_json_400(server: str) -> None:
+    head, body = _raw(server, b"GET / x HTTP/1.1\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(body)["error"].startswith("Bad request syntax")

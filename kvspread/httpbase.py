@@ -1,0 +1,65 @@
+"""A `BaseHTTPRequestHandler` whose protocol errors are one-line JSON, like the routes' own.
+
+The standard library answers a method without a `do_*` handler with an HTML 501 page and
+a request line over 64 KiB with an HTML 414 page. The operator endpoints (collector and
+router, through `kvspread.opsserver`) are read by scripts and people with curl: every
+answer is JSON, a method other than `allowed_methods` is a 405 naming them in `Allow`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+__all__ = ["JsonErrorHandler", "error_body"]
+
+
+def error_body(message: str) -> bytes:
+    """The body of an error answer: `{"error": message}`, compact, one line."""
+    return json.dumps({"error": message}, separators=(",", ":")).encode()
+
+
+class JsonErrorHandler(BaseHTTPRequestHandler):
+    """Subclass it with `do_GET` (and others listed in `allowed_methods`); any other
+    method gets 405 with `Allow`, and every error the server itself raises (400, 414,
+    431, 505) a JSON body. The access log is quiet: the parts log JSON lines of their own."""
+
+    protocol_version = "HTTP/1.1"
+    allowed_methods: tuple[str, ...] = ("GET", "HEAD")
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def __getattr__(self, name: str) -> Callable[[], None]:
+        # handle_one_request looks the method up as do_<METHOD>: any it lacks is a 405
+        if name.startswith("do_") and name[3:] not in self.allowed_methods:
+            return self._method_not_allowed
+        raise AttributeError(name)
+
+    def _method_not_allowed(self) -> None:
+        allow = ", ".join(self.allowed_methods)
+        path = self.path.partition("?")[0]
+        self.send_error(405, f"method {self.command} not allowed on {path}; use {allow}")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's send_error with a JSON body instead of an HTML page."""
+        if message is None:
+            if code == 414:
+                message = "request line over 65536 bytes: shorten the URL"
+            else:
+                message = self.responses.get(code, ("error", ""))[0]
+        self.log_error("code %d, message %s", code, message)
+        self.send_response(code)
+        self.send_header("Connection", "close")  # the request's body, if any, is unread
+        if code == 405:
+            self.send_header("Allow", ", ".join(self.allowed_methods))
+        body = b""
+        if code >= 200 and code not in (204, 205, 304):
+            body = error_body(message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD" and body:
+            self.wfile.write(body)
