@@ -13,7 +13,7 @@ import time
 import typing
 from typing import Any, Literal
 
-__all__ = ["configure", "JsonFormatter", "LEVELS", "LogLevel"]
+__all__ = ["configure", "CHATTY_LIBRARIES", "JsonFormatter", "LEVELS", "LogLevel"]
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 """A log level as the configs, flags and variables spell it; the loader refuses others."""
@@ -37,8 +37,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, separators=(",", ":"))
 
 
+CHATTY_LIBRARIES = ("httpx", "httpcore", "urllib3")
+"""HTTP clients that log every request at info (one line per engine scrape, per API call):
+held at warning unless the level is debug."""
+
+
 def configure(level: str = "info") -> None:
-    """Route the kvspread loggers to stderr as JSON lines at `level`."""
+    """Route the kvspread loggers to stderr as JSON lines at `level`; the HTTP client
+    libraries' per-request lines (`CHATTY_LIBRARIES`) only at debug."""
     lvl = level.lower()
     if lvl not in LEVELS:
         raise ValueError(f"log level {level!r} is not one of {', '.join(LEVELS)}")
@@ -49,3 +55,5 @@ def configure(level: str = "info") -> None:
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(lvl.upper())
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.NOTSET if lvl == "debug" else logging.WARNING)
