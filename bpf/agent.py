@@ -162,6 +162,8 @@ class Agent:
 
     # --- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
+        """Raises ConfigError, before anything starts, for a node name it needs and lacks."""
+        self.config.check_node_name()
         if self.config.nice:
             try:
                 os.nice(self.config.nice)  # the whole process: event handling yields to work
@@ -407,8 +409,7 @@ class Agent:
         if self._pod_reflector is None:
             from kubernetes import client
 
-            if not self.config.node_name:
-                raise RuntimeError("node name unknown: set NODE_NAME (downward API) or --node-name")
+            self.config.check_node_name()
             core = client.CoreV1Api(self._api())
             self._pod_reflector = Reflector(
                 "collector-pods",

@@ -36,7 +36,7 @@ from typing import Annotated, Any, ClassVar, Final
 from bpf.http import DEFAULT_ROUTES
 from bpf.publish import PublishConfig
 from kvspread.logs import LogLevel
-from kvspread.settings import INTERNAL, Parse, invalid, load, ports
+from kvspread.settings import INTERNAL, ConfigError, Parse, invalid, load, ports
 
 __all__ = [
     "EngineTarget",
@@ -253,6 +253,16 @@ class CollectorConfig:
         _at_least("max_routes", self.max_routes, 1)
         if not 0 <= self.nice <= 19:
             raise invalid("nice", "an integer 0..19", self.nice)
+
+    def check_node_name(self) -> None:
+        """Outside standalone mode the collector watches and publishes for its node by
+        name: without one, a configuration error before anything starts."""
+        if not self.standalone and not self.node_name:
+            raise ConfigError(
+                "unknown: set NODE_NAME (the downward API) or --node-name, or run with "
+                "--standalone (no Kubernetes API)",
+                key="node_name",
+            )
 
 
 def from_mapping(m: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> CollectorConfig:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from bpf import loader
+from bpf.agent import Agent
 from bpf.cli import build_config
 from bpf.config import CollectorConfig, from_mapping
 from kvspread.cli import build_parser, main
@@ -104,6 +105,24 @@ def test_bad_config_is_rejected_with_the_key(mapping: dict, match: str) -> None:
 def test_cli_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["collector", "run", "--port", "nope"], {}) == 2
     assert "--port: port: expected an integer, got 'nope'" in capsys.readouterr().err
+
+
+def test_no_node_name_outside_standalone_is_a_config_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["collector", "run", "--no-bpf", "--no-nvml", "--port", "0"]
+    assert main(argv, {}) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("kvspread: configuration error: node_name: unknown: set NODE_NAME")
+    assert "--standalone" in err
+    agent = Agent(from_mapping({"port": 0, "listen": "127.0.0.1", "bpf": {"enabled": False}}))
+    try:
+        with pytest.raises(ConfigError, match="node_name: unknown"):
+            agent.start()
+        assert agent._threads == []  # refused before any source started
+    finally:
+        agent.stop()
 
 
 def test_print_bpf(capsys: pytest.CaptureFixture[str]) -> None:
