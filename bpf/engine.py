@@ -7,10 +7,16 @@ Triton builds before 2025-04 have no `fraction` block type and no `waiting` requ
 (usage is then used/max); SGLang reports one series per rank. Parsing uses
 prometheus_client's text parser; anything unreadable raises `EngineParseError`.
 `scrape()` is the I/O around it.
+
+Every number read here (KV usage and blocks, request counts, TTFT histograms) is a gauge or
+counter that cannot be negative: a NaN, +Inf, -Inf or negative sample (an engine bug, a
+division by zero at start-up) is skipped as absent for that sample, never passed on; the
+rest of the scrape is used. A sample's name still counts for engine detection.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -64,13 +70,23 @@ class _Acc:
 Series = list[tuple[str, dict[str, str], float]]
 
 
-def _samples(text: str) -> Series:
+def _usable(value: float) -> bool:
+    """A value the engine gauges and counters can have: finite and not negative."""
+    return math.isfinite(value) and value >= 0
+
+
+def _samples(text: str) -> tuple[Series, set[str]]:
+    """(the usable samples, every sample name): see the module's note on skipped values."""
     try:
         out: Series = []
+        seen: set[str] = set()
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
-                out.append((s.name, dict(s.labels), float(s.value)))
-        return out
+                seen.add(s.name)
+                value = float(s.value)
+                if _usable(value):
+                    out.append((s.name, dict(s.labels), value))
+        return out, seen
     except Exception as exc:  # noqa: BLE001 - the parser raises ValueError and others
         raise EngineParseError(f"not Prometheus text exposition: {exc}") from exc
 
@@ -98,11 +114,12 @@ def _first_rank(labels: dict[str, str]) -> bool:
 
 def _ttft(acc: _Acc, name: str, labels: dict[str, str], value: float, base: str) -> None:
     if name == base + "_bucket":
-        le = labels.get("le", "")
         try:
-            acc.buckets[float(le)] += value
+            le = float(labels.get("le", ""))
         except ValueError:
-            pass
+            return
+        if not math.isnan(le):
+            acc.buckets[le] += value
     elif name == base + "_sum":
         acc.ttft_sum = (acc.ttft_sum or 0.0) + value
     elif name == base + "_count":
@@ -125,12 +142,14 @@ def _max(acc: _Acc, key: str) -> float | None:
 
 
 def _int(v: float | str | None) -> int | None:
+    """A count (a number or a label's text); None when absent, not finite or negative."""
     if v is None:
         return None
     try:
-        return int(float(v))
+        f = float(v)
     except ValueError:
         return None
+    return int(f) if _usable(f) else None
 
 
 def _vllm(series: Series) -> dict[str, _Acc]:
@@ -324,8 +343,8 @@ def parse_engine_metrics(
 ) -> list[EngineSample]:
     """Parse one engine's /metrics text. `engine` overrides detection (pod annotation);
     `model` names the model for engines whose metrics carry none (TGI)."""
-    series = _samples(text)
-    kind = engine or detect_engine(n for n, _, _ in series)
+    series, seen = _samples(text)
+    kind = engine or detect_engine(seen)
     if kind is None:
         raise EngineParseError("no vLLM, SGLang, TensorRT-LLM or TGI metrics in the text")
     if kind == "vllm":

@@ -104,6 +104,44 @@ def test_sglang_ranks_are_not_double_counted() -> None:
     assert s.running == 4.0
 
 
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-1"])
+def test_non_finite_or_negative_values_are_absent_not_passed_on(bad: str) -> None:
+    text = (
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="BAD"} 1.0\n'
+        'vllm:num_requests_running{model_name="m",engine="0"} BAD\n'
+        'vllm:num_requests_running{model_name="m",engine="1"} 2.0\n'
+        'vllm:num_requests_waiting{model_name="m"} BAD\n'
+        'vllm:kv_cache_usage_perc{model_name="m"} BAD\n'
+        'vllm:time_to_first_token_seconds_bucket{model_name="m",le="0.1"} BAD\n'
+        'vllm:time_to_first_token_seconds_bucket{model_name="m",le="+Inf"} 3.0\n'
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 3.0\n'
+        'vllm:time_to_first_token_seconds_sum{model_name="m"} BAD\n'
+    ).replace("BAD", bad)
+    (s,) = parse_engine_metrics(text)
+    assert s.running == 2.0  # the usable engine's series only
+    assert s.waiting is None and s.kv_usage is None and s.kv_blocks_used is None
+    assert s.kv_blocks_total is None and s.block_size == 16
+    assert s.ttft_buckets == ((float("inf"), 3.0),) and s.ttft_sum is None
+    assert s.ttft_count == 3.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'vllm:num_requests_running{model_name="m"} NaN\n',
+        'sglang:num_running_reqs{model_name="m"} NaN\nsglang:token_usage{model_name="m"} -0.5\n',
+        'nv_trt_llm_request_metrics{model="m",request_type="active"} NaN\n'
+        'nv_trt_llm_kv_cache_block_metrics{model="m",kv_cache_block_type="fraction"} +Inf\n',
+        'trtllm_num_requests_running{model_name="m"} -Inf\n',
+    ],
+    ids=["vllm", "sglang", "trtllm", "trtllm-serve"],
+)
+def test_an_engine_of_only_unusable_values_is_detected_with_nothing_measured(text: str) -> None:
+    samples = parse_engine_metrics(text)
+    for s in samples:
+        assert (s.running, s.waiting, s.kv_usage) == (None, None, None)
+
+
 def test_engine_hint_and_model_for_tgi() -> None:
     (s,) = parse_engine_metrics((FIXTURES / "tgi-metrics.txt").read_text(), "tgi", "bloom")
     assert (s.engine, s.model) == ("tgi", "bloom")
