@@ -3,12 +3,15 @@ publishing and the exporters. Degrade, never die: each source runs on its own an
 source that fails (BPF that cannot load, no tracefs, no NVML, an engine that is down or
 returns garbage, no Kubernetes API) is marked down in `CollectorState.sources` (served
 at /readyz and as kvspread_collector_source_up) and logged once per change of reason.
+A source thread's cycle that raises (`Agent._step`) marks its source down the same way
+(the signals computation as source `signals`) and the thread goes on with the next cycle.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import random
 import threading
@@ -84,6 +87,9 @@ def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
     )
 
 
+SIGNALS = "signals"
+"""The source a failing signals cycle marks down (/readyz, kvspread_collector_source_up);
+present only after a cycle failed."""
 LABEL_MEMO_S = 5.0
 """Longest a request's memoized attributes are reused (pod changes clear them at once)."""
 LOST_REASONS = {"budget": "over_budget", "held": "held_request_evicted"}
@@ -179,6 +185,26 @@ class Agent:
             self._spawn("collector-pods", self._pods_watcher().run)
         self._spawn("collector-signals", self._signals_loop)
 
+    def _step(self, source: str, step: Callable[[], object]) -> bool:
+        """Run one cycle of a source thread. An exception is logged (once per reason, with
+        its traceback and the thread), marks `source` down with it and returns False: the
+        thread goes on with its next cycle instead of dying. True when the cycle ran."""
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - one bad cycle must not end the source
+            why = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            self._source(source, False, f"cycle failed: {why}")
+            if self._reasons.get("cycle:" + source) != why:
+                self._reasons["cycle:" + source] = why
+                thread = threading.current_thread().name
+                log.exception(
+                    "source cycle failed",
+                    extra={"kv": {"source": source, "thread": thread, "reason": why}},
+                )
+            return False
+        self._reasons.pop("cycle:" + source, None)
+        return True
+
     def _spawn(self, name: str, fn: Callable[[], None]) -> None:
         def guarded() -> None:
             try:
@@ -239,8 +265,15 @@ class Agent:
         self._source("bpf", True)
         self.bpf_ready.set()
         lost_seen = 0
+        failing = False
         while not self._stop.is_set():
-            session.poll(100)
+            if self._step("bpf", lambda: session.poll(100)):
+                if failing:
+                    self._source("bpf", True)
+                    failing = False
+            else:
+                failing = True
+                self._stop.wait(1.0)  # a poll that keeps failing must not spin
             if session.lost != lost_seen:
                 self.state.count("dropped", "perf_lost", session.lost - lost_seen)
                 lost_seen = session.lost
@@ -492,7 +525,7 @@ class Agent:
 
     def _engine_loop(self) -> None:
         while not self._stop.is_set():
-            self.scrape_engines()
+            self._step("engine", self.scrape_engines)  # sets the source itself when it runs
             self.engines_ready.set()
             if self._stop.wait(self.config.engines.interval_s):
                 return
@@ -551,7 +584,7 @@ class Agent:
             if s.running is not None
         ]
         streams: int | None = None
-        if running:
+        if running and math.isfinite(sum(running)):  # the parser keeps values finite
             streams = int(round(sum(running)))
         elif self.session is not None:
             session = self.session
@@ -571,7 +604,8 @@ class Agent:
             share = img / total if total > 0 else None
         p95 = st.window.p95(now_mono) if self.session is not None else None
         ttft_p95 = st.ttft_window.p95(now_mono) if self.session is not None else None
-        absent = tuple(k for k, v in st.sources.items() if not v.up)
+        # a failed cycle of this computation is no missing input of the document it makes
+        absent = tuple(k for k, v in st.sources.items() if not v.up and k != SIGNALS)
         sig = build_signals(
             SignalInputs(
                 node=c.node_name,
@@ -651,6 +685,8 @@ class Agent:
         self.bpf_ready.wait(timeout=60)  # first document with every source's state
         self.engines_ready.wait(timeout=2 * self.config.engines.timeout_s + 1)
         while not self._stop.is_set():
-            self.cycle()
+            if self._step(SIGNALS, self.cycle):
+                if SIGNALS in self.state.sources and not self.state.sources[SIGNALS].up:
+                    self._source(SIGNALS, True)
             if self._stop.wait(self.config.signals.interval_s):
                 return

@@ -22,6 +22,7 @@ from bpf.events import RTT_SLOTS, TcpStats
 from bpf.gpu import FakeGpuReader, GpuProcess, GpuSample, GpuUnavailable, NvmlReader
 from bpf.gpupods import PodGpuMemory
 from bpf.node import MIB
+from bpf.state import SourceStatus
 from bpf.tracker import RequestRecord
 from kvspread import names, nodesignals
 from kvspread.clock import FakeClock
@@ -29,6 +30,7 @@ from kvspread.signals import decode_signals
 from tests.bpf.conftest import wait_for
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
 
+_UP = SourceStatus(True)
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "engine-metrics"
 PROC = Path(__file__).parents[1] / "fixtures" / "proc"  # real-shaped /proc/<pid>/cgroup
 
@@ -147,6 +149,151 @@ def test_all_engines_failing_marks_engine_source_down(engine_url: str) -> None:
     st = agent.state.sources["engine"]
     assert not st.up and "not Prometheus text" in st.reason
     agent.server.httpd.server_close()
+
+
+class _TextEngine(BaseHTTPRequestHandler):
+    """An engine whose /metrics text the test sets (`server.text`)."""
+
+    def log_message(self, *a: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = self.server.text.encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_nan_from_an_engine_is_absent_and_the_signals_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _TextEngine)
+    srv.text = 'vllm:num_requests_running{model_name="m"} NaN\n'  # type: ignore[attr-defined]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+    cfg = base_config(
+        bpf={"enabled": False}, nvml={"enabled": False}, engines={"targets": (EngineTarget(url),)}
+    )
+    agent = Agent(cfg)
+    caplog.set_level(logging.INFO, logger="kvspread.collector")
+    agent.start()
+    base = f"http://127.0.0.1:{agent.server.port}"
+    try:
+        assert wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
+        sig = decode_signals(httpx.get(f"{base}/signals").text)
+        assert sig.streams is None  # NaN is absent, never a number
+        assert httpx.get(f"{base}/readyz").json()["sources"]["engine"]["up"] is True
+        srv.text = 'vllm:num_requests_running{model_name="m"} 3\n'  # type: ignore[attr-defined]
+        assert wait_for(lambda: decode_signals(httpx.get(f"{base}/signals").text).streams == 3)
+    finally:
+        agent.stop()
+        srv.shutdown()
+        srv.server_close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+class _FailingGpuReader:
+    """A fake NVML reader that raises what GpuReader does not promise (an NVMLError of an
+    unexpected kind, say) until `healed` is set; then one GPU."""
+
+    def __init__(self) -> None:
+        self.healed = threading.Event()
+
+    def read(self) -> list[GpuSample]:
+        if not self.healed.is_set():
+            raise RuntimeError("NVML returned garbage")
+        return [GpuSample(0, "GPU-0", "H100", 80 * 1024 * MIB, 20 * 1024 * MIB)]
+
+
+def test_a_failing_signals_cycle_is_reported_and_the_next_one_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reader = _FailingGpuReader()
+    agent = Agent(base_config(bpf={"enabled": False}), gpu_reader=reader)
+    caplog.set_level(logging.INFO, logger="kvspread.collector")
+    agent.start()
+    base = f"http://127.0.0.1:{agent.server.port}"
+
+    def signals_source() -> dict[str, Any]:
+        return dict(httpx.get(f"{base}/readyz").json()["sources"].get("signals", {}))
+
+    try:
+        assert wait_for(lambda: signals_source().get("up") is False)
+        r = httpx.get(f"{base}/readyz")
+        assert r.status_code == 503 and "signals" in r.json()["missing"]
+        assert signals_source()["reason"] == "cycle failed: RuntimeError: NVML returned garbage"
+        metrics = httpx.get(f"{base}/metrics").text
+        assert 'kvspread_collector_source_up{source="signals"} 0.0' in metrics
+        time.sleep(0.5)  # more failing cycles: the thread goes on, the error is logged once
+        reader.healed.set()
+        assert wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
+        assert signals_source() == {"up": True}
+        sig = decode_signals(httpx.get(f"{base}/signals").text)
+        assert sig.gpus is not None and len(sig.gpus) == 1
+        assert "signals" not in sig.absent
+    finally:
+        agent.stop()
+    failed = [r for r in caplog.records if r.getMessage() == "source cycle failed"]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert failed[0].kv == {  # type: ignore[attr-defined]
+        "source": "signals",
+        "thread": "collector-signals",
+        "reason": "RuntimeError: NVML returned garbage",
+    }
+
+
+class _FlakyPollSession:
+    """A fake ProbeSession (no BPF objects) whose poll raises until `healed` is set: what
+    the agent does with a failing event loop, not what the kernel does."""
+
+    lost = 0
+
+    def __init__(self) -> None:
+        self.healed = threading.Event()
+        self.polls = 0
+
+    def open_batches(self, on_http: Any, on_accept: Any) -> None:
+        pass
+
+    def poll(self, timeout_ms: int) -> None:
+        self.polls += 1
+        if not self.healed.is_set():
+            raise OSError("perf buffer poll failed")
+        time.sleep(timeout_ms / 1000)
+
+    def lost_events(self) -> dict[str, int]:
+        return {}
+
+    def read_tcp_stats(self) -> None:
+        return None
+
+    def read_unsampled(self) -> dict[str, int]:
+        return {}
+
+    def conn_last_write_ns(self, tgid: int, fd: int) -> int | None:
+        return None
+
+    def conn_held(self, tgid: int, fd: int, conn_id: int) -> int | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_failing_bpf_poll_marks_bpf_down_and_polling_goes_on() -> None:
+    session = _FlakyPollSession()
+    agent = Agent(base_config(nvml={"enabled": False}), probe_loader=lambda pc: session)  # type: ignore[arg-type,return-value]
+    agent.start()
+    try:
+        assert wait_for(lambda: not agent.state.sources.get("bpf", _UP).up)
+        assert agent.state.sources["bpf"].reason == "cycle failed: OSError: perf buffer poll failed"
+        assert wait_for(lambda: session.polls >= 2)  # the thread lives on
+        session.healed.set()
+        assert wait_for(lambda: agent.state.sources["bpf"].up)
+    finally:
+        agent.stop()
 
 
 def test_gpu_signals_from_fake_reader() -> None:
