@@ -106,6 +106,7 @@ CASES: list[tuple[list[str], str]] = [
     ),
     (["collector", "run", "--kubeconfig", "{missing}", "--no-bpf", "--no-nvml"], "--kubeconfig"),
     (["collector", "run", "--port", "many"], "port"),
+    (["collector", "run", "--no-bpf", "--no-nvml", "--port", "0"], "node_name: unknown"),
     (["collector", "run", "--config", "{missing}"], "missing.yaml"),
     # simulate
     (["simulate", "--out", "/etc/hostname/x"], "a parent of it is a file"),
@@ -135,7 +136,8 @@ def test_bad_input_is_one_line_not_a_traceback(
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("KVSPREAD_") and k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+        if not k.startswith("KVSPREAD_")
+        and k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "NODE_NAME")
     }
     env.update(HOME=files["home"], KUBECONFIG=os.path.join(files["home"], "none"))
     proc = subprocess.run(
