@@ -9,7 +9,6 @@ answer is JSON, a method other than `allowed_methods` is a 405 naming them in `A
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -32,19 +31,13 @@ class JsonErrorHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
 
-    def __getattr__(self, name: str) -> Callable[[], None]:
-        # handle_one_request looks the method up as do_<METHOD>: any it lacks is a 405
-        if name.startswith("do_") and name[3:] not in self.allowed_methods:
-            return self._method_not_allowed
-        raise AttributeError(name)
-
-    def _method_not_allowed(self) -> None:
-        allow = ", ".join(self.allowed_methods)
-        path = self.path.partition("?")[0]
-        self.send_error(405, f"method {self.command} not allowed on {path}; use {allow}")
-
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The standard library's send_error with a JSON body instead of an HTML page."""
+        """The standard library's send_error with a JSON body instead of an HTML page; its
+        501 for a method without a `do_*` handler becomes a 405 naming `allowed_methods`."""
+        if code == 501 and self.command not in self.allowed_methods:
+            allow = ", ".join(self.allowed_methods)
+            path = self.path.partition("?")[0]
+            code, message = 405, f"method {self.command} not allowed on {path}; use {allow}"
         if message is None:
             if code == 414:
                 message = "request line over 65536 bytes: shorten the URL"
