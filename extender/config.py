@@ -413,6 +413,7 @@ class KubernetesConfig(KubeAccess):
     """Longest reconnect delay, seconds."""
 
     def validate(self) -> None:
+        super().validate()
         _finite_fields(self, "watch_timeout_s", "backoff_base_s", "backoff_max_s", above=0)
 
 

@@ -23,7 +23,7 @@ PARTS = ("extender.cli", "metrics_adapter.cli", "bpf.cli", "simulator.cli", "rou
 EPILOG = """examples:
   kvspread simulate                        quick evaluation, report in ./kvspread-report
   kvspread extender serve --standalone     scheduler extender on 127.0.0.1:8888
-  kvspread adapter serve --secure-port 6443
+  kvspread adapter serve --requestheader-client-ca-file front-proxy-ca.crt
   kvspread collector run --standalone --port 9435
   kvspread router serve --endpoints 10.0.0.5:8000,10.0.0.6:8000
 """

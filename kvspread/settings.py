@@ -34,6 +34,7 @@ import math
 import re
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ __all__ = [
     "from_args",
     "KUBERNETES_SETTINGS",
     "KubeAccess",
+    "http_urls",
     "load",
     "load_yaml",
     "env_name",
@@ -148,6 +150,24 @@ def ports(obj: Any, *keys: str, lowest: int = 0) -> None:
         value = getattr(obj, key)
         if value is not None and not lowest <= value <= 65535:
             raise invalid(key, f"a port number {lowest}..65535", value)
+
+
+def http_urls(obj: Any, *keys: str) -> None:
+    """Each field of `obj` named in `keys` is None (unset) or an http:// or https:// URL with
+    a host, so a typo fails at start instead of as a client retrying an unusable URL."""
+    for key in keys:
+        value = getattr(obj, key)
+        if value is None:
+            continue
+        try:
+            url = urllib.parse.urlsplit(value)
+            url.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
+        except ValueError:
+            url = None
+        if url is None or url.scheme not in ("http", "https") or not url.hostname:
+            raise invalid(
+                key, "an http:// or https:// URL with a host (http://HOST:PORT)", value
+            )
 
 
 def parse_bool(text: str) -> bool:
@@ -456,6 +476,9 @@ class KubeAccess:
     node_signals: bool = True
     """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
     NodeSignals wins over its kvspread.io/signals annotation."""
+
+    def validate(self) -> None:
+        http_urls(self, "api_server")
 
 
 # --- the loader -------------------------------------------------------------------------
