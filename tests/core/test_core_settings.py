@@ -366,7 +366,6 @@ def test_http_urls_refuses_what_no_client_can_use(value: str) -> None:
 def test_every_part_checks_its_api_server_and_prometheus_urls_at_start() -> None:
     import subprocess
     import sys
-
     from types import SimpleNamespace
 
     from kvspread.settings import http_urls
