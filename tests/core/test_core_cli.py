@@ -18,6 +18,8 @@ COMMANDS = [
     ["simulate"],
     ["simulate", "placement"],
     ["simulate", "serving"],
+    ["router"],
+    ["router", "serve"],
 ]
 
 
@@ -28,6 +30,17 @@ def test_every_subcommand_has_help(cmd, capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: kvspread")
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "kvspread")
+def test_an_unknown_flag_is_refused_with_its_own_commands_usage(cmd, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([*cmd, "--no-such-flag"], environ={})
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    name = " ".join(["kvspread", *cmd])
+    assert err.startswith(f"usage: {name} ")
+    assert err.rstrip().endswith(f"{name}: error: unrecognized arguments: --no-such-flag")
 
 
 def test_top_level_lists_every_part():
