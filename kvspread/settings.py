@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import math
 import re
+import sys
 import types
 import typing
 import urllib.parse
@@ -52,6 +53,7 @@ __all__ = [
     "PartCommand",
     "layer",
     "gather",
+    "warn_unknown_env",
     "from_args",
     "KUBERNETES_SETTINGS",
     "KubeAccess",
@@ -165,9 +167,7 @@ def http_urls(obj: Any, *keys: str) -> None:
         except ValueError:
             url = None
         if url is None or url.scheme not in ("http", "https") or not url.hostname:
-            raise invalid(
-                key, "an http:// or https:// URL with a host (http://HOST:PORT)", value
-            )
+            raise invalid(key, "an http:// or https:// URL with a host (http://HOST:PORT)", value)
 
 
 def parse_bool(text: str) -> bool:
@@ -432,8 +432,31 @@ def gather(
     environ: Mapping[str, str],
     path: str | Path | None,
 ) -> Layered:
-    """`layer` over the YAML file at `path` (None: no file)."""
+    """`layer` over the YAML file at `path` (None: no file); warns of unknown variables."""
+    warn_unknown_env(part, settings, environ)
     return layer(part, settings, args, environ, load_yaml(path), path)
+
+
+EXTRA_ENV: dict[str, frozenset[str]] = {
+    "collector": frozenset({"KVSPREAD_COLLECTOR_OTLP_ENDPOINTS"}),
+}
+"""Variables a part reads besides its settings' (the collector's repeatable endpoint list)."""
+
+
+def warn_unknown_env(part: str, settings: Sequence[Setting], environ: Mapping[str, str]) -> None:
+    """A `KVSPREAD_<PART>_*` variable that no setting reads is most likely a typo in a
+    manifest: say so on stderr, once per variable, instead of ignoring it in silence. (A
+    warning, not an error: other tooling may share the prefix.)"""
+    if part == "simulate":  # its two commands read different variables under one prefix
+        return
+    prefix = f"KVSPREAD_{part.upper()}_"
+    known = {env_name(part, s) for s in settings} | EXTRA_ENV.get(part, frozenset())
+    for name in sorted(k for k in environ if k.startswith(prefix) and k not in known):
+        print(
+            f"kvspread: warning: {name} is not a setting of kvspread {part} (ignored; "
+            "the command's --help lists its variables)",
+            file=sys.stderr,
+        )
 
 
 def from_args(

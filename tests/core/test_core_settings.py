@@ -385,3 +385,23 @@ def test_every_part_checks_its_api_server_and_prometheus_urls_at_start() -> None
         assert out.returncode == 2, (argv, out.stderr)
         assert "URL with a host (http://HOST:PORT), got 'notaurl'" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr
+
+
+def test_an_unknown_variable_of_a_part_is_named_on_stderr(capsys: pytest.CaptureFixture) -> None:
+    from kvspread.settings import warn_unknown_env
+
+    settings = [Setting("server.port", "port")]
+    env = {
+        "KVSPREAD_EXTENDER_SERVER_PORT": "1",  # a setting's variable: quiet
+        "KVSPREAD_EXTENDER_SERVER_PROT": "1",  # a typo: named
+        "KVSPREAD_ROUTER_X": "1",  # another part's prefix: not this part's business
+        "KVSPREAD_TRACEBACK": "1",
+    }
+    warn_unknown_env("extender", settings, env)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "kvspread: warning: KVSPREAD_EXTENDER_SERVER_PROT is not a setting of kvspread "
+        "extender (ignored; the command's --help lists its variables)"
+    ]
+    warn_unknown_env("collector", settings, {"KVSPREAD_COLLECTOR_OTLP_ENDPOINTS": "x"})
+    assert capsys.readouterr().err == ""
