@@ -76,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SERVICE=PATH",
         help="drive SERVICE from a ServeGen client folder, an Azure-format CSV "
         "(TIMESTAMP,ContextTokens,GeneratedTokens[,NumImages]) or a bundled name "
-        f"({', '.join(BUNDLED)}); repeatable. Default: the bundled real workloads",
+        f"({', '.join(BUNDLED)}); repeatable; a SERVICE the setup does not have is added as "
+        "a text service with the default service settings (the config's services: section "
+        "sets its own). Default: the bundled real workloads",
     )
     _add(
         parser,
