@@ -268,14 +268,11 @@ class ClusterState:
         own ledger entries are rebuilt without them."""
         with self._lock:
             now = self._clock.now()
-            batch, missing = self._table.take(names, now, self._cfg.stale_after_s, model)
             own = self.ledger.nodes_of(pod) if pod is not None else set()
-            rows = [batch.names.index(n) for n in own if n in self._nodes and n in batch.names]
-            if not rows:
-                return batch, missing
-            states = [self._state(self._nodes[batch.names[i]], now, pod) for i in rows]
-            fixed = NodeBatch.from_states(states)  # built at `now`: freshness is current
-            return batch.with_rows(rows, fixed), missing
+            # built at `now`, so their freshness is current (the table skips names that
+            # are not in the request)
+            views = {n: self._state(self._nodes[n], now, pod) for n in own if n in self._nodes}
+            return self._table.take(names, now, self._cfg.stale_after_s, model, views)
 
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         """Column batch for nodes given in a request body (full NodeList mode), in order.
