@@ -433,12 +433,16 @@ def _delta_rows(
         # 1e-9 less than the best so far
         fa = shapes.p @ after  # (J, N)
         cost = fa + busy.T[cols]
-        qual_t = qual_pod.T[cols]
-        best_cost = np.full(n, np.inf)
+        # GPU i wins where it qualifies and cost_i < best_cost - 1e-9. The same comparisons
+        # in three calls per GPU: a GPU that does not qualify costs inf (never below), and
+        # `bar` holds best_cost - 1e-9 of the best so far (inf - 1e-9 = inf at first)
+        cost_q = np.where(qual_pod.T[cols], cost, np.inf)
+        bars = cost_q - 1e-9
+        bar = np.full(n, np.inf)
         best_i = np.full(n, -1, dtype=np.intp)
         for i in range(len(cols)):
-            better = qual_t[i] & (cost[i] < best_cost - 1e-9)
-            np.copyto(best_cost, cost[i], where=better)
+            better = cost_q[i] < bar
+            np.copyto(bar, bars[i], where=better)
             np.copyto(best_i, i, where=better)
         rows = np.arange(n)
         picked = best_i >= 0
@@ -446,7 +450,7 @@ def _delta_rows(
             best = np.where(picked, fa[best_i, rows], np.inf)
             best_j = np.where(picked, np.asarray(cols, dtype=np.intp)[best_i], 0)
         else:
-            best, best_j = best_cost, np.zeros(n, dtype=np.intp)
+            best, best_j = np.full(n, np.inf), np.zeros(n, dtype=np.intp)
         chosen[rows, best_j] = True
         return best - before, chosen
     # k GPUs (whole, or partial on several): best fit, least free first, ties by index.

@@ -57,6 +57,15 @@ def _decode(text: str) -> NodeSignals | str:
         return str(exc)
 
 
+@lru_cache(maxsize=65536)
+def _gpu(total: float, used: float, alloc: float, util: float | None, pods: int) -> GpuState:
+    """One `GpuState`, shared by every node state that holds the same values: a node's
+    state is rebuilt on every ledger change and mostly comes out the same, and the node
+    table then recognises an unchanged row by comparing states (identical GPUs compare
+    at once)."""
+    return GpuState(total_mib=total, used_mib=used, allocated_mib=alloc, util=util, pods=pods)
+
+
 def read_signals_cached(annotation: str | None, now: float, stale_after_s: float) -> SignalsReading:
     """`kvspread.signals.read_signals` with the decoding memoised. Never raises."""
     if annotation is None or annotation == "":
@@ -191,13 +200,7 @@ def build_node_state(
     return NodeState(
         name=info.name,
         gpus=tuple(
-            GpuState(
-                total_mib=g.mem_total_mib,
-                used_mib=g.mem_used_mib,
-                allocated_mib=a,
-                util=g.util,
-                pods=k,
-            )
+            _gpu(g.mem_total_mib, g.mem_used_mib, a, g.util, k)
             for g, a, k in zip(gpus_sig, alloc, pods_on, strict=True)
         ),
         signals=SignalState.FRESH.value,
