@@ -410,7 +410,7 @@ def _delta_rows(
         need_m = shapes.need[:, None]
         # every GPU j at once, GPU-major (G, M, N): each F after is one contiguous (M, N)
         # product, the same arithmetic as one GPU at a time
-        cols = [j for j in range(g) if qual_pod[:, j].any()]
+        cols = np.flatnonzero(qual_pod.any(axis=0)).tolist()  # GPU slots some row may take
         fT = free.T[cols]  # (J, N)
         fT2 = np.maximum(fT - need, 0.0)
         qT = qf.transpose(2, 0, 1)[cols]  # (J, M, N)
