@@ -18,6 +18,7 @@ from extender.metrics import TERM_BUCKETS, _TermHistograms
 from extender.model import GpuState, NodeState, PodShape
 from extender.scoring import TERMS, BatchScores, score_batch
 from extender.shapes import Shape, Shapes
+from tests.extender.test_extender_scoring import _random_nodes
 
 G80 = 81920.0
 SHAPES = Shapes.of(
@@ -38,31 +39,20 @@ PODS = [
 ]
 
 
-def _node(rng: random.Random, name: str, ts: float) -> NodeState:
-    fresh = rng.random() > 0.15
-    return NodeState(
-        name=name,
-        gpus=tuple(
-            GpuState(
-                G80,
-                used_mib=rng.choice([0.0, 500.0, 20000.0, 50000.0, G80]),
-                allocated_mib=rng.choice([0.0, 0.0, 16384.0]),
-                util=rng.choice([None, 0.0, 0.35, 1.0]),
-                pods=rng.choice([None, 0, 1, 2]),
+def _nodes(rng: random.Random, n: int, ts: float) -> list[NodeState]:
+    """test_extender_scoring's random nodes, with GPU utilisation, pod counts and signal
+    times (some older than the stale limit) added."""
+    out = []
+    for s in _random_nodes(rng, n):
+        gpus = tuple(
+            dataclasses.replace(
+                g, util=rng.choice([None, 0.0, 0.35, 1.0]), pods=rng.choice([None, 0, 1, 2])
             )
-            for _ in range(rng.choice([1, 2, 4, 8]))
+            for g in s.gpus
         )
-        if fresh
-        else (),
-        signals="fresh" if fresh else rng.choice(["stale", "missing", "invalid"]),
-        streams=rng.choice([None, 0.0, 12.0, 300.0]),
-        image_token_share=rng.choice([None, 0.0, 0.4]),
-        p95_s=rng.choice([None, 0.02, 0.2]),
-        pool=rng.choice([None, "language", "mixed", "vision"]),
-        nvlink=rng.random() < 0.5,
-        model_replicas={"llama": rng.choice([0, 1, 2])},
-        signals_ts=ts - rng.choice([0.0, 10.0, 200.0]) if fresh else None,
-    )
+        age = rng.choice([0.0, 10.0, 200.0])
+        out.append(dataclasses.replace(s, gpus=gpus, signals_ts=ts - age if s.fresh else None))
+    return out
 
 
 def _same(a: BatchScores, b: BatchScores) -> None:
@@ -94,7 +84,7 @@ def test_a_kept_batch_scores_exactly_like_a_fresh_one(seed: int, assignment: str
     rng = random.Random(seed)
     now = 1.7e9
     cfg = ScoringConfig().with_(gpu_assignment=assignment)
-    states = [_node(rng, f"n{i}", now) for i in range(rng.choice([3, 40, 300]))]
+    states = _nodes(rng, rng.choice([3, 40, 300]), now)
     table = _table(states)
     names = [s.name for s in states]
     first, _ = table.take(names, now, 120.0, "llama")
@@ -137,13 +127,13 @@ def test_views_are_written_in_exactly_as_a_merged_second_batch() -> None:
     them, against the way they were merged before (a batch of the views, `with_rows`)."""
     rng = random.Random(5)
     now = 1.7e9
-    states = [_node(rng, f"n{i}", now) for i in range(30)]
+    states = _nodes(rng, 30, now)
     table = _table(states)
     names = [s.name for s in states]
     for pick in ([3], [0, 29], [7, 7]):
         views = {
             names[i]: dataclasses.replace(
-                _node(rng, names[i], now), model_replicas={"llama": 3, "qwen": 1}
+                _nodes(rng, 1, now)[0], name=names[i], model_replicas={"llama": 3, "qwen": 1}
             )
             for i in pick
         }
