@@ -199,24 +199,27 @@ class ClusterState:
 
     def pod_event(self, etype: str, obj: dict[str, Any]) -> None:
         pod = parse_pod(obj)
-        if not pod.name:
-            return
-        with self._lock:
-            touched = set()
-            old = self._pods.pop(pod.key, None)
-            if old is not None:
-                self._pods_on.get(old.node_name, {}).pop(old.key, None)
-                touched.add(old.node_name)
-            if etype == "DELETED":
-                was = self.ledger.forget(pod.key)
-                if was:
-                    touched.add(was)
-            else:
-                self._add_pod(pod)
-                touched.add(pod.node_name)
-            for name in touched:
-                if name:
-                    self._refresh(name)
+        if pod.name:
+            with self._lock:
+                for name in self._pod_changed(etype, pod):
+                    if name:
+                        self._refresh(name)
+
+    def _pod_changed(self, etype: str, pod: PodInfo) -> set[str]:
+        """Apply one pod event to the pod caches; returns the nodes whose view changed."""
+        touched = set()
+        old = self._pods.pop(pod.key, None)
+        if old is not None:
+            self._pods_on.get(old.node_name, {}).pop(old.key, None)
+            touched.add(old.node_name)
+        if etype == "DELETED":
+            was = self.ledger.forget(pod.key)
+            if was:
+                touched.add(was)
+        else:
+            self._add_pod(pod)
+            touched.add(pod.node_name)
+        return touched
 
     def _add_pod(self, pod: PodInfo) -> None:
         if not pod.node_name:

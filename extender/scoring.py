@@ -195,11 +195,14 @@ class NodeScore:
 
     name: str
     score: int
+    """What the scheduler gets, 0..10."""
     value: float
     scaled: float
+    """`value` after candidate normalisation and the tie-break, before rounding."""
     fits: bool
     terms: TermValues
     delta_f: float
+    """Change of the node's expected fragmentation in MiB (NaN: not computed)."""
     rho: float
     largest_free_mib: float
     gpus_chosen: tuple[int, ...]
@@ -708,21 +711,11 @@ def score_batch(
     w = cfg.weights
     rest = value - w.fragmentation * terms["fragmentation"] / w.total()
     scaled, score, tb = _finish(value, fits, cfg, batch.names, tier, rest)
+    # the fields in their declared order (the five terms in TERMS order)
+    frag, load, spread, modality, qos = (terms[t] for t in TERMS)
+    node = (delta, rho, largest, chosen, batch.codes, tier, tb, age_s)
     return BatchScores(
-        names=batch.names,
-        score=score,
-        value=value,
-        scaled=scaled,
-        fits=fits,
-        delta_f=delta,
-        rho=rho,
-        largest_free=largest,
-        chosen=chosen,
-        codes=batch.codes,
-        tier=tier,
-        tie_break=tb,
-        age_s=age_s,
-        **terms,
+        batch.names, score, value, scaled, fits, frag, load, spread, modality, qos, *node
     )
 
 
