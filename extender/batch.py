@@ -5,7 +5,10 @@ Rows are nodes; GPU columns are padded to the widest node (`valid` marks real GP
 padded slot has total, used and allocated 0, so it holds no free memory and is never
 idle). Missing measurements are NaN, never 0. A `NodeBatch` is immutable by
 convention: the arrays are marked read-only; `take()` returns new batches. Build once
-per cluster state (the cache does) and `take()` the requested rows.
+per cluster state (the cache does) and `take()` the requested rows. Values derived from a
+batch alone (no pod) are kept with it (`NodeBatch.memo`), and `NodeTable.take` hands out
+the same batch while the rows asked for are unchanged, so they are computed once for many
+requests.
 
 The array columns are declared once, as the `NodeBatch` fields made with `_column(...)`
 (`COLUMNS`): `from_states`, `take`, `concat` and the `NodeTable` row store all walk that
@@ -254,9 +257,10 @@ class _Kept:
 class NodeTable:
     """Row storage for the node cache: one row per node name, updated in place.
 
-    Readers get consistent copies through `take()`; a node's signals that age past the
-    stale limit between updates are marked stale at read time (the row keeps the
-    signal timestamp). Replica counts are kept as one dense column per model so that
+    Readers get consistent copies through `take()` (the same read-only batch again while
+    neither those rows, nor which of them aged past the stale limit, nor the re-viewed rows
+    changed); a node's signals that age past the stale limit between updates are marked
+    stale at read time (the row keeps the signal timestamp). Replica counts are kept as one dense column per model so that
     the spread term costs one gather. Not thread-safe by itself: the cache serialises
     access.
     """

@@ -1,9 +1,9 @@
 """The extender's own Prometheus metrics (names and help in kvspread/names.py).
 
 One `CollectorRegistry` per server instance (tests start many). Term histograms are
-accumulated with numpy over every scored node of a request and exposed by a custom
-collector at scrape time: observing 5,000 nodes x 5 terms one call at a time would
-cost more than the scoring itself.
+accumulated with numpy over every scored node of a request (of a few requests together at
+small clusters) and exposed by a custom collector at scrape time: observing 5,000 nodes x 5
+terms one call at a time would cost more than the scoring itself.
 """
 
 from __future__ import annotations
