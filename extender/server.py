@@ -149,8 +149,8 @@ class ExtenderApp:
             return 200, out
         finally:
             m = ext.metrics
-            m.requests.labels(verb, code).inc()
-            m.duration.labels(verb).observe(time.perf_counter() - start)
+            m.child(m.requests, verb, code).inc()
+            m.child(m.duration, verb).observe(time.perf_counter() - start)
 
 
 def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
