@@ -52,22 +52,66 @@ def test_layering(tmp_path: Path) -> None:
     [
         ([], "endpoints: expected exactly one of --endpoints"),
         (["--endpoints", "10.0.0.1"], "--endpoints: endpoints.static[0]: expected ip:port, got '10.0.0.1'"),
-        (["--endpoints", "a:1", "--pool-name", "p"], "got ['endpoints.static', 'pool.name']"),
+        (["--endpoints", "10.0.0.1:1", "--pool-name", "p"], "got ['endpoints.static', 'pool.name']"),
         (["--endpoint-selector", "app=x"], "endpoints.target_port: expected a port with selector (--target-port)"),
-        (["--endpoints", "a:1", "--tls-cert", "c.pem"], "server.tls_key: expected tls_cert and tls_key both or neither, got None"),
-        (["--endpoints", "a:1", "--grpc-port", "x"], "--grpc-port: server.grpc_port: expected an integer, got 'x'"),
-        (["--endpoints", "a:1", "--grpc-port", "70000"], "--grpc-port: server.grpc_port: expected a port number 0..65535"),
-        (["--endpoints", "a:1", "--stale-after", "0.1"], "--stale-after: metrics.stale_after_s: expected a number >= metrics.interval_s (0.5), got 0.1"),
-        (["--endpoints", "a:1", "--max-message-bytes", "1000"], "server.max_message_bytes: expected an integer >= 4194304"),
-        (["--endpoints", "a:1", "--fallbacks", "-1"], "--fallbacks: scoring.fallbacks: expected a number >= 0, got -1"),
-        (["--endpoints", "a:1", "--log-level", "loud"], "server.log_level: expected one of debug"),
-        (["--endpoints", "a:1", "--grpc-server", "netty"], "server.grpc_server: expected one of grpcio, h2"),
+        (["--endpoints", "10.0.0.1:1", "--tls-cert", "c.pem"], "server.tls_key: expected tls_cert and tls_key both or neither, got None"),
+        (["--endpoints", "10.0.0.1:1", "--grpc-port", "x"], "--grpc-port: server.grpc_port: expected an integer, got 'x'"),
+        (["--endpoints", "10.0.0.1:1", "--grpc-port", "70000"], "--grpc-port: server.grpc_port: expected a port number 0..65535"),
+        (["--endpoints", "10.0.0.1:1", "--stale-after", "0.1"], "--stale-after: metrics.stale_after_s: expected a number >= metrics.interval_s (0.5), got 0.1"),
+        (["--endpoints", "10.0.0.1:1", "--max-message-bytes", "1000"], "server.max_message_bytes: expected an integer >= 4194304"),
+        (["--endpoints", "10.0.0.1:1", "--fallbacks", "-1"], "--fallbacks: scoring.fallbacks: expected a number >= 0, got -1"),
+        (["--endpoints", "10.0.0.1:1", "--log-level", "loud"], "server.log_level: expected one of debug"),
+        (["--endpoints", "10.0.0.1:1", "--grpc-server", "netty"], "server.grpc_server: expected one of grpcio, h2"),
     ],
 )  # fmt: skip
 def test_bad_configuration_is_named(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         cfg_of(argv)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("127.0.0.1:28001,999.1.1.1:8000", "endpoints.static[1]: expected ip:port with an IPv4 address (four numbers 0..255), got '999.1.1.1:8000'"),
+        ("host.example:8000", "endpoints.static[0]: expected ip:port with an IP address, not a host name"),
+        ("localhost:8000", "not a host name (Envoy's ORIGINAL_DST cluster"),
+        ("10.0.0.1:0", "endpoints.static[0]: expected ip:port with a port 1..65535, got '10.0.0.1:0'"),
+        ("10.0.0.1:65536", "with a port 1..65535"),
+        ("10.0.0.1:８０", "with a port 1..65535"),
+        ("::1:8000", "not a host name"),
+        ("[::g]:8000", "expected ip:port with an IPv6 address inside the brackets, got '[::g]:8000'"),
+        ("1.2.3:8000", "with an IPv4 address"),
+    ],
+)  # fmt: skip
+def test_endpoints_must_be_ip_port(value: str, message: str) -> None:
+    """Envoy's ORIGINAL_DST cluster takes the destination header as an address: a host
+    name or an impossible IPv4 must fail at start-up, naming the entry."""
+    with pytest.raises(ConfigError) as info:
+        cfg_of(["--endpoints", value])
+    assert message in str(info.value), str(info.value)
+
+
+def test_ipv4_and_bracketed_ipv6_endpoints_are_accepted() -> None:
+    c = cfg_of(["--endpoints", "10.0.0.5:8000,255.255.255.255:1,[::1]:8000,[fd00::5]:65535"])
+    assert c.endpoints.static == (
+        "10.0.0.5:8000",
+        "255.255.255.255:1",
+        "[::1]:8000",
+        "[fd00::5]:65535",
+    )
+
+
+def test_a_bad_endpoint_exits_2_naming_it() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "kvspread", "router", "serve", "--endpoints", "127.0.0.1:28001,999.1.1.1:8000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "'999.1.1.1:8000'" in res.stderr
 
 
 @pytest.mark.parametrize(
@@ -83,7 +127,7 @@ def test_bad_configuration_is_named(argv: list[str], message: str) -> None:
 )  # fmt: skip
 def test_bad_yaml_names_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
     yml = tmp_path / "r.yaml"
-    source = "" if text.startswith("endpoints") else "endpoints: {static: 'a:1'}\n"
+    source = "" if text.startswith("endpoints") else "endpoints: {static: '10.0.0.1:1'}\n"
     yml.write_text(source + text + "\n")
     with pytest.raises(ConfigError) as info:
         cfg_of(["--config", str(yml)])
@@ -98,7 +142,7 @@ def test_static_endpoints_as_a_yaml_list(tmp_path: Path) -> None:
 
 def test_empty_sections_keep_the_defaults(tmp_path: Path) -> None:
     yml = tmp_path / "r.yaml"
-    yml.write_text("endpoints: {static: 'a:1'}\nserver:\nscoring: {fallbacks: null}\n")
+    yml.write_text("endpoints: {static: '10.0.0.1:1'}\nserver:\nscoring: {fallbacks: null}\n")
     c = cfg_of(["--config", str(yml)])
     assert c.server == RouterConfig().server and c.scoring.fallbacks == 2
 
