@@ -3,6 +3,7 @@ one-line error with a non-zero exit for anything wrong."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,68 @@ def test_a_port_in_use_is_one_line_naming_it(which: str) -> None:
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1, res.stderr
     assert f"server.{which[2:].replace('-', '_')}: cannot listen" in res.stderr
+
+
+def _no_cluster_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a laptop without a cluster: no kubeconfig, no service account."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "KVSPREAD_"))}
+    env["HOME"] = str(tmp_path)
+    return env
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--pool-name", "x"], "no in-cluster service account and no kubeconfig ($KUBECONFIG, ~/.kube/config)"),
+        (["--endpoint-selector", "a=b", "--target-port", "8000"], "no in-cluster service account"),
+        (["--pool-name", "x", "--kubeconfig", "/nope"], "--kubeconfig /nope: no such file"),
+    ],
+)  # fmt: skip
+def test_no_cluster_credentials_is_a_configuration_error(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    """Not "internal error: ConfigException": one line saying what to give, exit 2."""
+    res = subprocess.run(
+        [sys.executable, "-m", "kvspread", "router", "serve", "--grpc-port", "0", "--http-port", "0", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_no_cluster_env(tmp_path),
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "internal error" not in res.stderr, res.stderr
+    assert "configuration error" in res.stderr and message in res.stderr, res.stderr
+    assert "--kubeconfig" in res.stderr and "--endpoints" in res.stderr
+
+
+@pytest.mark.parametrize("server", ["grpcio", "h2"])
+def test_a_junk_certificate_is_named_not_a_port_in_use(tmp_path: Path, server: str) -> None:
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    (tmp_path / "key.pem").write_text("not a key\n")
+    res = subprocess.run(
+        [*SERVE, "--grpc-port", "0", "--http-port", "0", "--grpc-server", server,
+         "--tls-cert", str(tmp_path / "junk.pem"), "--tls-key", str(tmp_path / "key.pem")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert f"--tls-cert {tmp_path / 'junk.pem'}" in res.stderr and "cannot listen" not in res.stderr
+
+
+def test_in_process_grpcio_checks_the_pair_before_binding(tmp_path: Path) -> None:
+    from router.run import Router
+
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    (tmp_path / "key.pem").write_text("not a key\n")
+    cfg = RouterConfig.from_mapping(
+        {
+            "endpoints": {"static": ["127.0.0.1:9"]},
+            "server": {"grpc_port": 0, "http_port": 0, "grpc_server": "grpcio",
+                       "tls_cert": str(tmp_path / "junk.pem"), "tls_key": str(tmp_path / "key.pem")},
+        }
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        Router(cfg).start()
+    assert "server.tls_cert" in str(info.value) and "not a PEM certificate" in str(info.value)
