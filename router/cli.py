@@ -42,7 +42,7 @@ SETTINGS: list[Setting] = [
     ),
     Setting(
         "endpoints.static",
-        "fixed endpoints ip:port,ip:port (no cluster needed)",
+        "fixed endpoints ip:port,ip:port (IPv4, or [IPv6]:port; no host names; no cluster needed)",
         flag="--endpoints",
         metavar="LIST",
     ),

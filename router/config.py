@@ -157,7 +157,9 @@ class EndpointsConfig:
     `endpoints:`); also where their engines' metrics are."""
 
     static: Annotated[tuple[str, ...], ADDRESSES] = ()
-    """Fixed endpoints `ip:port` (a list, or `ip:port,ip:port`); no cluster needed."""
+    """Fixed endpoints `ip:port` (a list, or `ip:port,ip:port`); no cluster needed. An IPv4
+    address or a bracketed IPv6 one (`[fd00::5]:8000`), never a host name (Envoy's
+    ORIGINAL_DST cluster connects to the address as given)."""
     selector: str | None = None
     """Pods by label selector (`a=b,c=d`), without Gateway API; needs `target_port`."""
     target_port: int | None = None
