@@ -150,17 +150,34 @@ def _post(conn: http.client.HTTPConnection, verb: str, body: bytes) -> float:
     return dt
 
 
-def measure(targets: list[Target], verb: str, body: bytes, n: int, warmup: int) -> list[float]:
+POD_UID = b'"a870ca4f-7d58-453e-ad90-bcda8736b853"'
+"""The captured pod's UID (bench/extender_nodes.py scheduling_pod) as it stands in a body."""
+POD_NAME = b'"llm-0"'
+
+
+def nth_pod(body: bytes, i: int) -> bytes:
+    """`body` for the i-th pod of a Deployment: its own UID and name, as kube-scheduler asks
+    for each new replica (so the extender's ledger of its own picks changes every time)."""
+    uid = f'"a870ca4f-7d58-453e-ad90-{i:012x}"'.encode()
+    return body.replace(POD_UID, uid, 1).replace(POD_NAME, f'"llm-{i}"'.encode(), 1)
+
+
+def measure(
+    targets: list[Target], verb: str, body: bytes, n: int, warmup: int, same_pod: bool = False
+) -> list[float]:
     """Fill each target's `lat` and `cpu` (seconds per request); returns the JSON floor
-    times. The targets and the floor are sampled in turn, so all see the same load."""
+    times. The targets and the floor are sampled in turn, so all see the same load. Each
+    request asks for a new pod unless `same_pod` (the same pod re-scored every time)."""
+    assert POD_UID in body and POD_NAME in body, "the request body lost the bench pod"
     conns = [t.connect() for t in targets]
     flo: list[float] = []
     cpu0: list[float] = []
     for i in range(warmup + n):
         if i == warmup:
             cpu0 = [cpu_s(t.proc.pid) for t in targets]
+        one = body if same_pod else nth_pod(body, i)
         for t, c in zip(targets, conns, strict=True):
-            dt = _post(c, verb, body)
+            dt = _post(c, verb, one)
             if i >= warmup:
                 t.lat.append(dt)
         t0 = time.perf_counter()
@@ -235,7 +252,8 @@ def latency_tables(args: argparse.Namespace) -> None:
         print(
             f"# extender latency, {platform.python_implementation()} {platform.python_version()}, "
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, "
-            "loopback HTTP/1.1 keep-alive"
+            "loopback HTTP/1.1 keep-alive, "
+            + ("the same pod every request" if args.same_pod else "a new pod every request")
         )
         print(f"# Go floor: {go_note}")
         rows: dict[str, list[str]] = {"prioritize": [], "filter": []}
@@ -256,7 +274,7 @@ def latency_tables(args: argparse.Namespace) -> None:
                     for verb in ("prioritize", "filter"):
                         py = Target(proc, port, [])
                         targets = [py] + ([Target(go[0], go[1], [])] if go else [])
-                        flo = measure(targets, verb, body, reqs, args.warmup)
+                        flo = measure(targets, verb, body, reqs, args.warmup, args.same_pod)
                         p99 = pct(py.lat, 0.99)
                         cells = [
                             str(n),
@@ -340,6 +358,12 @@ def main() -> int:
         help="measured requests per cell (full NodeList above 1,000 nodes: scaled down, at least 60)",
     )
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument(
+        "--same-pod",
+        action="store_true",
+        help="re-score one pod every request (the extender may reuse its node batch); "
+        "default: a new pod (UID, name) every request, as a scaling Deployment sends",
+    )
     ap.add_argument("--cpu-only", action="store_true", help="only the in-process CPU table")
     ap.add_argument(
         "--memory",

@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {})
         print(loader.render(pc, features))
         return 0
-    preflight.check_port(config.listen, config.port, "--port")
+    preflight.check_port(config.listen, config.port, "--port", "--listen")
     if config.kubeconfig and not config.standalone:
         preflight.check_kube_access(config.kubeconfig, config.kube_api_server, "--standalone")
     config.check_node_name()  # before any thread starts

@@ -36,7 +36,7 @@ from typing import Annotated, Any, ClassVar, Final
 from bpf.http import DEFAULT_ROUTES
 from bpf.publish import PublishConfig
 from kvspread.logs import LogLevel
-from kvspread.settings import INTERNAL, ConfigError, Parse, invalid, load, ports
+from kvspread.settings import INTERNAL, ConfigError, Parse, http_urls, invalid, load, ports
 
 __all__ = [
     "EngineTarget",
@@ -237,6 +237,7 @@ class CollectorConfig:
 
     def validate(self) -> None:
         ports(self, "port")
+        http_urls(self, "kube_api_server")
         from bpf.fanout import parse_endpoints
 
         try:

@@ -331,6 +331,8 @@ class ConnTracker:
         head = HTTP_EVENT_HEADER_SIZE
         finish = self._finish
         req_memo, resp_memo, info_memo = self._req_memo, self._resp_memo, self._info_memo
+        parsed: tuple[RequestInfo | None, int | None] | None
+        resp: ResponseInfo | None
         parse = self._parse_request
         unpack_complete, unpack_sse = COMPLETE_FIELDS.unpack_from, COMPLETE_SSE_FIELDS.unpack_from
         kind_at, sse_at = HTTP_KIND_AT, COMPLETE_SSE_AT

@@ -5,7 +5,10 @@ Rows are nodes; GPU columns are padded to the widest node (`valid` marks real GP
 padded slot has total, used and allocated 0, so it holds no free memory and is never
 idle). Missing measurements are NaN, never 0. A `NodeBatch` is immutable by
 convention: the arrays are marked read-only; `take()` returns new batches. Build once
-per cluster state (the cache does) and `take()` the requested rows.
+per cluster state (the cache does) and `take()` the requested rows. Values derived from a
+batch alone (no pod) are kept with it (`NodeBatch.memo`), and `NodeTable.take` hands out
+the same batch while the rows asked for are unchanged, so they are computed once for many
+requests.
 
 The array columns are declared once, as the `NodeBatch` fields made with `_column(...)`
 (`COLUMNS`): `from_states`, `take`, `concat` and the `NodeTable` row store all walk that
@@ -15,7 +18,7 @@ list, so adding a column is one line.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -165,9 +168,30 @@ class NodeBatch:
             object.__setattr__(self, "_free", cached)
         return cached
 
+    def memo(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """`make()`, computed once per batch and `key`: a value derived from the batch
+        alone (no pod), such as a node's load term. `NodeTable.take` hands out the same
+        batch while the requested rows are unchanged, so such values are computed once for
+        many requests. What `make` returns must be read-only (shared by every caller)."""
+        memo = self.__dict__.get("_memo")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_memo", memo)
+        value = memo.get(key)
+        if value is None:
+            value = memo[key] = make()
+        return value
+
     def idle(self, idle_used_fraction: float) -> np.ndarray:
-        """GPUs that can take a whole-GPU instance: real, unclaimed, near-zero use."""
-        return self.valid & (self.alloc <= 0.0) & (self.used <= idle_used_fraction * self.total)
+        """GPUs that can take a whole-GPU instance: real, unclaimed, near-zero use
+        (computed once per batch and fraction, read-only)."""
+
+        def make() -> np.ndarray:
+            t = self.total
+            return _ro(self.valid & (self.alloc <= 0.0) & (self.used <= idle_used_fraction * t))
+
+        idle: np.ndarray = self.memo(("idle", idle_used_fraction), make)
+        return idle
 
     def replica_counts(self, model: str | None) -> np.ndarray:
         """(N,) replicas of `model` per node (0 without a model)."""
@@ -200,12 +224,43 @@ def _value(c: Column, obj: GpuState | NodeState) -> Any:
     return c.fill if v is None else v
 
 
+def _write_row(cols: Mapping[str, np.ndarray], i: int, s: NodeState) -> None:
+    """Write `s` into row `i` of the columns `cols` (GPU slots past `s.gpus` get the fill)."""
+    for c in _GPU_COLUMNS:
+        row = cols[c.name][i]
+        row[:] = c.fill
+        for j, g in enumerate(s.gpus):
+            row[j] = _value(c, g)
+    for c in _NODE_COLUMNS:
+        cols[c.name][i] = _value(c, s)
+
+
+def _same_mask(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and bool((a == b).all())
+
+
+@dataclass
+class _Kept:
+    """The last batch `NodeTable.take` built, and what it was built from."""
+
+    version: int
+    ix: np.ndarray
+    aged: np.ndarray | None
+    views: dict[str, NodeState]
+    batch: NodeBatch
+    counts: dict[str, np.ndarray]
+    """The batch's `model_counts` (a column is added for each model asked for)."""
+
+
 class NodeTable:
     """Row storage for the node cache: one row per node name, updated in place.
 
-    Readers get consistent copies through `take()`; a node's signals that age past the
-    stale limit between updates are marked stale at read time (the row keeps the
-    signal timestamp). Replica counts are kept as one dense column per model so that
+    Readers get consistent copies through `take()` (the same read-only batch again while
+    neither those rows, nor which of them aged past the stale limit, nor the re-viewed rows
+    changed); a node's signals that age past the stale limit between updates are marked
+    stale at read time (the row keeps the signal timestamp). Replica counts are kept as one dense column per model so that
     the spread term costs one gather. Not thread-safe by itself: the cache serialises
     access.
     """
@@ -226,6 +281,12 @@ class NodeTable:
         ) = None
         self._last_span = False
         """The rows of the last lookup (`_last`) are consecutive and ascending."""
+        self._version = 0
+        """Bumped whenever a row's content changes (a `set` of a different state, a
+        removal, a widening): the kept batch (`_kept`) is then stale."""
+        self._states: dict[int, NodeState] = {}
+        """The state each row was last set from (a `set` of an equal state changes nothing)."""
+        self._kept: _Kept | None = None
         self._grow(max(1, capacity))
 
     def _shape(self, c: Column, cap: int) -> tuple[int, ...]:
@@ -252,6 +313,7 @@ class NodeTable:
         self._cap = cap
 
     def _widen(self, width: int) -> None:
+        self._version += 1
         for c in _GPU_COLUMNS:
             a = self._cols[c.name]
             b = np.full((self._cap, width), c.fill, dtype=a.dtype)
@@ -279,14 +341,11 @@ class NodeTable:
             i = self._free_rows.pop()
             self._rows[s.name] = i
             self._layout += 1
-        cols = self._cols
-        for c in _GPU_COLUMNS:
-            row = cols[c.name][i]
-            row[:] = c.fill
-            for j, g in enumerate(s.gpus):
-                row[j] = _value(c, g)
-        for c in _NODE_COLUMNS:
-            cols[c.name][i] = _value(c, s)
+        elif self._states.get(i) == s:
+            return  # the same content (a ledger entry recorded again, an unrelated event)
+        self._version += 1
+        self._states[i] = s
+        _write_row(self._cols, i, s)
         self._names[i] = s.name
         self._set_replicas(i, s.model_replicas)
 
@@ -305,6 +364,8 @@ class NodeTable:
         i = self._rows.pop(name, None)
         if i is not None:
             self._layout += 1
+            self._version += 1
+            self._states.pop(i, None)
             self._names[i] = ""
             self._set_replicas(i, {})
             self._cols["fresh"][i] = False
@@ -316,34 +377,108 @@ class NodeTable:
         now: float | None = None,
         stale_after_s: float | None = None,
         model: str | None = None,
+        views: Mapping[str, NodeState] | None = None,
     ) -> tuple[NodeBatch, list[int]]:
         """(batch of the known names in request order, positions in `names` not known).
 
-        `model` adds that model's replica column (`NodeBatch.model_counts`).
+        `model` adds that model's replica column (`NodeBatch.model_counts`). `views` gives
+        another state for some rows (the first row of each such name): written into the
+        copies taken here, the way the cache re-views the nodes holding the decided pod's
+        own ledger entries, instead of a second batch and a merge. A view wider than the
+        table is merged with `NodeBatch.with_rows`.
         """
         missing, ix, known = self._rows_of(names)
+        if views and any(len(s.gpus) > self._width for s in views.values()):
+            batch, missing_pos = self.take(names, now, stale_after_s, model)
+            wide = {n: s for n, s in views.items() if n in known}
+            fixed = NodeBatch.from_states(list(wide.values()))
+            return batch.with_rows([known.index(n) for n in wide], fixed), missing_pos
+        rows: slice | np.ndarray = ix
         if self._last_span:
             # the rows in table order (a list-fed cache and the scheduler agree): a
             # slice copy, several times cheaper than a gather
-            span = slice(int(ix[0]), int(ix[-1]) + 1)
-            replicas = tuple(self._replicas[span])
-            cols = {c.name: self._cols[c.name][span].copy() for c in COLUMNS}
-        else:
-            replicas = tuple(self._replicas[ix])
-            cols = {c.name: self._cols[c.name][ix] for c in COLUMNS}
+            rows = slice(int(ix[0]), int(ix[-1]) + 1)
+        aged = None
         if now is not None and stale_after_s is not None and len(ix):
-            fresh = cols["fresh"]
-            aged = fresh & ((now - cols["sig_ts"]) > stale_after_s)
-            if aged.any():
-                cols["fresh"] = fresh & ~aged
-                cols["codes"] = np.where(aged, np.int8(_CODE["stale"]), cols["codes"])
-        counts = None
-        if model:
-            col = self._model_cols.get(model)
-            counts = {model: _ro(col[ix] if col is not None else np.zeros(len(ix)))}
-        ro: dict[str, Any] = {k: _ro(v) for k, v in cols.items()}
-        batch = NodeBatch(names=known, replicas=replicas, model_counts=counts, **ro)
+            aged = self._cols["fresh"][rows] & ((now - self._cols["sig_ts"][rows]) > stale_after_s)
+            if not aged.any():
+                aged = None
+        kept = self._kept
+        if (
+            kept is not None
+            and kept.version == self._version
+            and kept.ix is ix
+            and _same_mask(kept.aged, aged)
+            and kept.views == (views or {})
+        ):
+            # nothing the batch holds has changed: the same (read-only) batch again, with
+            # what was derived from it (`NodeBatch.memo`)
+            batch = kept.batch
+            if model and model not in kept.counts:
+                kept.counts[model] = self._model_column(model, ix, known, views)
+            return batch, list(missing)
+        batch = self._build(rows, ix, known, aged, model, views)
+        counts = batch.model_counts
+        assert isinstance(counts, dict)
+        self._kept = _Kept(self._version, ix, aged, dict(views or {}), batch, counts)
         return batch, list(missing)
+
+    def _build(
+        self,
+        rows: slice | np.ndarray,
+        ix: np.ndarray,
+        known: tuple[str, ...],
+        aged: np.ndarray | None,
+        model: str | None,
+        views: Mapping[str, NodeState] | None,
+    ) -> NodeBatch:
+        """The batch of `rows` (copies), aged rows marked stale, `views` written in."""
+        replicas = tuple(self._replicas[rows])
+        if isinstance(rows, slice):
+            cols = {c.name: self._cols[c.name][rows].copy() for c in COLUMNS}
+        else:
+            cols = {c.name: self._cols[c.name][rows] for c in COLUMNS}
+        if aged is not None:
+            cols["fresh"] = cols["fresh"] & ~aged
+            cols["codes"] = np.where(aged, np.int8(_CODE["stale"]), cols["codes"])
+        if views:
+            replicas = self._view_rows(views, known, cols, replicas)
+        counts: dict[str, np.ndarray] = {}
+        if model:
+            counts[model] = self._model_column(model, ix, known, views)
+        ro: dict[str, Any] = {k: _ro(v) for k, v in cols.items()}
+        return NodeBatch(names=known, replicas=replicas, model_counts=counts, **ro)
+
+    def _model_column(
+        self,
+        model: str,
+        ix: np.ndarray,
+        known: tuple[str, ...],
+        views: Mapping[str, NodeState] | None,
+    ) -> np.ndarray:
+        """(N,) replicas of `model` on the rows `ix`, the `views` rows from their state."""
+        col = self._model_cols.get(model)
+        out = col[ix] if col is not None else np.zeros(len(ix))
+        for name, s in (views or {}).items():
+            if name in known:
+                out[known.index(name)] = float(s.model_replicas.get(model, 0))
+        return _ro(out)
+
+    @staticmethod
+    def _view_rows(
+        views: Mapping[str, NodeState],
+        known: tuple[str, ...],
+        cols: dict[str, np.ndarray],
+        replicas: tuple[Mapping[str, int], ...],
+    ) -> tuple[Mapping[str, int], ...]:
+        """Write `views` into the taken copies `cols`; returns the replicas with theirs."""
+        reps = list(replicas)
+        for name, s in views.items():
+            if name in known:
+                i = known.index(name)
+                _write_row(cols, i, s)
+                reps[i] = s.model_replicas
+        return tuple(reps)
 
     def _rows_of(self, names: Sequence[str]) -> tuple[tuple[int, ...], np.ndarray, tuple[str, ...]]:
         """(missing positions, row indices, known names) for `names`.

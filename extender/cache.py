@@ -199,24 +199,27 @@ class ClusterState:
 
     def pod_event(self, etype: str, obj: dict[str, Any]) -> None:
         pod = parse_pod(obj)
-        if not pod.name:
-            return
-        with self._lock:
-            touched = set()
-            old = self._pods.pop(pod.key, None)
-            if old is not None:
-                self._pods_on.get(old.node_name, {}).pop(old.key, None)
-                touched.add(old.node_name)
-            if etype == "DELETED":
-                was = self.ledger.forget(pod.key)
-                if was:
-                    touched.add(was)
-            else:
-                self._add_pod(pod)
-                touched.add(pod.node_name)
-            for name in touched:
-                if name:
-                    self._refresh(name)
+        if pod.name:
+            with self._lock:
+                for name in self._pod_changed(etype, pod):
+                    if name:
+                        self._refresh(name)
+
+    def _pod_changed(self, etype: str, pod: PodInfo) -> set[str]:
+        """Apply one pod event to the pod caches; returns the nodes whose view changed."""
+        touched = set()
+        old = self._pods.pop(pod.key, None)
+        if old is not None:
+            self._pods_on.get(old.node_name, {}).pop(old.key, None)
+            touched.add(old.node_name)
+        if etype == "DELETED":
+            was = self.ledger.forget(pod.key)
+            if was:
+                touched.add(was)
+        else:
+            self._add_pod(pod)
+            touched.add(pod.node_name)
+        return touched
 
     def _add_pod(self, pod: PodInfo) -> None:
         if not pod.node_name:
@@ -268,14 +271,11 @@ class ClusterState:
         own ledger entries are rebuilt without them."""
         with self._lock:
             now = self._clock.now()
-            batch, missing = self._table.take(names, now, self._cfg.stale_after_s, model)
             own = self.ledger.nodes_of(pod) if pod is not None else set()
-            rows = [batch.names.index(n) for n in own if n in self._nodes and n in batch.names]
-            if not rows:
-                return batch, missing
-            states = [self._state(self._nodes[batch.names[i]], now, pod) for i in rows]
-            fixed = NodeBatch.from_states(states)  # built at `now`: freshness is current
-            return batch.with_rows(rows, fixed), missing
+            # built at `now`, so their freshness is current (the table skips names that
+            # are not in the request)
+            views = {n: self._state(self._nodes[n], now, pod) for n in own if n in self._nodes}
+            return self._table.take(names, now, self._cfg.stale_after_s, model, views)
 
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         """Column batch for nodes given in a request body (full NodeList mode), in order.

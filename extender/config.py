@@ -83,6 +83,9 @@ __all__ = [
 
 MIB: Final = 2**20
 
+RESERVED_PATHS: Final = ("debug", "healthz", "metrics", "readyz")
+"""First path segments the extender serves itself: no verb may take them."""
+
 Normalisation = Literal["candidates", "absolute"]
 GpuAssignment = Literal["fewest-pods", "scored"]
 
@@ -395,6 +398,10 @@ class ServerConfig:
                 or verb.startswith("/")
             ):
                 raise invalid(key, "a URL path segment like 'filter'", verb)
+            if verb.split("/")[0] in RESERVED_PATHS:
+                raise invalid(
+                    key, "a verb other than the server's own " + ", ".join(RESERVED_PATHS), verb
+                )
         if self.filter_verb == self.prioritize_verb:
             raise invalid("prioritize_verb", "a verb other than filter_verb", self.prioritize_verb)
         _finite_fields(self, "max_body_bytes", above=0)
@@ -413,6 +420,7 @@ class KubernetesConfig(KubeAccess):
     """Longest reconnect delay, seconds."""
 
     def validate(self) -> None:
+        super().validate()
         _finite_fields(self, "watch_timeout_s", "backoff_base_s", "backoff_max_s", above=0)
 
 

@@ -54,10 +54,10 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -75,6 +75,8 @@ except ImportError:  # numpy 1.x
 
 _clip: Any = _umath.clip  # type: ignore[attr-defined]
 """The clip ufunc itself: `np.clip` adds a Python wrapper of ~5 us a call (11 a request)."""
+
+_T = TypeVar("_T")
 
 __all__ = [
     "TERMS",
@@ -149,6 +151,14 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _of_batch(batch: NodeBatch, name: str, cfg: object, make: Callable[[], _T]) -> _T:
+    """`make()` (pod-independent: the batch and `cfg` alone), once per batch and config
+    (`NodeBatch.memo`: the node table hands out the same batch while its rows are
+    unchanged). The config is kept with the value, so its id cannot be reused."""
+    got: tuple[object, _T] = batch.memo((name, id(cfg)), lambda: (cfg, make()))
+    return got[1]
+
+
 MODALITY_AFFINITY: Mapping[str, Mapping[str | None, float]] = {
     # pod modality -> node pool -> affinity. Vision pools hold the GPUs sized for image
     # encoders and long multimodal prompts; a text model there wastes them, an image model
@@ -185,11 +195,14 @@ class NodeScore:
 
     name: str
     score: int
+    """What the scheduler gets, 0..10."""
     value: float
     scaled: float
+    """`value` after candidate normalisation and the tie-break, before rounding."""
     fits: bool
     terms: TermValues
     delta_f: float
+    """Change of the node's expected fragmentation in MiB (NaN: not computed)."""
     rho: float
     largest_free_mib: float
     gpus_chosen: tuple[int, ...]
@@ -316,15 +329,22 @@ def candidate_gpus(
         cpu_ok = batch.cpu_free >= pod.cpu_milli
         fits = cpu_ok & (~fresh | (qual.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
     if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and len(batch):
-        gp = batch.pods
-        tracked = ~np.isnan(gp)
-        known = fresh & batch.valid.any(axis=1) & (tracked | ~batch.valid).all(axis=1)
-        gp_v = np.where(batch.valid & tracked, gp, np.inf)
-        cand = batch.valid & (gp_v == gp_v.min(axis=1)[:, None])
+        known, cand = _of_batch(batch, "fewest-pods", None, lambda: _fewest_pods(batch))
         dp_ok = ~(cand & ~qual).any(axis=1)
         qual = np.where(known[:, None], qual & cand, qual)
         fits = fits & (~known | dp_ok)
     return qual, fits
+
+
+def _fewest_pods(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
+    """((N,) nodes whose pods per GPU are all tracked, (N, G) their GPUs with the fewest
+    pods): where the device plugin would put a one-GPU pod."""
+    gp = batch.pods
+    tracked = ~np.isnan(gp)
+    known = batch.fresh & batch.valid.any(axis=1) & (tracked | ~batch.valid).all(axis=1)
+    gp_v = np.where(batch.valid & tracked, gp, np.inf)
+    cand = batch.valid & (gp_v == gp_v.min(axis=1)[:, None])
+    return _ro(known), _ro(cand)
 
 
 # --- fragmentation -----------------------------------------------------------------------
@@ -393,7 +413,7 @@ def _delta_rows(
         need_m = shapes.need[:, None]
         # every GPU j at once, GPU-major (G, M, N): each F after is one contiguous (M, N)
         # product, the same arithmetic as one GPU at a time
-        cols = [j for j in range(g) if qual_pod[:, j].any()]
+        cols = np.flatnonzero(qual_pod.any(axis=0)).tolist()  # GPU slots some row may take
         fT = free.T[cols]  # (J, N)
         fT2 = np.maximum(fT - need, 0.0)
         qT = qf.transpose(2, 0, 1)[cols]  # (J, M, N)
@@ -416,12 +436,16 @@ def _delta_rows(
         # 1e-9 less than the best so far
         fa = shapes.p @ after  # (J, N)
         cost = fa + busy.T[cols]
-        qual_t = qual_pod.T[cols]
-        best_cost = np.full(n, np.inf)
+        # GPU i wins where it qualifies and cost_i < best_cost - 1e-9. The same comparisons
+        # in three calls per GPU: a GPU that does not qualify costs inf (never below), and
+        # `bar` holds best_cost - 1e-9 of the best so far (inf - 1e-9 = inf at first)
+        cost_q = np.where(qual_pod.T[cols], cost, np.inf)
+        bars = cost_q - 1e-9
+        bar = np.full(n, np.inf)
         best_i = np.full(n, -1, dtype=np.intp)
         for i in range(len(cols)):
-            better = qual_t[i] & (cost[i] < best_cost - 1e-9)
-            np.copyto(best_cost, cost[i], where=better)
+            better = cost_q[i] < bar
+            np.copyto(bar, bars[i], where=better)
             np.copyto(best_i, i, where=better)
         rows = np.arange(n)
         picked = best_i >= 0
@@ -429,7 +453,7 @@ def _delta_rows(
             best = np.where(picked, fa[best_i, rows], np.inf)
             best_j = np.where(picked, np.asarray(cols, dtype=np.intp)[best_i], 0)
         else:
-            best, best_j = best_cost, np.zeros(n, dtype=np.intp)
+            best, best_j = np.full(n, np.inf), np.zeros(n, dtype=np.intp)
         chosen[rows, best_j] = True
         return best - before, chosen
     # k GPUs (whole, or partial on several): best fit, least free first, ties by index.
@@ -481,7 +505,7 @@ def placement_delta(
     # every row usually qualifies: then the columns are used as they are, not gathered
     rows: slice | np.ndarray = slice(None) if can.all() else np.flatnonzero(can)
     per_gpu = _demand(pod, batch)[rows] / max(1, pod.gpus)
-    u = _clip(np.nan_to_num(batch.util[rows], nan=0.0), 0.0, 1.0)
+    u = _utilisation(batch)[rows]
     d_rows, c_rows = _delta_rows(
         pod,
         batch.free()[rows],
@@ -494,6 +518,15 @@ def placement_delta(
     delta[rows] = d_rows
     chosen[rows] = c_rows
     return delta, chosen
+
+
+def _utilisation(batch: NodeBatch) -> np.ndarray:
+    """(N, G) GPU utilisation clipped to [0,1], 0 where not measured (the busy penalty)."""
+
+    def make() -> np.ndarray:
+        return _ro(_clip(np.nan_to_num(batch.util, nan=0.0), 0.0, 1.0))
+
+    return _of_batch(batch, "utilisation", None, make)
 
 
 # --- the five terms ----------------------------------------------------------------------
@@ -527,6 +560,11 @@ def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.nda
 
 
 def load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
+    """(N,) 1 - load (`_load_term`), once per batch (read-only)."""
+    return _of_batch(batch, "load", cfg, lambda: _ro(_load_term(batch, cfg)))
+
+
+def _load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """(N,) 1 - load, load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share.
 
     busy = (1 - s) mem_used/mem_total + s util (s = `cfg.util_share`): measured memory
@@ -606,9 +644,14 @@ def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     max_streams)) over the parts measured (docs/design.md section 5). Batch and best-effort
     pods, and nodes with neither measurement or no fresh signals, get the neutral 0.5.
     """
-    n = len(batch)
     if pod.qos != "realtime":
-        return np.full(n, NEUTRAL)
+        return np.full(len(batch), NEUTRAL)
+    return _of_batch(batch, "qos", cfg, lambda: _ro(_realtime_qos(batch, cfg)))
+
+
+def _realtime_qos(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
+    """`qos_term` of a realtime pod (it depends on nothing else of the pod)."""
+    n = len(batch)
     qos = _weighted_parts(
         (
             (1.0, 1.0 - _clip(batch.p95 / cfg.qos_p95_ceiling_s, 0, 1)),
@@ -653,8 +696,7 @@ def score_batch(
     age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
     qual, fits = candidate_gpus(pod, batch, cfg, fits)
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
-    rho, largest = node_fragmentation(batch.free())
-    rho = np.where(batch.fresh, rho, 0.0)
+    rho, largest = _of_batch(batch, "fragmentation", None, lambda: _node_fragmentation(batch))
     terms_replicas = batch.replica_counts(pod.model)
     terms = {
         "fragmentation": np.where(fits, fragmentation_term(delta, _demand(pod, batch)), 0.0),
@@ -669,22 +711,19 @@ def score_batch(
     w = cfg.weights
     rest = value - w.fragmentation * terms["fragmentation"] / w.total()
     scaled, score, tb = _finish(value, fits, cfg, batch.names, tier, rest)
+    # the fields in their declared order (the five terms in TERMS order)
+    frag, load, spread, modality, qos = (terms[t] for t in TERMS)
+    node = (delta, rho, largest, chosen, batch.codes, tier, tb, age_s)
     return BatchScores(
-        names=batch.names,
-        score=score,
-        value=value,
-        scaled=scaled,
-        fits=fits,
-        delta_f=delta,
-        rho=rho,
-        largest_free=np.where(batch.fresh, largest, np.nan),
-        chosen=chosen,
-        codes=batch.codes,
-        tier=tier,
-        tie_break=tb,
-        age_s=age_s,
-        **terms,
+        batch.names, score, value, scaled, fits, frag, load, spread, modality, qos, *node
     )
+
+
+def _node_fragmentation(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(rho, largest free extent) of each node with fresh signals (0 and NaN without)."""
+    rho, largest = node_fragmentation(batch.free())
+    fresh = batch.fresh
+    return _ro(np.where(fresh, rho, 0.0)), _ro(np.where(fresh, largest, np.nan))
 
 
 TIER_SPREAD = 1

@@ -149,8 +149,14 @@ class ExtenderApp:
             return 200, out
         finally:
             m = ext.metrics
-            m.requests.labels(verb, code).inc()
-            m.duration.labels(verb).observe(time.perf_counter() - start)
+            m.child(m.requests, verb, code).inc()
+            m.child(m.duration, verb).observe(time.perf_counter() - start)
+
+
+def _whole(text: str) -> int | None:
+    """A query parameter as a whole number (`10`), or None (`abc`, `1.5`, `1e3`)."""
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() and text.isascii() else None
 
 
 def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
@@ -172,7 +178,7 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
         app.add_api_route("/" + verb.strip("/"), _verb_route, methods=["POST"])
 
     @app.get("/debug/explain")
-    async def explain_route(pod: str = "", top: int | None = None) -> Response:
+    async def explain_route(pod: str = "", top: str | None = None) -> Response:
         if not ext.cfg.explain.enabled:
             return JSONResponse({"error": "/debug/explain is off (explain.enabled)"}, 404)
         if "/" not in pod or pod.startswith("/") or pod.endswith("/"):
@@ -180,9 +186,12 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
                 {"error": "query parameter pod must be NAMESPACE/NAME, e.g. ?pod=default/llm-0"},
                 status_code=400,
             )
-        if top is not None and top < 1:
-            return JSONResponse({"error": "top must be >= 1"}, status_code=400)
-        doc = ext.explain(pod, top)
+        n_top = None if top is None else _whole(top)
+        if top is not None and (n_top is None or n_top < 1):
+            return JSONResponse(
+                {"error": f"top must be a whole number >= 1, got {top!r}"}, status_code=400
+            )
+        doc = ext.explain(pod, n_top)
         if doc is None:
             return JSONResponse({"error": f"no recent decision about pod {pod}"}, status_code=404)
         return Response(content=dumps(doc), media_type="application/json")

@@ -153,7 +153,9 @@ class Extender:
         passed = np.ones(n, dtype=bool)
         passed[known] = ok
         self._count_failures(failed)
-        self.metrics.filter_decisions.labels("passed" if passed.any() else "no_fit").inc()
+        self.metrics.child(
+            self.metrics.filter_decisions, "passed" if passed.any() else "no_fit"
+        ).inc()
         self.metrics.count_signals(batch.codes, len(unknown))
         self._remember("filter", pod, args, unknown, None, failed, int(passed.sum()))
         if log.isEnabledFor(logging.DEBUG):
@@ -177,7 +179,7 @@ class Extender:
         for f in failed.values():
             counts[f.reason] = counts.get(f.reason, 0) + 1
         for reason, c in counts.items():
-            self.metrics.filter_failures.labels(reason.value).inc(c)
+            self.metrics.child(self.metrics.filter_failures, reason.value).inc(c)
 
     def prioritize(self, args: ExtenderArgs) -> PrioritizeDecision:
         pod = parse_pod(args.pod)
@@ -199,7 +201,7 @@ class Extender:
             outcome = "no_fit" if len(batch) else "no_gpu"
         else:
             outcome = "placed"
-        self.metrics.prioritize_decisions.labels(outcome).inc()
+        self.metrics.child(self.metrics.prioritize_decisions, outcome).inc()
         self._remember("prioritize", pod, args, unknown, scores, {}, int(scores.fits.sum()))
         if log.isEnabledFor(logging.DEBUG):
             kv: dict[str, Any] = {

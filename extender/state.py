@@ -57,6 +57,15 @@ def _decode(text: str) -> NodeSignals | str:
         return str(exc)
 
 
+@lru_cache(maxsize=65536)
+def _gpu(total: float, used: float, alloc: float, util: float | None, pods: int) -> GpuState:
+    """One `GpuState`, shared by every node state that holds the same values: a node's
+    state is rebuilt on every ledger change and mostly comes out the same, and the node
+    table then recognises an unchanged row by comparing states (identical GPUs compare
+    at once)."""
+    return GpuState(total_mib=total, used_mib=used, allocated_mib=alloc, util=util, pods=pods)
+
+
 def read_signals_cached(annotation: str | None, now: float, stale_after_s: float) -> SignalsReading:
     """`kvspread.signals.read_signals` with the decoding memoised. Never raises."""
     if annotation is None or annotation == "":
@@ -188,24 +197,14 @@ def build_node_state(
             pods_on[j] += 1
     for p in unseen:
         _place_unseen(p.shape, total, used, alloc, pods_on, cfg.gpu_assignment == "fewest-pods")
+    gpus = tuple(
+        _gpu(g.mem_total_mib, g.mem_used_mib, a, g.util, k)
+        for g, a, k in zip(gpus_sig, alloc, pods_on, strict=True)
+    )
+    streams = None if sig.streams is None else float(sig.streams)
+    measured = (streams, sig.image_token_share, sig.p95_s)
+    fresh = SignalState.FRESH.value
+    # NodeState(name, gpus, signals, streams, image share, p95, pool, nvlink, replicas, cpu, ts)
     return NodeState(
-        name=info.name,
-        gpus=tuple(
-            GpuState(
-                total_mib=g.mem_total_mib,
-                used_mib=g.mem_used_mib,
-                allocated_mib=a,
-                util=g.util,
-                pods=k,
-            )
-            for g, a, k in zip(gpus_sig, alloc, pods_on, strict=True)
-        ),
-        signals=SignalState.FRESH.value,
-        streams=None if sig.streams is None else float(sig.streams),
-        image_token_share=sig.image_token_share,
-        p95_s=sig.p95_s,
-        pool=info.pool,
-        nvlink=info.nvlink,
-        model_replicas=replicas,
-        signals_ts=sig.ts,
+        info.name, gpus, fresh, *measured, info.pool, info.nvlink, replicas, None, sig.ts
     )

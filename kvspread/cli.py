@@ -23,7 +23,7 @@ PARTS = ("extender.cli", "metrics_adapter.cli", "bpf.cli", "simulator.cli", "rou
 EPILOG = """examples:
   kvspread simulate                        quick evaluation, report in ./kvspread-report
   kvspread extender serve --standalone     scheduler extender on 127.0.0.1:8888
-  kvspread adapter serve --secure-port 6443
+  kvspread adapter serve --requestheader-client-ca-file front-proxy-ca.crt
   kvspread collector run --standalone --port 9435
   kvspread router serve --endpoints 10.0.0.5:8000,10.0.0.6:8000
 """
@@ -44,6 +44,15 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser:
+    """The parser of the deepest subcommand named in `words` (`kvspread extender serve`)."""
+    for word in words:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
+
+
 def one_line(message: str) -> str:
     """A message on one line: YAML parser errors span several (a source excerpt and a caret
     under the column); keep their words, drop the caret lines."""
@@ -54,7 +63,10 @@ def one_line(message: str) -> str:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     parser = build_parser(env)
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(words)
+    if extra:  # refused by the (sub)command they were given to, with its usage
+        _command_parser(parser, words).error(f"unrecognized arguments: {' '.join(extra)}")
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

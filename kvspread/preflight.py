@@ -20,8 +20,9 @@ from kvspread.settings import ConfigError
 __all__ = ["check_port", "check_tls_pair", "check_output_dir", "check_kube_access"]
 
 
-def check_port(host: str, port: int, flag: str) -> None:
-    """Bind host:port once (with SO_REUSEADDR, as the servers do) and release it.
+def check_port(host: str, port: int, flag: str, host_flag: str = "--host") -> None:
+    """Bind host:port once (with SO_REUSEADDR, as the servers do) and release it; an error
+    names `flag` (the port's) or, when the address is what is wrong, `host_flag`.
 
     Port 0 (an ephemeral port, as tests use) is never taken, so it is not checked. The
     server may still lose a race for the port; this catches the common case early."""
@@ -33,10 +34,10 @@ def check_port(host: str, port: int, flag: str) -> None:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, port))
     except OSError as exc:
-        raise ConfigError(_bind_message(host, port, flag, exc)) from None
+        raise ConfigError(_bind_message(host, port, flag, host_flag, exc)) from None
 
 
-def _bind_message(host: str, port: int, flag: str, exc: OSError) -> str:
+def _bind_message(host: str, port: int, flag: str, host_flag: str, exc: OSError) -> str:
     where = f"{host}:{port}"
     if exc.errno == errno.EADDRINUSE:
         return (
@@ -49,7 +50,8 @@ def _bind_message(host: str, port: int, flag: str, exc: OSError) -> str:
         )
     if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
         return (
-            f"{flag} {port}: {host!r} is not an address of this machine; use 0.0.0.0 or 127.0.0.1"
+            f"{host_flag} {host}: not an address of this machine; use 0.0.0.0 (every address) "
+            "or 127.0.0.1"
         )
     return f"{flag} {port}: cannot bind {where}: {exc.strerror or exc}"
 

@@ -32,8 +32,10 @@ import copy
 import dataclasses
 import math
 import re
+import sys
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +53,11 @@ __all__ = [
     "PartCommand",
     "layer",
     "gather",
+    "warn_unknown_env",
     "from_args",
     "KUBERNETES_SETTINGS",
     "KubeAccess",
+    "http_urls",
     "load",
     "load_yaml",
     "env_name",
@@ -148,6 +152,22 @@ def ports(obj: Any, *keys: str, lowest: int = 0) -> None:
         value = getattr(obj, key)
         if value is not None and not lowest <= value <= 65535:
             raise invalid(key, f"a port number {lowest}..65535", value)
+
+
+def http_urls(obj: Any, *keys: str) -> None:
+    """Each field of `obj` named in `keys` is None (unset) or an http:// or https:// URL with
+    a host, so a typo fails at start instead of as a client retrying an unusable URL."""
+    for key in keys:
+        value = getattr(obj, key)
+        if value is None:
+            continue
+        try:
+            url = urllib.parse.urlsplit(value)
+            url.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
+        except ValueError:
+            url = None
+        if url is None or url.scheme not in ("http", "https") or not url.hostname:
+            raise invalid(key, "an http:// or https:// URL with a host (http://HOST:PORT)", value)
 
 
 def parse_bool(text: str) -> bool:
@@ -412,8 +432,31 @@ def gather(
     environ: Mapping[str, str],
     path: str | Path | None,
 ) -> Layered:
-    """`layer` over the YAML file at `path` (None: no file)."""
+    """`layer` over the YAML file at `path` (None: no file); warns of unknown variables."""
+    warn_unknown_env(part, settings, environ)
     return layer(part, settings, args, environ, load_yaml(path), path)
+
+
+EXTRA_ENV: dict[str, frozenset[str]] = {
+    "collector": frozenset({"KVSPREAD_COLLECTOR_OTLP_ENDPOINTS"}),
+}
+"""Variables a part reads besides its settings' (the collector's repeatable endpoint list)."""
+
+
+def warn_unknown_env(part: str, settings: Sequence[Setting], environ: Mapping[str, str]) -> None:
+    """A `KVSPREAD_<PART>_*` variable that no setting reads is most likely a typo in a
+    manifest: say so on stderr, once per variable, instead of ignoring it in silence. (A
+    warning, not an error: other tooling may share the prefix.)"""
+    if part == "simulate":  # its two commands read different variables under one prefix
+        return
+    prefix = f"KVSPREAD_{part.upper()}_"
+    known = {env_name(part, s) for s in settings} | EXTRA_ENV.get(part, frozenset())
+    for name in sorted(k for k in environ if k.startswith(prefix) and k not in known):
+        print(
+            f"kvspread: warning: {name} is not a setting of kvspread {part} (ignored; "
+            "the command's --help lists its variables)",
+            file=sys.stderr,
+        )
 
 
 def from_args(
@@ -456,6 +499,9 @@ class KubeAccess:
     node_signals: bool = True
     """Also list+watch NodeSignals resources (kvspread.io/v1alpha1; needs the CRD); a node's
     NodeSignals wins over its kvspread.io/signals annotation."""
+
+    def validate(self) -> None:
+        http_urls(self, "api_server")
 
 
 # --- the loader -------------------------------------------------------------------------

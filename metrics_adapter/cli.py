@@ -61,7 +61,7 @@ def _preflight(c: AdapterConfig) -> None:
         "--otlp-tls-cert-file",
         "--otlp-tls-private-key-file",
     )
-    preflight.check_port(c.bind_address, c.secure_port, "--secure-port")
-    preflight.check_port(c.otlp_bind_address, c.otlp_port, "--otlp-port")
+    preflight.check_port(c.bind_address, c.secure_port, "--secure-port", "--bind-address")
+    preflight.check_port(c.otlp_bind_address, c.otlp_port, "--otlp-port", "--otlp-bind-address")
     if c.kubeconfig and not os.path.isfile(c.kubeconfig):
         raise ConfigError(f"--kubeconfig {c.kubeconfig}: no such file")

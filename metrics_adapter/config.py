@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Final
 
 from kvspread.logs import LogLevel
-from kvspread.settings import Layered, Parse, Setting, bounded, invalid, load, ports
+from kvspread.settings import Layered, Parse, Setting, bounded, http_urls, invalid, load, ports
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
 from metrics_adapter.rules import (
     DEFAULT_STALENESS_S,
@@ -179,6 +179,7 @@ class AdapterConfig:
 
     def validate(self) -> None:
         ports(self, "secure_port", "otlp_port", "keda_port")
+        http_urls(self, "kube_server", "prometheus_url")
         bounded(self, "otlp_max_body_bytes", "max_series", at_least=1, what="an integer")
         if self.authorization_mode not in AUTHORIZATION_MODES:
             raise invalid(

@@ -98,6 +98,10 @@ class HttpServer:
         handler: async (Request) -> Response.
         ssl_context: TLS context (None: plain HTTP).
         max_body: largest accepted request body in bytes (413 above).
+        refusal: builds the answer to a request refused before it reaches `handler` (413,
+            a malformed head) from (status, message, the request's content-type), so a
+            protocol with its own error body (OTLP: a google.rpc.Status in the request's
+            encoding) keeps it; None: `{"message": ...}` JSON.
     """
 
     handler: Handler
@@ -107,6 +111,7 @@ class HttpServer:
     max_body: int = 4 * 1024 * 1024
     idle_timeout: float = 90.0
     handshake_timeout: float = 10.0
+    refusal: Callable[[int, str, str], Response] | None = None
     tls_failures: int = field(default=0, init=False)
     _servers: list[asyncio.Server] = field(default_factory=list, init=False, repr=False)
     _conns: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
@@ -218,7 +223,7 @@ class HttpServer:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
                 code = exc.error_status_hint
-                await self._simple(conn, writer, code, f"bad request: {exc}")
+                await self._simple(conn, writer, code, f"bad request: {exc}", head)
                 return None
             if event is h11.NEED_DATA:
                 try:
@@ -238,7 +243,11 @@ class HttpServer:
                             length = int(v)
                 if length is not None and length > self.max_body:
                     await self._simple(
-                        conn, writer, 413, f"request body of {length} bytes exceeds {self.max_body}"
+                        conn,
+                        writer,
+                        413,
+                        f"request body of {length} bytes exceeds {self.max_body}",
+                        head,
                     )
                     return None
                 continue
@@ -246,7 +255,7 @@ class HttpServer:
                 size += len(event.data)
                 if size > self.max_body:
                     await self._simple(
-                        conn, writer, 413, f"request body exceeds {self.max_body} bytes"
+                        conn, writer, 413, f"request body exceeds {self.max_body} bytes", head
                     )
                     return None
                 chunks.append(bytes(event.data))
@@ -267,13 +276,25 @@ class HttpServer:
                 return None
 
     async def _simple(
-        self, conn: h11.Connection, writer: asyncio.StreamWriter, code: int, msg: str
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        code: int,
+        msg: str,
+        head: h11.Request | None,
     ) -> None:
         import json
 
-        body = json.dumps({"message": msg}).encode()
+        if self.refusal is not None:
+            ctype = b""
+            for k, v in head.headers if head is not None else ():
+                if k == b"content-type":
+                    ctype = v
+            resp = self.refusal(code, msg, ctype.decode("latin-1"))
+        else:
+            resp = Response(code, json.dumps({"message": msg}).encode())
         with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
-            await self._write(conn, writer, Response(code, body), close=True)
+            await self._write(conn, writer, resp, close=True)
 
     async def _write(
         self,

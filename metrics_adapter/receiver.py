@@ -86,6 +86,12 @@ class OtlpReceiver:
         st = status_pb2.Status(code=INVALID_ARGUMENT, message=message)
         return self._encode(st, content_type, status)
 
+    def refusal(self, status: int, message: str, request_content_type: str) -> Response:
+        """The answer to a request the HTTP layer refused before reading it (413), in the
+        request's encoding like every other OTLP error."""
+        ctype = request_content_type.split(";")[0].strip().lower()
+        return self._error(status, message, JSON if ctype == JSON else PROTOBUF)
+
     async def handle(self, req: Request) -> Response:
         return self.handle_sync(req)
 

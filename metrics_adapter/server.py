@@ -188,6 +188,7 @@ class Adapter:
             config.otlp_port,
             otlp_ctx,
             config.otlp_max_body_bytes,
+            refusal=self.receiver.refusal,
         )
         self.keda: KedaServer | None = None
         if config.keda_port:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from kvspread import logs
+from kvspread import logs, preflight
 from kvspread.settings import KUBERNETES_SETTINGS, PartCommand, Setting, from_args
 from router.config import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, RouterConfig
 
@@ -42,7 +42,7 @@ SETTINGS: list[Setting] = [
     ),
     Setting(
         "endpoints.static",
-        "fixed endpoints ip:port,ip:port (no cluster needed)",
+        "fixed endpoints ip:port,ip:port (IPv4, or [IPv6]:port; no host names; no cluster needed)",
         flag="--endpoints",
         metavar="LIST",
     ),
@@ -118,7 +118,13 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ro
 
 
 def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """Check the key pair and, when endpoints come from the cluster, the cluster access
+    first (as the extender does): each mistake is one line saying what to give."""
     cfg = config_from_args(args, environ)
+    srv, kube = cfg.server, cfg.kubernetes
+    preflight.check_tls_pair(srv.tls_cert, srv.tls_key, "--tls-cert", "--tls-key")
+    if cfg.mode != "static":
+        preflight.check_kube_access(kube.kubeconfig, kube.api_server, "--endpoints IP:PORT,...")
     logs.configure(cfg.server.log_level)
     from router.run import serve as serve_forever
 

@@ -28,6 +28,8 @@ YAML shape (every key optional; defaults shown, except that exactly one of
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
@@ -82,9 +84,34 @@ def parse_endpoints(value: Any) -> tuple[str, ...]:
 ADDRESSES: Final = Parse(parse_endpoints, "a list of ip:port (or ip:port,ip:port)", "list[ip:port]")
 
 
-def _is_address(item: str) -> bool:
+def address_problem(item: str) -> str:
+    """What `item` should be when it is not an endpoint address (the text after
+    "expected"), or "" when it is one.
+
+    An endpoint is `a.b.c.d:port` or `[ipv6]:port` (port 1..65535), never a host name:
+    the picker hands it to Envoy in the destination header, and Envoy's ORIGINAL_DST
+    cluster connects to that address as it is, without resolving names."""
     host, sep, port = item.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+    if not sep or not host:
+        return "ip:port"
+    if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        return "ip:port with a port 1..65535"
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return "ip:port with an IPv6 address inside the brackets"
+        return ""
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        if re.fullmatch(r"[0-9.]+", host):
+            return "ip:port with an IPv4 address (four numbers 0..255)"
+        return (
+            "ip:port with an IP address, not a host name (Envoy's ORIGINAL_DST cluster "
+            "connects to the address as given; IPv6 as [addr]:port)"
+        )
+    return ""
 
 
 @dataclass(frozen=True)
@@ -130,7 +157,9 @@ class EndpointsConfig:
     `endpoints:`); also where their engines' metrics are."""
 
     static: Annotated[tuple[str, ...], ADDRESSES] = ()
-    """Fixed endpoints `ip:port` (a list, or `ip:port,ip:port`); no cluster needed."""
+    """Fixed endpoints `ip:port` (a list, or `ip:port,ip:port`); no cluster needed. An IPv4
+    address or a bracketed IPv6 one (`[fd00::5]:8000`), never a host name (Envoy's
+    ORIGINAL_DST cluster connects to the address as given)."""
     selector: str | None = None
     """Pods by label selector (`a=b,c=d`), without Gateway API; needs `target_port`."""
     target_port: int | None = None
@@ -145,8 +174,9 @@ class EndpointsConfig:
 
     def validate(self) -> None:
         for n, item in enumerate(self.static):
-            if not _is_address(item):
-                raise invalid(f"static[{n}]", "ip:port", item)
+            problem = address_problem(item)
+            if problem:
+                raise invalid(f"static[{n}]", problem, item)
         ports(self, "target_port", "metrics_port", lowest=1)
         if self.selector and self.target_port is None:
             raise invalid("target_port", "a port with selector (--target-port)", None)

@@ -5,20 +5,76 @@ GET /debug/explain?request_id=ID (or /debug/explain/ID): the decision for that r
 (`x-request-id`, which Envoy sets): the request's modality and token estimates, every
 candidate's tier, score and terms, what was excluded and why. Without an id: 400 naming
 the recent ids. Unknown id: 404.
+
+Every JSON answer is strict JSON (a number no engine can mean, NaN or an infinity, is
+written as null), so jq and JSON.parse read it. Anything but GET/HEAD answers 405 with
+`Allow: GET, HEAD`, and a request line over 64 KiB 414, each as one line of JSON.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
+from kvspread.opsserver import OpsServer, Reply, text_reply
 from router.endpoints import EndpointSet
 from router.metrics import RouterMetrics
 from router.picker import Picker
 
-__all__ = ["DebugServer"]
+__all__ = ["DebugServer", "json_reply", "strict"]
+
+ALLOW = "GET, HEAD"
+"""The methods the operator endpoints answer."""
+
+
+def strict(doc: Any) -> Any:
+    """`doc` with every NaN or infinite float replaced by None (JSON null)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: strict(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [strict(v) for v in doc]
+    return doc
+
+
+def json_reply(status: int, doc: Any, indent: int | None = 1) -> Reply:
+    """`doc` as strict JSON (`allow_nan=False` after `strict`): never NaN or Infinity."""
+    text = json.dumps(strict(doc), indent=indent, allow_nan=False)
+    return Reply(status, text.encode(), "application/json")
+
+
+def _json_errors(base: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:
+    """`base` whose errors raised before a route runs (an unsupported method, a request
+    line too long, bad headers) are one line of JSON rather than the stdlib's HTML page."""
+
+    class Handler(base):  # type: ignore[valid-type,misc]
+        def send_error(
+            self, code: int, message: str | None = None, explain: str | None = None
+        ) -> None:
+            allow = code == 501  # the stdlib's answer to a method without a do_ handler
+            if allow:
+                code = 405
+                message = f"method {self.command} not allowed; this port serves {ALLOW}"
+            elif code == 414:
+                message = "request line longer than 65536 bytes; shorten the URL"
+            body = (json.dumps({"error": message or self.responses[code][0]}) + "\n").encode()
+            self.send_response(code, message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if allow:
+                self.send_header("Allow", ALLOW)
+            self.send_header("Connection", "close")  # an unread request body may follow
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+    return Handler
 
 
 class DebugServer(OpsServer):
@@ -38,6 +94,8 @@ class DebugServer(OpsServer):
         self.metrics = metrics
         self.ready = ready
         super().__init__(host, port, self.route, "router-debug-http")
+        base = cast("type[BaseHTTPRequestHandler]", self.httpd.RequestHandlerClass)
+        self.httpd.RequestHandlerClass = _json_errors(base)
 
     def route(self, raw_path: str, q: dict[str, str]) -> Reply:
         path = raw_path.rstrip("/") or "/"

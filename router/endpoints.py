@@ -63,29 +63,62 @@ class Measured:
     running: float | None = None
     kv_usage: float | None = None
     kv_capacity_tokens: int | None = None
+    ignored: tuple[str, ...] = ()  # numbers the engine gave out of range, taken as absent
     picks_since_scrape: int = 0
     image_tokens: float = 0.0
     all_tokens: float = 0.0
     decayed_at: float = field(default_factory=time.monotonic)
 
 
-def summarise_samples(samples: list[EngineSample]) -> Measured:
-    """One endpoint's numbers from its engine's samples (one per served model)."""
+KV_USAGE_TOLERANCE = 0.01
+"""How far outside 0..1 a KV usage may be and still be read (clipped): engines round."""
 
-    def total(vals: list[float | None]) -> float | None:
+
+def _finite(value: float | None) -> float | None:
+    """`value`, or None when it is NaN or infinite (absent, the worst value, never used)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def summarise_samples(samples: list[EngineSample]) -> Measured:
+    """One endpoint's numbers from its engine's samples (one per served model).
+
+    A value no engine can mean (NaN, an infinity, a negative count, a KV usage outside
+    0..1 beyond `KV_USAGE_TOLERANCE`) makes that number absent for the whole endpoint,
+    named in `ignored`: absent counts as the worst value, so a broken gauge never makes
+    an endpoint look emptier than it is, as summing only the other models would."""
+    ignored: list[str] = []
+
+    def count(name: str, vals: list[float | None]) -> float | None:
         known = [v for v in vals if v is not None]
+        if any(not (math.isfinite(v) and v >= 0) for v in known):
+            ignored.append(name)
+            return None
         return sum(known) if known else None
 
     usages = [s.kv_usage for s in samples if s.kv_usage is not None]
-    capacity = None
+    kv_usage = None
+    if any(
+        not (math.isfinite(u) and -KV_USAGE_TOLERANCE <= u <= 1 + KV_USAGE_TOLERANCE)
+        for u in usages
+    ):
+        ignored.append("kv_usage")
+    elif usages:
+        kv_usage = min(1.0, max(0.0, max(usages)))
+    capacity: int | None = None
     for s in samples:
-        if s.kv_blocks_total and s.block_size:
-            capacity = (capacity or 0) + s.kv_blocks_total * s.block_size
+        blocks, size = s.kv_blocks_total or 0, s.block_size or 0
+        if blocks < 0 or size < 0:
+            ignored.append("kv_capacity_tokens")
+            capacity = None
+            break
+        if blocks and size:
+            capacity = (capacity or 0) + blocks * size
     return Measured(
-        waiting=total([s.waiting for s in samples]),
-        running=total([s.running for s in samples]),
-        kv_usage=max(usages) if usages else None,
+        waiting=count("waiting", [s.waiting for s in samples]),
+        running=count("running", [s.running for s in samples]),
+        kv_usage=kv_usage,
         kv_capacity_tokens=capacity,
+        ignored=tuple(ignored),
     )
 
 
@@ -129,6 +162,7 @@ class EndpointSet:
         # or VIEW_MAX_AGE_S passing), so a pick rebuilds one view, not all of them
         self._views: dict[str, EndpointView] = {}
         self._views_until = -math.inf
+        self._unexpected: set[tuple[str, str]] = set()  # (endpoint, error type) logged
         self.synced = False  # True after the first replace()
         self.scrapes = 0
 
@@ -154,11 +188,17 @@ class EndpointSet:
 
     # --- scraping ---------------------------------------------------------------------
     def _scrape_one(self, ep: Endpoint) -> None:
+        """Scrape one endpoint. Any failure (an unreachable engine, a URL httpx refuses, a
+        parser surprise) marks this endpoint stale with the error as the reason; it never
+        reaches the scraper thread, so one bad endpoint cannot stop the others' scrapes."""
         try:
             got = summarise_samples(self._scraper(ep))
             err = ""
         except (httpx.HTTPError, EngineParseError, OSError) as exc:
             got, err = None, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            got, err = None, f"{type(exc).__name__}: {exc}"
+            self._log_unexpected(ep.address, exc)
         now = self._clock()
         with self._lock:
             m = self._measured.get(ep.address)
@@ -173,13 +213,33 @@ class EndpointSet:
                 m.error = err
                 self._views.pop(ep.address, None)
                 return
+            if got.ignored and got.ignored != m.ignored:
+                log.warning(
+                    "engine metrics out of range, taken as absent",
+                    extra={"kv": {"endpoint": ep.address, "ignored": list(got.ignored)}},
+                )
             self._views.pop(ep.address, None)
             m.scraped_at = now
             m.error = ""
             m.waiting, m.running = got.waiting, got.running
             m.kv_usage, m.kv_capacity_tokens = got.kv_usage, got.kv_capacity_tokens
+            m.ignored = got.ignored
             m.picks_since_scrape = 0
         self.scrapes += 1
+
+    def _log_unexpected(self, where: str, exc: BaseException) -> None:
+        """Log an error no scrape should raise with its traceback, once per endpoint and
+        kind of error (the scraper retries every `interval_s`)."""
+        key = (where, type(exc).__name__)
+        with self._lock:
+            if key in self._unexpected:
+                return
+            self._unexpected.add(key)
+        log.error(
+            "unexpected scrape error",
+            exc_info=exc,
+            extra={"kv": {"endpoint": where, "why": f"{type(exc).__name__}: {exc}"}},
+        )
 
     def scrape_all(self) -> None:
         """One round over every endpoint, in parallel; returns when all are done."""
@@ -190,7 +250,10 @@ class EndpointSet:
         def loop() -> None:
             while not self._stop.is_set():
                 started = self._clock()
-                self.scrape_all()
+                try:
+                    self.scrape_all()
+                except Exception as exc:  # noqa: BLE001 - the scraper thread must live on
+                    self._log_unexpected("(scrape round)", exc)
                 self._stop.wait(max(0.0, self.metrics.interval_s - (self._clock() - started)))
 
         self._thread = threading.Thread(target=loop, name="router-scraper", daemon=True)
@@ -232,14 +295,14 @@ class EndpointSet:
         if node is not None and wall - node.ts > self.metrics.signals_stale_after_s:
             node = None  # stale node signals count as absent (the worst value)
         mem_share = None
-        image_share = own_share
+        image_share: float | None = own_share
         if node is not None:
             if node.gpus:
                 total = sum(g.mem_total_mib for g in node.gpus)
                 if total > 0:
-                    mem_share = sum(g.mem_used_mib for g in node.gpus) / total
+                    mem_share = _finite(sum(g.mem_used_mib for g in node.gpus) / total)
             if node.image_token_share is not None:
-                image_share = node.image_token_share
+                image_share = _finite(node.image_token_share)
         if m.scraped_at is None:
             fresh, why = False, "never scraped" + (f" ({m.error})" if m.error else "")
         else:
@@ -256,6 +319,7 @@ class EndpointSet:
             running=m.running,
             kv_usage=m.kv_usage,
             kv_capacity_tokens=m.kv_capacity_tokens,
+            ignored=m.ignored,
             gpu_memory_share=mem_share,
             image_token_share=image_share,
             picks_since_scrape=m.picks_since_scrape,

@@ -98,6 +98,7 @@ def pool_endpoints(
             continue
         ann = meta.get("annotations") or {}
         ip = pod["status"]["podIP"]
+        host = f"[{ip}]" if ":" in ip else ip  # an IPv6 pod IP, as Envoy and URLs write it
         node = (pod.get("spec") or {}).get("nodeName") or ""
         modality = labels.get(LABEL_MODALITY)
         if modality is None and node in nodes:
@@ -108,8 +109,8 @@ def pool_endpoints(
             mport = ann.get(ANNOTATION_METRICS_PORT) or metrics_port or port
             out.append(
                 Endpoint(
-                    address=f"{ip}:{port}",
-                    metrics_url=f"http://{ip}:{mport}{path}",
+                    address=f"{host}:{port}",
+                    metrics_url=f"http://{host}:{mport}{path}",
                     name=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
                     namespace=meta.get("namespace", ""),
                     node=node,

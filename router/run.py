@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from kvspread import preflight
 from kvspread.settings import ConfigError
 from router.config import RouterConfig
 from router.debug import DebugServer
@@ -73,6 +74,10 @@ class Router:
     def _credentials(self) -> grpc.ServerCredentials | None:
         if not self.cfg.server.tls_cert:
             return None
+        # grpcio takes any bytes here and only fails in add_secure_port, as a bind error
+        preflight.check_tls_pair(
+            self.cfg.server.tls_cert, self.cfg.server.tls_key, "server.tls_cert", "server.tls_key"
+        )
         try:
             cert = Path(self.cfg.server.tls_cert).read_bytes()
             key = Path(str(self.cfg.server.tls_key)).read_bytes()

@@ -57,6 +57,7 @@ class EndpointView:
     gpu_memory_share: float | None = None  # node signals: used / total GPU memory
     image_token_share: float | None = None
     picks_since_scrape: int = 0
+    ignored: tuple[str, ...] = ()  # numbers the engine gave out of range (NaN, -1): absent
 
 
 @dataclass(frozen=True)

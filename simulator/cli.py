@@ -173,8 +173,11 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     s = _placement_settings(args, environ)
     trace = str(s.get("trace") or "default")
-    seeds = parse_seeds(s.get("seeds") or DEFAULT_SEEDS)
-    policies = parse_policies(s.get("policies") or list(DEFAULT_POLICIES))
+    # an empty value given on purpose (`--seeds ''`) is an error, not the default
+    seeds = parse_seeds(DEFAULT_SEEDS if s.get("seeds") is None else s["seeds"])
+    policies = parse_policies(
+        list(DEFAULT_POLICIES) if s.get("policies") is None else s["policies"]
+    )
     jobs = s["jobs"] or _jobs(args, environ)
     out = Path(s["out"] if s["out"] != DEFAULT_OUT else getattr(args, "out", None) or DEFAULT_OUT)
     weight = s["extender_weight"]

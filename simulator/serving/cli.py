@@ -76,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SERVICE=PATH",
         help="drive SERVICE from a ServeGen client folder, an Azure-format CSV "
         "(TIMESTAMP,ContextTokens,GeneratedTokens[,NumImages]) or a bundled name "
-        f"({', '.join(BUNDLED)}); repeatable. Default: the bundled real workloads",
+        f"({', '.join(BUNDLED)}); repeatable; a SERVICE the setup does not have is added as "
+        "a text service with the default service settings (the config's services: section "
+        "sets its own). Default: the bundled real workloads",
     )
     _add(
         parser,
@@ -182,8 +184,8 @@ def _hours(text: str) -> tuple[float, float]:
         a, b = (float(x) for x in text.split("-", 1))
     except ValueError:
         raise ConfigError(f"--hours: {text!r}: expected A-B in hours, e.g. 10-11") from None
-    if not 0 <= a < b:
-        raise ConfigError(f"--hours: {text!r}: need 0 <= A < B")
+    if not 0 <= a < b <= 24:
+        raise ConfigError(f"--hours: {text!r}: need 0 <= A < B <= 24 (the ServeGen day)")
     return a, b
 
 
@@ -238,8 +240,12 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         if duration is None:
             duration = (b - a) * 3600.0
     if getattr(args, "offset", None) is not None:
-        if args.offset < 0:
-            raise ConfigError(f"--offset: {args.offset!r}: must be >= 0")
+        if hours is not None:
+            raise ConfigError("--hours and --offset: both set the start; give one of them")
+        if not 0 <= args.offset < 86400:
+            raise ConfigError(
+                f"--offset: {args.offset!r}: must be 0 <= SECONDS < 86400 (the ServeGen day)"
+            )
         data["workload_start_s"] = float(args.offset)
     if getattr(args, "rate_scale", None) is not None:
         if not args.rate_scale > 0:
@@ -294,16 +300,21 @@ def load_config_mapping(
     return config_from_mapping(data)
 
 
+def _given(args: argparse.Namespace, name: str, default: str) -> str:
+    """The flag's value as given (even empty), or `default` where it was not given."""
+    value = getattr(args, name, None)
+    return default if value is None else str(value)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run every policy x autoscaler x seed, write the outputs into args.out, print the
     table."""
     out = Path(getattr(args, "out", None) or DEFAULT_OUT)
     try:
-        seeds = parse_seeds(getattr(args, "seeds", DEFAULT_SEEDS) or DEFAULT_SEEDS)
-        policies = parse_policies(getattr(args, "policies", ",".join(POLICIES)) or POLICIES)
-        autoscalers = parse_autoscalers(
-            getattr(args, "autoscalers", ",".join(AUTOSCALERS)) or AUTOSCALERS
-        )
+        # an empty value given on purpose (`--seeds ''`) is an error, not the default
+        seeds = parse_seeds(_given(args, "seeds", DEFAULT_SEEDS))
+        policies = parse_policies(_given(args, "policies", ",".join(POLICIES)))
+        autoscalers = parse_autoscalers(_given(args, "autoscalers", ",".join(AUTOSCALERS)))
         routings = parse_routings(getattr(args, "routing", DEFAULT_ROUTING))
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc

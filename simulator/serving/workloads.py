@@ -302,8 +302,13 @@ def _load_csv(path: Path) -> CsvWorkload:
                 gen.append(int(float(row[col["GeneratedTokens"]])))
                 if "NumImages" in col:
                     img.append(int(float(row[col["NumImages"]] or 0)))
-            except (ValueError, IndexError):
+            except (ValueError, IndexError, OverflowError):
                 raise WorkloadError(f"{path}:{n}: cannot read {row[:4]}") from None
+            counts = (ctx[-1], gen[-1], img[-1] if img else 0)
+            if min(counts) < 0:
+                raise WorkloadError(
+                    f"{path}:{n}: token and image counts must be >= 0, got {row[:4]}"
+                )
     if not ts:
         raise WorkloadError(f"{path}: no requests")
     t = np.asarray(ts, dtype=float)

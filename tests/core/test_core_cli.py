@@ -18,16 +18,27 @@ COMMANDS = [
     ["simulate"],
     ["simulate", "placement"],
     ["simulate", "serving"],
+    ["router"],
+    ["router", "serve"],
 ]
 
 
-@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "kvspread")
-def test_every_subcommand_has_help(cmd, capsys):
+def _exit(argv: list[str]) -> int:
     with pytest.raises(SystemExit) as info:
-        main([*cmd, "--help"], environ={})
-    assert info.value.code == 0
-    out = capsys.readouterr().out
-    assert out.startswith("usage: kvspread")
+        main(argv, environ={})
+    return int(info.value.code or 0)
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "kvspread")
+def test_every_subcommand_has_help_and_refuses_an_unknown_flag_with_it(cmd, capsys):
+    name = " ".join(["kvspread", *cmd])
+    assert _exit([*cmd, "--help"]) == 0
+    assert capsys.readouterr().out.startswith(f"usage: {name}")
+    # an unknown flag: the usage of the command it was given to, not the top level's
+    assert _exit([*cmd, "--no-such-flag"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {name} ")
+    assert err.rstrip().endswith(f"{name}: error: unrecognized arguments: --no-such-flag")
 
 
 def test_top_level_lists_every_part():

@@ -69,6 +69,10 @@ CASES: list[tuple[list[str], str]] = [
     (["extender", "serve", "--standalone", "--port", "{port}"], "already in use"),
     (["extender", "serve", "--standalone", "--port", "{port}", "--host", "0.0.0.0"], "in use"),
     (["extender", "serve", "--standalone", "--port", "x"], "--port"),
+    (
+        ["extender", "serve", "--standalone", "--host", "256.1.1.1"],
+        "--host 256.1.1.1: not an address of this machine",
+    ),
     (["extender", "serve", "--standalone", "--host", "192.0.2.77"], "not an address"),
     (["extender", "serve", "--standalone", "--config", "{missing}"], "missing.yaml"),
     (["extender", "serve", "--standalone", "--config", "{badyaml}"], "bad.yaml"),

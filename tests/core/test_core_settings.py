@@ -348,3 +348,60 @@ def test_ports_checks_the_range_and_lets_unset_pass() -> None:
         ports(SimpleNamespace(c=65536), "c")
     with pytest.raises(ConfigError, match=r"^a: expected a port number 1\.\.65535, got 0$"):
         ports(SimpleNamespace(a=0), "a", lowest=1)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["notaurl", "ftp://host:21", "http://", "127.0.0.1:8001", "http://h:99999", "http://h:port"],
+)
+def test_http_urls_refuses_what_no_client_can_use(value: str) -> None:
+    from types import SimpleNamespace
+
+    from kvspread.settings import http_urls
+
+    with pytest.raises(ConfigError, match=r"^u: expected an http:// or https:// URL with a host"):
+        http_urls(SimpleNamespace(u=value), "u")
+
+
+def test_every_part_checks_its_api_server_and_prometheus_urls_at_start() -> None:
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from kvspread.settings import http_urls
+
+    ok = SimpleNamespace(a="http://127.0.0.1:8001", b="https://kube.example:6443/", c=None)
+    http_urls(ok, "a", "b", "c")
+    for argv in (
+        ["extender", "serve", "--kube-api-server", "notaurl"],
+        ["router", "serve", "--pool-name", "p", "--kube-api-server", "notaurl"],
+        ["adapter", "serve", "--kube-api-server", "notaurl"],
+        ["adapter", "serve", "--prometheus-url", "notaurl"],
+        ["collector", "run", "--kube-api-server", "notaurl"],
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "kvspread", *argv], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 2, (argv, out.stderr)
+        assert "URL with a host (http://HOST:PORT), got 'notaurl'" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+
+
+def test_an_unknown_variable_of_a_part_is_named_on_stderr(capsys: pytest.CaptureFixture) -> None:
+    from kvspread.settings import warn_unknown_env
+
+    settings = [Setting("server.port", "port")]
+    env = {
+        "KVSPREAD_EXTENDER_SERVER_PORT": "1",  # a setting's variable: quiet
+        "KVSPREAD_EXTENDER_SERVER_PROT": "1",  # a typo: named
+        "KVSPREAD_ROUTER_X": "1",  # another part's prefix: not this part's business
+        "KVSPREAD_TRACEBACK": "1",
+    }
+    warn_unknown_env("extender", settings, env)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "kvspread: warning: KVSPREAD_EXTENDER_SERVER_PROT is not a setting of kvspread "
+        "extender (ignored; the command's --help lists its variables)"
+    ]
+    warn_unknown_env("collector", settings, {"KVSPREAD_COLLECTOR_OTLP_ENDPOINTS": "x"})
+    assert capsys.readouterr().err == ""

@@ -185,6 +185,16 @@ def test_extender_config_sections() -> None:
             "server.prioritize_verb: expected a verb other than filter_verb",
             id="same verbs",
         ),
+        pytest.param(
+            {"server": {"filter_verb": "healthz"}},
+            "server.filter_verb: expected a verb other than the server's own debug, healthz",
+            id="verb is the probe",
+        ),
+        pytest.param(
+            {"server": {"prioritize_verb": "debug/explain"}},
+            "server.prioritize_verb: expected a verb other than the server's own",
+            id="verb under debug",
+        ),
         pytest.param({"ledger": {"ttl_s": 0}}, "ledger.ttl_s", id="ttl zero"),
         pytest.param(
             {"explain": {"enabled": 1}},

@@ -126,6 +126,10 @@ def test_explain_gives_each_nodes_terms(app_client) -> None:  # noqa: ANN001
     for bad in ({"pod": "nonamespace"}, {"pod": "a/b", "top": 0}):
         r = client.get("/debug/explain", params=bad)
         assert r.status_code == 400 and r.json()["error"]
+    for top in ("abc", "1.5", "-2", ""):
+        r = client.get("/debug/explain", params={"pod": "serving/llm-0", "top": top})
+        assert r.status_code == 400, (top, r.text)
+        assert r.json() == {"error": f"top must be a whole number >= 1, got {top!r}"}
 
 
 def test_explain_switched_off_answers_404_and_scoring_still_works() -> None:

@@ -42,6 +42,11 @@ def test_keys_in_any_letter_case(keys: tuple[str, str]) -> None:
         pytest.param(b"   ", "request body is empty", id="blank"),
         pytest.param(b"{not json", "request body is not JSON", id="not JSON"),
         pytest.param(b"[1, 2]", "ExtenderArgs must be a JSON object", id="array"),
+        pytest.param(
+            b"null",
+            "ExtenderArgs must be a JSON object with Pod and Nodes or NodeNames, got null",
+            id="null",
+        ),
         pytest.param(b'{"NodeNames": []}', "ExtenderArgs.Pod is missing", id="no Pod"),
         pytest.param(
             b'{"Pod": null, "NodeNames": []}', "ExtenderArgs.Pod is missing", id="null Pod"
@@ -72,8 +77,18 @@ def test_keys_in_any_letter_case(keys: tuple[str, str]) -> None:
         ),
         pytest.param(
             b'{"Pod": {}, "NodeNames": ["a", 1]}',
-            "ExtenderArgs.NodeNames[1] must be a string",
+            "ExtenderArgs.NodeNames[1] must be a string, got a number (1)",
             id="name int",
+        ),
+        pytest.param(
+            b'{"Pod": {}, "NodeNames": ["a", null]}',
+            "ExtenderArgs.NodeNames[1] must be a string, got null",
+            id="name null",
+        ),
+        pytest.param(
+            b'{"Pod": "p", "NodeNames": []}',
+            "ExtenderArgs.Pod must be a v1 Pod object, got a string ('p')",
+            id="Pod string",
         ),
     ],
 )

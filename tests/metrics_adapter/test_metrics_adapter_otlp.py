@@ -204,7 +204,14 @@ def test_body_limit_over_http(pki: Pki) -> None:
         r = httpx.post(
             url, content=b"\0" * 10_000, headers={"content-type": "application/x-protobuf"}
         )
+        # refused before it is read, yet in the request's encoding: a google.rpc.Status
         assert r.status_code == 413
+        assert r.headers["content-type"] == "application/x-protobuf"
+        refused = status_pb2.Status.FromString(r.content)
+        assert refused.message == "request body of 10000 bytes exceeds 4096"
+        r = httpx.post(url, content=b"{" * 10_000, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.headers["content-type"] == "application/json"
+        assert r.json()["message"] == "request body of 10000 bytes exceeds 4096"
         r = httpx.post(
             url,
             content=_good_request().SerializeToString(),

@@ -4,7 +4,8 @@ It serves, over real HTTP on 127.0.0.1:
 - GET /metrics: vLLM 0.11-format exposition (the gauge names and the cache_config_info
   line as in tests/fixtures/engine-metrics/vllm-0.11-metrics.txt) whose waiting/running
   requests and KV usage the test sets (`set(waiting=, running=, kv=)`), or a 500 when
-  `metrics_broken` is set;
+  `metrics_broken` is set, or `metrics_text` verbatim when the test sets it (values the
+  vLLM format cannot be written with from floats, such as `NaN` and `+Inf`);
 - POST /v1/chat/completions and /v1/completions: an OpenAI-style SSE stream (`chunks`
   `data: {...}` events then `data: [DONE]`) naming the fake in every event, or one JSON
   object when the body does not ask for `stream`.
@@ -63,6 +64,7 @@ class FakeEngine:
         self.blocks = 27434
         self.block_size = 16
         self.metrics_broken = False
+        self.metrics_text: str | None = None
         self.requests: list[tuple[str, dict[str, str], int]] = []
         self._lock = threading.Lock()
         self._server = _Server((host, port), self._handler())
@@ -95,6 +97,8 @@ class FakeEngine:
 
     def _metrics_text(self) -> str:
         with self._lock:
+            if self.metrics_text is not None:
+                return self.metrics_text
             return vllm_metrics(self.waiting, self.running, self.kv, self.blocks, self.block_size)
 
     def _record(self, path: str, headers: dict[str, str], size: int) -> None:

@@ -3,6 +3,7 @@ one-line error with a non-zero exit for anything wrong."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,22 +53,54 @@ def test_layering(tmp_path: Path) -> None:
     [
         ([], "endpoints: expected exactly one of --endpoints"),
         (["--endpoints", "10.0.0.1"], "--endpoints: endpoints.static[0]: expected ip:port, got '10.0.0.1'"),
-        (["--endpoints", "a:1", "--pool-name", "p"], "got ['endpoints.static', 'pool.name']"),
+        (["--endpoints", "10.0.0.1:1", "--pool-name", "p"], "got ['endpoints.static', 'pool.name']"),
         (["--endpoint-selector", "app=x"], "endpoints.target_port: expected a port with selector (--target-port)"),
-        (["--endpoints", "a:1", "--tls-cert", "c.pem"], "server.tls_key: expected tls_cert and tls_key both or neither, got None"),
-        (["--endpoints", "a:1", "--grpc-port", "x"], "--grpc-port: server.grpc_port: expected an integer, got 'x'"),
-        (["--endpoints", "a:1", "--grpc-port", "70000"], "--grpc-port: server.grpc_port: expected a port number 0..65535"),
-        (["--endpoints", "a:1", "--stale-after", "0.1"], "--stale-after: metrics.stale_after_s: expected a number >= metrics.interval_s (0.5), got 0.1"),
-        (["--endpoints", "a:1", "--max-message-bytes", "1000"], "server.max_message_bytes: expected an integer >= 4194304"),
-        (["--endpoints", "a:1", "--fallbacks", "-1"], "--fallbacks: scoring.fallbacks: expected a number >= 0, got -1"),
-        (["--endpoints", "a:1", "--log-level", "loud"], "server.log_level: expected one of debug"),
-        (["--endpoints", "a:1", "--grpc-server", "netty"], "server.grpc_server: expected one of grpcio, h2"),
+        (["--endpoints", "10.0.0.1:1", "--tls-cert", "c.pem"], "server.tls_key: expected tls_cert and tls_key both or neither, got None"),
+        (["--endpoints", "10.0.0.1:1", "--grpc-port", "x"], "--grpc-port: server.grpc_port: expected an integer, got 'x'"),
+        (["--endpoints", "10.0.0.1:1", "--grpc-port", "70000"], "--grpc-port: server.grpc_port: expected a port number 0..65535"),
+        (["--endpoints", "10.0.0.1:1", "--stale-after", "0.1"], "--stale-after: metrics.stale_after_s: expected a number >= metrics.interval_s (0.5), got 0.1"),
+        (["--endpoints", "10.0.0.1:1", "--max-message-bytes", "1000"], "server.max_message_bytes: expected an integer >= 4194304"),
+        (["--endpoints", "10.0.0.1:1", "--fallbacks", "-1"], "--fallbacks: scoring.fallbacks: expected a number >= 0, got -1"),
+        (["--endpoints", "10.0.0.1:1", "--log-level", "loud"], "server.log_level: expected one of debug"),
+        (["--endpoints", "10.0.0.1:1", "--grpc-server", "netty"], "server.grpc_server: expected one of grpcio, h2"),
     ],
 )  # fmt: skip
 def test_bad_configuration_is_named(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         cfg_of(argv)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("127.0.0.1:28001,999.1.1.1:8000", "endpoints.static[1]: expected ip:port with an IPv4 address (four numbers 0..255), got '999.1.1.1:8000'"),
+        ("host.example:8000", "endpoints.static[0]: expected ip:port with an IP address, not a host name"),
+        ("localhost:8000", "not a host name (Envoy's ORIGINAL_DST cluster"),
+        ("10.0.0.1:0", "endpoints.static[0]: expected ip:port with a port 1..65535, got '10.0.0.1:0'"),
+        ("10.0.0.1:65536", "with a port 1..65535"),
+        ("10.0.0.1:８０", "with a port 1..65535"),
+        ("::1:8000", "not a host name"),
+        ("[::g]:8000", "expected ip:port with an IPv6 address inside the brackets, got '[::g]:8000'"),
+        ("1.2.3:8000", "with an IPv4 address"),
+    ],
+)  # fmt: skip
+def test_endpoints_must_be_ip_port(value: str, message: str) -> None:
+    """Envoy's ORIGINAL_DST cluster takes the destination header as an address: a host
+    name or an impossible IPv4 must fail at start-up, naming the entry."""
+    with pytest.raises(ConfigError) as info:
+        cfg_of(["--endpoints", value])
+    assert message in str(info.value), str(info.value)
+
+
+def test_ipv4_and_bracketed_ipv6_endpoints_are_accepted() -> None:
+    c = cfg_of(["--endpoints", "10.0.0.5:8000,255.255.255.255:1,[::1]:8000,[fd00::5]:65535"])
+    assert c.endpoints.static == (
+        "10.0.0.5:8000",
+        "255.255.255.255:1",
+        "[::1]:8000",
+        "[fd00::5]:65535",
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,7 +116,7 @@ def test_bad_configuration_is_named(argv: list[str], message: str) -> None:
 )  # fmt: skip
 def test_bad_yaml_names_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
     yml = tmp_path / "r.yaml"
-    source = "" if text.startswith("endpoints") else "endpoints: {static: 'a:1'}\n"
+    source = "" if text.startswith("endpoints") else "endpoints: {static: '10.0.0.1:1'}\n"
     yml.write_text(source + text + "\n")
     with pytest.raises(ConfigError) as info:
         cfg_of(["--config", str(yml)])
@@ -98,21 +131,25 @@ def test_static_endpoints_as_a_yaml_list(tmp_path: Path) -> None:
 
 def test_empty_sections_keep_the_defaults(tmp_path: Path) -> None:
     yml = tmp_path / "r.yaml"
-    yml.write_text("endpoints: {static: 'a:1'}\nserver:\nscoring: {fallbacks: null}\n")
+    yml.write_text("endpoints: {static: '10.0.0.1:1'}\nserver:\nscoring: {fallbacks: null}\n")
     c = cfg_of(["--config", str(yml)])
     assert c.server == RouterConfig().server and c.scoring.fallbacks == 2
 
 
-def test_cli_prints_one_line_and_exits_non_zero() -> None:
+@pytest.mark.parametrize(
+    "endpoints,message",
+    [("nope", "expected ip:port"), ("127.0.0.1:28001,999.1.1.1:8000", "'999.1.1.1:8000'")],
+)
+def test_cli_prints_one_line_and_exits_non_zero(endpoints: str, message: str) -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "kvspread", "router", "serve", "--endpoints", "nope"],
+        [sys.executable, "-m", "kvspread", "router", "serve", "--endpoints", endpoints],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0
-    assert "expected ip:port" in res.stderr and "Traceback" not in res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr
 
 
 def test_the_manifests_configuration_loads_and_names_the_example_pool() -> None:
@@ -189,3 +226,68 @@ def test_a_port_in_use_is_one_line_naming_it(which: str) -> None:
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1, res.stderr
     assert f"server.{which[2:].replace('-', '_')}: cannot listen" in res.stderr
+
+
+def _no_cluster_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a laptop without a cluster: no kubeconfig, no service account."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "KVSPREAD_"))}
+    env["HOME"] = str(tmp_path)
+    return env
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--pool-name", "x"], "no in-cluster service account and no kubeconfig ($KUBECONFIG, ~/.kube/config)"),
+        (["--endpoint-selector", "a=b", "--target-port", "8000"], "no in-cluster service account"),
+        (["--pool-name", "x", "--kubeconfig", "/nope"], "--kubeconfig /nope: no such file"),
+    ],
+)  # fmt: skip
+def test_no_cluster_credentials_is_a_configuration_error(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    """Not "internal error: ConfigException": one line saying what to give, exit 2."""
+    res = subprocess.run(
+        [sys.executable, "-m", "kvspread", "router", "serve", "--grpc-port", "0", "--http-port", "0", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_no_cluster_env(tmp_path),
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "internal error" not in res.stderr, res.stderr
+    assert "configuration error" in res.stderr and message in res.stderr, res.stderr
+    assert "--kubeconfig" in res.stderr and "--endpoints" in res.stderr
+
+
+@pytest.mark.parametrize("server", ["grpcio", "h2"])
+def test_a_junk_certificate_is_named_not_a_port_in_use(tmp_path: Path, server: str) -> None:
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    (tmp_path / "key.pem").write_text("not a key\n")
+    res = subprocess.run(
+        [*SERVE, "--grpc-port", "0", "--http-port", "0", "--grpc-server", server,
+         "--tls-cert", str(tmp_path / "junk.pem"), "--tls-key", str(tmp_path / "key.pem")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert f"--tls-cert {tmp_path / 'junk.pem'}" in res.stderr and "cannot listen" not in res.stderr
+
+
+def test_in_process_grpcio_checks_the_pair_before_binding(tmp_path: Path) -> None:
+    from router.run import Router
+
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    (tmp_path / "key.pem").write_text("not a key\n")
+    cfg = RouterConfig.from_mapping(
+        {
+            "endpoints": {"static": ["127.0.0.1:9"]},
+            "server": {"grpc_port": 0, "http_port": 0, "grpc_server": "grpcio",
+                       "tls_cert": str(tmp_path / "junk.pem"), "tls_key": str(tmp_path / "key.pem")},
+        }
+    )  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        Router(cfg).start()
+    assert "server.tls_cert" in str(info.value) and "not a PEM certificate" in str(info.value)

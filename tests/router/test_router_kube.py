@@ -110,3 +110,19 @@ def test_not_ready_until_listed(start_router) -> None:  # type: ignore[no-untype
     router = start_router(cfg)
     time.sleep(0.3)
     assert not router.ready()
+
+
+def test_ipv6_pod_ips_are_bracketed_in_the_destination_and_the_metrics_url() -> None:
+    from router.config import address_problem
+    from router.kubewatch import pool_endpoints
+
+    pods = [
+        ready_pod("v6", "fd00::5", "n1", {"app": "m"}),
+        ready_pod("v4", "10.0.0.5", "n1", {"app": "m"}),
+    ]
+    eps = {e.name: e for e in pool_endpoints({"app": "m"}, [8000], pods, {}, metrics_port=9100)}
+    assert eps["llm/v6"].address == "[fd00::5]:8000"
+    assert eps["llm/v6"].metrics_url == "http://[fd00::5]:9100/metrics"
+    assert eps["llm/v4"].address == "10.0.0.5:8000"
+    # the same form --endpoints accepts
+    assert address_problem("[fd00::5]:8000") == ""

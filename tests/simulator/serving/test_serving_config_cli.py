@@ -188,6 +188,12 @@ def test_run_writes_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         (["--rate", "0"], "--rate"),
         (["--jobs", "0"], "--jobs"),
         (["--config", "/nonexistent/serving.yaml"], "does not exist"),
+        (["--seeds", ""], "--seeds: no seed given"),
+        (["--policies", ""], "--policies: no policy given"),
+        (["--autoscalers", ""], "--autoscalers: no autoscaler given"),
+        (["--hours", "10-30"], "need 0 <= A < B <= 24 (the ServeGen day)"),
+        (["--offset", "99999999"], "must be 0 <= SECONDS < 86400"),
+        (["--hours", "10-11", "--offset", "100"], "--hours and --offset: both set the start"),
     ],
 )
 def test_run_rejects_bad_flags(argv: list[str], message: str, tmp_path: Path) -> None:

@@ -144,6 +144,17 @@ def test_csv_with_images(tmp_path: Path) -> None:
     [
         ("a,b,c\n1,2,3\n", "x.csv", "unknown workload format"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\nsoon,1,2\n", "x.csv", "x.csv:2: cannot read"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n0,1,2\n1,-5,2\n",
+            "x.csv",
+            "x.csv:3: token and image counts must be >= 0",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens,NumImages\n0,1,2,-1\n",
+            "x.csv",
+            "x.csv:2: token and image counts must be >= 0",
+        ),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,inf,2\n", "x.csv", "x.csv:2: cannot read"),
         ("whatever", "x.parquet", "unknown workload format"),
     ],
 )
