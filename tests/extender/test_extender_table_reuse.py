@@ -199,3 +199,97 @@ def test_term_histograms_counted_together_equal_counting_each_request() -> None:
             assert got[f"bucket{e}"] == c
         assert got["bucket+Inf"] == cum[-1]
         assert got["sum"] == sums[t]  # exactly the same float, not approximately
+
+
+def _changed(rng: random.Random, s: NodeState, now: float) -> NodeState:
+    """`s` with new measurements (a watch event, a signal update, a ledger entry), its
+    signal time kept (so which rows aged stays the same)."""
+    gpus = tuple(
+        dataclasses.replace(
+            g,
+            used_mib=rng.uniform(0.0, g.total_mib),
+            util=rng.choice([None, 0.5]),
+            pods=rng.choice([None, 0, 3]),
+        )
+        for g in s.gpus
+    )
+    replicas = {"llama": rng.randrange(4)} if rng.random() < 0.5 else {}
+    return dataclasses.replace(
+        s, gpus=gpus, streams=rng.choice([None, 3.0]), model_replicas=replicas
+    )
+
+
+@pytest.mark.parametrize("assignment", ["fewest-pods", "scored"])
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_a_batch_patched_at_changed_rows_scores_exactly_like_a_fresh_one(
+    seed: int, assignment: str
+) -> None:
+    """A few rows changed since the kept batch: they are patched into a copy of it (and
+    of what was derived from it); the result equals a freshly built batch bit for bit, and
+    the batch handed out before is left as it was."""
+    rng = random.Random(seed)
+    now = 1.7e9
+    cfg = ScoringConfig().with_(gpu_assignment=assignment)
+    states = _nodes(rng, rng.choice([40, 300]), now)
+    table = _table(states)
+    names = [s.name for s in states]
+    kept, _ = table.take(names, now, 120.0, "llama")
+    for pod in PODS:  # memoise the derived columns
+        score_batch(pod, kept, cfg, SHAPES, now=now)
+    for k in (1, 2, 5):
+        before = {c.name: getattr(kept, c.name).copy() for c in COLUMNS}
+        for i in rng.sample(range(len(states)), k):
+            states[i] = _changed(rng, states[i], now)
+            table.set(states[i])
+        patches = table.patches
+        got, _ = table.take(names, now, 120.0, "llama")
+        assert table.patches == patches + 1 and got is not kept
+        for c in COLUMNS:  # the batch handed out before is unchanged
+            assert np.array_equal(getattr(kept, c.name), before[c.name], equal_nan=True)
+        cold, _ = _table(states).take(names, now, 120.0, "llama")
+        _same_columns(got, cold)
+        assert np.array_equal(got.replica_counts("llama"), cold.replica_counts("llama"))
+        for pod in PODS:
+            _same(
+                score_batch(pod, got, cfg, SHAPES, now=now),
+                score_batch(pod, cold, cfg, SHAPES, now=now),
+            )
+        kept = got
+
+
+def test_the_table_builds_again_when_patching_does_not_apply() -> None:
+    """Many changed rows, another row count, a node added or removed, a widening, aged
+    rows: the batch is built again (and still equals a fresh one)."""
+    rng = random.Random(21)
+    now = 1.7e9
+    states = _nodes(rng, 64, now)
+    table = _table(states)
+    names = [s.name for s in states]
+    table.take(names, now, 120.0)
+
+    def built(names: list[str], when: float = now) -> None:
+        builds = table.builds
+        got, _ = table.take(names, when, 120.0)
+        assert table.builds == builds + 1
+        want, _ = _table([s for s in states if s.name in names]).take(names, when, 120.0)
+        _same_columns(got, want)
+
+    for i in range(20):  # more than an eighth of the rows
+        states[i] = _changed(rng, states[i], now)
+        table.set(states[i])
+    built(names)
+    states[3] = _changed(rng, states[3], now)
+    table.set(states[3])
+    built(names[:-1])  # a changed row count
+    extra = dataclasses.replace(states[0], name="extra")
+    states.append(extra)
+    table.set(extra)
+    built([*names, "extra"])  # a node added
+    table.remove("extra")
+    states.pop()
+    built(names)  # and removed
+    wide = dataclasses.replace(states[5], gpus=tuple(GpuState(G80) for _ in range(12)))
+    states[5] = wide
+    table.set(wide)
+    built(names)  # wider than the table
+    built(names, now + 150.0)  # aged past the stale limit
