@@ -168,53 +168,27 @@ class NodeBatch:
             object.__setattr__(self, "_free", cached)
         return cached
 
-    def memo(self, key: Hashable, make: Callable[[NodeBatch], Any]) -> Any:
-        """`make(self)`, computed once per batch and `key`: a value derived from the batch
+    def memo(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """`make()`, computed once per batch and `key`: a value derived from the batch
         alone (no pod), such as a node's load term. `NodeTable.take` hands out the same
         batch while the requested rows are unchanged, so such values are computed once for
-        many requests; when a few rows changed it patches them (`patched`), calling `make`
-        on those rows alone. So `make` must work row by row (row i of each array it
-        returns from row i of the batch alone) and return read-only (N, ...) arrays,
-        tuples of them, or constants (kept as they are)."""
+        many requests. What `make` returns must be read-only (shared by every caller)."""
         memo = self.__dict__.get("_memo")
         if memo is None:
             memo = {}
             object.__setattr__(self, "_memo", memo)
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = (make, make(self))
-        return got[1]
-
-    def patched(self, pos: np.ndarray, cols: Mapping[str, Any], **rest: Any) -> NodeBatch:
-        """A new batch: this one with the columns `cols` (full, already patched at the
-        positions `pos`) and the fields `rest`; what this batch derived (`free`, `memo`)
-        is carried over with rows `pos` recomputed from the new rows alone, bit for bit
-        what a fresh batch computes (every derived value is row-wise). This batch is left
-        as it was (it may still be in use)."""
-        out = NodeBatch(names=self.names, **rest, **cols)
-        sub = out.take(pos)
-        free = self.__dict__.get("_free")
-        if free is not None:
-            object.__setattr__(out, "_free", _patch_rows(free, sub.free(), pos, len(self)))
-        memo = self.__dict__.get("_memo")
-        if memo:
-            object.__setattr__(
-                out,
-                "_memo",
-                {
-                    k: (make, _patch_rows(v, make(sub), pos, len(self)))
-                    for k, (make, v) in memo.items()
-                },
-            )
-        return out
+        value = memo.get(key)
+        if value is None:
+            value = memo[key] = make()
+        return value
 
     def idle(self, idle_used_fraction: float) -> np.ndarray:
         """GPUs that can take a whole-GPU instance: real, unclaimed, near-zero use
         (computed once per batch and fraction, read-only)."""
 
-        def make(b: NodeBatch) -> np.ndarray:
-            t = b.total
-            return _ro(b.valid & (b.alloc <= 0.0) & (b.used <= idle_used_fraction * t))
+        def make() -> np.ndarray:
+            t = self.total
+            return _ro(self.valid & (self.alloc <= 0.0) & (self.used <= idle_used_fraction * t))
 
         idle: np.ndarray = self.memo(("idle", idle_used_fraction), make)
         return idle
@@ -259,18 +233,6 @@ def _write_row(cols: Mapping[str, np.ndarray], i: int, s: NodeState) -> None:
             row[j] = _value(c, g)
     for c in _NODE_COLUMNS:
         cols[c.name][i] = _value(c, s)
-
-
-def _patch_rows(old: Any, new: Any, pos: np.ndarray, n: int) -> Any:
-    """`old` (a derived value of n rows) with rows `pos` from `new` (the value of those rows
-    alone): arrays copied and patched, tuples walked, anything else kept."""
-    if isinstance(old, tuple):
-        return tuple(_patch_rows(o, w, pos, n) for o, w in zip(old, new, strict=True))
-    if isinstance(old, np.ndarray) and old.ndim and old.shape[0] == n:
-        out = old.copy()
-        out[pos] = new
-        return _ro(out)
-    return old
 
 
 def _same_mask(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -322,12 +284,6 @@ class NodeTable:
         self._version = 0
         """Bumped whenever a row's content changes (a `set` of a different state, a
         removal, a widening): the kept batch (`_kept`) is then stale."""
-        self._dirty: set[int] | None = set()
-        """Rows whose content changed since the kept batch was built (None: all of them,
-        after a widening): the rows `take` patches instead of building the batch again."""
-        self.builds = 0
-        self.patches = 0
-        """How many batches `take` built, and how many it patched from the kept one."""
         self._states: dict[int, NodeState] = {}
         """The state each row was last set from (a `set` of an equal state changes nothing)."""
         self._kept: _Kept | None = None
@@ -358,7 +314,6 @@ class NodeTable:
 
     def _widen(self, width: int) -> None:
         self._version += 1
-        self._dirty = None
         for c in _GPU_COLUMNS:
             a = self._cols[c.name]
             b = np.full((self._cap, width), c.fill, dtype=a.dtype)
@@ -389,8 +344,6 @@ class NodeTable:
         elif self._states.get(i) == s:
             return  # the same content (a ledger entry recorded again, an unrelated event)
         self._version += 1
-        if self._dirty is not None:
-            self._dirty.add(i)
         self._states[i] = s
         _write_row(self._cols, i, s)
         self._names[i] = s.name
@@ -464,70 +417,11 @@ class NodeTable:
             if model and model not in kept.counts:
                 kept.counts[model] = self._model_column(model, ix, known, views)
             return batch, list(missing)
-        patched = None
-        if kept is not None and kept.ix is ix and _same_mask(kept.aged, aged):
-            patched = self._patch(kept, rows, ix, aged, views)
-        if kept is not None and patched is not None:
-            self.patches += 1
-            batch = patched
-            if model and model not in kept.counts:
-                kept.counts[model] = self._model_column(model, ix, known, views)
-        else:
-            self.builds += 1
-            batch = self._build(rows, ix, known, aged, model, views)
-            counts = batch.model_counts
-            assert isinstance(counts, dict)
-            self._kept = _Kept(self._version, ix, aged, dict(views or {}), batch, counts)
-        self._dirty = set()
+        batch = self._build(rows, ix, known, aged, model, views)
+        counts = batch.model_counts
+        assert isinstance(counts, dict)
+        self._kept = _Kept(self._version, ix, aged, dict(views or {}), batch, counts)
         return batch, list(missing)
-
-    def _patch(
-        self,
-        kept: _Kept,
-        rows: slice | np.ndarray,
-        ix: np.ndarray,
-        aged: np.ndarray | None,
-        views: Mapping[str, NodeState] | None,
-    ) -> NodeBatch | None:
-        """The kept batch with the rows changed since it was built written in (a new
-        batch; the kept one stays as handed out), or None where building it again is the
-        way: re-viewed rows, a widening, or more than an eighth of the rows changed. The
-        same rows, ages and views as `kept` are the caller's check. `kept` becomes the
-        patched batch."""
-        dirty = self._dirty
-        n = len(ix)
-        if dirty is None or views or kept.views or len(dirty) > max(1, n // 8):
-            return None
-        d = np.fromiter(dirty, np.intp, len(dirty))
-        if isinstance(rows, slice):
-            d = d[(d >= rows.start) & (d < rows.stop)]
-            pos = np.sort(d - rows.start)
-        else:
-            pos = np.flatnonzero(np.isin(ix, d))
-        src = ix[pos]
-        old = kept.batch
-        cols: dict[str, np.ndarray] = {}
-        for c in COLUMNS:
-            a = getattr(old, c.name).copy()
-            a[pos] = self._cols[c.name][src]
-            cols[c.name] = a
-        if aged is not None:
-            hit = aged[pos]
-            cols["fresh"][pos] &= ~hit
-            cols["codes"][pos] = np.where(hit, np.int8(_CODE["stale"]), cols["codes"][pos])
-        replicas = list(old.replicas)
-        for p, r in zip(pos.tolist(), src.tolist(), strict=True):
-            replicas[p] = self._replicas[r]
-        counts: dict[str, np.ndarray] = {}
-        for model, col in kept.counts.items():
-            table_col = self._model_cols.get(model)
-            a = col.copy()
-            a[pos] = table_col[src] if table_col is not None else 0.0
-            counts[model] = _ro(a)
-        ro = {k: _ro(v) for k, v in cols.items()}
-        batch = old.patched(pos, ro, replicas=tuple(replicas), model_counts=counts)
-        kept.version, kept.batch, kept.counts = self._version, batch, counts
-        return batch
 
     def _build(
         self,

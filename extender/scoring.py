@@ -151,12 +151,11 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _of_batch(batch: NodeBatch, name: str, cfg: object, make: Callable[[NodeBatch], _T]) -> _T:
-    """`make(batch)` (pod-independent: the batch and `cfg` alone, row by row), once per
-    batch and config (`NodeBatch.memo`: the node table hands out the same batch while its
-    rows are unchanged, and patches the changed rows of it). The config is kept with the
-    value, so its id cannot be reused."""
-    got: tuple[object, _T] = batch.memo((name, id(cfg)), lambda b: (cfg, make(b)))
+def _of_batch(batch: NodeBatch, name: str, cfg: object, make: Callable[[], _T]) -> _T:
+    """`make()` (pod-independent: the batch and `cfg` alone), once per batch and config
+    (`NodeBatch.memo`: the node table hands out the same batch while its rows are
+    unchanged). The config is kept with the value, so its id cannot be reused."""
+    got: tuple[object, _T] = batch.memo((name, id(cfg)), lambda: (cfg, make()))
     return got[1]
 
 
@@ -330,7 +329,7 @@ def candidate_gpus(
         cpu_ok = batch.cpu_free >= pod.cpu_milli
         fits = cpu_ok & (~fresh | (qual.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
     if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and len(batch):
-        known, cand = _of_batch(batch, "fewest-pods", None, _fewest_pods)
+        known, cand = _of_batch(batch, "fewest-pods", None, lambda: _fewest_pods(batch))
         dp_ok = ~(cand & ~qual).any(axis=1)
         qual = np.where(known[:, None], qual & cand, qual)
         fits = fits & (~known | dp_ok)
@@ -524,8 +523,8 @@ def placement_delta(
 def _utilisation(batch: NodeBatch) -> np.ndarray:
     """(N, G) GPU utilisation clipped to [0,1], 0 where not measured (the busy penalty)."""
 
-    def make(b: NodeBatch) -> np.ndarray:
-        return _ro(_clip(np.nan_to_num(b.util, nan=0.0), 0.0, 1.0))
+    def make() -> np.ndarray:
+        return _ro(_clip(np.nan_to_num(batch.util, nan=0.0), 0.0, 1.0))
 
     return _of_batch(batch, "utilisation", None, make)
 
@@ -562,7 +561,7 @@ def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.nda
 
 def load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """(N,) 1 - load (`_load_term`), once per batch (read-only)."""
-    return _of_batch(batch, "load", cfg, lambda b: _ro(_load_term(b, cfg)))
+    return _of_batch(batch, "load", cfg, lambda: _ro(_load_term(batch, cfg)))
 
 
 def _load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -647,7 +646,7 @@ def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """
     if pod.qos != "realtime":
         return np.full(len(batch), NEUTRAL)
-    return _of_batch(batch, "qos", cfg, lambda b: _ro(_realtime_qos(b, cfg)))
+    return _of_batch(batch, "qos", cfg, lambda: _ro(_realtime_qos(batch, cfg)))
 
 
 def _realtime_qos(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -697,7 +696,7 @@ def score_batch(
     age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
     qual, fits = candidate_gpus(pod, batch, cfg, fits)
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
-    rho, largest = _of_batch(batch, "fragmentation", None, _node_fragmentation)
+    rho, largest = _of_batch(batch, "fragmentation", None, lambda: _node_fragmentation(batch))
     terms_replicas = batch.replica_counts(pod.model)
     terms = {
         "fragmentation": np.where(fits, fragmentation_term(delta, _demand(pod, batch)), 0.0),
