@@ -11,6 +11,7 @@ log, a 500 with a JSON message (never a traceback) when the route raises, and (f
 from __future__ import annotations
 
 import json
+import math
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple
 
 from kvspread.httpbase import JsonErrorHandler
 
-__all__ = ["Reply", "Route", "OpsServer", "json_reply", "text_reply"]
+__all__ = ["Reply", "Route", "OpsServer", "json_reply", "strict", "text_reply"]
 
 
 class Reply(NamedTuple):
@@ -34,12 +35,25 @@ Route = Callable[[str, dict[str, str]], Reply]
 """(path without the query, query parameters) -> the answer."""
 
 
+def strict(doc: Any) -> Any:
+    """`doc` with every NaN or infinite float replaced by None (JSON null)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: strict(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [strict(v) for v in doc]
+    return doc
+
+
 def json_reply(status: int, doc: Any, indent: int | None = None) -> Reply:
-    """`doc` as JSON: compact by default, `indent` for documents people read."""
+    """`doc` as strict JSON (NaN and infinities as null, so jq and JSON.parse read it):
+    compact by default, `indent` for documents people read."""
+    doc = strict(doc)
     if indent is None:
-        text = json.dumps(doc, separators=(",", ":"))
+        text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     else:
-        text = json.dumps(doc, indent=indent)
+        text = json.dumps(doc, indent=indent, allow_nan=False)
     return Reply(status, text.encode(), "application/json")
 
 

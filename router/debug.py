@@ -6,7 +6,7 @@ GET /debug/explain?request_id=ID (or /debug/explain/ID): the decision for that r
 candidate's tier, score and terms, what was excluded and why. Without an id: 400 naming
 the recent ids. Unknown id: 404.
 
-Every JSON answer is strict JSON (a number no engine can mean, NaN or an infinity, is
+Every JSON answer is strict JSON (`kvspread.opsserver.json_reply`: a NaN or an infinity is
 written as null), so jq and JSON.parse read it. Anything but GET/HEAD answers 405 with
 `Allow: GET, HEAD`, and a request line over 64 KiB 414, each as one line of JSON.
 """
@@ -14,39 +14,21 @@ written as null), so jq and JSON.parse read it. Anything but GET/HEAD answers 40
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
-from typing import Any, cast
+from typing import cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kvspread.opsserver import OpsServer, Reply, text_reply
+from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
 from router.endpoints import EndpointSet
 from router.metrics import RouterMetrics
 from router.picker import Picker
 
-__all__ = ["DebugServer", "json_reply", "strict"]
+__all__ = ["DebugServer"]
 
 ALLOW = "GET, HEAD"
 """The methods the operator endpoints answer."""
-
-
-def strict(doc: Any) -> Any:
-    """`doc` with every NaN or infinite float replaced by None (JSON null)."""
-    if isinstance(doc, float):
-        return doc if math.isfinite(doc) else None
-    if isinstance(doc, dict):
-        return {k: strict(v) for k, v in doc.items()}
-    if isinstance(doc, list | tuple):
-        return [strict(v) for v in doc]
-    return doc
-
-
-def json_reply(status: int, doc: Any, indent: int | None = 1) -> Reply:
-    """`doc` as strict JSON (`allow_nan=False` after `strict`): never NaN or Infinity."""
-    text = json.dumps(strict(doc), indent=indent, allow_nan=False)
-    return Reply(status, text.encode(), "application/json")
 
 
 def _json_errors(base: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:

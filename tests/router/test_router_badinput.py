@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from bpf.engine import EngineSample
+from kvspread.opsserver import json_reply
 from router.config import MetricsConfig
-from router.debug import json_reply
 from router.endpoints import Endpoint, EndpointSet, summarise_samples
 from tests.router.conftest import router_config, wait, wait_fresh
 from tests.router.fake_engine import MODEL
