@@ -439,16 +439,16 @@ def gather(
 
 EXTRA_ENV: dict[str, frozenset[str]] = {
     "collector": frozenset({"KVSPREAD_COLLECTOR_OTLP_ENDPOINTS"}),
+    "simulate": frozenset({"KVSPREAD_SIMULATE_JOBS"}),
 }
-"""Variables a part reads besides its settings' (the collector's repeatable endpoint list)."""
+"""Variables a part reads besides its settings' (the collector's repeatable endpoint list,
+the simulators' shared worker count)."""
 
 
 def warn_unknown_env(part: str, settings: Sequence[Setting], environ: Mapping[str, str]) -> None:
     """A `KVSPREAD_<PART>_*` variable that no setting reads is most likely a typo in a
     manifest: say so on stderr, once per variable, instead of ignoring it in silence. (A
     warning, not an error: other tooling may share the prefix.)"""
-    if part == "simulate":  # its two commands read different variables under one prefix
-        return
     prefix = f"KVSPREAD_{part.upper()}_"
     known = {env_name(part, s) for s in settings} | EXTRA_ENV.get(part, frozenset())
     for name in sorted(k for k in environ if k.startswith(prefix) and k not in known):
