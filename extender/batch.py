@@ -27,7 +27,7 @@ import numpy as np
 from extender.model import SIGNAL_STATES, GpuState, NodeState
 from kvspread.gpumem import free_mib
 
-__all__ = ["NodeBatch", "NodeTable", "POOL_CODES", "COLUMNS", "Column"]
+__all__ = ["NodeBatch", "NodeTable", "POOL_CODES", "COLUMNS", "Column", "patch_rows"]
 
 POOL_CODES: dict[str | None, int] = {None: 0, "language": 1, "mixed": 2, "vision": 3}
 """Node pool label -> small integer (0 = unlabelled or unknown pool)."""
@@ -58,6 +58,17 @@ def _column(per_gpu: bool, dtype: Any, fill: Any, get: Callable[[Any], Any]) -> 
 def _ro(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
+
+
+def patch_rows(old: Any, rows: np.ndarray, new: Any, axis: int = 0) -> Any:
+    """`old` (an array, or a tuple of arrays, with one entry per node along `axis`) with
+    the entries at positions `rows` replaced by `new`'s, as read-only copies."""
+    if isinstance(old, tuple):
+        return tuple(patch_rows(o, rows, n, axis) for o, n in zip(old, new, strict=True))
+    out = old.copy(order="K")  # the same memory layout: BLAS products sum in layout order
+    index: tuple[Any, ...] = (slice(None),) * (axis % old.ndim) + (rows,)
+    out[index] = new
+    return _ro(out)
 
 
 @dataclass(frozen=True)
@@ -168,29 +179,70 @@ class NodeBatch:
             object.__setattr__(self, "_free", cached)
         return cached
 
-    def memo(self, key: Hashable, make: Callable[[], Any]) -> Any:
-        """`make()`, computed once per batch and `key`: a value derived from the batch
-        alone (no pod), such as a node's load term. `NodeTable.take` hands out the same
-        batch while the requested rows are unchanged, so such values are computed once for
-        many requests. What `make` returns must be read-only (shared by every caller)."""
+    def memo(
+        self,
+        key: Hashable,
+        make: Callable[[NodeBatch], Any],
+        patch: Callable[[Any, np.ndarray, Any], Any] | None = None,
+        limit: int | None = None,
+    ) -> Any:
+        """`make(self)`, computed once per batch and `key`: a value derived from the batch
+        alone, such as a node's load term (or from the batch and a pod's shape: then
+        `limit` bounds how many entries share `key[0]`, past which values are computed and
+        not kept). `NodeTable.take` hands out the same batch while the requested rows are
+        unchanged, so such values are computed once for many requests.
+
+        Row-wise values (row i depends on row i alone) give `patch(old, rows, new)`: a
+        batch that `NodeTable.take` derived from the previous one by changing a few rows
+        then takes its parent's value with `make` applied to just those rows written in
+        (`patch_rows`), instead of computing it over every row: the previous pick of a
+        scaling Deployment changes one node. `make` must give bit for bit the same rows
+        whatever other rows a batch holds. What it returns must be read-only (shared by
+        every caller)."""
         memo = self.__dict__.get("_memo")
         if memo is None:
             memo = {}
             object.__setattr__(self, "_memo", memo)
         value = memo.get(key)
+        if value is not None:
+            return value
+        base: tuple[NodeBatch, np.ndarray] | None = self.__dict__.get("_base")
+        if patch is not None and base is not None:
+            old = base[0].__dict__.get("_memo", {}).get(key)
+            if old is not None:
+                value = patch(old, base[1], make(self._changed()))
         if value is None:
-            value = memo[key] = make()
+            value = make(self)
+        if limit is not None and isinstance(key, tuple):
+            if sum(1 for k in memo if isinstance(k, tuple) and k[0] == key[0]) >= limit:
+                return value
+        memo[key] = value
         return value
+
+    def _changed(self) -> NodeBatch:
+        """The rows changed since the parent batch (`derive`), as a batch of their own."""
+        sub: NodeBatch | None = self.__dict__.get("_sub")
+        if sub is None:
+            base = self.__dict__["_base"]
+            sub = self.take(base[1])
+            object.__setattr__(self, "_sub", sub)
+        return sub
+
+    def derive(self, parent: NodeBatch, rows: np.ndarray) -> None:
+        """Mark this batch as `parent` with only `rows` (positions) changed, so that
+        row-wise memo values are patched from the parent's (`memo`). The parent's own
+        link is cut: only one generation is kept alive."""
+        object.__setattr__(parent, "_base", None)
+        object.__setattr__(self, "_base", (parent, _ro(np.asarray(rows, dtype=np.intp))))
 
     def idle(self, idle_used_fraction: float) -> np.ndarray:
         """GPUs that can take a whole-GPU instance: real, unclaimed, near-zero use
         (computed once per batch and fraction, read-only)."""
 
-        def make() -> np.ndarray:
-            t = self.total
-            return _ro(self.valid & (self.alloc <= 0.0) & (self.used <= idle_used_fraction * t))
+        def make(b: NodeBatch) -> np.ndarray:
+            return _ro(b.valid & (b.alloc <= 0.0) & (b.used <= idle_used_fraction * b.total))
 
-        idle: np.ndarray = self.memo(("idle", idle_used_fraction), make)
+        idle: np.ndarray = self.memo(("idle", idle_used_fraction), make, patch_rows)
         return idle
 
     def replica_counts(self, model: str | None) -> np.ndarray:
@@ -284,6 +336,10 @@ class NodeTable:
         self._version = 0
         """Bumped whenever a row's content changes (a `set` of a different state, a
         removal, a widening): the kept batch (`_kept`) is then stale."""
+        self._row_version = np.zeros(0, dtype=np.int64)
+        """`_version` when each row last changed: which rows a kept batch lacks."""
+        self._whole_version = 0
+        """`_version` of the last change to every row at once (a widening)."""
         self._states: dict[int, NodeState] = {}
         """The state each row was last set from (a `set` of an equal state changes nothing)."""
         self._kept: _Kept | None = None
@@ -309,6 +365,9 @@ class NodeTable:
             out = np.zeros(cap)
             out[: col.shape[0]] = col
             self._model_cols[model] = out
+        rv = np.zeros(cap, dtype=np.int64)
+        rv[: self._row_version.shape[0]] = self._row_version
+        self._row_version = rv
         self._free_rows.extend(range(cap - 1, old - 1, -1))
         self._cap = cap
 
@@ -320,6 +379,7 @@ class NodeTable:
             b[:, : a.shape[1]] = a
             self._cols[c.name] = b
         self._width = width
+        self._whole_version = self._version
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -344,6 +404,7 @@ class NodeTable:
         elif self._states.get(i) == s:
             return  # the same content (a ledger entry recorded again, an unrelated event)
         self._version += 1
+        self._row_version[i] = self._version
         self._states[i] = s
         _write_row(self._cols, i, s)
         self._names[i] = s.name
@@ -365,6 +426,7 @@ class NodeTable:
         if i is not None:
             self._layout += 1
             self._version += 1
+            self._row_version[i] = self._version
             self._states.pop(i, None)
             self._names[i] = ""
             self._set_replicas(i, {})
@@ -404,20 +466,30 @@ class NodeTable:
             if not aged.any():
                 aged = None
         kept = self._kept
+        changed: np.ndarray | None = None
         if (
             kept is not None
-            and kept.version == self._version
             and kept.ix is ix
             and _same_mask(kept.aged, aged)
             and kept.views == (views or {})
+            and kept.version >= self._whole_version
         ):
-            # nothing the batch holds has changed: the same (read-only) batch again, with
-            # what was derived from it (`NodeBatch.memo`)
-            batch = kept.batch
-            if model and model not in kept.counts:
-                kept.counts[model] = self._model_column(model, ix, known, views)
-            return batch, list(missing)
+            if kept.version != self._version:
+                changed = np.flatnonzero(self._row_version[ix] > kept.version)
+                if not len(changed):
+                    kept.version = self._version  # what changed is not among these rows
+            if kept.version == self._version:
+                # nothing the batch holds has changed: the same (read-only) batch again,
+                # with what was derived from it (`NodeBatch.memo`)
+                batch = kept.batch
+                if model and model not in kept.counts:
+                    kept.counts[model] = self._model_column(model, ix, known, views)
+                return batch, list(missing)
         batch = self._build(rows, ix, known, aged, model, views)
+        if kept is not None and changed is not None and len(changed) * 4 <= len(ix):
+            # a few rows changed (a placement recorded, one node's signals): row-wise
+            # values derived from the kept batch are patched, not computed again
+            batch.derive(kept.batch, changed)
         counts = batch.model_counts
         assert isinstance(counts, dict)
         self._kept = _Kept(self._version, ix, aged, dict(views or {}), batch, counts)

@@ -54,14 +54,14 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
 
 import numpy as np
 
-from extender.batch import POOL_CODES, NodeBatch
+from extender.batch import POOL_CODES, NodeBatch, patch_rows
 from extender.config import ScoringConfig, TermWeights
 from extender.fit import qualifying_gpus
 from extender.model import SIGNAL_STATES, NodeState, PodShape
@@ -100,6 +100,7 @@ __all__ = [
     "explain",
     "score_nodes",
     "score_batch",
+    "warm_batch",
     "finish_scores",
     "rank_tiers",
     "TIER_SPREAD",
@@ -151,11 +152,31 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _of_batch(batch: NodeBatch, name: str, cfg: object, make: Callable[[], _T]) -> _T:
-    """`make()` (pod-independent: the batch and `cfg` alone), once per batch and config
-    (`NodeBatch.memo`: the node table hands out the same batch while its rows are
-    unchanged). The config is kept with the value, so its id cannot be reused."""
-    got: tuple[object, _T] = batch.memo((name, id(cfg)), lambda: (cfg, make()))
+def _of_batch(
+    batch: NodeBatch,
+    name: str | tuple[Hashable, ...],
+    cfg: object,
+    make: Callable[[NodeBatch], _T],
+    patch: Callable[[Any, np.ndarray, Any], Any] | None = patch_rows,
+    limit: int | None = None,
+) -> _T:
+    """`make(batch)` (the batch and `cfg` alone, or with a pod shape named in `name`),
+    once per batch and config (`NodeBatch.memo`: the node table hands out the same batch
+    while its rows are unchanged, and one with a few rows changed patches them in with
+    `patch`; every value here is row-wise, patched along the first axis unless `patch`
+    says otherwise). The config is kept with the value, so its id cannot be reused."""
+    key = (name, id(cfg)) if isinstance(name, str) else (*name, id(cfg))
+
+    def pin(b: NodeBatch) -> tuple[object, _T]:
+        return (cfg, make(b))
+
+    def repin(
+        old: tuple[object, _T], rows: np.ndarray, new: tuple[object, _T]
+    ) -> tuple[object, _T]:
+        assert patch is not None
+        return (cfg, patch(old[1], rows, new[1]))
+
+    got: tuple[object, _T] = batch.memo(key, pin, repin if patch else None, limit)
     return got[1]
 
 
@@ -321,19 +342,38 @@ def candidate_gpus(
     `fits` may pass a precomputed filter outcome (`fit_batch`); otherwise it is computed
     with the same rules. Where the device plugin picks the GPU (`gpu_assignment:
     fewest-pods`, a one-GPU pod, pod counts tracked), only the GPUs with the fewest pods
-    are candidates and the node fits only when every one of them qualifies.
+    are candidates and the node fits only when every one of them qualifies. Kept per batch
+    and pod shape (row-wise: patched when a few rows change).
     """
+    qual, own_fits, dp_ok = _of_batch(
+        batch, ("candidates", pod.key), cfg, lambda b: _candidates(pod, b, cfg), limit=_POD_MEMOS
+    )
+    if fits is None:
+        return qual, own_fits
+    return qual, fits & dp_ok
+
+
+_POD_MEMOS = 8
+"""Pod shapes whose per-row values a batch keeps (a batch lives for a few requests; a
+Deployment's replicas all have one shape)."""
+
+
+def _candidates(
+    pod: PodShape, batch: NodeBatch, cfg: ScoringConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(qual, fits, dp_ok) of `candidate_gpus`: dp_ok is False where the device plugin's
+    choice does not qualify (True where it does not choose)."""
     fresh = batch.fresh
     qual = qualifying_gpus(pod, batch, cfg) if pod.gpus > 0 else np.zeros_like(batch.valid)
-    if fits is None:
-        cpu_ok = batch.cpu_free >= pod.cpu_milli
-        fits = cpu_ok & (~fresh | (qual.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
+    cpu_ok = batch.cpu_free >= pod.cpu_milli
+    fits = cpu_ok & (~fresh | (qual.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
+    dp_ok = np.ones(len(batch), dtype=bool)
     if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and len(batch):
-        known, cand = _of_batch(batch, "fewest-pods", None, lambda: _fewest_pods(batch))
-        dp_ok = ~(cand & ~qual).any(axis=1)
+        known, cand = _of_batch(batch, "fewest-pods", None, _fewest_pods)
+        dp_ok = ~known | ~(cand & ~qual).any(axis=1)
         qual = np.where(known[:, None], qual & cand, qual)
-        fits = fits & (~known | dp_ok)
-    return qual, fits
+        fits = fits & dp_ok
+    return _ro(qual), _ro(fits), _ro(dp_ok)
 
 
 def _fewest_pods(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -348,29 +388,43 @@ def _fewest_pods(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --- fragmentation -----------------------------------------------------------------------
+#
+# F_n = sum_m p_m F_n(m). The per-shape parts F_n(m) depend on the node and the shapes'
+# geometry alone; the weights p change with every pod observed (extender/shapes.py), so the
+# parts are kept per batch and pod shape (`_Placement`) and only the products with p are
+# taken per request. Every part is computed row by row with reductions whose result does
+# not depend on the other rows (numpy sums and einsum over a node's own GPUs; BLAS
+# products only where they count 0/1 values, which is exact in any order), so that a
+# batch that changed in a few rows patches them in bit for bit (`NodeBatch.memo`).
 
 
 def _qual_shapes(free: np.ndarray, idle: np.ndarray, shapes: Shapes) -> np.ndarray:
     """(M, N, G) float 0/1: GPU g of node n can take one GPU of shape m.
 
-    Shape-major layout: reductions run over the contiguous last axis as matrix
-    products, several times faster than numpy's strided sums over a short axis.
-    """
+    Shape-major layout: the reductions run over the contiguous last axis."""
     need = shapes.need[:, None, None]
     whole = shapes.whole[:, None, None]
     fits: np.ndarray = ((free[None] >= need) | (idle[None] & whole)).astype(np.float64)
     return fits
 
 
-def _frag_vec(free: np.ndarray, idle: np.ndarray, cpu: np.ndarray, shapes: Shapes) -> np.ndarray:
-    """(N,) expected fragmentation F_n for (N, G) free/idle and (N,) CPU."""
-    ones = np.ones(free.shape[1])
+def _counts_sums(
+    free: np.ndarray, idle: np.ndarray, shapes: Shapes
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(qf (M, N, G), qualifying GPUs per shape (M, N), their free memory (M, N), all
+    free memory (N,)), each row from that node's GPUs alone."""
     qf = _qual_shapes(free, idle, shapes)
-    q = qf @ ones  # (M, N) qualifying GPUs per shape
-    qsum = np.einsum("mng,ng->mn", qf, free)  # free memory on qualifying GPUs
-    all_free = free @ ones
+    q = qf @ np.ones(free.shape[1])  # counts of 0/1: exact in any summation order
+    qsum = np.einsum("mng,ng->mn", qf, free)
+    return qf, q, qsum, free.sum(axis=1)
+
+
+def _frag_parts(free: np.ndarray, idle: np.ndarray, cpu: np.ndarray, shapes: Shapes) -> np.ndarray:
+    """(M, N) F_n(m) for (N, G) free/idle and (N,) CPU; F_n = p @ this."""
+    _, q, qsum, all_free = _counts_sums(free, idle, shapes)
     fits = (q >= shapes.k[:, None]) & (cpu[None, :] >= shapes.cpu[:, None])
-    return shapes.p @ np.where(fits, all_free[None, :] - qsum, all_free[None, :])
+    parts: np.ndarray = np.where(fits, all_free[None, :] - qsum, all_free[None, :])
+    return parts
 
 
 def expected_fragmentation(batch: NodeBatch, shapes: Shapes, cfg: ScoringConfig) -> np.ndarray:
@@ -380,49 +434,75 @@ def expected_fragmentation(batch: NodeBatch, shapes: Shapes, cfg: ScoringConfig)
     for whole-GPU shapes: GPUs that are not idle) when m fits on the node (k_m such GPUs,
     and CPU where tracked), else the sum of all free_g.
     """
-    return _frag_vec(batch.free(), batch.idle(cfg.idle_used_fraction), batch.cpu_free, shapes)
+    parts = _frag_parts(batch.free(), batch.idle(cfg.idle_used_fraction), batch.cpu_free, shapes)
+    f: np.ndarray = shapes.p @ parts
+    return f
 
 
-def _delta_rows(
-    pod: PodShape,
-    free: np.ndarray,
-    idle: np.ndarray,
-    qual_pod: np.ndarray,
-    cpu: np.ndarray,
-    shapes: Shapes,
-    busy: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(dF (N,), chosen (N, G)) for rows where the pod fits (see `placement_delta`)."""
+@dataclass(frozen=True)
+class _Placement:
+    """The p-free, row-wise part of `placement_delta` for one pod shape on every row.
+
+    `before` (M, N): F_n(m) now. A one-GPU partial pod (`per_gpu`): `after` (G, M, N),
+    F_n(m) after taking GPU slot g, and `busy` (G, N), the busy-GPU penalty of each slot.
+    Otherwise `after` (M, N), F_n(m) after taking `chosen` (N, G); `busy` (G, N) always."""
+
+    before: np.ndarray
+    after: np.ndarray
+    busy: np.ndarray
+    chosen: np.ndarray
+    per_gpu: bool
+
+    _AXES = {"before": -1, "after": -1, "busy": -1, "chosen": 0}
+
+    def patched(self, rows: np.ndarray, new: _Placement) -> _Placement:
+        """This with the entries of positions `rows` replaced by `new`'s."""
+        return _Placement(
+            **{
+                f: patch_rows(getattr(self, f), rows, getattr(new, f), a)
+                for f, a in self._AXES.items()
+            },
+            per_gpu=self.per_gpu,
+        )
+
+
+def _placement(
+    pod: PodShape, batch: NodeBatch, qual: np.ndarray, cfg: ScoringConfig, shapes: Shapes
+) -> _Placement:
+    """`_Placement` of `pod` on every row of `batch` (`qual`: `candidate_gpus`' slots).
+
+    A one-GPU partial pod tries every GPU slot; otherwise the k candidate GPUs with the
+    least free memory are taken (best fit), ties by index (see `placement_delta`)."""
+    free = batch.free()
+    idle = batch.idle(cfg.idle_used_fraction)
+    cpu = batch.cpu_free
     n, g = free.shape
+    per_gpu = _demand(pod, batch) / max(1, pod.gpus)
+    busy = cfg.busy_gpu_penalty * _utilisation(batch) * per_gpu[:, None]  # (N, G)
+    busy_t = _ro(busy.T.copy())
     cpu_after = cpu - pod.cpu_milli
-    chosen = np.zeros((n, g), dtype=bool)
-    if pod.gpus <= 0:
-        return _frag_vec(free, idle, cpu_after, shapes) - _frag_vec(free, idle, cpu, shapes), chosen
+    none = np.zeros((n, g), dtype=bool)
     need = pod.mem_per_gpu_mib
+    if pod.gpus <= 0:
+        before = _frag_parts(free, idle, cpu, shapes)
+        after = _frag_parts(free, idle, cpu_after, shapes)
+        return _Placement(_ro(before), _ro(after), busy_t, _ro(none), False)
     if pod.gpus == 1 and need is not None:
-        # Try every qualifying GPU j; update F incrementally (only column j changes).
-        ones = np.ones(g)
-        qf = _qual_shapes(free, idle, shapes)
-        q = qf @ ones
-        qsum = np.einsum("mng,ng->mn", qf, free)
-        all_free = free @ ones
+        qf, q, qsum, all_free = _counts_sums(free, idle, shapes)
         k = shapes.k[:, None]
         fits0 = (q >= k) & (cpu[None, :] >= shapes.cpu[:, None])
-        before = shapes.p @ np.where(fits0, all_free[None, :] - qsum, all_free[None, :])
+        before = np.where(fits0, all_free[None, :] - qsum, all_free[None, :])
         cpu_fit = cpu_after[None, :] >= shapes.cpu[:, None]
         need_m = shapes.need[:, None]
-        # every GPU j at once, GPU-major (G, M, N): each F after is one contiguous (M, N)
-        # product, the same arithmetic as one GPU at a time
-        cols = np.flatnonzero(qual_pod.any(axis=0)).tolist()  # GPU slots some row may take
-        fT = free.T[cols]  # (J, N)
+        # every GPU slot j at once, GPU-major (G, M, N): only column j changes
+        fT = free.T  # (G, N)
         fT2 = np.maximum(fT - need, 0.0)
-        qT = qf.transpose(2, 0, 1)[cols]  # (J, M, N)
+        qT = qf.transpose(2, 0, 1)  # (G, M, N)
         qT2 = (fT2[:, None, :] >= need_m[None]).astype(np.float64)  # idle is lost once placed
-        # the (J, M, N) temporaries are reused in place (out=): the same operations in the
-        # same order as q2 = q - qT + qT2, nonq2 = all2 - (qsum - qT fT + qT2 fT2)
+        # q2 = q - qT + qT2, nonq2 = all2 - (qsum - qT fT + qT2 fT2), temporaries reused
         q2 = np.subtract(q[None], qT)
         q2 += qT2
-        all2 = all_free[None] - (fT - fT2)  # (J, N)
+        all2 = all_free[None] - (fT - fT2)  # (G, N)
         nonq2 = np.multiply(qT, fT[:, None, :])
         np.subtract(qsum[None], nonq2, out=nonq2)
         qT2 *= fT2[:, None, :]
@@ -430,44 +510,22 @@ def _delta_rows(
         np.subtract(all2[:, None, :], nonq2, out=nonq2)
         ok = q2 >= k[None]
         ok &= cpu_fit[None]
-        after = np.where(ok, nonq2, all2[:, None, :])
-        # F after for every GPU in one stacked product (the same gemv per GPU as one
-        # at a time); the choice stays sequential: GPU j wins only when it costs at least
-        # 1e-9 less than the best so far
-        fa = shapes.p @ after  # (J, N)
-        cost = fa + busy.T[cols]
-        # GPU i wins where it qualifies and cost_i < best_cost - 1e-9. The same comparisons
-        # in three calls per GPU: a GPU that does not qualify costs inf (never below), and
-        # `bar` holds best_cost - 1e-9 of the best so far (inf - 1e-9 = inf at first)
-        cost_q = np.where(qual_pod.T[cols], cost, np.inf)
-        bars = cost_q - 1e-9
-        bar = np.full(n, np.inf)
-        best_i = np.full(n, -1, dtype=np.intp)
-        for i in range(len(cols)):
-            better = cost_q[i] < bar
-            np.copyto(bar, bars[i], where=better)
-            np.copyto(best_i, i, where=better)
-        rows = np.arange(n)
-        picked = best_i >= 0
-        if cols:
-            best = np.where(picked, fa[best_i, rows], np.inf)
-            best_j = np.where(picked, np.asarray(cols, dtype=np.intp)[best_i], 0)
-        else:
-            best, best_j = np.full(n, np.inf), np.zeros(n, dtype=np.intp)
-        chosen[rows, best_j] = True
-        return best - before, chosen
+        after = np.ascontiguousarray(np.where(ok, nonq2, all2[:, None, :]))
+        return _Placement(_ro(before), _ro(after), busy_t, _ro(none), True)
     # k GPUs (whole, or partial on several): best fit, least free first, ties by index.
-    key = np.where(qual_pod, free + busy, np.inf)
+    key = np.where(qual, free + busy, np.inf)
     order = np.argsort(key, axis=1, kind="stable")[:, : pod.gpus]
+    chosen = np.zeros((n, g), dtype=bool)
     np.put_along_axis(chosen, order, True, axis=1)
-    chosen &= qual_pod
+    chosen &= qual
     if need is None:
         free2 = np.where(chosen, 0.0, free)
     else:
         free2 = np.where(chosen, np.maximum(free - need, 0.0), free)
     idle2 = idle & ~chosen
-    delta = _frag_vec(free2, idle2, cpu_after, shapes) - _frag_vec(free, idle, cpu, shapes)
-    return delta, chosen
+    before = _frag_parts(free, idle, cpu, shapes)
+    after = _frag_parts(free2, idle2, cpu_after, shapes)
+    return _Placement(_ro(before), _ro(after), busy_t, _ro(chosen), False)
 
 
 def _demand(pod: PodShape, batch: NodeBatch) -> np.ndarray:
@@ -495,36 +553,82 @@ def placement_delta(
     costs `cfg.busy_gpu_penalty` x util x demand per GPU on top (in MiB, like F): an
     instance added to a GPU that already computes slows every process on it
     (time-slicing), so a busy GPU is taken only when it saves that much fragmentation.
+
+    The p-free parts are kept per batch, pod shape and shape geometry (`_Placement`); `qual`
+    must be what `candidate_gpus` gives for this pod and batch.
     """
     n = len(batch)
     delta = np.full(n, np.nan)
-    chosen = np.zeros(batch.total.shape, dtype=bool)
     can = fits & batch.fresh
     if not can.any():
-        return delta, chosen
-    # every row usually qualifies: then the columns are used as they are, not gathered
-    rows: slice | np.ndarray = slice(None) if can.all() else np.flatnonzero(can)
-    per_gpu = _demand(pod, batch)[rows] / max(1, pod.gpus)
-    u = _utilisation(batch)[rows]
-    d_rows, c_rows = _delta_rows(
-        pod,
-        batch.free()[rows],
-        batch.idle(cfg.idle_used_fraction)[rows],
-        qual[rows],
-        batch.cpu_free[rows],
-        shapes,
-        cfg.busy_gpu_penalty * u * per_gpu[:, None],
+        return delta, np.zeros(batch.total.shape, dtype=bool)
+    pl = _placement_of(pod, batch, cfg, shapes)
+    p = shapes.p
+    if not pl.per_gpu:
+        d = p @ pl.after - p @ pl.before
+        chosen = pl.chosen
+    else:
+        # F after for every GPU slot in one stacked product; the choice is sequential:
+        # GPU j wins only when it costs at least 1e-9 less than the best so far. A GPU
+        # that does not qualify costs inf (never below); `bar` holds best cost - 1e-9
+        fa = p @ pl.after  # (G, N)
+        cost_q = np.where(qual.T, fa + pl.busy, np.inf)
+        bars = cost_q - 1e-9
+        bar = np.full(n, np.inf)
+        best_i = np.full(n, -1, dtype=np.intp)
+        for i in np.flatnonzero(qual.any(axis=0)).tolist():
+            better = cost_q[i] < bar
+            np.copyto(bar, bars[i], where=better)
+            np.copyto(best_i, i, where=better)
+        rows = np.arange(n)
+        picked = best_i >= 0
+        best = np.where(picked, fa[np.maximum(best_i, 0), rows], np.inf)
+        chosen = np.zeros(batch.total.shape, dtype=bool)
+        chosen[rows, np.maximum(best_i, 0)] = True
+        d = best - p @ pl.before
+    delta[can] = d[can]
+    return delta, chosen & can[:, None]
+
+
+def _placement_of(
+    pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, shapes: Shapes
+) -> _Placement:
+    """`_Placement` of `pod`, kept per batch, pod shape and shape geometry."""
+
+    def make(b: NodeBatch) -> _Placement:
+        return _placement(pod, b, candidate_gpus(pod, b, cfg)[0], cfg, shapes)
+
+    pl: _Placement = _of_batch(
+        batch,
+        ("placement", pod.key, shapes.geometry),
+        cfg,
+        make,
+        patch=_Placement.patched,
+        limit=_POD_MEMOS,
     )
-    delta[rows] = d_rows
-    chosen[rows] = c_rows
-    return delta, chosen
+    return pl
+
+
+def warm_batch(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, shapes: Shapes) -> None:
+    """Compute what `score_batch` keeps with `batch` for a pod of `pod`'s shape (its GPU
+    candidates and placement parts, and the pod-independent columns), without scoring:
+    the extender runs it after answering, so that the next pod of a scaling Deployment
+    finds them ready."""
+    if not len(batch):
+        return
+    _, fits = candidate_gpus(pod, batch, cfg)
+    if (fits & batch.fresh).any():
+        _placement_of(pod, batch, cfg, shapes)
+    _of_batch(batch, "fragmentation", None, _node_fragmentation)
+    load_term(batch, cfg)
+    qos_term(pod, batch, cfg)
 
 
 def _utilisation(batch: NodeBatch) -> np.ndarray:
     """(N, G) GPU utilisation clipped to [0,1], 0 where not measured (the busy penalty)."""
 
-    def make() -> np.ndarray:
-        return _ro(_clip(np.nan_to_num(batch.util, nan=0.0), 0.0, 1.0))
+    def make(b: NodeBatch) -> np.ndarray:
+        return _ro(_clip(np.nan_to_num(b.util, nan=0.0), 0.0, 1.0))
 
     return _of_batch(batch, "utilisation", None, make)
 
@@ -561,7 +665,7 @@ def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.nda
 
 def load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """(N,) 1 - load (`_load_term`), once per batch (read-only)."""
-    return _of_batch(batch, "load", cfg, lambda: _ro(_load_term(batch, cfg)))
+    return _of_batch(batch, "load", cfg, lambda b: _ro(_load_term(b, cfg)))
 
 
 def _load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -646,7 +750,7 @@ def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """
     if pod.qos != "realtime":
         return np.full(len(batch), NEUTRAL)
-    return _of_batch(batch, "qos", cfg, lambda: _ro(_realtime_qos(batch, cfg)))
+    return _of_batch(batch, "qos", cfg, lambda b: _ro(_realtime_qos(b, cfg)))
 
 
 def _realtime_qos(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -696,7 +800,7 @@ def score_batch(
     age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
     qual, fits = candidate_gpus(pod, batch, cfg, fits)
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
-    rho, largest = _of_batch(batch, "fragmentation", None, lambda: _node_fragmentation(batch))
+    rho, largest = _of_batch(batch, "fragmentation", None, _node_fragmentation)
     terms_replicas = batch.replica_counts(pod.model)
     terms = {
         "fragmentation": np.where(fits, fragmentation_term(delta, _demand(pod, batch)), 0.0),

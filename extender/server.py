@@ -105,11 +105,24 @@ class ExtenderApp:
         if verb is None or scope["method"] != "POST":
             await self.routes(scope, receive, send)
             return
-        status, body = await self._handle(scope, receive, verb)
+        later: list[Callable[[], None]] = []
+        status, body = await self._handle(scope, receive, verb, later)
         await _send_json(send, status, body)
+        # the bookkeeping of the decision (ledger, metrics, explain, the next request's
+        # batch), once the answer is on the wire; no other request runs on this event
+        # loop before it ends, so the next one sees the ledger entry
+        for job in later:
+            try:
+                job()
+            except Exception:
+                log.exception("extender bookkeeping failed", extra={"kv": {"verb": verb}})
 
     async def _handle(
-        self, scope: MutableMapping[str, Any], receive: _Receive, verb: str
+        self,
+        scope: MutableMapping[str, Any],
+        receive: _Receive,
+        verb: str,
+        later: list[Callable[[], None]],
     ) -> tuple[int, bytes]:
         start = time.perf_counter()
         ext, limit = self.ext, self._limit
@@ -137,7 +150,7 @@ class ExtenderApp:
                 if verb == "filter":
                     out = encode_filter(args, ext.filter(args))
                 else:
-                    out = encode_prioritize(args, ext.prioritize(args))
+                    out = encode_prioritize(args, ext.prioritize(args, later))
             except Exception:
                 code = "internal"
                 log.exception("extender failed on a valid request", extra={"kv": {"verb": verb}})

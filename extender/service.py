@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ from extender.decisions import FilterDecision, PrioritizeDecision
 from extender.fit import Failure, FilterReason, exclude_stale, fit_batch
 from extender.metrics import ExtenderMetrics
 from extender.objects import PodInfo, parse_pod
-from extender.scoring import TERMS, BatchScores, explain, score_batch
+from extender.scoring import TERMS, BatchScores, explain, score_batch, warm_batch
 from extender.shapes import ShapeDistribution
 from extender.wire import ExtenderArgs
 from kvspread.clock import Clock
@@ -181,7 +182,17 @@ class Extender:
         for reason, c in counts.items():
             self.metrics.child(self.metrics.filter_failures, reason.value).inc(c)
 
-    def prioritize(self, args: ExtenderArgs) -> PrioritizeDecision:
+    def prioritize(
+        self, args: ExtenderArgs, later: list[Callable[[], None]] | None = None
+    ) -> PrioritizeDecision:
+        """Score every node for `args.pod`.
+
+        What the answer does not need (the pick's ledger entry, the metrics, the explain
+        record, and preparing the node batch and per-node values the next pod of this
+        shape will read) is appended to `later` when given, for the server to run once the
+        answer is on the wire (the scheduler waits for the answer, not for the
+        bookkeeping; the next request on the event loop runs after it); without `later` it
+        runs before returning."""
         pod = parse_pod(args.pod)
         n = len(args.names)
         if pod.error:
@@ -194,46 +205,60 @@ class Extender:
         )
         out = np.full(n, NEUTRAL_SCORE, dtype=np.int64)
         out[known] = scores.score
-        best = self._record_best(pod, scores)
-        self.metrics.terms.observe_many({t: getattr(scores, t) for t in TERMS})
-        self.metrics.count_signals(batch.codes, len(unknown))
-        if best is None:
-            outcome = "no_fit" if len(batch) else "no_gpu"
+        best = _best_row(scores)
+
+        def bookkeeping() -> None:
+            self._record_best(pod, scores, best)
+            self.metrics.terms.observe_many({t: getattr(scores, t) for t in TERMS})
+            self.metrics.count_signals(batch.codes, len(unknown))
+            if best is None:
+                outcome = "no_fit" if len(batch) else "no_gpu"
+            else:
+                outcome = "placed"
+            self.metrics.child(self.metrics.prioritize_decisions, outcome).inc()
+            self._remember("prioritize", pod, args, unknown, scores, {}, int(scores.fits.sum()))
+            if best is not None and args.nodes is None:
+                self._warm(args, pod)
+
+        if log.isEnabledFor(logging.DEBUG):  # before the answer: the line says what was sent
+            self._log_prioritize(pod, n, len(unknown), scores, best)
+        if later is None:
+            bookkeeping()
         else:
-            outcome = "placed"
-        self.metrics.child(self.metrics.prioritize_decisions, outcome).inc()
-        self._remember("prioritize", pod, args, unknown, scores, {}, int(scores.fits.sum()))
-        if log.isEnabledFor(logging.DEBUG):
-            kv: dict[str, Any] = {
-                "pod": pod.key,
-                "nodes": n,
-                "unknown": len(unknown),
-                "shape": {
-                    "gpus": pod.shape.gpus,
-                    "mem_per_gpu_mib": pod.shape.mem_per_gpu_mib,
-                    "model": pod.shape.model,
-                    "modality": pod.shape.modality,
-                    "qos": pod.shape.qos,
-                },
-                "best": None if best is None else explain(scores.node(best)),
-            }
-            log.debug("prioritize decision", extra={"kv": kv})
+            later.append(bookkeeping)
         return PrioritizeDecision(out.tolist())
 
-    def _record_best(self, pod: PodInfo, scores: BatchScores) -> int | None:
-        """Put the best fitting node into the ledger; returns its row or None."""
-        if not len(scores.names) or not scores.fits.any():
-            return None
-        # the node the scheduler will most likely bind: the highest scaled score that fits
-        # (scaled carries the candidate normalisation); ties go to the first in the request
-        best_tier = int(scores.tier[scores.fits].min())
-        cand = np.flatnonzero(scores.fits & (scores.tier == best_tier))
-        top = cand[np.argmax(scores.scaled[cand])]
-        if pod.shape.gpus <= 0 and not pod.shape.model:
-            return int(top)
-        chosen = tuple(int(j) for j in np.flatnonzero(scores.chosen[top]))
-        self.state.record_placement((pod.key, pod.uid), scores.names[top], pod.shape, chosen)
-        return int(top)
+    def _log_prioritize(
+        self, pod: PodInfo, n: int, unknown: int, scores: BatchScores, best: int | None
+    ) -> None:
+        kv: dict[str, Any] = {
+            "pod": pod.key,
+            "nodes": n,
+            "unknown": unknown,
+            "shape": {
+                "gpus": pod.shape.gpus,
+                "mem_per_gpu_mib": pod.shape.mem_per_gpu_mib,
+                "model": pod.shape.model,
+                "modality": pod.shape.modality,
+                "qos": pod.shape.qos,
+            },
+            "best": None if best is None else explain(scores.node(best)),
+        }
+        log.debug("prioritize decision", extra={"kv": kv})
+
+    def _record_best(self, pod: PodInfo, scores: BatchScores, best: int | None) -> None:
+        """Put the best fitting node (`_best_row`) into the ledger."""
+        if best is None or (pod.shape.gpus <= 0 and not pod.shape.model):
+            return
+        chosen = tuple(int(j) for j in np.flatnonzero(scores.chosen[best]))
+        self.state.record_placement((pod.key, pod.uid), scores.names[best], pod.shape, chosen)
+
+    def _warm(self, args: ExtenderArgs, pod: PodInfo) -> None:
+        """Take the node batch as the next pod of a scaling Deployment will see it (this
+        pick now in the ledger; a new pod has no entries of its own) and compute the values
+        it keeps per batch (`warm_batch`), so that the next request finds them ready."""
+        batch, _ = self.state.take(args.names, pod.shape.model, None)
+        warm_batch(pod.shape, batch, self.scoring, self.shapes.snapshot())
 
     # --- explain ------------------------------------------------------------------------
     def explain(self, pod_key: str, top: int | None = None) -> dict[str, Any] | None:
@@ -279,3 +304,14 @@ class Extender:
             out[verb] = entry
         out["shapes"] = self.shapes.snapshot().as_dicts()
         return out
+
+
+def _best_row(scores: BatchScores) -> int | None:
+    """The node the scheduler will most likely bind: the highest scaled score among the
+    best tier that fits (scaled carries the candidate normalisation), ties to the first in
+    the request; None when nothing fits."""
+    if not len(scores.names) or not scores.fits.any():
+        return None
+    best_tier = int(scores.tier[scores.fits].min())
+    cand = np.flatnonzero(scores.fits & (scores.tier == best_tier))
+    return int(cand[np.argmax(scores.scaled[cand])])

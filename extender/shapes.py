@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -71,6 +72,12 @@ class Shapes:
             cpu=np.array([s.cpu_milli for s in items], dtype=np.float64),
             p=np.array([s.p for s in items], dtype=np.float64),
         )
+
+    @cached_property
+    def geometry(self) -> tuple[tuple[int, float | None, float], ...]:
+        """The shapes without their weights, in order: what the per-shape parts of the
+        expected fragmentation depend on (the weights change with every pod observed)."""
+        return tuple((s.gpus, s.mem_per_gpu_mib, s.cpu_milli) for s in self.items)
 
     def as_dicts(self) -> list[dict[str, object]]:
         """JSON-ready view (for /debug/explain and docs)."""

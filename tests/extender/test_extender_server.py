@@ -166,7 +166,7 @@ def test_health_and_readiness() -> None:
 def test_a_failure_inside_the_decision_never_gives_5xx(app_client, monkeypatch, caplog) -> None:  # noqa: ANN001
     running, client, clock = app_client
 
-    def boom(args: object) -> bytes:
+    def boom(*args: object) -> bytes:
         raise RuntimeError("bug")
 
     monkeypatch.setattr(running.extender, "filter", boom)

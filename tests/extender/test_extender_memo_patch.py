@@ -1,0 +1,143 @@
+"""A batch that the node table derives from the previous one by changing a few rows patches
+the values kept with it (`NodeBatch.memo`) instead of computing them over every row; and the
+server answers before it does a decision's bookkeeping. Both must give exactly (bit for
+bit) what the straightforward way gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+
+import pytest
+
+from extender.batch import NodeTable
+from extender.config import ScoringConfig
+from extender.model import NodeState
+from extender.scoring import score_batch, warm_batch
+from extender.wire import parse_args
+from tests.extender.test_extender_table_reuse import PODS, SHAPES, _nodes, _same, _same_columns
+
+
+def _changed(rng: random.Random, s: NodeState, now: float) -> NodeState:
+    """Another random state under the same name (a placement claimed memory, new signals);
+    one in three keeps the signal time, GPU count and freshness, so only values change."""
+    new = dataclasses.replace(_nodes(rng, 1, now)[0], name=s.name)
+    if rng.random() < 0.34 and len(new.gpus) >= len(s.gpus):
+        new = dataclasses.replace(
+            new, gpus=new.gpus[: len(s.gpus)], signals_ts=s.signals_ts, signals=s.signals
+        )
+    return new
+
+
+@pytest.mark.parametrize("assignment", ["fewest-pods", "scored"])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_derived_batch_scores_exactly_like_a_fresh_one(seed: int, assignment: str) -> None:
+    rng = random.Random(seed)
+    now = 1.7e9
+    cfg = ScoringConfig().with_(gpu_assignment=assignment)
+    states = _nodes(rng, rng.choice([5, 40, 300]), now)
+    names = [s.name for s in states]
+    table = NodeTable(capacity=4)
+    for s in states:
+        table.set(s)
+    batch, _ = table.take(names, now, 120.0, "llama")
+    derived_count = 0
+    for step in range(6):
+        for pod in PODS:  # fill the memo of the batch that the next one derives from
+            score_batch(pod, batch, cfg, SHAPES, now=now)
+        for i in rng.sample(range(len(states)), max(1, len(states) // 10)):
+            states[i] = _changed(rng, states[i], now)
+            table.set(states[i])
+        derived, _ = table.take(list(names), now, 120.0, "llama")
+        assert derived is not batch
+        # patched unless a change widened the table or aged a row: then rebuilt
+        if derived.__dict__.get("_base") is not None:
+            derived_count += 1
+            assert batch.__dict__.get("_base") is None  # one generation kept alive
+        fresh_table = NodeTable(capacity=4)
+        for s in states:
+            fresh_table.set(s)
+        cold, _ = fresh_table.take(names, now, 120.0, "llama")
+        _same_columns(derived, cold)
+        for pod in PODS if step % 2 else reversed(PODS):
+            _same(
+                score_batch(pod, derived, cfg, SHAPES, now=now),
+                score_batch(pod, cold, cfg, SHAPES, now=now),
+            )
+        batch = derived
+    assert derived_count >= 2
+
+
+def test_a_change_outside_the_requested_rows_keeps_the_batch() -> None:
+    rng = random.Random(9)
+    now = 1.7e9
+    states = _nodes(rng, 20, now)
+    table = NodeTable()
+    for s in states:
+        table.set(s)
+    names = [s.name for s in states[:10]]
+    first, _ = table.take(names, now, 120.0)
+    table.set(_changed(rng, states[15], now))  # not among the requested names
+    assert table.take(list(names), now, 120.0)[0] is first
+    table.set(_changed(rng, states[3], now))
+    assert table.take(list(names), now, 120.0)[0] is not first
+
+
+def test_warming_a_batch_leaves_the_scores_as_they_are() -> None:
+    rng = random.Random(4)
+    now = 1.7e9
+    cfg = ScoringConfig()
+    states = _nodes(rng, 60, now)
+    names = [s.name for s in states]
+    table = NodeTable()
+    for s in states:
+        table.set(s)
+    batch, _ = table.take(names, now, 120.0, "llama")
+    for pod in PODS:
+        score_batch(pod, batch, cfg, SHAPES, now=now)
+    states[7] = _changed(rng, states[7], now)
+    table.set(states[7])
+    for pod in PODS:
+        warm, _ = table.take(list(names), now, 120.0, "llama")
+        warm_batch(pod, warm, cfg, SHAPES)
+        cold = NodeTable()
+        for s in states:
+            cold.set(s)
+        fresh, _ = cold.take(names, now, 120.0, "llama")
+        _same(
+            score_batch(pod, warm, cfg, SHAPES, now=now),
+            score_batch(pod, fresh, cfg, SHAPES, now=now),
+        )
+
+
+def test_prioritize_defers_its_bookkeeping_to_the_caller_when_asked() -> None:
+    """With `later`, the ledger entry, metrics and explain record wait for the caller (the
+    server runs them once the answer is sent); the answer is the same either way."""
+    from bench.extender_bench import nth_pod
+    from bench.extender_nodes import filled_extender, request_body, synthetic_nodes
+
+    nodes = synthetic_nodes(30)
+    names = [n["metadata"]["name"] for n in nodes]
+    inline = filled_extender(30, nodes).extender
+    deferred = filled_extender(30, nodes).extender
+    body = request_body(nodes, True)
+    pod = parse_args(body).pod["metadata"]
+    key = f"{pod['namespace']}/{pod['name']}"
+    later: list[Callable[[], None]] = []
+    got = deferred.prioritize(parse_args(body), later)
+    assert got == inline.prioritize(parse_args(body)) and len(later) == 1
+    assert len(inline.state.ledger) == 1 and inline.explain(key) is not None
+    assert len(deferred.state.ledger) == 0 and deferred.explain(key) is None
+    later[0]()
+    assert len(deferred.state.ledger) == 1 and deferred.explain(key) is not None
+    for i in range(1, 6):  # the next pods see the picks the same way in both
+        nxt = parse_args(nth_pod(body, i))
+        later = []
+        assert deferred.prioritize(nxt, later) == inline.prioritize(nxt)
+        for job in later:
+            job()
+    for name in names:
+        assert [p.pod for p in deferred.state.ledger.on_node(name)] == [
+            p.pod for p in inline.state.ledger.on_node(name)
+        ]
