@@ -628,7 +628,8 @@ def _utilisation(batch: NodeBatch) -> np.ndarray:
     """(N, G) GPU utilisation clipped to [0,1], 0 where not measured (the busy penalty)."""
 
     def make(b: NodeBatch) -> np.ndarray:
-        return _ro(_clip(np.nan_to_num(b.util, nan=0.0), 0.0, 1.0))
+        u = b.util  # NaN (not measured) -> 0; +-inf clip to 1 and 0 as nan_to_num's +-max
+        return _ro(_clip(np.where(np.isnan(u), 0.0, u), 0.0, 1.0))
 
     return _of_batch(batch, "utilisation", None, make)
 
