@@ -16,8 +16,9 @@ __all__ = ["JsonErrorHandler", "error_body"]
 
 
 def error_body(message: str) -> bytes:
-    """The body of an error answer: `{"error": message}`, compact, one line."""
-    return json.dumps({"error": message}, separators=(",", ":")).encode()
+    """The body of an error answer: `{"error": message}`, compact, one line ending in a
+    newline (so that curl's output ends with it)."""
+    return json.dumps({"error": message}, separators=(",", ":")).encode() + b"\n"
 
 
 class JsonErrorHandler(BaseHTTPRequestHandler):

@@ -8,15 +8,13 @@ the recent ids. Unknown id: 404.
 
 Every JSON answer is strict JSON (`kvspread.opsserver.json_reply`: a NaN or an infinity is
 written as null), so jq and JSON.parse read it. Anything but GET/HEAD answers 405 with
-`Allow: GET, HEAD`, and a request line over 64 KiB 414, each as one line of JSON.
+`Allow: GET, HEAD`, and a request line over 64 KiB 414, each as one line of JSON
+(`kvspread.httpbase.JsonErrorHandler`, as the collector's endpoints).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
-from typing import cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -26,37 +24,6 @@ from router.metrics import RouterMetrics
 from router.picker import Picker
 
 __all__ = ["DebugServer"]
-
-ALLOW = "GET, HEAD"
-"""The methods the operator endpoints answer."""
-
-
-def _json_errors(base: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:
-    """`base` whose errors raised before a route runs (an unsupported method, a request
-    line too long, bad headers) are one line of JSON rather than the stdlib's HTML page."""
-
-    class Handler(base):  # type: ignore[valid-type,misc]
-        def send_error(
-            self, code: int, message: str | None = None, explain: str | None = None
-        ) -> None:
-            allow = code == 501  # the stdlib's answer to a method without a do_ handler
-            if allow:
-                code = 405
-                message = f"method {self.command} not allowed; this port serves {ALLOW}"
-            elif code == 414:
-                message = "request line longer than 65536 bytes; shorten the URL"
-            body = (json.dumps({"error": message or self.responses[code][0]}) + "\n").encode()
-            self.send_response(code, message)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            if allow:
-                self.send_header("Allow", ALLOW)
-            self.send_header("Connection", "close")  # an unread request body may follow
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-    return Handler
 
 
 class DebugServer(OpsServer):
@@ -76,8 +43,6 @@ class DebugServer(OpsServer):
         self.metrics = metrics
         self.ready = ready
         super().__init__(host, port, self.route, "router-debug-http")
-        base = cast("type[BaseHTTPRequestHandler]", self.httpd.RequestHandlerClass)
-        self.httpd.RequestHandlerClass = _json_errors(base)
 
     def route(self, raw_path: str, q: dict[str, str]) -> Reply:
         path = raw_path.rstrip("/") or "/"

@@ -70,7 +70,7 @@ def test_other_methods_are_a_json_405_naming_get(server: str, method: str) -> No
     assert r.headers["allow"] == "GET, HEAD"
     assert r.headers["content-type"] == "application/json"
     assert r.json() == {"error": f"method {method} not allowed on /healthz; use GET, HEAD"}
-    assert "\n" not in r.text
+    assert r.text.count("\n") == 1 and r.text.endswith("\n")  # one JSON line
     assert httpx.get(server + "/healthz").status_code == 200  # still serving
 
 
