@@ -40,6 +40,8 @@ def test_scheduler_configuration_registers_the_extender() -> None:
     # kvspread owns replica spread and packing: these scores would pull against it
     assert disabled == {"NodeResourcesFit", "NodeResourcesBalancedAllocation", "PodTopologySpread"}
     assert "filter" not in cfg["profiles"][0]["plugins"]  # every filter stays on
+    # the extender packs and spreads over the cluster, not a rotating sample of it
+    assert cfg["percentageOfNodesToScore"] == 100
     (ext,) = cfg["extenders"]
     for key in ("urlPrefix", "filterVerb", "prioritizeVerb", "weight", "httpTimeout"):
         assert key in ext
