@@ -210,7 +210,8 @@ class NodeBatch:
         if patch is not None and base is not None:
             old = base[0].__dict__.get("_memo", {}).get(key)
             if old is not None:
-                value = patch(old, base[1], make(self._changed()))
+                # kept by the changed rows' own batch too: values built on others reuse it
+                value = patch(old, base[1], self._changed().memo(key, make))
         if value is None:
             value = make(self)
         if limit is not None and isinstance(key, tuple):
