@@ -123,10 +123,33 @@ class TcpStatsStruct(ctypes.Structure):
     ]
 
 
+_CODES: dict[type, str] = {
+    ctypes.c_uint64: "Q",
+    ctypes.c_uint32: "I",
+    ctypes.c_uint16: "H",
+    ctypes.c_uint8: "B",
+}
+
+
+def _unpacker(mirror: type[ctypes.Structure]) -> struct.Struct:
+    """The `struct` layout of a ctypes mirror, field by field (a byte array is one bytes
+    field), so the layout is written once: unpacking a `struct.Struct` builds no ctypes
+    object, which the per-event paths count on."""
+    codes = []
+    for field in mirror._fields_:
+        ctype, size = field[1], ctypes.sizeof(field[1])
+        if ctype is ctypes.c_uint8 * size:  # ctypes keeps one type per array shape
+            codes.append(f"{size}s")
+        else:
+            codes.append(_CODES[ctype])
+    layout = struct.Struct("<" + "".join(codes))
+    assert layout.size == ctypes.sizeof(mirror)  # no padding between the fields
+    return layout
+
+
 HTTP_EVENT_HEADER_SIZE = ctypes.sizeof(HttpEventHeader)
-# the same layout as HttpEventHeader; public for the tracker's fast path (bpf/tracker.py)
-HTTP_HEADER = struct.Struct("<QQQQQQQIIIIHBBIQII")
-assert HTTP_HEADER.size == HTTP_EVENT_HEADER_SIZE
+# HttpEventHeader's layout; public for the tracker's fast path (bpf/tracker.py)
+HTTP_HEADER = _unpacker(HttpEventHeader)
 # a COMPLETE record's fields of a request without a token stream, the others skipped
 # (ts, conn_id, prev_end, prev_bytes, tgid, fd, len, resp_ns, status, flags), and its
 # token-stream fields from offset 32 (req_end, sse_first, sse_last, sse_events): the fast
@@ -140,8 +163,7 @@ assert COMPLETE_SSE_AT + COMPLETE_SSE_FIELDS.size == HttpEventHeader.resp_ns.off
 _KINDS = {int(k): k for k in HttpEventKind}
 _STATES = {int(s): s for s in ConnState}
 ACCEPT_EVENT_SIZE = ctypes.sizeof(AcceptEventStruct)
-_ACCEPT = struct.Struct("<QQQIIIIHHHH16s")  # the layout of AcceptEventStruct
-assert _ACCEPT.size == ACCEPT_EVENT_SIZE
+_ACCEPT = _unpacker(AcceptEventStruct)
 
 
 class HttpEvent(NamedTuple):

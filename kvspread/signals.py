@@ -82,7 +82,7 @@ class PodMemory:
 
 @dataclass(frozen=True)
 class GpuSignal:
-    """One GPU as the collector measured it. Memory in MiB."""
+    """One GPU as the collector measured it. Memory in MiB (free: kvspread.gpumem)."""
 
     index: int
     mem_total_mib: float
@@ -93,10 +93,6 @@ class GpuSignal:
     kv_blocks_used: int | None = None
     models: tuple[str, ...] = ()
     pods: tuple[PodMemory, ...] | None = None  # None: absent (not listed or dropped)
-
-    @property
-    def mem_free_mib(self) -> float:
-        return max(0.0, self.mem_total_mib - self.mem_used_mib)
 
 
 @dataclass(frozen=True)
