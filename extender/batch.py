@@ -334,6 +334,15 @@ class NodeTable:
         ) = None
         self._last_span = False
         """The rows of the last lookup (`_last`) are consecutive and ascending."""
+        self._last_set: (
+            tuple[
+                int,
+                list[str],
+                tuple[tuple[int, ...], np.ndarray, tuple[str, ...], np.ndarray | None],
+            ]
+            | None
+        ) = None
+        """The last `_rows_of_set` lookup: (layout, names, answer)."""
         self._version = 0
         """Bumped whenever a row's content changes (a `set` of a different state, a
         removal, a widening): the kept batch (`_kept`) is then stale."""
@@ -451,13 +460,47 @@ class NodeTable:
         table is merged with `NodeBatch.with_rows`.
         """
         missing, ix, known = self._rows_of(names)
+        batch = self._take_rows(ix, known, self._last_span, now, stale_after_s, model, views)
+        return batch, list(missing)
+
+    def take_unordered(
+        self,
+        names: Sequence[str],
+        now: float | None = None,
+        stale_after_s: float | None = None,
+        model: str | None = None,
+        views: Mapping[str, NodeState] | None = None,
+    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
+        """`take`, with the batch's rows in table order: (batch, position in `names` of
+        each row, or None when that is request order, positions not known).
+
+        kube-scheduler filters nodes in parallel and lists the feasible ones in the order
+        their checks ended, so one node set comes in another order every cycle; in table
+        order it is the same batch (and what is kept with it) every time."""
+        missing, ix, known, pos = self._rows_of_set(names)
+        span = bool(len(ix)) and int(ix[-1]) - int(ix[0]) + 1 == len(ix)  # sorted: consecutive
+        batch = self._take_rows(ix, known, span, now, stale_after_s, model, views)
+        return batch, pos, list(missing)
+
+    def _take_rows(
+        self,
+        ix: np.ndarray,
+        known: tuple[str, ...],
+        span: bool,
+        now: float | None,
+        stale_after_s: float | None,
+        model: str | None,
+        views: Mapping[str, NodeState] | None,
+    ) -> NodeBatch:
+        """The batch of table rows `ix` (names `known`); see `take`. `span`: the rows are
+        consecutive and ascending."""
         if views and any(len(s.gpus) > self._width for s in views.values()):
-            batch, missing_pos = self.take(names, now, stale_after_s, model)
+            batch = self._take_rows(ix, known, span, now, stale_after_s, model, None)
             wide = {n: s for n, s in views.items() if n in known}
             fixed = NodeBatch.from_states(list(wide.values()))
-            return batch.with_rows([known.index(n) for n in wide], fixed), missing_pos
+            return batch.with_rows([known.index(n) for n in wide], fixed)
         rows: slice | np.ndarray = ix
-        if self._last_span:
+        if span:
             # the rows in table order (a list-fed cache and the scheduler agree): a
             # slice copy, several times cheaper than a gather
             rows = slice(int(ix[0]), int(ix[-1]) + 1)
@@ -485,7 +528,7 @@ class NodeTable:
                 batch = kept.batch
                 if model and model not in kept.counts:
                     kept.counts[model] = self._model_column(model, ix, known, views)
-                return batch, list(missing)
+                return batch
         batch = self._build(rows, ix, known, aged, model, views)
         if kept is not None and changed is not None and len(changed) * 4 <= len(ix):
             # a few rows changed (a placement recorded, one node's signals): row-wise
@@ -494,7 +537,7 @@ class NodeTable:
         counts = batch.model_counts
         assert isinstance(counts, dict)
         self._kept = _Kept(self._version, ix, aged, dict(views or {}), batch, counts)
-        return batch, list(missing)
+        return batch
 
     def _build(
         self,
@@ -575,4 +618,37 @@ class NodeTable:
         out = (missing, ix, known)
         self._last = (self._layout, list(names), out)
         self._last_span = bool(len(ix)) and bool((np.diff(ix) == 1).all())
+        return out
+
+    def _rows_of_set(
+        self, names: Sequence[str]
+    ) -> tuple[tuple[int, ...], np.ndarray, tuple[str, ...], np.ndarray | None]:
+        """(missing positions, row indices ascending, their names, their positions in
+        `names` or None when that is their order) for `names`.
+
+        The same names in another order give the same (identical) row array and names, so
+        that the kept batch serves them; the same list again is one list comparison."""
+        last = self._last_set
+        if last is not None and last[0] == self._layout and last[1] == names:
+            return last[2]
+        found: list[int | None] = list(map(self._rows.get, names))
+        if None in found:
+            missing = tuple(p for p, i in enumerate(found) if i is None)
+            at = np.array([p for p, i in enumerate(found) if i is not None], dtype=np.intp)
+            rows = np.array([i for i in found if i is not None], dtype=np.intp)
+        else:
+            missing, at = (), np.arange(len(found), dtype=np.intp)
+            rows = np.array(found, dtype=np.intp)
+        order = np.argsort(rows, kind="stable")
+        ix = rows[order]
+        pos: np.ndarray | None = at[order]
+        if not missing and bool((order == at).all()):
+            pos = None  # already in table order: the batch is in request order
+        if last is not None and last[0] == self._layout and np.array_equal(last[2][1], ix):
+            ix, known = last[2][1], last[2][2]  # the same rows: the same objects
+        else:
+            ix = _ro(ix)
+            known = tuple(self._names[ix])
+        out = (missing, ix, known, None if pos is None else _ro(pos))
+        self._last_set = (self._layout, list(names), out)
         return out

@@ -58,6 +58,15 @@ class NodeSource(Protocol):
         ledger entries of `pod` (the pod being decided) are left out of its view."""
         ...
 
+    def take_unordered(
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
+        """`take` with the rows in the cache's own order: (batch, position in `names` of
+        each row or None when that is request order, positions of names not known), so
+        that one node set in another order (kube-scheduler's parallel filter lists them as
+        its checks end) is the same batch."""
+        ...
+
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         """Rows for the nodes of a full-NodeList request body, in order (without `pod`'s
         own ledger entries)."""
@@ -93,6 +102,11 @@ class StaticState:
         self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
     ) -> tuple[NodeBatch, list[int]]:
         return NodeBatch.from_states([]), list(range(len(names)))
+
+    def take_unordered(
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
+        return NodeBatch.from_states([]), np.zeros(0, dtype=np.intp), list(range(len(names)))
 
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         now = self._clock.now()
@@ -271,11 +285,23 @@ class ClusterState:
         own ledger entries are rebuilt without them."""
         with self._lock:
             now = self._clock.now()
-            own = self.ledger.nodes_of(pod) if pod is not None else set()
-            # built at `now`, so their freshness is current (the table skips names that
-            # are not in the request)
-            views = {n: self._state(self._nodes[n], now, pod) for n in own if n in self._nodes}
+            views = self._own_views(now, pod)
             return self._table.take(names, now, self._cfg.stale_after_s, model, views)
+
+    def take_unordered(
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
+        """`take` with the rows in table order (NodeTable.take_unordered)."""
+        with self._lock:
+            now = self._clock.now()
+            views = self._own_views(now, pod)
+            return self._table.take_unordered(names, now, self._cfg.stale_after_s, model, views)
+
+    def _own_views(self, now: float, pod: PodRef | None) -> dict[str, NodeState]:
+        """The nodes holding `pod`'s own ledger entries as `pod` sees them (without those
+        entries), built at `now` so that their freshness is current; call with the lock."""
+        own = self.ledger.nodes_of(pod) if pod is not None else set()
+        return {n: self._state(self._nodes[n], now, pod) for n in own if n in self._nodes}
 
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         """Column batch for nodes given in a request body (full NodeList mode), in order.

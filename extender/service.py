@@ -93,20 +93,15 @@ class Extender:
     def _batch(
         self, args: ExtenderArgs, pod: PodInfo, model: str | None = None
     ) -> tuple[NodeBatch, np.ndarray, list[int]]:
-        """(batch of known nodes, their positions in args.names, unknown positions), as
-        `pod` sees them: its own earlier placements left out."""
+        """(batch of known nodes, the position in args.names of each of its rows, unknown
+        positions), as `pod` sees them: its own earlier placements left out. Names-only
+        rows come in the cache's order (one node set in any order is one batch)."""
         ref = (pod.key, pod.uid)
         if args.nodes is not None:
             batch = self.state.batch_for(args.nodes, ref)
             return batch, np.arange(len(args.nodes)), []
-        batch, missing = self.state.take(args.names, model, ref)
-        if missing:
-            mask = np.ones(len(args.names), dtype=bool)
-            mask[missing] = False
-            known = np.flatnonzero(mask)
-        else:
-            known = np.arange(len(args.names))
-        return batch, known, missing
+        batch, pos, missing = self.state.take_unordered(args.names, model, ref)
+        return batch, np.arange(len(args.names)) if pos is None else pos, missing
 
     def _remember(
         self,
@@ -257,7 +252,7 @@ class Extender:
         """Take the node batch as the next pod of a scaling Deployment will see it (this
         pick now in the ledger; a new pod has no entries of its own) and compute the values
         it keeps per batch (`warm_batch`), so that the next request finds them ready."""
-        batch, _ = self.state.take(args.names, pod.shape.model, None)
+        batch, _, _ = self.state.take_unordered(args.names, pod.shape.model, None)
         warm_batch(pod.shape, batch, self.scoring, self.shapes.snapshot())
 
     # --- explain ------------------------------------------------------------------------

@@ -141,3 +141,70 @@ def test_prioritize_defers_its_bookkeeping_to_the_caller_when_asked() -> None:
         assert [p.pod for p in deferred.state.ledger.on_node(name)] == [
             p.pod for p in inline.state.ledger.on_node(name)
         ]
+
+
+def test_one_node_set_in_any_order_is_one_batch() -> None:
+    """kube-scheduler filters in parallel and lists feasible nodes as their checks end, so
+    the same nodes come in another order every cycle: the table hands out one batch (rows in
+    table order) and says where each row stands in the request."""
+    rng = random.Random(11)
+    now = 1.7e9
+    states = _nodes(rng, 50, now)
+    table = NodeTable()
+    for s in states:
+        table.set(s)
+    names = [s.name for s in states]
+    first, pos, missing = table.take_unordered(names, now, 120.0, "llama")
+    assert pos is None and missing == [] and first.names == tuple(names)
+    for _ in range(5):
+        shuffled = names[:]
+        rng.shuffle(shuffled)
+        again, pos, missing = table.take_unordered(shuffled, now, 120.0, "llama")
+        assert again is first and missing == [] and pos is not None
+        assert [shuffled[p] for p in pos] == list(again.names)
+    # unknown names among them: their positions are missing, the rest map as before
+    mixed = ["ghost-1"] + names[::-1] + ["ghost-2"]
+    part, pos, missing = table.take_unordered(mixed, now, 120.0, "llama")
+    assert missing == [0, len(mixed) - 1] and part is first
+    assert pos is not None and [mixed[p] for p in pos] == list(part.names)
+    sub, pos, _ = table.take_unordered(names[10:0:-1], now, 120.0)
+    assert sub.names == tuple(names[1:11]) and pos is not None
+    assert [names[10:0:-1][p] for p in pos] == list(sub.names)
+
+
+def test_the_answers_do_not_depend_on_the_order_of_the_node_names() -> None:
+    """The same pods against the same nodes listed in a new order every request get the
+    same score per node as with the nodes always in one order, and the same ledger."""
+    import json
+
+    from bench.extender_bench import nth_pod
+    from bench.extender_nodes import filled_extender, request_body, synthetic_nodes
+    from extender.wire import encode_filter, encode_prioritize
+
+    nodes = synthetic_nodes(40)
+    names = [n["metadata"]["name"] for n in nodes]
+    ordered = filled_extender(40, nodes).extender
+    shuffled = filled_extender(40, nodes).extender
+    body = json.loads(request_body(nodes, True))
+    rng = random.Random(3)
+    for i in range(12):
+        mixed = names[:]
+        rng.shuffle(mixed)
+        a = parse_args(nth_pod(json.dumps(body).encode(), i))
+        b = parse_args(nth_pod(json.dumps({**body, "NodeNames": mixed}).encode(), i))
+        fa = json.loads(encode_filter(a, ordered.filter(a)))
+        fb = json.loads(encode_filter(b, shuffled.filter(b)))
+        assert (
+            sorted(fa["NodeNames"]) == sorted(fb["NodeNames"])
+            and fa["FailedNodes"] == fb["FailedNodes"]
+        )
+        pa = {
+            h["Host"]: h["Score"] for h in json.loads(encode_prioritize(a, ordered.prioritize(a)))
+        }
+        hb = json.loads(encode_prioritize(b, shuffled.prioritize(b)))
+        assert [h["Host"] for h in hb] == mixed  # answered in the request's order
+        assert pa == {h["Host"]: h["Score"] for h in hb}
+    for name in names:
+        assert [p.pod for p in ordered.state.ledger.on_node(name)] == [
+            p.pod for p in shuffled.state.ledger.on_node(name)
+        ]
