@@ -450,8 +450,14 @@ class NodeTable:
         stale_after_s: float | None = None,
         model: str | None = None,
         views: Mapping[str, NodeState] | None = None,
+        table_order: bool = False,
     ) -> tuple[NodeBatch, list[int]]:
         """(batch of the known names in request order, positions in `names` not known).
+
+        `table_order`: the rows in table order instead (`request_positions` says where each
+        stands in `names`). kube-scheduler filters nodes in parallel and lists the feasible
+        ones in the order their checks end, so one node set comes in another order every
+        cycle; in table order it is the same batch (and what is kept with it) every time.
 
         `model` adds that model's replica column (`NodeBatch.model_counts`). `views` gives
         another state for some rows (the first row of each such name): written into the
@@ -459,28 +465,19 @@ class NodeTable:
         own ledger entries, instead of a second batch and a merge. A view wider than the
         table is merged with `NodeBatch.with_rows`.
         """
-        missing, ix, known = self._rows_of(names)
-        batch = self._take_rows(ix, known, self._last_span, now, stale_after_s, model, views)
+        if table_order:
+            missing, ix, known, _ = self._rows_of_set(names)
+            span = bool(len(ix)) and int(ix[-1]) - int(ix[0]) + 1 == len(ix)  # ascending
+        else:
+            missing, ix, known = self._rows_of(names)
+            span = self._last_span
+        batch = self._take_rows(ix, known, span, now, stale_after_s, model, views)
         return batch, list(missing)
 
-    def take_unordered(
-        self,
-        names: Sequence[str],
-        now: float | None = None,
-        stale_after_s: float | None = None,
-        model: str | None = None,
-        views: Mapping[str, NodeState] | None = None,
-    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
-        """`take`, with the batch's rows in table order: (batch, position in `names` of
-        each row, or None when that is request order, positions not known).
-
-        kube-scheduler filters nodes in parallel and lists the feasible ones in the order
-        their checks ended, so one node set comes in another order every cycle; in table
-        order it is the same batch (and what is kept with it) every time."""
-        missing, ix, known, pos = self._rows_of_set(names)
-        span = bool(len(ix)) and int(ix[-1]) - int(ix[0]) + 1 == len(ix)  # sorted: consecutive
-        batch = self._take_rows(ix, known, span, now, stale_after_s, model, views)
-        return batch, pos, list(missing)
+    def request_positions(self, names: Sequence[str]) -> np.ndarray | None:
+        """Where each row of `take(names, table_order=True)` stands in `names`; None when
+        the rows are in request order (all known, the request already in table order)."""
+        return self._rows_of_set(names)[3]
 
     def _take_rows(
         self,

@@ -52,19 +52,20 @@ class NodeSource(Protocol):
         ...
 
     def take(
-        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+        self,
+        names: Sequence[str],
+        model: str | None = None,
+        pod: PodRef | None = None,
+        table_order: bool = False,
     ) -> tuple[NodeBatch, list[int]]:
-        """Rows for `names` (request order) and the positions of names not known; the
+        """Rows for `names` (request order; `table_order`: the cache's own order, so that
+        one node set in any order is one batch) and the positions of names not known; the
         ledger entries of `pod` (the pod being decided) are left out of its view."""
         ...
 
-    def take_unordered(
-        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
-    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
-        """`take` with the rows in the cache's own order: (batch, position in `names` of
-        each row or None when that is request order, positions of names not known), so
-        that one node set in another order (kube-scheduler's parallel filter lists them as
-        its checks end) is the same batch."""
+    def request_positions(self, names: Sequence[str]) -> np.ndarray | None:
+        """Where each row of `take(names, table_order=True)` stands in `names` (None: in
+        request order)."""
         ...
 
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
@@ -99,14 +100,16 @@ class StaticState:
         return {}
 
     def take(
-        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+        self,
+        names: Sequence[str],
+        model: str | None = None,
+        pod: PodRef | None = None,
+        table_order: bool = False,
     ) -> tuple[NodeBatch, list[int]]:
         return NodeBatch.from_states([]), list(range(len(names)))
 
-    def take_unordered(
-        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
-    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
-        return NodeBatch.from_states([]), np.zeros(0, dtype=np.intp), list(range(len(names)))
+    def request_positions(self, names: Sequence[str]) -> np.ndarray | None:
+        return np.zeros(0, dtype=np.intp)  # no node is known
 
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         now = self._clock.now()
@@ -278,24 +281,24 @@ class ClusterState:
 
     # --- reading ------------------------------------------------------------------------
     def take(
-        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
+        self,
+        names: Sequence[str],
+        model: str | None = None,
+        pod: PodRef | None = None,
+        table_order: bool = False,
     ) -> tuple[NodeBatch, list[int]]:
-        """Rows for `names` (request order) and the positions of names not in the cache;
+        """Rows for `names` (request order, or table order: NodeTable.take) and the
+        positions of names not in the cache;
         `model` precomputes that model's replica counts. The rows of nodes holding `pod`'s
         own ledger entries are rebuilt without them."""
         with self._lock:
             now = self._clock.now()
             views = self._own_views(now, pod)
-            return self._table.take(names, now, self._cfg.stale_after_s, model, views)
+            return self._table.take(names, now, self._cfg.stale_after_s, model, views, table_order)
 
-    def take_unordered(
-        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
-    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
-        """`take` with the rows in table order (NodeTable.take_unordered)."""
+    def request_positions(self, names: Sequence[str]) -> np.ndarray | None:
         with self._lock:
-            now = self._clock.now()
-            views = self._own_views(now, pod)
-            return self._table.take_unordered(names, now, self._cfg.stale_after_s, model, views)
+            return self._table.request_positions(names)
 
     def _own_views(self, now: float, pod: PodRef | None) -> dict[str, NodeState]:
         """The nodes holding `pod`'s own ledger entries as `pod` sees them (without those

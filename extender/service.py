@@ -100,7 +100,8 @@ class Extender:
         if args.nodes is not None:
             batch = self.state.batch_for(args.nodes, ref)
             return batch, np.arange(len(args.nodes)), []
-        batch, pos, missing = self.state.take_unordered(args.names, model, ref)
+        batch, missing = self.state.take(args.names, model, ref, table_order=True)
+        pos = self.state.request_positions(args.names)
         return batch, np.arange(len(args.names)) if pos is None else pos, missing
 
     def _remember(
@@ -252,7 +253,7 @@ class Extender:
         """Take the node batch as the next pod of a scaling Deployment will see it (this
         pick now in the ledger; a new pod has no entries of its own) and compute the values
         it keeps per batch (`warm_batch`), so that the next request finds them ready."""
-        batch, _, _ = self.state.take_unordered(args.names, pod.shape.model, None)
+        batch, _ = self.state.take(args.names, pod.shape.model, None, table_order=True)
         warm_batch(pod.shape, batch, self.scoring, self.shapes.snapshot())
 
     # --- explain ------------------------------------------------------------------------

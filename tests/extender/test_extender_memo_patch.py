@@ -16,7 +16,14 @@ from extender.config import ScoringConfig
 from extender.model import NodeState
 from extender.scoring import score_batch, warm_batch
 from extender.wire import parse_args
-from tests.extender.test_extender_table_reuse import PODS, SHAPES, _nodes, _same, _same_columns
+from tests.extender.test_extender_table_reuse import (
+    PODS,
+    SHAPES,
+    _nodes,
+    _same,
+    _same_columns,
+    _table,
+)
 
 
 def _changed(rng: random.Random, s: NodeState, now: float) -> NodeState:
@@ -143,33 +150,36 @@ def test_prioritize_defers_its_bookkeeping_to_the_caller_when_asked() -> None:
         ]
 
 
+def _unordered(table: NodeTable, names: list[str], model: str | None = None) -> tuple:
+    batch, missing = table.take(names, 1.7e9, 120.0, model, table_order=True)
+    return batch, table.request_positions(names), missing
+
+
 def test_one_node_set_in_any_order_is_one_batch() -> None:
     """kube-scheduler filters in parallel and lists feasible nodes as their checks end, so
     the same nodes come in another order every cycle: the table hands out one batch (rows in
     table order) and says where each row stands in the request."""
     rng = random.Random(11)
-    now = 1.7e9
-    states = _nodes(rng, 50, now)
-    table = NodeTable()
-    for s in states:
-        table.set(s)
+    states = _nodes(rng, 50, 1.7e9)
+    table = _table(states)
     names = [s.name for s in states]
-    first, pos, missing = table.take_unordered(names, now, 120.0, "llama")
+    first, pos, missing = _unordered(table, names, "llama")
     assert pos is None and missing == [] and first.names == tuple(names)
     for _ in range(5):
         shuffled = names[:]
         rng.shuffle(shuffled)
-        again, pos, missing = table.take_unordered(shuffled, now, 120.0, "llama")
+        again, pos, missing = _unordered(table, shuffled, "llama")
         assert again is first and missing == [] and pos is not None
         assert [shuffled[p] for p in pos] == list(again.names)
     # unknown names among them: their positions are missing, the rest map as before
-    mixed = ["ghost-1"] + names[::-1] + ["ghost-2"]
-    part, pos, missing = table.take_unordered(mixed, now, 120.0, "llama")
+    mixed = ["ghost-1", *names[::-1], "ghost-2"]
+    part, pos, missing = _unordered(table, mixed, "llama")
     assert missing == [0, len(mixed) - 1] and part is first
     assert pos is not None and [mixed[p] for p in pos] == list(part.names)
-    sub, pos, _ = table.take_unordered(names[10:0:-1], now, 120.0)
+    some = names[10:0:-1]
+    sub, pos, _ = _unordered(table, some)
     assert sub.names == tuple(names[1:11]) and pos is not None
-    assert [names[10:0:-1][p] for p in pos] == list(sub.names)
+    assert [some[p] for p in pos] == list(sub.names)
 
 
 def test_the_answers_do_not_depend_on_the_order_of_the_node_names() -> None:
