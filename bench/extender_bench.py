@@ -31,6 +31,7 @@ import http.client
 import json
 import os
 import platform
+import random
 import shutil
 import subprocess
 import sys
@@ -162,20 +163,37 @@ def nth_pod(body: bytes, i: int) -> bytes:
     return body.replace(POD_UID, uid, 1).replace(POD_NAME, f'"llm-{i}"'.encode(), 1)
 
 
+def shuffled_names(body: bytes, seed: int) -> bytes:
+    """A names-only body with its NodeNames in another order (kube-scheduler lists the
+    feasible nodes in the order its parallel filter checks end)."""
+    doc = json.loads(body)
+    random.Random(seed).shuffle(doc["NodeNames"])
+    return json.dumps(doc).encode()
+
+
 def measure(
-    targets: list[Target], verb: str, body: bytes, n: int, warmup: int, same_pod: bool = False
+    targets: list[Target],
+    verb: str,
+    body: bytes,
+    n: int,
+    warmup: int,
+    same_pod: bool = False,
+    shuffle: bool = False,
 ) -> list[float]:
     """Fill each target's `lat` and `cpu` (seconds per request); returns the JSON floor
     times. The targets and the floor are sampled in turn, so all see the same load. Each
-    request asks for a new pod unless `same_pod` (the same pod re-scored every time)."""
+    request asks for a new pod unless `same_pod` (the same pod re-scored every time), and
+    with `shuffle` (names-only bodies) names the nodes in a new order."""
     assert POD_UID in body and POD_NAME in body, "the request body lost the bench pod"
+    bodies = [shuffled_names(body, i) for i in range(warmup + n)] if shuffle else None
     conns = [t.connect() for t in targets]
     flo: list[float] = []
     cpu0: list[float] = []
     for i in range(warmup + n):
         if i == warmup:
             cpu0 = [cpu_s(t.proc.pid) for t in targets]
-        one = body if same_pod else nth_pod(body, i)
+        base = body if bodies is None else bodies[i]
+        one = base if same_pod else nth_pod(base, i)
         for t, c in zip(targets, conns, strict=True):
             dt = _post(c, verb, one)
             if i >= warmup:
@@ -254,6 +272,7 @@ def latency_tables(args: argparse.Namespace) -> None:
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, "
             "loopback HTTP/1.1 keep-alive, "
             + ("the same pod every request" if args.same_pod else "a new pod every request")
+            + (", node names in a new order every request" if args.shuffle_names else "")
         )
         print(f"# Go floor: {go_note}")
         rows: dict[str, list[str]] = {"prioritize": [], "filter": []}
@@ -274,7 +293,10 @@ def latency_tables(args: argparse.Namespace) -> None:
                     for verb in ("prioritize", "filter"):
                         py = Target(proc, port, [])
                         targets = [py] + ([Target(go[0], go[1], [])] if go else [])
-                        flo = measure(targets, verb, body, reqs, args.warmup, args.same_pod)
+                        shuffle = args.shuffle_names and names_only
+                        flo = measure(
+                            targets, verb, body, reqs, args.warmup, args.same_pod, shuffle
+                        )
                         p99 = pct(py.lat, 0.99)
                         cells = [
                             str(n),
@@ -363,6 +385,12 @@ def main() -> int:
         action="store_true",
         help="re-score one pod every request (the extender may reuse its node batch); "
         "default: a new pod (UID, name) every request, as a scaling Deployment sends",
+    )
+    ap.add_argument(
+        "--shuffle-names",
+        action="store_true",
+        help="names-only requests list the nodes in a new order every time, as kube-scheduler's "
+        "parallel filter does (default: one order)",
     )
     ap.add_argument("--cpu-only", action="store_true", help="only the in-process CPU table")
     ap.add_argument(
