@@ -756,49 +756,154 @@ def tie_break(
     request stays the best. Exact ties left over (and every exact tie with `tie_band` 0) are
     ordered by the preference too (1e-9 x rank).
     0 under `absolute` normalisation, without names, or when every value is the same."""
-    zero = np.zeros(len(value))
-    if cfg.normalisation == "absolute" or names is None or not fits.any():
-        return zero
-    c = np.flatnonzero(fits)
+    if cfg.normalisation == "absolute" or names is None:
+        return np.zeros(len(value))
+    return _tie_break(value, np.flatnonzero(fits), cfg, names, rest)
+
+
+_SMALL_GROUPS = 32
+"""Up to this many candidates in groups of two or more are permuted in Python (a sort of
+a few tuples); more take the vectorised lexsort."""
+
+
+def _tie_break(
+    value: np.ndarray,
+    c: np.ndarray,
+    cfg: ScoringConfig,
+    names: Sequence[str],
+    rest: np.ndarray | None,
+) -> np.ndarray:
+    """`tie_break` of the candidates at rows `c` (ascending), names given.
+
+    Typically every group but a few is a single candidate, and every key differs: then a
+    sort of the groups finds nothing to permute, one argsort ranks the keys, and neither
+    the lexsorts nor the stable argsort of the groups run."""
+    out = np.zeros(len(value))
+    if not len(c):
+        return out
     v = value[c]
     if float(v.max()) - float(v.min()) <= 1e-9:
-        return zero
-    pref = _preferences(tuple(names))[c]
+        return out
+    pref = _preferences_of(names)[c]
     w = cfg.weights
     key = v + cfg.tie_band * (w.fragmentation / w.total()) * pref
-    if rest is None:
-        group = np.zeros(len(c), dtype=np.int64)
-    else:
-        group = np.floor(rest[c] / TIE_EPSILON + 0.5).astype(np.int64)
-    # only groups of two or more candidates permute anything: sort just their members
-    by_group = np.argsort(group, kind="stable")
-    same = group[by_group][1:] == group[by_group][:-1]
     ranked = v
-    if same.any():
-        shared = np.zeros(len(c), dtype=bool)
-        shared[1:] |= same
-        shared[:-1] |= same
-        m = by_group[shared]  # in group order, ascending position within a group
-        gm = group[m]
-        by_key = m[np.lexsort((-pref[m], -key[m], gm))]  # within each group: best key first
-        by_value = m[np.lexsort((-v[m], gm))]  # within each group: best value first
-        ranked = v.copy()
-        ranked[by_key] = v[by_value]
+    if len(c) > 1:
+        if rest is None:
+            ranked = _permute_groups(v, key, pref, np.zeros(len(c), dtype=np.int64), None)
+        else:
+            group = np.floor(rest[c] / TIE_EPSILON + 0.5).astype(np.int64)
+            s = group.copy()
+            s.sort()
+            same = s[1:] == s[:-1]
+            if same.any():
+                ranked = _permute_groups(v, key, pref, group, s[1:][same])
     # exact ties left over (equal values) go by the same order, never by anything else
-    by_order = np.argsort(key)
-    if not _all_distinct(key[by_order]):
+    by_order = key.argsort()
+    s = key[by_order]
+    if not _all_distinct(s):
         by_order = np.lexsort((pref, key))
-    order = np.empty(len(c))
-    order[by_order] = np.arange(len(c)) / len(c)
-    out = zero
-    out[c] = ranked - v + 1e-9 * order
+    inc = np.empty(len(c))
+    inc[by_order] = _tie_steps(len(c))
+    if ranked is v and math.isfinite(s[0]) and math.isfinite(s[-1]):
+        out[c] = inc  # every value finite: (v - v) + inc is inc, bit for bit
+    else:
+        out[c] = ranked - v + inc
     return out
+
+
+@lru_cache(maxsize=64)
+def _tie_steps(n: int) -> np.ndarray:
+    """1e-9 x rank / n for ranks 0..n-1: the exact-tie order's share of the tie-break."""
+    return _ro(1e-9 * (np.arange(n) / n))
+
+
+def _permute_groups(
+    v: np.ndarray, key: np.ndarray, pref: np.ndarray, group: np.ndarray, shared: np.ndarray | None
+) -> np.ndarray:
+    """`v` with each group's values permuted: the best key (then preference, then
+    position) takes the group's best value (ties by position), and so on down.
+    `shared` lists the groups of two or more candidates (repeats allowed; None: work them
+    out)."""
+    ranked = v.copy()
+    found = None if shared is None else sorted(set(shared.tolist()))
+    if found is None or len(found) > _FEW_GROUPS:
+        by_group = group.argsort(kind="stable")
+        gs = group[by_group]
+        same = gs[1:] == gs[:-1]
+        mask = np.zeros(len(v), dtype=bool)
+        mask[1:] |= same
+        mask[:-1] |= same
+        m = by_group[mask]  # in group order, ascending position within a group
+        members = [m]
+    else:
+        members = [(group == g).nonzero()[0] for g in found]  # ascending position
+        m = np.concatenate(members) if len(members) > 1 else members[0]
+    if len(m) > _SMALL_GROUPS:
+        return _permute_lexsort(v, key, pref, group, m, ranked)
+    kl = key[m].tolist()
+    if any(k != k for k in kl):  # NaN: Python's comparisons would not sort it last
+        return _permute_lexsort(v, key, pref, group, m, ranked)
+    gl = group[m].tolist()
+    pl = pref[m].tolist()
+    vl = v[m].tolist()
+    ml = m.tolist()
+    start = 0
+    while start < len(ml):
+        end = start + 1
+        while end < len(ml) and gl[end] == gl[start]:
+            end += 1
+        run = range(start, end)  # ascending position, as the stable lexsort keeps them
+        by_key = sorted(run, key=lambda k: (-kl[k], -pl[k]))
+        by_value = sorted(run, key=lambda k: -vl[k])
+        for x, y in zip(by_key, by_value, strict=True):
+            ranked[ml[x]] = vl[y]
+        start = end
+    return ranked
+
+
+_FEW_GROUPS = 4
+"""Up to this many groups of two or more are found one comparison each; more by a stable
+argsort of the groups."""
+
+
+def _permute_lexsort(
+    v: np.ndarray,
+    key: np.ndarray,
+    pref: np.ndarray,
+    group: np.ndarray,
+    m: np.ndarray,
+    ranked: np.ndarray,
+) -> np.ndarray:
+    """`_permute_groups` for many members (or NaN keys): two lexsorts."""
+    gm = group[m]
+    by_key = m[np.lexsort((-pref[m], -key[m], gm))]  # within each group: best key first
+    by_value = m[np.lexsort((-v[m], gm))]  # within each group: best value first
+    ranked[by_key] = v[by_value]
+    return ranked
+
+
+_last_prefs: tuple[tuple[str, ...], np.ndarray] | None = None
+"""The node names of the last request and their preferences (the same tuple object comes
+back while the node table's layout is unchanged: no hashing of 5,000 names)."""
+
+
+def _preferences_of(names: Sequence[str]) -> np.ndarray:
+    """`_preferences(tuple(names))`, the last tuple recognised by identity."""
+    global _last_prefs
+    last = _last_prefs
+    if last is not None and last[0] is names:
+        return last[1]
+    key = tuple(names)
+    prefs = _preferences(key)
+    _last_prefs = (key, prefs)
+    return prefs
 
 
 def _all_distinct(s: np.ndarray) -> bool:
     """True when no two entries of the sorted `s` are equal (then a plain sort orders it
     exactly as a lexsort with tie-breaking keys would, at a fraction of the cost)."""
-    if s.dtype.kind == "f" and len(s) and np.isnan(s[-1]):  # NaN sorts last; never "distinct"
+    if s.dtype.kind == "f" and len(s) and math.isnan(s[-1]):  # NaN sorts last; never "distinct"
         return False
     return bool((s[1:] != s[:-1]).all())
 
@@ -816,10 +921,14 @@ def rank_tiers(
     if not fits.any():
         return tier
     if replicas is not None:
-        r_min = float(replicas[fits].min())
-        tier[fits & (replicas >= r_min + SPREAD_SLACK)] = TIER_SPREAD
-    if fresh is not None and (fits & fresh).any():
-        tier[fits & ~fresh] = TIER_NO_SIGNALS
+        r_min = float(_umath.minimum.reduce(replicas, where=fits, initial=np.inf))
+        over = replicas >= r_min + SPREAD_SLACK
+        over &= fits
+        tier[over] = TIER_SPREAD
+    if fresh is not None:
+        stale = fits & ~fresh
+        if stale.any() and (fits & fresh).any():
+            tier[stale] = TIER_NO_SIGNALS
     return tier
 
 
@@ -850,21 +959,29 @@ def _finish(
     tier: np.ndarray | None,
     rest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`finish_scores` plus the tie-break each node got."""
+    """`finish_scores` plus the tie-break each node got. The candidates' rows (`c`) are
+    found once and serve the tie-break, the scaling and the cap at 9."""
     lower: list[int] = []
     all_fits = fits
-    if tier is not None and fits.any():
-        present = np.flatnonzero(np.bincount(tier[fits])).tolist()  # tiers in use, best first
+    c = fits.nonzero()[0]
+    if tier is not None and len(c) and tier.any():
+        present = np.flatnonzero(np.bincount(tier[c])).tolist()  # tiers in use, best first
         lower = present[1:]
         if lower:
             fits = fits & (tier == present[0])
-    tb = tie_break(value, fits, cfg, names, rest)
+            c = fits.nonzero()[0]
+    absolute = cfg.normalisation == "absolute"
+    if absolute or names is None:
+        tb = np.zeros(len(value))
+    else:
+        tb = _tie_break(value, c, cfg, names, rest)
     ranked = value + tb
-    scaled = _normalise(ranked, fits, cfg)
+    scaled, top = _normalise(ranked, fits, cfg, c)
     score = to_score(scaled)
-    if cfg.normalisation != "absolute" and fits.any():
-        top = float(ranked[fits].max())
-        score = np.where(fits & (ranked < top - 1e-12), np.minimum(score, 9), score)
+    if top is not None:
+        below = ranked < top - 1e-12
+        below &= fits
+        np.minimum(score, 9, out=score, where=below)
     if lower and tier is not None:
         k = len(lower)
         score = np.where(fits, np.maximum(score, k), score)
@@ -873,15 +990,18 @@ def _finish(
     return scaled, score, tb
 
 
-def _normalise(value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig) -> np.ndarray:
-    scaled = np.where(fits, value, 0.0)
-    if cfg.normalisation == "absolute" or not fits.any():
-        return scaled
-    v = value[fits]
+def _normalise(
+    value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig, c: np.ndarray
+) -> tuple[np.ndarray, float | None]:
+    """(scaled, the best candidate's value: None under `absolute` or without candidates);
+    `c` the rows of `fits`."""
+    if cfg.normalisation == "absolute" or not len(c):
+        return np.where(fits, value, 0.0), None
+    v = value[c]
     lo, hi = float(v.min()), float(v.max())
     if hi - lo <= 1e-9:
-        return scaled
-    return np.where(fits, (value - lo) / (hi - lo), 0.0)
+        return np.where(fits, value, 0.0), hi
+    return np.where(fits, (value - lo) / (hi - lo), 0.0), hi
 
 
 def score_nodes(

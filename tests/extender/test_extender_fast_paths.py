@@ -1,0 +1,207 @@
+"""The cheap paths of the last scoring steps (tie-break, tiers, scaling, rounding) give
+exactly (bit for bit) what the straightforward way gives: the straightforward way is kept
+here, as the code stood before the fast paths, and both run on random inputs made to hit
+every branch (exact ties, near ties inside one TIE_EPSILON group, many groups, big
+groups, NaN values, several tiers, `absolute` normalisation, no names)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from extender.config import ScoringConfig
+from extender.scoring import (
+    SPREAD_SLACK,
+    TIE_EPSILON,
+    TIER_NO_SIGNALS,
+    TIER_SPREAD,
+    _finish,
+    finish_scores,
+    node_preference,
+    rank_tiers,
+    tie_break,
+    to_score,
+)
+
+# --- the straightforward way -------------------------------------------------------------
+
+
+def _ref_tie_break(
+    value: np.ndarray,
+    fits: np.ndarray,
+    cfg: ScoringConfig,
+    names: Sequence[str] | None,
+    rest: np.ndarray | None = None,
+) -> np.ndarray:
+    zero = np.zeros(len(value))
+    if cfg.normalisation == "absolute" or names is None or not fits.any():
+        return zero
+    c = np.flatnonzero(fits)
+    v = value[c]
+    if float(v.max()) - float(v.min()) <= 1e-9:
+        return zero
+    pref = np.array([node_preference(n) for n in names])[c]
+    w = cfg.weights
+    key = v + cfg.tie_band * (w.fragmentation / w.total()) * pref
+    if rest is None:
+        group = np.zeros(len(c), dtype=np.int64)
+    else:
+        group = np.floor(rest[c] / TIE_EPSILON + 0.5).astype(np.int64)
+    by_group = np.argsort(group, kind="stable")
+    same = group[by_group][1:] == group[by_group][:-1]
+    ranked = v
+    if same.any():
+        shared = np.zeros(len(c), dtype=bool)
+        shared[1:] |= same
+        shared[:-1] |= same
+        m = by_group[shared]
+        gm = group[m]
+        by_key = m[np.lexsort((-pref[m], -key[m], gm))]
+        by_value = m[np.lexsort((-v[m], gm))]
+        ranked = v.copy()
+        ranked[by_key] = v[by_value]
+    by_order = np.lexsort((pref, key))
+    order = np.empty(len(c))
+    order[by_order] = np.arange(len(c)) / len(c)
+    out = zero
+    out[c] = ranked - v + 1e-9 * order
+    return out
+
+
+def _ref_rank_tiers(
+    fits: np.ndarray, fresh: np.ndarray | None = None, replicas: np.ndarray | None = None
+) -> np.ndarray:
+    tier = np.zeros(len(fits), dtype=np.int8)
+    if not fits.any():
+        return tier
+    if replicas is not None:
+        r_min = float(replicas[fits].min())
+        tier[fits & (replicas >= r_min + SPREAD_SLACK)] = TIER_SPREAD
+    if fresh is not None and (fits & fresh).any():
+        tier[fits & ~fresh] = TIER_NO_SIGNALS
+    return tier
+
+
+def _ref_normalise(value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig) -> np.ndarray:
+    scaled = np.where(fits, value, 0.0)
+    if cfg.normalisation == "absolute" or not fits.any():
+        return scaled
+    v = value[fits]
+    lo, hi = float(v.min()), float(v.max())
+    if hi - lo <= 1e-9:
+        return scaled
+    return np.where(fits, (value - lo) / (hi - lo), 0.0)
+
+
+def _ref_finish(
+    value: np.ndarray,
+    fits: np.ndarray,
+    cfg: ScoringConfig,
+    names: Sequence[str] | None,
+    tier: np.ndarray | None,
+    rest: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lower: list[int] = []
+    all_fits = fits
+    if tier is not None and fits.any():
+        present = np.flatnonzero(np.bincount(tier[fits])).tolist()
+        lower = present[1:]
+        if lower:
+            fits = fits & (tier == present[0])
+    tb = _ref_tie_break(value, fits, cfg, names, rest)
+    ranked = value + tb
+    scaled = _ref_normalise(ranked, fits, cfg)
+    score = to_score(scaled)
+    if cfg.normalisation != "absolute" and fits.any():
+        top = float(ranked[fits].max())
+        score = np.where(fits & (ranked < top - 1e-12), np.minimum(score, 9), score)
+    if lower and tier is not None:
+        k = len(lower)
+        score = np.where(fits, np.maximum(score, k), score)
+        for rank, t in enumerate(lower):
+            score = np.where(all_fits & (tier == t), k - 1 - rank, score)
+    return scaled, score, tb
+
+
+# --- random inputs -----------------------------------------------------------------------
+
+
+def _inputs(rng: random.Random) -> dict[str, object]:
+    """value, fits, names, tier, rest and cfg for one random request."""
+    n = rng.choice([0, 1, 2, 3, 7, 40, 300])
+    style = rng.choice(["distinct", "exact", "near", "one-group", "many-groups", "flat"])
+    np_rng = np.random.default_rng(rng.randrange(2**32))
+    rest: np.ndarray
+    if style == "distinct":
+        rest = np_rng.random(n) * 0.6
+    elif style == "one-group":
+        rest = np.full(n, 0.3) + np_rng.random(n) * TIE_EPSILON * 0.4
+    elif style == "many-groups":
+        rest = np_rng.integers(0, max(1, n // 2), n) * 0.01
+    else:
+        rest = np_rng.integers(0, max(1, n // rng.choice([1, 3, 20])), n) * 0.05
+    frag: np.ndarray = np_rng.random(n)
+    if style in ("exact", "flat"):
+        frag = np.round(frag * rng.choice([1, 3]), 0) / 3
+    value = rest + 0.35 * frag
+    if style == "near":
+        value = value + np_rng.integers(0, 3, n) * 2e-10
+    if style == "flat":
+        value = np.full(n, 0.4)
+    if n and rng.random() < 0.1:
+        value[rng.randrange(n)] = np.nan
+    fits = np_rng.random(n) < rng.choice([0.0, 0.3, 0.9, 1.0])
+    tier = np_rng.integers(0, 3, n).astype(np.int8) * (rng.random() < 0.4)
+    cfg = ScoringConfig().with_(
+        tie_band=rng.choice([0.0, 0.1, 0.5]),
+        normalisation=rng.choice(["candidates", "candidates", "absolute"]),
+    )
+    given = tuple(f"node-{rng.randrange(10**6)}-{i}" for i in range(n))
+    names: Sequence[str] | None = given
+    if rng.random() < 0.2:
+        names = list(given)
+    elif rng.random() < 0.1:
+        names = None
+    return {
+        "value": value,
+        "fits": fits,
+        "cfg": cfg,
+        "names": names,
+        "tier": None if rng.random() < 0.2 else tier,
+        "rest": None if rng.random() < 0.15 else rest,
+    }
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_finish_is_the_straightforward_way_bit_for_bit(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(150):
+        a = _inputs(rng)
+        args = (a["value"], a["fits"], a["cfg"], a["names"], a["tier"], a["rest"])
+        got = _finish(*args)  # type: ignore[arg-type]
+        want = _ref_finish(*args)  # type: ignore[arg-type]
+        for g, w in zip(got, want, strict=True):
+            assert _equal(g, w), a
+        tb = tie_break(a["value"], a["fits"], a["cfg"], a["names"], a["rest"])  # type: ignore[arg-type]
+        assert _equal(tb, _ref_tie_break(a["value"], a["fits"], a["cfg"], a["names"], a["rest"]))  # type: ignore[arg-type]
+        fs = finish_scores(a["value"], a["fits"], a["cfg"], a["names"], a["tier"])  # type: ignore[arg-type]
+        ref = _ref_finish(a["value"], a["fits"], a["cfg"], a["names"], a["tier"])  # type: ignore[arg-type]
+        assert _equal(fs[0], ref[0]) and _equal(fs[1], ref[1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rank_tiers_is_the_straightforward_way(seed: int) -> None:
+    np_rng = np.random.default_rng(seed)
+    for _ in range(200):
+        n = int(np_rng.integers(0, 30))
+        fits = np_rng.random(n) < np_rng.random()
+        fresh = None if np_rng.random() < 0.2 else np_rng.random(n) < np_rng.random()
+        replicas = None if np_rng.random() < 0.3 else np_rng.integers(0, 5, n).astype(float)
+        assert _equal(rank_tiers(fits, fresh, replicas), _ref_rank_tiers(fits, fresh, replicas))
