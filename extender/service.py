@@ -222,18 +222,23 @@ class Extender:
 
     def _record_best(self, pod: PodInfo, scores: BatchScores) -> int | None:
         """Put the best fitting node into the ledger; returns its row or None."""
-        if not len(scores.names) or not scores.fits.any():
+        if not len(scores.names):
+            return None
+        cand = scores.fits.nonzero()[0]
+        if not len(cand):
             return None
         # the node the scheduler will most likely bind: the highest scaled score that fits
-        # (scaled carries the candidate normalisation); ties go to the first in the request
-        best_tier = int(scores.tier[scores.fits].min())
-        cand = np.flatnonzero(scores.fits & (scores.tier == best_tier))
-        top = cand[np.argmax(scores.scaled[cand])]
+        # (scaled carries the candidate normalisation) in the best tier present; ties go to
+        # the first in the request
+        tiers = scores.tier[cand]
+        if tiers.any():
+            cand = cand[tiers == tiers.min()]
+        top = int(cand[scores.scaled[cand].argmax()])
         if pod.shape.gpus <= 0 and not pod.shape.model:
-            return int(top)
-        chosen = tuple(int(j) for j in np.flatnonzero(scores.chosen[top]))
+            return top
+        chosen = tuple(scores.chosen[top].nonzero()[0].tolist())
         self.state.record_placement((pod.key, pod.uid), scores.names[top], pod.shape, chosen)
-        return int(top)
+        return top
 
     # --- explain ------------------------------------------------------------------------
     def explain(self, pod_key: str, top: int | None = None) -> dict[str, Any] | None:

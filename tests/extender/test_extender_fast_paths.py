@@ -205,3 +205,31 @@ def test_rank_tiers_is_the_straightforward_way(seed: int) -> None:
         fresh = None if np_rng.random() < 0.2 else np_rng.random(n) < np_rng.random()
         replicas = None if np_rng.random() < 0.3 else np_rng.integers(0, 5, n).astype(float)
         assert _equal(rank_tiers(fits, fresh, replicas), _ref_rank_tiers(fits, fresh, replicas))
+
+
+def _pod_with_gpus(value: object) -> dict[str, object]:
+    return {
+        "metadata": {"name": "p", "annotations": {"kvspread.io/gpu-memory": "24Gi"}},
+        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": value}}}]},
+    }
+
+
+def test_memoised_quantities_keep_types_apart() -> None:
+    """The GPU count is memoised by value *and type*: True (== 1 in Python) stays invalid
+    after 1 was read, and 1.0 after True; an unhashable value still gets its message."""
+    from extender.objects import parse_pod
+
+    for value, gpus, bad in [
+        (1, 1, False),
+        (True, 0, True),
+        ("1", 1, False),
+        (1.0, 1, False),
+        (False, 0, True),
+        ([1], 0, True),
+        ("1.5", 0, True),
+    ]:
+        for _ in range(2):  # the second read comes from the memo
+            info = parse_pod(_pod_with_gpus(value))
+            assert bool(info.error) == bad, (value, info.error)
+            assert info.shape.gpus == (gpus if not bad else 1), value
+            assert info.shape.mem_per_gpu_mib == 24576.0
