@@ -532,19 +532,30 @@ def _utilisation(batch: NodeBatch) -> np.ndarray:
 # --- the five terms ----------------------------------------------------------------------
 
 
-def fragmentation_term(delta_f: np.ndarray, demand_mib: np.ndarray) -> np.ndarray:
+def fragmentation_term(delta_f: np.ndarray, demand_mib: np.ndarray | float) -> np.ndarray:
     """(N,) fragmentation term in (0,1) from dF, the change of expected fragmentation.
 
     FGD (Weng et al., USENIX ATC'23; docs/design.md sections 4-5) places a pod where the
     expected fragmentation F_n grows least. term = 1 / (1 + exp(dF / D)) with D the pod's
     GPU-memory demand: 0.5 when dF = 0, towards 1 when the placement removes fragments,
     towards 0 when it creates them; strictly decreasing in dF, so it keeps FGD's order.
-    NaN dF (not computed) is neutral.
+    NaN dF (not computed) is neutral. `demand_mib` is (N,) or one number for every node.
     """
-    d = np.where(demand_mib > 0, demand_mib, 1.0)
+    if isinstance(demand_mib, np.ndarray):
+        d: np.ndarray | float = np.where(demand_mib > 0, demand_mib, 1.0)
+    else:  # one demand for every node (a pod that names its GPU memory)
+        d = demand_mib if demand_mib > 0 else 1.0
     with np.errstate(over="ignore", invalid="ignore"):
         x = _clip(delta_f / d, -50.0, 50.0)
         return np.where(np.isnan(delta_f), NEUTRAL, 1.0 / (1.0 + np.exp(x)))
+
+
+def _term_demand(pod: PodShape, batch: NodeBatch) -> np.ndarray | float:
+    """`_demand`, as one number when it is the same on every node (the pod names its GPU
+    memory): the fragmentation term then divides by it without an (N,) array."""
+    if pod.mem_per_gpu_mib is not None:
+        return max(1, pod.gpus) * pod.mem_per_gpu_mib
+    return _demand(pod, batch)
 
 
 def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.ndarray:
@@ -614,7 +625,9 @@ def spread_term(replicas: np.ndarray, rho: np.ndarray, cfg: ScoringConfig) -> np
     a worse place for another. Clipped to [0,1].
     """
     rep = replicas / (replicas + 1.0)
-    rep = np.where(rho > cfg.rho_threshold, rep * (1.0 + cfg.rho_repulsion * rho), rep)
+    over = rho > cfg.rho_threshold
+    if over.any():  # else the where below gives rep itself
+        rep = np.where(over, rep * (1.0 + cfg.rho_repulsion * rho), rep)
     out: np.ndarray = _clip(1.0 - rep, 0.0, 1.0)
     return out
 
@@ -625,16 +638,23 @@ def modality_term(pod: PodShape, batch: NodeBatch) -> np.ndarray:
     Multi-image pods and pods asking for several GPUs give 30 % of the term to NVLink
     (docs/design.md section 5). An unknown modality or pool is neutral.
     """
-    table = MODALITY_AFFINITY.get(pod.modality)
-    if table is None:
+    lut = _modality_lut(pod.modality)
+    if lut is None:
         return np.full(len(batch), NEUTRAL)
-    lut = np.array(
-        [table.get(p, NEUTRAL) for p, _ in sorted(POOL_CODES.items(), key=lambda kv: kv[1])]
-    )
     out: np.ndarray = lut[batch.pool]
     if pod.modality == "multi-image" or pod.gpus > 1:
         out = (1 - MULTI_IMAGE_NVLINK_SHARE) * out + MULTI_IMAGE_NVLINK_SHARE * batch.nvlink
     return out
+
+
+@lru_cache(maxsize=16)
+def _modality_lut(modality: str) -> np.ndarray | None:
+    """Affinity of `modality` to each pool code (`POOL_CODES`); None for an unknown one."""
+    table = MODALITY_AFFINITY.get(modality)
+    if table is None:
+        return None
+    pools = sorted(POOL_CODES.items(), key=lambda kv: kv[1])
+    return _ro(np.array([table.get(p, NEUTRAL) for p, _ in pools]))
 
 
 def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -699,7 +719,7 @@ def score_batch(
     rho, largest = _of_batch(batch, "fragmentation", None, lambda: _node_fragmentation(batch))
     terms_replicas = batch.replica_counts(pod.model)
     terms = {
-        "fragmentation": np.where(fits, fragmentation_term(delta, _demand(pod, batch)), 0.0),
+        "fragmentation": np.where(fits, fragmentation_term(delta, _term_demand(pod, batch)), 0.0),
         "load": load_term(batch, cfg),
         "spread": spread_term(terms_replicas, rho, cfg),
         "modality": modality_term(pod, batch),

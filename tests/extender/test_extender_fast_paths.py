@@ -233,3 +233,51 @@ def test_memoised_quantities_keep_types_apart() -> None:
             assert bool(info.error) == bad, (value, info.error)
             assert info.shape.gpus == (gpus if not bad else 1), value
             assert info.shape.mem_per_gpu_mib == 24576.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_terms_take_their_cheap_paths_exactly(seed: int) -> None:
+    """One demand for every node divides as the (N,) array of it does; spread skips the
+    repulsion where no node is over the fragmentation threshold; the modality table is
+    kept per modality: each equal bit for bit to the straightforward formula."""
+    from extender.batch import POOL_CODES, NodeBatch
+    from extender.model import PodShape
+    from extender.scoring import (
+        MODALITY_AFFINITY,
+        MULTI_IMAGE_NVLINK_SHARE,
+        NEUTRAL,
+        fragmentation_term,
+        modality_term,
+        spread_term,
+    )
+    from tests.extender.test_extender_scoring import _random_nodes
+
+    rng = random.Random(seed)
+    np_rng = np.random.default_rng(seed)
+    cfg = ScoringConfig()
+    for _ in range(50):
+        n = rng.choice([0, 1, 5, 60])
+        delta = np_rng.normal(0, 40000, n)
+        delta[np_rng.random(n) < 0.2] = np.nan
+        for demand in (24576.0, 0.0, -1.0, 3 * 8192.0):
+            assert _equal(
+                fragmentation_term(delta, demand), fragmentation_term(delta, np.full(n, demand))
+            )
+        replicas = np_rng.integers(0, 4, n).astype(float)
+        rho = np_rng.random(n) * rng.choice([0.3, 1.0])
+        rep = replicas / (replicas + 1.0)
+        rep = np.where(rho > cfg.rho_threshold, rep * (1.0 + cfg.rho_repulsion * rho), rep)
+        assert _equal(spread_term(replicas, rho, cfg), np.clip(1.0 - rep, 0.0, 1.0))
+        batch = NodeBatch.from_states(_random_nodes(rng, n))
+        for modality in (*MODALITY_AFFINITY, "smell"):
+            pod = PodShape(rng.choice([1, 2]), modality=modality)
+            table = MODALITY_AFFINITY.get(modality)
+            if table is None:
+                want = np.full(n, NEUTRAL)
+            else:
+                pools = sorted(POOL_CODES.items(), key=lambda kv: kv[1])
+                want = np.array([table.get(p, NEUTRAL) for p, _ in pools])[batch.pool]
+                if modality == "multi-image" or pod.gpus > 1:
+                    s = MULTI_IMAGE_NVLINK_SHARE
+                    want = (1 - s) * want + s * batch.nvlink
+            assert _equal(modality_term(pod, batch), want)
