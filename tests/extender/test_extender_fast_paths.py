@@ -281,3 +281,21 @@ def test_terms_take_their_cheap_paths_exactly(seed: int) -> None:
                     s = MULTI_IMAGE_NVLINK_SHARE
                     want = (1 - s) * want + s * batch.nvlink
             assert _equal(modality_term(pod, batch), want)
+
+
+def test_term_buckets_are_searchsorted_exactly() -> None:
+    """The histograms' bucket of a value (a tenth corrected by one) is searchsorted's,
+    on and next to every edge, outside [0,1] and at random."""
+    from extender.metrics import TERM_BUCKETS, _bucket
+
+    edges = np.array(TERM_BUCKETS)
+    near = np.concatenate(
+        [edges, np.nextafter(edges, 2.0), np.nextafter(edges, -1.0), np.arange(0, 101) / 100]
+    )
+    rng = np.random.default_rng(3)
+    v = np.concatenate(
+        [near, [0.0, -0.0, -5.0, 1.5, 1e300, -1e300], rng.random(200_000) * 1.4 - 0.2]
+    )
+    assert _equal(_bucket(v), np.searchsorted(edges, v, side="left").astype(np.intp))
+    m = rng.random((3, 5, 40))
+    assert _equal(_bucket(m), np.searchsorted(edges, m, side="left").astype(np.intp))
