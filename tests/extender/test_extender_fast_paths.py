@@ -299,3 +299,29 @@ def test_term_buckets_are_searchsorted_exactly() -> None:
     assert _equal(_bucket(v), np.searchsorted(edges, v, side="left").astype(np.intp))
     m = rng.random((3, 5, 40))
     assert _equal(_bucket(m), np.searchsorted(edges, m, side="left").astype(np.intp))
+
+
+def test_node_names_read_again_are_a_new_equal_list() -> None:
+    """The NodeNames of the last request are not read again when the same bytes come,
+    yet every request gets its own list, and a body whose names are not strings still
+    takes the general path (which words the 400) after a good one."""
+    import json
+
+    from extender.nodelist import fast_args
+    from extender.wire import WireError, parse_args
+
+    names = [f"node-{i}" for i in range(50)]
+    body = json.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names}).encode()
+    first = fast_args(body)
+    assert first is not None and first.node_names == names
+    first.node_names.append("changed")  # type: ignore[union-attr]
+    again = fast_args(body)
+    assert again is not None and again.node_names == names
+    assert again.node_names is not first.node_names
+    assert parse_args(body).names == names
+    bad = json.dumps({"Pod": {}, "NodeNames": [*names[:3], 7]}).encode()
+    assert fast_args(bad) is None
+    with pytest.raises(WireError, match=r"NodeNames\[3\] must be a string"):
+        parse_args(bad)
+    assert fast_args(json.dumps({"Pod": {}, "NodeNames": None}).encode()) is None
+    assert fast_args(body) is not None
