@@ -325,3 +325,34 @@ def test_node_names_read_again_are_a_new_equal_list() -> None:
         parse_args(bad)
     assert fast_args(json.dumps({"Pod": {}, "NodeNames": None}).encode()) is None
     assert fast_args(body) is not None
+
+
+def test_shapes_of_counts_is_shapes_of() -> None:
+    """The snapshot a new pod takes (`Shapes.of_counts`) holds exactly what `Shapes.of`
+    makes of the same weighted shapes, dropped ones (weight or GPUs 0) included."""
+    from extender.shapes import Shape, Shapes
+
+    rng = random.Random(9)
+    for _ in range(300):
+        pairs = [
+            (
+                (
+                    rng.choice([0, 1, 2, 8]),
+                    rng.choice([None, 8192.0, 40960.0]),
+                    rng.choice([0.0, 4000.0]),
+                ),
+                rng.choice([0.0, 1e-9, 0.3, 1.0, 7.25]) * rng.random(),
+            )
+            for _ in range(rng.randrange(1, 6))
+        ]
+        items = [Shape(k[0], k[1], k[2], w) for k, w in pairs]
+        try:
+            want = Shapes.of(items)
+        except ValueError as exc:
+            with pytest.raises(ValueError, match=str(exc)):
+                Shapes.of_counts(pairs)
+            continue
+        got = Shapes.of_counts(pairs)
+        assert got.items == want.items
+        for name in ("k", "need", "whole", "cpu", "p"):
+            assert _equal(getattr(got, name), getattr(want, name)), name
