@@ -192,8 +192,11 @@ class Extender:
         scores = score_batch(
             pod.shape, batch, self.scoring, self.shapes.snapshot(), now=self.clock.now()
         )
-        out = np.full(n, NEUTRAL_SCORE, dtype=np.int64)
-        out[known] = scores.score
+        if unknown or len(known) != n:
+            out = np.full(n, NEUTRAL_SCORE, dtype=np.int64)
+            out[known] = scores.score
+        else:  # every node known, in request order
+            out = scores.score
         best = self._record_best(pod, scores)
         self.metrics.terms.observe_many({t: getattr(scores, t) for t in TERMS})
         self.metrics.count_signals(batch.codes, len(unknown))

@@ -171,20 +171,6 @@ def _layout(text: str, idle_used_fraction: float) -> _Layout | None:
     return None if isinstance(sig, str) else _Layout(sig, idle_used_fraction)
 
 
-@lru_cache(maxsize=65536)
-def _gpu_states(
-    text: str, idle_used_fraction: float, alloc: tuple[float, ...], pods_on: tuple[int, ...]
-) -> tuple[GpuState, ...]:
-    """The node's `GpuState`s for its annotation and the claims laid out on it (`_gpu`'s
-    shared objects, found with one lookup instead of one per GPU)."""
-    lay = _layout(text, idle_used_fraction)
-    assert lay is not None
-    return tuple(
-        _gpu(g.mem_total_mib, g.mem_used_mib, a, g.util, k)
-        for g, a, k in zip(lay.gpus, alloc, pods_on, strict=True)
-    )
-
-
 def build_node_state(
     info: NodeInfo,
     pods: Iterable[PodInfo],
@@ -219,7 +205,6 @@ def build_node_state(
             model_replicas=replicas,
             signals_ts=None if reading.signals is None else reading.signals.ts,
         )
-    assert text is not None
     sig = lay.sig
     total, models = lay.total, lay.models
     n = len(total)
@@ -238,7 +223,10 @@ def build_node_state(
             pods_on[j] += 1
     for p in unseen:
         _place_unseen(p.shape, total, used, alloc, pods_on, cfg.gpu_assignment == "fewest-pods")
-    gpus = _gpu_states(text, cfg.idle_used_fraction, tuple(alloc), tuple(pods_on))
+    gpus = tuple(
+        _gpu(g.mem_total_mib, g.mem_used_mib, a, g.util, k)
+        for g, a, k in zip(lay.gpus, alloc, pods_on, strict=True)
+    )
     streams = None if sig.streams is None else float(sig.streams)
     measured = (streams, sig.image_token_share, sig.p95_s)
     # NodeState(name, gpus, signals, streams, image share, p95, pool, nvlink, replicas, cpu, ts)

@@ -356,3 +356,24 @@ def test_shapes_of_counts_is_shapes_of() -> None:
         assert got.items == want.items
         for name in ("k", "need", "whole", "cpu", "p"):
             assert _equal(getattr(got, name), getattr(want, name)), name
+
+
+def test_node_state_layout_is_kept_per_idle_fraction_and_staleness_is_read_each_time() -> None:
+    """The memoised GPU layout of an annotation holds the idle limits of one
+    `idle_used_fraction`: another fraction gets its own (the unexplained use that counts
+    as another tenant's pod follows it), and the same annotation turns stale with time."""
+    from extender.objects import NodeInfo
+    from extender.state import build_node_state
+    from kvspread.signals import GpuSignal, NodeSignals, encode_signals
+
+    text = encode_signals(
+        NodeSignals(ts=1000.0, gpus=(GpuSignal(index=0, mem_total_mib=81920, mem_used_mib=5000),))
+    )
+    info = NodeInfo("n1", None, False, text, None)
+    tight = ScoringConfig().with_(idle_used_fraction=0.02)
+    loose = ScoringConfig().with_(idle_used_fraction=0.1)
+    for cfg, pods in [(tight, 1), (loose, 0), (tight, 1)]:
+        s = build_node_state(info, (), (), 1010.0, cfg)
+        assert s.fresh and s.gpus[0].pods == pods, (cfg.idle_used_fraction, s)
+    old = build_node_state(info, (), (), 1000.0 + tight.stale_after_s + 1, tight)
+    assert old.signals == "stale" and not old.gpus and old.signals_ts == 1000.0
