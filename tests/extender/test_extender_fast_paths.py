@@ -104,25 +104,22 @@ def _ref_finish(
     tier: np.ndarray | None,
     rest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    lower: list[int] = []
-    all_fits = fits
-    if tier is not None and fits.any():
-        present = np.flatnonzero(np.bincount(tier[fits])).tolist()
-        lower = present[1:]
-        if lower:
-            fits = fits & (tier == present[0])
-    tb = _ref_tie_break(value, fits, cfg, names, rest)
+    """The tier and cap rules node by node (the tiers in use, best first)."""
+    tiers = sorted({int(tier[i]) for i in range(len(fits)) if fits[i]}) if tier is not None else []
+    best = fits if len(tiers) < 2 else fits & (tier == tiers[0])
+    tb = _ref_tie_break(value, best, cfg, names, rest)
     ranked = value + tb
-    scaled = _ref_normalise(ranked, fits, cfg)
+    scaled = _ref_normalise(ranked, best, cfg)
     score = to_score(scaled)
-    if cfg.normalisation != "absolute" and fits.any():
-        top = float(ranked[fits].max())
-        score = np.where(fits & (ranked < top - 1e-12), np.minimum(score, 9), score)
-    if lower and tier is not None:
-        k = len(lower)
-        score = np.where(fits, np.maximum(score, k), score)
-        for rank, t in enumerate(lower):
-            score = np.where(all_fits & (tier == t), k - 1 - rank, score)
+    capped = cfg.normalisation != "absolute" and bool(best.any())
+    top = float(ranked[best].max()) if capped else 0.0
+    k = len(tiers) - 1
+    for i in range(len(value)):
+        if capped and best[i] and ranked[i] < top - 1e-12:
+            score[i] = min(score[i], 9)
+        if k > 0 and fits[i]:
+            t = tiers.index(int(tier[i]))  # type: ignore[index]
+            score[i] = max(score[i], k) if t == 0 else k - t
     return scaled, score, tb
 
 
@@ -314,7 +311,7 @@ def test_node_names_read_again_are_a_new_equal_list() -> None:
     body = json.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names}).encode()
     first = fast_args(body)
     assert first is not None and first.node_names == names
-    first.node_names.append("changed")  # type: ignore[union-attr]
+    first.node_names.append("changed")
     again = fast_args(body)
     assert again is not None and again.node_names == names
     assert again.node_names is not first.node_names
