@@ -51,7 +51,9 @@ class _Decision:
     verb: str
     at: float
     pod: PodInfo
-    names: list[str]
+    nodes: int
+    """How many nodes the request named (not the names: a kept list of 5,000 names per
+    decision would be walked by every garbage collection)."""
     unknown: list[str]
     scores: BatchScores | None
     failed: dict[str, Failure]
@@ -120,7 +122,14 @@ class Extender:
         """Keep a decision for /debug/explain (the last `explain.max_pods` pods)."""
         names = args.names
         d = _Decision(
-            verb, self.clock.now(), pod, names, [names[i] for i in unknown], scores, failed, passed
+            verb,
+            self.clock.now(),
+            pod,
+            len(names),
+            [names[i] for i in unknown],
+            scores,
+            failed,
+            passed,
         )
         with self._lock:
             per = self._decisions.pop(pod.key, {})
@@ -257,7 +266,7 @@ class Extender:
             entry: dict[str, Any] = {
                 "at": round(d.at, 3),
                 "age_s": round(wall - d.at, 3),
-                "nodes": len(d.names),
+                "nodes": d.nodes,
                 "passed": d.passed,
                 "unknown_nodes": d.unknown,
                 "pod_error": d.pod.error or None,
