@@ -692,7 +692,10 @@ def combine(terms: Mapping[str, np.ndarray], weights: TermWeights) -> np.ndarray
 def to_score(scaled: np.ndarray) -> np.ndarray:
     """[0,1] -> integer 0..10, rounding half up (deterministic, no banker's rounding)."""
     x = np.where(np.isfinite(scaled), scaled, 0.0)
-    score: np.ndarray = _clip(np.floor(x * 10.0 + 0.5), 0, 10).astype(np.int64)
+    x *= 10.0  # in place: the same operations as floor(x * 10 + 0.5), no temporaries
+    x += 0.5
+    np.floor(x, out=x)
+    score: np.ndarray = _clip(x, 0, 10, out=x).astype(np.int64)
     return score
 
 
@@ -812,7 +815,10 @@ def _tie_break(
         if rest is None:
             ranked = _permute_groups(v, key, pref, np.zeros(len(c), dtype=np.int64), None)
         else:
-            group = np.floor(rest[c] / TIE_EPSILON + 0.5).astype(np.int64)
+            r = rest[c]  # a copy: floor(rest / TIE_EPSILON + 0.5) in place
+            r /= TIE_EPSILON
+            r += 0.5
+            group = np.floor(r, out=r).astype(np.int64)
             s = group.copy()
             s.sort()
             same = s[1:] == s[:-1]
