@@ -625,9 +625,7 @@ def spread_term(replicas: np.ndarray, rho: np.ndarray, cfg: ScoringConfig) -> np
     a worse place for another. Clipped to [0,1].
     """
     rep = replicas / (replicas + 1.0)
-    over = rho > cfg.rho_threshold
-    if over.any():  # else the where below gives rep itself
-        rep = np.where(over, rep * (1.0 + cfg.rho_repulsion * rho), rep)
+    rep = np.where(rho > cfg.rho_threshold, rep * (1.0 + cfg.rho_repulsion * rho), rep)
     out: np.ndarray = _clip(1.0 - rep, 0.0, 1.0)
     return out
 
@@ -819,11 +817,11 @@ def _tie_break(
             r /= TIE_EPSILON
             r += 0.5
             group = np.floor(r, out=r).astype(np.int64)
-            s = group.copy()
-            s.sort()
-            same = s[1:] == s[:-1]
+            sorted_groups = group.copy()
+            sorted_groups.sort()
+            same = sorted_groups[1:] == sorted_groups[:-1]
             if same.any():
-                ranked = _permute_groups(v, key, pref, group, s[1:][same])
+                ranked = _permute_groups(v, key, pref, group, sorted_groups[1:][same])
     # exact ties left over (equal values) go by the same order, never by anything else
     by_order = key.argsort()
     s = key[by_order]
@@ -947,7 +945,7 @@ def rank_tiers(
     if not fits.any():
         return tier
     if replicas is not None:
-        r_min = float(_umath.minimum.reduce(replicas, where=fits, initial=np.inf))
+        r_min = float(replicas[fits].min())
         over = replicas >= r_min + SPREAD_SLACK
         over &= fits
         tier[over] = TIER_SPREAD

@@ -234,9 +234,8 @@ def test_memoised_quantities_keep_types_apart() -> None:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_terms_take_their_cheap_paths_exactly(seed: int) -> None:
-    """One demand for every node divides as the (N,) array of it does; spread skips the
-    repulsion where no node is over the fragmentation threshold; the modality table is
-    kept per modality: each equal bit for bit to the straightforward formula."""
+    """One demand for every node divides as the (N,) array of it does, and the modality
+    table kept per modality gives the formula's values: each equal bit for bit."""
     from extender.batch import POOL_CODES, NodeBatch
     from extender.model import PodShape
     from extender.scoring import (
@@ -245,13 +244,11 @@ def test_terms_take_their_cheap_paths_exactly(seed: int) -> None:
         NEUTRAL,
         fragmentation_term,
         modality_term,
-        spread_term,
     )
     from tests.extender.test_extender_scoring import _random_nodes
 
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
-    cfg = ScoringConfig()
     for _ in range(50):
         n = rng.choice([0, 1, 5, 60])
         delta = np_rng.normal(0, 40000, n)
@@ -260,11 +257,6 @@ def test_terms_take_their_cheap_paths_exactly(seed: int) -> None:
             assert _equal(
                 fragmentation_term(delta, demand), fragmentation_term(delta, np.full(n, demand))
             )
-        replicas = np_rng.integers(0, 4, n).astype(float)
-        rho = np_rng.random(n) * rng.choice([0.3, 1.0])
-        rep = replicas / (replicas + 1.0)
-        rep = np.where(rho > cfg.rho_threshold, rep * (1.0 + cfg.rho_repulsion * rho), rep)
-        assert _equal(spread_term(replicas, rho, cfg), np.clip(1.0 - rep, 0.0, 1.0))
         batch = NodeBatch.from_states(_random_nodes(rng, n))
         for modality in (*MODALITY_AFFINITY, "smell"):
             pod = PodShape(rng.choice([1, 2]), modality=modality)
