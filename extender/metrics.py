@@ -37,14 +37,15 @@ def _bucket(v: np.ndarray) -> np.ndarray:
     against the edges on either side (10 v can round across an edge, never past the next).
     Other edges than the tenths take searchsorted itself."""
     if not _TENTHS:
-        out: np.ndarray = np.searchsorted(_EDGES, v, side="left")
-        return out
+        found: np.ndarray = np.searchsorted(_EDGES, v, side="left")
+        return found
     k = np.clip(v, 0.0, 1.0)
     k *= 10.0
     k = k.astype(np.intp)  # 0..10
-    idx: np.ndarray = k - (_PADDED[k] >= v)  # the edge below is not below v
-    idx += _PADDED[k + 1] < v  # the edge above is below v
-    return idx
+    below_not: np.ndarray = _PADDED[k] >= v  # the edge below is not below v
+    above: np.ndarray = _PADDED[k + 1] < v  # the edge above is below v
+    out: np.ndarray = (k - below_not) + above  # not in place: += of a bool array is slow
+    return out
 
 
 class _TermHistograms(Collector):
