@@ -26,6 +26,28 @@ TERM_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+_EDGES = np.array(TERM_BUCKETS)
+_PADDED = np.concatenate(([-np.inf], _EDGES, [np.inf]))
+_TENTHS = bool(np.array_equal(_EDGES, np.arange(1, 11) / 10))
+
+
+def _bucket(v: np.ndarray) -> np.ndarray:
+    """`np.searchsorted(TERM_BUCKETS, v, side="left")` (how many edges lie below each
+    finite value) in a third of the time: the tenth a value falls in, corrected by one
+    against the edges on either side (10 v can round across an edge, never past the next).
+    Other edges than the tenths take searchsorted itself."""
+    if not _TENTHS:
+        found: np.ndarray = np.searchsorted(_EDGES, v, side="left")
+        return found
+    k = np.clip(v, 0.0, 1.0)
+    k *= 10.0
+    k = k.astype(np.intp)  # 0..10
+    below_not: np.ndarray = _PADDED[k] >= v  # the edge below is not below v
+    above: np.ndarray = _PADDED[k + 1] < v  # the edge above is below v
+    out: np.ndarray = (k - below_not) + above  # not in place: += of a bool array is slow
+    return out
+
+
 class _TermHistograms(Collector):
     """Histogram of each score term's value over all scored nodes (bulk numpy updates)."""
 
@@ -79,11 +101,12 @@ class _TermHistograms(Collector):
             v = np.array([arrays for _, arrays in pending[start:end]], dtype=np.float64)
             start = end
             finite = np.isfinite(v)  # (R, T, N)
-            idx = np.searchsorted(self._edges, v, side="left")
+            v = np.where(finite, v, 0.0)
+            idx = _bucket(v)
             idx = np.where(finite, idx, e) + (e + 1) * np.arange(len(terms))[:, None]
             counts = np.bincount(idx.ravel(), minlength=(e + 1) * len(terms))
             counts = counts.reshape(len(terms), -1)
-            sums = np.where(finite, v, 0.0).sum(axis=2)  # (R, T): each request's own sums
+            sums = v.sum(axis=2)  # (R, T): each request's own sums
             for k, t in enumerate(terms):
                 self._counts[t] += counts[k, :e]
                 total = self._sums[t]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from extender.config import MIB
@@ -33,12 +34,16 @@ __all__ = [
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
+_ABSENT: Any = object()
+
+
 def field(obj: Any, key: str) -> Any:
     """obj[key] with Go-style case-insensitive matching; None when absent or not a dict."""
     if not isinstance(obj, dict):
         return None
-    if key in obj:
-        return obj[key]
+    value = obj.get(key, _ABSENT)
+    if value is not _ABSENT:
+        return value
     low = key.lower()
     for k, v in obj.items():
         if isinstance(k, str) and k.lower() == low:
@@ -89,12 +94,41 @@ def _gpu_count(value: Any, where: str) -> int:
     if value is None:
         return 0
     try:
-        q = parse_quantity(value)
-    except QuantityError as exc:
-        raise ValueError(f"{where} {value!r} is not a whole number of GPUs") from exc
-    if q < 0 or q != q.to_integral_value():
+        count = _whole_gpus(value)
+    except TypeError:  # unhashable (a list or an object): not a quantity either
+        count = _read_gpus(value)
+    if count is None:
         raise ValueError(f"{where} {value!r} is not a whole number of GPUs")
+    return count
+
+
+def _read_gpus(value: Any) -> int | None:
+    """A GPU count quantity as an int; None when it is not a whole number >= 0."""
+    try:
+        q = parse_quantity(value)
+    except QuantityError:
+        return None
+    if q < 0 or q != q.to_integral_value():
+        return None
     return int(q)
+
+
+_whole_gpus = lru_cache(maxsize=1024, typed=True)(_read_gpus)
+"""`_read_gpus` memoised by value and type (every pod of a Deployment says "1"; typed, so
+True is not taken for 1)."""
+
+
+@lru_cache(maxsize=1024)
+def _gpu_memory_mib(text: str) -> float | None:
+    """The `kvspread.io/gpu-memory` annotation in MiB; None when it is not a quantity
+    greater than 0 (memoised: the pods of a Deployment carry the same text)."""
+    try:
+        q = parse_quantity(text)
+    except QuantityError:
+        return None
+    if q <= 0:
+        return None
+    return float(q / Decimal(MIB))
 
 
 def _container_gpus(containers: Any, where: str) -> list[int]:
@@ -135,12 +169,8 @@ def parse_pod(pod: Any) -> PodInfo:
     mem: float | None = None
     raw_mem = annotations.get(names.ANNOTATION_GPU_MEMORY)
     if raw_mem is not None:
-        try:
-            q = parse_quantity(raw_mem)
-            if q <= 0:
-                raise QuantityError("not positive")
-            mem = float(q / Decimal(MIB))
-        except QuantityError:
+        mem = _gpu_memory_mib(raw_mem)
+        if mem is None:
             errors.append(
                 f"annotation {names.ANNOTATION_GPU_MEMORY}={raw_mem!r} is invalid: expected "
                 f"{QUANTITY_FORMAT_HELP} (greater than 0), the GPU memory needed on each GPU"

@@ -637,19 +637,30 @@ def _utilisation(batch: NodeBatch) -> np.ndarray:
 # --- the five terms ----------------------------------------------------------------------
 
 
-def fragmentation_term(delta_f: np.ndarray, demand_mib: np.ndarray) -> np.ndarray:
+def fragmentation_term(delta_f: np.ndarray, demand_mib: np.ndarray | float) -> np.ndarray:
     """(N,) fragmentation term in (0,1) from dF, the change of expected fragmentation.
 
     FGD (Weng et al., USENIX ATC'23; docs/design.md sections 4-5) places a pod where the
     expected fragmentation F_n grows least. term = 1 / (1 + exp(dF / D)) with D the pod's
     GPU-memory demand: 0.5 when dF = 0, towards 1 when the placement removes fragments,
     towards 0 when it creates them; strictly decreasing in dF, so it keeps FGD's order.
-    NaN dF (not computed) is neutral.
+    NaN dF (not computed) is neutral. `demand_mib` is (N,) or one number for every node.
     """
-    d = np.where(demand_mib > 0, demand_mib, 1.0)
+    if isinstance(demand_mib, np.ndarray):
+        d: np.ndarray | float = np.where(demand_mib > 0, demand_mib, 1.0)
+    else:  # one demand for every node (a pod that names its GPU memory)
+        d = demand_mib if demand_mib > 0 else 1.0
     with np.errstate(over="ignore", invalid="ignore"):
         x = _clip(delta_f / d, -50.0, 50.0)
         return np.where(np.isnan(delta_f), NEUTRAL, 1.0 / (1.0 + np.exp(x)))
+
+
+def _term_demand(pod: PodShape, batch: NodeBatch) -> np.ndarray | float:
+    """`_demand`, as one number when it is the same on every node (the pod names its GPU
+    memory): the fragmentation term then divides by it without an (N,) array."""
+    if pod.mem_per_gpu_mib is not None:
+        return max(1, pod.gpus) * pod.mem_per_gpu_mib
+    return _demand(pod, batch)
 
 
 def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.ndarray:
@@ -730,16 +741,23 @@ def modality_term(pod: PodShape, batch: NodeBatch) -> np.ndarray:
     Multi-image pods and pods asking for several GPUs give 30 % of the term to NVLink
     (docs/design.md section 5). An unknown modality or pool is neutral.
     """
-    table = MODALITY_AFFINITY.get(pod.modality)
-    if table is None:
+    lut = _modality_lut(pod.modality)
+    if lut is None:
         return np.full(len(batch), NEUTRAL)
-    lut = np.array(
-        [table.get(p, NEUTRAL) for p, _ in sorted(POOL_CODES.items(), key=lambda kv: kv[1])]
-    )
     out: np.ndarray = lut[batch.pool]
     if pod.modality == "multi-image" or pod.gpus > 1:
         out = (1 - MULTI_IMAGE_NVLINK_SHARE) * out + MULTI_IMAGE_NVLINK_SHARE * batch.nvlink
     return out
+
+
+@lru_cache(maxsize=16)
+def _modality_lut(modality: str) -> np.ndarray | None:
+    """Affinity of `modality` to each pool code (`POOL_CODES`); None for an unknown one."""
+    table = MODALITY_AFFINITY.get(modality)
+    if table is None:
+        return None
+    pools = sorted(POOL_CODES.items(), key=lambda kv: kv[1])
+    return _ro(np.array([table.get(p, NEUTRAL) for p, _ in pools]))
 
 
 def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -777,7 +795,10 @@ def combine(terms: Mapping[str, np.ndarray], weights: TermWeights) -> np.ndarray
 def to_score(scaled: np.ndarray) -> np.ndarray:
     """[0,1] -> integer 0..10, rounding half up (deterministic, no banker's rounding)."""
     x = np.where(np.isfinite(scaled), scaled, 0.0)
-    score: np.ndarray = _clip(np.floor(x * 10.0 + 0.5), 0, 10).astype(np.int64)
+    x *= 10.0  # in place: the same operations as floor(x * 10 + 0.5), no temporaries
+    x += 0.5
+    np.floor(x, out=x)
+    score: np.ndarray = _clip(x, 0, 10, out=x).astype(np.int64)
     return score
 
 
@@ -804,7 +825,7 @@ def score_batch(
     rho, largest = _of_batch(batch, "fragmentation", None, _node_fragmentation)
     terms_replicas = batch.replica_counts(pod.model)
     terms = {
-        "fragmentation": np.where(fits, fragmentation_term(delta, _demand(pod, batch)), 0.0),
+        "fragmentation": np.where(fits, fragmentation_term(delta, _term_demand(pod, batch)), 0.0),
         "load": load_term(batch, cfg),
         "spread": spread_term(terms_replicas, rho, cfg),
         "modality": modality_term(pod, batch),
@@ -861,49 +882,157 @@ def tie_break(
     request stays the best. Exact ties left over (and every exact tie with `tie_band` 0) are
     ordered by the preference too (1e-9 x rank).
     0 under `absolute` normalisation, without names, or when every value is the same."""
-    zero = np.zeros(len(value))
-    if cfg.normalisation == "absolute" or names is None or not fits.any():
-        return zero
-    c = np.flatnonzero(fits)
+    if cfg.normalisation == "absolute" or names is None:
+        return np.zeros(len(value))
+    return _tie_break(value, np.flatnonzero(fits), cfg, names, rest)
+
+
+_SMALL_GROUPS = 32
+"""Up to this many candidates in groups of two or more are permuted in Python (a sort of
+a few tuples); more take the vectorised lexsort."""
+
+
+def _tie_break(
+    value: np.ndarray,
+    c: np.ndarray,
+    cfg: ScoringConfig,
+    names: Sequence[str],
+    rest: np.ndarray | None,
+) -> np.ndarray:
+    """`tie_break` of the candidates at rows `c` (ascending), names given.
+
+    Typically every group but a few is a single candidate, and every key differs: then a
+    sort of the groups finds nothing to permute, one argsort ranks the keys, and neither
+    the lexsorts nor the stable argsort of the groups run."""
+    out = np.zeros(len(value))
+    if not len(c):
+        return out
     v = value[c]
     if float(v.max()) - float(v.min()) <= 1e-9:
-        return zero
-    pref = _preferences(tuple(names))[c]
+        return out
+    pref = _preferences_of(names)[c]
     w = cfg.weights
     key = v + cfg.tie_band * (w.fragmentation / w.total()) * pref
-    if rest is None:
-        group = np.zeros(len(c), dtype=np.int64)
-    else:
-        group = np.floor(rest[c] / TIE_EPSILON + 0.5).astype(np.int64)
-    # only groups of two or more candidates permute anything: sort just their members
-    by_group = np.argsort(group, kind="stable")
-    same = group[by_group][1:] == group[by_group][:-1]
     ranked = v
-    if same.any():
-        shared = np.zeros(len(c), dtype=bool)
-        shared[1:] |= same
-        shared[:-1] |= same
-        m = by_group[shared]  # in group order, ascending position within a group
-        gm = group[m]
-        by_key = m[np.lexsort((-pref[m], -key[m], gm))]  # within each group: best key first
-        by_value = m[np.lexsort((-v[m], gm))]  # within each group: best value first
-        ranked = v.copy()
-        ranked[by_key] = v[by_value]
+    if len(c) > 1:
+        if rest is None:
+            ranked = _permute_groups(v, key, pref, np.zeros(len(c), dtype=np.int64), None)
+        else:
+            r = rest[c]  # a copy: floor(rest / TIE_EPSILON + 0.5) in place
+            r /= TIE_EPSILON
+            r += 0.5
+            group = np.floor(r, out=r).astype(np.int64)
+            sorted_groups = group.copy()
+            sorted_groups.sort()
+            same = sorted_groups[1:] == sorted_groups[:-1]
+            if same.any():
+                ranked = _permute_groups(v, key, pref, group, sorted_groups[1:][same])
     # exact ties left over (equal values) go by the same order, never by anything else
-    by_order = np.argsort(key)
-    if not _all_distinct(key[by_order]):
+    by_order = key.argsort()
+    s = key[by_order]
+    if not _all_distinct(s):
         by_order = np.lexsort((pref, key))
-    order = np.empty(len(c))
-    order[by_order] = np.arange(len(c)) / len(c)
-    out = zero
-    out[c] = ranked - v + 1e-9 * order
+    inc = np.empty(len(c))
+    inc[by_order] = _tie_steps(len(c))
+    if ranked is v and math.isfinite(s[0]) and math.isfinite(s[-1]):
+        out[c] = inc  # every value finite: (v - v) + inc is inc, bit for bit
+    else:
+        out[c] = ranked - v + inc
     return out
+
+
+@lru_cache(maxsize=64)
+def _tie_steps(n: int) -> np.ndarray:
+    """1e-9 x rank / n for ranks 0..n-1: the exact-tie order's share of the tie-break."""
+    return _ro(1e-9 * (np.arange(n) / n))
+
+
+def _permute_groups(
+    v: np.ndarray, key: np.ndarray, pref: np.ndarray, group: np.ndarray, shared: np.ndarray | None
+) -> np.ndarray:
+    """`v` with each group's values permuted: the best key (then preference, then
+    position) takes the group's best value (ties by position), and so on down.
+    `shared` lists the groups of two or more candidates (repeats allowed; None: work them
+    out)."""
+    ranked = v.copy()
+    found = None if shared is None else sorted(set(shared.tolist()))
+    if found is None or len(found) > _FEW_GROUPS:
+        by_group = group.argsort(kind="stable")
+        gs = group[by_group]
+        same = gs[1:] == gs[:-1]
+        mask = np.zeros(len(v), dtype=bool)
+        mask[1:] |= same
+        mask[:-1] |= same
+        m = by_group[mask]  # in group order, ascending position within a group
+        members = [m]
+    else:
+        members = [(group == g).nonzero()[0] for g in found]  # ascending position
+        m = np.concatenate(members) if len(members) > 1 else members[0]
+    if len(m) > _SMALL_GROUPS:
+        return _permute_lexsort(v, key, pref, group, m, ranked)
+    kl = key[m].tolist()
+    if any(k != k for k in kl):  # NaN: Python's comparisons would not sort it last
+        return _permute_lexsort(v, key, pref, group, m, ranked)
+    gl = group[m].tolist()
+    pl = pref[m].tolist()
+    vl = v[m].tolist()
+    ml = m.tolist()
+    start = 0
+    while start < len(ml):
+        end = start + 1
+        while end < len(ml) and gl[end] == gl[start]:
+            end += 1
+        run = range(start, end)  # ascending position, as the stable lexsort keeps them
+        by_key = sorted(run, key=lambda k: (-kl[k], -pl[k]))
+        by_value = sorted(run, key=lambda k: -vl[k])
+        for x, y in zip(by_key, by_value, strict=True):
+            ranked[ml[x]] = vl[y]
+        start = end
+    return ranked
+
+
+_FEW_GROUPS = 4
+"""Up to this many groups of two or more are found one comparison each; more by a stable
+argsort of the groups."""
+
+
+def _permute_lexsort(
+    v: np.ndarray,
+    key: np.ndarray,
+    pref: np.ndarray,
+    group: np.ndarray,
+    m: np.ndarray,
+    ranked: np.ndarray,
+) -> np.ndarray:
+    """`_permute_groups` for many members (or NaN keys): two lexsorts."""
+    gm = group[m]
+    by_key = m[np.lexsort((-pref[m], -key[m], gm))]  # within each group: best key first
+    by_value = m[np.lexsort((-v[m], gm))]  # within each group: best value first
+    ranked[by_key] = v[by_value]
+    return ranked
+
+
+_last_prefs: tuple[tuple[str, ...], np.ndarray] | None = None
+"""The node names of the last request and their preferences (the same tuple object comes
+back while the node table's layout is unchanged: no hashing of 5,000 names)."""
+
+
+def _preferences_of(names: Sequence[str]) -> np.ndarray:
+    """`_preferences(tuple(names))`, the last tuple recognised by identity."""
+    global _last_prefs
+    last = _last_prefs
+    if last is not None and last[0] is names:
+        return last[1]
+    key = tuple(names)
+    prefs = _preferences(key)
+    _last_prefs = (key, prefs)
+    return prefs
 
 
 def _all_distinct(s: np.ndarray) -> bool:
     """True when no two entries of the sorted `s` are equal (then a plain sort orders it
     exactly as a lexsort with tie-breaking keys would, at a fraction of the cost)."""
-    if s.dtype.kind == "f" and len(s) and np.isnan(s[-1]):  # NaN sorts last; never "distinct"
+    if s.dtype.kind == "f" and len(s) and math.isnan(s[-1]):  # NaN sorts last; never "distinct"
         return False
     return bool((s[1:] != s[:-1]).all())
 
@@ -922,9 +1051,13 @@ def rank_tiers(
         return tier
     if replicas is not None:
         r_min = float(replicas[fits].min())
-        tier[fits & (replicas >= r_min + SPREAD_SLACK)] = TIER_SPREAD
-    if fresh is not None and (fits & fresh).any():
-        tier[fits & ~fresh] = TIER_NO_SIGNALS
+        over = replicas >= r_min + SPREAD_SLACK
+        over &= fits
+        tier[over] = TIER_SPREAD
+    if fresh is not None:
+        stale = fits & ~fresh
+        if stale.any() and (fits & fresh).any():
+            tier[stale] = TIER_NO_SIGNALS
     return tier
 
 
@@ -955,21 +1088,29 @@ def _finish(
     tier: np.ndarray | None,
     rest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`finish_scores` plus the tie-break each node got."""
+    """`finish_scores` plus the tie-break each node got. The candidates' rows (`c`) are
+    found once and serve the tie-break, the scaling and the cap at 9."""
     lower: list[int] = []
     all_fits = fits
-    if tier is not None and fits.any():
-        present = np.flatnonzero(np.bincount(tier[fits])).tolist()  # tiers in use, best first
+    c = fits.nonzero()[0]
+    if tier is not None and len(c) and tier.any():
+        present = np.flatnonzero(np.bincount(tier[c])).tolist()  # tiers in use, best first
         lower = present[1:]
         if lower:
             fits = fits & (tier == present[0])
-    tb = tie_break(value, fits, cfg, names, rest)
+            c = fits.nonzero()[0]
+    absolute = cfg.normalisation == "absolute"
+    if absolute or names is None:
+        tb = np.zeros(len(value))
+    else:
+        tb = _tie_break(value, c, cfg, names, rest)
     ranked = value + tb
-    scaled = _normalise(ranked, fits, cfg)
+    scaled, top = _normalise(ranked, fits, cfg, c)
     score = to_score(scaled)
-    if cfg.normalisation != "absolute" and fits.any():
-        top = float(ranked[fits].max())
-        score = np.where(fits & (ranked < top - 1e-12), np.minimum(score, 9), score)
+    if top is not None:
+        below = ranked < top - 1e-12
+        below &= fits
+        np.minimum(score, 9, out=score, where=below)
     if lower and tier is not None:
         k = len(lower)
         score = np.where(fits, np.maximum(score, k), score)
@@ -978,15 +1119,18 @@ def _finish(
     return scaled, score, tb
 
 
-def _normalise(value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig) -> np.ndarray:
-    scaled = np.where(fits, value, 0.0)
-    if cfg.normalisation == "absolute" or not fits.any():
-        return scaled
-    v = value[fits]
+def _normalise(
+    value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig, c: np.ndarray
+) -> tuple[np.ndarray, float | None]:
+    """(scaled, the best candidate's value: None under `absolute` or without candidates);
+    `c` the rows of `fits`."""
+    if cfg.normalisation == "absolute" or not len(c):
+        return np.where(fits, value, 0.0), None
+    v = value[c]
     lo, hi = float(v.min()), float(v.max())
     if hi - lo <= 1e-9:
-        return scaled
-    return np.where(fits, (value - lo) / (hi - lo), 0.0)
+        return np.where(fits, value, 0.0), hi
+    return np.where(fits, (value - lo) / (hi - lo), 0.0), hi
 
 
 def score_nodes(

@@ -52,7 +52,9 @@ class _Decision:
     verb: str
     at: float
     pod: PodInfo
-    names: list[str]
+    nodes: int
+    """How many nodes the request named (not the names: a kept list of 5,000 names per
+    decision would be walked by every garbage collection)."""
     unknown: list[str]
     scores: BatchScores | None
     failed: dict[str, Failure]
@@ -117,7 +119,14 @@ class Extender:
         """Keep a decision for /debug/explain (the last `explain.max_pods` pods)."""
         names = args.names
         d = _Decision(
-            verb, self.clock.now(), pod, names, [names[i] for i in unknown], scores, failed, passed
+            verb,
+            self.clock.now(),
+            pod,
+            len(names),
+            [names[i] for i in unknown],
+            scores,
+            failed,
+            passed,
         )
         with self._lock:
             per = self._decisions.pop(pod.key, {})
@@ -246,7 +255,7 @@ class Extender:
         """Put the best fitting node (`_best_row`) into the ledger."""
         if best is None or (pod.shape.gpus <= 0 and not pod.shape.model):
             return
-        chosen = tuple(int(j) for j in np.flatnonzero(scores.chosen[best]))
+        chosen = tuple(scores.chosen[best].nonzero()[0].tolist())
         self.state.record_placement((pod.key, pod.uid), scores.names[best], pod.shape, chosen)
 
     def _warm(self, args: ExtenderArgs, pod: PodInfo) -> None:
@@ -270,7 +279,7 @@ class Extender:
             entry: dict[str, Any] = {
                 "at": round(d.at, 3),
                 "age_s": round(wall - d.at, 3),
-                "nodes": len(d.names),
+                "nodes": d.nodes,
                 "passed": d.passed,
                 "unknown_nodes": d.unknown,
                 "pod_error": d.pod.error or None,
@@ -303,11 +312,13 @@ class Extender:
 
 
 def _best_row(scores: BatchScores) -> int | None:
-    """The node the scheduler will most likely bind: the highest scaled score among the
-    best tier that fits (scaled carries the candidate normalisation), ties to the first in
-    the request; None when nothing fits."""
-    if not len(scores.names) or not scores.fits.any():
+    """The node the scheduler will most likely bind: the highest scaled score that fits
+    (scaled carries the candidate normalisation) in the best tier present, ties to the
+    first row; None when nothing fits."""
+    cand = scores.fits.nonzero()[0]
+    if not len(cand):
         return None
-    best_tier = int(scores.tier[scores.fits].min())
-    cand = np.flatnonzero(scores.fits & (scores.tier == best_tier))
-    return int(cand[np.argmax(scores.scaled[cand])])
+    tiers = scores.tier[cand]
+    if tiers.any():
+        cand = cand[tiers == tiers.min()]
+    return int(cand[scores.scaled[cand].argmax()])

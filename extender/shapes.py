@@ -79,6 +79,24 @@ class Shapes:
         expected fragmentation depend on (the weights change with every pod observed)."""
         return tuple((s.gpus, s.mem_per_gpu_mib, s.cpu_milli) for s in self.items)
 
+    @classmethod
+    def of_counts(cls, counts: list[tuple[tuple[int, float | None, float], float]]) -> Shapes:
+        """`of` for ((gpus, mem_per_gpu_mib, cpu_milli), weight) pairs, the same snapshot
+        without building each Shape twice (the extender takes one per new pod)."""
+        keep = [(k, w) for k, w in counts if w > 0 and k[0] > 0]
+        if not keep:
+            return cls.of([])  # its error
+        total = sum(w for _, w in keep)
+        p = [w / total for _, w in keep]
+        return cls(
+            items=tuple(Shape(k[0], k[1], k[2], q) for (k, _), q in zip(keep, p, strict=True)),
+            k=np.array([k[0] for k, _ in keep], dtype=np.float64),
+            need=np.array([np.nan if k[1] is None else k[1] for k, _ in keep], dtype=np.float64),
+            whole=np.array([k[1] is None for k, _ in keep], dtype=bool),
+            cpu=np.array([k[2] for k, _ in keep], dtype=np.float64),
+            p=np.array(p, dtype=np.float64),
+        )
+
     def as_dicts(self) -> list[dict[str, object]]:
         """JSON-ready view (for /debug/explain and docs)."""
         return [
@@ -102,6 +120,13 @@ class ShapeDistribution:
         self._decay = 0.5 ** (1.0 / cfg.shape_half_life_pods)
         self._observed = 0
         self._snapshot: Shapes | None = None
+        prior: dict[tuple[int, float | None, float], float] = {}
+        prior_total = sum(s.weight for s in cfg.shape_prior)
+        for s in cfg.shape_prior:
+            key = (s.gpus, s.mem_per_gpu_mib, s.cpu_milli)
+            prior[key] = prior.get(key, 0.0) + cfg.shape_prior_weight * s.weight / prior_total
+        self._prior = prior
+        """The prior's pseudo-counts (fixed by the config; every snapshot starts from them)."""
 
     @classmethod
     def from_config(cls, cfg: ScoringConfig) -> ShapeDistribution:
@@ -133,11 +158,7 @@ class ShapeDistribution:
             if self._snapshot is not None:
                 return self._snapshot
             cfg = self._cfg
-            merged: dict[tuple[int, float | None, float], float] = {}
-            prior_total = sum(s.weight for s in cfg.shape_prior)
-            for s in cfg.shape_prior:
-                key = (s.gpus, s.mem_per_gpu_mib, s.cpu_milli)
-                merged[key] = merged.get(key, 0.0) + cfg.shape_prior_weight * s.weight / prior_total
+            merged = dict(self._prior)
             for key, c in self._counts.items():
                 merged[key] = merged.get(key, 0.0) + c
             if sum(merged.values()) <= 0:  # prior weight 0 and nothing observed yet
@@ -145,5 +166,5 @@ class ShapeDistribution:
                     (s.gpus, s.mem_per_gpu_mib, s.cpu_milli): s.weight for s in cfg.shape_prior
                 }
             ranked = sorted(merged.items(), key=lambda kv: -kv[1])[: cfg.max_shapes]
-            self._snapshot = Shapes.of([Shape(k[0], k[1], k[2], w) for k, w in ranked])
+            self._snapshot = Shapes.of_counts(ranked)
             return self._snapshot

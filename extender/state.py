@@ -148,6 +148,29 @@ def _place_unseen(
         pods_on[j] += 1
 
 
+class _Layout:
+    """What a decoded annotation gives every node state built from it: the GPUs in index
+    order and their totals, measured use, models and idle limits (read-only lists)."""
+
+    __slots__ = ("sig", "gpus", "total", "used", "models", "idle_mib")
+
+    def __init__(self, sig: NodeSignals, idle_used_fraction: float) -> None:
+        self.sig = sig
+        self.gpus = sorted(sig.gpus or (), key=lambda g: g.index)
+        self.total = [g.mem_total_mib for g in self.gpus]
+        self.used = [g.mem_used_mib for g in self.gpus]
+        self.models = [g.models for g in self.gpus]
+        self.idle_mib = [idle_used_fraction * t for t in self.total]
+
+
+@lru_cache(maxsize=32768)
+def _layout(text: str, idle_used_fraction: float) -> _Layout | None:
+    """The `_Layout` of a valid annotation (None when it does not decode), memoised like
+    `_decode`: a node's state is rebuilt on every ledger change of the node."""
+    sig = _decode(text)
+    return None if isinstance(sig, str) else _Layout(sig, idle_used_fraction)
+
+
 def build_node_state(
     info: NodeInfo,
     pods: Iterable[PodInfo],
@@ -157,8 +180,11 @@ def build_node_state(
 ) -> NodeState:
     """The node as the scorer sees it at wall time `now` (seconds since the epoch)."""
     active = sorted((p for p in pods if p.active), key=lambda p: p.key)
-    bound_keys = {p.key for p in active}
-    pending = [pl for pl in placements if pl.pod not in bound_keys]
+    if active:
+        bound_keys = {p.key for p in active}
+        pending = [pl for pl in placements if pl.pod not in bound_keys]
+    else:
+        pending = list(placements)
     replicas: dict[str, int] = {}
     for p in active:
         if p.shape.model:
@@ -166,8 +192,11 @@ def build_node_state(
     for pl in pending:
         if pl.shape.model:
             replicas[pl.shape.model] = replicas.get(pl.shape.model, 0) + 1
-    reading = read_signals_cached(info.signals_annotation, now, cfg.stale_after_s)
-    if reading.state is not SignalState.FRESH or reading.signals is None:
+    text = info.signals_annotation
+    lay = _layout(text, cfg.idle_used_fraction) if text else None
+    if lay is None or now - lay.sig.ts > cfg.stale_after_s:
+        # not fresh: `read_signals_cached` says why (the same reading as for a fresh one)
+        reading = read_signals_cached(text, now, cfg.stale_after_s)
         return NodeState(
             name=info.name,
             signals=reading.state.value,
@@ -176,35 +205,34 @@ def build_node_state(
             model_replicas=replicas,
             signals_ts=None if reading.signals is None else reading.signals.ts,
         )
-    sig = reading.signals
-    gpus_sig = sorted(sig.gpus or (), key=lambda g: g.index)
-    total = [g.mem_total_mib for g in gpus_sig]
-    used = [g.mem_used_mib for g in gpus_sig]
-    models = [g.models for g in gpus_sig]
-    alloc = [0.0] * len(gpus_sig)
-    pods_on = [0] * len(gpus_sig)
+    sig = lay.sig
+    total, models = lay.total, lay.models
+    n = len(total)
+    alloc = [0.0] * n
+    pods_on = [0] * n
     for pl in pending:
         for j in pl.gpus:
-            if 0 <= j < len(alloc):
+            if 0 <= j < n:
                 alloc[j] += _need(pl.shape, total[j])
                 pods_on[j] += 1
-    unseen = _place_seen(active, total, alloc, pods_on, models)
+    unseen = _place_seen(active, total, alloc, pods_on, models) if active else active
     # another tenant's process: measured use that the kvspread claims do not explain
-    idle_mib = [cfg.idle_used_fraction * t for t in total]
-    seen_alloc = list(alloc)
-    for j in range(len(total)):
-        if used[j] - seen_alloc[j] > idle_mib[j]:
+    used, idle_mib = lay.used, lay.idle_mib
+    for j in range(n):
+        if used[j] - alloc[j] > idle_mib[j]:
             pods_on[j] += 1
     for p in unseen:
         _place_unseen(p.shape, total, used, alloc, pods_on, cfg.gpu_assignment == "fewest-pods")
     gpus = tuple(
         _gpu(g.mem_total_mib, g.mem_used_mib, a, g.util, k)
-        for g, a, k in zip(gpus_sig, alloc, pods_on, strict=True)
+        for g, a, k in zip(lay.gpus, alloc, pods_on, strict=True)
     )
     streams = None if sig.streams is None else float(sig.streams)
     measured = (streams, sig.image_token_share, sig.p95_s)
-    fresh = SignalState.FRESH.value
     # NodeState(name, gpus, signals, streams, image share, p95, pool, nvlink, replicas, cpu, ts)
     return NodeState(
-        info.name, gpus, fresh, *measured, info.pool, info.nvlink, replicas, None, sig.ts
+        info.name, gpus, _FRESH, *measured, info.pool, info.nvlink, replicas, None, sig.ts
     )
+
+
+_FRESH = SignalState.FRESH.value

@@ -121,6 +121,7 @@ def test_explain_gives_each_nodes_terms(app_client) -> None:  # noqa: ANN001
         assert set(r["terms"]) == {"fragmentation", "load", "spread", "modality", "qos"}
         assert 0 <= r["score"] <= 10
     assert doc["prioritize"]["shape"]["mem_per_gpu_mib"] == 24576.0
+    assert doc["prioritize"]["nodes"] == 3 and doc["prioritize"]["unknown_nodes"] == []
     top = client.get("/debug/explain", params={"pod": "serving/llm-0", "top": 1}).json()
     assert len(top["prioritize"]["scores"]) == 1
     for bad in ({"pod": "nonamespace"}, {"pod": "a/b", "top": 0}):
