@@ -352,7 +352,8 @@ class NodeTable:
         """`_version` of the last change to every row at once (a widening)."""
         self._states: dict[int, NodeState] = {}
         """The state each row was last set from (a `set` of an equal state changes nothing)."""
-        self._kept: _Kept | None = None
+        self._kept: dict[str, _Kept] = {}
+        """The last batch taken without views ("plain") and with them ("views")."""
         self._grow(max(1, capacity))
 
     def _shape(self, c: Column, cap: int) -> tuple[int, ...]:
@@ -506,35 +507,50 @@ class NodeTable:
             aged = self._cols["fresh"][rows] & ((now - self._cols["sig_ts"][rows]) > stale_after_s)
             if not aged.any():
                 aged = None
-        kept = self._kept
-        changed: np.ndarray | None = None
-        if (
-            kept is not None
-            and kept.ix is ix
-            and _same_mask(kept.aged, aged)
-            and kept.views == (views or {})
-            and kept.version >= self._whole_version
-        ):
-            if kept.version != self._version:
-                changed = np.flatnonzero(self._row_version[ix] > kept.version)
-                if not len(changed):
-                    kept.version = self._version  # what changed is not among these rows
-            if kept.version == self._version:
-                # nothing the batch holds has changed: the same (read-only) batch again,
-                # with what was derived from it (`NodeBatch.memo`)
-                batch = kept.batch
-                if model and model not in kept.counts:
-                    kept.counts[model] = self._model_column(model, ix, known, views)
-                return batch
+        views = dict(views or {})
+        # two kept batches: the last one without views (what a new pod sees) and the last
+        # one with them (a pod re-scored with its own ledger entries left out)
+        slot = "views" if views else "plain"
+        kept = self._kept.get(slot)
+        if kept is not None and self._fits(kept, ix, aged) and kept.views == views:
+            # nothing the batch holds has changed: the same (read-only) batch again, with
+            # what was derived from it (`NodeBatch.memo`)
+            if model and model not in kept.counts:
+                kept.counts[model] = self._model_column(model, ix, known, views)
+            return kept.batch
         batch = self._build(rows, ix, known, aged, model, views)
-        if kept is not None and changed is not None and len(changed) * 4 <= len(ix):
-            # a few rows changed (a placement recorded, one node's signals): row-wise
-            # values derived from the kept batch are patched, not computed again
-            batch.derive(kept.batch, changed)
+        plain = self._kept.get("plain")
+        if plain is not None and self._fits(plain, ix, aged, exact=False):
+            # a few rows differ from the batch a new pod sees (a placement recorded, one
+            # node's signals, the rows re-viewed for this pod): row-wise values derived
+            # from it are patched, not computed again
+            differ = np.flatnonzero(self._row_version[ix] > plain.version)
+            if views:
+                at = sorted({known.index(n) for n in views if n in known})
+                differ = np.union1d(differ, np.asarray(at, dtype=np.intp))
+            if len(differ) * 4 <= len(ix):
+                batch.derive(plain.batch, differ)
         counts = batch.model_counts
         assert isinstance(counts, dict)
-        self._kept = _Kept(self._version, ix, aged, dict(views or {}), batch, counts)
+        self._kept[slot] = _Kept(self._version, ix, aged, views, batch, counts)
         return batch
+
+    def _fits(
+        self, kept: _Kept, ix: np.ndarray, aged: np.ndarray | None, exact: bool = True
+    ) -> bool:
+        """`kept` was built from rows `ix` aged as `aged`, since the last change to every
+        row; with `exact`, none of its rows has changed since (then it is brought to the
+        current version)."""
+        if not (kept.ix is ix and _same_mask(kept.aged, aged)):
+            return False
+        if kept.version < self._whole_version:
+            return False
+        if not exact or kept.version == self._version:
+            return True
+        if (self._row_version[ix] > kept.version).any():
+            return False
+        kept.version = self._version  # what changed is not among these rows
+        return True
 
     def _build(
         self,

@@ -218,3 +218,37 @@ def test_the_answers_do_not_depend_on_the_order_of_the_node_names() -> None:
         assert [p.pod for p in ordered.state.ledger.on_node(name)] == [
             p.pod for p in shuffled.state.ledger.on_node(name)
         ]
+
+
+def test_a_re_scored_pod_derives_from_the_batch_new_pods_see() -> None:
+    """A pod re-scored with its own ledger entries left out (views) gets a batch patched
+    from the one new pods see, and does not displace it: the next new pod gets that batch
+    back. Both score like fresh batches."""
+    rng = random.Random(21)
+    now = 1.7e9
+    cfg = ScoringConfig()
+    states = _nodes(rng, 80, now)
+    names = [s.name for s in states]
+    table = _table(states)
+    plain, _ = table.take(names, now, 120.0, "llama")
+    for pod in PODS:
+        score_batch(pod, plain, cfg, SHAPES, now=now)
+    for _ in range(3):
+        i = rng.randrange(len(states))
+        # a view is built at the time of the request (its freshness already current)
+        view = dataclasses.replace(_nodes(rng, 1, now)[0], name=names[i])
+        if view.signals_ts is not None:
+            view = dataclasses.replace(view, signals_ts=now)
+        viewed, _ = table.take(names, now, 120.0, "llama", {names[i]: view})
+        assert viewed.__dict__.get("_base") is not None  # patched from the plain batch
+        want = [*states[:i], view, *states[i + 1 :]]
+        fresh, _ = _table(want).take(names, now, 120.0, "llama")
+        _same_columns(viewed, fresh)
+        for pod in PODS:
+            _same(
+                score_batch(pod, viewed, cfg, SHAPES, now=now),
+                score_batch(pod, fresh, cfg, SHAPES, now=now),
+            )
+        again, _ = table.take(names, now, 120.0, "llama")
+        assert again is plain  # the batch new pods see is still the kept one
+        assert table.take(names, now, 120.0, "llama", {names[i]: view})[0] is viewed
