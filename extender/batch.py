@@ -526,8 +526,8 @@ class NodeTable:
             # from it are patched, not computed again
             differ = np.flatnonzero(self._row_version[ix] > plain.version)
             if views:
-                at = sorted({known.index(n) for n in views if n in known})
-                differ = np.union1d(differ, np.asarray(at, dtype=np.intp))
+                at = {known.index(n) for n in views if n in known}
+                differ = np.array(sorted(at.union(differ.tolist())), dtype=np.intp)
             if len(differ) * 4 <= len(ix):
                 batch.derive(plain.batch, differ)
         counts = batch.model_counts

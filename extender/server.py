@@ -22,6 +22,7 @@ or skips it when registered `ignorable: true`) or neutral scores (prioritize).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -108,10 +109,15 @@ class ExtenderApp:
         later: list[Callable[[], None]] = []
         status, body = await self._handle(scope, receive, verb, later)
         await _send_json(send, status, body)
-        # the bookkeeping of the decision (ledger, metrics, explain, the next request's
-        # batch), once the answer is on the wire; no other request runs on this event
-        # loop before it ends, so the next one sees the ledger entry
-        for job in later:
+        # the bookkeeping of the decision, once the answer is on the wire: the first job
+        # (ledger, metrics, explain) before any other request runs on this event loop, so
+        # the next one sees the ledger entry; the speculative ones after a request that
+        # came in meanwhile (two turns of the loop: the first reads its bytes, the second
+        # starts its task ahead of this one)
+        for i, job in enumerate(later):
+            if i:
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
             try:
                 job()
             except Exception:

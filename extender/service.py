@@ -192,12 +192,12 @@ class Extender:
     ) -> PrioritizeDecision:
         """Score every node for `args.pod`.
 
-        What the answer does not need (the pick's ledger entry, the metrics, the explain
-        record, and preparing the node batch and per-node values the next pod of this
-        shape will read) is appended to `later` when given, for the server to run once the
-        answer is on the wire (the scheduler waits for the answer, not for the
-        bookkeeping; the next request on the event loop runs after it); without `later` it
-        runs before returning."""
+        What the answer does not need is appended to `later` when given, for the server to
+        run once the answer is on the wire (the scheduler waits for the answer, not for the
+        bookkeeping): first the pick's ledger entry, the metrics and the explain record
+        (the next request on the event loop runs after them), then preparing the node batch
+        and per-node values the next pod of this shape will read (speculative: a request
+        that came in meanwhile may go first). Without `later` both run before returning."""
         pod = parse_pod(args.pod)
         n = len(args.names)
         if pod.error:
@@ -222,6 +222,8 @@ class Extender:
                 outcome = "placed"
             self.metrics.child(self.metrics.prioritize_decisions, outcome).inc()
             self._remember("prioritize", pod, args, unknown, scores, {}, int(scores.fits.sum()))
+
+        def warm() -> None:
             if best is not None and args.nodes is None:
                 self._warm(args, pod)
 
@@ -229,8 +231,9 @@ class Extender:
             self._log_prioritize(pod, n, len(unknown), scores, best)
         if later is None:
             bookkeeping()
+            warm()
         else:
-            later.append(bookkeeping)
+            later += (bookkeeping, warm)
         return PrioritizeDecision(out.tolist())
 
     def _log_prioritize(
