@@ -232,13 +232,28 @@ _last_hosts: tuple[list[str], list[bytes]] | None = None
 """The node names of the last HostPriorityList and their encoded `[{"Host":..,"Score":`
 / `,{"Host":..,"Score":` heads: the scheduler asks about the same nodes call after call."""
 
+_HEADS: dict[str, bytes] = {}
+"""Node name -> its `,{"Host":..,"Score":` head, for the same nodes in another order
+(kube-scheduler's parallel filter lists them as its checks end). Bounded: cleared past
+`_HEADS_MAX` names."""
+_HEADS_MAX = 65_536
+
+
+def _head(name: str) -> bytes:
+    head = b',{"Host":' + dumps(name) + b',"Score":'
+    if len(_HEADS) >= _HEADS_MAX:
+        _HEADS.clear()
+    _HEADS[name] = head
+    return head
+
 
 def _host_heads(names: list[str]) -> list[bytes]:
     global _last_hosts
     last = _last_hosts
     if last is not None and last[0] == names:
         return last[1]
-    heads = [b',{"Host":' + dumps(n) + b',"Score":' for n in names]
+    get = _HEADS.get
+    heads = [get(n) or _head(n) for n in names]
     if heads:
         heads[0] = b"[" + heads[0][1:]
     _last_hosts = (list(names), heads)
