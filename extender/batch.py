@@ -185,6 +185,7 @@ class NodeBatch:
         make: Callable[[NodeBatch], Any],
         patch: Callable[[Any, np.ndarray, Any], Any] | None = None,
         limit: int | None = None,
+        reads: tuple[str, ...] | None = None,
     ) -> Any:
         """`make(self)`, computed once per batch and `key`: a value derived from the batch
         alone, such as a node's load term (or from the batch and a pod's shape: then
@@ -197,8 +198,10 @@ class NodeBatch:
         then takes its parent's value with `make` applied to just those rows written in
         (`patch_rows`), instead of computing it over every row: the previous pick of a
         scaling Deployment changes one node. `make` must give bit for bit the same rows
-        whatever other rows a batch holds. What it returns must be read-only (shared by
-        every caller)."""
+        whatever other rows a batch holds. `reads` names every column `make` reads: when
+        the changed rows hold the same values in all of them (a recorded placement changes
+        `alloc`, not a node's load), the parent's value is this batch's as it is. What
+        `make` returns must be read-only (shared by every caller)."""
         memo = self.__dict__.get("_memo")
         if memo is None:
             memo = {}
@@ -209,7 +212,9 @@ class NodeBatch:
         base: tuple[NodeBatch, np.ndarray] | None = self.__dict__.get("_base")
         if patch is not None and base is not None:
             old = base[0].__dict__.get("_memo", {}).get(key)
-            if old is not None:
+            if old is not None and reads is not None and self._same_rows(reads):
+                value = old
+            elif old is not None:
                 # kept by the changed rows' own batch too: values built on others reuse it
                 value = patch(old, base[1], self._changed().memo(key, make))
         if value is None:
@@ -219,6 +224,20 @@ class NodeBatch:
                 return value
         memo[key] = value
         return value
+
+    def _same_rows(self, columns: tuple[str, ...]) -> bool:
+        """The changed rows (`derive`) hold the same values in `columns` as in the parent
+        (NaN equal to NaN); kept per column."""
+        same: dict[str, bool] = self.__dict__.setdefault("_same", {})
+        parent, rows = self.__dict__["_base"]
+        for c in columns:
+            ok = same.get(c)
+            if ok is None:
+                a, b = getattr(self, c)[rows], getattr(parent, c)[rows]
+                ok = same[c] = bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+            if not ok:
+                return False
+        return True
 
     def _changed(self) -> NodeBatch:
         """The rows changed since the parent batch (`derive`), as a batch of their own."""
@@ -243,7 +262,12 @@ class NodeBatch:
         def make(b: NodeBatch) -> np.ndarray:
             return _ro(b.valid & (b.alloc <= 0.0) & (b.used <= idle_used_fraction * b.total))
 
-        idle: np.ndarray = self.memo(("idle", idle_used_fraction), make, patch_rows)
+        idle: np.ndarray = self.memo(
+            ("idle", idle_used_fraction),
+            make,
+            patch_rows,
+            reads=("valid", "alloc", "used", "total"),
+        )
         return idle
 
     def replica_counts(self, model: str | None) -> np.ndarray:

@@ -159,6 +159,7 @@ def _of_batch(
     make: Callable[[NodeBatch], _T],
     patch: Callable[[Any, np.ndarray, Any], Any] | None = patch_rows,
     limit: int | None = None,
+    reads: tuple[str, ...] | None = None,
 ) -> _T:
     """`make(batch)` (the batch and `cfg` alone, or with a pod shape named in `name`),
     once per batch and config (`NodeBatch.memo`: the node table hands out the same batch
@@ -176,7 +177,7 @@ def _of_batch(
         assert patch is not None
         return (cfg, patch(old[1], rows, new[1]))
 
-    got: tuple[object, _T] = batch.memo(key, pin, repin if patch else None, limit)
+    got: tuple[object, _T] = batch.memo(key, pin, repin if patch else None, limit, reads)
     return got[1]
 
 
@@ -369,7 +370,9 @@ def _candidates(
     fits = cpu_ok & (~fresh | (qual.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
     dp_ok = np.ones(len(batch), dtype=bool)
     if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and len(batch):
-        known, cand = _of_batch(batch, "fewest-pods", None, _fewest_pods)
+        known, cand = _of_batch(
+            batch, "fewest-pods", None, _fewest_pods, reads=("pods", "fresh", "valid")
+        )
         dp_ok = ~known | ~(cand & ~qual).any(axis=1)
         qual = np.where(known[:, None], qual & cand, qual)
         fits = fits & dp_ok
@@ -619,7 +622,7 @@ def warm_batch(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, shapes: Shap
     _, fits = candidate_gpus(pod, batch, cfg)
     if (fits & batch.fresh).any():
         _placement_of(pod, batch, cfg, shapes)
-    _of_batch(batch, "fragmentation", None, _node_fragmentation)
+    _of_batch(batch, "fragmentation", None, _node_fragmentation, reads=_FRAGMENTATION_READS)
     load_term(batch, cfg)
     qos_term(pod, batch, cfg)
 
@@ -631,7 +634,7 @@ def _utilisation(batch: NodeBatch) -> np.ndarray:
         u = b.util  # NaN (not measured) -> 0; +-inf clip to 1 and 0 as nan_to_num's +-max
         return _ro(_clip(np.where(np.isnan(u), 0.0, u), 0.0, 1.0))
 
-    return _of_batch(batch, "utilisation", None, make)
+    return _of_batch(batch, "utilisation", None, make, reads=("util",))
 
 
 # --- the five terms ----------------------------------------------------------------------
@@ -677,7 +680,13 @@ def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.nda
 
 def load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """(N,) 1 - load (`_load_term`), once per batch (read-only)."""
-    return _of_batch(batch, "load", cfg, lambda b: _ro(_load_term(b, cfg)))
+    return _of_batch(batch, "load", cfg, lambda b: _ro(_load_term(b, cfg)), reads=_LOAD_READS)
+
+
+_LOAD_READS = ("fresh", "valid", "total", "used", "util", "streams", "image_share")
+"""The columns `_load_term` reads (claims in `alloc` are left out of load on purpose)."""
+_FRAGMENTATION_READS = ("total", "used", "alloc", "fresh")
+"""The columns `_node_fragmentation` reads (through `NodeBatch.free`)."""
 
 
 def _load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -769,7 +778,9 @@ def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """
     if pod.qos != "realtime":
         return np.full(len(batch), NEUTRAL)
-    return _of_batch(batch, "qos", cfg, lambda b: _ro(_realtime_qos(b, cfg)))
+    return _of_batch(
+        batch, "qos", cfg, lambda b: _ro(_realtime_qos(b, cfg)), reads=("p95", "streams", "fresh")
+    )
 
 
 def _realtime_qos(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -822,7 +833,9 @@ def score_batch(
     age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
     qual, fits = candidate_gpus(pod, batch, cfg, fits)
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
-    rho, largest = _of_batch(batch, "fragmentation", None, _node_fragmentation)
+    rho, largest = _of_batch(
+        batch, "fragmentation", None, _node_fragmentation, reads=_FRAGMENTATION_READS
+    )
     terms_replicas = batch.replica_counts(pod.model)
     terms = {
         "fragmentation": np.where(fits, fragmentation_term(delta, _term_demand(pod, batch)), 0.0),

@@ -252,3 +252,45 @@ def test_a_re_scored_pod_derives_from_the_batch_new_pods_see() -> None:
         again, _ = table.take(names, now, 120.0, "llama")
         assert again is plain  # the batch new pods see is still the kept one
         assert table.take(names, now, 120.0, "llama", {names[i]: view})[0] is viewed
+
+
+@pytest.mark.parametrize("what", ["alloc", "util", "streams", "signals_ts"])
+def test_a_value_whose_columns_did_not_change_is_the_parents(what: str) -> None:
+    """A recorded placement changes a node's claims (`alloc`), not its load: the load is the
+    parent's array as it is, while what reads the changed column is patched; either way the
+    scores are those of a fresh batch."""
+    from extender.scoring import load_term
+
+    rng = random.Random(5)
+    now = 1.7e9
+    cfg = ScoringConfig()
+    states = _nodes(rng, 40, now)
+    names = [s.name for s in states]
+    table = _table(states)
+    parent, _ = table.take(names, now, 120.0, "llama")
+    for pod in PODS:
+        score_batch(pod, parent, cfg, SHAPES, now=now)
+    i = next(k for k, s in enumerate(states) if s.fresh and s.gpus)
+    s = states[i]
+    g0 = s.gpus[0]
+    if what == "alloc":
+        gpus = (dataclasses.replace(g0, allocated_mib=g0.allocated_mib + 1024.0), *s.gpus[1:])
+        states[i] = dataclasses.replace(s, gpus=gpus)
+    elif what == "util":
+        gpus = (dataclasses.replace(g0, util=0.5 if g0.util != 0.5 else 0.25), *s.gpus[1:])
+        states[i] = dataclasses.replace(s, gpus=gpus)
+    elif what == "streams":
+        states[i] = dataclasses.replace(s, streams=(s.streams or 0.0) + 3.0)
+    else:
+        states[i] = dataclasses.replace(s, signals_ts=now - 1.0)
+    table.set(states[i])
+    derived, _ = table.take(list(names), now, 120.0, "llama")
+    assert derived.__dict__.get("_base") is not None
+    reused = load_term(derived, cfg) is load_term(parent, cfg)
+    assert reused == (what in ("alloc", "signals_ts"))
+    fresh, _ = _table(states).take(names, now, 120.0, "llama")
+    for pod in PODS:
+        _same(
+            score_batch(pod, derived, cfg, SHAPES, now=now),
+            score_batch(pod, fresh, cfg, SHAPES, now=now),
+        )
