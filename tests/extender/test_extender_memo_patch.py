@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from extender.batch import NodeTable
+from extender.batch import NodeBatch, NodeTable
 from extender.config import ScoringConfig
 from extender.model import NodeState
 from extender.scoring import score_batch, warm_batch
@@ -24,6 +24,9 @@ from tests.extender.test_extender_table_reuse import (
     _same_columns,
     _table,
 )
+
+NOW = 1.7e9
+CFG = ScoringConfig()
 
 
 def _changed(rng: random.Random, s: NodeState, now: float) -> NodeState:
@@ -220,19 +223,23 @@ def test_the_answers_do_not_depend_on_the_order_of_the_node_names() -> None:
         ]
 
 
+def _scored(seed: int, n: int) -> tuple[random.Random, list[NodeState], NodeTable, NodeBatch]:
+    """(rng, states, their table, its batch with every test pod scored once)."""
+    rng = random.Random(seed)
+    states = _nodes(rng, n, NOW)
+    table = _table(states)
+    batch, _ = table.take([s.name for s in states], NOW, 120.0, "llama")
+    for pod in PODS:
+        score_batch(pod, batch, CFG, SHAPES, now=NOW)
+    return rng, states, table, batch
+
+
 def test_a_re_scored_pod_derives_from_the_batch_new_pods_see() -> None:
     """A pod re-scored with its own ledger entries left out (views) gets a batch patched
     from the one new pods see, and does not displace it: the next new pod gets that batch
     back. Both score like fresh batches."""
-    rng = random.Random(21)
-    now = 1.7e9
-    cfg = ScoringConfig()
-    states = _nodes(rng, 80, now)
-    names = [s.name for s in states]
-    table = _table(states)
-    plain, _ = table.take(names, now, 120.0, "llama")
-    for pod in PODS:
-        score_batch(pod, plain, cfg, SHAPES, now=now)
+    rng, states, table, plain = _scored(21, 80)
+    now, cfg, names = NOW, CFG, [s.name for s in states]
     for _ in range(3):
         i = rng.randrange(len(states))
         # a view is built at the time of the request (its freshness already current)
@@ -261,15 +268,8 @@ def test_a_value_whose_columns_did_not_change_is_the_parents(what: str) -> None:
     scores are those of a fresh batch."""
     from extender.scoring import load_term
 
-    rng = random.Random(5)
-    now = 1.7e9
-    cfg = ScoringConfig()
-    states = _nodes(rng, 40, now)
-    names = [s.name for s in states]
-    table = _table(states)
-    parent, _ = table.take(names, now, 120.0, "llama")
-    for pod in PODS:
-        score_batch(pod, parent, cfg, SHAPES, now=now)
+    rng, states, table, parent = _scored(5, 40)
+    now, cfg, names = NOW, CFG, [s.name for s in states]
     i = next(k for k, s in enumerate(states) if s.fresh and s.gpus)
     s = states[i]
     g0 = s.gpus[0]
