@@ -27,7 +27,16 @@ import numpy as np
 from extender.model import SIGNAL_STATES, GpuState, NodeState
 from kvspread.gpumem import free_mib
 
-__all__ = ["NodeBatch", "NodeTable", "POOL_CODES", "COLUMNS", "Column", "patch_rows"]
+__all__ = [
+    "NodeBatch",
+    "NodeTable",
+    "POOL_CODES",
+    "COLUMNS",
+    "Column",
+    "Keep",
+    "ONCE",
+    "patch_rows",
+]
 
 POOL_CODES: dict[str | None, int] = {None: 0, "language": 1, "mixed": 2, "vision": 3}
 """Node pool label -> small integer (0 = unlabelled or unknown pool)."""
@@ -58,6 +67,30 @@ def _column(per_gpu: bool, dtype: Any, fill: Any, get: Callable[[Any], Any]) -> 
 def _ro(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
+
+
+@dataclass(frozen=True)
+class Keep:
+    """How a value kept with a batch (`NodeBatch.memo`) is carried to a batch that
+    `NodeTable.take` derived from it by changing a few rows (the previous pick of a scaling
+    Deployment changes one node)."""
+
+    patch: Callable[[Any, np.ndarray, Any], Any] | None = None
+    """For a row-wise value (row i depends on row i alone): `patch(old, rows, new)` writes
+    `make` applied to just the changed rows into the parent's value (`patch_rows`). `make`
+    must then give bit for bit the same rows whatever other rows a batch holds. None: the
+    value is computed again over every row."""
+    reads: tuple[str, ...] | None = None
+    """Every column `make` reads: when the changed rows hold the same values in all of them
+    (a recorded placement changes `alloc`, not a node's load), the parent's value is the
+    derived batch's as it is."""
+    limit: int | None = None
+    """At most this many kept values per batch share `key[0]` (values per pod shape); past
+    it a value is computed and not kept."""
+
+
+ONCE = Keep()
+"""Kept per batch, computed again for a derived one."""
 
 
 def patch_rows(old: Any, rows: np.ndarray, new: Any, axis: int = 0) -> Any:
@@ -179,29 +212,14 @@ class NodeBatch:
             object.__setattr__(self, "_free", cached)
         return cached
 
-    def memo(
-        self,
-        key: Hashable,
-        make: Callable[[NodeBatch], Any],
-        patch: Callable[[Any, np.ndarray, Any], Any] | None = None,
-        limit: int | None = None,
-        reads: tuple[str, ...] | None = None,
-    ) -> Any:
+    def memo(self, key: Hashable, make: Callable[[NodeBatch], Any], keep: Keep = ONCE) -> Any:
         """`make(self)`, computed once per batch and `key`: a value derived from the batch
-        alone, such as a node's load term (or from the batch and a pod's shape: then
-        `limit` bounds how many entries share `key[0]`, past which values are computed and
-        not kept). `NodeTable.take` hands out the same batch while the requested rows are
-        unchanged, so such values are computed once for many requests.
-
-        Row-wise values (row i depends on row i alone) give `patch(old, rows, new)`: a
-        batch that `NodeTable.take` derived from the previous one by changing a few rows
-        then takes its parent's value with `make` applied to just those rows written in
-        (`patch_rows`), instead of computing it over every row: the previous pick of a
-        scaling Deployment changes one node. `make` must give bit for bit the same rows
-        whatever other rows a batch holds. `reads` names every column `make` reads: when
-        the changed rows hold the same values in all of them (a recorded placement changes
-        `alloc`, not a node's load), the parent's value is this batch's as it is. What
+        alone, such as a node's load term, or from the batch and a pod's shape.
+        `NodeTable.take` hands out the same batch while the requested rows are unchanged,
+        so such values are computed once for many requests; `keep` says how a value is
+        carried to a batch derived from this one by a few changed rows (`Keep`). What
         `make` returns must be read-only (shared by every caller)."""
+        patch, reads, limit = keep.patch, keep.reads, keep.limit
         memo = self.__dict__.get("_memo")
         if memo is None:
             memo = {}
@@ -216,7 +234,7 @@ class NodeBatch:
                 value = old
             elif old is not None:
                 # kept by the changed rows' own batch too: values built on others reuse it
-                value = patch(old, base[1], self._changed().memo(key, make))
+                value = patch(old, base[1], self._changed().memo(key, make, ONCE))
         if value is None:
             value = make(self)
         if limit is not None and isinstance(key, tuple):
@@ -262,12 +280,7 @@ class NodeBatch:
         def make(b: NodeBatch) -> np.ndarray:
             return _ro(b.valid & (b.alloc <= 0.0) & (b.used <= idle_used_fraction * b.total))
 
-        idle: np.ndarray = self.memo(
-            ("idle", idle_used_fraction),
-            make,
-            patch_rows,
-            reads=("valid", "alloc", "used", "total"),
-        )
+        idle: np.ndarray = self.memo(("idle", idle_used_fraction), make, _IDLE)
         return idle
 
     def replica_counts(self, model: str | None) -> np.ndarray:
@@ -278,6 +291,8 @@ class NodeBatch:
             return self.model_counts[model]
         return np.fromiter((r.get(model, 0) for r in self.replicas), float, len(self.names))
 
+
+_IDLE = Keep(patch_rows, reads=("valid", "alloc", "used", "total"))
 
 COLUMNS: tuple[Column, ...] = tuple(
     Column(f.name, *f.metadata["column"]) for f in fields(NodeBatch) if "column" in f.metadata

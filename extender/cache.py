@@ -52,20 +52,18 @@ class NodeSource(Protocol):
         ...
 
     def take(
-        self,
-        names: Sequence[str],
-        model: str | None = None,
-        pod: PodRef | None = None,
-        table_order: bool = False,
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
     ) -> tuple[NodeBatch, list[int]]:
-        """Rows for `names` (request order; `table_order`: the cache's own order, so that
-        one node set in any order is one batch) and the positions of names not known; the
+        """Rows for `names` (request order) and the positions of names not known; the
         ledger entries of `pod` (the pod being decided) are left out of its view."""
         ...
 
-    def request_positions(self, names: Sequence[str]) -> np.ndarray | None:
-        """Where each row of `take(names, table_order=True)` stands in `names` (None: in
-        request order)."""
+    def take_unordered(
+        self, names: Sequence[str], model: str | None, pod: PodRef | None
+    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
+        """`take` with the rows in the cache's own order, so that one node set in any
+        order is one batch: (batch, each row's position in `names` or None when that is
+        request order, positions of names not known)."""
         ...
 
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
@@ -100,16 +98,14 @@ class StaticState:
         return {}
 
     def take(
-        self,
-        names: Sequence[str],
-        model: str | None = None,
-        pod: PodRef | None = None,
-        table_order: bool = False,
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
     ) -> tuple[NodeBatch, list[int]]:
         return NodeBatch.from_states([]), list(range(len(names)))
 
-    def request_positions(self, names: Sequence[str]) -> np.ndarray | None:
-        return np.zeros(0, dtype=np.intp)  # no node is known
+    def take_unordered(
+        self, names: Sequence[str], model: str | None, pod: PodRef | None
+    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
+        return NodeBatch.from_states([]), np.zeros(0, dtype=np.intp), list(range(len(names)))
 
     def batch_for(self, infos: Sequence[NodeInfo], pod: PodRef | None = None) -> NodeBatch:
         now = self._clock.now()
@@ -281,24 +277,26 @@ class ClusterState:
 
     # --- reading ------------------------------------------------------------------------
     def take(
-        self,
-        names: Sequence[str],
-        model: str | None = None,
-        pod: PodRef | None = None,
-        table_order: bool = False,
+        self, names: Sequence[str], model: str | None = None, pod: PodRef | None = None
     ) -> tuple[NodeBatch, list[int]]:
-        """Rows for `names` (request order, or table order: NodeTable.take) and the
-        positions of names not in the cache;
+        """Rows for `names` (request order) and the positions of names not in the cache;
         `model` precomputes that model's replica counts. The rows of nodes holding `pod`'s
         own ledger entries are rebuilt without them."""
         with self._lock:
             now = self._clock.now()
             views = self._own_views(now, pod)
-            return self._table.take(names, now, self._cfg.stale_after_s, model, views, table_order)
+            return self._table.take(names, now, self._cfg.stale_after_s, model, views)
 
-    def request_positions(self, names: Sequence[str]) -> np.ndarray | None:
+    def take_unordered(
+        self, names: Sequence[str], model: str | None, pod: PodRef | None
+    ) -> tuple[NodeBatch, np.ndarray | None, list[int]]:
+        """`take` in table order (NodeTable.take(..., table_order=True))."""
         with self._lock:
-            return self._table.request_positions(names)
+            now = self._clock.now()
+            stale = self._cfg.stale_after_s
+            views = self._own_views(now, pod)
+            batch, missing = self._table.take(names, now, stale, model, views, table_order=True)
+            return batch, self._table.request_positions(names), missing
 
     def _own_views(self, now: float, pod: PodRef | None) -> dict[str, NodeState]:
         """The nodes holding `pod`'s own ledger entries as `pod` sees them (without those

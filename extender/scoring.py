@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from extender.batch import POOL_CODES, NodeBatch, patch_rows
+from extender.batch import POOL_CODES, Keep, NodeBatch, patch_rows
 from extender.config import ScoringConfig, TermWeights
 from extender.fit import qualifying_gpus
 from extender.model import SIGNAL_STATES, NodeState, PodShape
@@ -152,20 +152,24 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
+_ROWS = Keep(patch_rows)
+"""A row-wise value: patched along the first axis."""
+
+
 def _of_batch(
     batch: NodeBatch,
     name: str | tuple[Hashable, ...],
     cfg: object,
     make: Callable[[NodeBatch], _T],
-    patch: Callable[[Any, np.ndarray, Any], Any] | None = patch_rows,
-    limit: int | None = None,
-    reads: tuple[str, ...] | None = None,
+    keep: Keep | None = None,
 ) -> _T:
     """`make(batch)` (the batch and `cfg` alone, or with a pod shape named in `name`),
     once per batch and config (`NodeBatch.memo`: the node table hands out the same batch
-    while its rows are unchanged, and one with a few rows changed patches them in with
-    `patch`; every value here is row-wise, patched along the first axis unless `patch`
+    while its rows are unchanged, and one with a few rows changed carries it over as
+    `keep` says; every value here is row-wise, patched along the first axis unless `keep`
     says otherwise). The config is kept with the value, so its id cannot be reused."""
+    keep = keep or _ROWS
+    patch = keep.patch
     key = (name, id(cfg)) if isinstance(name, str) else (*name, id(cfg))
 
     def pin(b: NodeBatch) -> tuple[object, _T]:
@@ -177,7 +181,8 @@ def _of_batch(
         assert patch is not None
         return (cfg, patch(old[1], rows, new[1]))
 
-    got: tuple[object, _T] = batch.memo(key, pin, repin if patch else None, limit, reads)
+    pinned = Keep(repin if patch else None, keep.reads, keep.limit)
+    got: tuple[object, _T] = batch.memo(key, pin, pinned)
     return got[1]
 
 
@@ -347,7 +352,7 @@ def candidate_gpus(
     and pod shape (row-wise: patched when a few rows change).
     """
     qual, own_fits, dp_ok = _of_batch(
-        batch, ("candidates", pod.key), cfg, lambda b: _candidates(pod, b, cfg), limit=_POD_MEMOS
+        batch, ("candidates", pod.key), cfg, lambda b: _candidates(pod, b, cfg), _PER_POD
     )
     if fits is None:
         return qual, own_fits
@@ -357,6 +362,7 @@ def candidate_gpus(
 _POD_MEMOS = 8
 """Pod shapes whose per-row values a batch keeps (a batch lives for a few requests; a
 Deployment's replicas all have one shape)."""
+_PER_POD = Keep(patch_rows, limit=_POD_MEMOS)
 
 
 def _candidates(
@@ -370,9 +376,7 @@ def _candidates(
     fits = cpu_ok & (~fresh | (qual.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
     dp_ok = np.ones(len(batch), dtype=bool)
     if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and len(batch):
-        known, cand = _of_batch(
-            batch, "fewest-pods", None, _fewest_pods, reads=("pods", "fresh", "valid")
-        )
+        known, cand = _of_batch(batch, "fewest-pods", None, _fewest_pods, _FEWEST)
         dp_ok = ~known | ~(cand & ~qual).any(axis=1)
         qual = np.where(known[:, None], qual & cand, qual)
         fits = fits & dp_ok
@@ -606,8 +610,7 @@ def _placement_of(
         ("placement", pod.key, shapes.geometry),
         cfg,
         make,
-        patch=_Placement.patched,
-        limit=_POD_MEMOS,
+        Keep(_Placement.patched, limit=_POD_MEMOS),
     )
     return pl
 
@@ -622,7 +625,7 @@ def warm_batch(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, shapes: Shap
     _, fits = candidate_gpus(pod, batch, cfg)
     if (fits & batch.fresh).any():
         _placement_of(pod, batch, cfg, shapes)
-    _of_batch(batch, "fragmentation", None, _node_fragmentation, reads=_FRAGMENTATION_READS)
+    _of_batch(batch, "fragmentation", None, _node_fragmentation, _FRAGMENTATION)
     load_term(batch, cfg)
     qos_term(pod, batch, cfg)
 
@@ -634,7 +637,7 @@ def _utilisation(batch: NodeBatch) -> np.ndarray:
         u = b.util  # NaN (not measured) -> 0; +-inf clip to 1 and 0 as nan_to_num's +-max
         return _ro(_clip(np.where(np.isnan(u), 0.0, u), 0.0, 1.0))
 
-    return _of_batch(batch, "utilisation", None, make, reads=("util",))
+    return _of_batch(batch, "utilisation", None, make, _UTILISATION)
 
 
 # --- the five terms ----------------------------------------------------------------------
@@ -680,13 +683,17 @@ def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.nda
 
 def load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """(N,) 1 - load (`_load_term`), once per batch (read-only)."""
-    return _of_batch(batch, "load", cfg, lambda b: _ro(_load_term(b, cfg)), reads=_LOAD_READS)
+    return _of_batch(batch, "load", cfg, lambda b: _ro(_load_term(b, cfg)), _LOAD)
 
 
-_LOAD_READS = ("fresh", "valid", "total", "used", "util", "streams", "image_share")
-"""The columns `_load_term` reads (claims in `alloc` are left out of load on purpose)."""
-_FRAGMENTATION_READS = ("total", "used", "alloc", "fresh")
-"""The columns `_node_fragmentation` reads (through `NodeBatch.free`)."""
+# the pod-independent kept values, each with every column it reads (NodeBatch.memo)
+_LOAD = Keep(patch_rows, ("fresh", "valid", "total", "used", "util", "streams", "image_share"))
+"""`_load_term` (claims in `alloc` are left out of load on purpose)."""
+_FRAGMENTATION = Keep(patch_rows, ("total", "used", "alloc", "fresh"))
+"""`_node_fragmentation` (through `NodeBatch.free`)."""
+_QOS = Keep(patch_rows, ("p95", "streams", "fresh"))
+_UTILISATION = Keep(patch_rows, ("util",))
+_FEWEST = Keep(patch_rows, ("pods", "fresh", "valid"))
 
 
 def _load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -778,9 +785,7 @@ def qos_term(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     """
     if pod.qos != "realtime":
         return np.full(len(batch), NEUTRAL)
-    return _of_batch(
-        batch, "qos", cfg, lambda b: _ro(_realtime_qos(b, cfg)), reads=("p95", "streams", "fresh")
-    )
+    return _of_batch(batch, "qos", cfg, lambda b: _ro(_realtime_qos(b, cfg)), _QOS)
 
 
 def _realtime_qos(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -833,9 +838,7 @@ def score_batch(
     age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
     qual, fits = candidate_gpus(pod, batch, cfg, fits)
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
-    rho, largest = _of_batch(
-        batch, "fragmentation", None, _node_fragmentation, reads=_FRAGMENTATION_READS
-    )
+    rho, largest = _of_batch(batch, "fragmentation", None, _node_fragmentation, _FRAGMENTATION)
     terms_replicas = batch.replica_counts(pod.model)
     terms = {
         "fragmentation": np.where(fits, fragmentation_term(delta, _term_demand(pod, batch)), 0.0),

@@ -102,8 +102,7 @@ class Extender:
         if args.nodes is not None:
             batch = self.state.batch_for(args.nodes, ref)
             return batch, np.arange(len(args.nodes)), []
-        batch, missing = self.state.take(args.names, model, ref, table_order=True)
-        pos = self.state.request_positions(args.names)
+        batch, pos, missing = self.state.take_unordered(args.names, model, ref)
         return batch, np.arange(len(args.names)) if pos is None else pos, missing
 
     def _remember(
@@ -265,7 +264,7 @@ class Extender:
         """Take the node batch as the next pod of a scaling Deployment will see it (this
         pick now in the ledger; a new pod has no entries of its own) and compute the values
         it keeps per batch (`warm_batch`), so that the next request finds them ready."""
-        batch, _ = self.state.take(args.names, pod.shape.model, None, table_order=True)
+        batch, _, _ = self.state.take_unordered(args.names, pod.shape.model, None)
         warm_batch(pod.shape, batch, self.scoring, self.shapes.snapshot())
 
     # --- explain ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,13 +30,10 @@ from extender.scoring import (
 # --- the straightforward way -------------------------------------------------------------
 
 
-def _ref_tie_break(
-    value: np.ndarray,
-    fits: np.ndarray,
-    cfg: ScoringConfig,
-    names: Sequence[str] | None,
-    rest: np.ndarray | None = None,
-) -> np.ndarray:
+def _ref_tie_break(case: dict[str, Any]) -> np.ndarray:
+    """The stable preference's tie-break for one case of `_inputs` (value, fits, cfg,
+    names, rest), written out group by group."""
+    value, fits, cfg, names, rest = (case[k] for k in ("value", "fits", "cfg", "names", "rest"))
     zero = np.zeros(len(value))
     if cfg.normalisation == "absolute" or names is None or not fits.any():
         return zero
@@ -96,18 +94,13 @@ def _ref_normalise(value: np.ndarray, fits: np.ndarray, cfg: ScoringConfig) -> n
     return np.where(fits, (value - lo) / (hi - lo), 0.0)
 
 
-def _ref_finish(
-    value: np.ndarray,
-    fits: np.ndarray,
-    cfg: ScoringConfig,
-    names: Sequence[str] | None,
-    tier: np.ndarray | None,
-    rest: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The tier and cap rules node by node (the tiers in use, best first)."""
+def _ref_finish(case: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tier and cap rules node by node (the tiers in use, best first), for one case of
+    `_inputs`."""
+    value, fits, cfg, tier = case["value"], case["fits"], case["cfg"], case["tier"]
     tiers = sorted({int(tier[i]) for i in range(len(fits)) if fits[i]}) if tier is not None else []
     best = fits if len(tiers) < 2 else fits & (tier == tiers[0])
-    tb = _ref_tie_break(value, best, cfg, names, rest)
+    tb = _ref_tie_break({**case, "fits": best})
     ranked = value + tb
     scaled = _ref_normalise(ranked, best, cfg)
     score = to_score(scaled)
@@ -126,7 +119,7 @@ def _ref_finish(
 # --- random inputs -----------------------------------------------------------------------
 
 
-def _inputs(rng: random.Random) -> dict[str, object]:
+def _inputs(rng: random.Random) -> dict[str, Any]:
     """value, fits, names, tier, rest and cfg for one random request."""
     n = rng.choice([0, 1, 2, 3, 7, 40, 300])
     style = rng.choice(["distinct", "exact", "near", "one-group", "many-groups", "flat"])
@@ -183,13 +176,13 @@ def test_finish_is_the_straightforward_way_bit_for_bit(seed: int) -> None:
         a = _inputs(rng)
         args = (a["value"], a["fits"], a["cfg"], a["names"], a["tier"], a["rest"])
         got = _finish(*args)  # type: ignore[arg-type]
-        want = _ref_finish(*args)  # type: ignore[arg-type]
+        want = _ref_finish(a)
         for g, w in zip(got, want, strict=True):
             assert _equal(g, w), a
         tb = tie_break(a["value"], a["fits"], a["cfg"], a["names"], a["rest"])  # type: ignore[arg-type]
-        assert _equal(tb, _ref_tie_break(a["value"], a["fits"], a["cfg"], a["names"], a["rest"]))  # type: ignore[arg-type]
+        assert _equal(tb, _ref_tie_break(a))
         fs = finish_scores(a["value"], a["fits"], a["cfg"], a["names"], a["tier"])  # type: ignore[arg-type]
-        ref = _ref_finish(a["value"], a["fits"], a["cfg"], a["names"], a["tier"])  # type: ignore[arg-type]
+        ref = _ref_finish({**a, "rest": None})
         assert _equal(fs[0], ref[0]) and _equal(fs[1], ref[1])
 
 
