@@ -429,6 +429,14 @@ def _counts_sums(
 def _frag_parts(free: np.ndarray, idle: np.ndarray, cpu: np.ndarray, shapes: Shapes) -> np.ndarray:
     """(M, N) F_n(m) for (N, G) free/idle and (N,) CPU; F_n = p @ this."""
     _, q, qsum, all_free = _counts_sums(free, idle, shapes)
+    return _parts_of(q, qsum, all_free, cpu, shapes)
+
+
+def _parts_of(
+    q: np.ndarray, qsum: np.ndarray, all_free: np.ndarray, cpu: np.ndarray, shapes: Shapes
+) -> np.ndarray:
+    """(M, N) F_n(m) from `_counts_sums`' counts and sums: the free memory off the
+    qualifying GPUs where shape m fits (k_m of them, and the CPU), else all of it."""
     fits = (q >= shapes.k[:, None]) & (cpu[None, :] >= shapes.cpu[:, None])
     parts: np.ndarray = np.where(fits, all_free[None, :] - qsum, all_free[None, :])
     return parts
@@ -497,8 +505,7 @@ def _placement(
     if pod.gpus == 1 and need is not None:
         qf, q, qsum, all_free = _counts_sums(free, idle, shapes)
         k = shapes.k[:, None]
-        fits0 = (q >= k) & (cpu[None, :] >= shapes.cpu[:, None])
-        before = np.where(fits0, all_free[None, :] - qsum, all_free[None, :])
+        before = _parts_of(q, qsum, all_free, cpu, shapes)
         cpu_fit = cpu_after[None, :] >= shapes.cpu[:, None]
         need_m = shapes.need[:, None]
         # every GPU slot j at once, GPU-major (G, M, N): only column j changes
@@ -625,7 +632,7 @@ def warm_batch(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, shapes: Shap
     _, fits = candidate_gpus(pod, batch, cfg)
     if (fits & batch.fresh).any():
         _placement_of(pod, batch, cfg, shapes)
-    _of_batch(batch, "fragmentation", None, _node_fragmentation, _FRAGMENTATION)
+    _rho_of(batch)
     load_term(batch, cfg)
     qos_term(pod, batch, cfg)
 
@@ -838,7 +845,7 @@ def score_batch(
     age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
     qual, fits = candidate_gpus(pod, batch, cfg, fits)
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
-    rho, largest = _of_batch(batch, "fragmentation", None, _node_fragmentation, _FRAGMENTATION)
+    rho, largest = _rho_of(batch)
     terms_replicas = batch.replica_counts(pod.model)
     terms = {
         "fragmentation": np.where(fits, fragmentation_term(delta, _term_demand(pod, batch)), 0.0),
@@ -859,6 +866,14 @@ def score_batch(
     return BatchScores(
         batch.names, score, value, scaled, fits, frag, load, spread, modality, qos, *node
     )
+
+
+def _rho_of(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(rho, largest free extent) per node (`_node_fragmentation`), once per batch."""
+    got: tuple[np.ndarray, np.ndarray] = _of_batch(
+        batch, "fragmentation", None, _node_fragmentation, _FRAGMENTATION
+    )
+    return got
 
 
 def _node_fragmentation(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:

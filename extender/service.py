@@ -222,17 +222,16 @@ class Extender:
             self.metrics.child(self.metrics.prioritize_decisions, outcome).inc()
             self._remember("prioritize", pod, args, unknown, scores, {}, int(scores.fits.sum()))
 
-        def warm() -> None:
-            if best is not None and args.nodes is None:
-                self._warm(args, pod)
-
+        jobs = [bookkeeping]
+        if best is not None and args.nodes is None:  # names-only: a kept batch to prepare
+            jobs.append(lambda: self._warm(args, pod))
         if log.isEnabledFor(logging.DEBUG):  # before the answer: the line says what was sent
             self._log_prioritize(pod, n, len(unknown), scores, best)
         if later is None:
-            bookkeeping()
-            warm()
+            for job in jobs:
+                job()
         else:
-            later += (bookkeeping, warm)
+            later += jobs
         return PrioritizeDecision(out.tolist())
 
     def _log_prioritize(
