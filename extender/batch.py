@@ -648,6 +648,15 @@ class NodeTable:
                 reps[i] = s.model_replicas
         return tuple(reps)
 
+    def _lookup(self, names: Sequence[str]) -> tuple[tuple[int, ...], list[int]]:
+        """(positions of `names` the table does not hold, the rows of the others in order)."""
+        found: list[int | None] = list(map(self._rows.get, names))
+        if None not in found:
+            return (), found  # type: ignore[return-value]  # no None in found
+        return tuple(p for p, i in enumerate(found) if i is None), [
+            i for i in found if i is not None
+        ]
+
     def _rows_of(self, names: Sequence[str]) -> tuple[tuple[int, ...], np.ndarray, tuple[str, ...]]:
         """(missing positions, row indices, known names) for `names`.
 
@@ -657,15 +666,8 @@ class NodeTable:
         last = self._last
         if last is not None and last[0] == self._layout and last[1] == names:
             return last[2]
-        found: list[int | None] = list(map(self._rows.get, names))
-        idx: list[int]
-        if None in found:
-            missing = tuple(p for p, i in enumerate(found) if i is None)
-            idx = [i for i in found if i is not None]
-            known = tuple(self._names[idx])
-        else:
-            missing, idx = (), found  # type: ignore[assignment]  # no None in found
-            known = tuple(names)
+        missing, idx = self._lookup(names)
+        known = tuple(self._names[idx]) if missing else tuple(names)
         ix = _ro(np.array(idx, dtype=np.intp))
         out = (missing, ix, known)
         self._last = (self._layout, list(names), out)
@@ -683,14 +685,11 @@ class NodeTable:
         last = self._last_set
         if last is not None and last[0] == self._layout and last[1] == names:
             return last[2]
-        found: list[int | None] = list(map(self._rows.get, names))
-        if None in found:
-            missing = tuple(p for p, i in enumerate(found) if i is None)
-            at = np.array([p for p, i in enumerate(found) if i is not None], dtype=np.intp)
-            rows = np.array([i for i in found if i is not None], dtype=np.intp)
-        else:
-            missing, at = (), np.arange(len(found), dtype=np.intp)
-            rows = np.array(found, dtype=np.intp)
+        missing, idx = self._lookup(names)
+        rows = np.array(idx, dtype=np.intp)
+        at = np.arange(len(names), dtype=np.intp)  # the known names' positions
+        if missing:
+            at = np.delete(at, missing)
         order = np.argsort(rows, kind="stable")
         ix = rows[order]
         pos: np.ndarray | None = at[order]
