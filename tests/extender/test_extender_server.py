@@ -232,3 +232,45 @@ def test_an_oversized_body_gets_413_with_a_message() -> None:
         text = client.get("/metrics").text
         assert 'kvspread_extender_requests_total{code="413",verb="filter"} 1.0' in text
     assert ExtenderConfig().server.max_body_bytes == 256 * 1024 * 1024
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_speculative_bookkeeping_lets_a_request_that_came_in_go_first(loop: str) -> None:
+    """The server's yield between bookkeeping jobs: a request whose bytes arrive while the
+    first job runs has its task run before the warm-up that follows."""
+    import asyncio
+    import time
+
+    from extender.server import yield_to_arrivals
+
+    order: list[str] = []
+
+    async def main() -> None:
+        ev = asyncio.get_running_loop()
+
+        async def arrived() -> None:
+            order.append("request")
+
+        class Protocol(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                ev.create_task(arrived())
+
+        server = await ev.create_server(Protocol, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.sleep(0.05)
+        writer.write(b"x")  # the next request, sent while the first job runs
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.005:
+            pass
+        await yield_to_arrivals()
+        order.append("warm-up")
+        writer.close()
+        server.close()
+
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+    assert order == ["request", "warm-up"]
