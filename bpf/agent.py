@@ -505,6 +505,7 @@ class Agent:
                     t.url, t.pod_uid, t.namespace, t.pod_name, error=f"{type(exc).__name__}: {exc}"
                 )
         self.state.engines = readings
+        self._note_dropped(readings)
         failing = {u: r.error for u, r in readings.items() if r.error}
         if not targets:
             self._source(
@@ -522,6 +523,20 @@ class Agent:
                 if self._reasons.get("engine:" + u) != e:
                     self._reasons["engine:" + u] = e
                     log.warning("engine endpoint failing", extra={"kv": {"url": u, "reason": e}})
+
+    def _note_dropped(self, readings: dict[str, EngineReading]) -> None:
+        """Warn once per change when an engine serves numbers no engine can mean: the
+        fields they feed are left absent (bpf.engine), and the log says which."""
+        for u, r in readings.items():
+            dropped = sorted({f"{s.model or '-'}:{f}" for s in r.samples for f in s.dropped})
+            text = ", ".join(dropped)
+            if self._reasons.get("engine-dropped:" + u, "") != text:
+                self._reasons["engine-dropped:" + u] = text
+                if dropped:
+                    log.warning(
+                        "engine serves unusable values (NaN, infinite or negative): absent",
+                        extra={"kv": {"url": u, "dropped": dropped}},
+                    )
 
     def _engine_loop(self) -> None:
         while not self._stop.is_set():
@@ -577,14 +592,12 @@ class Agent:
                 models = [model] if model else [s.model for s in samples if s.model]
                 gpu_models.setdefault(index, []).extend(models)
                 gpu_engines.setdefault(index, []).extend(samples)
-        running = [
-            (s.running or 0) + (s.waiting or 0)
-            for r in st.engines.values()
-            for s in r.samples
-            if s.running is not None
-        ]
+        samples = [s for r in st.engines.values() for s in r.samples]
+        running = [(s.running or 0) + (s.waiting or 0) for s in samples if s.running is not None]
+        # a count the parser dropped leaves the engines' sum unknown: trace the streams
+        unknown = any("running" in s.dropped or "waiting" in s.dropped for s in samples)
         streams: int | None = None
-        if running and math.isfinite(sum(running)):  # the parser keeps values finite
+        if running and not unknown and math.isfinite(sum(running)):
             streams = int(round(sum(running)))
         elif self.session is not None:
             session = self.session

@@ -10,8 +10,11 @@ prometheus_client's text parser; anything unreadable raises `EngineParseError`.
 
 Every number read here (KV usage and blocks, request counts, TTFT histograms) is a gauge or
 counter that cannot be negative: a NaN, +Inf, -Inf or negative sample (an engine bug, a
-division by zero at start-up) is skipped as absent for that sample, never passed on; the
-rest of the scrape is used. A sample's name still counts for engine detection.
+division by zero at start-up) is never passed on. The field it feeds is absent for that
+model, and named in `EngineSample.dropped`, so that a sum over a model's series or over the
+models of one endpoint or GPU can tell "not reported" (leave it out) from "reported but
+unusable" (the sum is unknown): summing the rest would make the endpoint look emptier than
+it is. The rest of the scrape is used. A sample's name still counts for engine detection.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -56,6 +59,29 @@ class EngineSample:
     ttft_buckets: tuple[tuple[float, float], ...] = ()  # (le, cumulative count)
     ttft_sum: float | None = None
     ttft_count: float | None = None
+    dropped: tuple[str, ...] = ()
+    """Fields above left absent because a sample they come from was unusable (NaN, an
+    infinity, negative): unknown, not unreported."""
+
+
+_COUNT_FIELDS = ("kv_blocks_total", "kv_blocks_used", "block_size")
+
+
+def _sample(engine: str, model: str, **raw: Any) -> EngineSample:
+    """The sample from the builders' numbers, where NaN marks a value that came from an
+    unusable sample: such a field becomes absent and is named in `dropped`."""
+    dropped = []
+    for name, value in raw.items():
+        if name == "ttft_buckets":
+            bad = any(math.isnan(c) for _, c in value)
+        else:
+            bad = isinstance(value, float) and math.isnan(value)
+        if bad:
+            dropped.append(name)
+            raw[name] = () if name == "ttft_buckets" else None
+        elif name in _COUNT_FIELDS and value is not None:
+            raw[name] = int(value)
+    return EngineSample(engine=engine, model=model, dropped=tuple(dropped), **raw)
 
 
 @dataclass
@@ -76,7 +102,8 @@ def _usable(value: float) -> bool:
 
 
 def _samples(text: str) -> tuple[Series, set[str]]:
-    """(the usable samples, every sample name): see the module's note on skipped values."""
+    """(the samples, every sample name); an unusable value is read as NaN, which every
+    sum, maximum and product below carries to the field it feeds (see the module's note)."""
     try:
         out: Series = []
         seen: set[str] = set()
@@ -84,8 +111,7 @@ def _samples(text: str) -> tuple[Series, set[str]]:
             for s in fam.samples:
                 seen.add(s.name)
                 value = float(s.value)
-                if _usable(value):
-                    out.append((s.name, dict(s.labels), value))
+                out.append((s.name, dict(s.labels), value if _usable(value) else math.nan))
         return out, seen
     except Exception as exc:  # noqa: BLE001 - the parser raises ValueError and others
         raise EngineParseError(f"not Prometheus text exposition: {exc}") from exc
@@ -133,23 +159,34 @@ def _one(acc: _Acc, key: str) -> float | None:
 
 def _sum(acc: _Acc, key: str) -> float | None:
     vals = acc.values.get(key)
-    return sum(vals) if vals else None
+    return sum(vals) if vals else None  # a NaN among them makes the sum NaN
 
 
 def _max(acc: _Acc, key: str) -> float | None:
     vals = acc.values.get(key)
-    return max(vals) if vals else None
+    if not vals:
+        return None
+    return math.nan if any(math.isnan(v) for v in vals) else max(vals)
 
 
-def _int(v: float | str | None) -> int | None:
-    """A count (a number or a label's text); None when absent, not finite or negative."""
+def _count(v: float | str | None) -> float | None:
+    """A count (a number or a label's text): None when absent or not a number, NaN when
+    a number that is not finite and non-negative (unusable: dropped)."""
     if v is None:
         return None
     try:
         f = float(v)
     except ValueError:
+        return None  # label text such as vLLM's "None": not reported
+    return f if _usable(f) else math.nan
+
+
+def _blocks_used(usage: float | None, total: float | None) -> float | None:
+    """Blocks in use from the usage fraction and the total (NaN when either is unusable)."""
+    if usage is None or total is None:
         return None
-    return int(f) if _usable(f) else None
+    product = usage * total
+    return product if math.isnan(product) else float(round(product))
 
 
 def _vllm(series: Series) -> dict[str, _Acc]:
@@ -182,14 +219,14 @@ def _build_vllm(model: str, acc: _Acc) -> EngineSample:
     if usage is None:
         usage = _max(acc, "gpu_cache_usage_perc")
     info = acc.labels.get("cache", {})
-    total = _int(info.get("num_gpu_blocks"))
-    return EngineSample(
-        engine="vllm",
-        model=model,
+    total = _count(info.get("num_gpu_blocks"))
+    return _sample(
+        "vllm",
+        model,
         kv_usage=usage,
         kv_blocks_total=total,
-        kv_blocks_used=None if (total is None or usage is None) else round(usage * total),
-        block_size=_int(info.get("block_size")),
+        kv_blocks_used=_blocks_used(usage, total),
+        block_size=_count(info.get("block_size")),
         running=_sum(acc, "num_requests_running"),
         waiting=_sum(acc, "num_requests_waiting"),
         **_ttft_fields(acc),
@@ -232,17 +269,15 @@ def _sglang(series: Series) -> list[EngineSample]:
     out = []
     for model, acc in accs.items():
         usage = _max(acc, "token_usage")
-        capacity = _int(_max(acc, "max_total_num_tokens"))
+        capacity = _count(_max(acc, "max_total_num_tokens"))
         out.append(
-            EngineSample(
-                engine="sglang",
-                model=model,
+            _sample(
+                "sglang",
+                model,
                 kv_usage=usage,
                 # SGLang pages are one token (page_size 1 by default): blocks are tokens
                 kv_blocks_total=capacity,
-                kv_blocks_used=None
-                if (capacity is None or usage is None)
-                else round(usage * capacity),
+                kv_blocks_used=_blocks_used(usage, capacity),
                 block_size=1 if capacity is not None else None,
                 running=_sum(acc, "num_running_reqs"),
                 waiting=_sum(acc, "num_queue_reqs"),
@@ -265,8 +300,8 @@ def _triton(series: Series) -> list[EngineSample]:
     for model, acc in accs.items():
         if not any(k.startswith(("kv_", "req_")) for k in acc.values):
             continue  # a non-TRT-LLM model on the same Triton server
-        total = _int(_sum(acc, "kv_max"))
-        used = _int(_sum(acc, "kv_used"))
+        total = _count(_sum(acc, "kv_max"))
+        used = _count(_sum(acc, "kv_used"))
         usage = _max(acc, "kv_fraction")
         if usage is None and total and used is not None:
             usage = used / total  # legacy builds: no "fraction" block type
@@ -274,13 +309,13 @@ def _triton(series: Series) -> list[EngineSample]:
         if waiting is None:
             waiting = _sum(acc, "pending")
         out.append(
-            EngineSample(
-                engine="trtllm",
-                model=model,
+            _sample(
+                "trtllm",
+                model,
                 kv_usage=usage,
                 kv_blocks_total=total,
                 kv_blocks_used=used,
-                block_size=_int(_one(acc, "kv_tokens_per")),
+                block_size=_count(_one(acc, "kv_tokens_per")),
                 running=_sum(acc, "req_active"),
                 waiting=waiting,
             )
@@ -308,13 +343,13 @@ def _trtllm_serve(series: Series) -> list[EngineSample]:
         if not acc.values and not acc.buckets:
             continue
         out.append(
-            EngineSample(
-                engine="trtllm-serve",
-                model=model,
+            _sample(
+                "trtllm-serve",
+                model,
                 kv_usage=_max(acc, "kv_cache_utilization"),
-                kv_blocks_total=_int(_sum(acc, "kv_cache_max_blocks")),
-                kv_blocks_used=_int(_sum(acc, "kv_cache_used_blocks")),
-                block_size=_int(_one(acc, "kv_cache_tokens_per_block")),
+                kv_blocks_total=_count(_sum(acc, "kv_cache_max_blocks")),
+                kv_blocks_used=_count(_sum(acc, "kv_cache_used_blocks")),
+                block_size=_count(_one(acc, "kv_cache_tokens_per_block")),
                 running=_sum(acc, "num_requests_running"),
                 waiting=_sum(acc, "num_requests_waiting"),
                 **_ttft_fields(acc),
@@ -329,9 +364,9 @@ def _tgi(series: Series, model: str) -> list[EngineSample]:
         if name in ("tgi_batch_current_size", "tgi_queue_size"):
             acc.values[name].append(value)
     return [
-        EngineSample(
-            engine="tgi",
-            model=model,
+        _sample(
+            "tgi",
+            model,
             running=_sum(acc, "tgi_batch_current_size"),
             waiting=_sum(acc, "tgi_queue_size"),
         )

@@ -60,9 +60,16 @@ class SignalInputs:
 
 
 def _kv_blocks(engines: Sequence[EngineSample]) -> tuple[int | None, int | None]:
-    totals = [e.kv_blocks_total for e in engines if e.kv_blocks_total is not None]
-    used = [e.kv_blocks_used for e in engines if e.kv_blocks_used is not None]
-    return (sum(totals) if totals else None, sum(used) if used else None)
+    """The GPU's KV blocks (total, used) over the engines on it: an engine that does not
+    report a figure is left out; one whose figure the parser dropped makes it unknown."""
+
+    def total(field: str) -> int | None:
+        if any(field in e.dropped for e in engines):
+            return None
+        vals = [v for e in engines if (v := getattr(e, field)) is not None]
+        return sum(vals) if vals else None
+
+    return total("kv_blocks_total"), total("kv_blocks_used")
 
 
 def _pods(memory: Sequence[PodGpuMemory] | None) -> tuple[PodMemory, ...] | None:

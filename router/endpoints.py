@@ -83,21 +83,26 @@ def summarise_samples(samples: list[EngineSample]) -> Measured:
     """One endpoint's numbers from its engine's samples (one per served model).
 
     A value no engine can mean (NaN, an infinity, a negative count, a KV usage outside
-    0..1 beyond `KV_USAGE_TOLERANCE`) makes that number absent for the whole endpoint,
-    named in `ignored`: absent counts as the worst value, so a broken gauge never makes
-    an endpoint look emptier than it is, as summing only the other models would."""
+    0..1 beyond `KV_USAGE_TOLERANCE`), or one the parser dropped for that reason
+    (`EngineSample.dropped`), makes that number absent for the whole endpoint, named in
+    `ignored`: absent counts as the worst value, so a broken gauge never makes an endpoint
+    look emptier than it is, as summing only the other models would. A model that does
+    not report a number at all (None, not dropped) is left out of its sum."""
     ignored: list[str] = []
+
+    def dropped(*fields: str) -> bool:
+        return any(f in s.dropped for s in samples for f in fields)
 
     def count(name: str, vals: list[float | None]) -> float | None:
         known = [v for v in vals if v is not None]
-        if any(not (math.isfinite(v) and v >= 0) for v in known):
+        if dropped(name) or any(not (math.isfinite(v) and v >= 0) for v in known):
             ignored.append(name)
             return None
         return sum(known) if known else None
 
     usages = [s.kv_usage for s in samples if s.kv_usage is not None]
     kv_usage = None
-    if any(
+    if dropped("kv_usage") or any(
         not (math.isfinite(u) and -KV_USAGE_TOLERANCE <= u <= 1 + KV_USAGE_TOLERANCE)
         for u in usages
     ):
@@ -107,7 +112,7 @@ def summarise_samples(samples: list[EngineSample]) -> Measured:
     capacity: int | None = None
     for s in samples:
         blocks, size = s.kv_blocks_total or 0, s.block_size or 0
-        if blocks < 0 or size < 0:
+        if blocks < 0 or size < 0 or dropped("kv_blocks_total", "block_size"):
             ignored.append("kv_capacity_tokens")
             capacity = None
             break

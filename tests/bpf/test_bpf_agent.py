@@ -170,7 +170,10 @@ def test_a_nan_from_an_engine_is_absent_and_the_signals_go_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _TextEngine)
-    srv.text = 'vllm:num_requests_running{model_name="m"} NaN\n'  # type: ignore[attr-defined]
+    srv.text = (  # type: ignore[attr-defined]
+        'vllm:num_requests_running{model_name="m"} NaN\n'
+        'vllm:num_requests_running{model_name="m2"} 3\n'
+    )
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
     cfg = base_config(
@@ -183,8 +186,11 @@ def test_a_nan_from_an_engine_is_absent_and_the_signals_go_on(
     try:
         assert wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
         sig = decode_signals(httpx.get(f"{base}/signals").text)
-        assert sig.streams is None  # NaN is absent, never a number
+        # NaN is absent, never a number; nor is the other model's 3 the node's streams
+        assert sig.streams is None
         assert httpx.get(f"{base}/readyz").json()["sources"]["engine"]["up"] is True
+        warned = [r for r in caplog.records if "unusable values" in r.getMessage()]
+        assert len(warned) == 1 and warned[0].kv["dropped"] == ["m:running"]  # type: ignore[attr-defined]
         srv.text = 'vllm:num_requests_running{model_name="m"} 3\n'  # type: ignore[attr-defined]
         assert wait_for(lambda: decode_signals(httpx.get(f"{base}/signals").text).streams == 3)
     finally:

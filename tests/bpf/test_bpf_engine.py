@@ -118,11 +118,35 @@ def test_non_finite_or_negative_values_are_absent_not_passed_on(bad: str) -> Non
         'vllm:time_to_first_token_seconds_sum{model_name="m"} BAD\n'
     ).replace("BAD", bad)
     (s,) = parse_engine_metrics(text)
-    assert s.running == 2.0  # the usable engine's series only
+    # one engine's series unusable: the model's sum is unknown, not the other engine's 2
+    assert s.running is None
     assert s.waiting is None and s.kv_usage is None and s.kv_blocks_used is None
     assert s.kv_blocks_total is None and s.block_size == 16
-    assert s.ttft_buckets == ((float("inf"), 3.0),) and s.ttft_sum is None
+    # one bucket unusable: the histogram is not cumulative any more, so none of it is used
+    assert s.ttft_buckets == () and s.ttft_sum is None
     assert s.ttft_count == 3.0
+    assert set(s.dropped) == {
+        "running",
+        "waiting",
+        "kv_usage",
+        "kv_blocks_total",
+        "kv_blocks_used",
+        "ttft_buckets",
+        "ttft_sum",
+    }
+
+
+def test_usable_values_drop_nothing_and_vllm_none_text_is_not_reported() -> None:
+    text = (
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1.0\n'
+        'vllm:num_requests_running{model_name="m",engine="0"} 1.0\n'
+        'vllm:num_requests_running{model_name="m",engine="1"} 2.0\n'
+        'vllm:kv_cache_usage_perc{model_name="m"} 0.5\n'
+    )
+    (s,) = parse_engine_metrics(text)
+    assert s.running == 3.0 and s.kv_usage == 0.5
+    assert s.kv_blocks_total is None and s.kv_blocks_used is None  # "None": not reported
+    assert s.dropped == ()
 
 
 @pytest.mark.parametrize(

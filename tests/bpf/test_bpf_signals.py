@@ -61,6 +61,21 @@ def test_build_signals_with_gpus_and_engines() -> None:
     assert doc.streams == 7 and doc.image_token_share == 0.25 and doc.p95_s == 0.12
 
 
+def test_a_gpu_kv_figure_the_parser_dropped_is_unknown_not_the_other_engines_sum() -> None:
+    """Two engines share GPU 1; one served a NaN block count (bpf.engine drops it): the
+    GPU's total is unknown. An engine that reports no blocks at all (TGI) is left out."""
+    good = EngineSample("vllm", "llava", 0.5, 1000, 500, 16)
+    broken = EngineSample("vllm", "qwen", None, None, None, 16, dropped=("kv_blocks_total",))
+    silent = EngineSample("tgi", "t5", running=1.0)
+    sig = build_signals(
+        SignalInputs("n1", 1000.0, GPUS, {}, {0: [good, silent], 1: [good, broken]}, 1, 0, 0)
+    )
+    assert sig.gpus is not None
+    g0, g1 = sig.gpus
+    assert (g0.kv_blocks_total, g0.kv_blocks_used) == (1000, 500)
+    assert (g1.kv_blocks_total, g1.kv_blocks_used) == (None, 500)
+
+
 def test_build_signals_carries_per_pod_memory_in_mib_and_names_unlisted_gpus() -> None:
     pods = {
         1: (

@@ -128,24 +128,51 @@ vllm:gpu_cache_usage_perc{{engine="0",model_name="{MODEL}"}} +Inf
 """The tryout's engine: a negative queue, a NaN batch and an infinite KV usage."""
 
 
-def test_nan_inf_and_negative_gauges_are_absent_and_the_json_stays_strict(
-    engines: Any, start_router: Any
-) -> None:
+def _beside_a_sane_engine(
+    engines: Any, start_router: Any, metrics_text: str, request_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An engine serving `metrics_text` beside a sane one (3 waiting, 2 running, KV 0.4):
+    its /debug/endpoints entry and the explain record of one request, which must go to
+    the sane engine."""
     weird, sane = engines("weird", "sane")
-    weird.metrics_text = NAN_METRICS
+    weird.metrics_text = metrics_text
     sane.set(waiting=3, running=2, kv=0.4)
     router = start_router(router_config([weird.address, sane.address]))
     wait_fresh(router, 2)
     base = f"http://127.0.0.1:{router.http_port}"
-    r = httpx.get(f"{base}/debug/endpoints")
-    doc = {e["address"]: e for e in strict_json(r.text)}
-    w = doc[weird.address]
-    assert (w["waiting"], w["running"], w["kv_usage"]) == (None, None, None)
-    duplex(router.grpc_port, CHAT, extra={"x-request-id": "nan-1"})
-    explain = strict_json(httpx.get(f"{base}/debug/explain/nan-1").text)
-    assert explain["destination"].split(",")[0] == sane.address, explain  # -5 no longer wins
+    doc = {e["address"]: e for e in strict_json(httpx.get(f"{base}/debug/endpoints").text)}
+    duplex(router.grpc_port, CHAT, extra={"x-request-id": request_id})
+    explain = strict_json(httpx.get(f"{base}/debug/explain/{request_id}").text)
+    assert explain["destination"].split(",")[0] == sane.address, explain
+    return doc[weird.address], explain
+
+
+def test_nan_inf_and_negative_gauges_are_absent_and_the_json_stays_strict(
+    engines: Any, start_router: Any
+) -> None:
+    w, explain = _beside_a_sane_engine(engines, start_router, NAN_METRICS, "nan-1")
+    assert (w["waiting"], w["running"], w["kv_usage"]) == (None, None, None)  # -5 no longer wins
     for cand in explain["candidates"]:
         assert isinstance(cand["score"], float) and math.isfinite(cand["score"])
+
+
+TWO_MODELS_ONE_NAN = f"""# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{engine="0",model_name="{MODEL}"}} NaN
+vllm:num_requests_waiting{{engine="0",model_name="{MODEL}-lora"}} 0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine="0",model_name="{MODEL}"}} 1
+vllm:num_requests_running{{engine="0",model_name="{MODEL}-lora"}} 1
+"""
+"""One engine serving two models; one model's queue gauge is NaN: the parser drops it."""
+
+
+def test_a_model_whose_gauge_the_parser_dropped_makes_the_endpoint_sum_unknown(
+    engines: Any, start_router: Any
+) -> None:
+    """Summing the other model's 0 waiting made the endpoint look idle and win."""
+    w, _ = _beside_a_sane_engine(engines, start_router, TWO_MODELS_ONE_NAN, "dropped-1")
+    assert w["waiting"] is None and w["ignored"] == ["waiting"], w
+    assert w["running"] == 2.0  # both models report it: their sum
 
 
 def test_json_replies_write_non_finite_numbers_as_null() -> None:
