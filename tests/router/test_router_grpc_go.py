@@ -1,7 +1,7 @@
 """The router's gRPC servers against grpc-go, the gRPC stack of the kubelet's `grpc:` probes
 (manifests/router/deployment.yaml uses them) and of the Gateway API Inference Extension's
 tools: `kvspread router serve` as a subprocess, called by tools/grpc-go-probe (grpc-go
-v1.59.0) as the kubelet calls it (Check under the probe's timeout), and with Health.Watch,
+v1.64.1) as the kubelet calls it (Check under the probe's timeout), and with Health.Watch,
 ext_proc Process streams (raw protobuf bytes, parsed here with router/proto's stubs), one
 connection for many calls, the GOAWAY of a stopping router, and TLS.
 
@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trustme
 import yaml
 from grpc_health.v1 import health_pb2
 
@@ -34,6 +34,7 @@ from router.extproc import BODY_CHUNK_BYTES, SERVICE_NAME
 from router.h2grpc import H2GrpcServer, HealthStatus
 from router.proto import ext_proc_pb2 as pb
 from tests.ports import free_port, wait_http_ok
+from tests.router.conftest import h2_serving, issue_tls
 from tests.router.fake_engine import FakeEngine
 from tests.router.test_router_extproc import (
     BUFFERED,
@@ -61,7 +62,7 @@ def _probe_binary() -> Path:
     if BUILT.exists():
         return BUILT
     pytest.skip(
-        "the grpc-go probe is not built: run tools/grpc-go-probe/build.sh SRC (grpc-go v1.59.0 "
+        "the grpc-go probe is not built: run tools/grpc-go-probe/build.sh SRC (grpc-go v1.64.1 "
         "and its modules' sources; see the script) or set KVSPREAD_GRPC_GO_PROBE"
     )
 
@@ -88,7 +89,11 @@ def write_messages(path: Path, msgs: list[pb.ProcessingRequest]) -> str:
 
 
 def responses(lines: list[dict[str, Any]]) -> list[pb.ProcessingResponse]:
-    return [pb.ProcessingResponse.FromString(bytes.fromhex(x["message"])) for x in lines if "message" in x]
+    return [
+        pb.ProcessingResponse.FromString(bytes.fromhex(x["message"]))
+        for x in lines
+        if "message" in x
+    ]
 
 
 def end_of(lines: list[dict[str, Any]]) -> dict[str, Any]:
@@ -201,10 +206,14 @@ def test_kubelet_probe_of_an_unknown_service_is_not_found(router, probe_bin) -> 
 # --- Watch, the deadline ------------------------------------------------------------------
 def test_watch_sends_the_status_and_the_deadline_ends_it(router, probe_bin) -> None:  # type: ignore[no-untyped-def]
     # two updates asked, one due: the stream stays open until grpc-go's deadline ends it
-    rc, lines = probe(probe_bin, "watch", router.addr, "-service", "readiness", "-n", "2", "-timeout", "1.5s")
+    rc, lines = probe(
+        probe_bin, "watch", router.addr, "-service", "readiness", "-n", "2", "-timeout", "1.5s"
+    )
     assert rc == 1 and lines[0] == {"status": "SERVING"}
     assert end_of(lines)["code"] == DEADLINE_EXCEEDED and lines[-1]["updates"] == 1
-    rc, lines = probe(probe_bin, "watch", router.addr, "-service", "later", "-n", "1", "-timeout", "5s")
+    rc, lines = probe(
+        probe_bin, "watch", router.addr, "-service", "later", "-n", "1", "-timeout", "5s"
+    )
     assert rc == 0 and lines == [{"status": "SERVICE_UNKNOWN"}]
     # the cancelled Watch (grpc-go's RST_STREAM) left the server serving
     rc, (got,) = probe(probe_bin, "check", router.addr, "-service", "readiness")
@@ -230,7 +239,9 @@ def test_ext_proc_duplex_stream(router, probe_bin, tmp_path) -> None:  # type: i
 
 def test_ext_proc_buffered_stream_in_lockstep(router, probe_bin, tmp_path) -> None:  # type: ignore[no-untyped-def]
     msgs = write_messages(tmp_path / "m.hex", [headers_msg(BUFFERED), *body_msgs(CHAT, len(CHAT))])
-    rc, lines = probe(probe_bin, "process", router.addr, "-messages", msgs, "-lockstep", "-timeout", "10s")
+    rc, lines = probe(
+        probe_bin, "process", router.addr, "-messages", msgs, "-lockstep", "-timeout", "10s"
+    )
     assert rc == 0 and end_of(lines)["code"] == 0, lines
     first, second = responses(lines)
     assert first.WhichOneof("response") == "request_headers"
@@ -243,9 +254,13 @@ def test_ext_proc_large_body_through_grpc_go_flow_control(router, probe_bin, tmp
     # server's sends wait for grpc-go's WINDOW_UPDATEs
     body = json.dumps({"model": "q", "prompt": "y" * (6 << 20)}).encode()
     msgs = write_messages(tmp_path / "m.hex", [headers_msg(DUPLEX), *body_msgs(body, 1 << 16)])
-    rc, lines = probe(probe_bin, "process", router.addr, "-messages", msgs, "-timeout", "60s", timeout=90)
+    rc, lines = probe(
+        probe_bin, "process", router.addr, "-messages", msgs, "-timeout", "60s", timeout=90
+    )
     assert rc == 0 and end_of(lines)["code"] == 0, end_of(lines)
-    streamed = [r.request_body.response.body_mutation.streamed_response for r in responses(lines)[1:]]
+    streamed = [
+        r.request_body.response.body_mutation.streamed_response for r in responses(lines)[1:]
+    ]
     assert b"".join(s.body for s in streamed) == body
 
 
@@ -266,7 +281,9 @@ def test_one_connection_serves_checks_and_streams(router, probe_bin, tmp_path) -
 
 
 # --- the router stopping ------------------------------------------------------------------
-def test_a_stopping_router_sends_goaway_and_the_probe_fails_fast(probe_bin, fakes, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_stopping_router_sends_goaway_and_the_probe_fails_fast(
+    probe_bin, fakes, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     served = serve(tmp_path, "h2", fakes)
     try:
         watch = subprocess.Popen(
@@ -290,14 +307,14 @@ def test_a_stopping_router_sends_goaway_and_the_probe_fails_fast(probe_bin, fake
 # --- TLS ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", GRPC_SERVERS)
 def test_tls(probe_bin, fakes, tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    ca = issue_tls(tmp_path)
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     served = serve(
-        tmp_path, kind, fakes, tls_cert=str(tmp_path / "cert.pem"), tls_key=str(tmp_path / "key.pem")
+        tmp_path,
+        kind,
+        fakes,
+        tls_cert=str(tmp_path / "cert.pem"),
+        tls_key=str(tmp_path / "key.pem"),
     )
     try:
         tls = ["-ca", str(tmp_path / "ca.pem")]
@@ -306,10 +323,14 @@ def test_tls(probe_bin, fakes, tmp_path, kind) -> None:  # type: ignore[no-untyp
             rc, (got,) = probe(probe_bin, "check", served.addr, "-service", "readiness", *args)
             assert rc == 0 and got["status"] == "SERVING", got
         msgs = write_messages(tmp_path / "m.hex", [headers_msg(DUPLEX), *body_msgs(CHAT, 4096)])
-        rc, lines = probe(probe_bin, "process", served.addr, "-messages", msgs, *tls, "-timeout", "10s")
+        rc, lines = probe(
+            probe_bin, "process", served.addr, "-messages", msgs, *tls, "-timeout", "10s"
+        )
         assert rc == 0 and destination(responses(lines)[0])[0].startswith(served.idle.address)
         # the kubelet's gRPC probe is plaintext only: against a TLS port it fails
-        rc, (got,) = probe(probe_bin, "check", served.addr, "-service", "readiness", "-timeout", "2s")
+        rc, (got,) = probe(
+            probe_bin, "check", served.addr, "-service", "readiness", "-timeout", "2s"
+        )
         assert rc == 1 and got["result"] == "failure", got
         # and a CA that did not sign the certificate is refused
         other = trustme.CA()
@@ -324,25 +345,17 @@ def test_tls(probe_bin, fakes, tmp_path, kind) -> None:  # type: ignore[no-untyp
 
 # --- Watch following changes (the server in-process, its health set by the test) ----------
 @pytest.fixture
-def h2_server() -> Iterator[tuple[int, HealthStatus, asyncio.AbstractEventLoop]]:
-    loop = asyncio.new_event_loop()
+def h2_server() -> Iterator[tuple[H2GrpcServer, HealthStatus, asyncio.AbstractEventLoop]]:
     health = HealthStatus()
     health.set("readiness", SERVING)
-    srv = H2GrpcServer({}, health)
-    port = loop.run_until_complete(srv.start("127.0.0.1", 0))
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    yield port, health, loop
-    asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
-    loop.close()
+    with h2_serving({}, health) as (srv, loop):
+        yield srv, health, loop
 
 
 def test_watch_follows_status_changes(h2_server, probe_bin) -> None:  # type: ignore[no-untyped-def]
-    port, health, loop = h2_server
+    srv, health, loop = h2_server
     watch = subprocess.Popen(
-        [str(probe_bin), "watch", "-addr", f"127.0.0.1:{port}", "-service", "readiness", "-n", "3",
+        [str(probe_bin), "watch", "-addr", f"127.0.0.1:{srv.port}", "-service", "readiness", "-n", "3",
          "-timeout", "20s"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -358,3 +371,17 @@ def test_watch_follows_status_changes(h2_server, probe_bin) -> None:  # type: ig
         if watch.poll() is None:
             watch.kill()
         watch.stdout.close()
+
+
+def test_kubelet_probe_fails_on_not_serving_and_leaves_no_connection(h2_server, probe_bin) -> None:  # type: ignore[no-untyped-def]
+    srv, health, loop = h2_server
+    addr = f"127.0.0.1:{srv.port}"
+    loop.call_soon_threadsafe(health.set, "readiness", NOT_SERVING)
+    for _ in range(5):  # a probe every period: each one its own connection, closed after
+        rc, (got,) = probe(probe_bin, "check", addr, "-service", "readiness")
+        assert rc == 1 and got["status"] == "NOT_SERVING", got
+        assert got["output"] == 'service unhealthy (responded with "NOT_SERVING")'
+    deadline = time.monotonic() + 10
+    while srv._connections:  # the server let every closed probe connection go
+        assert time.monotonic() < deadline, f"{len(srv._connections)} connections kept"
+        time.sleep(0.05)

@@ -9,7 +9,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from router.h2grpc import (
     INVALID_ARGUMENT,
     GrpcError,
-    H2GrpcServer,
     HealthStatus,
     HPACKDecoder,
     HPACKError,
 )
+from tests.router.conftest import h2_serving
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -94,18 +93,10 @@ class Echo:
 
 @pytest.fixture
 def server() -> Iterator[tuple[int, HealthStatus, asyncio.AbstractEventLoop]]:
-    loop = asyncio.new_event_loop()
     health = HealthStatus()
     health.set("readiness", SERVING)
-    srv = H2GrpcServer({"/t.Echo/Stream": Echo}, health, max_message_bytes=16 << 20)
-    port = loop.run_until_complete(srv.start("127.0.0.1", 0))
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    yield port, health, loop
-    asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
-    loop.close()
+    with h2_serving({"/t.Echo/Stream": Echo}, health, max_message_bytes=16 << 20) as (srv, loop):
+        yield srv.port, health, loop
 
 
 def _channel(port: int) -> grpc.Channel:

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Builds grpc-go-probe (tools/grpc-go-probe/main.go) against grpc-go v1.59.0 from local
+# Builds grpc-go-probe (tools/grpc-go-probe/main.go) against grpc-go v1.64.1 from local
 # module sources, without a Go module proxy, for tests/router/test_router_grpc_go.py.
 #
 #   tools/grpc-go-probe/build.sh SRC [OUT]
 #
 # SRC holds one directory per module of go.mod's require block, at its module path:
 # SRC/google.golang.org/grpc, SRC/golang.org/x/net, ... each at the version go.mod names
-# (v1.59.0 declares `go 1.19`, the newest grpc-go that builds with Go 1.19). From git
-# clones of the modules' repositories, tools/grpc-go-probe/sources.sh GITDIRS SRC fills SRC
-# (it says which repository and revision each module comes from). With a module proxy,
+# (grpc-go v1.64.1 declares `go 1.19`: the newest grpc-go that builds with Go 1.19; v1.65
+# needs 1.21). From git clones of the modules' repositories,
+# tools/grpc-go-probe/sources.sh GITDIRS SRC fills SRC (it says which repository and
+# revision each module comes from). With a module proxy,
 # `GOFLAGS=-mod=mod go build` in tools/grpc-go-probe needs neither script.
 #
 # OUT defaults to build/grpc-go-probe/grpc-go-probe (build/ is git-ignored), where the test

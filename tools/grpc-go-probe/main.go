@@ -60,6 +60,7 @@ type options struct {
 	messages   string
 	lockstep   bool
 	repeat     int
+	requests   [][]byte // the -messages, read before dialling
 	dials      int64
 }
 
@@ -84,20 +85,24 @@ func main() {
 	fs.IntVar(&o.repeat, "repeat", 3, "session: rounds of Checks over -services")
 	_ = fs.Parse(os.Args[2:])
 
-	var ok bool
-	switch mode {
-	case "check":
-		ok = check(o)
-	case "watch":
-		ok = watch(o)
-	case "process":
-		ok = process(o)
-	case "session":
-		ok = session(o)
-	default:
+	modes := map[string]func(context.Context, *grpc.ClientConn, *options) bool{
+		"check": check, "watch": watch, "process": process, "session": session,
+	}
+	run, known := modes[mode]
+	if !known {
 		usage(fmt.Sprintf("unknown mode %q: check, watch, process or session", mode))
 	}
-	if !ok {
+	if mode == "process" && o.messages == "" {
+		usage("process needs -messages FILE (request messages, one hex string a line)")
+	}
+	if o.messages != "" {
+		msgs, err := readMessages(o.messages)
+		if err != nil {
+			usage(err.Error())
+		}
+		o.requests = msgs
+	}
+	if !connected(o, func(ctx context.Context, conn *grpc.ClientConn) bool { return run(ctx, conn, o) }) {
 		os.Exit(1)
 	}
 }
@@ -195,7 +200,9 @@ func dialFailure(err error, o *options) map[string]any {
 	return out
 }
 
-func check(o *options) bool {
+// connected runs call on a ClientConn dialled as the kubelet dials, all under -timeout;
+// a failed dial is the kubelet's probe failure.
+func connected(o *options, call func(context.Context, *grpc.ClientConn) bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 	conn, err := dial(ctx, o)
@@ -204,20 +211,16 @@ func check(o *options) bool {
 		return false
 	}
 	defer conn.Close()
+	return call(ctx, conn)
+}
+
+func check(ctx context.Context, conn *grpc.ClientConn, o *options) bool {
 	out := checkOnce(ctx, conn, o.service, o.timeout)
 	emit(out)
 	return out["result"] == "success"
 }
 
-func watch(o *options) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	conn, err := dial(ctx, o)
-	if err != nil {
-		emit(dialFailure(err, o))
-		return false
-	}
-	defer conn.Close()
+func watch(ctx context.Context, conn *grpc.ClientConn, o *options) bool {
 	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: o.service})
 	if err != nil {
 		emit(map[string]any{"end": callEnd(err)})
@@ -331,38 +334,12 @@ func keys(md metadata.MD) []string {
 	return out
 }
 
-func process(o *options) bool {
-	msgs, err := readMessages(o.messages)
-	if err != nil {
-		usage(err.Error())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	conn, err := dial(ctx, o)
-	if err != nil {
-		emit(dialFailure(err, o))
-		return false
-	}
-	defer conn.Close()
-	return stream(ctx, conn, o, msgs)
+func process(ctx context.Context, conn *grpc.ClientConn, o *options) bool {
+	return stream(ctx, conn, o, o.requests)
 }
 
-func session(o *options) bool {
-	var msgs [][]byte
-	if o.messages != "" {
-		var err error
-		if msgs, err = readMessages(o.messages); err != nil {
-			usage(err.Error())
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	conn, err := dial(ctx, o)
-	if err != nil {
-		emit(dialFailure(err, o))
-		return false
-	}
-	defer conn.Close()
+func session(ctx context.Context, conn *grpc.ClientConn, o *options) bool {
+	msgs := o.requests
 	ok := true
 	for r := 0; r < o.repeat; r++ {
 		for _, s := range strings.Split(o.services, ",") {

@@ -14,13 +14,12 @@ set -euo pipefail
 gitdirs=$1 src=$2
 
 # module path | repository | revision | subdirectory of the repository | paths (all: .)
-table='google.golang.org/grpc|grpc/grpc-go|v1.59.0|.|.
-golang.org/x/net|golang/net|v0.14.0|.|.
-golang.org/x/sys|golang/sys|v0.11.0|.|.
-golang.org/x/text|golang/text|v0.12.0|.|go.mod LICENSE secure/bidirule unicode/bidi unicode/norm transform
-google.golang.org/protobuf|protocolbuffers/protobuf-go|v1.31.0|.|.
-github.com/golang/protobuf|golang/protobuf|v1.5.3|.|.
-google.golang.org/genproto/googleapis/rpc|googleapis/go-genproto|b8732ec3820d|googleapis/rpc|.'
+table='google.golang.org/grpc|grpc/grpc-go|v1.64.1|.|.
+golang.org/x/net|golang/net|v0.26.0|.|.
+golang.org/x/sys|golang/sys|v0.21.0|.|.
+golang.org/x/text|golang/text|v0.16.0|.|go.mod LICENSE secure/bidirule unicode/bidi unicode/norm transform
+google.golang.org/protobuf|protocolbuffers/protobuf-go|v1.33.0|.|.
+google.golang.org/genproto/googleapis/rpc|googleapis/go-genproto|94a12d6c2237|googleapis/rpc|.'
 
 find_git() { # $1: owner/name
   local owner=${1%/*} name=${1#*/} d
