@@ -50,7 +50,8 @@ BUILT = ROOT / "build" / "grpc-go-probe" / "grpc-go-probe"
 DEPLOYMENT = ROOT / "manifests" / "router" / "deployment.yaml"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-DEADLINE_EXCEEDED, NOT_FOUND, UNAVAILABLE = 4, 5, 14
+DEADLINE_EXCEEDED, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAVAILABLE = 4, 5, 8, 12, 14
+LIMIT = 4 << 20  # the routers' server.max_message_bytes here: the smallest allowed
 
 
 def _probe_binary() -> Path:
@@ -124,6 +125,7 @@ def serve(tmp: Path, kind: str, engines: list[FakeEngine], **server: Any) -> Ser
                     "grpc_port": grpc_port,
                     "http_port": http_port,
                     "grpc_server": kind,
+                    "max_message_bytes": LIMIT,
                     **server,
                 },
                 "endpoints": {"static": [e.address for e in engines]},
@@ -264,6 +266,26 @@ def test_ext_proc_large_body_through_grpc_go_flow_control(router, probe_bin, tmp
     assert b"".join(s.body for s in streamed) == body
 
 
+def test_a_message_over_the_limit_is_resource_exhausted(router, probe_bin, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # grpc-go sends it whole (its send limit is 2 GiB); the router ends the stream while
+    # the message is still arriving, and grpc-go reports the status
+    big = pb.ProcessingRequest(
+        request_body=pb.HttpBody(body=b"z" * (LIMIT + 1), end_of_stream=True)
+    )
+    msgs = write_messages(tmp_path / "m.hex", [headers_msg(BUFFERED), big])
+    rc, lines = probe(probe_bin, "process", router.addr, "-messages", msgs, "-timeout", "20s")
+    assert rc == 1 and end_of(lines)["code"] == RESOURCE_EXHAUSTED, lines
+    rc, (got,) = probe(probe_bin, "check", router.addr, "-service", "readiness")
+    assert rc == 0, got
+
+
+def test_an_unknown_method_is_unimplemented(router, probe_bin, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    msgs = write_messages(tmp_path / "m.hex", [headers_msg(DUPLEX)])
+    method = "/envoy.service.ext_proc.v3.ExternalProcessor/Nope"
+    rc, lines = probe(probe_bin, "process", router.addr, "-messages", msgs, "-method", method)
+    assert rc == 1 and end_of(lines)["code"] == UNIMPLEMENTED, lines
+
+
 # --- one connection, many calls -----------------------------------------------------------
 def test_one_connection_serves_checks_and_streams(router, probe_bin, tmp_path) -> None:  # type: ignore[no-untyped-def]
     msgs = write_messages(tmp_path / "m.hex", [headers_msg(DUPLEX), *body_msgs(CHAT, 4096)])
@@ -322,6 +344,8 @@ def test_tls(probe_bin, fakes, tmp_path, kind) -> None:  # type: ignore[no-untyp
             args = [*tls, "-server-name", name] if name else tls
             rc, (got,) = probe(probe_bin, "check", served.addr, "-service", "readiness", *args)
             assert rc == 0 and got["status"] == "SERVING", got
+            # ALPN h2, which grpc-go 1.67 and later require of a TLS server
+            assert got["alpn"] == "h2" and got["tls_version"] in ("TLS 1.2", "TLS 1.3"), got
         msgs = write_messages(tmp_path / "m.hex", [headers_msg(DUPLEX), *body_msgs(CHAT, 4096)])
         rc, lines = probe(
             probe_bin, "process", served.addr, "-messages", msgs, *tls, "-timeout", "10s"

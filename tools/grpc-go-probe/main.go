@@ -42,6 +42,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -164,8 +165,13 @@ func callEnd(err error) map[string]any {
 // context) and the kubelet's verdict on it.
 func checkOnce(ctx context.Context, conn *grpc.ClientConn, service string, timeout time.Duration) map[string]any {
 	client := healthpb.NewHealthClient(conn)
-	resp, err := client.Check(metadata.NewOutgoingContext(ctx, make(metadata.MD)), &healthpb.HealthCheckRequest{Service: service})
+	var p peer.Peer
+	resp, err := client.Check(metadata.NewOutgoingContext(ctx, make(metadata.MD)), &healthpb.HealthCheckRequest{Service: service}, grpc.Peer(&p))
 	out := map[string]any{"service": service}
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok { // what TLS agreed on
+		out["alpn"] = info.State.NegotiatedProtocol
+		out["tls_version"] = map[uint16]string{tls.VersionTLS12: "TLS 1.2", tls.VersionTLS13: "TLS 1.3"}[info.State.Version]
+	}
 	if err != nil {
 		for k, v := range callEnd(err) {
 			out[k] = v
