@@ -409,3 +409,46 @@ def test_kubelet_probe_fails_on_not_serving_and_leaves_no_connection(h2_server, 
     while srv._connections:  # the server let every closed probe connection go
         assert time.monotonic() < deadline, f"{len(srv._connections)} connections kept"
         time.sleep(0.05)
+
+
+class Pair:
+    """A stream handler answering each message with itself, done after the second: the
+    shape of a BUFFERED ext_proc stream (headers, then the body)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def on_message(self, data: bytes) -> list[bytes]:
+        self.seen += 1
+        return [data]
+
+    @property
+    def finished(self) -> bool:
+        return self.seen >= 2
+
+
+def test_a_stream_in_flight_finishes_while_the_server_drains(probe_bin, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    msgs = tmp_path / "m.hex"
+    msgs.write_text(b"one".hex() + "\n" + b"two".hex() + "\n")
+    with h2_serving({"/t.Pair/Stream": Pair}, HealthStatus()) as (srv, loop):
+        call = subprocess.Popen(
+            [str(probe_bin), "process", "-addr", f"127.0.0.1:{srv.port}", "-method",
+             "/t.Pair/Stream", "-messages", str(msgs), "-lockstep", "-step", "-timeout", "30s"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert call.stdin is not None and call.stdout is not None
+        assert json.loads(call.stdout.readline()) == {"message": b"one".hex()}
+        stopping = asyncio.run_coroutine_threadsafe(srv.stop(grace=30), loop)
+        deadline = time.monotonic() + 10
+        while not all(c.draining for c in srv._connections):  # GOAWAY on its way
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        call.stdin.write("\n")  # now the stream's second message
+        call.stdin.close()
+        rest = call.stdout.read()
+        call.stdout.close()
+        call.wait(30)
+        stopping.result(10)  # the connection closed after its last stream, not at the grace
+    lines = [json.loads(line) for line in rest.splitlines()]
+    assert call.returncode == 0, lines
+    assert lines[0] == {"message": b"two".hex()} and end_of(lines)["code"] == 0

@@ -60,6 +60,7 @@ type options struct {
 	method     string
 	messages   string
 	lockstep   bool
+	step       bool
 	repeat     int
 	requests   [][]byte // the -messages, read before dialling
 	dials      int64
@@ -83,6 +84,7 @@ func main() {
 	fs.StringVar(&o.method, "method", processMethod, "process: the streaming method's path")
 	fs.StringVar(&o.messages, "messages", "", "process, session: file of request messages, one hex string a line")
 	fs.BoolVar(&o.lockstep, "lockstep", false, "process: read one answer after each message (Envoy's BUFFERED pace) instead of sending all first")
+	fs.BoolVar(&o.step, "step", false, "process: before each message after the first, wait for a line on stdin (the caller paces the stream)")
 	fs.IntVar(&o.repeat, "repeat", 3, "session: rounds of Checks over -services")
 	_ = fs.Parse(os.Args[2:])
 
@@ -315,8 +317,14 @@ func stream(ctx context.Context, conn *grpc.ClientConn, o *options, msgs [][]byt
 		emit(map[string]any{"end": callEnd(ending), "answers": answers, "trailer_keys": keys(st.Trailer())})
 		return false
 	}
-	for _, m := range msgs {
+	stdin := bufio.NewReader(os.Stdin)
+	for i, m := range msgs {
 		m := m
+		if o.step && i > 0 {
+			if _, err := stdin.ReadString('\n'); err != nil {
+				usage("-step: stdin closed before every message was sent")
+			}
+		}
 		if err := st.SendMsg(&m); err != nil {
 			break // the server ended the stream; RecvMsg says how
 		}
