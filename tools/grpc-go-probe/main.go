@@ -85,7 +85,7 @@ func main() {
 	fs.StringVar(&o.messages, "messages", "", "process, session: file of request messages, one hex string a line")
 	fs.BoolVar(&o.lockstep, "lockstep", false, "process: read one answer after each message (Envoy's BUFFERED pace) instead of sending all first")
 	fs.BoolVar(&o.step, "step", false, "process: before each message after the first, wait for a line on stdin (the caller paces the stream)")
-	fs.IntVar(&o.repeat, "repeat", 3, "session: rounds of Checks over -services")
+	fs.IntVar(&o.repeat, "repeat", 3, "session: rounds, each the Checks of -services then a Process stream of -messages (when given)")
 	_ = fs.Parse(os.Args[2:])
 
 	modes := map[string]func(context.Context, *grpc.ClientConn, *options) bool{
