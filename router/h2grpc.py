@@ -14,7 +14,8 @@ What it implements (RFC 9113 and gRPC's PROTOCOL-HTTP2): the connection preface,
 64 MiB bodies arrive without stalls), HEADERS + CONTINUATION with an HPACK decoder (static
 and dynamic tables; Huffman strings through the `hpack` package's decoder), DATA with
 padding, flow control both ways (outgoing data waits for the peer's WINDOW_UPDATE), PING,
-RST_STREAM, GOAWAY; gRPC's length-prefixed messages (compressed ones are refused with
+RST_STREAM, GOAWAY (at stop a graceful one: the streams in flight get a grace period to
+finish, new ones are refused with REFUSED_STREAM); gRPC's length-prefixed messages (compressed ones are refused with
 UNIMPLEMENTED: Envoy does not compress ext_proc), `max_message_bytes` (RESOURCE_EXHAUSTED),
 trailers-only errors. Methods: a bidirectional stream handler per path (ext_proc's
 Process), and `grpc.health.v1.Health` Check and Watch over `HealthStatus`. TLS is the
@@ -63,6 +64,8 @@ _MAX_HEADER_BLOCK = 1 << 20  # a CONTINUATION run longer than this is refused
 _REFILL = 1 << 30  # give the peer its window back once this much arrived
 _FRAME = struct.Struct(">IBI")  # (length << 8 | type), flags, stream id
 _MESSAGE_PREFIX = struct.Struct(">BI")  # gRPC: compressed flag, message length
+
+_REFUSED_STREAM = 0x7  # RST_STREAM code: the stream was not processed, safe to retry
 
 # gRPC status codes used here
 OK, INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 5, 8, 12, 13
@@ -333,6 +336,7 @@ class _Connection(asyncio.Protocol):
         self.header_flags = 0
         self.last_stream = 0
         self.in_callback = False
+        self.draining = False  # GOAWAY sent: no new streams, close after the last one
 
     # --- asyncio --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -346,7 +350,7 @@ class _Connection(asyncio.Protocol):
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server._connections.discard(self)
+        self.server._connection_gone(self)
         for s in self.streams.values():
             if s.cancel is not None:
                 s.cancel()
@@ -466,6 +470,9 @@ class _Connection(asyncio.Protocol):
             return  # headers for a stream this side already ended
         if sid % 2 == 0:
             raise _ProtocolError(f"stream id {sid} cannot open a stream")
+        if self.draining:  # past our GOAWAY's last stream: the client may retry it elsewhere
+            self.out.append(_frame(_RST, 0, sid, struct.pack(">I", _REFUSED_STREAM)))
+            return
         self.last_stream = sid
         path = ""
         for name, value in headers:
@@ -641,6 +648,8 @@ class _Connection(asyncio.Protocol):
             self.out.append(_frame(_HEADERS, _END_HEADERS | _END_STREAM, s.sid, s.trailers))
             s.trailers = None
             self.streams.pop(s.sid, None)
+            if self.draining and not self.streams:
+                self._close()
 
     def _finish(self, s: _Stream, code: int, message: str = "") -> None:
         """End the stream with a gRPC status (trailers-only when nothing was sent yet)."""
@@ -664,13 +673,32 @@ class _Connection(asyncio.Protocol):
             s.closed = True
             if s.cancel is not None:
                 s.cancel()
+        if self.draining and not self.streams:
+            self._close()
 
     def _goaway(self, code: int, why: str) -> None:
         payload = struct.pack(">II", self.last_stream, code) + why.encode()[:200]
         self.out.append(_frame(_GOAWAY, 0, 0, payload))
+        self._close()
+
+    def _close(self) -> None:
+        """Close once what is queued has been written."""
         self._flush()
         if self.transport is not None:
             self.transport.close()
+
+    def drain(self, why: str) -> None:
+        """Graceful shutdown: GOAWAY (NO_ERROR) naming the last stream this side took; the
+        streams up to it finish, later ones are refused; closes after the last one ends."""
+        if self.draining or self.transport is None:
+            return
+        self.draining = True
+        payload = struct.pack(">II", self.last_stream, 0) + why.encode()[:200]
+        self.out.append(_frame(_GOAWAY, 0, 0, payload))
+        if self.streams:
+            self._flush()
+        else:
+            self._close()
 
     def _flush(self) -> None:
         if self.out and self.transport is not None:
@@ -697,6 +725,7 @@ class H2GrpcServer:
         self.max_message_bytes = max_message_bytes
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
+        self._all_gone: asyncio.Event | None = None  # set while stopping
         self.port = 0
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
@@ -708,15 +737,31 @@ class H2GrpcServer:
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 
-    async def stop(self) -> None:
-        if self._server is None:
+    def _connection_gone(self, c: _Connection) -> None:
+        self._connections.discard(c)
+        if not self._connections and self._all_gone is not None:
+            self._all_gone.set()
+
+    async def stop(self, grace: float = 0.5) -> None:
+        """Stop listening and drain every connection (GOAWAY); the streams in flight get
+        `grace` seconds to finish (as grpcio's `stop(grace)`), then the connections still
+        open (Watch streams, a stalled peer) are cut."""
+        server, self._server = self._server, None
+        if server is None:
             return
-        self._server.close()
+        server.close()
+        self._all_gone = asyncio.Event()
+        for c in list(self._connections):
+            c.drain("server stopping")
+        if self._connections:
+            try:
+                await asyncio.wait_for(self._all_gone.wait(), grace)
+            except TimeoutError:
+                pass
         for c in list(self._connections):
             if c.transport is not None:
-                c._goaway(0, "server stopping")
-        await self._server.wait_closed()
-        self._server = None
+                c.transport.abort()
+        await server.wait_closed()
 
 
 def server_tls(cert_file: str, key_file: str) -> ssl.SSLContext:

@@ -49,6 +49,10 @@ def static_endpoints(cfg: RouterConfig) -> list[Endpoint]:
     return out
 
 
+STOP_GRACE_S = 0.5
+"""At stop, how long either gRPC server lets the streams in flight finish (after GOAWAY)."""
+
+
 class Router:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
@@ -227,9 +231,9 @@ class Router:
         loop = self._loop
         if loop is not None and loop.is_running():
             if self._server is not None:
-                stopping = asyncio.run_coroutine_threadsafe(self._server.stop(0.5), loop)
+                stopping = asyncio.run_coroutine_threadsafe(self._server.stop(STOP_GRACE_S), loop)
             elif self._h2 is not None:
-                stopping = asyncio.run_coroutine_threadsafe(self._h2.stop(), loop)
+                stopping = asyncio.run_coroutine_threadsafe(self._h2.stop(STOP_GRACE_S), loop)
             else:
                 stopping = None
             try:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from router.config import RouterConfig
+from router.h2grpc import H2GrpcServer, HealthStatus, StreamFactory
 from router.run import Router
 from tests.fake_kube import make_pod
 from tests.router.fake_engine import FakeEngine
@@ -64,6 +69,36 @@ def wait_fresh(router: Router, n: int, timeout: float = 10.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"endpoints not fresh: {router.endpoints.views()}")
+
+
+@contextmanager
+def h2_serving(
+    methods: dict[str, StreamFactory], health: HealthStatus, **kw: Any
+) -> Iterator[tuple[H2GrpcServer, asyncio.AbstractEventLoop]]:
+    """An H2GrpcServer on 127.0.0.1 (a free port) on its own event loop in a thread."""
+    loop = asyncio.new_event_loop()
+    srv = H2GrpcServer(methods, health, **kw)
+    loop.run_until_complete(srv.start("127.0.0.1", 0))
+    t = threading.Thread(target=loop.run_forever, daemon=True)
+    t.start()
+    try:
+        yield srv, loop
+    finally:
+        asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(5)
+        loop.close()
+
+
+def issue_tls(tmp_path: Path) -> Any:
+    """A test CA (trustme) and a serving certificate of it for 127.0.0.1 and localhost,
+    written as tmp_path/cert.pem and key.pem; returns the CA."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    return ca
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from router.config import GRPC_SERVERS
 from router.extproc import BODY_CHUNK_BYTES, SERVICE
 from router.proto import ext_proc_pb2 as pb
-from tests.router.conftest import router_config, wait_fresh
+from tests.router.conftest import issue_tls, router_config, wait_fresh
 
 DUPLEX = pb.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = pb.ProcessingMode.BUFFERED
@@ -241,11 +241,7 @@ def test_health_services(two) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("kind", GRPC_SERVERS)
 def test_tls_when_cert_given(engines, start_router, tmp_path, kind) -> None:  # type: ignore[no-untyped-def]
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    ca = issue_tls(tmp_path)
     (e,) = engines("e")
     cfg = router_config(
         [e.address],

@@ -9,7 +9,6 @@ import asyncio
 import json
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from router.h2grpc import (
     INVALID_ARGUMENT,
     GrpcError,
-    H2GrpcServer,
     HealthStatus,
     HPACKDecoder,
     HPACKError,
 )
+from tests.router.conftest import h2_serving
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -94,18 +93,10 @@ class Echo:
 
 @pytest.fixture
 def server() -> Iterator[tuple[int, HealthStatus, asyncio.AbstractEventLoop]]:
-    loop = asyncio.new_event_loop()
     health = HealthStatus()
     health.set("readiness", SERVING)
-    srv = H2GrpcServer({"/t.Echo/Stream": Echo}, health, max_message_bytes=16 << 20)
-    port = loop.run_until_complete(srv.start("127.0.0.1", 0))
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    yield port, health, loop
-    asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
-    loop.close()
+    with h2_serving({"/t.Echo/Stream": Echo}, health, max_message_bytes=16 << 20) as (srv, loop):
+        yield srv.port, health, loop
 
 
 def _channel(port: int) -> grpc.Channel:
@@ -203,6 +194,66 @@ def test_a_peer_breaking_http2_gets_goaway_and_the_close(server) -> None:  # typ
     cont = b"\x00\x40\x00\x09\x00\x00\x00\x00\x01" + b"\x82" * 0x4000
     flood = preface + headers + cont * 65  # the 65th CONTINUATION passes the 1 MiB cap, last
     assert _frames(_goaway_after(port, flood))[-1] == 7
+
+
+def _read_frames(sock: Any) -> Iterator[tuple[int, int, int, bytes]]:
+    """(type, flags, stream, payload) of each frame the server writes, until it closes."""
+    buf = b""
+    while True:
+        while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+            n = int.from_bytes(buf[:3], "big")
+            yield buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9 : 9 + n]
+            buf = buf[9 + n :]
+        chunk = sock.recv(65536)
+        if not chunk:
+            return
+        buf += chunk
+
+
+def test_stop_drains_the_streams_in_flight_and_refuses_new_ones() -> None:
+    import socket
+
+    def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+        return (
+            len(payload).to_bytes(3, "big")
+            + bytes((kind, flags))
+            + sid.to_bytes(4, "big")
+            + payload
+        )
+
+    enc = hpack.Encoder()
+    request = [(":method", "POST"), (":scheme", "http"), (":path", "/t.Echo/Stream"),
+               (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")]  # fmt: skip
+    health = HealthStatus()
+    with h2_serving({"/t.Echo/Stream": Echo}, health) as (srv, loop):
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            sock.sendall(
+                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                + frame(4, 0, 0)
+                + frame(1, 0x4, 1, enc.encode(request))
+                + frame(0, 0, 1, _grpc_frame(b"a"))
+            )
+            frames = _read_frames(sock)
+            for kind, _, sid, payload in frames:  # until stream 1's first answer
+                if kind == 0 and sid == 1:
+                    assert payload == _grpc_frame(b"a") * 2
+                    break
+            stopping = asyncio.run_coroutine_threadsafe(srv.stop(grace=30), loop)
+            for kind, _, _sid, payload in frames:
+                if kind == 7:  # GOAWAY: NO_ERROR, stream 1 the last one taken
+                    assert payload[:8] == (1).to_bytes(4, "big") + (0).to_bytes(4, "big")
+                    assert payload[8:] == b"server stopping"
+                    break
+            # a new stream is refused; the one in flight still gets its answer and status
+            sock.sendall(
+                frame(1, 0x4, 3, enc.encode(request)) + frame(0, 0x1, 1, _grpc_frame(b"b"))
+            )
+            rest = [(kind, sid, payload) for kind, _, sid, payload in frames]
+        stopping.result(10)  # returned once the stream ended, long before the grace
+    assert (3, 3, (7).to_bytes(4, "big")) in rest  # RST_STREAM REFUSED_STREAM
+    assert (0, 1, _grpc_frame(b"b") * 2) in rest
+    trailers = [p for kind, sid, p in rest if kind == 1 and sid == 1]
+    assert len(trailers) == 1 and hpack.Decoder().decode(trailers[0]) == [("grpc-status", "0")]
 
 
 # nghttp2, a third HTTP/2 implementation (after grpcio's and Envoy's): curl and Node's http2.
