@@ -111,6 +111,10 @@ CASES: list[tuple[list[str], str]] = [
     (["collector", "run", "--kubeconfig", "{missing}", "--no-bpf", "--no-nvml"], "--kubeconfig"),
     (["collector", "run", "--port", "many"], "port"),
     (["collector", "run", "--no-bpf", "--no-nvml", "--port", "0"], "node_name: unknown"),
+    (
+        ["collector", "run", "--no-bpf", "--no-nvml", "--port", "0", "--node-name", "n1"],
+        "cannot reach a Kubernetes cluster: no in-cluster service account and no kubeconfig",
+    ),
     (["collector", "run", "--config", "{missing}"], "missing.yaml"),
     # simulate
     (["simulate", "--out", "/etc/hostname/x"], "a parent of it is a file"),
