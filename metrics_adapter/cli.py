@@ -65,3 +65,13 @@ def _preflight(c: AdapterConfig) -> None:
     preflight.check_port(c.otlp_bind_address, c.otlp_port, "--otlp-port", "--otlp-bind-address")
     if c.kubeconfig and not os.path.isfile(c.kubeconfig):
         raise ConfigError(f"--kubeconfig {c.kubeconfig}: no such file")
+    if c.authorization_mode == "SubjectAccessReview" and c.requestheader_client_ca_file:
+        # without the CA file the CA comes from a ConfigMap, whose own error names the cluster
+        try:
+            preflight.check_kube_access(
+                c.kubeconfig, c.kube_server, "--authorization-mode AlwaysAllow or AllowList"
+            )
+        except ConfigError as exc:
+            raise ConfigError(
+                f"--authorization-mode SubjectAccessReview (the default) asks the API server: {exc}"
+            ) from None

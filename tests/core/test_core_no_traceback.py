@@ -44,7 +44,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     badyaml.write_text("server: [unclosed\n")
     home = d / "home"
     home.mkdir()
+    ca = d / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(ca))
     return {
+        "ca": str(ca),
         "notpem": str(notpem),
         "garbage": str(garbage),
         "badyaml": str(badyaml),
@@ -101,6 +104,12 @@ CASES: list[tuple[list[str], str]] = [
     ),
     (["adapter", "serve", "--secure-port", "0", "--otlp-port", "0"], "request-header CA"),
     (["adapter", "serve", "--kubeconfig", "{missing}"], "--kubeconfig"),
+    (
+        ["adapter", "serve", "--requestheader-client-ca-file", "{ca}"]
+        + ["--secure-port", "0", "--otlp-port", "0"],
+        "--authorization-mode SubjectAccessReview (the default) asks the API server: cannot "
+        "reach a Kubernetes cluster",
+    ),
     (["adapter", "serve", "--authorization-mode", "Sometimes"], "authorization_mode"),
     (["adapter", "serve", "--config", "{badyaml}"], "bad.yaml"),
     # collector
