@@ -69,6 +69,10 @@ CASES: list[tuple[list[str], str]] = [
         "not a PEM certificate",
     ),
     (["extender", "serve", "--standalone", "--tls-cert", "{notpem}"], "tls_key"),
+    (
+        ["extender", "serve", "--standalone", "--tls-cert", "{home}", "--tls-key", "{notpem}"],
+        "--tls-cert {home}: a folder, not a file",
+    ),
     (["extender", "serve", "--standalone", "--port", "{port}"], "already in use"),
     (["extender", "serve", "--standalone", "--port", "{port}", "--host", "0.0.0.0"], "in use"),
     (["extender", "serve", "--standalone", "--port", "x"], "--port"),
