@@ -42,6 +42,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     garbage.write_text("{{{ not yaml")
     badyaml = d / "bad.yaml"
     badyaml.write_text("server: [unclosed\n")
+    dupkeys = d / "dup.yaml"
+    dupkeys.write_text("server:\n  port: 8888\n  port: 9999\n")
     home = d / "home"
     home.mkdir()
     ca = d / "ca.pem"
@@ -51,6 +53,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "notpem": str(notpem),
         "garbage": str(garbage),
         "badyaml": str(badyaml),
+        "dupkeys": str(dupkeys),
         "missing": str(d / "missing.yaml"),
         "home": str(home),
     }
@@ -83,6 +86,10 @@ CASES: list[tuple[list[str], str]] = [
     (["extender", "serve", "--standalone", "--host", "192.0.2.77"], "not an address"),
     (["extender", "serve", "--standalone", "--config", "{missing}"], "missing.yaml"),
     (["extender", "serve", "--standalone", "--config", "{badyaml}"], "bad.yaml"),
+    (
+        ["extender", "serve", "--standalone", "--config", "{dupkeys}"],
+        "found key 'port' a second time (first on line 2); keep one of them",
+    ),
     (["extender", "serve", "--standalone", "--ledger-ttl", "soon"], "ledger"),
     # adapter
     (
