@@ -42,6 +42,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     garbage.write_text("{{{ not yaml")
     badyaml = d / "bad.yaml"
     badyaml.write_text("server: [unclosed\n")
+    badrule = d / "rules.yaml"
+    badrule.write_text("rules:\n  - {name: x, metric: m, aggregation: quantile, quantile: 2}\n")
     dupkeys = d / "dup.yaml"
     dupkeys.write_text("server:\n  port: 8888\n  port: 9999\n")
     home = d / "home"
@@ -54,6 +56,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "garbage": str(garbage),
         "badyaml": str(badyaml),
         "dupkeys": str(dupkeys),
+        "badrule": str(badrule),
         "missing": str(d / "missing.yaml"),
         "home": str(home),
     }
@@ -123,6 +126,7 @@ CASES: list[tuple[list[str], str]] = [
     ),
     (["adapter", "serve", "--authorization-mode", "Sometimes"], "authorization_mode"),
     (["adapter", "serve", "--config", "{badyaml}"], "bad.yaml"),
+    (["adapter", "serve", "--config", "{badrule}"], "{badrule}: rules[0].quantile: "),
     # collector
     (
         ["collector", "run", "--standalone", "--no-bpf", "--no-nvml", "--port", "{port}"],
