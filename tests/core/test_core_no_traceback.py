@@ -33,33 +33,32 @@ def taken_port() -> Iterator[int]:
         yield s.getsockname()[1]
 
 
+FILES: dict[str, tuple[str, str]] = {
+    "notpem": ("not.pem", "this is not a certificate\n"),
+    "garbage": ("kubeconfig", "{{{ not yaml"),
+    "badyaml": ("bad.yaml", "server: [unclosed\n"),
+    "badrule": (
+        "rules.yaml",
+        "rules:\n  - {name: x, metric: m, aggregation: quantile, quantile: 2}\n",
+    ),
+    "empty": ("empty.pem", ""),
+    "dupkeys": ("dup.yaml", "server:\n  port: 8888\n  port: 9999\n"),
+}
+"""{placeholder: (file name, text)}: the bad files the cases name."""
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("bad")
-    notpem = d / "not.pem"
-    notpem.write_text("this is not a certificate\n")
-    garbage = d / "kubeconfig"
-    garbage.write_text("{{{ not yaml")
-    badyaml = d / "bad.yaml"
-    badyaml.write_text("server: [unclosed\n")
-    badrule = d / "rules.yaml"
-    badrule.write_text("rules:\n  - {name: x, metric: m, aggregation: quantile, quantile: 2}\n")
-    dupkeys = d / "dup.yaml"
-    dupkeys.write_text("server:\n  port: 8888\n  port: 9999\n")
+    paths = {}
+    for key, (name, text) in FILES.items():
+        (d / name).write_text(text)
+        paths[key] = str(d / name)
     home = d / "home"
     home.mkdir()
     ca = d / "ca.pem"
     trustme.CA().cert_pem.write_to_path(str(ca))
-    return {
-        "ca": str(ca),
-        "notpem": str(notpem),
-        "garbage": str(garbage),
-        "badyaml": str(badyaml),
-        "dupkeys": str(dupkeys),
-        "badrule": str(badrule),
-        "missing": str(d / "missing.yaml"),
-        "home": str(home),
-    }
+    return {**paths, "ca": str(ca), "missing": str(d / "missing.yaml"), "home": str(home)}
 
 
 # (argv, a piece of the message); {notpem}, {port}, ... are filled in per run.
@@ -126,6 +125,11 @@ CASES: list[tuple[list[str], str]] = [
     ),
     (["adapter", "serve", "--authorization-mode", "Sometimes"], "authorization_mode"),
     (["adapter", "serve", "--config", "{badyaml}"], "bad.yaml"),
+    (
+        ["adapter", "serve", "--requestheader-client-ca-file", "{empty}"]
+        + ["--authorization-mode", "AlwaysAllow", "--secure-port", "0", "--otlp-port", "0"],
+        "cannot load the request-header CA from {empty}: it holds no PEM certificate",
+    ),
     (["adapter", "serve", "--config", "{badrule}"], "{badrule}: rules[0].quantile: "),
     # collector
     (
