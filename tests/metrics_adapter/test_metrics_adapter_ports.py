@@ -75,17 +75,34 @@ def _cli_error(pki: Pki, *extra: str) -> str:
     return out.stderr.strip().splitlines()[-1]
 
 
-def test_a_junk_keda_key_pair_is_named_not_a_port_in_use(pki: Pki, tmp_path) -> None:
-    junk = tmp_path / "junk.pem"
-    junk.write_text("not a certificate\n")
+def _keda_cli_error(pki: Pki, *extra: str) -> str:
+    """`_cli_error` with the KEDA scaler on (a free port on 127.0.0.1) and `extra` flags."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    last = _cli_error(
-        pki, "--keda-port", str(port), "--keda-bind-address", "127.0.0.1",
-        "--keda-tls-cert-file", str(junk), "--keda-tls-private-key-file", str(junk),
-    )  # fmt: skip
+    return _cli_error(pki, "--keda-port", str(port), "--keda-bind-address", "127.0.0.1", *extra)
+
+
+def test_a_junk_keda_key_pair_is_named_not_a_port_in_use(pki: Pki, tmp_path) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    last = _keda_cli_error(
+        pki, "--keda-tls-cert-file", str(junk), "--keda-tls-private-key-file", str(junk)
+    )
     assert last.startswith(
         f"kvspread: configuration error: --keda-tls-cert-file {junk} / "
         f"--keda-tls-private-key-file {junk}: not a PEM certificate"
+    ), last
+
+
+def test_a_keda_client_ca_without_a_certificate_is_named(pki: Pki, tmp_path) -> None:
+    empty = tmp_path / "empty-ca.pem"
+    empty.write_text("")
+    last = _keda_cli_error(
+        pki, "--keda-tls-cert-file", pki.serving_cert, "--keda-tls-private-key-file",
+        pki.serving_key, "--keda-client-ca-file", str(empty),
+    )  # fmt: skip
+    assert last == (
+        f"kvspread: configuration error: --keda-client-ca-file {empty}: it holds no PEM "
+        "certificate (-----BEGIN CERTIFICATE-----)"
     ), last
