@@ -35,8 +35,8 @@ sys.path.insert(1 + len(_pp), str(ROOT))
 from router.extproc import PROCESS_PATH, ExtProcStream  # noqa: E402, I001
 from router.h2grpc import H2GrpcServer, HealthStatus, _Connection  # noqa: E402
 from router.run import Router  # noqa: E402
-from bench.router_bench import OpenLoop, free_port, picker_command  # noqa: E402
-from tests.ports import wait_http_ok  # noqa: E402
+from bench.router_bench import OpenLoop, picker_command  # noqa: E402
+from tests.ports import free_port, wait_http_ok  # noqa: E402
 from tests.router.conftest import router_config  # noqa: E402
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason  # noqa: E402
 from tests.router.fake_engine import FakeEngine  # noqa: E402

@@ -89,6 +89,8 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if config.kubeconfig and not config.standalone:
         preflight.check_kube_access(config.kubeconfig, config.kube_api_server, "--standalone")
     config.check_node_name()  # before any thread starts
+    if not config.kubeconfig and not config.standalone:  # in-cluster or ~/.kube/config
+        preflight.check_kube_access(None, config.kube_api_server, "--standalone")
     logs.configure(config.log_level)
     from bpf.agent import Agent
 

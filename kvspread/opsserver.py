@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -61,6 +62,13 @@ def text_reply(status: int, text: str) -> Reply:
     return Reply(status, text.encode(), "text/plain")
 
 
+class _Ipv6Server(ThreadingHTTPServer):
+    """The same server on an IPv6 address (`--host ::1`, `--listen ::`): the standard
+    library's server is IPv4 only unless its class says otherwise."""
+
+    address_family = socket.AF_INET6
+
+
 class OpsServer:
     """Serve `route` on host:port (port 0: any free port, see `port`) from a daemon thread."""
 
@@ -82,7 +90,8 @@ class OpsServer:
                 if self.command != "HEAD":
                     self.wfile.write(reply.body)
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        server_class = _Ipv6Server if ":" in host else ThreadingHTTPServer
+        self.httpd = server_class((host, port), Handler)
         self.httpd.daemon_threads = True
         self.port: int = self.httpd.server_address[1]
         self._thread = threading.Thread(

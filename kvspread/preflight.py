@@ -64,6 +64,8 @@ def check_tls_pair(cert: str | None, key: str | None, cert_flag: str, key_flag: 
         given, missing = (cert_flag, key_flag) if cert else (key_flag, cert_flag)
         raise ConfigError(f"{given} needs {missing} as well (a PEM certificate and its key)")
     for path, flag in ((cert, cert_flag), (key, key_flag)):
+        if os.path.isdir(path):
+            raise ConfigError(f"{flag} {path}: a folder, not a file; give the PEM file in it")
         if not os.path.isfile(path):
             raise ConfigError(f"{flag} {path}: no such file")
         if not os.access(path, os.R_OK):

@@ -10,7 +10,8 @@ builds the part's frozen config dataclass from it, driven by the type hints:
 
 - a nested dataclass field is a nested YAML mapping (`server: {port: 8888}`);
 - an empty value (`key:`, `key: null`, an empty section `server:`) keeps the default;
-- an unknown key is an error that lists the known keys;
+- an unknown key is an error that lists the known keys, and so is a key given twice in one
+  mapping (PyYAML alone keeps the later value without a word);
 - a YAML value must have the field's type (`port: "8888"` is not an integer); a value from
   a flag or a variable is text and is parsed by one rule per type: integers, numbers,
   comma-separated lists, and booleans as true/false, yes/no, on/off or 1/0;
@@ -322,6 +323,32 @@ class PartCommand:
         return cmd
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error: YAML
+    forbids it, and PyYAML would silently keep the later value (`port: 8888` ... `port: 9999`
+    is 9999), so a copy-paste slip changes the configuration without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merge keys may repeat
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the base loader reports it
+                continue
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found key {key!r} a second time (first on line {first.line + 1}); "
+                    "keep one of them",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path | None) -> dict[str, Any]:
     """Read a YAML mapping; a missing file, bytes that are not UTF-8 (YAML reads the bytes
     itself, whatever the locale) or a non-mapping is a ConfigError."""
@@ -329,7 +356,7 @@ def load_yaml(path: str | Path | None) -> dict[str, Any]:
         return {}
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_bytes())
+        data = yaml.load(p.read_bytes(), Loader=_StrictLoader)  # noqa: S506 - a SafeLoader
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {p} does not exist") from exc
     except IsADirectoryError as exc:

@@ -206,6 +206,8 @@ class ClientCA:
         if self.ca_file:
             with open(self.ca_file) as f:  # small; compared by content, not by mtime
                 pem = f.read()
+            if "CERTIFICATE-----" not in pem:  # an empty file would 401 everything
+                raise ValueError("it holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
             cfg = RequestHeaderConfig(pem)
         elif self.configmap_loader is not None:
             cfg = self.configmap_loader()

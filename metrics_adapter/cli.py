@@ -51,7 +51,8 @@ def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def _preflight(c: AdapterConfig) -> None:
-    """Check the serving key pairs and both ports before the server blames anything else."""
+    """Check the serving key pairs and the API and OTLP ports before the server blames
+    anything else (grpcio reports a bad KEDA key pair only as a port it cannot bind)."""
     preflight.check_tls_pair(
         c.tls_cert_file, c.tls_private_key_file, "--tls-cert-file", "--tls-private-key-file"
     )
@@ -61,7 +62,24 @@ def _preflight(c: AdapterConfig) -> None:
         "--otlp-tls-cert-file",
         "--otlp-tls-private-key-file",
     )
+    if c.keda_port:  # 0: the KEDA scaler is off and its files are not read
+        preflight.check_tls_pair(
+            c.keda_tls_cert_file,
+            c.keda_tls_private_key_file,
+            "--keda-tls-cert-file",
+            "--keda-tls-private-key-file",
+        )
     preflight.check_port(c.bind_address, c.secure_port, "--secure-port", "--bind-address")
     preflight.check_port(c.otlp_bind_address, c.otlp_port, "--otlp-port", "--otlp-bind-address")
     if c.kubeconfig and not os.path.isfile(c.kubeconfig):
         raise ConfigError(f"--kubeconfig {c.kubeconfig}: no such file")
+    if c.authorization_mode == "SubjectAccessReview" and c.requestheader_client_ca_file:
+        # without the CA file the CA comes from a ConfigMap, whose own error names the cluster
+        try:
+            preflight.check_kube_access(
+                c.kubeconfig, c.kube_server, "--authorization-mode AlwaysAllow or AllowList"
+            )
+        except ConfigError as exc:
+            raise ConfigError(
+                f"--authorization-mode SubjectAccessReview (the default) asks the API server: {exc}"
+            ) from None

@@ -22,7 +22,17 @@ from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Final
 
 from kvspread.logs import LogLevel
-from kvspread.settings import Layered, Parse, Setting, bounded, http_urls, invalid, load, ports
+from kvspread.settings import (
+    ConfigError,
+    Layered,
+    Parse,
+    Setting,
+    bounded,
+    http_urls,
+    invalid,
+    load,
+    ports,
+)
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
 from metrics_adapter.rules import (
     DEFAULT_STALENESS_S,
@@ -218,6 +228,15 @@ class AdapterConfig:
         if isinstance(doc, Layered):
             rest = Layered(rest, doc.file, doc.origins)
         cfg = load(cls, rest)
+        try:
+            rules = cls._rules(doc, cfg)
+        except ConfigError as exc:  # the rules come from the file: name it, as load() does
+            file = doc.file if isinstance(doc, Layered) else None
+            raise (exc.at(file) if file and exc.origin is None else exc) from None
+        return replace(cfg, rules=rules)
+
+    @staticmethod
+    def _rules(doc: Mapping[str, Any], cfg: AdapterConfig) -> tuple[Rule, ...]:
         if doc.get("rules") is not None:
             rules = parse_rules(doc["rules"], cfg.window, cfg.staleness)
             if not rules:
@@ -231,7 +250,7 @@ class AdapterConfig:
                 "prometheus_url (--prometheus-url) for promql rules",
                 "promql",
             )
-        return replace(cfg, rules=rules)
+        return tuple(rules)
 
     def retention(self) -> float:
         """How long the store keeps points: the longest window plus 30 s, so that one point

@@ -197,7 +197,7 @@ class Adapter:
                 config.keda_bind_address,
                 config.keda_port,
                 _read_pair(config.keda_tls_cert_file, config.keda_tls_private_key_file),
-                _read_file(config.keda_client_ca_file),
+                _read_ca(config.keda_client_ca_file, "--keda-client-ca-file"),
             )
         self._tasks: list[asyncio.Task[None]] = []
         self._ingest_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp-ingest")
@@ -348,6 +348,17 @@ def _read_file(path: str | None) -> bytes | None:
             return f.read()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _read_ca(path: str | None, flag: str) -> bytes | None:
+    """A CA file's PEM; one without a certificate (empty) is a ConfigError, since gRPC would
+    start with it and then refuse every client certificate."""
+    pem = _read_file(path)
+    if pem is not None and b"CERTIFICATE-----" not in pem:
+        raise ConfigError(
+            f"{flag} {path}: it holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        )
+    return pem
 
 
 def _read_pair(cert: str | None, key: str | None) -> tuple[bytes, bytes] | None:

@@ -138,7 +138,10 @@ def decode_body(body: bytes, content_type: str, encoding: str | None, limit: int
     if content_type != PROTOBUF:
         req = ExportMetricsServiceRequest()
         try:
-            json_format.Parse(body.decode("utf-8"), req, ignore_unknown_fields=True)
+            text = body.decode("utf-8")
+            if not text.lstrip().startswith("{"):  # json_format reads `[]` as an empty message
+                raise ValueError('expected a JSON object {"resourceMetrics": [...]}')
+            json_format.Parse(text, req, ignore_unknown_fields=True)
         except (json_format.ParseError, UnicodeDecodeError, ValueError, TypeError) as exc:
             raise OtlpBadRequest(
                 f"body is not a valid ExportMetricsServiceRequest JSON: {exc}"

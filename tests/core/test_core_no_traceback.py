@@ -33,24 +33,32 @@ def taken_port() -> Iterator[int]:
         yield s.getsockname()[1]
 
 
+FILES: dict[str, tuple[str, str]] = {
+    "notpem": ("not.pem", "this is not a certificate\n"),
+    "garbage": ("kubeconfig", "{{{ not yaml"),
+    "badyaml": ("bad.yaml", "server: [unclosed\n"),
+    "badrule": (
+        "rules.yaml",
+        "rules:\n  - {name: x, metric: m, aggregation: quantile, quantile: 2}\n",
+    ),
+    "empty": ("empty.pem", ""),
+    "dupkeys": ("dup.yaml", "server:\n  port: 8888\n  port: 9999\n"),
+}
+"""{placeholder: (file name, text)}: the bad files the cases name."""
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("bad")
-    notpem = d / "not.pem"
-    notpem.write_text("this is not a certificate\n")
-    garbage = d / "kubeconfig"
-    garbage.write_text("{{{ not yaml")
-    badyaml = d / "bad.yaml"
-    badyaml.write_text("server: [unclosed\n")
+    paths = {}
+    for key, (name, text) in FILES.items():
+        (d / name).write_text(text)
+        paths[key] = str(d / name)
     home = d / "home"
     home.mkdir()
-    return {
-        "notpem": str(notpem),
-        "garbage": str(garbage),
-        "badyaml": str(badyaml),
-        "missing": str(d / "missing.yaml"),
-        "home": str(home),
-    }
+    ca = d / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(ca))
+    return {**paths, "ca": str(ca), "missing": str(d / "missing.yaml"), "home": str(home)}
 
 
 # (argv, a piece of the message); {notpem}, {port}, ... are filled in per run.
@@ -66,6 +74,10 @@ CASES: list[tuple[list[str], str]] = [
         "not a PEM certificate",
     ),
     (["extender", "serve", "--standalone", "--tls-cert", "{notpem}"], "tls_key"),
+    (
+        ["extender", "serve", "--standalone", "--tls-cert", "{home}", "--tls-key", "{notpem}"],
+        "--tls-cert {home}: a folder, not a file",
+    ),
     (["extender", "serve", "--standalone", "--port", "{port}"], "already in use"),
     (["extender", "serve", "--standalone", "--port", "{port}", "--host", "0.0.0.0"], "in use"),
     (["extender", "serve", "--standalone", "--port", "x"], "--port"),
@@ -76,6 +88,10 @@ CASES: list[tuple[list[str], str]] = [
     (["extender", "serve", "--standalone", "--host", "192.0.2.77"], "not an address"),
     (["extender", "serve", "--standalone", "--config", "{missing}"], "missing.yaml"),
     (["extender", "serve", "--standalone", "--config", "{badyaml}"], "bad.yaml"),
+    (
+        ["extender", "serve", "--standalone", "--config", "{dupkeys}"],
+        "found key 'port' a second time (first on line 2); keep one of them",
+    ),
     (["extender", "serve", "--standalone", "--ledger-ttl", "soon"], "ledger"),
     # adapter
     (
@@ -101,8 +117,20 @@ CASES: list[tuple[list[str], str]] = [
     ),
     (["adapter", "serve", "--secure-port", "0", "--otlp-port", "0"], "request-header CA"),
     (["adapter", "serve", "--kubeconfig", "{missing}"], "--kubeconfig"),
+    (
+        ["adapter", "serve", "--requestheader-client-ca-file", "{ca}"]
+        + ["--secure-port", "0", "--otlp-port", "0"],
+        "--authorization-mode SubjectAccessReview (the default) asks the API server: cannot "
+        "reach a Kubernetes cluster",
+    ),
     (["adapter", "serve", "--authorization-mode", "Sometimes"], "authorization_mode"),
     (["adapter", "serve", "--config", "{badyaml}"], "bad.yaml"),
+    (
+        ["adapter", "serve", "--requestheader-client-ca-file", "{empty}"]
+        + ["--authorization-mode", "AlwaysAllow", "--secure-port", "0", "--otlp-port", "0"],
+        "cannot load the request-header CA from {empty}: it holds no PEM certificate",
+    ),
+    (["adapter", "serve", "--config", "{badrule}"], "{badrule}: rules[0].quantile: "),
     # collector
     (
         ["collector", "run", "--standalone", "--no-bpf", "--no-nvml", "--port", "{port}"],
@@ -111,6 +139,10 @@ CASES: list[tuple[list[str], str]] = [
     (["collector", "run", "--kubeconfig", "{missing}", "--no-bpf", "--no-nvml"], "--kubeconfig"),
     (["collector", "run", "--port", "many"], "port"),
     (["collector", "run", "--no-bpf", "--no-nvml", "--port", "0"], "node_name: unknown"),
+    (
+        ["collector", "run", "--no-bpf", "--no-nvml", "--port", "0", "--node-name", "n1"],
+        "cannot reach a Kubernetes cluster: no in-cluster service account and no kubeconfig",
+    ),
     (["collector", "run", "--config", "{missing}"], "missing.yaml"),
     # simulate
     (["simulate", "--out", "/etc/hostname/x"], "a parent of it is a file"),

@@ -96,3 +96,17 @@ def test_a_malformed_request_line_is_a_json_400(server: str) -> None:
     head, body = _raw(server, b"GET / x HTTP/1.1\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ")
     assert json.loads(body)["error"].startswith("Bad request syntax")
+
+
+def test_an_ipv6_host_is_served() -> None:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    srv = OpsServer("::1", 0, _route, "test-ops6")
+    srv.start()
+    try:
+        assert httpx.get(f"http://[::1]:{srv.port}/healthz").text == "ok\n"
+    finally:
+        srv.stop()

@@ -73,3 +73,21 @@ def test_open_loop_counts_every_request_from_its_schedule() -> None:
     # a latency runs from the schedule, so it is never shorter than the send lag
     assert all(x is not None and x > 0 for x in lat)
     assert pct(lat, 0.5) > 0 and conns >= 1
+
+
+def test_the_router_bench_scripts_start() -> None:
+    """Each script's imports resolve and `--help` answers (router_replay.py imported a helper
+    router_bench.py no longer had, so it failed before parsing its flags)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for script in ("router_bench.py", "router_replay.py"):
+        out = subprocess.run(
+            [sys.executable, str(root / "bench" / script), "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0 and out.stdout.startswith("usage:"), (script, out.stderr)

@@ -181,8 +181,9 @@ def test_help(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
         assert "KVSPREAD_ROUTER_SERVER_GRPC_PORT" in out and "--pool-name" in out
 
 
-def test_serve_runs_answers_health_and_stops_on_sigterm(tmp_path: Path) -> None:
-    import os
+def _serve_answers_health_and_stops(argv: list[str], host: str) -> None:
+    """Run `kvspread router serve ARGV` on free ports of `host` (a URL's host part): /readyz
+    answers 200, gRPC health says SERVING for readiness, SIGTERM exits 0."""
     import signal
 
     import grpc
@@ -190,14 +191,14 @@ def test_serve_runs_answers_health_and_stops_on_sigterm(tmp_path: Path) -> None:
 
     ports = [free_port(), free_port()]
     proc = subprocess.Popen(
-        [*SERVE, "--grpc-port", str(ports[0]), "--http-port", str(ports[1])],
+        [*argv, "--grpc-port", str(ports[0]), "--http-port", str(ports[1])],
         env={**os.environ, "KVSPREAD_ROUTER_SERVER_LOG_LEVEL": "warning"},
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        wait_http_ok(f"http://127.0.0.1:{ports[1]}/readyz", 60, proc)
-        with grpc.insecure_channel(f"127.0.0.1:{ports[0]}") as ch:
+        wait_http_ok(f"http://{host}:{ports[1]}/readyz", 60, proc)
+        with grpc.insecure_channel(f"{host}:{ports[0]}") as ch:
             got = health_pb2_grpc.HealthStub(ch).Check(
                 health_pb2.HealthCheckRequest(service="readiness"), timeout=5
             )
@@ -206,6 +207,10 @@ def test_serve_runs_answers_health_and_stops_on_sigterm(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(30)
     assert rc == 0
+
+
+def test_serve_runs_answers_health_and_stops_on_sigterm() -> None:
+    _serve_answers_health_and_stops(SERVE, "127.0.0.1")
 
 
 @pytest.mark.parametrize("which", ["--grpc-port", "--http-port"])
@@ -291,3 +296,20 @@ def test_in_process_grpcio_checks_the_pair_before_binding(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as info:
         Router(cfg).start()
     assert "server.tls_cert" in str(info.value) and "not a PEM certificate" in str(info.value)
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback")
+def test_serve_listens_on_an_ipv6_host() -> None:
+    """`--host ::1` (an IPv6 pod network): both servers bind it."""
+    _serve_answers_health_and_stops([*SERVE[:-1], "[::1]:9", "--host", "::1"], "[::1]")
