@@ -18,7 +18,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
-__all__ = ["Method", "Service", "Stub"]
+__all__ = ["Method", "Service", "Stub", "address"]
 
 _SERVER: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -35,6 +35,12 @@ _CHANNEL = {
     (True, True): "stream_stream",
 }
 """(client streams, server streams) -> the `grpc.Channel` method that calls that kind."""
+
+
+def address(host: str, port: int) -> str:
+    """grpcio's `host:port` target; an IPv6 host in brackets (`[::1]:6000`), since grpcio
+    reads `::1:6000` as a host name and reports only that it could not bind."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import grpc
 
 from kvspread.grpcservice import Service
+from kvspread.grpcservice import address as grpc_address
 from metrics_adapter.errors import (
     AdapterError,
     BadRequest,
@@ -246,7 +247,7 @@ class KedaServer:
 
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         SERVICE.add_to_server(self.scaler, server)
-        address = f"{self.host or '0.0.0.0'}:{self.port}"
+        address = grpc_address(self.host or "0.0.0.0", self.port)
         try:
             if self.tls is None:
                 bound = server.add_insecure_port(address)
