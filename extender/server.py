@@ -12,9 +12,10 @@
 The two verbs are served by a lean ASGI callable (`ExtenderApp`: raw body bytes, wire.py's
 parse and encode, no framework request/response objects: at 500 nodes FastAPI's machinery
 cost as much CPU as the decision itself); the other routes are a FastAPI app behind it.
-A body that is not an ExtenderArgs gets 400 with a JSON {"error": message}; one larger than
-`server.max_body_bytes` (default 256 MiB, a 15,000-node full NodeList) gets 413, refused
-from its Content-Length or while streaming, never buffered whole. Nothing the scheduler can
+A body that is not an ExtenderArgs gets 400 with a JSON {"error": message}, a compressed one
+(Content-Encoding) 415; one larger than `server.max_body_bytes` (default 256 MiB, a
+15,000-node full NodeList) gets 413, refused from its Content-Length or while streaming,
+never buffered whole. Nothing the scheduler can
 send produces a 5xx: an unexpected failure is logged and counted (code "internal") and
 answered with `Error` set (filter; kube-scheduler then treats the extender as failed,
 or skips it when registered `ignorable: true`) or neutral scores (prioritize).
@@ -47,16 +48,22 @@ _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
+class _Encoded(Exception):
+    """The body came with a Content-Encoding (gzip, ...): kube-scheduler never sends one."""
+
+
 async def _read_body(
     scope: MutableMapping[str, Any], receive: _Receive, limit: int
 ) -> bytes | None:
     """The body, or None when it exceeds `limit` bytes: refused from Content-Length before
-    reading, else while streaming, so an oversized body is never buffered whole."""
+    reading, else while streaming, so an oversized body is never buffered whole. A body with
+    a Content-Encoding other than identity raises `_Encoded`."""
     for k, v in scope["headers"]:
         if k == b"content-length":
             if v.isdigit() and int(v) > limit:
                 return None
-            break
+        elif k == b"content-encoding" and v.strip().lower() not in (b"", b"identity"):
+            raise _Encoded(v.decode("latin-1"))
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -132,7 +139,16 @@ class ExtenderApp:
         ext, limit = self.ext, self._limit
         code = "200"
         try:
-            body = await _read_body(scope, receive, limit)
+            try:
+                body = await _read_body(scope, receive, limit)
+            except _Encoded as exc:
+                code = "415"
+                return 415, dumps(
+                    {
+                        "error": f"Content-Encoding {exc} is not supported: send the "
+                        "ExtenderArgs JSON uncompressed, as kube-scheduler does"
+                    }
+                )
             if body is None:
                 code = "413"
                 return 413, dumps(

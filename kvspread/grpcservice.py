@@ -17,8 +17,9 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
 
-__all__ = ["Method", "Service", "Stub"]
+__all__ = ["Method", "Service", "Stub", "Unreadable", "address"]
 
 _SERVER: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
     (False, False): grpc.unary_unary_rpc_method_handler,
@@ -35,6 +36,12 @@ _CHANNEL = {
     (True, True): "stream_stream",
 }
 """(client streams, server streams) -> the `grpc.Channel` method that calls that kind."""
+
+
+def address(host: str, port: int) -> str:
+    """grpcio's `host:port` target; an IPv6 host in brackets (`[::1]:6000`), since grpcio
+    reads `::1:6000` as a host name and reports only that it could not bind."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,18 @@ class Service:
             ),
         )
 
-    def add_to_server(self, servicer: object, server: grpc.Server | grpc.aio.Server) -> None:
-        """Serve `servicer`'s methods (attributes named as the RPCs) on `server`."""
+    def add_to_server(
+        self, servicer: object, server: grpc.Server | grpc.aio.Server, *, lenient: bool = False
+    ) -> None:
+        """Serve `servicer`'s methods (attributes named as the RPCs) on `server`.
+
+        `lenient`: a request that does not parse reaches the method as an `Unreadable`
+        (which it answers with INVALID_ARGUMENT) instead of failing in grpcio, which answers
+        UNKNOWN and logs a traceback."""
         handlers = {
             m.name: _SERVER[m.client_streaming, m.server_streaming](
                 getattr(servicer, m.name),
-                request_deserializer=m.request.FromString,
+                request_deserializer=_lenient(m.request) if lenient else m.request.FromString,
                 response_serializer=m.response.SerializeToString,
             )
             for m in self.methods
@@ -90,6 +103,23 @@ class Service:
     def stub(self, channel: grpc.Channel) -> Stub:
         """A client: one callable attribute per RPC (`stub.GetMetrics(request, timeout=…)`)."""
         return Stub(self, channel)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A request whose bytes are not its message (`add_to_server(lenient=True)`)."""
+
+    message: str
+
+
+def _lenient(request: type[Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return request.FromString(data)
+        except DecodeError as exc:
+            return Unreadable(f"unreadable {request.DESCRIPTOR.name}: {exc}")
+
+    return parse
 
 
 class Stub:

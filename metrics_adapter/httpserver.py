@@ -199,7 +199,7 @@ class HttpServer:
             except Exception:  # noqa: BLE001
                 log.exception("handler failed", extra={"kv": {"path": req.path}})
                 resp = Response(500, b'{"message":"internal error"}')
-            keep = await self._write(conn, writer, resp)
+            keep = await self._write(conn, writer, resp, head=req.method == "HEAD")
             if not keep or conn.our_state is h11.MUST_CLOSE:
                 return
             try:
@@ -302,7 +302,10 @@ class HttpServer:
         writer: asyncio.StreamWriter,
         resp: Response,
         close: bool = False,
+        head: bool = False,
     ) -> bool:
+        """Send `resp`; for a HEAD request (`head`) its headers only, Content-Length included,
+        since HTTP allows no body there (h11 refuses one)."""
         headers = [
             ("content-type", resp.content_type),
             ("content-length", str(len(resp.body))),
@@ -312,7 +315,7 @@ class HttpServer:
             headers.append(("connection", "close"))
         try:
             data = conn.send(h11.Response(status_code=resp.status, headers=headers))
-            data += conn.send(h11.Data(data=resp.body)) if resp.body else b""
+            data += conn.send(h11.Data(data=resp.body)) if resp.body and not head else b""
             data += conn.send(h11.EndOfMessage())
         except h11.LocalProtocolError:
             return False

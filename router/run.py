@@ -19,6 +19,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kvspread import preflight
+from kvspread.grpcservice import address as grpc_address
 from kvspread.settings import ConfigError
 from router.config import RouterConfig
 from router.debug import DebugServer
@@ -137,7 +138,7 @@ class Router:
         SERVICE.add_to_server(ExtProcServicer(self.picker), server)
         servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-        bind = f"{self.cfg.server.host}:{self.cfg.server.grpc_port}"
+        bind = grpc_address(self.cfg.server.host, self.cfg.server.grpc_port)
         creds = self._credentials()
         try:
             port = server.add_secure_port(bind, creds) if creds else server.add_insecure_port(bind)

@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from kvspread.grpcservice import Service
+from kvspread.grpcservice import Service, Unreadable
+from kvspread.grpcservice import address as grpc_address
 from metrics_adapter.errors import (
     AdapterError,
     BadRequest,
@@ -125,6 +126,7 @@ def _unary(
     `ExternalScaler._answer`: the unary methods differ only in what they compute."""
 
     async def rpc(self: _S, request: _Q, context: grpc.aio.ServicerContext[Any, Any]) -> _R:
+        await self._refuse_unreadable(method, context, request)
         return await self._answer(method, context, compute(self, request))
 
     rpc.__name__ = rpc.__qualname__ = method
@@ -161,6 +163,13 @@ class ExternalScaler:
         self._count(method, code)
         await context.abort(code, exc.message)
 
+    async def _refuse_unreadable(
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any], request: object
+    ) -> None:
+        """Abort with INVALID_ARGUMENT when the request's bytes did not parse."""
+        if isinstance(request, Unreadable):
+            await self._fail(method, context, BadRequest(request.message))
+
     async def _answer(
         self, method: str, context: grpc.aio.ServicerContext[Any, Any], answer: Awaitable[_R]
     ) -> _R:
@@ -183,6 +192,7 @@ class ExternalScaler:
         request: pb.ScaledObjectRef,
         context: grpc.aio.ServicerContext[pb.ScaledObjectRef, pb.IsActiveResponse],
     ) -> AsyncIterator[pb.IsActiveResponse]:
+        await self._refuse_unreadable("StreamIsActive", context, request)
         last: bool | None = None
         while True:
             try:
@@ -245,8 +255,8 @@ class KedaServer:
         from metrics_adapter.httpserver import PortInUse
 
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        SERVICE.add_to_server(self.scaler, server)
-        address = f"{self.host or '0.0.0.0'}:{self.port}"
+        SERVICE.add_to_server(self.scaler, server, lenient=True)
+        address = grpc_address(self.host or "0.0.0.0", self.port)
         try:
             if self.tls is None:
                 bound = server.add_insecure_port(address)

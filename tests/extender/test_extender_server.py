@@ -234,6 +234,22 @@ def test_an_oversized_body_gets_413_with_a_message() -> None:
     assert ExtenderConfig().server.max_body_bytes == 256 * 1024 * 1024
 
 
+def test_a_compressed_body_gets_415_naming_the_encoding() -> None:
+    """kube-scheduler sends plain JSON; a gzip body used to be a 400 'not valid UTF-8'."""
+    import gzip
+
+    body = (WIRE / "filter-request.nodeCacheCapable-true.json").read_bytes()
+    cfg = ExtenderConfig.from_mapping({"server": {"standalone": True}})
+    with serve_app(build(cfg, FakeClock()).app) as url, httpx.Client(base_url=url) as client:
+        for verb in ("/filter", "/prioritize"):
+            headers = {"content-type": "application/json", "content-encoding": "gzip"}
+            r = client.post(verb, content=gzip.compress(body), headers=headers)
+            assert r.status_code == 415, r.text
+            assert "Content-Encoding gzip" in r.json()["error"]
+        headers = {"content-type": "application/json", "content-encoding": "identity"}
+        assert client.post("/filter", content=body, headers=headers).status_code == 200
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_speculative_bookkeeping_lets_a_request_that_came_in_go_first(loop: str) -> None:
     """The server's yield between bookkeeping jobs: a request whose bytes arrive while the

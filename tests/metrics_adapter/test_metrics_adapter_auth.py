@@ -200,3 +200,17 @@ def test_rotated_client_ca_file_is_picked_up(pki: Pki, tmp_path) -> None:  # noq
         with api_client(pki, a) as c:  # the old CA no longer signs valid front-proxy certs
             with pytest.raises((httpx.HTTPError, ssl.SSLError)):
                 c.get(READ, headers=hpa_headers())
+
+
+def test_head_requests_get_an_answer_without_a_body(pki: Pki, adapter: AdapterThread) -> None:
+    """HEAD (curl -I, some probes) gets the answer's status and headers and no body (405 on
+    the API's GET-only resources); h11 refuses a body on a HEAD answer, and the server used
+    to drop the connection without a word."""
+    with api_client(pki, adapter) as c:
+        for path, status in ((DISCOVERY, 405), (READ, 405), ("/healthz", 200)):
+            r = c.head(path, headers=hpa_headers())
+            assert (r.status_code, r.content) == (status, b""), path
+            assert int(r.headers["content-length"]) > 0, path
+    otlp = f"http://127.0.0.1:{adapter.adapter.otlp_port}"
+    r = httpx.head(otlp + "/healthz", timeout=10)
+    assert (r.status_code, r.content) == (200, b"")

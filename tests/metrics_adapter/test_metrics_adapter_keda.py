@@ -217,6 +217,43 @@ def test_plaintext_when_no_certificate(pki: Pki) -> None:
             assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_unreadable_request_bytes_are_invalid_argument(pki: Pki) -> None:
+    """Bytes that are no message get INVALID_ARGUMENT naming the message (grpcio alone
+    answers UNKNOWN and logs a traceback), and the scaler keeps serving."""
+    with AdapterThread(base_config(pki, keda_port=free_port(), keda_bind_address="127.0.0.1")) as a:
+        assert a.adapter.keda is not None
+        with grpc.insecure_channel(f"127.0.0.1:{a.adapter.keda.port}") as ch:
+            for method, call in (
+                ("GetMetrics", ch.unary_unary),
+                ("StreamIsActive", ch.unary_stream),
+            ):
+                raw = call(f"/externalscaler.ExternalScaler/{method}")
+                with pytest.raises(grpc.RpcError) as info:
+                    got = raw(b"\xff\xff\xff garbage", timeout=10)
+                    list(got) if method == "StreamIsActive" else got
+                assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+                assert (info.value.details() or "").startswith("unreadable "), method
+            spec = SERVICE.stub(ch).GetMetricSpec(_ref(names.SLI_QUEUE_DEPTH), timeout=10)
+            assert [s.targetSizeFloat for s in spec.metricSpecs] == [2.0]
+
+
+def test_an_ipv6_bind_address(pki: Pki) -> None:
+    """`--keda-bind-address ::1`: grpcio needs the host in brackets, else it failed with
+    'address lookup failed' reported as a port in use."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    with AdapterThread(base_config(pki, keda_port=free_port(), keda_bind_address="::1")) as a:
+        assert a.adapter.keda is not None
+        with grpc.insecure_channel(f"[::1]:{a.adapter.keda.port}") as ch:
+            spec = SERVICE.stub(ch).GetMetricSpec(_ref(names.SLI_QUEUE_DEPTH), timeout=10)
+            assert [s.targetSizeFloat for s in spec.metricSpecs] == [2.0]
+
+
 def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
     pytest.importorskip("grpc_tools")
     out = tmp_path / "gen"

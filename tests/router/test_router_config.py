@@ -312,4 +312,6 @@ def _ipv6_loopback() -> bool:
 @pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback")
 def test_serve_listens_on_an_ipv6_host() -> None:
     """`--host ::1` (an IPv6 pod network): both servers bind it."""
-    _serve_answers_health_and_stops([*SERVE[:-1], "[::1]:9", "--host", "::1"], "[::1]")
+    for server in ("h2", "grpcio"):
+        argv = [*SERVE[:-1], "[::1]:9", "--host", "::1", "--grpc-server", server]
+        _serve_answers_health_and_stops(argv, "[::1]")
