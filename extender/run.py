@@ -9,7 +9,9 @@ Tests use `build()` with an injected clock and `api_server=` a FakeKubeApi URL.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 from dataclasses import dataclass, field
 
 from extender.cache import ClusterState, NodeSource, StaticState
@@ -109,7 +111,16 @@ def serve(cfg: ExtenderConfig) -> int:
             }
         },
     )
-    server = uvicorn.Server(
+
+    class _Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # uvicorn re-raises SIGTERM/SIGINT once it has shut down (exit status 143/130),
+            # so a `finally` after run() never runs then: stop the watches here
+            await super().shutdown(sockets)
+            running.stop()
+            log.info("extender stopped")
+
+    server = _Server(
         uvicorn.Config(
             running.app,
             host=cfg.server.host,
@@ -122,7 +133,25 @@ def serve(cfg: ExtenderConfig) -> int:
         )
     )
     try:
-        server.run()
+        server.run(sockets=_ipv6_socket(cfg.server.host, cfg.server.port))
     finally:
         running.stop()
     return 0
+
+
+def _ipv6_socket(host: str, port: int) -> list[socket.socket] | None:
+    """A listening socket for an IPv6 host, dual-stack for `::` as the collector's, the
+    router's and the adapter's are (asyncio would bind it IPv6-only: no IPv4 client could
+    reach `--host ::`); None for any other host, which uvicorn binds itself."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+    if ip.version != 6:
+        return None
+    sock = socket.create_server(
+        (str(ip), port),
+        family=socket.AF_INET6,
+        dualstack_ipv6=ip == ipaddress.IPv6Address("::") and socket.has_dualstack_ipv6(),
+    )
+    return [sock]

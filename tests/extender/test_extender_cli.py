@@ -115,3 +115,24 @@ def test_serve_standalone_as_a_process() -> None:
         proc.wait(10)
     err = proc.stderr.read().decode() if proc.stderr else ""
     assert '"msg":"extender serving"' in err
+
+
+def test_serve_on_ipv6_any_takes_both_families_and_stops_its_watches_on_sigterm() -> None:
+    """asyncio binds `::` IPv6-only, so `--host ::` refused IPv4 clients; and uvicorn
+    re-raises SIGTERM after its shutdown, so the shutdown work after run() never ran."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvspread", "extender", "serve", "--standalone"]
+        + ["--host", "::", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/readyz", 30, proc)
+        assert httpx.get(f"http://[::1]:{port}/readyz").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert '"msg":"extender stopped"' in err and "Traceback" not in err, err
