@@ -138,6 +138,8 @@ class ServerConfig:
 
     def validate(self) -> None:
         ports(self, "grpc_port", "http_port")
+        if self.grpc_port == self.http_port != 0:
+            raise invalid("http_port", "a port other than grpc_port", self.http_port)
         if (self.tls_cert is None) != (self.tls_key is None):
             key = "tls_key" if self.tls_key is None else "tls_cert"
             raise invalid(key, "tls_cert and tls_key both or neither", None)

@@ -63,6 +63,7 @@ def test_layering(tmp_path: Path) -> None:
         (["--endpoints", "10.0.0.1:1", "--fallbacks", "-1"], "--fallbacks: scoring.fallbacks: expected a number >= 0, got -1"),
         (["--endpoints", "10.0.0.1:1", "--log-level", "loud"], "server.log_level: expected one of debug"),
         (["--endpoints", "10.0.0.1:1", "--grpc-server", "netty"], "server.grpc_server: expected one of grpcio, h2"),
+        (["--endpoints", "10.0.0.1:1", "--grpc-port", "9100", "--http-port", "9100"], "--http-port: server.http_port: expected a port other than grpc_port, got 9100"),
     ],
 )  # fmt: skip
 def test_bad_configuration_is_named(argv: list[str], message: str) -> None:
