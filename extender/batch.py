@@ -320,11 +320,11 @@ def _value(c: Column, obj: GpuState | NodeState) -> Any:
 
 def _write_row(cols: Mapping[str, np.ndarray], i: int, s: NodeState) -> None:
     """Write `s` into row `i` of the columns `cols` (GPU slots past `s.gpus` get the fill)."""
+    k = len(s.gpus)
     for c in _GPU_COLUMNS:
         row = cols[c.name][i]
-        row[:] = c.fill
-        for j, g in enumerate(s.gpus):
-            row[j] = _value(c, g)
+        row[k:] = c.fill
+        row[:k] = [_value(c, g) for g in s.gpus]  # one assignment: as many slot by slot
     for c in _NODE_COLUMNS:
         cols[c.name][i] = _value(c, s)
 

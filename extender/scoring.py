@@ -478,25 +478,29 @@ class _Placement:
     """The p-free, row-wise part of `placement_delta` for one pod shape on every row.
 
     `before` (M, N): F_n(m) now. A one-GPU partial pod (`per_gpu`): `after` (G, M, N),
-    F_n(m) after taking GPU slot g, and `busy` (G, N), the busy-GPU penalty of each slot.
-    Otherwise `after` (M, N), F_n(m) after taking `chosen` (N, G); `busy` (G, N) always."""
+    F_n(m) after taking GPU slot g, and `busy` (G, N), the busy-GPU penalty of each slot
+    (`chosen` None: the slot is picked per request). Otherwise `after` (M, N), F_n(m)
+    after taking `chosen` (N, G); `busy` (G, N) always."""
 
     before: np.ndarray
     after: np.ndarray
     busy: np.ndarray
-    chosen: np.ndarray
+    chosen: np.ndarray | None
     per_gpu: bool
 
-    _AXES = {"before": -1, "after": -1, "busy": -1, "chosen": 0}
-
     def patched(self, rows: np.ndarray, new: _Placement) -> _Placement:
-        """This with the entries of positions `rows` replaced by `new`'s."""
+        """This with the entries of positions `rows` replaced by `new`'s (along the node
+        axis: the last, or the first of `chosen`)."""
+
+        def patch(old: np.ndarray | None, part: Any, axis: int = -1) -> Any:
+            return None if old is None else patch_rows(old, rows, part, axis)
+
         return _Placement(
-            **{
-                f: patch_rows(getattr(self, f), rows, getattr(new, f), a)
-                for f, a in self._AXES.items()
-            },
-            per_gpu=self.per_gpu,
+            patch(self.before, new.before),
+            patch(self.after, new.after),
+            patch(self.busy, new.busy),
+            patch(self.chosen, new.chosen, 0),
+            self.per_gpu,
         )
 
 
@@ -511,16 +515,17 @@ def _placement(
     idle = batch.idle(cfg.idle_used_fraction)
     cpu = batch.cpu_free
     n, g = free.shape
-    per_gpu = _demand(pod, batch) / max(1, pod.gpus)
-    busy = cfg.busy_gpu_penalty * _utilisation(batch) * per_gpu[:, None]  # (N, G)
-    busy_t = _ro(busy.T.copy())
+    per_gpu = _term_demand(pod, batch) / max(1, pod.gpus)  # one number: the same products
+    scale = per_gpu if isinstance(per_gpu, float) else per_gpu[:, None]
+    busy = cfg.busy_gpu_penalty * _utilisation(batch) * scale  # (N, G)
+    busy_t = _ro(busy.T)  # a view: only added and compared, never summed
     cpu_after = cpu - pod.cpu_milli
-    none = np.zeros((n, g), dtype=bool)
     need = pod.mem_per_gpu_mib
     if pod.gpus <= 0:
         before = _frag_parts(free, idle, cpu, shapes)
         after = _frag_parts(free, idle, cpu_after, shapes)
-        return _Placement(_ro(before), _ro(after), busy_t, _ro(none), False)
+        none = _ro(np.zeros((n, g), dtype=bool))
+        return _Placement(_ro(before), _ro(after), busy_t, none, False)
     if pod.gpus == 1 and need is not None:
         qf, q, qsum, all_free = _counts_sums(free, idle, shapes)
         k = shapes.k[:, None]
@@ -544,7 +549,7 @@ def _placement(
         ok = q2 >= k[None]
         ok &= cpu_fit[None]
         after = np.ascontiguousarray(np.where(ok, nonq2, all2[:, None, :]))
-        return _Placement(_ro(before), _ro(after), busy_t, _ro(none), True)
+        return _Placement(_ro(before), _ro(after), busy_t, None, True)
     # k GPUs (whole, or partial on several): best fit, least free first, ties by index.
     key = np.where(qual, free + busy, np.inf)
     order = np.argsort(key, axis=1, kind="stable")[:, : pod.gpus]
@@ -599,6 +604,7 @@ def placement_delta(
     p = shapes.p
     if not pl.per_gpu:
         d = p @ pl.after - p @ pl.before
+        assert pl.chosen is not None  # chosen per shape, not per request
         chosen = pl.chosen
     else:
         # F after for every GPU slot in one stacked product; the choice is sequential:
