@@ -1143,8 +1143,21 @@ def _permute_lexsort(
     m: np.ndarray,
     ranked: np.ndarray,
 ) -> np.ndarray:
-    """`_permute_groups` for many members (or NaN keys): two lexsorts."""
+    """`_permute_groups` for many members (or NaN keys): two lexsorts, or, when every
+    member is in one group (the simulator: nodes alike but for their fragmentation), a
+    stable argsort of each key: the same order, since a stable sort keeps positions among
+    equal keys as the lexsort does; the key order only when its keys are distinct (else
+    the preference decides among equal ones)."""
     gm = group[m]
+    if gm[0] == gm[-1]:  # members come in group order: one group
+        neg_v = -v[m]
+        if not np.isnan(neg_v).any():
+            neg_key = -key[m]
+            order = neg_key.argsort(kind="stable")
+            if not _all_distinct(neg_key[order]):
+                order = np.lexsort((-pref[m], neg_key))
+            ranked[m[order]] = v[m[neg_v.argsort(kind="stable")]]
+            return ranked
     by_key = m[np.lexsort((-pref[m], -key[m], gm))]  # within each group: best key first
     by_value = m[np.lexsort((-v[m], gm))]  # within each group: best value first
     ranked[by_key] = v[by_value]
