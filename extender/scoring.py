@@ -5,6 +5,7 @@ Stable API (the extender server and the simulator both call it)::
     from extender.scoring import score_nodes, score_batch
     scores = score_nodes(pod, nodes, cfg, shapes)      # list[NodeScore], input order
     result = score_batch(pod, batch, cfg, shapes)      # BatchScores (numpy arrays)
+    fits, value, chosen = node_values(pod, batch, cfg, shapes)  # before normalisation
 
 - `pod` is a `PodShape`, `nodes` a sequence of `NodeState` (or `batch` a `NodeBatch`,
   the column form for many nodes: build it once, `take()` rows), `cfg` a
@@ -56,7 +57,7 @@ import math
 import zlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, TypeVar
 
 import numpy as np
@@ -100,6 +101,7 @@ __all__ = [
     "explain",
     "score_nodes",
     "score_batch",
+    "node_values",
     "warm_batch",
     "finish_scores",
     "rank_tiers",
@@ -148,7 +150,7 @@ def _preferences(names: tuple[str, ...]) -> np.ndarray:
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
+    a.setflags(write=False)  # cheaper than a.flags.writeable = False (no flags object)
     return a
 
 
@@ -167,23 +169,37 @@ def _of_batch(
     once per batch and config (`NodeBatch.memo`: the node table hands out the same batch
     while its rows are unchanged, and one with a few rows changed carries it over as
     `keep` says; every value here is row-wise, patched along the first axis unless `keep`
-    says otherwise). The config is kept with the value, so its id cannot be reused."""
-    keep = keep or _ROWS
-    patch = keep.patch
+    says otherwise). The config is kept with the value, so its id cannot be reused.
+
+    A value already kept is read straight from the memo, without building the closure
+    `memo` takes (the scorer asks for several such values per request)."""
     key = (name, id(cfg)) if isinstance(name, str) else (*name, id(cfg))
+    memo = batch.__dict__.get("_memo")
+    if memo is not None:
+        got: tuple[object, _T] | None = memo.get(key)
+        if got is not None:
+            return got[1]
 
     def pin(b: NodeBatch) -> tuple[object, _T]:
         return (cfg, make(b))
 
-    def repin(
-        old: tuple[object, _T], rows: np.ndarray, new: tuple[object, _T]
-    ) -> tuple[object, _T]:
-        assert patch is not None
-        return (cfg, patch(old[1], rows, new[1]))
-
-    pinned = Keep(repin if patch else None, keep.reads, keep.limit)
-    got: tuple[object, _T] = batch.memo(key, pin, pinned)
+    got = batch.memo(key, pin, _pinned(keep or _ROWS))
+    assert got is not None
     return got[1]
+
+
+@cache
+def _pinned(keep: Keep) -> Keep:
+    """`keep` for the (config, value) pairs `_of_batch` stores: the value is patched, the
+    config (the same object: its id is in the key) carried along. One per `Keep`."""
+    patch = keep.patch
+    if patch is None:
+        return Keep(None, keep.reads, keep.limit)
+
+    def repin(old: tuple[object, Any], rows: np.ndarray, new: tuple[object, Any]) -> Any:
+        return (old[0], patch(old[1], rows, new[1]))
+
+    return Keep(repin, keep.reads, keep.limit)
 
 
 MODALITY_AFFINITY: Mapping[str, Mapping[str | None, float]] = {
@@ -377,9 +393,10 @@ def _candidates(
     dp_ok = np.ones(len(batch), dtype=bool)
     if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and len(batch):
         known, cand = _of_batch(batch, "fewest-pods", None, _fewest_pods, _FEWEST)
-        dp_ok = ~known | ~(cand & ~qual).any(axis=1)
-        qual = np.where(known[:, None], qual & cand, qual)
-        fits = fits & dp_ok
+        if known.any():  # else the device plugin's choice is unknown on every node
+            dp_ok = ~known | ~(cand & ~qual).any(axis=1)
+            qual = np.where(known[:, None], qual & cand, qual)
+            fits = fits & dp_ok
     return _ro(qual), _ro(fits), _ro(dp_ok)
 
 
@@ -388,6 +405,8 @@ def _fewest_pods(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
     pods): where the device plugin would put a one-GPU pod."""
     gp = batch.pods
     tracked = ~np.isnan(gp)
+    if not tracked.any():  # no node's pods tracked: nothing known (cand is read where known)
+        return _ro(np.zeros(len(batch), dtype=bool)), _ro(np.zeros(gp.shape, dtype=bool))
     known = batch.fresh & batch.valid.any(axis=1) & (tracked | ~batch.valid).all(axis=1)
     gp_v = np.where(batch.valid & tracked, gp, np.inf)
     cand = batch.valid & (gp_v == gp_v.min(axis=1)[:, None])
@@ -459,25 +478,29 @@ class _Placement:
     """The p-free, row-wise part of `placement_delta` for one pod shape on every row.
 
     `before` (M, N): F_n(m) now. A one-GPU partial pod (`per_gpu`): `after` (G, M, N),
-    F_n(m) after taking GPU slot g, and `busy` (G, N), the busy-GPU penalty of each slot.
-    Otherwise `after` (M, N), F_n(m) after taking `chosen` (N, G); `busy` (G, N) always."""
+    F_n(m) after taking GPU slot g, and `busy` (G, N), the busy-GPU penalty of each slot
+    (`chosen` None: the slot is picked per request). Otherwise `after` (M, N), F_n(m)
+    after taking `chosen` (N, G); `busy` (G, N) always."""
 
     before: np.ndarray
     after: np.ndarray
     busy: np.ndarray
-    chosen: np.ndarray
+    chosen: np.ndarray | None
     per_gpu: bool
 
-    _AXES = {"before": -1, "after": -1, "busy": -1, "chosen": 0}
-
     def patched(self, rows: np.ndarray, new: _Placement) -> _Placement:
-        """This with the entries of positions `rows` replaced by `new`'s."""
+        """This with the entries of positions `rows` replaced by `new`'s (along the node
+        axis: the last, or the first of `chosen`)."""
+
+        def patch(old: np.ndarray | None, part: Any, axis: int = -1) -> Any:
+            return None if old is None else patch_rows(old, rows, part, axis)
+
         return _Placement(
-            **{
-                f: patch_rows(getattr(self, f), rows, getattr(new, f), a)
-                for f, a in self._AXES.items()
-            },
-            per_gpu=self.per_gpu,
+            patch(self.before, new.before),
+            patch(self.after, new.after),
+            patch(self.busy, new.busy),
+            patch(self.chosen, new.chosen, 0),
+            self.per_gpu,
         )
 
 
@@ -492,16 +515,17 @@ def _placement(
     idle = batch.idle(cfg.idle_used_fraction)
     cpu = batch.cpu_free
     n, g = free.shape
-    per_gpu = _demand(pod, batch) / max(1, pod.gpus)
-    busy = cfg.busy_gpu_penalty * _utilisation(batch) * per_gpu[:, None]  # (N, G)
-    busy_t = _ro(busy.T.copy())
+    per_gpu = _term_demand(pod, batch) / max(1, pod.gpus)  # one number: the same products
+    scale = per_gpu if isinstance(per_gpu, float) else per_gpu[:, None]
+    busy = cfg.busy_gpu_penalty * _utilisation(batch) * scale  # (N, G)
+    busy_t = _ro(busy.T)  # a view: only added and compared, never summed
     cpu_after = cpu - pod.cpu_milli
-    none = np.zeros((n, g), dtype=bool)
     need = pod.mem_per_gpu_mib
     if pod.gpus <= 0:
         before = _frag_parts(free, idle, cpu, shapes)
         after = _frag_parts(free, idle, cpu_after, shapes)
-        return _Placement(_ro(before), _ro(after), busy_t, _ro(none), False)
+        none = _ro(np.zeros((n, g), dtype=bool))
+        return _Placement(_ro(before), _ro(after), busy_t, none, False)
     if pod.gpus == 1 and need is not None:
         qf, q, qsum, all_free = _counts_sums(free, idle, shapes)
         k = shapes.k[:, None]
@@ -525,7 +549,7 @@ def _placement(
         ok = q2 >= k[None]
         ok &= cpu_fit[None]
         after = np.ascontiguousarray(np.where(ok, nonq2, all2[:, None, :]))
-        return _Placement(_ro(before), _ro(after), busy_t, _ro(none), True)
+        return _Placement(_ro(before), _ro(after), busy_t, None, True)
     # k GPUs (whole, or partial on several): best fit, least free first, ties by index.
     key = np.where(qual, free + busy, np.inf)
     order = np.argsort(key, axis=1, kind="stable")[:, : pod.gpus]
@@ -580,6 +604,7 @@ def placement_delta(
     p = shapes.p
     if not pl.per_gpu:
         d = p @ pl.after - p @ pl.before
+        assert pl.chosen is not None  # chosen per shape, not per request
         chosen = pl.chosen
     else:
         # F after for every GPU slot in one stacked product; the choice is sequential:
@@ -587,21 +612,53 @@ def placement_delta(
         # that does not qualify costs inf (never below); `bar` holds best cost - 1e-9
         fa = p @ pl.after  # (G, N)
         cost_q = np.where(qual.T, fa + pl.busy, np.inf)
-        bars = cost_q - 1e-9
-        bar = np.full(n, np.inf)
-        best_i = np.full(n, -1, dtype=np.intp)
-        for i in np.flatnonzero(qual.any(axis=0)).tolist():
-            better = cost_q[i] < bar
-            np.copyto(bar, bars[i], where=better)
-            np.copyto(best_i, i, where=better)
-        rows = np.arange(n)
-        picked = best_i >= 0
-        best = np.where(picked, fa[np.maximum(best_i, 0), rows], np.inf)
+        choose = _scan_rows if n <= _SCAN_ROWS else _choose_slots
+        best, best_i = choose(cost_q, fa)
         chosen = np.zeros(batch.total.shape, dtype=bool)
-        chosen[rows, np.maximum(best_i, 0)] = True
+        chosen[np.arange(n), np.maximum(best_i, 0)] = True
         d = best - p @ pl.before
     delta[can] = d[can]
     return delta, chosen & can[:, None]
+
+
+_SCAN_ROWS = 8
+"""Up to this many rows the one-GPU choice runs in Python over each row's few GPU costs
+(a batch of a node or two: the simulator re-scores the nodes that changed) instead of
+three numpy calls per GPU slot."""
+
+
+def _choose_slots(cost_q: np.ndarray, fa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(F after at the chosen slot, inf where none; the chosen slot, -1 where none) per
+    row, from the (G, N) costs (inf: the slot does not qualify) and F after: GPU slot j
+    wins only when it costs at least 1e-9 less than the best so far, three numpy calls a
+    slot some row may win (costs below inf). `bars` holds each cost - 1e-9."""
+    n = cost_q.shape[1]
+    bars = cost_q - 1e-9
+    bar = np.full(n, np.inf)
+    best_i = np.full(n, -1, dtype=np.intp)
+    for i in np.flatnonzero((cost_q < np.inf).any(axis=1)).tolist():  # a slot that may win
+        better = cost_q[i] < bar
+        np.copyto(bar, bars[i], where=better)
+        np.copyto(best_i, i, where=better)
+    best = np.where(best_i >= 0, fa[np.maximum(best_i, 0), np.arange(n)], np.inf)
+    return best, best_i
+
+
+def _scan_rows(cost_q: np.ndarray, fa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_choose_slots` on Python floats, row by row: the same comparisons and the same
+    subtraction of 1e-9."""
+    best: list[float] = []
+    picks: list[int] = []
+    for costs, after in zip(cost_q.T.tolist(), fa.T.tolist(), strict=True):
+        bar = math.inf
+        pick = -1
+        for i, c in enumerate(costs):
+            if c < bar:
+                bar = c - 1e-9
+                pick = i
+        picks.append(pick)
+        best.append(after[pick] if pick >= 0 else math.inf)
+    return np.array(best), np.array(picks, dtype=np.intp)
 
 
 def _placement_of(
@@ -617,9 +674,12 @@ def _placement_of(
         ("placement", pod.key, shapes.geometry),
         cfg,
         make,
-        Keep(_Placement.patched, limit=_POD_MEMOS),
+        _PLACEMENT,
     )
     return pl
+
+
+_PLACEMENT = Keep(_Placement.patched, limit=_POD_MEMOS)
 
 
 def warm_batch(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, shapes: Shapes) -> None:
@@ -681,7 +741,10 @@ def _weighted_parts(parts: Sequence[tuple[float, np.ndarray]], n: int) -> np.nda
     num = np.zeros(n)
     den = np.zeros(n)
     for w, part in parts:  # every part is finite or NaN (clipped ratios)
-        present = ~np.isnan(part)
+        absent = np.isnan(part)
+        if absent.all():
+            continue  # it would add +0.0 to sums that are never -0.0: the same bits
+        present = ~absent
         num += np.where(present, w * part, 0.0)
         den += np.where(present, w, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -723,15 +786,18 @@ def _load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         mem = np.where(tot > 0, _clip(used / np.where(tot > 0, tot, 1.0), 0, 1), np.nan)
     u_valid = valid & ~np.isnan(batch.util)
-    u_count = u_valid.sum(axis=1)
-    u_mean = np.where(
-        u_count > 0,
-        _clip(np.where(u_valid, batch.util, 0.0), 0, 1).sum(axis=1) / np.maximum(u_count, 1),
-        np.nan,
-    )
-    s = cfg.util_share
-    both = (1.0 - s) * mem + s * u_mean
-    busy = np.where(np.isnan(u_mean), mem, np.where(np.isnan(mem), u_mean, both))
+    if u_valid.any():
+        u_count = u_valid.sum(axis=1)
+        u_mean = np.where(
+            u_count > 0,
+            _clip(np.where(u_valid, batch.util, 0.0), 0, 1).sum(axis=1) / np.maximum(u_count, 1),
+            np.nan,
+        )
+        s = cfg.util_share
+        both = (1.0 - s) * mem + s * u_mean
+        busy = np.where(np.isnan(u_mean), mem, np.where(np.isnan(mem), u_mean, both))
+    else:
+        busy = mem  # no utilisation measured: the mean is NaN on every node
     lw = cfg.load_weights
     load = _weighted_parts(
         (
@@ -843,18 +909,9 @@ def score_batch(
     computed with the same rules. `now` (wall seconds) gives the signals' age for explain.
     """
     age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
-    qual, fits = candidate_gpus(pod, batch, cfg, fits)
-    delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
-    rho, largest = _rho_of(batch)
-    terms_replicas = batch.replica_counts(pod.model)
-    terms = {
-        "fragmentation": np.where(fits, fragmentation_term(delta, _term_demand(pod, batch)), 0.0),
-        "load": load_term(batch, cfg),
-        "spread": spread_term(terms_replicas, rho, cfg),
-        "modality": modality_term(pod, batch),
-        "qos": qos_term(pod, batch, cfg),
-    }
-    value = combine(terms, cfg.weights)
+    fits, terms, value, delta, chosen, rho, largest, terms_replicas = _weigh(
+        pod, batch, cfg, shapes, fits
+    )
     replicas = terms_replicas if pod.model else None
     tier = rank_tiers(fits, batch.fresh, replicas)
     w = cfg.weights
@@ -866,6 +923,55 @@ def score_batch(
     return BatchScores(
         batch.names, score, value, scaled, fits, frag, load, spread, modality, qos, *node
     )
+
+
+def node_values(
+    pod: PodShape,
+    batch: NodeBatch,
+    cfg: ScoringConfig,
+    shapes: Shapes,
+    *,
+    fits: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """((N,) fits, (N,) value, (N, G) GPUs chosen): `score_batch`'s weighted values before
+    any normalisation, bit for bit, without the finishing steps, for a caller that finishes
+    them over another candidate set (`finish_scores`: the simulator keeps values per node
+    and re-scores only the nodes that changed, a node or two at a time)."""
+    got = _weigh(pod, batch, cfg, shapes, fits)
+    return got[0], got[2], got[4]
+
+
+def _weigh(
+    pod: PodShape,
+    batch: NodeBatch,
+    cfg: ScoringConfig,
+    shapes: Shapes,
+    fits: np.ndarray | None,
+) -> tuple[
+    np.ndarray,
+    dict[str, np.ndarray],
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+    np.ndarray,
+]:
+    """(fits, the five terms, value, dF, chosen, rho, largest free extent, replicas of the
+    pod's model): everything of `score_batch` before the finishing steps."""
+    qual, fits = candidate_gpus(pod, batch, cfg, fits)
+    delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
+    rho, largest = _rho_of(batch)
+    replicas = batch.replica_counts(pod.model)
+    terms = {
+        "fragmentation": np.where(fits, fragmentation_term(delta, _term_demand(pod, batch)), 0.0),
+        "load": load_term(batch, cfg),
+        "spread": spread_term(replicas, rho, cfg),
+        "modality": modality_term(pod, batch),
+        "qos": qos_term(pod, batch, cfg),
+    }
+    value = combine(terms, cfg.weights)
+    return fits, terms, value, delta, chosen, rho, largest, replicas
 
 
 def _rho_of(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -929,8 +1035,10 @@ def _tie_break(
     cfg: ScoringConfig,
     names: Sequence[str],
     rest: np.ndarray | None,
+    preferences: np.ndarray | None = None,
 ) -> np.ndarray:
-    """`tie_break` of the candidates at rows `c` (ascending), names given.
+    """`tie_break` of the candidates at rows `c` (ascending), names given (and their
+    `node_preference`s, when the caller holds them).
 
     Typically every group but a few is a single candidate, and every key differs: then a
     sort of the groups finds nothing to permute, one argsort ranks the keys, and neither
@@ -941,7 +1049,7 @@ def _tie_break(
     v = value[c]
     if float(v.max()) - float(v.min()) <= 1e-9:
         return out
-    pref = _preferences_of(names)[c]
+    pref = (_preferences_of(names) if preferences is None else preferences)[c]
     w = cfg.weights
     key = v + cfg.tie_band * (w.fragmentation / w.total()) * pref
     ranked = v
@@ -1035,8 +1143,21 @@ def _permute_lexsort(
     m: np.ndarray,
     ranked: np.ndarray,
 ) -> np.ndarray:
-    """`_permute_groups` for many members (or NaN keys): two lexsorts."""
+    """`_permute_groups` for many members (or NaN keys): two lexsorts, or, when every
+    member is in one group (the simulator: nodes alike but for their fragmentation), a
+    stable argsort of each key: the same order, since a stable sort keeps positions among
+    equal keys as the lexsort does; the key order only when its keys are distinct (else
+    the preference decides among equal ones)."""
     gm = group[m]
+    if gm[0] == gm[-1]:  # members come in group order: one group
+        neg_v = -v[m]
+        if not np.isnan(neg_v).any():
+            neg_key = -key[m]
+            order = neg_key.argsort(kind="stable")
+            if not _all_distinct(neg_key[order]):
+                order = np.lexsort((-pref[m], neg_key))
+            ranked[m[order]] = v[m[neg_v.argsort(kind="stable")]]
+            return ranked
     by_key = m[np.lexsort((-pref[m], -key[m], gm))]  # within each group: best key first
     by_value = m[np.lexsort((-v[m], gm))]  # within each group: best value first
     ranked[by_key] = v[by_value]
@@ -1098,6 +1219,8 @@ def finish_scores(
     cfg: ScoringConfig,
     names: Sequence[str] | None = None,
     tier: np.ndarray | None = None,
+    *,
+    preferences: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scaled, score): the last step of `score_batch`, from the nodes' weighted values to
     what the scheduler gets: `cfg.normalisation` over the nodes that fit (with the stable
@@ -1106,8 +1229,10 @@ def finish_scores(
     (`rank_tiers`), only the best tier present is scaled; with k lower tiers present its
     candidates get at least k and the lower tiers k-1 .. 0, best first (scaled 0). Public
     so that a caller holding values per node (the simulator caches them between pods)
-    finishes exactly as the extender does."""
-    scaled, score, _ = _finish(value, fits, cfg, names, tier)
+    finishes exactly as the extender does. `preferences` may pass `node_preference` of
+    each name when the caller holds them (a new subset of one node list every call: no
+    name looked up again); `names` must still be given for the preference to apply."""
+    scaled, score, _ = _finish(value, fits, cfg, names, tier, preferences=preferences)
     return scaled, score
 
 
@@ -1118,6 +1243,7 @@ def _finish(
     names: Sequence[str] | None,
     tier: np.ndarray | None,
     rest: np.ndarray | None = None,
+    preferences: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`finish_scores` plus the tie-break each node got. The candidates' rows (`c`) are
     found once and serve the tie-break, the scaling and the cap at 9."""
@@ -1134,7 +1260,7 @@ def _finish(
     if absolute or names is None:
         tb = np.zeros(len(value))
     else:
-        tb = _tie_break(value, c, cfg, names, rest)
+        tb = _tie_break(value, c, cfg, names, rest, preferences)
     ranked = value + tb
     scaled, top = _normalise(ranked, fits, cfg, c)
     score = to_score(scaled)

@@ -2,9 +2,9 @@
 
 Per pod, as kube-scheduler would drive the extender: the nodes that pass the scheduler's own
 filters (CPU, host memory, GPU model) go through `extender.fit.fit_batch`, then
-`extender.scoring.score_batch` gives each node its weighted value, and
-`extender.scoring.finish_scores` normalises over the candidates and rounds to the integer
-0..10 that the extender returns. Ties are broken uniformly at random (kube-scheduler's
+`extender.scoring.node_values` gives each node its weighted value (`score_batch`'s, before
+normalisation), and `extender.scoring.finish_scores` normalises over the candidates and
+rounds to the integer 0..10 that the extender returns. Ties are broken uniformly at random (kube-scheduler's
 `selectHost`). The GPUs taken are the ones the extender chose.
 
 The trace in extender terms: GPU "memory" is counted in milli-GPU (`GpuState(total_mib=1000,
@@ -37,7 +37,7 @@ from extender.batch import NodeTable
 from extender.config import ScoringConfig
 from extender.fit import fit_batch
 from extender.model import GpuState, NodeState, PodShape
-from extender.scoring import finish_scores, score_batch
+from extender.scoring import finish_scores, node_preference, node_values
 from extender.shapes import Shape, Shapes
 from simulator.kubescore import MAX_NODE_SCORE, Requested, balanced_allocation, least_allocated
 from simulator.replay.cluster import Pod
@@ -98,6 +98,7 @@ class KvspreadPolicy:
         c = replay.cluster
         self._names = list(c.nodes.names)
         self._name_array = np.array(self._names, dtype=object)
+        self._preferences = np.fromiter(map(node_preference, self._names), float, len(c))
         # The extender's own row store (extender.batch.NodeTable), one row per node, updated
         # when a node changes, exactly as the extender's node cache keeps it.
         self.table = NodeTable(width=MAX_GPUS_PER_NODE)
@@ -151,10 +152,10 @@ class KvspreadPolicy:
         if len(stale):
             batch, _ = self.table.take(self._name_array[stale].tolist())
             ok, _ = fit_batch(shape, batch, self.cfg, reasons=False)
-            res = score_batch(shape, batch, self.cfg, self.shapes, fits=ok)
+            _, val, picked = node_values(shape, batch, self.cfg, self.shapes, fits=ok)
             fits[stale] = ok
-            value[stale] = res.value
-            chosen[stale] = res.chosen[:, :MAX_GPUS_PER_NODE]
+            value[stale] = val
+            chosen[stale] = picked[:, :MAX_GPUS_PER_NODE]
             stamp[stale] = c.version[stale]
         return fits[candidates], value[candidates]
 
@@ -162,7 +163,8 @@ class KvspreadPolicy:
         """(scaled float, integer 0..10) per candidate, as the extender returns them."""
         ok, value = self.values(pod, candidates)
         names = self._name_array[candidates]
-        scaled, score = finish_scores(value, ok, self.cfg, names)
+        prefs = self._preferences[candidates]
+        scaled, score = finish_scores(value, ok, self.cfg, names, preferences=prefs)
         return np.where(ok, scaled, -np.inf), np.where(ok, score, -1)
 
     def score(self, pod: Pod, candidates: np.ndarray) -> np.ndarray:
