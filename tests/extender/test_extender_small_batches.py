@@ -17,12 +17,11 @@ import pytest
 from extender import scoring
 from extender.batch import NodeBatch
 from extender.config import ScoringConfig
-from extender.model import NodeState
+from extender.model import SIGNALS_FRESH, GpuState, NodeState
 from extender.scoring import (
     _SCAN_ROWS,
     BatchScores,
     _choose_slots,
-    _clip,
     _scan_rows,
     candidate_gpus,
     finish_scores,
@@ -102,43 +101,25 @@ def test_the_one_gpu_choice_in_python_is_the_vectorised_loop(seed: int) -> None:
         assert _bits(got_best, best)
 
 
-def _ref_weighted(parts: list[tuple[float, np.ndarray]], n: int) -> np.ndarray:
-    num, den = np.zeros(n), np.zeros(n)
-    for w, part in parts:
-        present = ~np.isnan(part)
-        num += np.where(present, w * part, 0.0)
-        den += np.where(present, w, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-
-def _ref_load(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
-    """The load term as written before its shortcuts (every part, every operation)."""
-    fresh, valid = batch.fresh, batch.valid
-    tot = np.where(valid, batch.total, 0.0).sum(axis=1)
-    used = np.where(valid, batch.used, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mem = np.where(tot > 0, _clip(used / np.where(tot > 0, tot, 1.0), 0, 1), np.nan)
-    u_valid = valid & ~np.isnan(batch.util)
-    u_count = u_valid.sum(axis=1)
-    u_mean = np.where(
-        u_count > 0,
-        _clip(np.where(u_valid, batch.util, 0.0), 0, 1).sum(axis=1) / np.maximum(u_count, 1),
-        np.nan,
+def _measured_everything(states: list[NodeState]) -> NodeState:
+    """A fresh node with the most GPUs of `states` (so the batch's GPU columns stay as they
+    are) on which every load part is measured: beside it no shortcut applies."""
+    widest = max(states, key=lambda s: len(s.gpus))
+    gpus = tuple(
+        dataclasses.replace(g, util=0.35, used_mib=g.total_mib / 3)
+        for g in widest.gpus or (GpuState(total_mib=81920.0),)
     )
-    s = cfg.util_share
-    both = (1.0 - s) * mem + s * u_mean
-    busy = np.where(np.isnan(u_mean), mem, np.where(np.isnan(mem), u_mean, both))
-    lw = cfg.load_weights
-    load = _ref_weighted(
-        [
-            (lw.memory, np.where(fresh, busy, np.nan)),
-            (lw.streams, _clip(batch.streams / cfg.max_streams, 0, 1)),
-            (lw.image, _clip(batch.image_share, 0, 1)),
-        ],
-        len(batch),
+    node = dataclasses.replace(
+        widest,
+        name="witness",
+        gpus=gpus,
+        signals=SIGNALS_FRESH,
+        streams=5,
+        image_token_share=0.25,
+        signals_ts=NOW,
     )
-    return np.where(fresh & ~np.isnan(load), 1.0 - load, 0.5)
+    assert node.fresh and gpus
+    return node
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -164,9 +145,12 @@ def test_the_load_term_skips_only_what_nobody_measured(seed: int) -> None:
                 image_token_share=s.image_token_share if "image" in keep else None,
             )
         )
+    # rows are independent: with a node on which everything is measured the term takes
+    # every part and every operation, and the other rows must come out the same
     batch = NodeBatch.from_states(out)
+    full = NodeBatch.from_states([*out, _measured_everything(states)])
     for cfg in (ScoringConfig(), ScoringConfig().with_(util_share=0.3)):
-        assert _bits(load_term(batch, cfg), _ref_load(batch, cfg))
+        assert _bits(load_term(batch, cfg), load_term(full, cfg)[: len(out)])
 
 
 @pytest.mark.parametrize("bare", [False, True])
