@@ -220,16 +220,16 @@ class NodeBatch:
         carried to a batch derived from this one by a few changed rows (`Keep`). What
         `make` returns must be read-only (shared by every caller)."""
         patch, reads, limit = keep.patch, keep.reads, keep.limit
+        value = self.kept(key)
+        if value is not None:
+            return value
         memo = self.__dict__.get("_memo")
         if memo is None:
             memo = {}
             object.__setattr__(self, "_memo", memo)
-        value = memo.get(key)
-        if value is not None:
-            return value
         base: tuple[NodeBatch, np.ndarray] | None = self.__dict__.get("_base")
         if patch is not None and base is not None:
-            old = base[0].__dict__.get("_memo", {}).get(key)
+            old = base[0].kept(key)
             if old is not None and reads is not None and self._same_rows(reads):
                 value = old
             elif old is not None:
@@ -242,6 +242,11 @@ class NodeBatch:
                 return value
         memo[key] = value
         return value
+
+    def kept(self, key: Hashable) -> Any:
+        """The value `memo` keeps under `key`, or None (nothing computed or carried yet)."""
+        memo = self.__dict__.get("_memo")
+        return None if memo is None else memo.get(key)
 
     def _same_rows(self, columns: tuple[str, ...]) -> bool:
         """The changed rows (`derive`) hold the same values in `columns` as in the parent,

@@ -58,7 +58,7 @@ import zlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -174,11 +174,9 @@ def _of_batch(
     A value already kept is read straight from the memo, without building the closure
     `memo` takes (the scorer asks for several such values per request)."""
     key = (name, id(cfg)) if isinstance(name, str) else (*name, id(cfg))
-    memo = batch.__dict__.get("_memo")
-    if memo is not None:
-        got: tuple[object, _T] | None = memo.get(key)
-        if got is not None:
-            return got[1]
+    got: tuple[object, _T] | None = batch.kept(key)
+    if got is not None:
+        return got[1]
 
     def pin(b: NodeBatch) -> tuple[object, _T]:
         return (cfg, make(b))
@@ -909,17 +907,16 @@ def score_batch(
     computed with the same rules. `now` (wall seconds) gives the signals' age for explain.
     """
     age_s = np.full(len(batch), np.nan) if now is None else now - batch.sig_ts
-    fits, terms, value, delta, chosen, rho, largest, terms_replicas = _weigh(
-        pod, batch, cfg, shapes, fits
-    )
-    replicas = terms_replicas if pod.model else None
+    got = _weigh(pod, batch, cfg, shapes, fits)
+    fits, terms, value, delta, chosen = got.fits, got.terms, got.value, got.delta, got.chosen
+    replicas = got.replicas if pod.model else None
     tier = rank_tiers(fits, batch.fresh, replicas)
     w = cfg.weights
     rest = value - w.fragmentation * terms["fragmentation"] / w.total()
     scaled, score, tb = _finish(value, fits, cfg, batch.names, tier, rest)
     # the fields in their declared order (the five terms in TERMS order)
     frag, load, spread, modality, qos = (terms[t] for t in TERMS)
-    node = (delta, rho, largest, chosen, batch.codes, tier, tb, age_s)
+    node = (delta, got.rho, got.largest, chosen, batch.codes, tier, tb, age_s)
     return BatchScores(
         batch.names, score, value, scaled, fits, frag, load, spread, modality, qos, *node
     )
@@ -938,7 +935,20 @@ def node_values(
     them over another candidate set (`finish_scores`: the simulator keeps values per node
     and re-scores only the nodes that changed, a node or two at a time)."""
     got = _weigh(pod, batch, cfg, shapes, fits)
-    return got[0], got[2], got[4]
+    return got.fits, got.value, got.chosen
+
+
+class _Weighed(NamedTuple):
+    """Everything of `score_batch` before the finishing steps (all (N,) but `chosen`)."""
+
+    fits: np.ndarray
+    terms: dict[str, np.ndarray]  # the five terms by name
+    value: np.ndarray
+    delta: np.ndarray  # dF, MiB
+    chosen: np.ndarray  # (N, G) GPUs chosen
+    rho: np.ndarray
+    largest: np.ndarray  # largest free extent
+    replicas: np.ndarray  # of the pod's model
 
 
 def _weigh(
@@ -947,18 +957,8 @@ def _weigh(
     cfg: ScoringConfig,
     shapes: Shapes,
     fits: np.ndarray | None,
-) -> tuple[
-    np.ndarray,
-    dict[str, np.ndarray],
-    np.ndarray,
-    np.ndarray,
-    np.ndarray,
-    np.ndarray,
-    np.ndarray,
-    np.ndarray,
-]:
-    """(fits, the five terms, value, dF, chosen, rho, largest free extent, replicas of the
-    pod's model): everything of `score_batch` before the finishing steps."""
+) -> _Weighed:
+    """`score_batch`'s values before the finishing steps (`_Weighed`)."""
     qual, fits = candidate_gpus(pod, batch, cfg, fits)
     delta, chosen = placement_delta(pod, batch, qual, fits, cfg, shapes)
     rho, largest = _rho_of(batch)
@@ -971,7 +971,7 @@ def _weigh(
         "qos": qos_term(pod, batch, cfg),
     }
     value = combine(terms, cfg.weights)
-    return fits, terms, value, delta, chosen, rho, largest, replicas
+    return _Weighed(fits, terms, value, delta, chosen, rho, largest, replicas)
 
 
 def _rho_of(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
