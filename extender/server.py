@@ -15,10 +15,10 @@ cost as much CPU as the decision itself); the other routes are a FastAPI app beh
 A body that is not an ExtenderArgs gets 400 with a JSON {"error": message}, a compressed one
 (Content-Encoding) 415; one larger than `server.max_body_bytes` (default 256 MiB, a
 15,000-node full NodeList) gets 413, refused from its Content-Length or while streaming,
-never buffered whole. Nothing the scheduler can
-send produces a 5xx: an unexpected failure is logged and counted (code "internal") and
-answered with `Error` set (filter; kube-scheduler then treats the extender as failed,
-or skips it when registered `ignorable: true`) or neutral scores (prioritize).
+never buffered whole. Nothing the scheduler can send produces a 5xx: an unexpected failure
+is logged and counted (code "internal") and answered with `Error` set (filter;
+kube-scheduler then treats the extender as failed, or skips it when registered
+`ignorable: true`) or neutral scores (prioritize).
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ What it implements (RFC 9113 and gRPC's PROTOCOL-HTTP2): the connection preface,
 and dynamic tables; Huffman strings through the `hpack` package's decoder), DATA with
 padding, flow control both ways (outgoing data waits for the peer's WINDOW_UPDATE), PING,
 RST_STREAM, GOAWAY (at stop a graceful one: the streams in flight get a grace period to
-finish, new ones are refused with REFUSED_STREAM); gRPC's length-prefixed messages (compressed ones are refused with
-UNIMPLEMENTED: Envoy does not compress ext_proc), `max_message_bytes` (RESOURCE_EXHAUSTED),
-trailers-only errors. Methods: a bidirectional stream handler per path (ext_proc's
-Process), and `grpc.health.v1.Health` Check and Watch over `HealthStatus`. TLS is the
-event loop's (ALPN h2).
+finish, new ones are refused with REFUSED_STREAM); gRPC's length-prefixed messages
+(compressed ones are refused with UNIMPLEMENTED: Envoy does not compress ext_proc),
+`max_message_bytes` (RESOURCE_EXHAUSTED), trailers-only errors. Methods: a bidirectional
+stream handler per path (ext_proc's Process), and `grpc.health.v1.Health` Check and Watch
+over `HealthStatus`. TLS is the event loop's (ALPN h2).
 """
 
 from __future__ import annotations
@@ -677,9 +677,13 @@ class _Connection(asyncio.Protocol):
             self._close()
 
     def _goaway(self, code: int, why: str) -> None:
+        self._queue_goaway(code, why)
+        self._close()
+
+    def _queue_goaway(self, code: int, why: str) -> None:
+        """Queue a GOAWAY naming the last stream this side took."""
         payload = struct.pack(">II", self.last_stream, code) + why.encode()[:200]
         self.out.append(_frame(_GOAWAY, 0, 0, payload))
-        self._close()
 
     def _close(self) -> None:
         """Close once what is queued has been written."""
@@ -693,8 +697,7 @@ class _Connection(asyncio.Protocol):
         if self.draining or self.transport is None:
             return
         self.draining = True
-        payload = struct.pack(">II", self.last_stream, 0) + why.encode()[:200]
-        self.out.append(_frame(_GOAWAY, 0, 0, payload))
+        self._queue_goaway(0, why)  # NO_ERROR
         if self.streams:
             self._flush()
         else:

@@ -4,8 +4,8 @@ Per pod, as kube-scheduler would drive the extender: the nodes that pass the sch
 filters (CPU, host memory, GPU model) go through `extender.fit.fit_batch`, then
 `extender.scoring.node_values` gives each node its weighted value (`score_batch`'s, before
 normalisation), and `extender.scoring.finish_scores` normalises over the candidates and
-rounds to the integer 0..10 that the extender returns. Ties are broken uniformly at random (kube-scheduler's
-`selectHost`). The GPUs taken are the ones the extender chose.
+rounds to the integer 0..10 that the extender returns. Ties are broken uniformly at random
+(kube-scheduler's `selectHost`). The GPUs taken are the ones the extender chose.
 
 The trace in extender terms: GPU "memory" is counted in milli-GPU (`GpuState(total_mib=1000,
 allocated_mib=1000 - free)`), a sharing pod is `PodShape(gpus=1, mem_per_gpu_mib=gpu_milli)`,
