@@ -42,6 +42,8 @@ __all__ = [
     "serving_context",
     "forbidden",
     "load_extension_apiserver_authentication",
+    "holds_certificate",
+    "NO_CERTIFICATE",
     "DEFAULT_USERNAME_HEADERS",
     "DEFAULT_GROUP_HEADERS",
 ]
@@ -176,6 +178,17 @@ def load_extension_apiserver_authentication(api_client: Any) -> RequestHeaderCon
     )
 
 
+NO_CERTIFICATE = "it holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+"""Why a CA file is refused: TLS would start with it and then refuse every client."""
+
+
+def holds_certificate(pem: str | bytes) -> bool:
+    """Whether a CA file's text holds a PEM certificate (an empty one does not)."""
+    if isinstance(pem, bytes):
+        return b"CERTIFICATE-----" in pem
+    return "CERTIFICATE-----" in pem
+
+
 class ClientCA:
     """Holds the serving TLS context and rebuilds it when the client CA changes.
 
@@ -206,8 +219,8 @@ class ClientCA:
         if self.ca_file:
             with open(self.ca_file) as f:  # small; compared by content, not by mtime
                 pem = f.read()
-            if "CERTIFICATE-----" not in pem:  # an empty file would 401 everything
-                raise ValueError("it holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+            if not holds_certificate(pem):  # an empty file would 401 everything
+                raise ValueError(NO_CERTIFICATE)
             cfg = RequestHeaderConfig(pem)
         elif self.configmap_loader is not None:
             cfg = self.configmap_loader()

@@ -33,12 +33,14 @@ from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.settings import ConfigError
 from metrics_adapter.apiserver import DURATION_BOUNDS, ApiServer
 from metrics_adapter.auth import (
+    NO_CERTIFICATE,
     AllowListAuthorizer,
     AlwaysAllowAuthorizer,
     Authorizer,
     ClientCA,
     RequestHeaderAuthenticator,
     SubjectAccessReviewAuthorizer,
+    holds_certificate,
     load_extension_apiserver_authentication,
     serving_context,
 )
@@ -354,10 +356,8 @@ def _read_ca(path: str | None, flag: str) -> bytes | None:
     """A CA file's PEM; one without a certificate (empty) is a ConfigError, since gRPC would
     start with it and then refuse every client certificate."""
     pem = _read_file(path)
-    if pem is not None and b"CERTIFICATE-----" not in pem:
-        raise ConfigError(
-            f"{flag} {path}: it holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
-        )
+    if pem is not None and not holds_certificate(pem):
+        raise ConfigError(f"{flag} {path}: {NO_CERTIFICATE}")
     return pem
 
 
