@@ -110,9 +110,10 @@ def summarise_samples(samples: list[EngineSample]) -> Measured:
     elif usages:
         kv_usage = min(1.0, max(0.0, max(usages)))
     capacity: int | None = None
+    capacity_dropped = dropped("kv_blocks_total", "block_size")
     for s in samples:
         blocks, size = s.kv_blocks_total or 0, s.block_size or 0
-        if blocks < 0 or size < 0 or dropped("kv_blocks_total", "block_size"):
+        if blocks < 0 or size < 0 or capacity_dropped:
             ignored.append("kv_capacity_tokens")
             capacity = None
             break
