@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry
 
-from bpf import engine as engine_mod
 from bpf import loader as loader_mod
 from bpf.attribution import Attributor, PodMeta, PodRef
 from bpf.config import CollectorConfig, EngineTarget
@@ -49,6 +48,7 @@ from bpf.publisher import Publisher
 from bpf.server import CollectorServer
 from bpf.state import CollectorState, EngineReading
 from bpf.tracker import ConnTracker, RequestRecord
+from kvspread import engine as engine_mod
 from kvspread import names
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.gpumem import free_mib, node_fragmentation_of

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from bpf.engine import EngineSample
 from bpf.gpu import GpuSample
 from bpf.gpupods import PodGpuMemory
+from kvspread.engine import EngineSample
 from kvspread.signals import GpuSignal, NodeSignals, PodMemory, SignalsError, encode_signals
 
 __all__ = [

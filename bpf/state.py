@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bpf.engine import EngineSample
 from bpf.events import TcpStats
 from bpf.gpu import GpuSample
 from bpf.gpupods import PodGpuMemory
 from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, CounterTable, HistogramTable, RecentWindow
+from kvspread.engine import EngineSample
 from kvspread.signals import NodeSignals
 
 __all__ = ["SourceStatus", "EngineReading", "CollectorState", "SOURCES"]

@@ -3,7 +3,7 @@
 Endpoints come from `--endpoints` or from the InferencePool watch (router/kubewatch.py);
 `EndpointSet.replace` swaps the set and keeps what was measured of endpoints that stay.
 A scraper thread GETs every endpoint's engine /metrics each `interval_s` in parallel and
-parses it with the collector's parser (bpf/engine.py: vLLM, SGLang, TensorRT-LLM, TGI).
+parses it with the collector's parser (kvspread/engine.py: vLLM, SGLang, TensorRT-LLM, TGI).
 A failed or unparsable scrape leaves the endpoint's last numbers in place but its age
 grows, so after `stale_after_s` it is stale (ranked after every fresh endpoint).
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from bpf.engine import EngineParseError, EngineSample, scrape
+from kvspread.engine import EngineParseError, EngineSample, scrape
 from kvspread.signals import NodeSignals
 from router.config import MetricsConfig
 from router.request import RequestInfo

@@ -25,7 +25,7 @@ router decides, per request, which ready replica serves it. Policies (`--routing
 Metrics, as the engine's /metrics would expose them: every `interval_s` (the router's
 default, `router.config.MetricsConfig`) each ready replica's vLLM metrics are rendered as
 Prometheus text (`vllm:num_requests_waiting`, `vllm:num_requests_running`,
-`vllm:kv_cache_usage_perc`, `vllm:cache_config_info`) and parsed by `bpf.engine`, the
+`vllm:kv_cache_usage_perc`, `vllm:cache_config_info`) and parsed by `kvspread.engine`, the
 parser the router and the collector use. A metrics-reading policy therefore sees numbers up
 to one interval old, never the live engine state; both metric pickers scrape at the same
 interval so that neither gets fresher data than the other.
@@ -41,7 +41,7 @@ from typing import Protocol
 import numpy as np
 import orjson
 
-from bpf.engine import EngineSample
+from kvspread.engine import EngineSample
 from kvspread.signals import NodeSignals
 from router.config import MetricsConfig, RequestConfig
 from router.endpoints import Endpoint, EndpointSet, summarise_samples
@@ -169,7 +169,7 @@ def vllm_metrics_text(model: str, eng: Engine) -> str:
 
 
 def engine_sample(model: str, eng: Engine) -> EngineSample:
-    """What `bpf.engine.parse_engine_metrics` reads from `vllm_metrics_text(model, eng)`,
+    """What `kvspread.engine.parse_engine_metrics` reads from `vllm_metrics_text(model, eng)`,
     built without the text round trip (tests/simulator/serving/test_serving_routing.py
     checks the two are equal): the Prometheus text parser would cost more than the rest
     of a run."""

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from bpf.engine import EngineSample
 from bpf.gpu import GpuProcess, GpuSample
 from bpf.gpupods import PodGpuMemory
 from bpf.node import (
@@ -17,6 +16,7 @@ from bpf.node import (
     image_token_share,
 )
 from bpf.publish import PublishConfig, should_publish
+from kvspread.engine import EngineSample
 from kvspread.signals import GpuSignal, NodeSignals, PodMemory, decode_signals
 
 

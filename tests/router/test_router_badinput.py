@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bpf.engine import EngineSample
+from kvspread.engine import EngineSample
 from kvspread.opsserver import json_reply
 from router.config import MetricsConfig
 from router.endpoints import Endpoint, EndpointSet, summarise_samples

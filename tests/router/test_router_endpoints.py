@@ -27,7 +27,7 @@ def test_scraped_numbers_come_from_the_vllm_text(engines, start_router) -> None:
 
 
 def test_summary_of_several_models_and_absent_numbers() -> None:
-    from bpf.engine import EngineSample
+    from kvspread.engine import EngineSample
 
     s = summarise_samples(
         [
@@ -107,7 +107,7 @@ def two_fakes_router(engines, start_router):  # type: ignore[no-untyped-def]
 
 
 def test_fake_engine_is_parsed_by_the_collector_parser() -> None:
-    from bpf.engine import parse_engine_metrics
+    from kvspread.engine import parse_engine_metrics
 
     e = FakeEngine("x")
     e.set(waiting=2, running=4, kv=0.5)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import router.scoring
-from bpf.engine import EngineParseError, parse_engine_metrics
+from kvspread.engine import EngineParseError, parse_engine_metrics
 from router.request import parse_request
 from simulator.serving import routing
 from simulator.serving.cluster import Pod

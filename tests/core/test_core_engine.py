@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bpf.engine import EngineParseError, EngineSample, detect_engine, parse_engine_metrics, scrape
+from kvspread.engine import (
+    EngineParseError,
+    EngineSample,
+    detect_engine,
+    parse_engine_metrics,
+    scrape,
+)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "engine-metrics"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
