@@ -65,7 +65,8 @@ autoscalers: none, request-rate, queue-depth, slo
 """
 
 TOP_EPILOG = """examples:
-  kvspread simulate                       quick placement + serving report (<= 3 min)
+  kvspread simulate                       quick placement + serving report (<= 3 min):
+                                          OUT/report.md, OUT/placement/, OUT/serving/
   kvspread simulate --out /tmp/report --jobs 2 --no-progress
   kvspread simulate placement --help      the trace replay
   kvspread simulate serving --help        the serving simulation
@@ -216,7 +217,10 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     command = "kvspread simulate placement " + shlex.join(parts)
     md = write_report(results, out, command, wall)
     print(_first_table(md))
-    print(f"\nreport: {out / 'placement.md'} (allocation.csv, frag_ratio.csv, plots)")
+    print(
+        f"\nreport: {out / 'placement.md'} "
+        "(allocation.csv, frag_ratio.csv, placement_comparison.csv, plots)"
+    )
     return 0
 
 
@@ -228,55 +232,81 @@ def _first_table(md: str) -> str:
     return "\n".join(lines[start:end])
 
 
+QUICK_POLICIES: tuple[str, ...] | None = None
+"""The quick run's placement policies (None: all 8 defaults); tests make it smaller."""
+QUICK_STOP_AT: float | None = None
+"""The quick replay's --stop-at (None: run to 130 %); tests make it smaller."""
+PLACEMENT_DIR = "placement"
+SERVING_DIR = "serving"
+"""Bare `kvspread simulate` keeps its two parts in these sub-folders of --out, so that
+`kvspread simulate placement` and `kvspread simulate serving` writing into the same --out
+(placement.md, allocation.csv, ..., serving_*) never overwrite the combined report's files,
+nor it theirs."""
+
+
 def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Bare `kvspread simulate`: a quick placement replay (3 seeds, all 8 policies) and a
-    quick serving run on the bundled real workloads, combined into `OUT/report.md`."""
+    quick serving run on the bundled real workloads: `OUT/report.md` opens with the verdict
+    of both; the parts' files are in `OUT/placement/` and `OUT/serving/`."""
     from simulator.replay.policies import DEFAULT_POLICIES
     from simulator.replay.report import (
+        compare_placements,
         markdown_report,
-        write_allocation_csv,
-        write_frag_ratio_csv,
-        write_plots,
+        placement_verdict,
+        write_report,
     )
     from simulator.replay.runner import Progress, ReplayJob, run_jobs
     from simulator.serving import quick as serving_quick
+    from simulator.serving.report import opening_text
 
     require_trace_data()
     out = Path(getattr(args, "out", None) or environ.get("KVSPREAD_SIMULATE_OUT") or DEFAULT_OUT)
     jobs = _jobs(args, environ)
     check_output_dir(out, "--out")
     start = time.monotonic()
-    todo = [ReplayJob("default", p, seed) for p in DEFAULT_POLICIES for seed in QUICK_SEEDS]
+    policies = QUICK_POLICIES or DEFAULT_POLICIES
+    todo = [
+        ReplayJob("default", p, seed, stop_at_percent=QUICK_STOP_AT)
+        for p in policies
+        for seed in QUICK_SEEDS
+    ]
     results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
     placement_wall = time.monotonic() - start
-    write_allocation_csv(results, out / "allocation.csv")
-    write_frag_ratio_csv(results, out / "frag_ratio.csv")
-    plots = write_plots(results, out)
+    place_command = f"kvspread simulate placement --seeds {QUICK_SEEDS[0]}..{QUICK_SEEDS[-1]}"
+    if policies != DEFAULT_POLICIES:
+        place_command += " --policies " + ",".join(policies)
+    if QUICK_STOP_AT is not None:
+        place_command += f" --stop-at {QUICK_STOP_AT:g}"
+    write_report(results, out / PLACEMENT_DIR, place_command, placement_wall)
+    cmp = compare_placements(results)
+    plots = ["unallocated.png", "frag_ratio.png"]
     placement_md = markdown_report(
-        results,
-        plots,
-        "kvspread simulate placement --seeds 42..44",
-        placement_wall,
-        heading="##",
+        results, plots, place_command, placement_wall, "##", cmp, f"{PLACEMENT_DIR}/"
     )
     serving_start = time.monotonic()
-    serving_md, serving_lines = serving_quick(out, jobs, progress=_show_progress(args))
+    serving_md, serving_lines = serving_quick(
+        out / SERVING_DIR, jobs, progress=_show_progress(args), link_dir=f"{SERVING_DIR}/"
+    )
     serving_wall = time.monotonic() - serving_start
     total = time.monotonic() - start
-    # the headline opens the combined report; the section need not repeat it
-    serving_md = serving_md.replace(" ".join(serving_lines) + "\n\n", "", 1)
+    opening = [s for s in serving_lines if not s.startswith("How sure")]
+    verdict = placement_verdict(results, cmp)
+    if verdict:
+        opening.append(verdict)
+    opening += [s for s in serving_lines if s.startswith("How sure")]
     report = "\n".join(
         [
             "# kvspread simulation report",
             "",
-            " ".join(serving_lines),
+            opening_text(opening),
             "",
             "Two parts: a replay of the Alibaba GPU trace against the FGD paper's published "
             "baselines (placement only), and a simulated serving cluster on real request "
             "mixes (Azure LLM trace 2023, Alibaba ServeGen) with placement and autoscaling. "
             f"Wall time: {total:.0f} s in all, {placement_wall:.0f} s for the placement "
             f"replay and {serving_wall:.0f} s for the serving part (simulation, statistics and "
-            f"plots), {jobs} worker processes. "
+            f"plots), {jobs} worker processes. Files: `{PLACEMENT_DIR}/` and `{SERVING_DIR}/` "
+            "(each part's own report, CSVs and plots). "
             "This quick run is for a first look; the published tables (10 seeds, CIs) are in "
             "docs/evaluation.md.",
             "",
@@ -286,7 +316,7 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     )
     (out / "report.md").write_text(report)
     print(_first_table(placement_md))
-    print(f"\nreport: {out / 'report.md'}")
+    print(f"\nreport: {out / 'report.md'} (parts in {out / PLACEMENT_DIR}, {out / SERVING_DIR})")
     return 0
 
 
@@ -300,8 +330,9 @@ def register(
         help="replay GPU traces and a multimodal serving cluster through kvspread's scoring",
         description="Quick evaluation of kvspread's placement (Alibaba GPU trace replay, "
         "against the FGD paper's baselines) and serving (multimodal cluster with HPA). "
-        "Without a subcommand: a quick run of both (<= 3 min on 2 cores) that writes a "
-        "report folder.",
+        "Without a subcommand: a quick run of both (<= 3 min on 2 cores) that writes "
+        "OUT/report.md, with each part's files in OUT/placement/ and OUT/serving/ (so the "
+        "subcommands can share OUT without overwriting it).",
         epilog=TOP_EPILOG,
         formatter_class=fmt,
     )
@@ -323,7 +354,8 @@ def register(
         help="replay the Alibaba GPU trace (FGD paper's method)",
         description="Replay a pod list on the 1213 GPU nodes of the Alibaba trace: pods arrive "
         "until their GPU demand is 130 % of capacity and never leave; writes allocation.csv "
-        "(published layout), frag_ratio.csv, plots and placement.md into --out.",
+        "(published layout), frag_ratio.csv, placement_comparison.csv (kvspread against each "
+        "baseline, paired by seed), plots and placement.md into --out.",
         epilog=PLACEMENT_EPILOG,
         formatter_class=fmt,
     )

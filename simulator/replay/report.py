@@ -7,8 +7,13 @@ Files in the output folder:
 - `frag_ratio.csv`: `workload,sc_policy,tune,seed,0,...,130`: fragmentation ratio (%) of idle
   GPU milli (the layout of `analysis_frag_ratio_discrete.csv`).
 - `unallocated.png`, `frag_ratio.png`: median over seeds per policy, band = min..max.
-- `placement.md`: the table of medians at 100 % and 130 % arrived next to the published
-  numbers, and the replay speed per policy.
+- `placement_comparison.csv`: every kvspread policy against every baseline policy of the run,
+  paired by seed (a seed fixes the arrival sequence, so every policy of a seed places the
+  same pods in the same order): per-seed difference in unallocated GPU % at 100 % and 130 %
+  arrived, mean, 95 % Student t interval and verdict (simulator.serving.stats).
+- `placement.md`: the verdict, the table of medians at 100 % and 130 % arrived (with the
+  spread over seeds) next to the published numbers, the paired comparison, and the replay
+  speed per policy.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from simulator.replay.placement import ARRIVED_LEVELS, ReplayResult
 from simulator.replay.policies import PUBLISHED_LABELS
 from simulator.replay.trace import TRACE_DIR
 from simulator.replay.workload import TUNE_RATIO
+from simulator.serving.stats import COMPARABLE, cell, compared, in_words, paired
 
 __all__ = [
     "POLICY_LABELS",
@@ -38,7 +44,14 @@ __all__ = [
     "write_plots",
     "markdown_report",
     "write_report",
+    "compare_placements",
+    "placement_verdict",
+    "write_comparison_csv",
+    "PLACEMENT_COMPARED",
 ]
+
+PLACEMENT_COMPARED = compared("unalloc_100", "unalloc_130")
+"""The paired placement comparison's metrics: unallocated GPU % at 100 % and 130 %."""
 
 PUBLISHED_ALLOCATION = TRACE_DIR / "simulator-expected-results" / "analysis_allo_discrete.csv"
 
@@ -156,10 +169,135 @@ class Summary:
     published_130: float | None
     pods: int
     elapsed_s: float
+    range_100: tuple[float, float] = (math.nan, math.nan)  # min, max over seeds, %
 
     @property
     def pods_per_second(self) -> float:
         return self.pods / self.elapsed_s if self.elapsed_s > 0 else math.nan
+
+
+def _range(allocation: np.ndarray) -> tuple[float, float]:
+    """(min, max) unallocated % over seeds from their allocation %; NaN when none."""
+    vals = 100.0 - allocation[np.isfinite(allocation)]
+    return (float(vals.min()), float(vals.max())) if len(vals) else (math.nan, math.nan)
+
+
+def _unallocated(r: ReplayResult) -> dict[str, float]:
+    cols = r.allocation_columns()
+    return {"unalloc_100": 100.0 - float(cols[100]), "unalloc_130": 100.0 - float(cols[130])}
+
+
+def _is_kvspread(policy: str) -> bool:
+    return policy.startswith("kvspread")
+
+
+def compare_placements(results: Sequence[ReplayResult]) -> list[dict[str, object]]:
+    """Every kvspread policy of the run against every baseline (the policies that are not
+    kvspread's: the published ones and any other), paired by seed, on
+    PLACEMENT_COMPARED (lower unallocated is better): one dict per (candidate, baseline,
+    metric) with `policy`, `baseline` and the `Paired.row()` columns."""
+    per = {p: {r.seed: _unallocated(r) for r in results if r.policy == p} for p in
+           _policies_in_order(results)}  # fmt: skip
+    out: list[dict[str, object]] = []
+    for cand in (p for p in per if _is_kvspread(p)):
+        for base in (p for p in per if not _is_kvspread(p)):
+            seeds = sorted(set(per[cand]) & set(per[base]))
+            for m in PLACEMENT_COMPARED:
+                c = paired(
+                    m.metric,
+                    [per[cand][s][m.metric] for s in seeds],
+                    [per[base][s][m.metric] for s in seeds],
+                )
+                out.append({"policy": cand, "baseline": base, **c.row()})
+    return out
+
+
+def write_comparison_csv(cmp: Sequence[dict[str, object]], path: Path) -> None:
+    """`placement_comparison.csv` (see module docstring); nothing when no kvspread ran."""
+    if not cmp:
+        return
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(cmp[0]))
+        w.writeheader()
+        for row in cmp:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def _name(policy: str) -> str:
+    return DISPLAY_NAMES.get(policy, policy)
+
+
+def placement_verdict(results: Sequence[ReplayResult], cmp: Sequence[dict[str, object]]) -> str:
+    """One sentence: kvspread's unallocated GPU % at 100 % arrived (median and spread over
+    seeds) against FGD's in words with its interval, then every other baseline grouped by
+    verdict, each with its mean paired difference and 95 % interval. Empty when kvspread
+    did not run."""
+    summaries = {s.policy: s for s in summarise(results)}
+    ks = summaries.get("kvspread")
+    if ks is None:
+        return ""
+    spec = COMPARABLE["unalloc_100"]
+    seeds = sorted({r.seed for r in results})
+
+    def spread(s: Summary) -> str:
+        lo, hi = s.range_100
+        return (
+            f"{s.unalloc_100:.2f} % ({lo:.2f} to {hi:.2f} over seeds)"
+            if s.seeds > 1
+            else (f"{s.unalloc_100:.2f} %")
+        )
+
+    mine = [c for c in cmp if c["policy"] == "kvspread" and c["metric"] == "unalloc_100"]
+    text = (
+        f"Placement replay (Alibaba GPU trace `{results[0].trace}`, {len(seeds)} seeds, "
+        f"paired by seed): kvspread left {spread(ks)} of the GPUs unallocated at 100 % "
+        "arrived demand (median)"
+    )
+    fgd = next((c for c in mine if c["baseline"] == "fgd"), None)
+    if fgd is not None:
+        text += f", FGD {spread(summaries['fgd'])}: {in_words(fgd, spec)}"
+    groups: dict[str, list[str]] = {}
+    for c in mine:
+        if c["baseline"] == "fgd":
+            continue
+        verdict = "unresolved" if c["verdict"] == "inconclusive" else str(c["verdict"])
+        lo, hi = float(c["ci_low"]), float(c["ci_high"])  # type: ignore[arg-type]
+        interval = "" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]"
+        groups.setdefault(verdict, []).append(
+            f"{_name(str(c['baseline']))} {c['mean_diff']:+.2f} pp{interval}"
+        )
+    words = {
+        "better": "better than",
+        "worse": "worse than",
+        "unresolved": f"unresolved by {len(seeds)} seeds against",
+        "no significant difference": "no significant difference from",
+    }
+    said = [f"{words.get(v, v)} {', '.join(names)}" for v, names in groups.items()]
+    if said:
+        text += "; " + "; ".join(said)
+    return text + "." + _variant_losses(cmp)
+
+
+def _variant_losses(cmp: Sequence[dict[str, object]]) -> str:
+    """Where the other kvspread policies of the run lose at 100 % arrived: the baselines
+    each is worse than (with the interval), or possibly worse than (unresolved)."""
+    from simulator.serving.stats import bad_side, brief
+
+    spec = COMPARABLE["unalloc_100"]
+    out = []
+    for variant in dict.fromkeys(str(c["policy"]) for c in cmp if c["policy"] != "kvspread"):
+        mine = [c for c in cmp if c["policy"] == variant and c["metric"] == "unalloc_100"]
+        worse = [c for c in mine if c["verdict"] == "worse"]
+        maybe = [c for c in mine if c["verdict"] == "inconclusive" and bad_side(c)]
+        if not worse and not maybe:
+            out.append(f"{_name(variant)} loses to no baseline here.")
+            continue
+        said = [f"worse than {_name(str(c['baseline']))} ({brief(c, spec)})" for c in worse]
+        said += [
+            f"possibly worse than {_name(str(c['baseline']))} ({brief(c, spec)})" for c in maybe
+        ]
+        out.append(f"{_name(variant)} loses: " + ", ".join(said) + ".")
+    return (" " + " ".join(out)) if out else ""
 
 
 def summarise(results: Sequence[ReplayResult]) -> list[Summary]:
@@ -186,6 +324,7 @@ def summarise(results: Sequence[ReplayResult]) -> list[Summary]:
                 published_130=pub[1] if pub else None,
                 pods=sum(r.pods for r in rs),
                 elapsed_s=sum(r.elapsed_s for r in rs),
+                range_100=_range(cols[:, 100]),
             )
         )
     return out
@@ -254,20 +393,58 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}"
 
 
+def _comparison_lines(
+    results: Sequence[ReplayResult], cmp: Sequence[dict[str, object]], heading: str
+) -> list[str]:
+    """The paired table: one row per (kvspread policy, baseline), one column per metric."""
+    from simulator.serving.stats import verdict_legend
+
+    if not cmp:
+        return []
+    by = {(c["policy"], c["baseline"], c["metric"]): c for c in cmp}
+    rows = list(dict.fromkeys((str(c["policy"]), str(c["baseline"])) for c in cmp))
+    head = "| policy | against | " + " | ".join(f"{m.label} (pp)" for m in PLACEMENT_COMPARED)
+    lines = [
+        "",
+        f"{heading}# kvspread against each baseline (paired by seed)",
+        "",
+        "Per-seed difference in unallocated GPU % (kvspread minus the baseline; every policy "
+        "of a seed places the same pods in the same order), mean [95 % CI] and the verdict: "
+        f"{verdict_legend('at least 0.1 pp, about 6 of the 6212 GPUs')}. "
+        "Means of paired differences, so they need not equal the difference of the medians "
+        "above.",
+        "",
+        head + " |",
+        "|---|---|" + "---:|" * len(PLACEMENT_COMPARED),
+    ]
+    for cand, base in rows:
+        cells = [cell(by.get((cand, base, m.metric)), 1.0, "") for m in PLACEMENT_COMPARED]
+        lines.append(f"| {_name(cand)} | {_name(base)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown_report(
     results: Sequence[ReplayResult],
     plots: Sequence[str],
     command: str,
     wall_s: float | None = None,
     heading: str = "#",
+    cmp: Sequence[dict[str, object]] | None = None,
+    where: str = "",
 ) -> str:
-    """The placement section of the report (see module docstring)."""
+    """The placement section of the report (see module docstring); `cmp` is
+    `compare_placements(results)`, computed when not given; `where` prefixes every file the
+    section names (the combined report keeps its parts in sub-folders)."""
     summaries = summarise(results)
+    if cmp is None:
+        cmp = compare_placements(results)
+    verdict = placement_verdict(results, cmp)
     trace = results[0].trace if results else "?"
     seeds = sorted({r.seed for r in results})
     lines = [
         f"{heading} Placement replay: Alibaba GPU trace `{trace}`",
         "",
+        *([verdict, ""] if verdict else []),
         f"Command: `{command}`",
         "",
         f"1213 GPU nodes (6212 GPUs); pods arrive until their GPU demand reaches "
@@ -276,9 +453,9 @@ def markdown_report(
         "seeds, at 100 % and 130 % arrived demand. Published: the FGD artifact's "
         "`analysis_allo_discrete.csv` (Weng et al., USENIX ATC'23).",
         "",
-        "| policy | unallocated @100 % | published @100 % | diff | unallocated @130 % "
-        "| published @130 % |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| policy | unallocated @100 % | min..max over seeds @100 % | published @100 % | diff "
+        "| unallocated @130 % | published @130 % |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         diff = (
@@ -286,11 +463,13 @@ def markdown_report(
             if s.published_100 is not None and math.isfinite(s.unalloc_100)
             else ""
         )
+        lo, hi = s.range_100
         lines.append(
             f"| {DISPLAY_NAMES.get(s.policy, s.policy)} | {_num(s.unalloc_100)} | "
-            f"{_num(s.published_100)} | {diff} | {_num(s.unalloc_130)} | "
-            f"{_num(s.published_130)} |"
+            f"{_num(lo)}..{_num(hi)} | {_num(s.published_100)} | {diff} | "
+            f"{_num(s.unalloc_130)} | {_num(s.published_130)} |"
         )
+    lines += _comparison_lines(results, cmp, heading)
     lines += [
         "",
         "Replay speed (pods placed or rejected per second of one worker, summed over seeds):",
@@ -307,10 +486,12 @@ def markdown_report(
         lines += ["", f"Wall time of this replay: {wall_s:.0f} s."]
     lines += [""]
     for p in plots:
-        lines += [f"![{p}]({p})", ""]
+        lines += [f"![{p}]({where}{p})", ""]
     lines += [
-        "Files: `allocation.csv` (published `analysis_allo_discrete.csv` layout), "
-        "`frag_ratio.csv` (`analysis_frag_ratio_discrete.csv` layout). "
+        f"Files: `{where}allocation.csv` (published `analysis_allo_discrete.csv` layout), "
+        f"`{where}frag_ratio.csv` (`analysis_frag_ratio_discrete.csv` layout)"
+        + (f", `{where}placement_comparison.csv` (the paired comparison)" if cmp else "")
+        + ". "
         "Method and caveats: docs/simulator.md.",
         "",
     ]
@@ -322,12 +503,15 @@ def write_report(
     out_dir: Path,
     command: str,
     wall_s: float | None = None,
+    heading: str = "#",
 ) -> str:
     """Write the CSVs, plots and `placement.md` into `out_dir`; returns the Markdown."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_allocation_csv(results, out_dir / "allocation.csv")
     write_frag_ratio_csv(results, out_dir / "frag_ratio.csv")
+    cmp = compare_placements(results)
+    write_comparison_csv(cmp, out_dir / "placement_comparison.csv")
     plots = write_plots(results, out_dir)
-    md = markdown_report(results, plots, command, wall_s)
+    md = markdown_report(results, plots, command, wall_s, heading, cmp)
     (out_dir / "placement.md").write_text(md)
     return md

@@ -34,11 +34,15 @@ QUICK_DURATION_S = 1200.0
 QUICK_SEEDS = (1, 2, 3)
 
 
-def quick(out_dir: Path, jobs: int = 1, progress: bool = True) -> tuple[str, list[str]]:
+def quick(
+    out_dir: Path, jobs: int = 1, progress: bool = True, link_dir: str = ""
+) -> tuple[str, list[str]]:
     """A representative short run that fits the combined quick report's time budget: the
     bundled real workloads on the small cluster, every placement policy x autoscaler,
-    three seeds, half an hour simulated. Writes serving_* files into `out_dir`; returns
-    the Markdown section and its headline sentences."""
+    three seeds, twenty minutes simulated. Writes serving_* files into `out_dir`; returns
+    the Markdown section and its opening sentences. With `link_dir` (the combined report
+    one folder up, e.g. "serving/"), the returned section names its files under that folder
+    and leaves the opening out, for the caller to put at the top."""
     from simulator.serving import report
     from simulator.serving.autoscalers import AUTOSCALERS
     from simulator.serving.presets import real_workload_mapping
@@ -55,4 +59,18 @@ def quick(out_dir: Path, jobs: int = 1, progress: bool = True) -> tuple[str, lis
     seeds = f"{QUICK_SEEDS[0]}..{QUICK_SEEDS[-1]}"
     command = f"kvspread simulate serving --duration {QUICK_DURATION_S:g} --seeds {seeds}"
     md = write_outputs(exp, Path(out_dir), command)
-    return md, report.headline(exp.summary, report.compare_rows(exp.rows))
+    cmp, each = report.compare_rows(exp.rows), report.compare_goal(exp.rows)
+    if link_dir:
+        md = report.markdown_section(
+            exp.summary,
+            exp.results,
+            command,
+            exp.wall_s,
+            f"{link_dir}serving_",
+            exp.rows,
+            cmp,
+            "##",
+            each,
+            opening=False,
+        )
+    return md, report.headline(exp.summary, cmp, each)

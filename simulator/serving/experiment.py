@@ -142,15 +142,17 @@ def write_outputs(
     """CSV files, plots and the Markdown section into `out`; returns the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
     cmp = report.compare_rows(exp.rows)
+    each = report.compare_goal(exp.rows)
     report.write_csv(out / f"{prefix}summary.csv", exp.summary)
     report.write_csv(out / f"{prefix}runs.csv", exp.rows)
     report.write_csv(out / f"{prefix}comparison.csv", cmp)
+    report.write_csv(out / f"{prefix}kvspread_comparison.csv", each)
     report.write_timeline(out / f"{prefix}timeline.csv", exp.results)
     report.plot_latency(out / f"{prefix}latency.png", exp.results)
     report.plot_replicas(out / f"{prefix}replicas.png", exp.results)
     report.plot_cost(out / f"{prefix}cost.png", exp.summary, exp.rows)
     md = report.markdown_section(
-        exp.summary, exp.results, command, exp.wall_s, prefix, exp.rows, cmp, heading
+        exp.summary, exp.results, command, exp.wall_s, prefix, exp.rows, cmp, heading, each
     )
     routing_cmp = routing_report.compare_routing(exp.rows)
     if routing_cmp:  # more than one routing policy ran

@@ -9,6 +9,18 @@ Latency definitions (docs/serving-simulation.md):
 - SLO compliance per QoS class: share of the class's scored requests that completed with
   end-to-end latency / output tokens <= the class budget (realtime 50 ms, batch 120 ms per
   token; best-effort: completed). Failed, aborted and unfinished requests miss.
+- TTFT: arrival to first output token, completed requests; p50/p90/p99 over a run's scored
+  requests. TPOT: (end-to-end - TTFT) / (output tokens - 1), per completed request with at
+  least 2 output tokens, then mean/p90/p99 over them (vLLM's `vllm/benchmarks/serve.py`
+  definition).
+- SLO goodput per GPU-hour (`slo_goodput_per_gpu_hour`): scored requests that met their
+  class's latency budget (realtime and batch; best-effort has no budget and is left out of
+  both sides, as BLIS leaves a class without SLO targets out), divided by the GPU-hours in
+  use over the scored window, the end of the warm-up to the end of the arrivals
+  (`gpu_hours_scored`: each GPU counts while at least one model-instance pod is bound to
+  it, loading, serving or draining: the provisioned GPUs Dynamo's planner evaluation
+  averages as `avg_gpu`; not the whole cluster, not the memory share). `slo_goodput_rps`
+  is the same count per second of the scored window (BLIS's `goodput_rps`).
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import numpy as np
 
 from simulator.serving.sim import RunResult, TimelineRow
 from simulator.serving.stats import cell, compared
+from simulator.serving.workload import Request
 
 __all__ = [
     "summarise",
@@ -37,7 +50,15 @@ __all__ = [
     "plot_replicas",
     "markdown_section",
     "plot_cost",
+    "cost_figure",
+    "latency_figure",
+    "mean_ci95",
     "headline",
+    "users_table",
+    "USER_COLUMNS",
+    "opening_text",
+    "compare_goal",
+    "goal_baselines",
     "comparison_table",
     "compare_rows",
     "POLICY_STYLE",
@@ -58,7 +79,6 @@ def summarise(result: RunResult) -> dict[str, Any]:
     scored = [r for r in result.requests if r.arrival >= cfg.warmup_s]
     ok = [r for r in scored if r.status == "ok"]
     e2e = np.array([r.finish - r.arrival for r in ok]) if ok else np.array([math.nan])
-    ttft = np.array([r.first_token - r.arrival for r in ok]) if ok else np.array([math.nan])
     n = len(scored)
     oom_len = sum(1 for r in scored if r.status == "oom-len")
     oom_kv = sum(1 for r in scored if r.status == "oom-kv")
@@ -75,7 +95,7 @@ def summarise(result: RunResult) -> dict[str, Any]:
         "p50_e2e_s": float(np.percentile(e2e, 50)),
         "p95_e2e_s": float(np.percentile(e2e, 95)),
         "p99_e2e_s": float(np.percentile(e2e, 99)),
-        "p99_ttft_s": float(np.percentile(ttft, 99)),
+        **_ttft_tpot(ok),
         "oom_rate": (oom_len + oom_kv) / n if n else math.nan,
         "oom_max_model_len": oom_len,
         "oom_kv_pool": oom_kv,
@@ -105,7 +125,50 @@ def summarise(result: RunResult) -> dict[str, Any]:
     for q in QOS_ORDER:
         met, tot = by_qos.get(q, [0, 0])
         row[f"slo_{q}"] = met / tot if tot else math.nan
+    row.update(_goodput(result, sum(by_qos[q][0] for q in BUDGETED_QOS if q in by_qos)))
     return row
+
+
+BUDGETED_QOS = ("realtime", "batch")
+"""The classes with a latency budget: their requests count in the SLO goodput."""
+
+
+def _ttft_tpot(ok: Sequence[Request]) -> dict[str, float]:
+    """TTFT p50/p90/p99 and TPOT mean/p90/p99 of completed requests (module docstring)."""
+    ttft = np.array([r.first_token - r.arrival for r in ok]) if ok else np.array([math.nan])
+    multi = [r for r in ok if r.out > 1]
+    tpot = (
+        np.array([(r.finish - r.first_token) / (r.out - 1) for r in multi])
+        if multi
+        else np.array([math.nan])
+    )
+    p50, p90, p99 = (float(v) for v in np.percentile(ttft, [50, 90, 99]))
+    t90, t99 = (float(v) for v in np.percentile(tpot, [90, 99]))
+    return {
+        "p50_ttft_s": p50,
+        "p90_ttft_s": p90,
+        "p99_ttft_s": p99,
+        "mean_tpot_s": float(np.mean(tpot)),
+        "p90_tpot_s": t90,
+        "p99_tpot_s": t99,
+    }
+
+
+def _goodput(result: RunResult, good: int) -> dict[str, float]:
+    """SLO goodput per GPU-hour in use and per second, over the scored window (module
+    docstring): the timeline's GPUs-in-use samples in (warm-up, warm-up + duration], each
+    standing for the timeline step before it, as the run's own GPU-seconds counter does."""
+    cfg = result.config
+    step = cfg.timeline_step_s
+    end = cfg.warmup_s + cfg.duration_s
+    gpu_s = sum(row.gpus_occupied * step for row in result.timeline if cfg.warmup_s < row.t <= end)
+    window = cfg.duration_s
+    return {
+        "slo_good_requests": good,
+        "gpu_hours_scored": gpu_s / 3600.0,
+        "slo_goodput_per_gpu_hour": good / (gpu_s / 3600.0) if gpu_s > 0 else math.nan,
+        "slo_goodput_rps": good / window if window > 0 else math.nan,
+    }
 
 
 def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -151,19 +214,24 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 def _fmt(fmt: str, v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
+    if fmt == "ms":
+        return f"{1000 * v:.1f}"
     return fmt.format(v)
 
 
-def markdown_table(agg: Sequence[dict[str, Any]]) -> str:
-    """One row per (policy, autoscaler[, routing]); the routing column only when the run
-    has more than one routing policy."""
+def markdown_table(
+    agg: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]] = TABLE_COLUMNS
+) -> str:
+    """One row per (policy, autoscaler[, routing]) with `columns` (key, title, format; the
+    format "ms" shows seconds in milliseconds); the routing column only when the run has
+    more than one routing policy."""
     routed = len({a.get("routing", "") for a in agg}) > 1
     head = "| policy | autoscaler | " + ("routing | " if routed else "")
-    head += " | ".join(c[1] for c in TABLE_COLUMNS) + " |"
-    sep = "|---|---|" + ("---|" if routed else "") + "---:|" * len(TABLE_COLUMNS)
+    head += " | ".join(c[1] for c in columns) + " |"
+    sep = "|---|---|" + ("---|" if routed else "") + "---:|" * len(columns)
     lines = [head, sep]
     for a in agg:
-        cells = [_fmt(fmt, a.get(key)) for key, _, fmt in TABLE_COLUMNS]
+        cells = [_fmt(fmt, a.get(key)) for key, _, fmt in columns]
         route = f"{a.get('routing', '')} | " if routed else ""
         lines.append(
             f"| {a['policy']} | {a.get('autoscaler', '')} | {route}" + " | ".join(cells) + " |"
@@ -271,49 +339,101 @@ def _log_axis(ax) -> None:  # type: ignore[no-untyped-def]
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
 
 
+def _per_token_p95(
+    res: RunResult, service: str, window_s: float = 60.0
+) -> tuple[list[float], list[float]]:
+    """(minutes, p95 of end-to-end latency per output token) of the completed requests of
+    `service` that finished in each `window_s` window: the quantity the SLO scores."""
+    done = [
+        (r.finish, (r.finish - r.arrival) / max(1, r.out))
+        for r in res.requests
+        if r.service == service and r.status == "ok"
+    ]
+    if not done:
+        return [], []
+    finish = np.array([d[0] for d in done])
+    per_tok = np.array([d[1] for d in done])
+    edges = np.arange(0.0, float(finish.max()) + window_s, window_s)
+    which = np.digitize(finish, edges)
+    t, y = [], []
+    for k in range(1, len(edges) + 1):
+        sel = per_tok[which == k]
+        if len(sel):
+            t.append(float(edges[k - 1] + window_s) / 60.0)
+            y.append(float(np.percentile(sel, 95)))
+    return t, y
+
+
 def plot_latency(path: Path, results: Sequence[RunResult]) -> None:
-    """p95 end-to-end latency per service over time (the adapter's SLI, 60 s window),
-    one line per policy, first seed; the dashed line is the service's p95 target."""
+    """`latency_figure` saved to `path`."""
+    _save(latency_figure(results), path)
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+
+
+def latency_figure(results: Sequence[RunResult]) -> Any:
+    """Per service, two panels, one line per policy, first seed: left, p95 end-to-end latency
+    (the adapter's SLI, 60 s window) with the HPA's p95 target dashed; right, p95 latency per
+    output token of the requests finished in each 60 s with the scored SLO budget dashed."""
     plt = _plt()
     runs = _plotted_runs(results)
     cfg = runs[0].config
     services = list(cfg.services)
-    fig, axes = plt.subplots(len(services), 1, figsize=(9, 2.5 * len(services)), sharex=True)
-    axes = np.atleast_1d(axes)
-    for ax, s in zip(axes, services, strict=True):
+    fig, axes = plt.subplots(
+        len(services), 2, figsize=(12, 2.6 * len(services)), sharex=True, squeeze=False
+    )
+    for (ax, tok_ax), s in zip(axes, services, strict=True):
         for res in runs:
             colour, marker = _style(res.policy)
             t = [row.t / 60.0 for row in res.timeline]
             y = [np.nan if row.p95_s.get(s) is None else row.p95_s[s] for row in res.timeline]
-            ax.plot(
-                t,
-                y,
-                label=res.policy,
-                linewidth=1.0,
-                color=colour,
-                marker=marker,
-                markevery=max(1, len(t) // 12),
-                markersize=4,
-            )
+            style = {
+                "label": res.policy,
+                "linewidth": 1.0,
+                "color": colour,
+                "marker": marker,
+                "markersize": 4,
+            }
+            ax.plot(t, y, markevery=max(1, len(t) // 12), **style)
+            tt, ty = _per_token_p95(res, s)
+            tok_ax.plot(tt, [1000 * v for v in ty], markevery=max(1, len(tt) // 12), **style)
         targets = [
             m.value
             for m in cfg.services[s].metrics
             if m.metric == "kvspread_request_latency_p95_seconds"
         ]
         for v in targets:
-            ax.axhline(v, color="black", linestyle="--", linewidth=0.8, label="p95 target (SLO)")
-        ax.set_ylabel(f"{s}\np95 (s)")
-        _log_axis(ax)
-        ax.grid(True, alpha=0.3, which="both")
-    axes[0].legend(loc="upper right", fontsize=7, ncol=2)
-    axes[0].set_title(
-        f"p95 end-to-end latency (60 s window), autoscaler {runs[0].autoscaler}, "
-        f"seed {runs[0].seed}"
+            ax.axhline(
+                v, color="black", linestyle="--", linewidth=0.8, label=f"HPA p95 target {v:g} s"
+            )
+        budget = _budget(runs[0], cfg.services[s].qos)
+        if math.isfinite(budget):
+            tok_ax.axhline(
+                1000 * budget,
+                color="black",
+                linestyle="--",
+                linewidth=0.8,
+                label=f"scored SLO {1000 * budget:g} ms / token",
+            )
+        ax.set_ylabel(f"{s}\np95 e2e (s)")
+        tok_ax.set_ylabel("p95 e2e per token (ms)")
+        for a in (ax, tok_ax):
+            _log_axis(a)
+            a.grid(True, alpha=0.3, which="both")
+            a.legend(loc="upper right", fontsize=6, ncol=2)
+    axes[0][0].set_title("p95 end-to-end latency (60 s window); dashed: HPA target", fontsize=9)
+    axes[0][1].set_title(
+        "p95 latency per output token (requests finished per 60 s); dashed: scored SLO",
+        fontsize=9,
     )
-    axes[-1].set_xlabel("simulated time (min)")
+    fig.suptitle(f"autoscaler {runs[0].autoscaler}, seed {runs[0].seed}", fontsize=10)
+    for a in axes[-1]:
+        a.set_xlabel("simulated time (min)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def _replicas(service: str, row: TimelineRow) -> int:
@@ -364,12 +484,33 @@ def plot_replicas(path: Path, results: Sequence[RunResult]) -> None:
     plt.close(fig)
 
 
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width of its 95 % Student t interval) of per-seed values; half-width
+    NaN with fewer than two."""
+    from simulator.serving.stats import t_quantile_975
+
+    xs = np.array([v for v in values if not math.isnan(v)], dtype=float)
+    if len(xs) == 0:
+        return math.nan, math.nan
+    if len(xs) < 2:
+        return float(xs[0]), math.nan
+    half = t_quantile_975(len(xs) - 1) * float(np.std(xs, ddof=1)) / math.sqrt(len(xs))
+    return float(np.mean(xs)), half
+
+
 def plot_cost(path: Path, agg: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> None:
+    """`cost_figure` saved to `path`."""
+    _save(cost_figure(agg, rows), path)
+
+
+def cost_figure(agg: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> Any:
     """Realtime SLO attainment against GPU-hours in use, one point per (policy,
-    autoscaler): mean over seeds, bars one standard deviation across seeds."""
+    autoscaler): mean over seeds, bars the 95 % confidence interval of that mean (Student t
+    over the seeds, each pair on its own), as the legend and the report say."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
     routed = len({a.get("routing", "") for a in agg}) > 1
+    n_seeds = 0
     for a in agg:
         vals = [
             (float(r["gpu_hours_occupied"]), float(r["slo_realtime"]))
@@ -378,14 +519,17 @@ def plot_cost(path: Path, agg: Sequence[dict[str, Any]], rows: Sequence[dict[str
             and r["autoscaler"] == a["autoscaler"]
             and r.get("routing", "") == a.get("routing", "")
         ]
-        xs, ys = np.array([v[0] for v in vals]), np.array([v[1] for v in vals])
+        n_seeds = max(n_seeds, len(vals))
+        x, xh = mean_ci95([v[0] for v in vals])
+        y, yh = mean_ci95([v[1] for v in vals])
         colour, _ = _style(a["policy"])
         marker = AUTOSCALER_MARKER.get(a["autoscaler"], "P")
         ax.errorbar(
-            float(np.mean(xs)),
-            100 * float(np.mean(ys)),
-            xerr=float(np.std(xs)) if len(xs) > 1 else None,
-            yerr=100 * float(np.std(ys)) if len(ys) > 1 else None,
+            x,
+            100 * y,
+            xerr=None if math.isnan(xh) else xh,
+            # a share's interval is drawn within 0..100 %
+            yerr=None if math.isnan(yh) else [[100 * min(yh, y)], [100 * min(yh, 1.0 - y)]],
             color=colour,
             marker=marker,
             markersize=7,
@@ -394,24 +538,50 @@ def plot_cost(path: Path, agg: Sequence[dict[str, Any]], rows: Sequence[dict[str
             label=f"{a['policy']} + {a['autoscaler']}"
             + (f" + {a.get('routing', '')}" if routed else ""),
         )
-    ax.set_xlabel("GPU-hours (GPUs hosting a model instance)")
+    ax.set_xlabel("GPU-hours in use (GPUs hosting a model instance; gpu_hours_occupied)")
     ax.set_ylabel("realtime SLO met (%)")
-    ax.set_title("What the SLO costs: each (placement, autoscaler) pair")
+    bars = (
+        f"bars: 95 % CI of the mean over {n_seeds} seeds (Student t; SLO bars cut at 100 %)"
+        if n_seeds > 1
+        else "one seed: no bars"
+    )
+    ax.set_title(f"What the SLO costs: each (placement, autoscaler) pair\n{bars}", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 BASELINE = ("kube-default", "request-rate")
 """What the comparison is against: kube-scheduler's default scoring with a request-rate
 HPA, a cluster without kvspread."""
 GOAL = ("kvspread", "slo")
+PLACEMENT_ONLY = ("kvspread", "request-rate")
 COMPARED: Final = compared(
-    "slo_realtime", "slo_batch", "mean_e2e_s", "gpu_hours_occupied", "oom_rate", "failed_starts"
+    "slo_realtime",
+    "slo_batch",
+    "slo_goodput_per_gpu_hour",
+    "mean_e2e_s",
+    "p90_ttft_s",
+    "mean_tpot_s",
+    "gpu_hours_occupied",
+    "oom_rate",
+    "failed_starts",
 )
-"""The columns of the paired comparison table."""
+"""The columns of the paired comparison tables (and what "where it loses" looks at)."""
+CSV_COMPARED: Final = COMPARED + compared(
+    "p50_ttft_s", "p99_ttft_s", "p90_tpot_s", "p99_tpot_s", "p99_e2e_s"
+)
+"""What the comparison CSVs hold: the tables' metrics, then the other TTFT and TPOT
+percentiles and the p99 end-to-end latency."""
+
+
+def _first_routing(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the run's first routing policy (routing_report compares routings)."""
+    if not rows:
+        return []
+    first = rows[0].get("routing", "")
+    return [r for r in rows if r.get("routing", "") == first]
 
 
 def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -419,22 +589,51 @@ def compare_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     under one routing policy: the first of the run (routing_report compares routings)."""
     from simulator.serving.stats import compare
 
-    if rows:
-        first = rows[0].get("routing", "")
-        rows = [r for r in rows if r.get("routing", "") == first]
-    return compare(rows, BASELINE, [c.metric for c in COMPARED])
+    return compare(_first_routing(rows), BASELINE, [c.metric for c in CSV_COMPARED])
 
 
-def comparison_table(cmp: Sequence[dict[str, Any]]) -> str:
-    """One row per pair, one column per metric: mean difference [95 % CI] verdict."""
+def goal_baselines(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """What kvspread + slo is held against for "where it loses": BASELINE, then every other
+    placement policy of the run under the same autoscaler (slo), in the run's order."""
+    pairs = list(dict.fromkeys((str(r["policy"]), str(r["autoscaler"])) for r in rows))
+    same = [p for p in pairs if p[1] == GOAL[1] and p != GOAL and p != BASELINE]
+    return [p for p in [BASELINE, *same] if p in pairs]
+
+
+def compare_goal(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """kvspread + slo against each of `goal_baselines`, paired by seed, one dict per
+    (baseline, metric) with `baseline_policy` and `baseline_autoscaler` columns; empty when
+    the run has no kvspread + slo."""
+    from simulator.serving.stats import compare
+
+    rows = _first_routing(rows)
+    if not any((r["policy"], r["autoscaler"]) == GOAL for r in rows):
+        return []
+    out: list[dict[str, Any]] = []
+    for base in goal_baselines(rows):
+        for c in compare(rows, base, [m.metric for m in CSV_COMPARED]):
+            if (c["policy"], c["autoscaler"]) == GOAL:
+                out.append({**c, "baseline_policy": base[0], "baseline_autoscaler": base[1]})
+    return out
+
+
+def comparison_table(cmp: Sequence[dict[str, Any]], against: bool = False) -> str:
+    """One row per pair, one column per metric: mean difference [95 % CI] verdict. With
+    `against`, one row per baseline of `compare_goal` instead."""
     if not cmp:
         return ""
-    pairs = list(dict.fromkeys((c["policy"], c["autoscaler"]) for c in cmp))
-    by = {(c["policy"], c["autoscaler"], c["metric"]): c for c in cmp}
-    head = "| policy | autoscaler | " + " | ".join(c.label for c in COMPARED) + " |"
-    lines = [head, "|---|---|" + "---:|" * len(COMPARED)]
-    for p, a in pairs:
-        cells = [cell(by.get((p, a, c.metric)), c.factor, c.unit) for c in COMPARED]
+    if against:
+        keys = list(dict.fromkeys((c["baseline_policy"], c["baseline_autoscaler"]) for c in cmp))
+        by = {(c["baseline_policy"], c["baseline_autoscaler"], c["metric"]): c for c in cmp}
+        first = "| against | autoscaler | "
+    else:
+        keys = list(dict.fromkeys((c["policy"], c["autoscaler"]) for c in cmp))
+        by = {(c["policy"], c["autoscaler"], c["metric"]): c for c in cmp}
+        first = "| policy | autoscaler | "
+    head = first + " | ".join(f"{c.label} ({c.unit})" if c.unit else c.label for c in COMPARED)
+    lines = [head + " |", "|---|---|" + "---:|" * len(COMPARED)]
+    for p, a in keys:
+        cells = [cell(by.get((p, a, c.metric)), c.factor, "") for c in COMPARED]
         lines.append(f"| {p} | {a} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -452,20 +651,82 @@ def _verdict(
     )
 
 
-def _diff_text(c: dict[str, Any] | None, factor: float, unit: str) -> str:
-    if c is None or math.isnan(c["mean_diff"]):
-        return "not compared"
-    d = f"{c['mean_diff'] * factor:+.1f}{(' ' + unit) if unit else ''}"
-    if math.isnan(c["ci_low"]):
-        return f"{d} (one seed, no confidence interval)"
-    word = {"no significant difference": "no significant difference"}.get(
-        c["verdict"], c["verdict"]
-    )
-    return f"{d}, 95 % CI {c['ci_low'] * factor:+.1f} to {c['ci_high'] * factor:+.1f}: {word}"
+def _value(metric: str, v: float) -> str:
+    """A summary value as the opening shows it."""
+    if math.isnan(v):
+        return "-"
+    if metric.startswith("slo_") and metric != "slo_goodput_per_gpu_hour":
+        return f"{100 * v:.1f} %"
+    if metric == "slo_goodput_per_gpu_hour":
+        return f"{v:,.0f}"
+    if metric.endswith("_tpot_s"):
+        return f"{1000 * v:.1f}"
+    return f"{v:.2f}"
 
 
-def headline(agg: Sequence[dict[str, Any]], cmp: Sequence[dict[str, Any]]) -> list[str]:
-    """Three to five plain sentences: what kvspread buys, where it loses, how sure."""
+_OPENING_UNIT = {
+    "slo_realtime": "",
+    "gpu_hours_occupied": " GPU-h",
+    "slo_goodput_per_gpu_hour": " requests within SLO per GPU-hour",
+    "p90_ttft_s": " s",
+    "mean_tpot_s": " ms",
+}
+
+
+OPENING_METRICS = (
+    ("slo_realtime", "realtime SLO met"),
+    ("gpu_hours_occupied", "GPU-hours in use"),
+    ("slo_goodput_per_gpu_hour", "SLO goodput"),
+    ("p90_ttft_s", "p90 TTFT"),
+    ("mean_tpot_s", "mean TPOT"),
+)
+"""What the opening's first sentence states for kvspread + slo against the baseline."""
+
+
+def _losses(each: Sequence[dict[str, Any]]) -> str:
+    """'Where it loses': per baseline of `compare_goal`, the metrics kvspread + slo is worse
+    on (with the interval), then those pointing the bad way that this run cannot resolve
+    (with the seeds that would). It reads the tables' metrics (COMPARED), not every
+    percentile of the CSVs, so that one latency loss is not said three times."""
+    from simulator.serving.stats import COMPARABLE, bad_side, brief
+
+    shown = {c.metric for c in COMPARED}
+    parts = []
+    for bp, ba in dict.fromkeys((c["baseline_policy"], c["baseline_autoscaler"]) for c in each):
+        mine = [
+            c
+            for c in each
+            if (c["baseline_policy"], c["baseline_autoscaler"]) == (bp, ba) and c["metric"] in shown
+        ]
+        worse = [brief(c, COMPARABLE[c["metric"]]) for c in mine if c["verdict"] == "worse"]
+        maybe = [
+            brief(c, COMPARABLE[c["metric"]])
+            for c in mine
+            if c["verdict"] == "inconclusive" and bad_side(c)
+        ]
+        said = []
+        if worse:
+            said.append("worse on " + ", ".join(worse))
+        if maybe:
+            said.append("possibly worse, unresolved, on " + ", ".join(maybe))
+        parts.append(
+            f"against {bp} + {ba}, "
+            + ("; ".join(said) if said else "no loss on the compared metrics")
+        )
+    return ("Where kvspread + slo loses: " + "; ".join(parts) + ".") if parts else ""
+
+
+def headline(
+    agg: Sequence[dict[str, Any]],
+    cmp: Sequence[dict[str, Any]],
+    each: Sequence[dict[str, Any]] = (),
+) -> list[str]:
+    """The opening, four or five plain sentences: what kvspread + slo buys against the
+    baseline, placement alone, where kvspread loses against each baseline (`each`, from
+    `compare_goal`), how sure. An unresolved difference is said to be one, with the seeds
+    it needs, never called "no significant difference"."""
+    from simulator.serving.stats import COMPARABLE, in_words
+
     base, goal = _find(agg, BASELINE), _find(agg, GOAL)
     seeds = int(max((a["seeds"] for a in agg), default=0))
     out: list[str] = []
@@ -474,48 +735,41 @@ def headline(agg: Sequence[dict[str, Any]], cmp: Sequence[dict[str, Any]]) -> li
             "This run does not include both kvspread + slo and the kube-default + "
             "request-rate baseline, so it makes no claim about what kvspread buys."
         ]
+    said = []
+    for metric, label in OPENING_METRICS:
+        spec = COMPARABLE[metric]
+        said.append(
+            f"{label} {_value(metric, goal.get(metric, math.nan))} against "
+            f"{_value(metric, base.get(metric, math.nan))}{_OPENING_UNIT[metric]} "
+            f"({in_words(_verdict(cmp, GOAL, metric), spec)})"
+        )
     out.append(
-        f"kvspread placement with SLO autoscaling met the realtime SLO for "
-        f"{100 * goal['slo_realtime']:.1f} % of requests, against "
-        f"{100 * base['slo_realtime']:.1f} % for kube-default placement with request-rate "
-        f"autoscaling ({_diff_text(_verdict(cmp, GOAL, 'slo_realtime'), 100, 'pp')})."
+        "kvspread placement with SLO autoscaling (kvspread + slo) against kube-default "
+        "placement with request-rate autoscaling (kube-default + request-rate, no kvspread): "
+        + "; ".join(said)
+        + "."
     )
-    out.append(
-        f"It used {goal['gpu_hours_occupied']:.1f} GPU-hours against "
-        f"{base['gpu_hours_occupied']:.1f} "
-        f"({_diff_text(_verdict(cmp, GOAL, 'gpu_hours_occupied'), 1, 'h')}), with "
-        f"{100 * goal['oom_rate']:.2f} % OOM requests against {100 * base['oom_rate']:.2f} % "
-        f"and {goal['failed_starts']:.1f} failed starts against {base['failed_starts']:.1f}."
-    )
-    placement_only = _verdict(cmp, ("kvspread", "request-rate"), "slo_realtime")
-    if placement_only is not None:
+    if _find(agg, PLACEMENT_ONLY) is not None:
+        alone = [
+            f"{COMPARABLE[m].label} {in_words(_verdict(cmp, PLACEMENT_ONLY, m), COMPARABLE[m])}"
+            for m in ("slo_realtime", "gpu_hours_occupied", "slo_goodput_per_gpu_hour")
+        ]
         out.append(
-            "Placement alone (kvspread + request-rate against the baseline) changed the "
-            f"realtime SLO by {_diff_text(placement_only, 100, 'pp')}."
+            "Placement alone (kvspread + request-rate against the baseline): "
+            + "; ".join(alone)
+            + "."
         )
-    losses = [
-        c
-        for c in cmp
-        if c["policy"] == "kvspread" and c["verdict"] == "worse" and c["autoscaler"] == "slo"
-    ]
-    best = max(agg, key=lambda a: a["slo_realtime"] if not math.isnan(a["slo_realtime"]) else -1)
-    lose = []
-    if losses:
-        lose.append(
-            "kvspread + slo is worse than the baseline on "
-            + ", ".join(c.label for c in COMPARED if any(x["metric"] == c.metric for x in losses))
-        )
-    if (best["policy"], best["autoscaler"]) != GOAL:
-        lose.append(
-            f"the best realtime SLO of this run came from {best['policy']} + "
-            f"{best['autoscaler']} ({100 * best['slo_realtime']:.1f} %)"
-        )
-    if lose:
-        out.append("Where it loses: " + "; ".join(lose) + ".")
+    loses = _losses(each)
+    if loses:
+        out.append(loses)
     if seeds > 1:
         out.append(
-            f"How sure: {seeds} seeds; every pair ran on the same arrivals per seed, and the "
-            "intervals are 95 % Student t intervals of the per-seed differences."
+            f"How sure: {seeds} seeds; every pair ran on the same arrivals per seed; the "
+            "intervals are 95 % Student t intervals of the per-seed differences; "
+            f'"{seeds} seeds cannot tell" and "unresolved" mean the difference is material '
+            'but this run is too small to decide, not that there is none, and "~N" is about '
+            "how many seeds would decide it if the per-seed spread stays as observed "
+            "(docs/evaluation.md has the 10-seed tables)."
         )
     else:
         out.append(
@@ -523,6 +777,31 @@ def headline(agg: Sequence[dict[str, Any]], cmp: Sequence[dict[str, Any]]) -> li
             "use the 10-seed tables (docs/evaluation.md) for claims."
         )
     return out
+
+
+USER_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("slo_goodput_per_gpu_hour", "SLO goodput (req / GPU-h)", "{:,.0f}"),
+    ("slo_good_requests", "requests within SLO", "{:,.0f}"),
+    ("gpu_hours_scored", "GPU-h in use, scored window", "{:.2f}"),
+    ("p50_ttft_s", "p50 TTFT (s)", "{:.2f}"),
+    ("p90_ttft_s", "p90 TTFT (s)", "{:.2f}"),
+    ("p99_ttft_s", "p99 TTFT (s)", "{:.2f}"),
+    ("mean_tpot_s", "mean TPOT (ms)", "ms"),
+    ("p90_tpot_s", "p90 TPOT (ms)", "ms"),
+    ("p99_tpot_s", "p99 TPOT (ms)", "ms"),
+)
+"""The second table: what users compare serving systems by (SLO goodput per GPU-hour as
+Dynamo's planner evaluation and BLIS report it, TTFT and TPOT percentiles)."""
+
+
+def users_table(agg: Sequence[dict[str, Any]]) -> str:
+    """One row per (policy, autoscaler[, routing]) with USER_COLUMNS."""
+    return markdown_table(agg, USER_COLUMNS)
+
+
+def opening_text(sentences: Sequence[str]) -> str:
+    """The opening as Markdown: one bullet per sentence."""
+    return "\n".join(f"- {s}" for s in sentences)
 
 
 def markdown_section(
@@ -534,8 +813,14 @@ def markdown_section(
     rows: Sequence[dict[str, Any]] = (),
     cmp: Sequence[dict[str, Any]] = (),
     heading: str = "##",
+    each: Sequence[dict[str, Any]] = (),
+    opening: bool = True,
 ) -> str:
-    """The report section: headline, setup, tables, plots, command."""
+    """The report section: opening (unless `opening` is False: the combined report puts
+    it at its top), setup, tables, plots, command. `prefix` starts every file name the
+    section names."""
+    from simulator.serving.stats import VERDICT_LEGEND
+
     cfg = results[0].config
     seeds = sorted({r.seed for r in results})
     n_req = sum(a["requests"] * a["seeds"] for a in agg)
@@ -564,11 +849,14 @@ def markdown_section(
     if len(set(c.nvlink)) > 1 or any(c.nvlink_island_gpus):
         nv = sum(1 for i in range(c.nodes) if c.nvlink[i % len(c.nvlink)])
         sharing += f", NVLink on {nv} of {c.nodes} nodes"
+    budgets = (
+        f"realtime {1000 * cfg.slo.realtime_s:.0f} ms, batch {1000 * cfg.slo.batch_s:.0f} ms "
+        "per output token"
+    )
     lines = [
         f"{heading} Serving simulation",
         "",
-        *([" ".join(headline(agg, cmp))] if cmp else []),
-        "",
+        *([opening_text(headline(agg, cmp, each)), ""] if cmp and opening else []),
         f"{c.nodes} nodes x {c.gpus_per_node} {cfg.gpu.name}, {sharing}; services "
         + ", ".join(
             f"`{n}` ({s.kind}, {s.model}, {s.qos}, {s.gpu_memory_gib:g}Gi"
@@ -586,35 +874,75 @@ def markdown_section(
         "",
         "End-to-end latency: arrival to last token of completed requests. OOM: the request "
         "exceeds `max_model_len` or its instance's whole KV pool. SLO: completed with "
-        "end-to-end latency / output tokens within the class budget (realtime "
-        f"{1000 * cfg.slo.realtime_s:.0f} ms, batch {1000 * cfg.slo.batch_s:.0f} ms per token). "
-        "GPU-h (memory share): pod lifetime x its `gpu-memory` share of a GPU x its GPUs; GPU-h (GPUs "
-        "in use): time a GPU hosts at least one model instance. Step slow-down from sharing: "
-        "busy-time mean of the engines' time-slicing factor (1 + busy co-tenants on the GPU). "
-        "Unschedulable pod-s: time new pods waited for a GPU with room.",
+        f"end-to-end latency / output tokens within the class budget ({budgets}). "
+        "GPU-h (memory share): pod lifetime x its `gpu-memory` share of a GPU x its GPUs; "
+        "GPU-h (GPUs in use): time a GPU hosts at least one model instance, whole run. Step "
+        "slow-down from sharing: busy-time mean of the engines' time-slicing factor (1 + busy "
+        "co-tenants on the GPU). Unschedulable pod-s: time new pods waited for a GPU with "
+        "room.",
+        "",
+        f"{heading}# What users compare: SLO goodput per GPU-hour, TTFT, TPOT",
+        "",
+        users_table(agg),
+        "",
+        "SLO goodput: scored requests of the classes with a latency budget (realtime, batch) "
+        "that completed within it, per GPU-hour in use over the scored window (end of warm-up "
+        "to the end of the arrivals; a GPU counts while a model-instance pod is bound to it: the "
+        "provisioned GPUs, as Dynamo's planner evaluation divides goodput by its time-averaged "
+        "`avg_gpu`; BLIS counts goodput as requests meeting every SLO target, per second). "
+        "TTFT: arrival to first token; TPOT: (end-to-end - TTFT) / (output tokens - 1), "
+        "requests with at least 2 output tokens (vLLM's benchmark definition); percentiles "
+        "over a run's completed scored requests, then the mean over seeds.",
         "",
     ]
     if cmp:
         lines += [
             f"{heading}# Against kube-default + request-rate (paired by seed)",
             "",
-            "Mean per-seed difference (pair minus baseline) [95 % CI] and the verdict it "
-            "supports: better, worse, or n.s. (no significant difference: the interval "
-            "contains 0). pp: percentage points.",
+            "Mean per-seed difference (pair minus baseline) [95 % CI] and the verdict: "
+            f"{VERDICT_LEGEND}. pp: percentage points.",
             "",
             comparison_table(cmp),
             "",
         ]
+    if each:
+        lines += [
+            f"{heading}# kvspread + slo against each baseline (paired by seed)",
+            "",
+            "kvspread + slo minus the baseline named in the row, same arrivals per seed; the "
+            "other placement policies under the same autoscaler are the fair placement "
+            "baselines, kube-default + request-rate the cluster without kvspread.",
+            "",
+            comparison_table(each, against=True),
+            "",
+        ]
+    n_seeds = len(seeds)
+    bars = (
+        f"bars: 95 % confidence interval of the mean over the {n_seeds} seeds (Student t, "
+        "each pair on its own; the paired differences above are usually tighter)"
+        if n_seeds > 1
+        else "one seed: no bars"
+    )
     lines += [
         f"![SLO attainment against GPU-hours]({prefix}cost.png)",
         "",
-        f"![p95 latency over time]({prefix}latency.png)",
+        f"Realtime SLO met against GPU-hours in use, one point per pair, mean over seeds; {bars}.",
+        "",
+        f"![latency over time against the HPA target and the scored SLO]({prefix}latency.png)",
+        "",
+        "Per service, first seed of each placement under one autoscaler. Left: p95 end-to-end "
+        "latency over 60 s (the adapter's SLI); dashed: the service's HPA p95 target (what the "
+        "`slo` autoscaler scales on; not the scored SLO). Right: p95 of end-to-end latency per "
+        "output token of the requests that finished in each 60 s; dashed: the scored SLO "
+        f"budget of the service's class ({budgets}).",
         "",
         f"![replicas over time]({prefix}replicas.png)",
         "",
         f"Command: `{command}`; {n_req:,.0f} scored requests simulated in {wall_s:.0f} s of "
         f"wall time for this section. Files: `{prefix}summary.csv`, `{prefix}runs.csv`, "
-        f"`{prefix}comparison.csv`, `{prefix}timeline.csv`.",
+        f"`{prefix}comparison.csv`"
+        + (f", `{prefix}kvspread_comparison.csv`" if each else "")
+        + f", `{prefix}timeline.csv`.",
         "",
     ]
     return "\n".join(lines)

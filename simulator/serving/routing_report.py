@@ -15,15 +15,18 @@ from typing import Any, Final
 
 from router.config import MetricsConfig
 from simulator.serving.routing import BASELINE_ROUTING
-from simulator.serving.stats import COMPARABLE, cell, compared, paired
+from simulator.serving.stats import COMPARABLE, VERDICT_LEGEND, cell, compared, paired
 
-__all__ = ["compare_routing", "section", "DESIGN_NOTES", "ROUTING_COMPARED"]
+__all__ = ["compare_routing", "section", "DESIGN_NOTES", "ROUTING_COMPARED", "ROUTING_METRICS"]
 
 ROUTING_COMPARED: Final = (
     COMPARABLE["mean_e2e_s"].in_ms(),
     *compared(
         "p99_e2e_s",
+        "p90_ttft_s",
         "p99_ttft_s",
+        "mean_tpot_s",
+        "slo_goodput_per_gpu_hour",
         "oom_rate",
         "slo_realtime",
         "slo_batch",
@@ -32,6 +35,13 @@ ROUTING_COMPARED: Final = (
     ),
 )
 """The columns of the routing comparison (mean e2e in ms: routing moves it by ms)."""
+ROUTING_METRICS: Final = tuple(c.metric for c in ROUTING_COMPARED) + (
+    "p50_ttft_s",
+    "p90_tpot_s",
+    "p99_tpot_s",
+)
+"""What `serving_routing_comparison.csv` compares: the table's columns, then the other TTFT
+and TPOT percentiles."""
 
 DESIGN_NOTES: tuple[tuple[str, float, float], ...] = (
     ("round-robin", 1842.0, 7.2),
@@ -51,7 +61,7 @@ def _baseline(routings: Sequence[str]) -> str:
 
 def compare_routing(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (placement, autoscaler): each routing minus round-robin (or the run's first
-    routing when round-robin did not run), per seed, on ROUTING_COMPARED. Empty when the
+    routing when round-robin did not run), per seed, on ROUTING_METRICS. Empty when the
     run has one routing policy."""
     routings = list(dict.fromkeys(str(r.get("routing", "")) for r in rows))
     if len(routings) < 2:
@@ -67,7 +77,7 @@ def compare_routing(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             if routing == base:
                 continue
             seeds = sorted(set(runs) & set(ref))
-            for metric in (c.metric for c in ROUTING_COMPARED):
+            for metric in ROUTING_METRICS:
                 p = paired(
                     metric,
                     [float(runs[s][metric]) for s in seeds],
@@ -119,6 +129,8 @@ def _design_notes_text(rows: list[dict[str, Any]], cmp: Sequence[dict[str, Any]]
             how = f"is faster than round-robin by {-rel:.1f} %, a significant difference"
         elif ks["verdict"] == "worse":
             how = f"is slower than round-robin by {rel:.1f} %, a significant difference"
+        elif ks["verdict"] == "inconclusive":
+            how = f"differs from round-robin by {rel:+.1f} %, which this run is too small to tell"
         else:
             how = f"differs from round-robin by {rel:+.1f} %, not a significant difference"
         text.append(
@@ -154,7 +166,7 @@ def section(
         "",
         f"Each routing policy against {base} under the same placement policy and autoscaler, "
         f"on the same arrivals per seed ({seeds} seeds): mean per-seed difference [95 % CI] "
-        "and the verdict it supports (better, worse, or n.s.: the interval contains 0). "
+        f"and the verdict ({VERDICT_LEGEND}). "
         f"`kv-queue` and `kvspread` read replica metrics scraped every {every:g} s (the "
         f"router's default), so they see queues and KV usage up to {every:g} s old; "
         "`least-request` counts in-flight requests itself (exact); `round-robin` reads "

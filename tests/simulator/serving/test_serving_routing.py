@@ -34,9 +34,8 @@ from simulator.serving.routing import (
     request_body,
     vllm_metrics_text,
 )
-from simulator.serving.routing_report import compare_routing
+from simulator.serving.routing_report import ROUTING_METRICS, compare_routing
 from simulator.serving.sim import Simulation
-from simulator.serving.stats import Compared
 from simulator.serving.workload import Request
 
 CFG = default_config()
@@ -317,7 +316,7 @@ def test_routing_column_and_comparison(tmp_path: Path) -> None:
 
 def test_compare_routing_verdicts_follow_the_interval() -> None:
     def row(routing: str, seed: int, e2e: float) -> dict[str, Any]:
-        base = {m: 0.5 for m, *_ in routing_report_metrics()}
+        base = {m: 0.5 for m in ROUTING_METRICS}
         return {
             **base,
             "policy": "p",
@@ -333,12 +332,6 @@ def test_compare_routing_verdicts_follow_the_interval() -> None:
     by = {(c["routing"], c["metric"]): c for c in compare_routing(rows)}
     assert by[("kvspread", "mean_e2e_s")]["verdict"] == "better"
     assert by[("kv-queue", "mean_e2e_s")]["verdict"] == "no significant difference"
-
-
-def routing_report_metrics() -> tuple[Compared, ...]:
-    from simulator.serving.routing_report import ROUTING_COMPARED
-
-    return ROUTING_COMPARED
 
 
 def test_cli_unknown_routing_is_one_line_and_exit_2(tmp_path: Path) -> None:
