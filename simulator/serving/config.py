@@ -35,6 +35,7 @@ __all__ = [
     "ArrivalSpec",
     "SloSpec",
     "StartupSpec",
+    "CacheSpec",
     "WorkloadSpec",
     "SimConfig",
     "default_config",
@@ -364,6 +365,23 @@ class StartupSpec:
     """The same on a node that never ran the model (image pull first)."""
 
 
+@dataclass(frozen=True)
+class CacheSpec:
+    """The engine's prefix (KV) cache and image-encoder cache (simulator.serving.prefixcache,
+    simulator.serving.encodercache). Both only act on requests that carry content ids
+    (Mooncake hash ids, `--multi-turn` conversations); other requests share nothing, so
+    results on workloads without ids are the same with the caches on or off."""
+
+    prefix_caching: bool = True  # vLLM V1 enable_prefix_caching defaults to on
+    """Automatic prefix caching: prefill skips the leading KV blocks the engine still holds (block size: cost.block_tokens)."""
+    # vLLM: encoder_cache_size = max(scheduler encoder_cache_size (= max_num_batched_tokens),
+    # largest item); 0 takes that default from cost.chunk_tokens
+    encoder_cache_tokens: int = 0
+    """Encoder-cache budget in image tokens; 0: vLLM's default, the step token budget (cost.chunk_tokens)."""
+    encoder_caching: bool = True
+    """An image this engine encoded recently (same id) is not encoded again."""
+
+
 def _default_models() -> dict[str, ModelSpec]:
     return {
         # Llama-3-8B: 32 layers x 8 KV heads x 128 x 2 x 2 B = 128 KiB/token; 16 GB BF16.
@@ -487,6 +505,8 @@ class SimConfig:
     """Latency budgets per QoS class."""
     startup: StartupSpec = StartupSpec()
     """Pod start, restart and drain times."""
+    cache: CacheSpec = CacheSpec()
+    """The engines' prefix and image-encoder caches."""
     workloads: Mapping[str, WorkloadSpec] = field(default_factory=dict)
     """Real workload per service (empty: the synthetic kinds and arrivals above)."""
     workload_start_s: float = 0.0
@@ -514,6 +534,7 @@ class SimConfig:
         keys = ("cost.block_tokens", "cost.max_num_seqs", "cost.chunk_tokens")
         bounded(self, *keys, at_least=1, what="an integer")
         bounded(self, "cost.tp_overhead_nvlink", "cost.tp_overhead_pcie", at_least=0)
+        bounded(self, "cache.encoder_cache_tokens", at_least=0, what="an integer")
         positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
         bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:
