@@ -25,6 +25,7 @@ from simulator.serving.experiment import (
     run_experiment,
     write_outputs,
 )
+from simulator.serving.mooncake import MooncakeWorkload
 from simulator.serving.placement import POLICIES
 from simulator.serving.presets import CLUSTERS, DEFAULT_CLUSTER, real_workload_mapping
 from simulator.serving.report import markdown_table, seed_span
@@ -75,10 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="SERVICE=PATH",
         help="drive SERVICE from a ServeGen client folder, an Azure-format CSV "
-        "(TIMESTAMP,ContextTokens,GeneratedTokens[,NumImages]) or a bundled name "
-        f"({', '.join(BUNDLED)}); repeatable; a SERVICE the setup does not have is added as "
-        "a text service with the default service settings (the config's services: section "
-        "sets its own). Default: the bundled real workloads",
+        "(TIMESTAMP,ContextTokens,GeneratedTokens[,NumImages]), a Mooncake trace (JSONL: "
+        "timestamp ms, input_length, output_length, hash_ids; .jsonl or .jsonl.xz) or a "
+        f"bundled name ({', '.join(BUNDLED)}); repeatable; a SERVICE the setup does not "
+        "have is added as a text service with the default service settings (for a Mooncake "
+        "trace: llama-3.1-8b, 128k context, 80 GiB per replica; the config's services: "
+        "section sets its own). Default: the bundled real workloads",
     )
     _add(
         parser,
@@ -231,7 +234,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
                 and name not in services
                 and name not in SimConfig().services
             ):
-                services[name] = {}
+                services[name] = new_service(flags[name]["path"])
     duration = getattr(args, "duration", None)
     hours = getattr(args, "hours", None)
     if hours is not None:
@@ -260,6 +263,18 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         except WorkloadError as exc:
             raise ConfigError(f"workloads.{name}: {exc}") from None
     return cfg
+
+
+LONG_CONTEXT_SERVICE: dict[str, Any] = {"model": "llama-3.1-8b", "gpu_memory_gib": 80.0}
+"""A new service driven by a Mooncake trace (prompts up to 126k tokens): a 128k-context
+model with a whole A100-80GB's memory for its KV cache."""
+
+
+def new_service(path: str) -> dict[str, Any]:
+    """Settings of a service that only `--workload` names: the defaults, or for a
+    Mooncake trace `LONG_CONTEXT_SERVICE`."""
+    wl = load_workload(path)
+    return dict(LONG_CONTEXT_SERVICE) if isinstance(wl, MooncakeWorkload) else {}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> None:

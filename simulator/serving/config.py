@@ -394,6 +394,9 @@ def _default_models() -> dict[str, ModelSpec]:
         # parameters, 141 GB BF16 (needs 2+ A100-80GB; TP-4 is the usual deployment);
         # 8.8x the parameters of Llama-3-8B, so 8.8x the prefill FLOPs per token.
         "llama-3-70b": ModelSpec(141.2, 327_680, 8192, False, 8.8),
+        # Llama-3.1-8B: the same shapes as Llama-3-8B, 128k context (max_position_embeddings
+        # 131,072 in its config.json): long prompts such as the Mooncake trace's (up to 126k)
+        "llama-3.1-8b": ModelSpec(16.0, 131_072, 131_072, False),
     }
 
 
