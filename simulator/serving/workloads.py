@@ -462,49 +462,39 @@ def _replays(
             yield c, lap, t, sel
 
 
-def _csv_requests(
-    wl: CsvWorkload,
+def _csv_request(wl: CsvWorkload, i: int, t: float, service: str, kind: str) -> Request:
+    n_img = int(wl.images[i]) if wl.images is not None else 0
+    images = (IMAGE_TOKENS_DEFAULT,) * n_img
+    prompt = max(1, int(wl.context[i]))
+    return Request(
+        0,
+        service,
+        kind,
+        t,
+        max(prompt, sum(images) + 1),
+        images,
+        max(1, int(wl.generated[i])),
+    )
+
+
+def _replayed_requests(
+    wl: CsvWorkload | MooncakeWorkload,
     service: str,
     kind: str,
     rng: np.random.Generator,
     length_s: float,
     rate_scale: float,
 ) -> list[Request]:
-    """A CSV always starts at its first request (module docstring): no start offset."""
-    out: list[Request] = []
-    for _, _, t, sel in _replays(wl.t_s, wl.span_s, rng, length_s, rate_scale):
-        for i in sel:
-            n_img = int(wl.images[i]) if wl.images is not None else 0
-            images = (IMAGE_TOKENS_DEFAULT,) * n_img
-            prompt = max(1, int(wl.context[i]))
-            out.append(
-                Request(
-                    0,
-                    service,
-                    kind,
-                    float(t[i]),
-                    max(prompt, sum(images) + 1),
-                    images,
-                    max(1, int(wl.generated[i])),
-                )
-            )
-    return out
-
-
-def _mooncake_requests(
-    wl: MooncakeWorkload,
-    service: str,
-    kind: str,
-    rng: np.random.Generator,
-    length_s: float,
-    rate_scale: float,
-) -> list[Request]:
-    """Replayed as a CSV; a copy or later lap chains its ids from its own seed
+    """A CSV or Mooncake trace always starts at its first request (module docstring): no
+    start offset. A Mooncake copy or later lap chains its ids from its own seed
     (simulator.serving.mooncake: it shares no prompt with the trace itself)."""
     out: list[Request] = []
     for c, lap, t, sel in _replays(wl.t_s, wl.span_s, rng, length_s, rate_scale):
-        seed = 0 if (c, lap) == (0, 0) else hash((c, lap))
-        out.extend(mooncake_request(wl, int(i), float(t[i]), seed, service, kind) for i in sel)
+        if isinstance(wl, MooncakeWorkload):
+            seed = 0 if (c, lap) == (0, 0) else hash((c, lap))
+            out.extend(mooncake_request(wl, int(i), float(t[i]), seed, service, kind) for i in sel)
+        else:
+            out.extend(_csv_request(wl, int(i), float(t[i]), service, kind) for i in sel)
     return out
 
 
@@ -523,9 +513,7 @@ def workload_requests(
     rng = np.random.default_rng([seed, 31337, stream])
     if isinstance(wl, ServeGenWorkload):
         return _servegen_requests(wl, service, kind, rng, start_s, length_s, rate_scale)
-    if isinstance(wl, MooncakeWorkload):
-        return _mooncake_requests(wl, service, kind, rng, length_s, rate_scale)
-    return _csv_requests(wl, service, kind, rng, length_s, rate_scale)
+    return _replayed_requests(wl, service, kind, rng, length_s, rate_scale)
 
 
 def _name_of(path: str) -> str:
