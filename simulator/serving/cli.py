@@ -43,6 +43,7 @@ __all__ = [
 
 DEFAULT_SEEDS = "1..10"
 DEFAULT_OUT = "kvspread-report"
+DEFAULT_MEAN_TURNS = 2.0  # LMSYS-Chat-1M (Zheng et al., ICLR 2024), table 1
 
 
 def _add(parser: argparse.ArgumentParser, flag: str, **kw: object) -> None:
@@ -112,6 +113,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="F",
         help="multiply every workload rate by F (default: the cluster's stated factor)",
+    )
+    _add(
+        parser,
+        "--multi-turn",
+        type=float,
+        nargs="?",
+        const=DEFAULT_MEAN_TURNS,
+        metavar="MEAN_TURNS",
+        help="group the requests of traces without content ids (ServeGen, Azure, synthetic) "
+        "into multi-turn conversations whose prompts re-send the history (mean turns per "
+        f"conversation, default {DEFAULT_MEAN_TURNS:g} as LMSYS-Chat-1M; "
+        "docs/serving-simulation.md). Off unless given",
     )
     _add(
         parser,
@@ -250,6 +263,11 @@ def build_config(args: argparse.Namespace) -> SimConfig:
                 f"--offset: {args.offset!r}: must be 0 <= SECONDS < 86400 (the ServeGen day)"
             )
         data["workload_start_s"] = float(args.offset)
+    turns = getattr(args, "multi_turn", None)
+    if turns is not None:
+        if not turns >= 1:
+            raise ConfigError(f"--multi-turn: {turns!r}: the mean turns must be >= 1")
+        data.setdefault("sessions", {})["mean_turns"] = float(turns)
     if getattr(args, "rate_scale", None) is not None:
         if not args.rate_scale > 0:
             raise ConfigError(f"--rate-scale: {args.rate_scale!r}: must be > 0")
@@ -374,7 +392,8 @@ def command_line(
         parts.append("--synthetic")
     for v in getattr(args, "workload", None) or []:
         parts += ["--workload", v]
-    for flag in ("cluster", "hours", "offset", "rate_scale", "duration", "rate", "config"):
+    flags = ("cluster", "hours", "offset", "rate_scale", "multi_turn", "duration", "rate", "config")
+    for flag in flags:
         v = getattr(args, flag, None)
         if v is not None:
             parts += [f"--{flag.replace('_', '-')}", f"{v:g}" if isinstance(v, float) else str(v)]

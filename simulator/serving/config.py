@@ -36,6 +36,7 @@ __all__ = [
     "SloSpec",
     "StartupSpec",
     "CacheSpec",
+    "SessionSpec",
     "WorkloadSpec",
     "SimConfig",
     "default_config",
@@ -382,6 +383,17 @@ class CacheSpec:
     """An image this engine encoded recently (same id) is not encoded again."""
 
 
+@dataclass(frozen=True)
+class SessionSpec:
+    """Multi-turn conversations over a trace without content ids (simulator.serving.sessions;
+    `--multi-turn`). Off by default so that results stay comparable."""
+
+    mean_turns: float = 0.0  # --multi-turn's default 2.0: LMSYS-Chat-1M (ICLR'24) table 1
+    """Mean turns per conversation (geometric); 0: every request stands alone."""
+    think_s: float = 60.0  # assumption: no published inter-turn distribution was found
+    """Mean seconds (exponential) between a turn's arrival and the earliest next turn."""
+
+
 def _default_models() -> dict[str, ModelSpec]:
     return {
         # Llama-3-8B: 32 layers x 8 KV heads x 128 x 2 x 2 B = 128 KiB/token; 16 GB BF16.
@@ -510,6 +522,8 @@ class SimConfig:
     """Pod start, restart and drain times."""
     cache: CacheSpec = CacheSpec()
     """The engines' prefix and image-encoder caches."""
+    sessions: SessionSpec = SessionSpec()
+    """Multi-turn conversations over traces without content ids (off unless asked for)."""
     workloads: Mapping[str, WorkloadSpec] = field(default_factory=dict)
     """Real workload per service (empty: the synthetic kinds and arrivals above)."""
     workload_start_s: float = 0.0
@@ -538,6 +552,9 @@ class SimConfig:
         bounded(self, *keys, at_least=1, what="an integer")
         bounded(self, "cost.tp_overhead_nvlink", "cost.tp_overhead_pcie", at_least=0)
         bounded(self, "cache.encoder_cache_tokens", at_least=0, what="an integer")
+        bounded(self, "sessions.think_s", at_least=0)
+        if self.sessions.mean_turns != 0 and not self.sessions.mean_turns >= 1:
+            raise invalid("sessions.mean_turns", "0 (off) or a mean >= 1", self.sessions.mean_turns)
         positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
         bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:

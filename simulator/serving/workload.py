@@ -144,7 +144,7 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
     """
     end = cfg.warmup_s + cfg.duration_s
     if cfg.workloads:
-        return _real_requests(cfg, seed, end)
+        return _with_sessions(cfg, seed, _real_requests(cfg, seed, end))
     a = cfg.arrivals
     shape = 1.0 / (a.cv * a.cv)
     episodes = burst_episodes(cfg, seed, end)
@@ -180,6 +180,23 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
     reqs.sort(key=lambda r: (r.arrival, r.kind))
     for i, r in enumerate(reqs):
         r.rid = i
+    return _with_sessions(cfg, seed, reqs)
+
+
+def _with_sessions(cfg: SimConfig, seed: int, reqs: list[Request]) -> list[Request]:
+    """With `sessions.mean_turns` set, each service's requests that carry no content ids
+    become multi-turn conversations (simulator.serving.sessions); else unchanged."""
+    s = cfg.sessions
+    if s.mean_turns <= 0:
+        return reqs
+    from simulator.serving.sessions import apply_sessions
+
+    for idx, (name, spec) in enumerate(sorted(cfg.services.items())):
+        mine = [r for r in reqs if r.service == name and not r.block_hashes]
+        if mine:
+            rng = np.random.default_rng([seed, 2718, idx])
+            limit = cfg.models[spec.model].max_model_len
+            apply_sessions(mine, rng, s.mean_turns, s.think_s, limit)
     return reqs
 
 
