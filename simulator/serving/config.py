@@ -482,10 +482,11 @@ def _default_services() -> dict[str, ServiceSpec]:
 @dataclass(frozen=True)
 class WorkloadSpec:
     """A real request mix driving one service (simulator.serving.workloads): a ServeGen
-    client folder, an Azure-format CSV or a bundled name (`azure-conv`, ...)."""
+    client folder, an Azure-format CSV, a Mooncake trace or a bundled name (`azure-conv`,
+    ...)."""
 
     path: str = ""
-    """A bundled workload name (`azure-conv`, `servegen-mm-image`, `servegen-language`), a ServeGen client folder or an Azure-format CSV."""
+    """A bundled workload name (`azure-conv`, `servegen-mm-image`, `servegen-language`, `mooncake-conv`), a ServeGen client folder, an Azure-format CSV or a Mooncake trace (.jsonl, .jsonl.xz)."""
 
 
 @dataclass(frozen=True)
