@@ -231,3 +231,28 @@ def test_an_image_inside_the_cached_prefix_needs_no_encoder() -> None:
     turn2 = dataclasses.replace(prompt_req(1, (*ids, 15, 16)), images=(100,), image_ids=(5,))
     assert ttft(eng, turn2, 1.0) == pytest.approx(0.016)  # blocks 1-14 cached: 16 new tokens
     assert (turn2.images_prefix, turn2.images_encoded) == (1, 0)
+
+
+def test_cache_columns_of_a_run() -> None:
+    """summary.csv's cache columns: token hit rate over the requests with ids, its spread
+    over replicas, the encoder hit rate over images that needed an output; NaN (shown
+    as '-') where no request carried ids."""
+    import math
+
+    from simulator.serving.report import cache_summary
+
+    def done(instance: int, hit: int, query: int, enc: tuple[int, int, int] = (0, 0, 0)) -> Request:
+        r = prompt_req(instance, (1, 2))
+        r.instance, r.prefix_hit_tokens, r.prefix_query_tokens = instance, hit, query
+        r.image_ids = (1,) if any(enc) else ()
+        r.images_prefix, r.images_encoder_hits, r.images_encoded = enc
+        return r
+
+    rows = cache_summary([done(0, 0, 100), done(0, 50, 100), done(1, 90, 100, (1, 1, 2))])
+    assert rows["prefix_hit_rate"] == pytest.approx(140 / 300)
+    assert rows["prefix_hit_rate_min_replica"] == pytest.approx(0.25)
+    assert rows["prefix_hit_rate_max_replica"] == pytest.approx(0.9)
+    assert rows["encoder_cache_hit_rate"] == pytest.approx(1 / 3)
+    assert rows["images_in_cached_prefix"] == 1
+    plain = cache_summary([Request(0, "svc", "text", 0.0, 10, (), 1)])
+    assert all(math.isnan(v) for v in plain.values())
