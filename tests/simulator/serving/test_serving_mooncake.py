@@ -116,3 +116,18 @@ def test_one_replica_replaying_the_trace_hits_its_reuse_bound() -> None:
 def test_block_ends_cover_the_prompt() -> None:
     assert block_ends(3, 1100) == (512, 1024, 1100)
     assert MOONCAKE_BLOCK_TOKENS == 512
+
+
+def test_a_service_only_a_mooncake_workload_names_gets_a_long_context_model() -> None:
+    import argparse
+
+    from simulator.serving.cli import add_arguments, build_config
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = build_config(p.parse_args(["--workload", "mc=mooncake-conv"]))
+    spec = cfg.services["mc"]
+    assert spec.model == "llama-3.1-8b" and spec.gpu_memory_gib == 80.0
+    assert cfg.models[spec.model].max_model_len >= int(
+        load_workload("mooncake-conv").input_len.max()
+    )
