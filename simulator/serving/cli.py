@@ -25,6 +25,7 @@ from simulator.serving.experiment import (
     run_experiment,
     write_outputs,
 )
+from simulator.serving.mooncake import MooncakeWorkload
 from simulator.serving.placement import POLICIES
 from simulator.serving.presets import CLUSTERS, DEFAULT_CLUSTER, real_workload_mapping
 from simulator.serving.report import markdown_table, seed_span
@@ -42,6 +43,7 @@ __all__ = [
 
 DEFAULT_SEEDS = "1..10"
 DEFAULT_OUT = "kvspread-report"
+DEFAULT_MEAN_TURNS = 2.0  # LMSYS-Chat-1M (Zheng et al., ICLR 2024), table 1
 
 
 def _add(parser: argparse.ArgumentParser, flag: str, **kw: object) -> None:
@@ -75,10 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="SERVICE=PATH",
         help="drive SERVICE from a ServeGen client folder, an Azure-format CSV "
-        "(TIMESTAMP,ContextTokens,GeneratedTokens[,NumImages]) or a bundled name "
-        f"({', '.join(BUNDLED)}); repeatable; a SERVICE the setup does not have is added as "
-        "a text service with the default service settings (the config's services: section "
-        "sets its own). Default: the bundled real workloads",
+        "(TIMESTAMP,ContextTokens,GeneratedTokens[,NumImages]), a Mooncake trace (JSONL: "
+        "timestamp ms, input_length, output_length, hash_ids; .jsonl or .jsonl.xz) or a "
+        f"bundled name ({', '.join(BUNDLED)}); repeatable; a SERVICE the setup does not "
+        "have is added as a text service with the default service settings (for a Mooncake "
+        "trace: llama-3.1-8b, 128k context, 80 GiB per replica; the config's services: "
+        "section sets its own). Default: the bundled real workloads",
     )
     _add(
         parser,
@@ -109,6 +113,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="F",
         help="multiply every workload rate by F (default: the cluster's stated factor)",
+    )
+    _add(
+        parser,
+        "--multi-turn",
+        type=float,
+        nargs="?",
+        const=DEFAULT_MEAN_TURNS,
+        metavar="MEAN_TURNS",
+        help="group the requests of traces without content ids (ServeGen, Azure, synthetic) "
+        "into multi-turn conversations whose prompts re-send the history (mean turns per "
+        f"conversation, default {DEFAULT_MEAN_TURNS:g} as LMSYS-Chat-1M; "
+        "docs/serving-simulation.md). Off unless given",
     )
     _add(
         parser,
@@ -231,7 +247,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
                 and name not in services
                 and name not in SimConfig().services
             ):
-                services[name] = {}
+                services[name] = new_service(flags[name]["path"])
     duration = getattr(args, "duration", None)
     hours = getattr(args, "hours", None)
     if hours is not None:
@@ -247,6 +263,11 @@ def build_config(args: argparse.Namespace) -> SimConfig:
                 f"--offset: {args.offset!r}: must be 0 <= SECONDS < 86400 (the ServeGen day)"
             )
         data["workload_start_s"] = float(args.offset)
+    turns = getattr(args, "multi_turn", None)
+    if turns is not None:
+        if not turns >= 1:
+            raise ConfigError(f"--multi-turn: {turns!r}: the mean turns must be >= 1")
+        data.setdefault("sessions", {})["mean_turns"] = float(turns)
     if getattr(args, "rate_scale", None) is not None:
         if not args.rate_scale > 0:
             raise ConfigError(f"--rate-scale: {args.rate_scale!r}: must be > 0")
@@ -260,6 +281,18 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         except WorkloadError as exc:
             raise ConfigError(f"workloads.{name}: {exc}") from None
     return cfg
+
+
+LONG_CONTEXT_SERVICE: dict[str, Any] = {"model": "llama-3.1-8b", "gpu_memory_gib": 80.0}
+"""A new service driven by a Mooncake trace (prompts up to 126k tokens): a 128k-context
+model with a whole A100-80GB's memory for its KV cache."""
+
+
+def new_service(path: str) -> dict[str, Any]:
+    """Settings of a service that only `--workload` names: the defaults, or for a
+    Mooncake trace `LONG_CONTEXT_SERVICE`."""
+    wl = load_workload(path)
+    return dict(LONG_CONTEXT_SERVICE) if isinstance(wl, MooncakeWorkload) else {}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> None:
@@ -359,7 +392,8 @@ def command_line(
         parts.append("--synthetic")
     for v in getattr(args, "workload", None) or []:
         parts += ["--workload", v]
-    for flag in ("cluster", "hours", "offset", "rate_scale", "duration", "rate", "config"):
+    flags = ("cluster", "hours", "offset", "rate_scale", "multi_turn", "duration", "rate", "config")
+    for flag in flags:
         v = getattr(args, flag, None)
         if v is not None:
             parts += [f"--{flag.replace('_', '-')}", f"{v:g}" if isinstance(v, float) else str(v)]

@@ -35,6 +35,8 @@ __all__ = [
     "ArrivalSpec",
     "SloSpec",
     "StartupSpec",
+    "CacheSpec",
+    "SessionSpec",
     "WorkloadSpec",
     "SimConfig",
     "default_config",
@@ -364,6 +366,34 @@ class StartupSpec:
     """The same on a node that never ran the model (image pull first)."""
 
 
+@dataclass(frozen=True)
+class CacheSpec:
+    """The engine's prefix (KV) cache and image-encoder cache (simulator.serving.prefixcache,
+    simulator.serving.encodercache). Both only act on requests that carry content ids
+    (Mooncake hash ids, `--multi-turn` conversations); other requests share nothing, so
+    results on workloads without ids are the same with the caches on or off."""
+
+    prefix_caching: bool = True  # vLLM V1 enable_prefix_caching defaults to on
+    """Automatic prefix caching: prefill skips the leading KV blocks the engine still holds (block size: cost.block_tokens)."""
+    # vLLM: encoder_cache_size = max(scheduler encoder_cache_size (= max_num_batched_tokens),
+    # largest item); 0 takes that default from cost.chunk_tokens
+    encoder_cache_tokens: int = 0
+    """Encoder-cache budget in image tokens; 0: vLLM's default, the step token budget (cost.chunk_tokens)."""
+    encoder_caching: bool = True
+    """An image this engine encoded recently (same id) is not encoded again."""
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """Multi-turn conversations over a trace without content ids (simulator.serving.sessions;
+    `--multi-turn`). Off by default so that results stay comparable."""
+
+    mean_turns: float = 0.0  # --multi-turn's default 2.0: LMSYS-Chat-1M (ICLR'24) table 1
+    """Mean turns per conversation (geometric); 0: every request stands alone."""
+    think_s: float = 60.0  # assumption: no published inter-turn distribution was found
+    """Mean seconds (exponential) between a turn's arrival and the earliest next turn."""
+
+
 def _default_models() -> dict[str, ModelSpec]:
     return {
         # Llama-3-8B: 32 layers x 8 KV heads x 128 x 2 x 2 B = 128 KiB/token; 16 GB BF16.
@@ -376,6 +406,9 @@ def _default_models() -> dict[str, ModelSpec]:
         # parameters, 141 GB BF16 (needs 2+ A100-80GB; TP-4 is the usual deployment);
         # 8.8x the parameters of Llama-3-8B, so 8.8x the prefill FLOPs per token.
         "llama-3-70b": ModelSpec(141.2, 327_680, 8192, False, 8.8),
+        # Llama-3.1-8B: the same shapes as Llama-3-8B, 128k context (max_position_embeddings
+        # 131,072 in its config.json): long prompts such as the Mooncake trace's (up to 126k)
+        "llama-3.1-8b": ModelSpec(16.0, 131_072, 131_072, False),
     }
 
 
@@ -449,10 +482,11 @@ def _default_services() -> dict[str, ServiceSpec]:
 @dataclass(frozen=True)
 class WorkloadSpec:
     """A real request mix driving one service (simulator.serving.workloads): a ServeGen
-    client folder, an Azure-format CSV or a bundled name (`azure-conv`, ...)."""
+    client folder, an Azure-format CSV, a Mooncake trace or a bundled name (`azure-conv`,
+    ...)."""
 
     path: str = ""
-    """A bundled workload name (`azure-conv`, `servegen-mm-image`, `servegen-language`), a ServeGen client folder or an Azure-format CSV."""
+    """A bundled workload name (`azure-conv`, `servegen-mm-image`, `servegen-language`, `mooncake-conv`), a ServeGen client folder, an Azure-format CSV or a Mooncake trace (.jsonl, .jsonl.xz)."""
 
 
 @dataclass(frozen=True)
@@ -487,6 +521,10 @@ class SimConfig:
     """Latency budgets per QoS class."""
     startup: StartupSpec = StartupSpec()
     """Pod start, restart and drain times."""
+    cache: CacheSpec = CacheSpec()
+    """The engines' prefix and image-encoder caches."""
+    sessions: SessionSpec = SessionSpec()
+    """Multi-turn conversations over traces without content ids (off unless asked for)."""
     workloads: Mapping[str, WorkloadSpec] = field(default_factory=dict)
     """Real workload per service (empty: the synthetic kinds and arrivals above)."""
     workload_start_s: float = 0.0
@@ -514,6 +552,10 @@ class SimConfig:
         keys = ("cost.block_tokens", "cost.max_num_seqs", "cost.chunk_tokens")
         bounded(self, *keys, at_least=1, what="an integer")
         bounded(self, "cost.tp_overhead_nvlink", "cost.tp_overhead_pcie", at_least=0)
+        bounded(self, "cache.encoder_cache_tokens", at_least=0, what="an integer")
+        bounded(self, "sessions.think_s", at_least=0)
+        if self.sessions.mean_turns != 0 and not self.sessions.mean_turns >= 1:
+            raise invalid("sessions.mean_turns", "0 (off) or a mean >= 1", self.sessions.mean_turns)
         positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
         bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:

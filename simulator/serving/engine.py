@@ -12,6 +12,15 @@ are encoded, one after the other, in the step where its prefill starts.
 A request whose context can never fit in the pool fails with status "oom-kv" (the only
 OOM a paged engine has: vLLM's "exceeds the capacity of block_manager").
 
+Caches (config.CacheSpec): with prefix caching, admission looks the request's content
+blocks up (simulator.serving.prefixcache): its prefill starts after the leading blocks the
+engine still holds, which it shares with the requests that hold them; its own blocks are
+cached once computed (the prompt's when its prefill ends, a conversation's answer when it
+finishes) and stay cached after it leaves until the pool needs room. The pool counts each
+shared block once: blocks in use = the private blocks of running requests + the cache's
+blocks in use. An image inside the cached prefix needs no encoding; another one whose id
+the encoder cache still holds (simulator.serving.encodercache) is not encoded again.
+
 Speed: runs of pure decode steps are simulated as one *segment*: K steps whose times
 grow linearly with the live KV (the decode cost is affine in it), ending at the first
 completion or block shortage. A segment can be cut short at any time (`truncate`) when a
@@ -24,8 +33,10 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from simulator.serving.config import CostModel, GpuSpec, ModelSpec
+from simulator.serving.config import CacheSpec, CostModel, GpuSpec, ModelSpec
 from simulator.serving.costmodel import blocks_for, encode_s, mixed_step_s
+from simulator.serving.encodercache import EncoderCache
+from simulator.serving.prefixcache import PrefixCache, block_sizes
 from simulator.serving.workload import Request
 
 __all__ = ["Engine"]
@@ -46,8 +57,16 @@ class Engine:
         model: ModelSpec,
         pool_tokens: int,
         speedup: float = 1.0,
+        cache: CacheSpec | None = None,
     ) -> None:
         self.cost = cost
+        caches = cache if cache is not None else CacheSpec()
+        self.prefix = PrefixCache() if caches.prefix_caching else None
+        self.encoder = (
+            EncoderCache(caches.encoder_cache_tokens or cost.chunk_tokens)
+            if caches.encoder_caching
+            else None
+        )
         # a tensor-parallel engine's steps are its one-GPU times / speedup (costmodel.tp_speedup)
         self.speed = speedup
         self.gpu = gpu
@@ -96,10 +115,48 @@ class Engine:
         self.waiting.append(req)
 
     # ---- scheduling ----
+    def _free(self, req: Request) -> None:
+        """Give back a request's blocks: its private ones, and its references on cached
+        ones (those nobody else holds stay cached, free, until evicted)."""
+        freed = req.blocks - req.shared
+        if req.held and self.prefix is not None:
+            freed += self.prefix.release(req.held)
+        self.used_blocks -= freed
+        req.blocks = 0
+        req.shared = 0
+        req.held = ()
+
+    def _trim(self) -> None:
+        """Cached free blocks may use only the pool's free room: evict the rest (LRU)."""
+        if self.prefix is not None and self.prefix.free:
+            self.prefix.evict_to(self.pool_blocks - self.used_blocks)
+
+    def _cache_blocks(self, req: Request, upto: int) -> None:
+        """The request has computed its first `upto` tokens: cache its content blocks that
+        end inside them (a conversation's answer counts once `upto` covers it)."""
+        if self.prefix is None or not req.block_hashes:
+            return
+        hashes, ends = req.block_hashes, req.block_ends
+        reply_end = req.prompt + req.out - 1  # the last token's KV is never computed
+        if req.reply_hash and upto >= reply_end:
+            hashes = (*hashes, req.reply_hash)
+            ends = (*ends, reply_end)
+        held = set(req.held)
+        add: list[int] = []
+        for h, end, size in zip(hashes, ends, block_sizes(ends, self.block), strict=True):
+            if end > upto:
+                break
+            if h in held or size == 0:
+                continue
+            if self.prefix.register(h, size):
+                add.append(h)
+                req.shared += size
+        if add:
+            req.held = (*req.held, *add)
+
     def _preempt(self, victim: Request) -> None:
         self.running.remove(victim)
-        self.used_blocks -= victim.blocks
-        victim.blocks = 0
+        self._free(victim)
         victim.admitted = False
         victim.need_prefill = victim.prompt + victim.gen
         victim.done_prefill = 0
@@ -132,8 +189,7 @@ class Engine:
             if len(self.running) == 1:
                 # alone and still too big: it can never finish here
                 self.running.pop()
-                self.used_blocks -= victim.blocks
-                victim.blocks = 0
+                self._free(victim)
                 self._fail(victim, failed)
                 continue
             self._preempt(victim)
@@ -151,13 +207,32 @@ class Engine:
                 self.waiting.popleft()
                 self._fail(head, failed)
                 continue
-            if self.used_blocks + reserved + need > self.pool_blocks:
+            hit = revive = k = 0
+            if self.prefix is not None:
+                if head.block_hashes:
+                    # vLLM computes at least the last token (its logits): num_tokens - 1
+                    limit = (head.need_prefill - 1) // self.block
+                    sizes = block_sizes(head.block_ends, self.block)
+                    k, hit, revive = self.prefix.match(head.block_hashes, sizes, limit)
+            take = need - hit + revive  # private blocks + cached ones taken back into use
+            if self.used_blocks + reserved + take > self.pool_blocks:
                 return
             self.waiting.popleft()
+            if k:
+                assert self.prefix is not None
+                held = head.block_hashes[:k]
+                self.prefix.acquire(held)
+                head.held = held
+                head.shared = hit
+            if head.block_hashes:
+                head.prefix_query_tokens += head.need_prefill
+                head.prefix_hit_tokens += hit * self.block
+            head.done_prefill = hit * self.block
             head.blocks = need
             head.admitted = True
-            self.used_blocks += need
+            self.used_blocks += take
             self.running.append(head)
+            self._trim()
 
     def plan(self, now: float, factor: float) -> float | None:
         """Start the next segment at `now` with sharing slow-down `factor`.
@@ -197,7 +272,7 @@ class Engine:
                 take = min(r.need_prefill - r.done_prefill, budget)
                 if not r.encoded:
                     r.encoded = True
-                    encode += sum(encode_s(self.cost, t) for t in r.images)
+                    encode += self._encode_s(r)
                 chunks.append((r, take))
                 budget -= take
                 tokens += take
@@ -206,6 +281,7 @@ class Engine:
                 nb = blocks_for(r.ctx + 1, self.block)
                 self.used_blocks += nb - r.blocks
                 r.blocks = nb
+            self._trim()
             step = mixed_step_s(self.cost, self.gpu, self.model, tokens, len(decode), live)
             dt = factor * (step + encode) / self.speed
             self.seg_mixed = True
@@ -224,6 +300,26 @@ class Engine:
         self.seg_b = factor * len(decode) * self._per_token
         self.seg_end = now + self._seg_time(k)
         return self.seg_end
+
+    def _encode_s(self, r: Request) -> float:
+        """Encoder time of the request's images that need encoding (module docstring)."""
+        if not r.image_ids:
+            r.images_encoded += len(r.images)
+            return sum(encode_s(self.cost, t) for t in r.images)
+        total = 0.0
+        end = 0
+        for tokens, image in zip(r.images, r.image_ids, strict=True):
+            end += tokens
+            if end <= r.done_prefill:  # inside the cached prefix (images come first)
+                r.images_prefix += 1
+            elif self.encoder is not None and self.encoder.lookup(image):
+                r.images_encoder_hits += 1
+            else:
+                r.images_encoded += 1
+                total += encode_s(self.cost, tokens)
+                if self.encoder is not None:
+                    self.encoder.insert(image, tokens)
+        return total
 
     def _fit_steps(self, decode: list[Request], k: int) -> int:
         """Largest j <= k such that growing every sequence by j tokens fits the pool."""
@@ -298,15 +394,18 @@ class Engine:
                 if r.gen == 0:
                     r.first_token = now
                 r.gen += 1
+                self._cache_blocks(r, r.ctx)
         done = [r for r in self.running if r.gen >= r.out]
         if done:
             for r in done:
                 self.running.remove(r)
-                self.used_blocks -= r.blocks
-                r.blocks = 0
+                if r.reply_hash:
+                    self._cache_blocks(r, r.ctx)
+                self._free(r)
                 r.status = "ok"
                 r.finish = now
             left.extend(done)
+        self._trim()
         self.seg_decode = []
         self.seg_chunks = []
         return left
@@ -319,5 +418,11 @@ class Engine:
         self.used_blocks = 0
         for r in out:
             r.blocks = 0
+            r.shared = 0
+            r.held = ()
+        if self.prefix is not None:
+            self.prefix.clear()
+        if self.encoder is not None:
+            self.encoder.clear()
         self.in_flight = False
         return out

@@ -63,6 +63,7 @@ __all__ = [
     "compare_rows",
     "POLICY_STYLE",
     "seed_span",
+    "cache_summary",
 ]
 
 QOS_ORDER = ("realtime", "batch", "best-effort")
@@ -126,7 +127,47 @@ def summarise(result: RunResult) -> dict[str, Any]:
         met, tot = by_qos.get(q, [0, 0])
         row[f"slo_{q}"] = met / tot if tot else math.nan
     row.update(_goodput(result, sum(by_qos[q][0] for q in BUDGETED_QOS if q in by_qos)))
+    row.update(cache_summary(scored))
     return row
+
+
+def _share(hit: float, total: float) -> float:
+    return hit / total if total > 0 else math.nan
+
+
+def cache_summary(scored: Sequence[Request]) -> dict[str, float]:
+    """The engines' caches over the scored requests (NaN where no request carried the ids
+    a cache needs, so nothing could be measured).
+
+    `prefix_hit_rate`: prompt tokens found in the prefix cache / tokens looked up, summed
+    over admissions (vLLM's prefix_cache_hits / prefix_cache_queries); the same per
+    replica gives its lowest and highest. `encoder_cache_hit_rate`: images whose encoder
+    output was still cached / images that needed one (those inside the cached prefix need
+    none and are counted apart, `images_in_cached_prefix`).
+    """
+    per: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    q = h = 0
+    for r in scored:
+        if r.prefix_query_tokens:
+            q += r.prefix_query_tokens
+            h += r.prefix_hit_tokens
+            tally = per[(r.service, r.instance)]
+            tally[0] += r.prefix_hit_tokens
+            tally[1] += r.prefix_query_tokens
+    rates = [hit / tot for hit, tot in per.values()]
+    with_ids = [r for r in scored if r.image_ids]
+    enc_hits = sum(r.images_encoder_hits for r in with_ids)
+    needed = enc_hits + sum(r.images_encoded for r in with_ids)
+    return {
+        "prefix_hit_rate": _share(h, q),
+        "prefix_hit_tokens_per_request": _share(h, sum(1 for r in scored if r.block_hashes)),
+        "prefix_hit_rate_min_replica": min(rates) if rates else math.nan,
+        "prefix_hit_rate_max_replica": max(rates) if rates else math.nan,
+        "encoder_cache_hit_rate": _share(enc_hits, needed),
+        "images_in_cached_prefix": float(sum(r.images_prefix for r in with_ids))
+        if with_ids
+        else math.nan,
+    }
 
 
 BUDGETED_QOS = ("realtime", "batch")

@@ -381,7 +381,7 @@ class Simulation:
         pod.pool_tokens = pool
         one_island = self.nodes[pod.node].one_island(list(pod.gpus))
         speedup = tp_speedup(self.cfg.cost, len(pod.gpus), one_island)
-        pod.engine = Engine(self.cfg.cost, self.cfg.gpu, model, pool, speedup)
+        pod.engine = Engine(self.cfg.cost, self.cfg.gpu, model, pool, speedup, self.cfg.cache)
         pod.state = "ready"
         pod.ready_at = now
         self.ready[pod.service].append(pod)

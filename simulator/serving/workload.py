@@ -21,9 +21,19 @@ __all__ = ["Request", "generate_requests", "burst_episodes", "rate_multiplier"]
 class Request:
     """One inference request and what happened to it (times in simulated seconds).
 
-    `prompt` counts text plus image tokens; `images` holds the tokens of each image.
+    `prompt` counts text plus image tokens; `images` holds the tokens of each image, which
+    sit at the start of the prompt (before its text, as chat templates put them).
     `ctx` is the context currently held in the KV cache (prompt + generated tokens once
     prefilled); `done_prefill` counts tokens of the current (re)prefill already computed.
+
+    Content ids, for the engine's caches and the router's scorers (empty: unknown, so
+    nothing is shared): `block_hashes` is a hash chain over the prompt's content blocks
+    (entry i stands for the whole prefix up to block i, as vLLM's block hashes do) and
+    `block_ends` the prompt offset where each block ends (a Mooncake block covers 512
+    tokens; simulator.serving.prefixcache); `reply_hash` the chain entry of this request's
+    answer (up to its last token, whose KV is never computed), which the next turn of a
+    conversation re-sends (0: none); `image_ids` one id
+    per entry of `images` (equal ids: the same image).
     """
 
     rid: int
@@ -46,6 +56,18 @@ class Request:
     preemptions: int = 0
     instance: int = -1
     node: int = -1
+    block_hashes: tuple[int, ...] = ()
+    block_ends: tuple[int, ...] = ()
+    reply_hash: int = 0
+    image_ids: tuple[int, ...] = ()
+    # the engine's bookkeeping of its caches for this request
+    held: tuple[int, ...] = ()  # cached content blocks it holds a reference on
+    shared: int = 0  # engine blocks of those (counted once in the pool, not per request)
+    prefix_query_tokens: int = 0  # prompt tokens looked up, summed over its admissions
+    prefix_hit_tokens: int = 0  # of those, found cached (not prefilled)
+    images_prefix: int = 0  # images inside the cached prefix: no encoder output needed
+    images_encoder_hits: int = 0  # images whose encoder output was still cached
+    images_encoded: int = 0  # images encoded
 
     @property
     def image_tokens(self) -> int:
@@ -122,7 +144,7 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
     """
     end = cfg.warmup_s + cfg.duration_s
     if cfg.workloads:
-        return _real_requests(cfg, seed, end)
+        return _with_sessions(cfg, seed, _real_requests(cfg, seed, end))
     a = cfg.arrivals
     shape = 1.0 / (a.cv * a.cv)
     episodes = burst_episodes(cfg, seed, end)
@@ -158,6 +180,23 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
     reqs.sort(key=lambda r: (r.arrival, r.kind))
     for i, r in enumerate(reqs):
         r.rid = i
+    return _with_sessions(cfg, seed, reqs)
+
+
+def _with_sessions(cfg: SimConfig, seed: int, reqs: list[Request]) -> list[Request]:
+    """With `sessions.mean_turns` set, each service's requests that carry no content ids
+    become multi-turn conversations (simulator.serving.sessions); else unchanged."""
+    s = cfg.sessions
+    if s.mean_turns <= 0:
+        return reqs
+    from simulator.serving.sessions import apply_sessions
+
+    for idx, (name, spec) in enumerate(sorted(cfg.services.items())):
+        mine = [r for r in reqs if r.service == name and not r.block_hashes]
+        if mine:
+            rng = np.random.default_rng([seed, 2718, idx])
+            limit = cfg.models[spec.model].max_model_len
+            apply_sessions(mine, rng, s.mean_turns, s.think_s, limit)
     return reqs
 
 

@@ -1,6 +1,6 @@
-"""Real request mixes: ServeGen client folders and Azure-format request CSVs.
+"""Real request mixes: ServeGen client folders, Azure-format request CSVs, Mooncake traces.
 
-Two formats drive a service (`kvspread simulate serving --workload SERVICE=PATH`):
+Three formats drive a service (`kvspread simulate serving --workload SERVICE=PATH`):
 
 - a ServeGen client folder (Alibaba ServeGen, arXiv 2505.09999): per client a
   `chunk-N-trace.csv` (no header; per 600 s window `start_s, rate_rps, cv, family, shape,
@@ -14,6 +14,9 @@ Two formats drive a service (`kvspread simulate serving --workload SERVICE=PATH`
   `TIMESTAMP,ContextTokens,GeneratedTokens` and optionally `NumImages`: arrival times are
   replayed (seconds after the first row; the file wraps around when the run is longer).
   A CSV always starts at its first request: the day offset picks the ServeGen window only.
+- a Mooncake trace (`.jsonl` or `.jsonl.xz`; simulator.serving.mooncake): replayed like a
+  CSV, and its requests carry the trace's prefix block ids, so the engines' prefix caches
+  see the trace's reuse.
 
 One factor (`rate_scale`) scales every rate: a ServeGen window's request count, or for a
 CSV, Bernoulli thinning (factor < 1) or the trace superposed with copies of itself shifted
@@ -27,6 +30,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +38,13 @@ from pathlib import Path
 import numpy as np
 
 from simulator.serving.config import SimConfig
+from simulator.serving.mooncake import (
+    MooncakeError,
+    MooncakeWorkload,
+    is_mooncake,
+    load_mooncake,
+    mooncake_request,
+)
 from simulator.serving.workload import Request
 
 __all__ = [
@@ -56,6 +67,7 @@ BUNDLED: dict[str, Path] = {
     "servegen-mm-image": DATA_DIR / "servegen" / "mm-image",
     "servegen-language": DATA_DIR / "servegen" / "language",
     "azure-conv": DATA_DIR / "azure-llm-2023" / "conv.csv",
+    "mooncake-conv": DATA_DIR / "mooncake" / "conversation_trace.jsonl.xz",
 }
 """Workloads shipped with the simulator (provenance: simulator/data/workloads/SOURCE.md)."""
 
@@ -183,7 +195,7 @@ class CsvWorkload:
         return len(self.t_s) / self.span_s
 
 
-Workload = ServeGenWorkload | CsvWorkload
+Workload = ServeGenWorkload | CsvWorkload | MooncakeWorkload
 
 
 def resolve_path(text: str) -> Path:
@@ -331,9 +343,14 @@ def _load_cached(path: str) -> Workload:
         return _load_servegen(p)
     if p.suffix.lower() == ".csv":
         return _load_csv(p)
+    if is_mooncake(p):
+        try:
+            return load_mooncake(p)
+        except MooncakeError as exc:
+            raise WorkloadError(str(exc)) from None
     raise WorkloadError(
-        f"{p}: unknown workload format: give a ServeGen client folder or an Azure-format "
-        f"CSV ({','.join(CSV_COLUMNS)}[,NumImages])"
+        f"{p}: unknown workload format: give a ServeGen client folder, an Azure-format "
+        f"CSV ({','.join(CSV_COLUMNS)}[,NumImages]) or a Mooncake trace (.jsonl[.xz])"
     )
 
 
@@ -426,42 +443,58 @@ def _servegen_request(
     return Request(0, service, kind, t - start_s, text + sum(images), images, out)
 
 
-def _csv_requests(
-    wl: CsvWorkload,
+def _replays(
+    t_s: np.ndarray, span: float, rng: np.random.Generator, length_s: float, rate_scale: float
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """A replayed trace over sim time [0, length): (copy, lap, times, indices kept) per lap
+    of each copy (module docstring: thinning below 1, shifted copies above 1; laps when
+    the run is longer than the trace)."""
+    copies = _count(rng, rate_scale) if rate_scale > 1 else 1
+    keep_p = min(1.0, rate_scale)
+    for c in range(max(copies, 1)):
+        shift = 0.0 if c == 0 else float(rng.random() * span)
+        laps = int(math.ceil(length_s / span)) + 1
+        for lap in range(-1 if shift else 0, laps):
+            t = t_s + shift + lap * span
+            sel = np.nonzero((t >= 0) & (t < length_s))[0]
+            if keep_p < 1.0:
+                sel = sel[rng.random(len(sel)) < keep_p]
+            yield c, lap, t, sel
+
+
+def _csv_request(wl: CsvWorkload, i: int, t: float, service: str, kind: str) -> Request:
+    n_img = int(wl.images[i]) if wl.images is not None else 0
+    images = (IMAGE_TOKENS_DEFAULT,) * n_img
+    prompt = max(1, int(wl.context[i]))
+    return Request(
+        0,
+        service,
+        kind,
+        t,
+        max(prompt, sum(images) + 1),
+        images,
+        max(1, int(wl.generated[i])),
+    )
+
+
+def _replayed_requests(
+    wl: CsvWorkload | MooncakeWorkload,
     service: str,
     kind: str,
     rng: np.random.Generator,
     length_s: float,
     rate_scale: float,
 ) -> list[Request]:
-    """A CSV always starts at its first request (module docstring): no start offset."""
-    span = wl.span_s
-    copies = _count(rng, rate_scale) if rate_scale > 1 else 1
-    keep_p = min(1.0, rate_scale)
+    """A CSV or Mooncake trace always starts at its first request (module docstring): no
+    start offset. A Mooncake copy or later lap chains its ids from its own seed
+    (simulator.serving.mooncake: it shares no prompt with the trace itself)."""
     out: list[Request] = []
-    for c in range(max(copies, 1)):
-        shift = 0.0 if c == 0 else float(rng.random() * span)
-        laps = int(math.ceil(length_s / span)) + 1
-        for lap in range(-1 if shift else 0, laps):
-            t = wl.t_s + shift + lap * span
-            sel = np.nonzero((t >= 0) & (t < length_s))[0]
-            if keep_p < 1.0:
-                sel = sel[rng.random(len(sel)) < keep_p]
-            for i in sel:
-                n_img = int(wl.images[i]) if wl.images is not None else 0
-                images = (IMAGE_TOKENS_DEFAULT,) * n_img
-                prompt = max(1, int(wl.context[i]))
-                out.append(
-                    Request(
-                        0,
-                        service,
-                        kind,
-                        float(t[i]),
-                        max(prompt, sum(images) + 1),
-                        images,
-                        max(1, int(wl.generated[i])),
-                    )
-                )
+    for c, lap, t, sel in _replays(wl.t_s, wl.span_s, rng, length_s, rate_scale):
+        if isinstance(wl, MooncakeWorkload):
+            seed = 0 if (c, lap) == (0, 0) else hash((c, lap))
+            out.extend(mooncake_request(wl, int(i), float(t[i]), seed, service, kind) for i in sel)
+        else:
+            out.extend(_csv_request(wl, int(i), float(t[i]), service, kind) for i in sel)
     return out
 
 
@@ -480,7 +513,7 @@ def workload_requests(
     rng = np.random.default_rng([seed, 31337, stream])
     if isinstance(wl, ServeGenWorkload):
         return _servegen_requests(wl, service, kind, rng, start_s, length_s, rate_scale)
-    return _csv_requests(wl, service, kind, rng, length_s, rate_scale)
+    return _replayed_requests(wl, service, kind, rng, length_s, rate_scale)
 
 
 def _name_of(path: str) -> str:
@@ -514,7 +547,7 @@ def describe(cfg: SimConfig) -> str:
                 if length > wl.span_s
                 else "from its first request"
             )
-            fmt = "replayed CSV"
+            fmt = "replayed Mooncake trace" if isinstance(wl, MooncakeWorkload) else "replayed CSV"
         rate = wl.mean_rate(start, start + length) * cfg.rate_scale
         parts.append(f"`{name}` <- {_name_of(spec.path)} ({fmt}; {when}; {rate:.2f} req/s)")
     return (

@@ -62,7 +62,7 @@ def test_yaml_mapping_overrides_by_path() -> None:
         (
             {"services": {"chat": {"model": "gpt-5"}}},
             "services.chat.model: expected a model of models "
-            "(llama-3-8b, qwen2-vl-7b, qwen2-vl-7b-32k, llama-3-70b), got 'gpt-5'",
+            "(llama-3-8b, qwen2-vl-7b, qwen2-vl-7b-32k, llama-3-70b, llama-3.1-8b), got 'gpt-5'",
         ),
         (
             {"services": {"chat": {"qos": "gold"}}},
@@ -245,7 +245,7 @@ def test_public_names_exist() -> None:
         ("cost:\n  block_tokens: 0\n", "cost.block_tokens: expected an integer >= 1, got 0"),
         ("arrivals:\n  cv: 0\n", "arrivals.cv: expected a number > 0, got 0.0"),
         ("cluster:\n  pools: []\n", "cluster.pools: expected a non-empty list, got []"),
-        ("clutser: {}\n", "clutser: unknown key (known: arrivals, background, cluster,"),
+        ("clutser: {}\n", "clutser: unknown key (known: arrivals, background, cache, cluster,"),
     ],
 )
 def test_bad_serving_config_is_one_line_without_a_repr(
