@@ -88,6 +88,16 @@ class CostModel:
     """Fixed cost of one decode step d0, ms."""
     eta: float = 0.85
     """Share of the memory bandwidth a decode step achieves."""
+    # Reading the live KV cache (paged attention) may reach less of the bandwidth than
+    # reading the weights; 0 keeps one eta for both (this simulator's fit). BLIS's
+    # trained-physics fit for vLLM on H100 has KV reads 1.947 / 1.363 = 1.43x slower per
+    # byte than weight reads (defaults.yaml beta2b, beta3 at f90a1e3a).
+    kv_eta: float = 0.0
+    """Share of the memory bandwidth reading the live KV cache achieves (0: the same as eta)."""
+    # Per-request work of each step (scheduling, attention metadata); 0 in this
+    # simulator's fit; BLIS's fit: 4.42 us per request (beta6).
+    step_seq_us: float = 0.0
+    """Cost of every sequence in a step, microseconds (0: none)."""
     encode_e0_ms: float = 5.0
     """Fixed cost of encoding one image e0, ms."""
     encode_ke_ms: float = 0.04
@@ -514,6 +524,7 @@ class SimConfig:
         keys = ("cost.block_tokens", "cost.max_num_seqs", "cost.chunk_tokens")
         bounded(self, *keys, at_least=1, what="an integer")
         bounded(self, "cost.tp_overhead_nvlink", "cost.tp_overhead_pcie", at_least=0)
+        bounded(self, "cost.kv_eta", "cost.step_seq_us", at_least=0)
         positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
         bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:

@@ -25,7 +25,7 @@ import math
 from collections import deque
 
 from simulator.serving.config import CostModel, GpuSpec, ModelSpec
-from simulator.serving.costmodel import blocks_for, encode_s, mixed_step_s
+from simulator.serving.costmodel import blocks_for, encode_s, kv_bandwidth, mixed_step_s
 from simulator.serving.workload import Request
 
 __all__ = ["Engine"]
@@ -75,7 +75,8 @@ class Engine:
         self.seg_failed: list[Request] = []
         bw = cost.eta * gpu.bandwidth_tb_s * 1e12
         self._step_fixed = (cost.decode_d0_ms / 1000.0 + model.weights_gb * 1e9 / bw) / speedup
-        self._per_token = model.kv_bytes_per_token / bw / speedup
+        self._per_token = model.kv_bytes_per_token / kv_bandwidth(cost, gpu) / speedup
+        self._per_seq = cost.step_seq_us * 1e-6 / speedup
 
     # ---- state the router, the metrics and the signals read ----
     @property
@@ -206,7 +207,9 @@ class Engine:
                 nb = blocks_for(r.ctx + 1, self.block)
                 self.used_blocks += nb - r.blocks
                 r.blocks = nb
-            step = mixed_step_s(self.cost, self.gpu, self.model, tokens, len(decode), live)
+            step = mixed_step_s(
+                self.cost, self.gpu, self.model, tokens, len(decode), live, len(chunks)
+            )
             dt = factor * (step + encode) / self.speed
             self.seg_mixed = True
             self.seg_chunks = chunks
@@ -220,7 +223,9 @@ class Engine:
         self.seg_mixed = False
         self.seg_chunks = []
         self.seg_k = k
-        self.seg_a = factor * (self._step_fixed + live * self._per_token)
+        self.seg_a = factor * (
+            self._step_fixed + live * self._per_token + len(decode) * self._per_seq
+        )
         self.seg_b = factor * len(decode) * self._per_token
         self.seg_end = now + self._seg_time(k)
         return self.seg_end
