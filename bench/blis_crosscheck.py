@@ -80,17 +80,24 @@ MODEL = {"weights_gb": 16.06, "kv_bytes_per_token": 131_072, "max_model_len": 13
 H100 = {"name": "H100-SXM", "hbm_gib": 80.0, "bandwidth_tb_s": 3.35}  # NVIDIA datasheet
 
 COSTS: dict[str, dict[str, float]] = {
-    # BLIS's trained-physics step time for this model on the H100 (its defaults.yaml
-    # beta coefficients applied to its basis functions; derivation and the single-request
-    # probes that confirm it: docs/serving-simulation.md, "Side by side with BLIS").
-    # Per step: beta5 x 32 layers + beta7 = 1.15 ms; weights (13.96 GB of layer weights
-    # x beta3 1.363 / 3.35 TB/s = 5.68 ms) = 16.06 GB at eta 0.844; KV reads x beta2b 1.947
-    # = eta 0.514 for KV; prefill compute x beta1a 0.152: 2.4 us per token of the 8B.
+    # BLIS's trained-physics step time for this model on the H100: its defaults.yaml beta
+    # coefficients (f90a1e3a) applied to its basis functions for Llama-3.1-8B (32 layers,
+    # 13.96 GB of layer weights, 14.0 GFLOP per prefill token), as this cost model's
+    # parameters (docs/serving-simulation.md, "Side by side with BLIS", has the
+    # single-request probes that confirm them):
+    # - every step: beta5 32.1 us x 32 layers + beta7 126 us = 1.153 ms (d0);
+    # - weights: 13.96 GB x beta3 1.3625 / 3.35 TB/s = 5.676 ms, i.e. 16.06 GB at eta 0.844;
+    # - KV reads x beta2b 1.947: kv_eta 1 / 1.947 = 0.514;
+    # - per request in the batch: beta6 4.42 us;
+    # - prefill: 6.829 ms fixed (weights + d0) + 14.0 GFLOP / 989.5 TFLOPS x beta1a 0.152
+    #   = 2.146 us per token (466k tokens/s; attention FLOPs, 4 % of a 2k chunk, left out).
     "blis": {
         "decode_d0_ms": 1.153,
-        "eta": 0.844,
-        "prefill_p0_ms": 6.85,
-        "prefill_tok_s": 415_000.0,
+        "eta": 0.8443,
+        "kv_eta": 0.5136,
+        "step_seq_us": 4.417,
+        "prefill_p0_ms": 6.829,
+        "prefill_tok_s": 466_000.0,
     },
     # this project's cost model (config.CostModel, fitted to TensorRT-LLM A100 data) on
     # the H100: prefill throughput x 989.5 / 312 (dense BF16 peak TFLOPS, NVIDIA H100 SXM
