@@ -84,6 +84,20 @@ class CostModel:
     """Fixed prefill cost p0, ms."""
     prefill_tok_s: float = 16_000.0
     """Prefill throughput R_pf, tokens per second."""
+    # Prefill attention: each prompt token attends to every token before it, so a chunk
+    # of T tokens after s cached ones costs T (s + T/2) x this on top of the linear part
+    # (FlashAttention's FLOPs are quadratic in the sequence). 0 in this simulator's fit
+    # (its calibration points are short prompts); BLIS's trained-physics fit for
+    # Llama-3.1-8B on H100: 4 x 32 layers x 32 heads x 128 FLOPs / 989.5 TFLOPS x beta1a
+    # 0.152 = 0.0805 ns (defaults.yaml at f90a1e3a).
+    prefill_attn_ns: float = 0.0
+    """Prefill attention cost per prompt token per earlier token of its context, ns, of a compute_scale-1 model (0: none)."""
+    # What a chunk's attention is charged against: `chunk` (the tokens before it, as
+    # causal attention computes) or `prompt` (the whole prompt, as BLIS's trained-physics
+    # basis does: T (S + T/2) with S the prompt length, for every chunk); `prompt` exists
+    # to reproduce BLIS in bench/blis_crosscheck.py (docs/serving-simulation.md).
+    prefill_attn_context: str = "chunk"
+    """What a prefill chunk's attention is charged against: chunk (the tokens before it) or prompt (the whole prompt, BLIS's accounting)."""
     decode_d0_ms: float = 2.0
     """Fixed cost of one decode step d0, ms."""
     eta: float = 0.85
@@ -524,7 +538,11 @@ class SimConfig:
         keys = ("cost.block_tokens", "cost.max_num_seqs", "cost.chunk_tokens")
         bounded(self, *keys, at_least=1, what="an integer")
         bounded(self, "cost.tp_overhead_nvlink", "cost.tp_overhead_pcie", at_least=0)
-        bounded(self, "cost.kv_eta", "cost.step_seq_us", at_least=0)
+        bounded(self, "cost.kv_eta", "cost.step_seq_us", "cost.prefill_attn_ns", at_least=0)
+        if self.cost.prefill_attn_context not in ("chunk", "prompt"):
+            raise invalid(
+                "cost.prefill_attn_context", "chunk or prompt", self.cost.prefill_attn_context
+            )
         positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
         bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:

@@ -71,20 +71,25 @@ def mixed_step_s(
     decode_seqs: int,
     decode_live_tokens: int,
     prefill_seqs: int = 0,
+    attn_pairs: float = 0.0,
 ) -> float:
     """A chunked-prefill step that also decodes `decode_seqs` sequences.
 
     Compute-bound part: prefill(prefill_tokens + decode_seqs) (each decode token is one more
-    token of compute and the weights are read once for the pass); plus reading the decoding
-    sequences' KV at KV bandwidth and the per-sequence cost of all `prefill_seqs` +
-    `decode_seqs` sequences. Without prefill tokens it is a decode step.
+    token of compute and the weights are read once for the pass) plus the chunks'
+    attention (`attn_pairs`: the sum over chunks of T (s + T/2), T tokens after s cached,
+    times prefill_attn_ns); plus reading the decoding sequences' KV at KV bandwidth and the
+    per-sequence cost of all `prefill_seqs` + `decode_seqs` sequences. Without prefill
+    tokens it is a decode step.
     """
     if prefill_tokens <= 0:
         return decode_step_s(cost, gpu, model, decode_live_tokens, decode_seqs)
     kv = decode_live_tokens * model.kv_bytes_per_token / kv_bandwidth(cost, gpu)
     kv_read = kv if decode_seqs else 0.0
     per_seq = (prefill_seqs + decode_seqs) * cost.step_seq_us * 1e-6
-    return prefill_s(cost, prefill_tokens + decode_seqs, model.compute_scale) + kv_read + per_seq
+    attn = model.compute_scale * cost.prefill_attn_ns * 1e-9 * attn_pairs
+    compute = prefill_s(cost, prefill_tokens + decode_seqs, model.compute_scale) + attn
+    return compute + kv_read + per_seq
 
 
 def kv_pool_tokens(cost: CostModel, model: ModelSpec, footprint_gib: float, gpus: int = 1) -> int:

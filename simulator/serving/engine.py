@@ -77,6 +77,7 @@ class Engine:
         self._step_fixed = (cost.decode_d0_ms / 1000.0 + model.weights_gb * 1e9 / bw) / speedup
         self._per_token = model.kv_bytes_per_token / kv_bandwidth(cost, gpu) / speedup
         self._per_seq = cost.step_seq_us * 1e-6 / speedup
+        self._attn_chunk = cost.prefill_attn_context == "chunk"
 
     # ---- state the router, the metrics and the signals read ----
     @property
@@ -192,6 +193,7 @@ class Engine:
             chunks: list[tuple[Request, int]] = []
             encode = 0.0
             tokens = 0
+            attn = 0.0  # sum of T (s + T/2) over the chunks (costmodel.mixed_step_s)
             for r in prefill:
                 if budget <= 0:
                     break
@@ -200,6 +202,8 @@ class Engine:
                     r.encoded = True
                     encode += sum(encode_s(self.cost, t) for t in r.images)
                 chunks.append((r, take))
+                before = r.done_prefill if self._attn_chunk else r.need_prefill
+                attn += take * (before + take / 2.0)
                 budget -= take
                 tokens += take
             # decode sequences reserve their next block now
@@ -208,7 +212,7 @@ class Engine:
                 self.used_blocks += nb - r.blocks
                 r.blocks = nb
             step = mixed_step_s(
-                self.cost, self.gpu, self.model, tokens, len(decode), live, len(chunks)
+                self.cost, self.gpu, self.model, tokens, len(decode), live, len(chunks), attn
             )
             dt = factor * (step + encode) / self.speed
             self.seg_mixed = True

@@ -157,3 +157,44 @@ def test_engine_steps_at_kv_eta() -> None:
         cost, h100, LLAMA3_8B, 2 * 1002, 2
     )
     assert end - t == pytest.approx(steps)
+
+
+def test_prefill_attention_chunk_and_prompt() -> None:
+    """A chunk's attention: T (s + T/2) token pairs x prefill_attn_ns, s = the tokens
+    before it (chunk) or the whole prompt (prompt, BLIS's accounting)."""
+    from simulator.serving.engine import Engine
+    from simulator.serving.workload import Request
+
+    h100 = GpuSpec(name="H100", hbm_gib=80.0, bandwidth_tb_s=3.35)
+    assert mixed_step_s(COST, h100, LLAMA3_8B, 2048, 0, 0, 1, 1e6) == prefill_s(COST, 2048)
+    cost = CostModel(prefill_attn_ns=0.1, chunk_tokens=2048)
+    extra = mixed_step_s(cost, h100, LLAMA3_8B, 2048, 0, 0, 1, 1e6) - prefill_s(cost, 2048)
+    assert extra == pytest.approx(1e6 * 0.1e-9)
+
+    def chunk_times(c: CostModel) -> list[float]:
+        eng = Engine(c, h100, LLAMA3_8B, 100_000)
+        eng.enqueue(Request(0, "s", "text", 0.0, 4096, (), 2))
+        t, out = 0.0, []
+        for _ in range(2):
+            end = eng.plan(t, 1.0)
+            assert end is not None
+            out.append(end - t)
+            eng.finish(end)
+            t = end
+        return out
+
+    base = prefill_s(cost, 2048)
+    first, second = chunk_times(cost)
+    assert first - base == pytest.approx(0.1e-9 * 2048 * 1024)
+    assert second - base == pytest.approx(0.1e-9 * 2048 * (2048 + 1024))
+    whole = CostModel(prefill_attn_ns=0.1, chunk_tokens=2048, prefill_attn_context="prompt")
+    for t in chunk_times(whole):
+        assert t - base == pytest.approx(0.1e-9 * 2048 * (4096 + 1024))
+
+
+def test_prefill_attn_context_is_checked() -> None:
+    from kvspread.settings import ConfigError
+    from simulator.serving.config import config_from_mapping
+
+    with pytest.raises(ConfigError, match="prefill_attn_context"):
+        config_from_mapping({"cost": {"prefill_attn_context": "whole"}})
