@@ -27,6 +27,13 @@ in prefill speed does: docs/serving-simulation.md). Both add BLIS's per-request 
 overheads (alpha coefficients) the serving simulation has none of: alpha0 before the
 engine queue, alpha2 per output token and alpha1 at the end, to the reported latencies.
 
+Least-loaded routing in BLIS counts a request once between its dispatch and its arrival
+in the engine queue (alpha0 later) and twice after (EffectiveLoad = QueueDepth + BatchSize
++ InFlightRequests, sim/routing.go), so requests arriving together pile onto one replica;
+the Mooncake trace's timestamps are whole milliseconds and most requests share one.
+`--spread-ms MS --no-api-overheads` spreads them and drops alpha, which removes that
+effect (docs/serving-simulation.md has both tables).
+
 Prefix caching: `--prefix-cache` gives requests their block hashes and the Mooncake
 stream its prefix groups in BLIS. It needs the simulation's prefix cache (issue 23 point
 1); until that is there, both run without shared prefixes (BLIS caches only what the
@@ -53,6 +60,7 @@ from bench.blis_trace import (
     map_mooncake,
     read_mooncake,
     reuse_bounds,
+    spread_ties,
     write_tracev2,
 )
 from simulator.serving.config import SimConfig, config_from_mapping
@@ -67,11 +75,11 @@ __all__ = ["COSTS", "ROUTINGS", "Setup", "our_config", "main"]
 BLIS_MODEL = "meta-llama/llama-3.1-8b-instruct"
 """The model both run: BLIS's name (its model_configs/llama-3.1-8b-instruct/config.json)."""
 
-# BLIS's published alpha coefficients (defaults.yaml, trained_physics_coefficients, at
-# f90a1e3a), microseconds: API queueing, post-decode fixed overhead, per output token.
-ALPHA0_S = 15563.199579e-6
-ALPHA1_S = 777.3455e-6
-ALPHA2_S = 45.907545e-6
+# BLIS's published coefficients (defaults.yaml, trained_physics_coefficients, at
+# f90a1e3a). Alpha, microseconds: API queueing, post-decode fixed overhead, per output
+# token; `--no-api-overheads` gives BLIS zeros and the betas explicitly (it takes both).
+ALPHAS_US = (15563.199579, 777.3455, 45.907545)
+BETAS = "0.152128,0.0,1.36252915,0.752037,32.09546717,4.41684444,126.024825,481.8613888,0.0,1.94710771,0.752037"
 
 # Llama-3.1-8B (HF config.json, also BLIS's model_configs): 32 layers, hidden 4096,
 # 8 KV heads x 128, FFN 14336, 128k context; 8.03 B parameters = 16.06 GB in BF16;
@@ -79,7 +87,7 @@ ALPHA2_S = 45.907545e-6
 MODEL = {"weights_gb": 16.06, "kv_bytes_per_token": 131_072, "max_model_len": 131_072}
 H100 = {"name": "H100-SXM", "hbm_gib": 80.0, "bandwidth_tb_s": 3.35}  # NVIDIA datasheet
 
-COSTS: dict[str, dict[str, float]] = {
+COSTS: dict[str, dict[str, float | str]] = {
     # BLIS's trained-physics step time for this model on the H100: its defaults.yaml beta
     # coefficients (f90a1e3a) applied to its basis functions for Llama-3.1-8B (32 layers,
     # 13.96 GB of layer weights, 14.0 GFLOP per prefill token), as this cost model's
@@ -90,7 +98,8 @@ COSTS: dict[str, dict[str, float]] = {
     # - KV reads x beta2b 1.947: kv_eta 1 / 1.947 = 0.514;
     # - per request in the batch: beta6 4.42 us;
     # - prefill: 6.829 ms fixed (weights + d0) + 14.0 GFLOP / 989.5 TFLOPS x beta1a 0.152
-    #   = 2.146 us per token (466k tokens/s; attention FLOPs, 4 % of a 2k chunk, left out).
+    #   = 2.146 us per token (466k tokens/s), plus attention: 4 x 32 layers x 32 heads x
+    #   128 FLOPs per token pair / 989.5 TFLOPS x 0.152 = 0.0805 ns per token pair.
     "blis": {
         "decode_d0_ms": 1.153,
         "eta": 0.8443,
@@ -98,12 +107,19 @@ COSTS: dict[str, dict[str, float]] = {
         "step_seq_us": 4.417,
         "prefill_p0_ms": 6.829,
         "prefill_tok_s": 466_000.0,
+        "prefill_attn_ns": 0.0805,
+        # BLIS charges every chunk's attention against the whole prompt
+        "prefill_attn_context": "prompt",
     },
+    # the same with attention as causal attention computes it (each chunk against the
+    # tokens before it): what BLIS's accounting adds (docs/serving-simulation.md)
+    "blis-causal": {},
     # this project's cost model (config.CostModel, fitted to TensorRT-LLM A100 data) on
     # the H100: prefill throughput x 989.5 / 312 (dense BF16 peak TFLOPS, NVIDIA H100 SXM
     # and A100 datasheets), decode from the H100's 3.35 TB/s at the same eta.
     "kvspread": {"prefill_tok_s": 16_000.0 * 989.5 / 312.0},
 }
+COSTS["blis-causal"] = {**COSTS["blis"], "prefill_attn_context": "chunk"}
 """Cost-model parameters (config.CostModel fields) of each `--costs` choice."""
 
 ROUTINGS = {"round-robin": "round-robin", "least-loaded": "least-request"}
@@ -112,11 +128,11 @@ ROUTINGS = {"round-robin": "round-robin", "least-loaded": "least-request"}
 # Loads (light .. near saturation) as mean request rates for 4 replicas; scaled by
 # replicas / 4. ServeGen: the language clients' rate scaled to it; Mooncake: the trace
 # (3.4 requests/s, mean prompt 12k tokens) replayed faster by time_scale.
-SERVEGEN_RPS = (8.0, 16.0, 24.0)
+SERVEGEN_RPS = (60.0, 120.0, 180.0)
 SERVEGEN_START_S = DAY_START_S + 1800.0
 """10:30 of the ServeGen day: the busiest 10 minutes of the 10:00 hour (10:00-10:10 is
 idle for these clients), so a 600 s stream has traffic throughout."""
-MOONCAKE_SCALE = (1.0, 2.0, 3.0)
+MOONCAKE_SCALE = (1.0, 1.75, 2.5)
 LOAD_NAMES = ("light", "medium", "near saturation")
 FULL_S = 600.0
 """Stream length of a full run, seconds (--quick: 120)."""
@@ -132,6 +148,13 @@ class Setup:
     costs: str
     prefix_cache: bool
     seed: int
+    api_overheads: bool = True
+
+    @property
+    def alphas_s(self) -> tuple[float, float, float]:
+        """BLIS's alpha0..alpha2 in seconds (zeros without API overheads)."""
+        a0, a1, a2 = ALPHAS_US if self.api_overheads else (0.0, 0.0, 0.0)
+        return a0 * 1e-6, a1 * 1e-6, a2 * 1e-6
 
 
 def our_config(setup: Setup, span_s: float) -> SimConfig:
@@ -210,9 +233,10 @@ def run_ours(setup: Setup, stream: Sequence[StreamRequest], routing: str) -> tup
     """The serving simulation on `stream`; returns its figures and requests not done."""
     span = max((s.arrival_s for s in stream), default=0.0) + 1.0
     cfg = our_config(setup, span)
+    a0, a1, a2 = setup.alphas_s
     reqs: list[Request] = []
     for s in stream:
-        r = Request(s.rid, "x", "text", s.arrival_s + ALPHA0_S, s.prompt, (), s.out)
+        r = Request(s.rid, "x", "text", s.arrival_s + a0, s.prompt, (), s.out)
         if setup.prefix_cache:
             r.block_hashes = block_hashes(s, cfg.cost.block_tokens)  # type: ignore[attr-defined]
         reqs.append(r)
@@ -225,9 +249,9 @@ def run_ours(setup: Setup, stream: Sequence[StreamRequest], routing: str) -> tup
     for r in reqs:
         if r.status != "ok":
             continue
-        arrival = r.arrival - ALPHA0_S
-        ttft = r.first_token - arrival + ALPHA2_S
-        e2e = r.finish - arrival + ALPHA2_S * r.out + ALPHA1_S
+        arrival = r.arrival - a0
+        ttft = r.first_token - arrival + a2
+        e2e = r.finish - arrival + a2 * r.out + a1
         done.append(Done(arrival, ttft, e2e, r.out))
         hit += int(getattr(r, "prefix_hit_tokens", 0))
         prompt += r.prompt
@@ -256,6 +280,8 @@ def run_blis(
         "--max-num-batched-tokens", "2048", "--horizon", str(span_us),
         "--seed", str(setup.seed), "--results-path", str(results), "--log", "error",
     ]  # fmt: skip
+    if not setup.api_overheads:
+        cmd += ["--alpha-coeffs", "0,0,0", "--beta-coeffs", BETAS]
     proc = subprocess.run(
         cmd, cwd=blis.resolve().parent, capture_output=True, text=True, timeout=BLIS_TIMEOUT_S
     )
@@ -306,7 +332,7 @@ def _streams(args: argparse.Namespace, setup: Setup, span: float) -> list[Stream
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="The serving simulation and BLIS on the same requests: one table, "
-        "exit 0 only within tolerance (15 %% at the two lower loads, 25 %% near saturation)."
+        "exit 0 only within tolerance (15 % at the two lower loads, 25 % near saturation)."
     )
     ap.add_argument(
         "--blis", required=True, type=Path, help="the BLIS binary (tools/blis/build.sh)"
@@ -329,8 +355,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="shared prefixes on in both (needs the simulation's prefix cache)",
     )
+    ap.add_argument(
+        "--spread-ms",
+        type=float,
+        default=0.0,
+        help="spread requests that share an arrival time over this many ms (0..1000)",
+    )
+    ap.add_argument(
+        "--no-api-overheads",
+        action="store_true",
+        help="leave out BLIS's per-request API overheads (alpha) in both",
+    )
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)  # fmt: skip
+    if not 0 <= args.spread_ms <= 1000:
+        ap.error("--spread-ms must be 0..1000")
     if not 1 <= args.replicas <= 16:
         ap.error("--replicas must be 1..16")
     if not args.blis.is_file():
@@ -343,7 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(
             "--prefix-cache: this serving simulation has no prefix cache yet (issue 23 point 1)"
         )
-    setup = Setup(args.replicas, args.costs, args.prefix_cache, args.seed)
+    setup = Setup(
+        args.replicas, args.costs, args.prefix_cache, args.seed, not args.no_api_overheads
+    )
     span = 120.0 if args.quick else FULL_S
     streams = _streams(args, setup, span)
     blocks = pool_blocks(our_config(setup, span))
@@ -353,7 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"streams of {span:g} s\n")  # fmt: skip
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="blis-crosscheck-") as tmp:
-        for stream_name, li, load, stream in streams:
+        for stream_name, li, load, raw in streams:
+            stream = spread_ties(raw, args.spread_ms / 1000.0)
             for routing in routings:
                 ours, ours_left = run_ours(setup, stream, routing)
                 theirs, blis_left = run_blis(args.blis, setup, stream, routing, blocks, Path(tmp))

@@ -18,6 +18,7 @@ that reuse is lost in the mapping (`reuse_bounds` measures both).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "tracev2_rows",
     "write_tracev2",
     "block_hashes",
+    "spread_ties",
 ]
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -191,6 +193,28 @@ def block_hashes(req: StreamRequest, block_tokens: int) -> tuple[int, ...]:
         h = hash((h, key))
         out.append(h)
     return tuple(out)
+
+
+def spread_ties(stream: Sequence[StreamRequest], window_s: float) -> list[StreamRequest]:
+    """The stream with requests that share an arrival time spread evenly over the
+    `window_s` after it (the k-th of n at t + k window / n); 0 leaves it as it is. The
+    Mooncake trace's timestamps are whole milliseconds and most requests share one."""
+    if window_s < 0:
+        raise ValueError("window_s must be >= 0")
+    if window_s == 0:
+        return list(stream)
+    ties: dict[float, int] = {}
+    for s in stream:
+        ties[s.arrival_s] = ties.get(s.arrival_s, 0) + 1
+    seen: dict[float, int] = {}
+    out: list[StreamRequest] = []
+    for s in stream:
+        k = seen.get(s.arrival_s, 0)
+        seen[s.arrival_s] = k + 1
+        t = s.arrival_s + k * window_s / ties[s.arrival_s]
+        out.append(dataclasses.replace(s, arrival_s=t))
+    out.sort(key=lambda r: (r.arrival_s, r.rid))
+    return out
 
 
 def tracev2_rows(stream: Iterable[StreamRequest], model: str = "") -> list[list[str]]:
