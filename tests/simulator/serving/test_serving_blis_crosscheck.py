@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import bench.blis_trace as bt
 from bench.blis_compare import (
     Done,
     Figures,
@@ -26,19 +27,7 @@ from bench.blis_compare import (
     within,
 )
 from bench.blis_crosscheck import COSTS, Setup, run_ours
-from bench.blis_trace import (
-    MOONCAKE_BLOCK_TOKENS,
-    TRACEV2_COLUMNS,
-    MooncakeRecord,
-    StreamRequest,
-    block_hashes,
-    map_mooncake,
-    read_mooncake,
-    reuse_bounds,
-    spread_ties,
-    tracev2_rows,
-    write_tracev2,
-)
+from bench.blis_trace import MooncakeRecord, StreamRequest
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "bench" / "blis_crosscheck.py"
@@ -54,16 +43,16 @@ RECORDS = [
 
 def test_tracev2_columns_are_blis_order() -> None:
     # BLIS sim/workload/tracev2.go traceV2Columns (trace_version 3), without optional ones
-    assert TRACEV2_COLUMNS[:3] == ["request_id", "client_id", "tenant_id"]
-    assert TRACEV2_COLUMNS.index("prefix_group") == 6
-    assert TRACEV2_COLUMNS.index("input_tokens") == 9
-    assert TRACEV2_COLUMNS[-1] == "finish_reason"
-    assert len(TRACEV2_COLUMNS) == 27
+    assert bt.TRACEV2_COLUMNS[:3] == ["request_id", "client_id", "tenant_id"]
+    assert bt.TRACEV2_COLUMNS.index("prefix_group") == 6
+    assert bt.TRACEV2_COLUMNS.index("input_tokens") == 9
+    assert bt.TRACEV2_COLUMNS[-1] == "finish_reason"
+    assert len(bt.TRACEV2_COLUMNS) == 27
 
 
 def test_tracev2_rows_split_the_prefix(tmp_path: Path) -> None:
     stream = [StreamRequest(0, 0.5, 1400, 10, "mc0", 1024), StreamRequest(1, 1.25, 300, 40)]
-    header, data = write_tracev2(stream, tmp_path / "t")
+    header, data = bt.write_tracev2(stream, tmp_path / "t")
     assert "trace_version: 3" in header.read_text()
     assert "time_unit: microseconds" in header.read_text()
     rows = list(csv.DictReader(data.open()))
@@ -75,17 +64,15 @@ def test_tracev2_rows_split_the_prefix(tmp_path: Path) -> None:
     assert rows[0]["arrival_time_us"] == rows[0]["send_time_us"] == "500000"
     assert rows[1]["arrival_time_us"] == "1250000"
     assert rows[1]["output_tokens"] == "40"
-    assert all(len(r) == len(TRACEV2_COLUMNS) for r in tracev2_rows(stream))
+    assert all(len(r) == len(bt.TRACEV2_COLUMNS) for r in bt.tracev2_rows(stream))
 
 
 def test_tracev2_refuses_a_prefix_as_long_as_the_prompt() -> None:
     with pytest.raises(ValueError, match="prefix_length"):
-        tracev2_rows([StreamRequest(3, 0.0, 512, 1, "g", 512)])
+        bt.tracev2_rows([StreamRequest(3, 0.0, 512, 1, "g", 512)])
 
 
 def test_tracev2_stream_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import bench.blis_trace as bt
-
     monkeypatch.setattr(bt, "MAX_REQUESTS", 2)
     stream = [StreamRequest(i, 0.0, 10, 1) for i in range(3)]
     with pytest.raises(ValueError, match="at most 2"):
@@ -93,13 +80,13 @@ def test_tracev2_stream_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_mooncake_maps_to_the_deepest_shared_run() -> None:
-    stream = map_mooncake(RECORDS)
+    stream = bt.map_mooncake(RECORDS)
     a, b, c, d = stream
     assert a.prefix_group == b.prefix_group != ""
-    assert a.prefix_length == b.prefix_length == 2 * MOONCAKE_BLOCK_TOKENS
+    assert a.prefix_length == b.prefix_length == 2 * bt.MOONCAKE_BLOCK_TOKENS
     # C shares only block 0 (with A and B, whose deeper group it cannot join)
     assert c.prefix_group not in ("", a.prefix_group)
-    assert c.prefix_length == MOONCAKE_BLOCK_TOKENS
+    assert c.prefix_length == bt.MOONCAKE_BLOCK_TOKENS
     assert (d.prefix_group, d.prefix_length) == ("", 0)
     assert [s.arrival_s for s in stream] == [0.0, 1.0, 1.0, 3.0]
     assert [s.prompt for s in stream] == [1400, 1500, 700, 300]
@@ -108,16 +95,16 @@ def test_mooncake_maps_to_the_deepest_shared_run() -> None:
 
 def test_mooncake_prefix_keeps_an_own_token_and_time_scale() -> None:
     recs = [MooncakeRecord(0.0, 512, 1, (7,)), MooncakeRecord(2000.0, 512, 1, (7,))]
-    stream = map_mooncake(recs, time_scale=2.0)
+    stream = bt.map_mooncake(recs, time_scale=2.0)
     assert [s.prefix_length for s in stream] == [511, 511]
     assert stream[1].arrival_s == pytest.approx(1.0)
     with pytest.raises(ValueError):
-        map_mooncake(recs, time_scale=0.0)
+        bt.map_mooncake(recs, time_scale=0.0)
 
 
 def test_reuse_bounds_tree_and_flat() -> None:
-    stream = map_mooncake(RECORDS)
-    tree, flat = reuse_bounds(RECORDS, stream)
+    stream = bt.map_mooncake(RECORDS)
+    tree, flat = bt.reuse_bounds(RECORDS, stream)
     # 9 blocks; B repeats [0] and [0,1], C repeats [0]
     assert tree == pytest.approx(3 / 9)
     # flat: only B reuses (its group's first member A came before); C is first of its group
@@ -130,27 +117,27 @@ def test_read_mooncake_names_a_bad_line(tmp_path: Path) -> None:
     good = {"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}
     path.write_text(json.dumps(good) + "\n\n" + '{"timestamp": 1}\n')
     with pytest.raises(ValueError, match=r"t.jsonl:3: not a Mooncake record"):
-        read_mooncake(path)
-    assert read_mooncake(path, limit=1) == [MooncakeRecord(5.0, 600, 3, (1, 2))]
+        bt.read_mooncake(path)
+    assert bt.read_mooncake(path, limit=1) == [MooncakeRecord(5.0, 600, 3, (1, 2))]
 
 
 def test_block_hashes_share_the_prefix_only() -> None:
     a = StreamRequest(0, 0.0, 100, 1, "g", 64)
     b = StreamRequest(1, 0.0, 80, 1, "g", 64)
     c = StreamRequest(2, 0.0, 100, 1)
-    ha, hb, hc = (block_hashes(r, 16) for r in (a, b, c))
+    ha, hb, hc = (bt.block_hashes(r, 16) for r in (a, b, c))
     assert len(ha) == 6 and len(hb) == 5  # full blocks only
     assert ha[:4] == hb[:4] and ha[4] != hb[4]
     assert not set(hc) & set(ha)
     with pytest.raises(ValueError):
-        block_hashes(a, 0)
+        bt.block_hashes(a, 0)
 
 
 def test_spread_ties() -> None:
     stream = [StreamRequest(i, t, 10, 1) for i, t in enumerate((0.0, 0.0, 0.0, 0.0, 2.0))]
-    out = spread_ties(stream, 0.4)
+    out = bt.spread_ties(stream, 0.4)
     assert [s.arrival_s for s in out] == pytest.approx([0.0, 0.1, 0.2, 0.3, 2.0])
-    assert spread_ties(stream, 0.0) == stream
+    assert bt.spread_ties(stream, 0.0) == stream
 
 
 def test_figures_by_hand() -> None:
@@ -257,31 +244,25 @@ def test_script_bad_arguments_are_one_line(args: list[str], message: str) -> Non
     assert message in out.stderr and "Traceback" not in out.stderr
 
 
-def _blis_binary() -> Path:
-    named = os.environ.get("KVSPREAD_BLIS")
-    if named:
-        if not os.access(named, os.X_OK):
-            pytest.fail(f"KVSPREAD_BLIS={named}: not an executable file")
-        return Path(named)
-    built = ROOT / "build" / "blis" / "blis"
-    if built.exists():
-        return built
-    pytest.skip(
-        "BLIS is not built: run tools/blis/sources.sh GITDIRS SRC and tools/blis/build.sh "
-        "SRC (tools/blis/README.md) or set KVSPREAD_BLIS"
-    )
+BLIS = Path(os.environ.get("KVSPREAD_BLIS") or ROOT / "build" / "blis" / "blis")
+"""The BLIS binary: KVSPREAD_BLIS, else where tools/blis/build.sh puts it."""
 
 
+@pytest.mark.skipif(
+    not os.access(BLIS, os.X_OK),
+    reason="BLIS is not built: run tools/blis/sources.sh GITDIRS SRC and tools/blis/build.sh "
+    "SRC (tools/blis/README.md) or set KVSPREAD_BLIS",
+)
 def test_real_blis_replays_our_trace(tmp_path: Path) -> None:
     """BLIS reads the TraceV2 written here: every request back, prefix included in its
     input length, and a shared prefix hit in its cache."""
-    blis = _blis_binary()
+    blis = BLIS
     stream = [
         StreamRequest(0, 0.0, 3000, 4, "g", 2048),
         StreamRequest(1, 1.0, 2500, 4, "g", 2048),
         StreamRequest(2, 2.0, 700, 4),
     ]
-    header, data = write_tracev2(stream, tmp_path / "t")
+    header, data = bt.write_tracev2(stream, tmp_path / "t")
     results = tmp_path / "r.json"
     cmd = [
         str(blis.resolve()), "replay", "--trace-header", str(header), "--trace-data", str(data),
