@@ -37,7 +37,9 @@ effect (docs/serving-simulation.md has both tables).
 Prefix caching: `--prefix-cache` gives requests their block hashes and the Mooncake
 stream its prefix groups in BLIS. It needs the simulation's prefix cache (issue 23 point
 1); until that is there, both run without shared prefixes (BLIS caches only what the
-requests share, so nothing) and the table says so.
+requests share, so nothing) and the table says so. `--mooncake-tree` then gives the
+serving simulation the trace's whole block tree while BLIS keeps the flat groups: how
+much the flat mapping understates reuse.
 """
 
 from __future__ import annotations
@@ -149,6 +151,8 @@ class Setup:
     prefix_cache: bool
     seed: int
     api_overheads: bool = True
+    tree: bool = False
+    """Our requests carry the Mooncake trace's full block tree (BLIS still the flat groups)."""
 
     @property
     def alphas_s(self) -> tuple[float, float, float]:
@@ -238,7 +242,8 @@ def run_ours(setup: Setup, stream: Sequence[StreamRequest], routing: str) -> tup
     for s in stream:
         r = Request(s.rid, "x", "text", s.arrival_s + a0, s.prompt, (), s.out)
         if setup.prefix_cache:
-            r.block_hashes = block_hashes(s, cfg.cost.block_tokens)  # type: ignore[attr-defined]
+            hashes = block_hashes(s, cfg.cost.block_tokens, setup.tree)
+            r.block_hashes = hashes  # type: ignore[attr-defined]
         reqs.append(r)
     sim = Simulation(
         cfg, "kube-default", setup.seed, requests=reqs, autoscaler="none", routing=ROUTINGS[routing]
@@ -356,6 +361,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="shared prefixes on in both (needs the simulation's prefix cache)",
     )
     ap.add_argument(
+        "--mooncake-tree",
+        action="store_true",
+        help="with --prefix-cache: our requests keep the trace's whole block tree",
+    )
+    ap.add_argument(
         "--spread-ms",
         type=float,
         default=0.0,
@@ -382,8 +392,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(
             "--prefix-cache: this serving simulation has no prefix cache yet (issue 23 point 1)"
         )
+    if args.mooncake_tree and not args.prefix_cache:
+        ap.error("--mooncake-tree needs --prefix-cache")
     setup = Setup(
-        args.replicas, args.costs, args.prefix_cache, args.seed, not args.no_api_overheads
+        args.replicas,
+        args.costs,
+        args.prefix_cache,
+        args.seed,
+        not args.no_api_overheads,
+        args.mooncake_tree,
     )
     span = 120.0 if args.quick else FULL_S
     streams = _streams(args, setup, span)

@@ -65,6 +65,8 @@ class StreamRequest:
     out: int
     prefix_group: str = ""
     prefix_length: int = 0
+    hash_ids: tuple[int, ...] = ()
+    """The Mooncake trace's own 512-token block ids (empty for other streams)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,9 @@ def map_mooncake(records: Sequence[MooncakeRecord], time_scale: float = 1.0) -> 
             else:
                 length = 0
         arrival = (r.timestamp_ms - t0) / 1000.0 / time_scale
-        out.append(StreamRequest(i, arrival, r.input_length, r.output_length, group, length))
+        out.append(
+            StreamRequest(i, arrival, r.input_length, r.output_length, group, length, r.hash_ids)
+        )
     return out
 
 
@@ -178,18 +182,29 @@ def reuse_bounds(
     return (repeat / total if total else 0.0, reused / tokens if tokens else 0.0)
 
 
-def block_hashes(req: StreamRequest, block_tokens: int) -> tuple[int, ...]:
+def block_hashes(req: StreamRequest, block_tokens: int, tree: bool = False) -> tuple[int, ...]:
     """Content ids of a request's full `block_tokens` blocks as a hash chain: equal for
     the blocks of a shared prefix (same group, same position), unique after it. What a
     prefix-caching engine keys its blocks by; the chain makes a block's id depend on
-    every block before it, as vLLM's block hashes do."""
+    every block before it, as vLLM's block hashes do.
+
+    `tree`: from the Mooncake trace's own block ids instead (a block of `block_tokens`
+    inside 512-token block k is keyed by that block's id and its place in it), so every
+    shared leading run is reusable, not only the flat TraceV2 group."""
     if block_tokens <= 0:
         raise ValueError("block_tokens must be > 0")
     out: list[int] = []
     h = 0
     shared = req.prefix_length // block_tokens if req.prefix_group else 0
     for i in range(req.prompt // block_tokens):
-        key: object = (req.prefix_group, i) if i < shared else ("own", req.rid, i)
+        key: object
+        k, start = divmod(i * block_tokens, MOONCAKE_BLOCK_TOKENS)
+        if tree and k < len(req.hash_ids):
+            key = ("mc", req.hash_ids[k], start)
+        elif not tree and i < shared:
+            key = (req.prefix_group, i)
+        else:
+            key = ("own", req.rid, i)
         h = hash((h, key))
         out.append(h)
     return tuple(out)

@@ -277,3 +277,14 @@ def test_real_blis_replays_our_trace(tmp_path: Path) -> None:
     assert sorted(got) == [0, 1, 2]
     assert [got[i]["input_tokens"] for i in range(3)] == [3000, 2500, 700]
     assert "Cache Hit Rate" in out.stdout
+
+
+def test_tree_block_hashes_keep_every_shared_run() -> None:
+    """C shares only block 0 with A: flat hashes share nothing (other groups), the
+    tree's share block 0's 32 sub-blocks of 16 tokens."""
+    a, _, c, _ = bt.map_mooncake(RECORDS)
+    flat_a, flat_c = bt.block_hashes(a, 16), bt.block_hashes(c, 16)
+    assert not set(flat_a) & set(flat_c)
+    tree_a, tree_c = bt.block_hashes(a, 16, tree=True), bt.block_hashes(c, 16, tree=True)
+    assert tree_a[:32] == tree_c[:32] and tree_a[32] != tree_c[32]
+    assert len(tree_c) == 700 // 16
