@@ -420,9 +420,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{stream_name} {load} {routing}: not finished: ours {ours_left}, "
                           f"BLIS {blis_left} of {len(stream)}")  # fmt: skip
                 rows.append(Row(stream_name, load, routing, tolerance(li, 3), ours, theirs))
-                bad = within(rows[-1])
+                off = within(rows[-1])
                 print(f"{stream_name} {load} {routing}: {len(stream)} requests, "
-                      f"{'outside: ' + ', '.join(bad) if bad else 'within'}", file=sys.stderr)  # fmt: skip
+                      f"{'outside: ' + ', '.join(off) if off else 'within'}", file=sys.stderr)  # fmt: skip
     print(table(rows))
     bad = [r for r in rows if within(r)]
     print(f"\n{len(rows) - len(bad)} of {len(rows)} rows within tolerance")
