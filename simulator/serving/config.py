@@ -98,6 +98,11 @@ class CostModel:
     # to reproduce BLIS in bench/blis_crosscheck.py (docs/serving-simulation.md).
     prefill_attn_context: str = "chunk"
     """What a prefill chunk's attention is charged against: chunk (the tokens before it) or prompt (the whole prompt, BLIS's accounting)."""
+    # In a chunked-prefill step the decoding sequences' tokens go through every GEMM with
+    # the prompt tokens, one more row each (vLLM counts them in max_num_batched_tokens);
+    # BLIS's fit gives decode compute no weight (beta2a 0). False reproduces that.
+    mixed_decode_compute: bool = True
+    """A mixed step computes its decode tokens like prompt tokens (false: they cost no compute, BLIS's fit)."""
     decode_d0_ms: float = 2.0
     """Fixed cost of one decode step d0, ms."""
     eta: float = 0.85

@@ -76,7 +76,8 @@ def mixed_step_s(
     """A chunked-prefill step that also decodes `decode_seqs` sequences.
 
     Compute-bound part: prefill(prefill_tokens + decode_seqs) (each decode token is one more
-    token of compute and the weights are read once for the pass) plus the chunks'
+    token of compute, unless mixed_decode_compute is off, and the weights are read once
+    for the pass) plus the chunks'
     attention (`attn_pairs`: the sum over chunks of T (s + T/2), T tokens after s cached,
     times prefill_attn_ns); plus reading the decoding sequences' KV at KV bandwidth and the
     per-sequence cost of all `prefill_seqs` + `decode_seqs` sequences. Without prefill
@@ -88,7 +89,8 @@ def mixed_step_s(
     kv_read = kv if decode_seqs else 0.0
     per_seq = (prefill_seqs + decode_seqs) * cost.step_seq_us * 1e-6
     attn = model.compute_scale * cost.prefill_attn_ns * 1e-9 * attn_pairs
-    compute = prefill_s(cost, prefill_tokens + decode_seqs, model.compute_scale) + attn
+    rows = prefill_tokens + (decode_seqs if cost.mixed_decode_compute else 0)
+    compute = prefill_s(cost, rows, model.compute_scale) + attn
     return compute + kv_read + per_seq
 
 

@@ -198,3 +198,12 @@ def test_prefill_attn_context_is_checked() -> None:
 
     with pytest.raises(ConfigError, match="prefill_attn_context"):
         config_from_mapping({"cost": {"prefill_attn_context": "whole"}})
+
+
+def test_mixed_decode_compute_off_leaves_decode_tokens_out() -> None:
+    h100 = GpuSpec(name="H100", hbm_gib=80.0, bandwidth_tb_s=3.35)
+    off = CostModel(mixed_decode_compute=False)
+    on = mixed_step_s(COST, h100, LLAMA3_8B, 500, 10, 10_000)
+    assert on - mixed_step_s(off, h100, LLAMA3_8B, 500, 10, 10_000) == pytest.approx(
+        10 / COST.prefill_tok_s
+    )
