@@ -21,7 +21,9 @@ only when every figure is within 15 % at the two lower loads and 25 % at the hig
 Step costs (`--costs`): `blis` (default) gives the serving simulation BLIS's step costs
 for this model and GPU, evaluated from BLIS's published trained-physics coefficients
 (defaults.yaml at f90a1e3a) as this simulator's cost-model parameters, so the check
-compares scheduling, batching, preemption, routing and queueing under one cost model;
+compares scheduling, batching, preemption, routing and queueing under one cost model
+(`blis-physical`: the same with causal prefill attention and a mixed step's decode
+tokens computed, this simulator's own step model, where BLIS's differs);
 `kvspread` keeps this project's own cost model scaled to the H100 (what the difference
 in prefill speed does: docs/serving-simulation.md). Both add BLIS's per-request API
 overheads (alpha coefficients) the serving simulation has none of: alpha0 before the
@@ -89,7 +91,7 @@ BETAS = "0.152128,0.0,1.36252915,0.752037,32.09546717,4.41684444,126.024825,481.
 MODEL = {"weights_gb": 16.06, "kv_bytes_per_token": 131_072, "max_model_len": 131_072}
 H100 = {"name": "H100-SXM", "hbm_gib": 80.0, "bandwidth_tb_s": 3.35}  # NVIDIA datasheet
 
-COSTS: dict[str, dict[str, float | str]] = {
+COSTS: dict[str, dict[str, float | str | bool]] = {
     # BLIS's trained-physics step time for this model on the H100: its defaults.yaml beta
     # coefficients (f90a1e3a) applied to its basis functions for Llama-3.1-8B (32 layers,
     # 13.96 GB of layer weights, 14.0 GFLOP per prefill token), as this cost model's
@@ -110,18 +112,25 @@ COSTS: dict[str, dict[str, float | str]] = {
         "prefill_p0_ms": 6.829,
         "prefill_tok_s": 466_000.0,
         "prefill_attn_ns": 0.0805,
-        # BLIS charges every chunk's attention against the whole prompt
+        # BLIS charges every chunk's attention against the whole prompt and no compute
+        # for the decode tokens of a mixed step (beta2a 0)
         "prefill_attn_context": "prompt",
+        "mixed_decode_compute": False,
     },
-    # the same with attention as causal attention computes it (each chunk against the
-    # tokens before it): what BLIS's accounting adds (docs/serving-simulation.md)
-    "blis-causal": {},
+    # the same coefficients with attention as causal attention computes it (each chunk
+    # against the tokens before it) and a mixed step's decode tokens computed with its
+    # prompt tokens: this simulator's step model (docs/serving-simulation.md)
+    "blis-physical": {},
     # this project's cost model (config.CostModel, fitted to TensorRT-LLM A100 data) on
     # the H100: prefill throughput x 989.5 / 312 (dense BF16 peak TFLOPS, NVIDIA H100 SXM
     # and A100 datasheets), decode from the H100's 3.35 TB/s at the same eta.
     "kvspread": {"prefill_tok_s": 16_000.0 * 989.5 / 312.0},
 }
-COSTS["blis-causal"] = {**COSTS["blis"], "prefill_attn_context": "chunk"}
+COSTS["blis-physical"] = {
+    **COSTS["blis"],
+    "prefill_attn_context": "chunk",
+    "mixed_decode_compute": True,
+}
 """Cost-model parameters (config.CostModel fields) of each `--costs` choice."""
 
 ROUTINGS = {"round-robin": "round-robin", "least-loaded": "least-request"}
