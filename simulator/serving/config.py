@@ -86,10 +86,39 @@ class CostModel:
     """Fixed prefill cost p0, ms."""
     prefill_tok_s: float = 16_000.0
     """Prefill throughput R_pf, tokens per second."""
+    # Prefill attention: each prompt token attends to every token before it, so a chunk
+    # of T tokens after s cached ones costs T (s + T/2) x this on top of the linear part
+    # (FlashAttention's FLOPs are quadratic in the sequence). 0 in this simulator's fit
+    # (its calibration points are short prompts); BLIS's trained-physics fit for
+    # Llama-3.1-8B on H100: 4 x 32 layers x 32 heads x 128 FLOPs / 989.5 TFLOPS x beta1a
+    # 0.152 = 0.0805 ns (defaults.yaml at f90a1e3a).
+    prefill_attn_ns: float = 0.0
+    """Prefill attention cost per prompt token per earlier token of its context, ns, of a compute_scale-1 model (0: none)."""
+    # What a chunk's attention is charged against: `chunk` (the tokens before it, as
+    # causal attention computes) or `prompt` (the whole prompt, as BLIS's trained-physics
+    # basis does: T (S + T/2) with S the prompt length, for every chunk); `prompt` exists
+    # to reproduce BLIS in bench/blis_crosscheck.py (docs/serving-simulation.md).
+    prefill_attn_context: str = "chunk"
+    """What a prefill chunk's attention is charged against: chunk (the tokens before it) or prompt (the whole prompt, BLIS's accounting)."""
+    # In a chunked-prefill step the decoding sequences' tokens go through every GEMM with
+    # the prompt tokens, one more row each (vLLM counts them in max_num_batched_tokens);
+    # BLIS's fit gives decode compute no weight (beta2a 0). False reproduces that.
+    mixed_decode_compute: bool = True
+    """A mixed step computes its decode tokens like prompt tokens (false: they cost no compute, BLIS's fit)."""
     decode_d0_ms: float = 2.0
     """Fixed cost of one decode step d0, ms."""
     eta: float = 0.85
     """Share of the memory bandwidth a decode step achieves."""
+    # Reading the live KV cache (paged attention) may reach less of the bandwidth than
+    # reading the weights; 0 keeps one eta for both (this simulator's fit). BLIS's
+    # trained-physics fit for vLLM on H100 has KV reads 1.947 / 1.363 = 1.43x slower per
+    # byte than weight reads (defaults.yaml beta2b, beta3 at f90a1e3a).
+    kv_eta: float = 0.0
+    """Share of the memory bandwidth reading the live KV cache achieves (0: the same as eta)."""
+    # Per-request work of each step (scheduling, attention metadata); 0 in this
+    # simulator's fit; BLIS's fit: 4.42 us per request (beta6).
+    step_seq_us: float = 0.0
+    """Cost of every sequence in a step, microseconds (0: none)."""
     encode_e0_ms: float = 5.0
     """Fixed cost of encoding one image e0, ms."""
     encode_ke_ms: float = 0.04
@@ -556,6 +585,11 @@ class SimConfig:
         bounded(self, "sessions.think_s", at_least=0)
         if self.sessions.mean_turns != 0 and not self.sessions.mean_turns >= 1:
             raise invalid("sessions.mean_turns", "0 (off) or a mean >= 1", self.sessions.mean_turns)
+        bounded(self, "cost.kv_eta", "cost.step_seq_us", "cost.prefill_attn_ns", at_least=0)
+        if self.cost.prefill_attn_context not in ("chunk", "prompt"):
+            raise invalid(
+                "cost.prefill_attn_context", "chunk or prompt", self.cost.prefill_attn_context
+            )
         positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
         bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:

@@ -13,6 +13,7 @@ __all__ = [
     "GIB",
     "encode_s",
     "prefill_s",
+    "kv_bandwidth",
     "decode_step_s",
     "mixed_step_s",
     "kv_pool_tokens",
@@ -43,15 +44,23 @@ def prefill_s(cost: CostModel, tokens: int, compute_scale: float = 1.0) -> float
     return cost.prefill_p0_ms / 1000.0 + compute_scale * tokens / cost.prefill_tok_s
 
 
-def decode_step_s(cost: CostModel, gpu: GpuSpec, model: ModelSpec, live_tokens: int) -> float:
-    """One memory-bound decode step: d0 + (weights + live KV bytes) / (eta * BW).
+def kv_bandwidth(cost: CostModel, gpu: GpuSpec) -> float:
+    """Bytes per second a step reads the live KV cache at: kv_eta (or eta) x BW."""
+    return (cost.kv_eta or cost.eta) * gpu.bandwidth_tb_s * 1e12
 
-    `live_tokens` is the context held by every sequence in the batch; the batch size enters
-    only through it (each step reads every live KV byte once).
+
+def decode_step_s(
+    cost: CostModel, gpu: GpuSpec, model: ModelSpec, live_tokens: int, seqs: int = 0
+) -> float:
+    """One memory-bound decode step: d0 + weights / (eta BW) + live KV bytes / (kv_eta BW)
+    + seqs x step_seq.
+
+    `live_tokens` is the context held by every sequence in the batch (each step reads
+    every live KV byte once); `seqs` the sequences in it (their per-request step cost).
     """
-    bw = cost.eta * gpu.bandwidth_tb_s * 1e12
-    read = model.weights_gb * 1e9 + live_tokens * model.kv_bytes_per_token
-    return cost.decode_d0_ms / 1000.0 + read / bw
+    weights = model.weights_gb * 1e9 / (cost.eta * gpu.bandwidth_tb_s * 1e12)
+    kv = live_tokens * model.kv_bytes_per_token / kv_bandwidth(cost, gpu)
+    return cost.decode_d0_ms / 1000.0 + weights + kv + seqs * cost.step_seq_us * 1e-6
 
 
 def mixed_step_s(
@@ -61,18 +70,28 @@ def mixed_step_s(
     prefill_tokens: int,
     decode_seqs: int,
     decode_live_tokens: int,
+    prefill_seqs: int = 0,
+    attn_pairs: float = 0.0,
 ) -> float:
     """A chunked-prefill step that also decodes `decode_seqs` sequences.
 
     Compute-bound part: prefill(prefill_tokens + decode_seqs) (each decode token is one more
-    token of compute and the weights are read once for the pass); plus reading the decoding
-    sequences' KV at decode bandwidth. Without prefill tokens it is a decode step.
+    token of compute, unless mixed_decode_compute is off, and the weights are read once
+    for the pass) plus the chunks'
+    attention (`attn_pairs`: the sum over chunks of T (s + T/2), T tokens after s cached,
+    times prefill_attn_ns); plus reading the decoding sequences' KV at KV bandwidth and the
+    per-sequence cost of all `prefill_seqs` + `decode_seqs` sequences. Without prefill
+    tokens it is a decode step.
     """
     if prefill_tokens <= 0:
-        return decode_step_s(cost, gpu, model, decode_live_tokens)
-    bw = cost.eta * gpu.bandwidth_tb_s * 1e12
-    kv_read = decode_live_tokens * model.kv_bytes_per_token / bw if decode_seqs else 0.0
-    return prefill_s(cost, prefill_tokens + decode_seqs, model.compute_scale) + kv_read
+        return decode_step_s(cost, gpu, model, decode_live_tokens, decode_seqs)
+    kv = decode_live_tokens * model.kv_bytes_per_token / kv_bandwidth(cost, gpu)
+    kv_read = kv if decode_seqs else 0.0
+    per_seq = (prefill_seqs + decode_seqs) * cost.step_seq_us * 1e-6
+    attn = model.compute_scale * cost.prefill_attn_ns * 1e-9 * attn_pairs
+    rows = prefill_tokens + (decode_seqs if cost.mixed_decode_compute else 0)
+    compute = prefill_s(cost, rows, model.compute_scale) + attn
+    return compute + kv_read + per_seq
 
 
 def kv_pool_tokens(cost: CostModel, model: ModelSpec, footprint_gib: float, gpus: int = 1) -> int:

@@ -34,7 +34,7 @@ import math
 from collections import deque
 
 from simulator.serving.config import CacheSpec, CostModel, GpuSpec, ModelSpec
-from simulator.serving.costmodel import blocks_for, encode_s, mixed_step_s
+from simulator.serving.costmodel import blocks_for, encode_s, kv_bandwidth, mixed_step_s
 from simulator.serving.encodercache import EncoderCache
 from simulator.serving.prefixcache import PrefixCache, block_sizes
 from simulator.serving.workload import Request
@@ -94,7 +94,9 @@ class Engine:
         self.seg_failed: list[Request] = []
         bw = cost.eta * gpu.bandwidth_tb_s * 1e12
         self._step_fixed = (cost.decode_d0_ms / 1000.0 + model.weights_gb * 1e9 / bw) / speedup
-        self._per_token = model.kv_bytes_per_token / bw / speedup
+        self._per_token = model.kv_bytes_per_token / kv_bandwidth(cost, gpu) / speedup
+        self._per_seq = cost.step_seq_us * 1e-6 / speedup
+        self._attn_chunk = cost.prefill_attn_context == "chunk"
 
     # ---- state the router, the metrics and the signals read ----
     @property
@@ -266,6 +268,7 @@ class Engine:
             chunks: list[tuple[Request, int]] = []
             encode = 0.0
             tokens = 0
+            attn = 0.0  # sum of T (s + T/2) over the chunks (costmodel.mixed_step_s)
             for r in prefill:
                 if budget <= 0:
                     break
@@ -274,6 +277,8 @@ class Engine:
                     r.encoded = True
                     encode += self._encode_s(r)
                 chunks.append((r, take))
+                before = r.done_prefill if self._attn_chunk else r.need_prefill
+                attn += take * (before + take / 2.0)
                 budget -= take
                 tokens += take
             # decode sequences reserve their next block now
@@ -282,7 +287,9 @@ class Engine:
                 self.used_blocks += nb - r.blocks
                 r.blocks = nb
             self._trim()
-            step = mixed_step_s(self.cost, self.gpu, self.model, tokens, len(decode), live)
+            step = mixed_step_s(
+                self.cost, self.gpu, self.model, tokens, len(decode), live, len(chunks), attn
+            )
             dt = factor * (step + encode) / self.speed
             self.seg_mixed = True
             self.seg_chunks = chunks
@@ -296,7 +303,9 @@ class Engine:
         self.seg_mixed = False
         self.seg_chunks = []
         self.seg_k = k
-        self.seg_a = factor * (self._step_fixed + live * self._per_token)
+        self.seg_a = factor * (
+            self._step_fixed + live * self._per_token + len(decode) * self._per_seq
+        )
         self.seg_b = factor * len(decode) * self._per_token
         self.seg_end = now + self._seg_time(k)
         return self.seg_end

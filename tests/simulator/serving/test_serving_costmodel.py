@@ -114,3 +114,96 @@ def test_sharing_factor() -> None:
     assert sharing_factor(COST, 1) == 1.0
     assert sharing_factor(COST, 3) == 3.0
     assert sharing_factor(CostModel(sharing_slowdown=0.5), 3) == 2.0
+
+
+def test_kv_eta_and_step_seq_by_hand() -> None:
+    """kv_eta slows only the KV reads; step_seq_us adds per sequence; both 0 by default
+    (no change to the existing fit)."""
+    from simulator.serving.costmodel import kv_bandwidth
+
+    h100 = GpuSpec(name="H100", hbm_gib=80.0, bandwidth_tb_s=3.35)
+    assert kv_bandwidth(COST, h100) == pytest.approx(0.85 * 3.35e12)
+    cost = CostModel(eta=0.8, kv_eta=0.5, step_seq_us=4.0, decode_d0_ms=1.0)
+    # 1 ms + 16 GB / 2.68 TB/s + 10,000 x 128 KiB / 1.675 TB/s + 10 x 4 us
+    expect = 1e-3 + 16e9 / 2.68e12 + 10_000 * 131_072 / 1.675e12 + 40e-6
+    assert decode_step_s(cost, h100, LLAMA3_8B, 10_000, 10) == pytest.approx(expect)
+    assert decode_step_s(COST, h100, LLAMA3_8B, 10_000, 10) == pytest.approx(
+        decode_step_s(COST, h100, LLAMA3_8B, 10_000)
+    )
+    # a mixed step: prefill(500 + 10) + the KV at kv_eta + (2 prefilling + 10) x 4 us
+    kv = 10_000 * 131_072 / 1.675e12
+    mixed = mixed_step_s(cost, h100, LLAMA3_8B, 500, 10, 10_000, 2)
+    assert mixed == pytest.approx(prefill_s(cost, 510) + kv + 12 * 4e-6)
+
+
+def test_engine_steps_at_kv_eta() -> None:
+    """A decode segment of the engine takes decode_step_s per step with kv_eta and the
+    per-sequence cost (the segment's closed form and the step formula agree)."""
+    from simulator.serving.engine import Engine
+    from simulator.serving.workload import Request
+
+    h100 = GpuSpec(name="H100", hbm_gib=80.0, bandwidth_tb_s=3.35)
+    cost = CostModel(eta=0.84, kv_eta=0.51, step_seq_us=4.4, decode_d0_ms=1.15)
+    eng = Engine(cost, h100, LLAMA3_8B, 100_000)
+    reqs = [Request(i, "s", "text", 0.0, 1000, (), 3) for i in range(2)]
+    for r in reqs:
+        eng.enqueue(r)
+    t = eng.plan(0.0, 1.0)  # the prefill step
+    assert t is not None
+    eng.finish(t)
+    end = eng.plan(t, 1.0)  # decode: 2 steps until both finish
+    assert end is not None
+    steps = decode_step_s(cost, h100, LLAMA3_8B, 2 * 1001, 2) + decode_step_s(
+        cost, h100, LLAMA3_8B, 2 * 1002, 2
+    )
+    assert end - t == pytest.approx(steps)
+
+
+def test_prefill_attention_chunk_and_prompt() -> None:
+    """A chunk's attention: T (s + T/2) token pairs x prefill_attn_ns, s = the tokens
+    before it (chunk) or the whole prompt (prompt, BLIS's accounting)."""
+    from simulator.serving.engine import Engine
+    from simulator.serving.workload import Request
+
+    h100 = GpuSpec(name="H100", hbm_gib=80.0, bandwidth_tb_s=3.35)
+    assert mixed_step_s(COST, h100, LLAMA3_8B, 2048, 0, 0, 1, 1e6) == prefill_s(COST, 2048)
+    cost = CostModel(prefill_attn_ns=0.1, chunk_tokens=2048)
+    extra = mixed_step_s(cost, h100, LLAMA3_8B, 2048, 0, 0, 1, 1e6) - prefill_s(cost, 2048)
+    assert extra == pytest.approx(1e6 * 0.1e-9)
+
+    def chunk_times(c: CostModel) -> list[float]:
+        eng = Engine(c, h100, LLAMA3_8B, 100_000)
+        eng.enqueue(Request(0, "s", "text", 0.0, 4096, (), 2))
+        t, out = 0.0, []
+        for _ in range(2):
+            end = eng.plan(t, 1.0)
+            assert end is not None
+            out.append(end - t)
+            eng.finish(end)
+            t = end
+        return out
+
+    base = prefill_s(cost, 2048)
+    first, second = chunk_times(cost)
+    assert first - base == pytest.approx(0.1e-9 * 2048 * 1024)
+    assert second - base == pytest.approx(0.1e-9 * 2048 * (2048 + 1024))
+    whole = CostModel(prefill_attn_ns=0.1, chunk_tokens=2048, prefill_attn_context="prompt")
+    for t in chunk_times(whole):
+        assert t - base == pytest.approx(0.1e-9 * 2048 * (4096 + 1024))
+
+
+def test_prefill_attn_context_is_checked() -> None:
+    from kvspread.settings import ConfigError
+    from simulator.serving.config import config_from_mapping
+
+    with pytest.raises(ConfigError, match="prefill_attn_context"):
+        config_from_mapping({"cost": {"prefill_attn_context": "whole"}})
+
+
+def test_mixed_decode_compute_off_leaves_decode_tokens_out() -> None:
+    h100 = GpuSpec(name="H100", hbm_gib=80.0, bandwidth_tb_s=3.35)
+    off = CostModel(mixed_decode_compute=False)
+    on = mixed_step_s(COST, h100, LLAMA3_8B, 500, 10, 10_000)
+    assert on - mixed_step_s(off, h100, LLAMA3_8B, 500, 10, 10_000) == pytest.approx(
+        10 / COST.prefill_tok_s
+    )
