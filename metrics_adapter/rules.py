@@ -7,7 +7,7 @@ A rule (YAML, under `rules:` in the adapter config) names one external metric::
       metric: http.server.request.duration          # otlp: the OTel metric name
       aggregation: quantile         # quantile | rate | ratio | good-rate | last
       quantile: 0.95                # quantile: 0..1
-      maxRelativeBucketWidth: 2     # quantile: widest bucket served, (upper - lower) / value
+      maxRelativeBucketWidth: 2     # quantile: widest bucket served, (upper - lower) / lower
       threshold: 0.2                # good-rate: latency threshold, seconds
       window: 1m                    # sliding window (default: defaults.window)
       labels:                       # OTel attribute (point, then resource) -> selector label
@@ -66,7 +66,8 @@ DEFAULT_WINDOW_S: Final = 60.0
 DEFAULT_STALENESS_S: Final = 120.0
 """Two windows: a value whose newest point is older is not served (the HPA sees no metric)."""
 DEFAULT_MAX_RELATIVE_BUCKET_WIDTH: Final = 2.0
-"""A quantile is served only from a bucket at most twice as wide as the value: the widest
+"""A quantile is served only from a bucket at most twice as wide as its lower bound (the
+smallest value the truth can have): the widest
 the collector's own bounds (docs/metrics.md) and the semantic-convention bounds ever give
 above their first bucket, e.g. (10, 30] at 10 s (docs/adapter.md, "Coarse histograms")."""
 DEFAULT_GOOD_THRESHOLD_S: Final = 0.2
