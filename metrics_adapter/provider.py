@@ -46,59 +46,6 @@ class ExternalMetricsProvider(Protocol):
 
     def read(self, namespace: str, name: str, selector: Selector) -> list[MetricValue]: ...
 
-    def _pressure(
-        self, rule: Rule, pressure: Pressure, namespace: str, selector: Selector
-    ) -> list[MetricValue]:
-        """max(term / target) over the terms with a value (rules.py, `slo-pressure`).
-
-        A refused term refuses the pressure: serving the other terms alone would hide the
-        latency the histogram cannot bound. `metricLabels` are the labels every term's
-        value shares, plus `term`: the rule that set the pressure.
-        """
-        service = selector.equalities().get(pressure.service_label)
-        best: tuple[float, str] | None = None
-        used: list[MetricValue] = []
-        matched = False
-        for term, target in pressure.targets_for(service).items():
-            try:
-                values = self.read(namespace, term, selector)
-            except NoFreshData:
-                matched = True
-                continue
-            except HistogramTooCoarse as exc:
-                raise HistogramTooCoarse(
-                    f"metric {rule.name!r}: its term {term!r} is refused: {exc.message}",
-                    exc.refusal,
-                ) from None
-            if not values:
-                continue
-            matched = True
-            value = max(v.value for v in values)
-            used.extend(values)
-            if best is None or value / target > best[0]:
-                best = (value / target, term)
-        if best is None:
-            if not matched:
-                return []
-            raise NoFreshData(
-                f"metric {rule.name!r}: none of its terms ({', '.join(t for t, _ in pressure.terms)}) "
-                "has a fresh value"
-            )
-        labels = dict(used[0].labels)
-        for v in used[1:]:
-            labels = {k: x for k, x in labels.items() if v.labels.get(k) == x}
-        labels["term"] = best[1]
-        windows = [v.window for v in used if v.window is not None]
-        return [
-            MetricValue(
-                rule.name,
-                best[0],
-                max(v.timestamp for v in used),
-                max(windows) if windows else rule.window,
-                labels,
-            )
-        ]
-
     def get_external_metric(
         self, namespace: str, name: str, selector: Selector
     ) -> list[MetricValue]: ...
