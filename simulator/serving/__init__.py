@@ -45,7 +45,7 @@ def quick(
     the Markdown section and its opening sentences. With `link_dir` (the combined report
     one folder up, e.g. "serving/"), the returned section names its files under that folder
     and leaves the opening out, for the caller to put at the top."""
-    from simulator.serving import report
+    from simulator.serving import report, slo_goal
     from simulator.serving.presets import real_workload_mapping
 
     cfg = config_from_mapping({**real_workload_mapping(), "duration_s": QUICK_DURATION_S})
@@ -74,4 +74,4 @@ def quick(
             each,
             opening=False,
         )
-    return md, report.headline(exp.summary, cmp, each)
+    return md, report.headline(exp.summary, cmp, each) + slo_goal.opening(exp.rows)
