@@ -231,18 +231,18 @@ class HpaBehavior:
 
 SLO_BEHAVIOR = HpaBehavior(
     scale_up_window_s=0.0,
-    scale_up_percent=100.0,
-    scale_up_pods=4,
-    scale_up_period_s=15.0,
-    scale_down_window_s=600.0,
+    scale_up_percent=50.0,
+    scale_up_pods=2,
+    scale_up_period_s=60.0,
+    scale_down_window_s=300.0,
     scale_down_percent=10.0,
     scale_down_period_s=60.0,
 )
 """The `slo` autoscaler's behaviour, the one in the example HPA and ScaledObject manifests
 (manifests/metrics-adapter/examples; the reason for each number is written there and in
-docs/evaluation.md, "SLO pressure autoscaling"): scale up as fast as Kubernetes' default,
-scale down only after 600 s without a higher recommendation and then by at most 10 % per
-minute."""
+docs/evaluation.md, "SLO pressure autoscaling"): scale up at once but by at most 2 pods or
+50 % a minute (a replica needs 45-140 s to start, and the pressure stays high until it
+serves), scale down after Kubernetes' 300 s window by at most 10 % a minute."""
 
 
 @dataclass(frozen=True)
