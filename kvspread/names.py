@@ -288,6 +288,10 @@ SLI_QUEUE_DEPTH: Final = "kvspread_queue_depth"
 SLI_KV_CACHE_USAGE: Final = "kvspread_kv_cache_usage_ratio"
 SLI_TTFT_P95: Final = "kvspread_time_to_first_token_p95_seconds"
 SLI_TPOT_P95: Final = "kvspread_time_per_output_token_p95_seconds"
+SLI_QUEUE_DEPTH_PER_REPLICA: Final = "kvspread_queue_depth_per_replica"
+SLI_SLO_PRESSURE: Final = "kvspread_slo_pressure"
+"""max(TTFT p95 / target, TPOT p95 / target, queue per replica / target, KV usage / target):
+scale with a Value target of 1 (issue 25)."""
 SLI_NAMES: Final = (
     SLI_LATENCY_P50,
     SLI_LATENCY_P95,
@@ -299,6 +303,8 @@ SLI_NAMES: Final = (
     SLI_KV_CACHE_USAGE,
     SLI_TTFT_P95,
     SLI_TPOT_P95,
+    SLI_QUEUE_DEPTH_PER_REPLICA,
+    SLI_SLO_PRESSURE,
 )
 
 # --- Self-monitoring metrics (Prometheus-native: `name` is the Prometheus name already) ----

@@ -29,7 +29,7 @@ from metrics_adapter.errors import (
     NoFreshData,
     SourceUnavailable,
 )
-from metrics_adapter.rules import Rule
+from metrics_adapter.rules import Pressure, Rule
 from metrics_adapter.selectors import Selector
 from metrics_adapter.sources.base import Source
 from metrics_adapter.values import MetricValue
@@ -74,6 +74,8 @@ class RuleProvider:
 
     def is_blocking(self, name: str) -> bool:
         rule = self.rules.get(name)
+        if rule is not None and rule.pressure is not None:
+            return any(self.is_blocking(term) for term, _ in rule.pressure.terms)
         source = self.sources.get(rule.source) if rule is not None else None
         return source is not None and source.blocking
 
@@ -85,12 +87,15 @@ class RuleProvider:
         if rule is None:
             raise MetricNotFound(name, "no rule defines it")
         source = self.sources.get(rule.source)
-        if source is None:
+        if source is None and rule.pressure is None:
             what = "a Prometheus URL (--prometheus-url)" if rule.source == "promql" else "it"
             raise SourceUnavailable(
                 f"metric {name!r} needs the {rule.source} source, but {what} is not configured"
             )
         try:
+            if rule.pressure is not None:
+                return self._pressure(rule, rule.pressure, namespace, selector)
+            assert source is not None
             return source.evaluate(rule, namespace, selector)
         except NoFreshData:
             with self._lock:
@@ -101,6 +106,59 @@ class RuleProvider:
             with self._lock:
                 self.refused_reads[key] = self.refused_reads.get(key, 0) + 1
             raise
+
+    def _pressure(
+        self, rule: Rule, pressure: Pressure, namespace: str, selector: Selector
+    ) -> list[MetricValue]:
+        """max(term / target) over the terms with a value (rules.py, `slo-pressure`).
+
+        A refused term refuses the pressure: serving the other terms alone would hide the
+        latency the histogram cannot bound. `metricLabels` are the labels every term's
+        value shares, plus `term`: the rule that set the pressure.
+        """
+        service = selector.equalities().get(pressure.service_label)
+        best: tuple[float, str] | None = None
+        used: list[MetricValue] = []
+        matched = False
+        for term, target in pressure.targets_for(service).items():
+            try:
+                values = self.read(namespace, term, selector)
+            except NoFreshData:
+                matched = True
+                continue
+            except HistogramTooCoarse as exc:
+                raise HistogramTooCoarse(
+                    f"metric {rule.name!r}: its term {term!r} is refused: {exc.message}",
+                    exc.refusal,
+                ) from None
+            if not values:
+                continue
+            matched = True
+            value = max(v.value for v in values)
+            used.extend(values)
+            if best is None or value / target > best[0]:
+                best = (value / target, term)
+        if best is None:
+            if not matched:
+                return []
+            raise NoFreshData(
+                f"metric {rule.name!r}: none of its terms ({', '.join(t for t, _ in pressure.terms)}) "
+                "has a fresh value"
+            )
+        labels = dict(used[0].labels)
+        for v in used[1:]:
+            labels = {k: x for k, x in labels.items() if v.labels.get(k) == x}
+        labels["term"] = best[1]
+        windows = [v.window for v in used if v.window is not None]
+        return [
+            MetricValue(
+                rule.name,
+                best[0],
+                max(v.timestamp for v in used),
+                max(windows) if windows else rule.window,
+                labels,
+            )
+        ]
 
     def get_external_metric(
         self, namespace: str, name: str, selector: Selector

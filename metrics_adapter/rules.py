@@ -7,7 +7,7 @@ A rule (YAML, under `rules:` in the adapter config) names one external metric::
       metric: http.server.request.duration          # otlp: the OTel metric name
       aggregation: quantile         # quantile | rate | ratio | good-rate | last
       quantile: 0.95                # quantile: 0..1
-      maxRelativeBucketWidth: 2     # quantile: widest bucket served, (upper - lower) / value
+      maxRelativeBucketWidth: 2     # quantile: widest bucket served, (upper - lower) / lower
       threshold: 0.2                # good-rate: latency threshold, seconds
       window: 1m                    # sliding window (default: defaults.window)
       labels:                       # OTel attribute (point, then resource) -> selector label
@@ -24,6 +24,27 @@ A rule (YAML, under `rules:` in the adapter config) names one external metric::
       staleness: 2m                 # newer data than this or the value is not served
       query: "..."                  # promql: an instant query; <<.LabelMatchers>> is replaced
                                     #   by the request's namespace and selector as matchers
+
+An `slo-pressure` rule computes nothing from a source itself: it reads other rules (its
+`terms`) for the same namespace and selector and serves max(term value / term target), the
+SLO pressure. An HPA or KEDA trigger with a Value target of 1 then asks for
+ceil(replicas x pressure) replicas::
+
+    - name: kvspread_slo_pressure
+      aggregation: slo-pressure
+      terms:                        # rule name -> default target (in that rule's unit)
+        kvspread_time_to_first_token_p95_seconds: 2
+        kvspread_time_per_output_token_p95_seconds: 0.05
+        kvspread_queue_depth_per_replica: 4
+      classes:                      # SLO class -> targets that replace the defaults
+        batch: {kvspread_time_to_first_token_p95_seconds: 10}
+      services:                     # service -> its class and its own targets
+        chat: {class: realtime, kvspread_time_to_first_token_p95_seconds: 1}
+      serviceLabel: service         # the selector label that names the service
+
+A term without a fresh value is left out (no traffic, no TTFT); a term whose quantile is
+refused refuses the whole pressure (the HPA then keeps its replicas); no term with a value
+is no fresh data.
 
 Semantics: a read selects every series of the rule's metric whose mapped labels match the
 request's selector (and whose `namespace` label is the request's namespace unless
@@ -57,20 +78,40 @@ __all__ = [
     "DEFAULT_GOOD_THRESHOLD_S",
     "DEFAULT_MAX_RELATIVE_BUCKET_WIDTH",
     "AGGREGATIONS",
+    "Pressure",
+    "DEFAULT_PRESSURE_TERMS",
+    "DEFAULT_PRESSURE_CLASSES",
+    "pressure_rule",
 ]
 
-AGGREGATIONS: Final = ("quantile", "rate", "ratio", "good-rate", "last")
+AGGREGATIONS: Final = ("quantile", "rate", "ratio", "good-rate", "last", "slo-pressure")
 COMBINES: Final = ("sum", "mean", "max", "min")
 DEFAULT_WINDOW_S: Final = 60.0
 """docs/design.md section 6: windows default to 1 min."""
 DEFAULT_STALENESS_S: Final = 120.0
 """Two windows: a value whose newest point is older is not served (the HPA sees no metric)."""
 DEFAULT_MAX_RELATIVE_BUCKET_WIDTH: Final = 2.0
-"""A quantile is served only from a bucket at most twice as wide as the value: the widest
+"""A quantile is served only from a bucket at most twice as wide as its lower bound (the
+smallest value the truth can have): the widest
 the collector's own bounds (docs/metrics.md) and the semantic-convention bounds ever give
 above their first bucket, e.g. (10, 30] at 10 s (docs/adapter.md, "Coarse histograms")."""
 DEFAULT_GOOD_THRESHOLD_S: Final = 0.2
 """The design notes' HPA example counts requests faster than 0.2 s as good."""
+DEFAULT_PRESSURE_TERMS: Final = (
+    (names.SLI_TTFT_P95, 2.0),
+    (names.SLI_TPOT_P95, 0.05),
+    (names.SLI_QUEUE_DEPTH_PER_REPLICA, 4.0),
+    (names.SLI_KV_CACHE_USAGE, 0.9),
+)
+"""The default SLO-pressure terms and targets (docs/adapter.md, "SLO pressure"): TPOT 50 ms
+is the realtime per-token step of docs/design.md section 2; TTFT 2 s and 4 waiting requests
+per replica are this project's defaults (what the serving simulation measured for holding
+that budget, docs/evaluation.md); KV usage 0.9 leaves vLLM room before it preempts."""
+DEFAULT_PRESSURE_CLASSES: Final = (
+    ("realtime", ((names.SLI_TTFT_P95, 2.0), (names.SLI_TPOT_P95, 0.05))),
+    ("batch", ((names.SLI_TTFT_P95, 10.0), (names.SLI_TPOT_P95, 0.12))),
+)
+"""Per SLO class: realtime 50 ms and batch 120 ms per token (docs/design.md section 2)."""
 DEFAULT_LABELS: Final = (
     (names.ATTR_K8S_NAMESPACE, "namespace"),
     (names.ATTR_SERVICE_NAME, "service"),
@@ -94,6 +135,27 @@ class Numerator:
 
 
 @dataclass(frozen=True)
+class Pressure:
+    """The terms of an `slo-pressure` rule and their targets per SLO class and service."""
+
+    terms: tuple[tuple[str, float], ...]
+    """(rule name, default target)."""
+    classes: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    services: tuple[tuple[str, str | None, tuple[tuple[str, float], ...]], ...] = ()
+    """(service, its SLO class or None, its own targets)."""
+    service_label: str = "service"
+
+    def targets_for(self, service: str | None) -> dict[str, float]:
+        """term -> target for `service`: defaults, then its class's, then its own."""
+        out = dict(self.terms)
+        for name, cls, own in self.services:
+            if name == service:
+                out.update(dict(self.classes).get(cls, ()) if cls is not None else ())
+                out.update(own)
+        return out
+
+
+@dataclass(frozen=True)
 class Rule:
     """One external metric (see the module docstring for each field)."""
 
@@ -113,6 +175,8 @@ class Rule:
     cluster_wide: bool = False
     extrapolation: str = "none"
     staleness: float = DEFAULT_STALENESS_S
+    pressure: Pressure | None = None
+    """The terms of an `slo-pressure` rule (None for every other aggregation)."""
     _patterns: dict[str, re.Pattern[str]] = field(default_factory=dict, compare=False, repr=False)
 
     def label_for(self, attribute: str) -> str | None:
@@ -185,8 +249,76 @@ def _str_map(value: Any, key: str, check_regex: bool = False) -> tuple[tuple[str
 _RULE_KEYS: Final = {
     "name", "source", "metric", "query", "aggregation", "quantile", "threshold", "window",
     "labels", "match", "numerator", "combine", "clusterWide", "cluster_wide", "extrapolation",
-    "staleness", "maxRelativeBucketWidth",
+    "staleness", "maxRelativeBucketWidth", "terms", "classes", "services", "serviceLabel",
 }  # fmt: skip
+_PRESSURE_KEYS: Final = {"name", "aggregation", "terms", "classes", "services", "serviceLabel",
+                         "window", "staleness"}  # fmt: skip
+MAX_PRESSURE_TERMS: Final = 16
+"""Terms one pressure rule may read (each is one more rule evaluation per read)."""
+MAX_PRESSURE_SERVICES: Final = 1000
+"""Services one pressure rule may list targets for."""
+
+
+def _targets(value: Any, key: str, allow_class: bool = False) -> tuple[tuple[str, float], ...]:
+    """{rule name: target > 0} (and, for a service, a `class` key taken out by the caller)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: want a mapping of rule name -> target, got {value!r}")
+    out = []
+    for term, target in value.items():
+        if allow_class and term == "class":
+            continue
+        if not isinstance(term, str) or not _METRIC_NAME.match(term):
+            raise ConfigError(f"{key}: {term!r} is not a rule name")
+        if (
+            isinstance(target, bool)
+            or not isinstance(target, int | float)
+            or not math.isfinite(target)
+            or target <= 0
+        ):
+            raise ConfigError(f"{key}.{term}: want a target > 0, got {target!r}")
+        out.append((term, float(target)))
+    return tuple(out)
+
+
+def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
+    extra = sorted(set(map(str, doc)) - _PRESSURE_KEYS)
+    if extra:
+        raise ConfigError(
+            f"{key}.{extra[0]}: not a key of an slo-pressure rule "
+            f"(known: {', '.join(sorted(_PRESSURE_KEYS))})"
+        )
+    terms = _targets(doc.get("terms"), f"{key}.terms")
+    if not terms or len(terms) > MAX_PRESSURE_TERMS:
+        raise ConfigError(f"{key}.terms: want 1 to {MAX_PRESSURE_TERMS} terms, got {len(terms)}")
+    known = {t for t, _ in terms}
+    raw_classes = doc.get("classes") or {}
+    if not isinstance(raw_classes, Mapping):
+        raise ConfigError(f"{key}.classes: want a mapping of class -> targets")
+    classes = tuple((str(c), _targets(v, f"{key}.classes.{c}")) for c, v in raw_classes.items())
+    raw_services = doc.get("services") or {}
+    if not isinstance(raw_services, Mapping) or len(raw_services) > MAX_PRESSURE_SERVICES:
+        raise ConfigError(
+            f"{key}.services: want a mapping of service -> targets "
+            f"(at most {MAX_PRESSURE_SERVICES})"
+        )
+    services = []
+    for svc, v in raw_services.items():
+        where = f"{key}.services.{svc}"
+        own = _targets(v, where, allow_class=True)
+        cls = v.get("class")
+        if cls is not None and cls not in dict(classes):
+            raise ConfigError(f"{where}.class: {cls!r} is not one of the rule's classes")
+        services.append((str(svc), None if cls is None else str(cls), own))
+    for where, targets in [(f"{key}.classes.{c}", t) for c, t in classes] + [
+        (f"{key}.services.{s}", t) for s, _, t in services
+    ]:
+        for term, _ in targets:
+            if term not in known:
+                raise ConfigError(f"{where}.{term}: not one of the rule's terms")
+    label = doc.get("serviceLabel", "service")
+    if not isinstance(label, str) or not label:
+        raise ConfigError(f"{key}.serviceLabel: want a selector label name, got {label!r}")
+    return Pressure(terms, classes, tuple(services), label)
 
 
 def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
@@ -200,6 +332,20 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
     name = doc.get("name")
     if not isinstance(name, str) or not _METRIC_NAME.match(name):
         raise ConfigError(f"{key}.name: {name!r} is not a valid metric name ([A-Za-z0-9_.:-])")
+    if doc.get("aggregation") == "slo-pressure":
+        return Rule(
+            name=name,
+            aggregation="slo-pressure",
+            source="rules",
+            window=parse_duration(doc.get("window", defaults["window"]), f"{key}.window"),
+            staleness=parse_duration(
+                doc.get("staleness", defaults["staleness"]), f"{key}.staleness"
+            ),
+            pressure=_pressure(doc, key),
+        )
+    for k in ("terms", "classes", "services", "serviceLabel"):
+        if k in doc:
+            raise ConfigError(f"{key}.{k}: only aggregation slo-pressure takes {k}")
     source = doc.get("source", "otlp")
     if source not in ("otlp", "promql"):
         raise ConfigError(f"{key}.source: {source!r} is not one of otlp, promql")
@@ -313,15 +459,40 @@ def parse_rules(
             raise ConfigError(f"{key}[{i}].name: {r.name!r} is defined twice")
         seen.add(r.name)
         out.append(r)
+    by_name = {r.name: r for r in out}
+    for i, r in enumerate(out):
+        for term, _ in r.pressure.terms if r.pressure else ():
+            if term not in by_name:
+                raise ConfigError(f"{key}[{i}].terms.{term}: no rule of that name")
+            if by_name[term].aggregation == "slo-pressure":
+                raise ConfigError(f"{key}[{i}].terms.{term}: a term cannot be a pressure rule")
     return tuple(out)
+
+
+def pressure_rule(
+    services: Mapping[str, Mapping[str, Any]] | None = None,
+    terms: Sequence[tuple[str, float]] = DEFAULT_PRESSURE_TERMS,
+    classes: Sequence[tuple[str, Sequence[tuple[str, float]]]] = DEFAULT_PRESSURE_CLASSES,
+) -> dict[str, Any]:
+    """The `kvspread_slo_pressure` rule as YAML would give it; `services` maps a service to
+    `{class: realtime, <term>: target, ...}`."""
+    return {
+        "name": names.SLI_SLO_PRESSURE,
+        "aggregation": "slo-pressure",
+        "terms": dict(terms),
+        "classes": {c: dict(t) for c, t in classes},
+        "services": {s: dict(v) for s, v in (services or {}).items()},
+    }
 
 
 def default_rules(
     window: float = DEFAULT_WINDOW_S,
     staleness: float = DEFAULT_STALENESS_S,
     good_threshold: float = DEFAULT_GOOD_THRESHOLD_S,
+    pressure: Mapping[str, Any] | None = None,
 ) -> tuple[Rule, ...]:
-    """The SLIs of docs/design.md section 6, from the collector's metric names (kvspread.names)."""
+    """The SLIs of docs/design.md section 6, from the collector's metric names (kvspread.names);
+    `pressure` replaces the default `kvspread_slo_pressure` rule (see `pressure_rule`)."""
     dur = names.HTTP_SERVER_REQUEST_DURATION.name
     docs: list[dict[str, Any]] = [
         {"name": names.SLI_LATENCY_P50, "metric": dur, "aggregation": "quantile", "quantile": 0.5},
@@ -364,5 +535,12 @@ def default_rules(
             "aggregation": "quantile",
             "quantile": 0.95,
         },
+        {
+            "name": names.SLI_QUEUE_DEPTH_PER_REPLICA,
+            "metric": names.ENGINE_REQUESTS_WAITING.name,
+            "aggregation": "last",
+            "combine": "mean",
+        },
+        dict(pressure) if pressure is not None else pressure_rule(),
     ]
     return parse_rules(docs, window, staleness, key="default_rules")

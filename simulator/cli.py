@@ -51,7 +51,7 @@ policies: random, dotproduct, gpuclustering, gpupacking, bestfit, fgd, kvspread,
 SERVING_EPILOG = """examples:
   kvspread simulate serving
       bundled real workloads (Azure conv, ServeGen), small cluster, 4 placements x
-      4 autoscalers x seeds 1..10, one simulated hour each, paired CIs vs kube-default
+      5 autoscalers x seeds 1..10, one simulated hour each, paired CIs vs kube-default
   kvspread simulate serving --cluster whole-gpu --hours 10-11 --autoscalers request-rate,slo
   kvspread simulate serving --workload chat=./trace.csv --workload vision=./servegen/mm-image
   kvspread simulate serving --synthetic --config my-cluster.yaml --rate 40
@@ -61,7 +61,8 @@ SERVING_EPILOG = """examples:
 
 bundled workloads: azure-conv, servegen-mm-image, servegen-language (simulator/data/workloads/)
 placements: kube-default, round-robin, memory-weighted, kvspread
-autoscalers: none, request-rate, queue-depth, slo
+autoscalers: none, fixed-peak (no HPA, every service sized for its peak rate),
+             request-rate, queue-depth, slo (the adapter's SLO pressure, Value 1)
 """
 
 TOP_EPILOG = """examples:

@@ -62,14 +62,16 @@ def _too_coarse(
     attrs = _common_labels(s.attr_map() for s in used)
     series = f"{used[0].metric}{{{', '.join(f'{k}={v}' for k, v in sorted(attrs.items()))}}}"
     shown = ", ".join(f"{b:g}" for b in bounds[:20]) + (", ..." if len(bounds) > 20 else "")
-    why = {
-        "overflow_bucket": "the +Inf bucket, which has no upper bound",
-        "zero_bucket": "a bucket reaching down to 0, which bounds it only from above",
-        "wide_bucket": (
-            f"a bucket {(upper - lower) / value:.2g} times as wide as the value "
+    if reason == "wide_bucket":
+        why = (
+            f"a bucket {(upper - lower) / lower:.2g} times as wide as its lower bound, "
+            f"so the true value may be that many times smaller "
             f"(limit maxRelativeBucketWidth {rule.max_relative_bucket_width:g})"
-        ),
-    }[reason]
+        )
+    elif reason == "overflow_bucket":
+        why = "the +Inf bucket, which has no upper bound"
+    else:
+        why = "a bucket reaching down to 0, which bounds it only from above"
     assert rule.quantile is not None
     return HistogramTooCoarse(
         f"metric {rule.name!r}: refusing the {rule.quantile:g} quantile of {series} "

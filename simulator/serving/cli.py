@@ -333,6 +333,22 @@ def load_config_mapping(
     return config_from_mapping(data)
 
 
+def short_window_note(cfg: SimConfig, autoscalers: list[str]) -> str | None:
+    """A note when the scored window is shorter than two scale-down windows of an HPA that
+    runs: its scale-downs then barely happen inside it, and an autoscaler that saves GPUs by
+    scaling down looks like one that never does (issue 25)."""
+    windows = [cfg.slo_hpa.scale_down_window_s] if "slo" in autoscalers else []
+    if any(a in ("request-rate", "queue-depth") for a in autoscalers):
+        windows.append(cfg.hpa.scale_down_window_s)
+    if not windows or cfg.duration_s >= 2 * max(windows):
+        return None
+    return (
+        f"note: the scored window ({cfg.duration_s:g} s) is shorter than two scale-down "
+        f"windows ({max(windows):g} s): scale-downs barely show; use --duration "
+        f"{2 * max(windows):g} or more to compare GPU-hours"
+    )
+
+
 def _given(args: argparse.Namespace, name: str, default: str) -> str:
     """The flag's value as given (even empty), or `default` where it was not given."""
     value = getattr(args, name, None)
@@ -360,6 +376,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"expected an integer >= 1, got {jobs!r}", key="--jobs")
     cfg = build_config(args)
     check_output_dir(out, "--out")  # after the config's checks, before any run
+    note = short_window_note(cfg, autoscalers)
+    if note:
+        print(note, file=sys.stderr)
     progress = sys.stderr if getattr(args, "progress", True) is not False else None
     exp = run_experiment(
         cfg,

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.config import ScoringConfig
+from kvspread.names import (
+    SLI_KV_CACHE_USAGE,
+    SLI_QUEUE_DEPTH_PER_REPLICA,
+    SLI_TPOT_P95,
+    SLI_TTFT_P95,
+)
 from kvspread.settings import bounded, invalid, load
+from metrics_adapter.rules import pressure_rule
 from simulator.serving.slis import sli_names
 
 __all__ = [
@@ -29,6 +36,8 @@ __all__ = [
     "KindSpec",
     "MetricTarget",
     "HpaBehavior",
+    "SLO_BEHAVIOR",
+    "PressureSpec",
     "ServiceSpec",
     "ClusterSpec",
     "BackgroundSpec",
@@ -251,6 +260,43 @@ class HpaBehavior:
     """Scale-down policy period, seconds."""
 
 
+SLO_BEHAVIOR = HpaBehavior(
+    scale_up_window_s=0.0,
+    scale_up_percent=50.0,
+    scale_up_pods=2,
+    scale_up_period_s=60.0,
+    scale_down_window_s=300.0,
+    scale_down_percent=10.0,
+    scale_down_period_s=60.0,
+)
+"""The `slo` autoscaler's behaviour, the one in the example HPA and ScaledObject manifests
+(manifests/metrics-adapter/examples; the reason for each number is written there and in
+docs/evaluation.md, "SLO pressure autoscaling"): scale up at once but by at most 2 pods or
+50 % a minute (a replica needs 45-140 s to start, and the pressure stays high until it
+serves), scale down after Kubernetes' 300 s window by at most 10 % a minute."""
+
+
+@dataclass(frozen=True)
+class PressureSpec:
+    """Targets of the adapter's `kvspread_slo_pressure` rule (docs/adapter.md, "SLO
+    pressure") that the `slo` autoscaler scales on with a Value target of 1. Per SLO class
+    (a service's `qos`; best-effort takes the realtime latency targets), and a service's own
+    `ttft_target_s` / `tpot_target_s` replace its class's."""
+
+    realtime_ttft_s: float = 2.0
+    """TTFT p95 target of realtime services, seconds."""
+    realtime_tpot_s: float = 0.05
+    """TPOT p95 target of realtime services, seconds (docs/design.md section 2: 50 ms)."""
+    batch_ttft_s: float = 10.0
+    """TTFT p95 target of batch services, seconds."""
+    batch_tpot_s: float = 0.12
+    """TPOT p95 target of batch services, seconds (docs/design.md section 2: 120 ms)."""
+    queue_per_replica: float = 4.0
+    """Waiting requests per replica at pressure 1."""
+    kv_usage: float = 0.9
+    """Mean KV-cache usage at pressure 1."""
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
     """A Deployment of one model for one request kind, with its HPA."""
@@ -272,6 +318,10 @@ class ServiceSpec:
     """HPA metrics and targets."""
     tensor_parallel: int = 1
     """GPUs per replica (the pod's `nvidia.com/gpu`, the engine's tensor-parallel degree); gpu_memory_gib is per GPU. Above 1 only on whole GPUs (slots_per_gpu 1)."""
+    ttft_target_s: float = 0.0
+    """This service's TTFT p95 target in the SLO pressure, seconds (0: its class's, `pressure`)."""
+    tpot_target_s: float = 0.0
+    """This service's TPOT p95 target in the SLO pressure, seconds (0: its class's)."""
     queue_target: float = 3.0
     """AverageValue target of the `queue-depth` autoscaler: waiting requests per replica (an assumption; GKE's guide has users pick it from a load test)."""
 
@@ -545,7 +595,11 @@ class SimConfig:
     arrivals: ArrivalSpec = ArrivalSpec()
     """The request arrival process."""
     hpa: HpaBehavior = HpaBehavior()
-    """HorizontalPodAutoscaler behaviour."""
+    """HorizontalPodAutoscaler behaviour of the request-rate and queue-depth autoscalers (Kubernetes' defaults)."""
+    slo_hpa: HpaBehavior = SLO_BEHAVIOR
+    """HorizontalPodAutoscaler behaviour of the `slo` autoscaler (the example manifests')."""
+    pressure: PressureSpec = PressureSpec()
+    """SLO-pressure targets per class (the `slo` autoscaler's metric)."""
     slo: SloSpec = SloSpec()
     """Latency budgets per QoS class."""
     startup: StartupSpec = StartupSpec()
@@ -643,6 +697,10 @@ class SimConfig:
                     raise invalid(
                         f"{where}.metrics[{i}].metric", "one of " + ", ".join(METRICS), m.metric
                     )
+        bounded(self, *(f"pressure.{f}" for f in vars(self.pressure)), above=0)
+        for name in self.services:
+            bounded(self, f"services.{name}.ttft_target_s", f"services.{name}.tpot_target_s",
+                    at_least=0)  # fmt: skip
         for name in self.workloads:
             if name not in self.services:
                 raise invalid(
@@ -668,6 +726,29 @@ class SimConfig:
         if sum(k.share for k in self.kinds.values()) <= 0 and not self.workloads:
             raise invalid("kinds", "request shares that sum to more than 0", 0)
         return self
+
+    def pressure_rule(self) -> dict[str, Any]:
+        """The adapter's `kvspread_slo_pressure` rule for these services (rules.pressure_rule)."""
+        p = self.pressure
+        classes = (
+            ("realtime", ((SLI_TTFT_P95, p.realtime_ttft_s), (SLI_TPOT_P95, p.realtime_tpot_s))),
+            ("batch", ((SLI_TTFT_P95, p.batch_ttft_s), (SLI_TPOT_P95, p.batch_tpot_s))),
+        )
+        terms = (
+            (SLI_TTFT_P95, p.realtime_ttft_s),
+            (SLI_TPOT_P95, p.realtime_tpot_s),
+            (SLI_QUEUE_DEPTH_PER_REPLICA, p.queue_per_replica),
+            (SLI_KV_CACHE_USAGE, p.kv_usage),
+        )
+        services: dict[str, dict[str, Any]] = {}
+        for name, spec in self.services.items():
+            own: dict[str, Any] = {"class": spec.qos} if spec.qos in ("realtime", "batch") else {}
+            if spec.ttft_target_s > 0:
+                own[SLI_TTFT_P95] = spec.ttft_target_s
+            if spec.tpot_target_s > 0:
+                own[SLI_TPOT_P95] = spec.tpot_target_s
+            services[name] = own
+        return pressure_rule(services, terms, classes)
 
     def scoring_config(self) -> ScoringConfig:
         """The kvspread policy's `extender.config.ScoringConfig`."""

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.serving.config import HpaBehavior
 
 __all__ = [
+    "behavior_from_k8s",
     "replicas_for_value",
     "replicas_for_average_value",
     "Hpa",
@@ -65,6 +68,40 @@ def replicas_for_average_value(
         if abs(ratio - 1.0) <= tolerance:
             return current_replicas
     return math.ceil(metric / target)
+
+
+def behavior_from_k8s(behavior: Mapping[str, Any]) -> HpaBehavior:
+    """An HPA manifest's `spec.behavior` (or a ScaledObject's
+    `advanced.horizontalPodAutoscalerConfig.behavior`) as the `HpaBehavior` this state
+    machine runs, so that a manifest and a simulation can be checked to be the same.
+
+    Takes what `HpaBehavior` models: scale-up Percent and Pods policies of one period with
+    selectPolicy Max, scale-down one Percent policy; anything else is a ValueError naming it.
+    """
+    base = HpaBehavior()
+    up = behavior.get("scaleUp", {})
+    down = behavior.get("scaleDown", {})
+    for side, rules in (("scaleUp", up), ("scaleDown", down)):
+        if rules.get("selectPolicy", "Max") != "Max":
+            raise ValueError(f"{side}.selectPolicy: only Max is modelled")
+    kinds = {p["type"]: p for p in up.get("policies", ())}
+    periods = {p["periodSeconds"] for p in kinds.values()}
+    if len(periods) > 1 or set(kinds) - {"Percent", "Pods"}:
+        raise ValueError("scaleUp.policies: one Percent and one Pods policy of one period")
+    downs = down.get("policies", ())
+    if len(downs) > 1 or any(p["type"] != "Percent" for p in downs):
+        raise ValueError("scaleDown.policies: one Percent policy")
+    return HpaBehavior(
+        sync_period_s=base.sync_period_s,
+        tolerance=base.tolerance,
+        scale_up_window_s=float(up.get("stabilizationWindowSeconds", base.scale_up_window_s)),
+        scale_up_percent=float(kinds.get("Percent", {}).get("value", 0)),
+        scale_up_pods=int(kinds.get("Pods", {}).get("value", 0)),
+        scale_up_period_s=float(periods.pop()) if periods else base.scale_up_period_s,
+        scale_down_window_s=float(down.get("stabilizationWindowSeconds", base.scale_down_window_s)),
+        scale_down_percent=float(downs[0]["value"]) if downs else base.scale_down_percent,
+        scale_down_period_s=float(downs[0]["periodSeconds"]) if downs else base.scale_down_period_s,
+    )
 
 
 @dataclass(frozen=True)

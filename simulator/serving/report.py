@@ -860,7 +860,11 @@ def markdown_section(
     """The report section: opening (unless `opening` is False: the combined report puts
     it at its top), setup, tables, plots, command. `prefix` starts every file name the
     section names."""
+    from simulator.serving import slo_goal
     from simulator.serving.stats import VERDICT_LEGEND
+
+    sentences = (headline(agg, cmp, each) if cmp else []) + slo_goal.opening(rows)
+    sentences = sentences if opening else []
 
     cfg = results[0].config
     seeds = sorted({r.seed for r in results})
@@ -897,7 +901,7 @@ def markdown_section(
     lines = [
         f"{heading} Serving simulation",
         "",
-        *([opening_text(headline(agg, cmp, each)), ""] if cmp and opening else []),
+        *([opening_text(sentences), ""] if sentences else []),
         f"{c.nodes} nodes x {c.gpus_per_node} {cfg.gpu.name}, {sharing}; services "
         + ", ".join(
             f"`{n}` ({s.kind}, {s.model}, {s.qos}, {s.gpu_memory_gib:g}Gi"

@@ -27,7 +27,12 @@ from bpf.publish import PublishConfig, should_publish
 from bpf.stats import RecentWindow
 from kvspread import names
 from kvspread.signals import NodeSignals
-from simulator.serving.autoscalers import DEFAULT_AUTOSCALER, hpa_metrics
+from simulator.serving.autoscalers import (
+    DEFAULT_AUTOSCALER,
+    FIXED_PEAK,
+    hpa_metrics,
+    sized_for_peak,
+)
 from simulator.serving.cluster import Gpu, Node, Pod, device_plugin_gpus, island_ids
 from simulator.serving.config import SimConfig
 from simulator.serving.costmodel import kv_pool_tokens, sharing_factor, tp_speedup
@@ -109,6 +114,9 @@ class Simulation:
         autoscaler: str = DEFAULT_AUTOSCALER,
         routing: str = DEFAULT_ROUTING,
     ) -> None:
+        self.requests = requests if requests is not None else generate_requests(cfg, seed)
+        if autoscaler == FIXED_PEAK:
+            cfg = sized_for_peak(cfg, self.requests)
         self.cfg = cfg
         self.autoscaler = autoscaler
         self.routing = routing
@@ -126,7 +134,6 @@ class Simulation:
             policy, np.random.default_rng([seed, 77]), cfg.scoring_config()
         )
         self.progress = progress
-        self.requests = requests if requests is not None else generate_requests(cfg, seed)
         self.end = cfg.warmup_s + cfg.duration_s
         self.heap: list[tuple[float, int, int, object]] = []
         self.seq = 0
@@ -139,13 +146,14 @@ class Simulation:
         self.ready: dict[str, list[Pod]] = {s: [] for s in cfg.services}
         self.backlog: dict[str, list[Request]] = {s: [] for s in cfg.services}
         self.unscheduled: list[Pod] = []
-        self.adapter = AdapterSlis(METRIC_WINDOW_S, cfg.slo.good_threshold_s)
+        self.adapter = AdapterSlis(METRIC_WINDOW_S, cfg.slo.good_threshold_s, cfg.pressure_rule())
         self.metrics = {s: ServiceMetrics(self.adapter, s) for s in cfg.services}
         # the collector's per-node request window (bpf.stats), for the published p95
         self.node_metrics: dict[int, RecentWindow] = {}
         self.node_cache: dict[int, set[str]] = defaultdict(set)  # models cached per node
+        behavior = cfg.slo_hpa if autoscaler == "slo" else cfg.hpa
         self.hpas = {
-            s: Hpa(spec.min_replicas, spec.max_replicas, cfg.hpa)
+            s: Hpa(spec.min_replicas, spec.max_replicas, behavior)
             for s, spec in cfg.services.items()
         }
         self.spec_replicas = {s: spec.initial_replicas for s, spec in cfg.services.items()}
@@ -278,6 +286,8 @@ class Simulation:
         if math.isnan(req.finish):
             req.finish = now
         self.metrics[req.service].observe(now - req.arrival, ok)
+        if ok and req.out > 1:
+            self.metrics[req.service].observe_tpot((now - req.first_token) / (req.out - 1))
         if req.node >= 0:
             self.node_metrics[req.node].add(now, now - req.arrival, 0)
 
@@ -484,11 +494,13 @@ class Simulation:
                     occupied += 1
         self.counted.occupied_gpu_seconds += occupied * step
         self.counted.pending_pod_seconds += len(self.unscheduled) * step
+        engines: dict[str, list[tuple[str, float, float]]] = {s: [] for s in self.services}
+        for pod in self.pods.values():  # ready and draining engines export their gauges
+            e = pod.engine
+            if e is not None and pod.state in ("ready", "terminating"):
+                engines[pod.service].append((pod.pid, len(e.waiting), e.kv_usage))
         for s in self.services:
-            pods = self.ready[s]
-            queue = sum(len(p.engine.waiting) for p in pods if p.engine) + len(self.backlog[s])
-            kv = sum(p.engine.kv_usage for p in pods if p.engine) / len(pods) if pods else None
-            self.metrics[s].push(now, queue, kv)
+            self.metrics[s].push(now, engines[s])
         # the collector's signals (published every signals_period_s)
         period = self.cfg.startup.signals_period_s
         if now % period < step - 1e-9 or period <= step:
@@ -631,8 +643,12 @@ class Simulation:
                 if pod is None or pod.epoch != epoch or pod.engine is None:
                     continue
                 eng = pod.engine
+                starting = [r for r, _ in eng.seg_chunks if r.gen == 0]
                 for req in eng.finish(now):
                     self._record(req, now)
+                for req in starting:
+                    if req.first_token == now:
+                        self.metrics[pod.service].observe_ttft(now - req.arrival)
                 if pod.state == "terminating" and not eng.active:
                     self._release(pod, now)
                     continue

@@ -2,14 +2,20 @@
 
 The simulated collector keeps, per service, what a real instrumented service exports over
 OTLP: a cumulative `http.server.request.duration` histogram (explicit buckets) per status
-code (200 for served requests, 500 for failed ones), and the queue-depth and KV-usage
-gauges. Every push period it writes those points into a real `SeriesStore`; at each HPA
+code (200 for served requests, 500 for failed ones), the `gen_ai.server.time_to_first_token`
+and `gen_ai.server.time_per_output_token` histograms on the collector's own bounds
+(`kvspread.names.LATENCY_BUCKETS`), and per engine pod the queue-depth and KV-usage gauges
+(`k8s.pod.name` set, as the collector exports them). Every push period it writes those points into a real `SeriesStore`; at each HPA
 sync the simulator asks the real `RuleProvider` with the adapter's default rules
-(`metrics_adapter.rules.default_rules`), exactly as the HPA reads the external metrics
-API. Nothing here lists an SLI or computes a quantile or a rate.
+(`metrics_adapter.rules.default_rules`, the SLO-pressure rule with the run's targets per
+service), exactly as the HPA reads the external metrics API. Nothing here lists an SLI or computes a quantile or a rate.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kvspread import names
 from metrics_adapter.errors import AdapterError
@@ -65,10 +71,11 @@ class AdapterSlis:
         self,
         window_s: float = DEFAULT_WINDOW_S,
         good_threshold_s: float = DEFAULT_GOOD_THRESHOLD_S,
+        pressure: Mapping[str, Any] | None = None,
     ) -> None:
         self.now = 0.0
         self.store = SeriesStore(retention=window_s + 30.0, max_series=1_000_000)
-        rules = default_rules(window_s, good_threshold=good_threshold_s)
+        rules = default_rules(window_s, good_threshold=good_threshold_s, pressure=pressure)
         self.provider = RuleProvider(rules, {"otlp": OtlpSource(self.store, lambda: self.now)})
 
     def push(self, points: list[Point], t: float) -> None:
@@ -102,7 +109,11 @@ class ServiceMetrics:
             code: tuple(sorted((*base, (names.ATTR_HTTP_STATUS, str(code)))))
             for code in self._counts
         }
-        self._gauge_attrs = tuple(sorted(base))
+        self._base = base
+        self._service_attrs = tuple(sorted(base))
+        self._token_bounds = names.LATENCY_BUCKETS
+        self._ttft = [0] * (len(self._token_bounds) + 1)
+        self._tpot = [0] * (len(self._token_bounds) + 1)
 
     @property
     def requests(self) -> int:
@@ -117,24 +128,40 @@ class ServiceMetrics:
             i += 1
         self._counts[200 if ok else 500][i] += 1
 
-    def push(self, t: float, queue_depth: float, kv_usage: float | None) -> None:
-        """What an OTLP push carries at time t, stored as the receiver stores it."""
+    def observe_ttft(self, seconds: float) -> None:
+        """A first token written `seconds` after the request arrived (the collector records
+        it then, not at the end of the stream)."""
+        self._ttft[bisect_left(self._token_bounds, seconds)] += 1
+
+    def observe_tpot(self, seconds: float) -> None:
+        """A finished stream of two tokens or more: its mean time per output token."""
+        self._tpot[bisect_left(self._token_bounds, seconds)] += 1
+
+    def push(self, t: float, engines: Sequence[tuple[str, float, float]]) -> None:
+        """What an OTLP push carries at time t, stored as the receiver stores it.
+
+        `engines` is (pod name, requests waiting, KV-cache usage) of every pod running an
+        engine; requests that wait for a first ready replica are in no engine's queue."""
         dur = names.HTTP_SERVER_REQUEST_DURATION.name
         points = [
             Point(dur, HISTOGRAM, self._attrs[code], t, 0.0, tuple(map(float, counts)),
                   False, True, self.bounds)
             for code, counts in self._counts.items()
         ]  # fmt: skip
-        points.append(
-            Point(names.ENGINE_REQUESTS_WAITING.name, GAUGE, self._gauge_attrs, t, 0.0,
-                  (float(queue_depth),))
-        )  # fmt: skip
-        if kv_usage is not None:
+        for metric, counts in (
+            (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name, self._ttft),
+            (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name, self._tpot),
+        ):
             points.append(
-                Point(
-                    names.KV_CACHE_USAGE.name, GAUGE, self._gauge_attrs, t, 0.0, (float(kv_usage),)
-                )
+                Point(metric, HISTOGRAM, self._service_attrs, t, 0.0, tuple(map(float, counts)),
+                      False, True, self._token_bounds)
+            )  # fmt: skip
+        for pod, waiting, kv in engines:
+            attrs = tuple(sorted((*self._base, (names.ATTR_K8S_POD, pod))))
+            points.append(
+                Point(names.ENGINE_REQUESTS_WAITING.name, GAUGE, attrs, t, 0.0, (float(waiting),))
             )
+            points.append(Point(names.KV_CACHE_USAGE.name, GAUGE, attrs, t, 0.0, (float(kv),)))
         self.adapter.push(points, t)
 
     def value(self, metric: str, now: float) -> float | None:

@@ -14,7 +14,11 @@ from opentelemetry.sdk.metrics._internal.aggregation import (
     _DEFAULT_EXPLICIT_BUCKET_HISTOGRAM_AGGREGATION_BOUNDARIES as SDK_BOUNDS,
 )
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
+from opentelemetry.sdk.metrics.view import (
+    ExplicitBucketHistogramAggregation,
+    ExponentialBucketHistogramAggregation,
+    View,
+)
 from opentelemetry.sdk.resources import Resource
 
 from kvspread import names
@@ -165,3 +169,40 @@ def test_limit_is_a_rule_key() -> None:
     with pytest.raises(ConfigError, match=r"want a number > 0"):
         parse_rules([{"name": "p", "metric": "m", "aggregation": "quantile", "quantile": 0.5,
                       "maxRelativeBucketWidth": 0}])  # fmt: skip
+
+
+def test_one_bucket_with_a_positive_lower_bound_is_refused() -> None:
+    """Issue 25: bounds [0.1, 10], every request 0.8 s. Interpolation gives p95 = 9.505 s,
+    a bucket 1.04 times the estimate but 99 times its lower bound: refused."""
+    h = _h((0.1, 10.0), (0, 1000, 0))
+    est = sli.histogram_quantile(0.95, h)
+    assert est == pytest.approx(9.505)
+    assert sli.quantile_refusal(0.95, h, est, 2.0) == ("wide_bucket", 0.1, 10.0)
+    # the same tail in a bucket the truth cannot be far below is still served
+    assert sli.quantile_refusal(0.95, _h((0.5, 1.0), (0, 1000, 0)), 0.975, 2.0) is None
+
+
+TTFT = names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name
+TTFT_P95 = P95.replace(names.SLI_LATENCY_P95, names.SLI_TTFT_P95)
+
+
+def test_one_bucket_ttft_over_otlp_is_refused(pki: Pki, adapter: AdapterThread) -> None:
+    """The real SDK with a [0.1, 10] s View on TTFT, its real OTLP exporter, the adapter's
+    receiver and the external metrics API: the answer is a refusal, not p95 = 9.505 s."""
+    exp = RecordingExporter(otlp_exporter(adapter.adapter.otlp_port))
+    reader = PeriodicExportingMetricReader(exp, export_interval_millis=3_600_000)
+    res = Resource.create({names.ATTR_SERVICE_NAME: "onebucket", names.ATTR_K8S_NAMESPACE: NS})
+    view = View(instrument_name=TTFT, aggregation=ExplicitBucketHistogramAggregation([0.1, 10]))
+    mp = MeterProvider(resource=res, metric_readers=[reader], views=[view])
+    hist = mp.get_meter("t").create_histogram(TTFT, unit="s")
+    for _ in range(200):
+        hist.record(0.8)
+    reader.force_flush()
+    mp.shutdown()
+    assert exp.results and all(r.name == "SUCCESS" for r in exp.results)
+    with api_client(pki, adapter) as c:
+        r = c.get(TTFT_P95, params={"labelSelector": "service=onebucket"}, headers=hpa_headers())
+        assert r.status_code == 422, r.text
+        msg = r.json()["message"]
+        assert "(0.1, 10]" in msg and "99 times as wide as its lower bound" in msg
+        assert adapter.adapter.provider.refused_reads == {(names.SLI_TTFT_P95, "wide_bucket"): 1}

@@ -132,6 +132,24 @@ def test_keda_and_rest_give_identical_values(
     assert a.adapter.keda.scaler.calls[("GetMetrics", "OK")] == 4
 
 
+def test_slo_pressure_through_keda_is_the_rest_value(
+    pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
+) -> None:
+    """A ScaledObject trigger on kvspread_slo_pressure (targetValue 1): the queue term alone
+    (no TTFT/TPOT pushed), 3 waiting on one series over the default 4 per replica."""
+    a, _, _ = keda
+    metric = names.SLI_SLO_PRESSURE
+    with _stub(pki, a, client_cert, 3) as stub:
+        got = stub.GetMetrics(
+            pb.GetMetricsRequest(scaledObjectRef=_ref(metric, targetValue="1"), metricName=metric)
+        )
+        (item,) = _rest(pki, a, metric, "service=vision").json()["items"]
+        (mv,) = got.metricValues
+        assert mv.metricValueFloat == pytest.approx(0.75)
+        assert format_quantity(mv.metricValueFloat) == item["value"]
+        assert item["metricLabels"]["term"] == names.SLI_QUEUE_DEPTH_PER_REPLICA
+
+
 def test_errors_have_the_rest_messages_and_grpc_codes(
     pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
 ) -> None:

@@ -52,7 +52,7 @@ def test_overlay_has_no_apiservice_and_serves_keda() -> None:
 
 def test_scaledobject_examples_validate_against_kedas_schema() -> None:
     objs = _render(OVERLAY / "examples")
-    assert len(objs) == 3
+    assert len(objs) == 4
     metrics = set()
     for o in objs:
         jsonschema.validate(o, SCHEMA)
@@ -67,7 +67,12 @@ def test_scaledobject_examples_validate_against_kedas_schema() -> None:
         "kvspread_request_latency_p95_seconds",
         "kvspread_good_requests_per_second",
         "kvspread_queue_depth",
+        "kvspread_slo_pressure",
     }
+    for o in objs:  # every example says how fast it scales up and how slowly down
+        behavior = o["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+        assert behavior["scaleUp"]["policies"] and behavior["scaleDown"]["policies"]
+        assert "stabilizationWindowSeconds" in behavior["scaleDown"]
 
 
 def test_schema_catches_an_unquoted_target() -> None:

@@ -8,13 +8,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.serving.autoscalers import AUTOSCALERS, hpa_metrics, parse_autoscalers
+from kvspread.names import SLI_SLO_PRESSURE
+from simulator.serving.autoscalers import (
+    AUTOSCALERS,
+    hpa_metrics,
+    parse_autoscalers,
+    peak_replicas,
+)
 from simulator.serving.config import config_from_mapping
 from simulator.serving.experiment import ProgressBar, run_experiment
 from simulator.serving.kubedefault import KubeDefault, scores
 from simulator.serving.placement import POLICIES, BoundPod, ClusterSnapshot, make_policy
 from simulator.serving.sim import simulate
 from simulator.serving.stats import compare, paired, t_quantile_975
+from simulator.serving.workload import generate_requests
 from tests.simulator.serving.test_serving_placement import WANT, cluster
 
 
@@ -64,7 +71,9 @@ def test_autoscaler_metrics() -> None:
     cfg = config_from_mapping({})
     chat = cfg.services["chat"]
     assert hpa_metrics("none", chat) is None
-    assert hpa_metrics("slo", chat) == chat.metrics
+    (pressure,) = hpa_metrics("slo", chat)  # type: ignore[misc]
+    assert (pressure.metric, pressure.type, pressure.value) == (SLI_SLO_PRESSURE, "Value", 1.0)
+    assert hpa_metrics("fixed-peak", chat) is None
     (rate,) = hpa_metrics("request-rate", chat)  # type: ignore[misc]
     assert rate.metric == "kvspread_requests_per_second" and rate.type == "AverageValue"
     (queue,) = hpa_metrics("queue-depth", chat)  # type: ignore[misc]
@@ -74,6 +83,22 @@ def test_autoscaler_metrics() -> None:
     assert parse_autoscalers("slo,none,slo") == ["slo", "none"]
     with pytest.raises(ValueError, match="--autoscalers"):
         parse_autoscalers("keda")
+
+
+def test_fixed_peak_holds_the_request_rate_hpas_peak_proposal() -> None:
+    """fixed-peak: ceil(most arrivals in any 60 s / 60 / the rps target), held all run."""
+    cfg = config_from_mapping({"duration_s": 300.0, "warmup_s": 30.0})
+    reqs = generate_requests(cfg, 1)
+    peak = peak_replicas(cfg, reqs)
+    for name, spec in cfg.services.items():
+        times = sorted(r.arrival for r in reqs if r.service == name)
+        most = max(sum(1 for u in times if t - 60.0 < u <= t) for t in times)
+        want = math.ceil(most / 60.0 / spec.metrics[0].value)
+        assert peak[name] == max(spec.min_replicas, min(spec.max_replicas, want)), name
+    run = simulate(cfg, "round-robin", 1, autoscaler="fixed-peak")
+    assert run.scale_events == [] and run.autoscaler == "fixed-peak"
+    assert all(row.replicas == peak for row in run.timeline)
+    assert {s: spec.initial_replicas for s, spec in run.config.services.items()} == peak
 
 
 def test_none_keeps_replicas_fixed_and_others_scale() -> None:

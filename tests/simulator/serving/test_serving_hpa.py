@@ -6,6 +6,8 @@ window, default behavior) and the controller's replica calculator for external m
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from simulator.serving.config import HpaBehavior
@@ -117,3 +119,24 @@ def test_min_and_max_replicas_clamp() -> None:
 def test_invalid_bounds_are_rejected() -> None:
     with pytest.raises(ValueError, match="minReplicas"):
         Hpa(min_replicas=3, max_replicas=2)
+
+
+def test_the_example_manifests_run_the_slo_autoscalers_behaviour() -> None:
+    """Issue 25: the `slo` autoscaler's behaviour is the example HPA's and ScaledObject's."""
+    import yaml
+
+    from simulator.serving.config import SLO_BEHAVIOR
+    from simulator.serving.hpa import behavior_from_k8s
+
+    root = Path(__file__).parents[3] / "manifests"
+    hpa = yaml.safe_load((root / "metrics-adapter/examples/hpa-slo-pressure.yaml").read_text())
+    keda = yaml.safe_load(
+        (root / "overlays/keda/examples/scaledobject-slo-pressure.yaml").read_text()
+    )
+    assert hpa["spec"]["metrics"][0]["external"]["metric"]["name"] == "kvspread_slo_pressure"
+    assert hpa["spec"]["metrics"][0]["external"]["target"] == {"type": "Value", "value": "1"}
+    assert behavior_from_k8s(hpa["spec"]["behavior"]) == SLO_BEHAVIOR
+    adv = keda["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior_from_k8s(adv) == SLO_BEHAVIOR
+    with pytest.raises(ValueError, match="selectPolicy"):
+        behavior_from_k8s({"scaleDown": {"selectPolicy": "Min"}})

@@ -48,12 +48,13 @@ def test_invariants_after_a_run(policy: str) -> None:
     sim = Simulation(cfg, policy, 3)
     res = sim.run()
     if policy == "memory-weighted":
-        # placement by the scheduler's exact ledger never promises more than a GPU has
-        # (kvspread's extender guesses which GPU a bound pod sits on, so it can)
-        assert res.overcommits == 0
+        # placement by the scheduler's exact ledger promises more than a GPU has only where
+        # the device plugin gave the pod another GPU than the one the policy chose
+        # (kvspread's extender guesses which GPU a bound pod sits on, so it can anywhere)
+        assert res.overcommits <= res.gpu_overridden
     for node in sim.nodes:
         for g in node.gpus:
-            if policy == "memory-weighted":
+            if policy == "memory-weighted" and res.overcommits == 0:
                 assert g.allocated_gib <= g.total_gib + 1e-9
             assert g.used_gib <= g.total_gib + 1e-9  # processes never hold more than exists
             assert len(g.occupants) <= cfg.cluster.slots_per_gpu

@@ -13,14 +13,14 @@ from simulator.serving.slis import LATENCY_BOUNDS_S, AdapterSlis, ServiceMetrics
 
 def filled() -> ServiceMetrics:
     m = ServiceMetrics(AdapterSlis(), "text")
-    m.push(0.0, 0, 0.0)
+    m.push(0.0, [("text-0", 0, 0.0)])
     for i in range(100):  # 100 requests: 0.1 s .. 10 s
         m.observe(0.1 * (i + 1), ok=True)
     m.observe(1.0, ok=False)
-    m.push(10.0, 3, 0.25)
+    m.push(10.0, [("text-0", 3, 0.25)])
     for _ in range(20):
         m.observe(0.15, ok=True)
-    m.push(20.0, 5, 0.5)
+    m.push(20.0, [("text-0", 2, 0.4), ("text-1", 3, 0.6)])
     return m
 
 
@@ -41,14 +41,15 @@ def test_rates_and_ratios() -> None:
     # good = at most 0.2 s: the 0.1 and 0.2 s requests of the first batch and all 20 later
     assert m.value(names.SLI_GOOD_REQUESTS_PER_SECOND, 20.0) == pytest.approx(22 / 20)
     assert m.value(names.SLI_QUEUE_DEPTH, 20.0) == 5
+    assert m.value(names.SLI_QUEUE_DEPTH_PER_REPLICA, 20.0) == 2.5
     assert m.value(names.SLI_KV_CACHE_USAGE, 20.0) == 0.5
 
 
 def test_services_are_told_apart_by_selector() -> None:
     adapter = AdapterSlis()
     a, b = ServiceMetrics(adapter, "a"), ServiceMetrics(adapter, "b")
-    a.push(0.0, 1, None)
-    b.push(0.0, 7, None)
+    a.push(0.0, [("a-0", 1, 0.0)])
+    b.push(0.0, [("b-0", 7, 0.0)])
     assert a.value(names.SLI_QUEUE_DEPTH, 1.0) == 1
     assert b.value(names.SLI_QUEUE_DEPTH, 1.0) == 7
 
@@ -56,13 +57,13 @@ def test_services_are_told_apart_by_selector() -> None:
 def test_window_excludes_old_observations() -> None:
     adapter = AdapterSlis(window_s=15.0)
     m = ServiceMetrics(adapter, "text")
-    m.push(0.0, 0, 0.0)
+    m.push(0.0, [])
     for i in range(100):
         m.observe(0.1 * (i + 1), ok=True)
-    m.push(10.0, 0, 0.0)
+    m.push(10.0, [])
     for _ in range(20):
         m.observe(0.15, ok=True)
-    m.push(20.0, 0, 0.0)
+    m.push(20.0, [])
     # window (5, 20]: only the pushes at 10 and 20 -> the 20 fast requests
     assert m.value(names.SLI_LATENCY_P95, 20.0) == pytest.approx(0.1 + 0.95 * 0.1, rel=1e-9)
 
@@ -71,10 +72,12 @@ def test_nothing_measured_is_none_not_zero() -> None:
     m = ServiceMetrics(AdapterSlis(), "text")
     assert m.value(names.SLI_LATENCY_P95, 10.0) is None
     assert m.value(names.SLI_REQUESTS_PER_SECOND, 10.0) is None
-    m.push(0.0, 0, None)
-    m.push(10.0, 0, None)
+    m.push(0.0, [])
+    m.push(10.0, [])
     assert m.value(names.SLI_LATENCY_P95, 10.0) is None
     assert m.value(names.SLI_KV_CACHE_USAGE, 10.0) is None
+    assert m.value(names.SLI_TTFT_P95, 10.0) is None
+    assert m.value(names.SLI_SLO_PRESSURE, 10.0) is None
 
 
 def test_hpa_metrics_are_the_adapters_rules() -> None:
@@ -83,3 +86,29 @@ def test_hpa_metrics_are_the_adapters_rules() -> None:
 
 def test_good_threshold_is_a_bucket_bound() -> None:
     assert 0.2 in LATENCY_BOUNDS_S
+
+
+def test_ttft_tpot_and_pressure_over_the_adapters_rules() -> None:
+    """The `slo` autoscaler's metric: the adapter's pressure rule with the run's targets."""
+    from simulator.serving.config import config_from_mapping
+
+    cfg = config_from_mapping(
+        {"pressure": {"realtime_ttft_s": 1.0}, "services": {"chat": {"tpot_target_s": 0.04}}}
+    )
+    adapter = AdapterSlis(pressure=cfg.pressure_rule())
+    m = ServiceMetrics(adapter, "chat")
+    m.push(0.0, [("chat-0", 0, 0.1)])
+    for _ in range(50):
+        m.observe_ttft(0.6)  # (0.5, 0.75]: p95 = 0.7375
+        m.observe_tpot(0.03)  # (0.025, 0.05]: p95 = 0.04875
+    m.push(10.0, [("chat-0", 2, 0.3), ("chat-1", 0, 0.5)])
+    assert m.value(names.SLI_TTFT_P95, 10.0) == pytest.approx(0.7375)
+    assert m.value(names.SLI_TPOT_P95, 10.0) == pytest.approx(0.04875)
+    # TTFT 0.7375 / 1 s, TPOT 0.04875 / 0.04 s (chat's own), queue 1 / 4, KV 0.4 / 0.9
+    assert m.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(0.04875 / 0.04)
+    docs = ServiceMetrics(adapter, "docs")  # batch: TPOT 0.12 s
+    docs.push(0.0, [])
+    for _ in range(50):
+        docs.observe_tpot(0.03)
+    docs.push(10.0, [])
+    assert docs.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(0.04875 / 0.12)

@@ -1,0 +1,126 @@
+"""The SLO-pressure SLI (issue 25): max(term / target) over TTFT, TPOT, queue per replica and
+KV usage, targets per service and SLO class, pushed by the real OTel SDK over real OTLP and
+read through the external metrics API (docs/adapter.md, "SLO pressure")."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+
+from kvspread import names
+from kvspread.quantity import parse_quantity
+from kvspread.settings import ConfigError
+from metrics_adapter.rules import default_rules, parse_rules, pressure_rule
+from metrics_adapter.server import AdapterThread
+from tests.metrics_adapter.adapter_otel_helpers import RecordingExporter, otlp_exporter
+from tests.metrics_adapter.adapter_testing import Pki, api_client, hpa_headers
+
+NS = "llm"
+TTFT = names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name
+TPOT = names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name
+WAITING = names.ENGINE_REQUESTS_WAITING.name
+KV = names.KV_CACHE_USAGE.name
+URL = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/{names.SLI_SLO_PRESSURE}"
+
+
+def _push(port: int, service: str, pod: str, ttft: float, tpot: float, waiting: int,
+          kv: float, ttft_bounds: list[float] | None = None) -> None:  # fmt: skip
+    """One pod's collector: the real SDK with the collector's bounds, its real exporter."""
+    exp = RecordingExporter(otlp_exporter(port))
+    reader = PeriodicExportingMetricReader(exp, export_interval_millis=3_600_000)
+    res = Resource.create(
+        {names.ATTR_SERVICE_NAME: service, names.ATTR_K8S_NAMESPACE: NS, names.ATTR_K8S_POD: pod}
+    )
+    bounds = list(names.LATENCY_BUCKETS)
+    views = [
+        View(instrument_name=TTFT,
+             aggregation=ExplicitBucketHistogramAggregation(ttft_bounds or bounds)),
+        View(instrument_name=TPOT, aggregation=ExplicitBucketHistogramAggregation(bounds)),
+    ]  # fmt: skip
+    mp = MeterProvider(resource=res, metric_readers=[reader], views=views)
+    meter = mp.get_meter("t")
+    h_ttft = meter.create_histogram(TTFT, unit="s")
+    h_tpot = meter.create_histogram(TPOT, unit="s")
+    for _ in range(100):
+        h_ttft.record(ttft)
+        h_tpot.record(tpot)
+    meter.create_gauge(WAITING).set(waiting)
+    meter.create_gauge(KV).set(kv)
+    reader.force_flush()
+    mp.shutdown()
+    assert exp.results and all(r.name == "SUCCESS" for r in exp.results)
+
+
+def _read(pki: Pki, a: AdapterThread, service: str) -> httpx.Response:
+    with api_client(pki, a) as c:
+        return c.get(URL, params={"labelSelector": f"service={service}"}, headers=hpa_headers())
+
+
+def test_pressure_is_the_worst_term_over_its_target(pki: Pki, adapter: AdapterThread) -> None:
+    port = adapter.adapter.otlp_port
+    # chat: TTFT 0.8 s in (0.75, 1] (p95 ~0.99 s); TPOT 0.03 s in (0.025, 0.05] (p95 ~0.049 s);
+    # 6 + 2 waiting over two pods: 4 per replica; KV 0.45 mean
+    _push(port, "chat", "chat-0", 0.8, 0.03, 6, 0.4)
+    _push(port, "chat", "chat-1", 0.8, 0.03, 2, 0.5)
+    r = _read(pki, adapter, "chat")
+    assert r.status_code == 200, r.text
+    (item,) = r.json()["items"]
+    # defaults: TTFT 2 s -> 0.49, TPOT 0.05 -> 0.98, queue 4/4 -> 1.0, KV 0.45/0.9 -> 0.5
+    assert float(parse_quantity(item["value"])) == pytest.approx(1.0, abs=0.01)
+    assert item["metricLabels"]["term"] == names.SLI_QUEUE_DEPTH_PER_REPLICA
+    assert item["metricLabels"]["service"] == "chat"
+
+
+def test_a_refused_term_refuses_the_pressure(pki: Pki, adapter: AdapterThread) -> None:
+    """The issue's one-bucket case inside the pressure: TTFT on [0.1, 10] s bounds."""
+    _push(adapter.adapter.otlp_port, "coarse", "coarse-0", 0.8, 0.03, 0, 0.1, [0.1, 10.0])
+    r = _read(pki, adapter, "coarse")
+    assert r.status_code == 422, r.text
+    msg = r.json()["message"]
+    assert names.SLI_SLO_PRESSURE in msg and names.SLI_TTFT_P95 in msg and "(0.1, 10]" in msg
+    refused = adapter.adapter.provider.refused_reads
+    assert refused[(names.SLI_SLO_PRESSURE, "wide_bucket")] == 1
+    assert refused[(names.SLI_TTFT_P95, "wide_bucket")] == 1
+
+
+def test_nothing_pushed_is_an_empty_answer(pki: Pki, adapter: AdapterThread) -> None:
+    r = _read(pki, adapter, "nobody")
+    assert r.status_code == 200 and r.json()["items"] == []
+
+
+def test_targets_per_service_and_class() -> None:
+    rule = pressure_rule({"assistant": {"class": "batch"},
+                          "chat": {"class": "realtime", names.SLI_TTFT_P95: 1.0}})  # fmt: skip
+    (p,) = [r.pressure for r in default_rules(pressure=rule) if r.pressure is not None]
+    assert p.targets_for("assistant")[names.SLI_TPOT_P95] == 0.12
+    assert p.targets_for("chat")[names.SLI_TTFT_P95] == 1.0
+    assert p.targets_for("chat")[names.SLI_TPOT_P95] == 0.05
+    assert p.targets_for(None) == p.targets_for("unlisted") == dict(p.terms)
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"terms": {"nope": 1}}, r"rules\[1\]\.terms\.nope: no rule of that name"),
+        ({"terms": {"p": 1}}, r"rules\[1\]\.terms\.p: a term cannot be a pressure rule"),
+        ({"terms": {"q": 0}}, r"rules\[1\]\.terms\.q: want a target > 0"),
+        ({"terms": {}}, r"rules\[1\]\.terms: want 1 to 16 terms"),
+        ({"services": {"a": {"class": "gold"}}}, r"services\.a\.class: 'gold' is not one"),
+        ({"services": {"a": {"other": 1}}}, r"services\.a\.other: not one of the rule's terms"),
+        ({"metric": "m"}, r"rules\[1\]\.metric: not a key of an slo-pressure rule"),
+    ],
+)
+def test_bad_pressure_rules_name_the_key(change: dict[str, object], key: str) -> None:
+    q = {"name": "q", "metric": "m", "aggregation": "last"}
+    p = {"name": "p", "aggregation": "slo-pressure", "terms": {"q": 1}, **change}
+    with pytest.raises(ConfigError, match=key):
+        parse_rules([q, p])
+
+
+def test_only_pressure_rules_take_terms() -> None:
+    with pytest.raises(ConfigError, match=r"rules\[0\]\.terms: only aggregation slo-pressure"):
+        parse_rules([{"name": "q", "metric": "m", "aggregation": "last", "terms": {"x": 1}}])
