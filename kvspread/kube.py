@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 
 __all__ = [
     "api_client",
+    "path_list_call",
     "lookup",
     "lookup_str",
     "Reflector",
@@ -110,6 +111,55 @@ def api_client(kubeconfig: str | None = None, server: str | None = None) -> Any:
         return client.ApiClient()
     except config.ConfigException:
         return config.new_client_from_config()
+
+
+_QUERY_NAMES = {
+    "field_selector": "fieldSelector",
+    "label_selector": "labelSelector",
+    "watch": "watch",
+    "resource_version": "resourceVersion",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "timeout_seconds": "timeoutSeconds",
+}
+
+
+def path_list_call(
+    api: Any, path: str, query: Iterable[tuple[str, str]] = ()
+) -> Callable[..., Any]:
+    """A `Reflector` list call for any collection path (a custom resource of a group the
+    `kubernetes` client has no method for, a label selector): GET `path` with `query` plus
+    the Reflector's keywords as query parameters; the raw response, `ApiException` on a
+    status other than 200 (410 included, which the Reflector turns into a re-list)."""
+    fixed = list(query)
+
+    def call(**kw: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        params = list(fixed)
+        for key, value in kw.items():
+            if key in _QUERY_NAMES and value is not None:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                params.append((_QUERY_NAMES[key], text))
+        method, url, headers, _, _ = api.param_serialize(
+            "GET",
+            path,
+            query_params=params,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        resp = api.call_api(
+            method, url, header_params=headers, _request_timeout=kw.get("_request_timeout")
+        )
+        raw = resp.response
+        if resp.status != 200:
+            try:
+                text = raw.data[:300].decode("utf-8", "replace")
+            finally:
+                raw.release_conn()
+            raise ApiException(status=resp.status, reason=f"{path}: {text}")
+        return raw
+
+    return call
 
 
 @dataclass
