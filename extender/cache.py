@@ -237,7 +237,7 @@ class ClusterState:
     def _add_pod(self, pod: PodInfo) -> None:
         if not pod.node_name:
             return
-        was = self.ledger.forget(pod.key)  # bound: the ledger entry has done its job
+        was = self.ledger.bound(pod.key, pod.node_name)  # the entry has done its job
         if was and was != pod.node_name:
             self._refresh(was)
         if not pod.active or (pod.shape.gpus <= 0 and not pod.shape.model):

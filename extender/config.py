@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import Any, Final, Literal
 
+from kvspread import kube
 from kvspread.logs import LogLevel
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
 from kvspread.settings import KubeAccess, bounded, invalid, load, ports, validated
@@ -342,10 +343,11 @@ DEFAULT_PORT: Final = 8888
 """The port kube-scheduler extender examples use (urlPrefix http://127.0.0.1:8888)."""
 DEFAULT_WATCH_TIMEOUT_S: Final = 300
 """Server-side watch timeout; client-go's reflector picks 5-10 min, a renewal is cheap."""
-DEFAULT_BACKOFF_BASE_S: Final = 0.2
-DEFAULT_BACKOFF_MAX_S: Final = 30.0
-"""Reconnect backoff: 0.2 s doubling to 30 s with jitter (client-go's reflector backs off
-from 800 ms to 30 s)."""
+DEFAULT_BACKOFF_BASE_S: Final = kube.DEFAULT_BACKOFF_BASE_S
+DEFAULT_BACKOFF_MAX_S: Final = kube.DEFAULT_BACKOFF_CAP_S
+"""Reconnect backoff, one for list and watch together: 1 s doubling to 30 s with jitter,
+reset only after a watch has run healthily for 2 minutes (kvspread/kube.py; client-go's
+reflector backs off from 800 ms to 30 s)."""
 DEFAULT_LEDGER_TTL_S: Final = 30.0
 """How long a recent placement counts before the pod shows up bound: long enough for
 kube-scheduler to bind and the pod watch to deliver it (normally well under a second; 30 s
@@ -415,7 +417,8 @@ class KubernetesConfig(KubeAccess):
     watch_timeout_s: int = DEFAULT_WATCH_TIMEOUT_S
     """Server-side timeout of each watch request, seconds; a renewal is cheap."""
     backoff_base_s: float = DEFAULT_BACKOFF_BASE_S
-    """First reconnect delay after a failed list or watch, seconds (doubles, with jitter)."""
+    """First retry delay after a failed list or watch, seconds (doubles, with jitter; one
+    backoff for list and watch, reset only after 2 minutes of healthy watching)."""
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
     """Longest reconnect delay, seconds."""
 

@@ -5,7 +5,10 @@ shows up bound in the pod cache (and its memory in the node's signals), the node
 emptier than it is. Without a memory of its own decisions, a burst of pods would all
 pile onto the same best node. An entry holds the pod's shape and the GPU slots it would
 take; it ends when the pod is seen bound (anywhere), when the pod is deleted, or after
-`ttl_s` (the pod went elsewhere, or was never bound). A pod's own entry never counts
+`ttl_s` (the pod went elsewhere, or was never bound). What the scheduler did is followed
+from the pod watch, not assumed: a binding ends the entry wherever it landed (the pod
+cache then counts the pod on its real node) and is counted as booked or elsewhere
+(`bindings()`, the metric kvspread_extender_ledger_bindings_total). A pod's own entry never counts
 against it (`on_node(..., exclude=)`): a scheduler retry re-scores the pod as if its
 earlier pick had not happened, so the ranking is the same every time.
 
@@ -69,6 +72,7 @@ class Ledger:
         self._ages: list[tuple[float, int, str, Placement]] = []
         """Heap of (at, push count, pod key, entry); an entry no longer current is skipped."""
         self._pushes = 0
+        self._bindings = {"as_booked": 0, "elsewhere": 0}
 
     def _put(self, p: Placement) -> None:
         old = self._by_pod.get(p.pod)
@@ -124,6 +128,22 @@ class Ledger:
         with self._lock:
             old = self._pop(pod)
             return old.node if old else None
+
+    def bound(self, pod: str, node: str) -> str | None:
+        """The pod was seen bound to `node`: end its entry (wherever it was booked) and
+        count whether the scheduler bound it where the ledger held it; returns the node
+        the entry was on."""
+        with self._lock:
+            old = self._pop(pod)
+            if old is not None:
+                self._bindings["as_booked" if old.node == node else "elsewhere"] += 1
+            return old.node if old else None
+
+    def bindings(self) -> dict[str, int]:
+        """Bindings seen for booked pods: as_booked (the node the ledger held) and
+        elsewhere (the scheduler chose another node)."""
+        with self._lock:
+            return dict(self._bindings)
 
     def expire(self) -> set[str]:
         """Drop entries older than the TTL; returns the nodes whose view changed."""

@@ -9,12 +9,12 @@ terms one call at a time would cost more than the scoring itself.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.model import SIGNAL_STATES
@@ -46,6 +46,24 @@ def _bucket(v: np.ndarray) -> np.ndarray:
     above: np.ndarray = _PADDED[k + 1] < v  # the edge above is below v
     out: np.ndarray = (k - below_not) + above  # not in place: += of a bool array is slow
     return out
+
+
+class _Counts(Collector):
+    """A counter family read at scrape time from `source()` (counts kept by their owner,
+    the ledger, under its own lock)."""
+
+    def __init__(self, metric: names.MetricDescriptor, label: str) -> None:
+        self._metric = metric
+        self._label = label
+        self.source: Callable[[], Mapping[str, int]] = dict
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        fam = CounterMetricFamily(
+            self._metric.prometheus.removesuffix("_total"), self._metric.help, labels=[self._label]
+        )
+        for value, count in sorted(self.source().items()):
+            fam.add_metric([value], count)
+        yield fam
 
 
 class _TermHistograms(Collector):
@@ -166,6 +184,8 @@ class ExtenderMetrics:
         self.prioritize_decisions = counter(names.EXTENDER_PRIORITIZE_DECISIONS, "outcome")
         self.terms = _TermHistograms(terms)
         r.register(self.terms)
+        self.ledger_bindings = _Counts(names.EXTENDER_LEDGER_BINDINGS, "outcome")
+        r.register(self.ledger_bindings)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def count_signals(self, codes: np.ndarray, unknown: int) -> None:

@@ -242,6 +242,7 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
     async def metrics_route() -> Response:
         for resource, synced in ext.state.synced().items():
             m.cache_synced.labels(resource).set(1 if synced else 0)
+        m.ledger_bindings.source = ext.state.ledger.bindings
         return Response(content=generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")

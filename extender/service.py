@@ -34,7 +34,14 @@ from extender.decisions import FilterDecision, PrioritizeDecision
 from extender.fit import Failure, FilterReason, exclude_stale, fit_batch
 from extender.metrics import ExtenderMetrics
 from extender.objects import PodInfo, parse_pod
-from extender.scoring import TERMS, BatchScores, explain, score_batch, warm_batch
+from extender.scoring import (
+    TERMS,
+    BatchScores,
+    explain,
+    node_preference,
+    score_batch,
+    warm_batch,
+)
 from extender.shapes import ShapeDistribution
 from extender.wire import ExtenderArgs
 from kvspread.clock import Clock
@@ -210,6 +217,8 @@ class Extender:
         out = np.full(n, NEUTRAL_SCORE, dtype=np.int64)
         out[known] = scores.score
         best = _best_row(scores)
+        if best is not None:
+            _single_top(out, int(known[best]))
 
         def bookkeeping() -> None:
             self._record_best(pod, scores, best)
@@ -313,13 +322,34 @@ class Extender:
 
 
 def _best_row(scores: BatchScores) -> int | None:
-    """The node the scheduler will most likely bind: the highest scaled score that fits
-    (scaled carries the candidate normalisation) in the best tier present, ties to the
-    first row; None when nothing fits."""
+    """The node the extender books for the pod: the highest scaled score that fits
+    (scaled carries the candidate normalisation) in the best tier present; exact ties go
+    to the highest `node_preference` (CRC-32 of the name, then the name), never to the
+    request's order; None when nothing fits."""
     cand = scores.fits.nonzero()[0]
     if not len(cand):
         return None
     tiers = scores.tier[cand]
     if tiers.any():
         cand = cand[tiers == tiers.min()]
-    return int(cand[scores.scaled[cand].argmax()])
+    scaled = scores.scaled[cand]
+    top = cand[scaled >= scaled.max() - 1e-12]
+    if len(top) == 1:
+        return int(top[0])
+    return int(max(top, key=lambda i: (node_preference(scores.names[i]), scores.names[i])))
+
+
+def _single_top(out: np.ndarray, best: int) -> None:
+    """Make `best` the only node with the top score (issue 26, point 4): identical nodes
+    all scored alike and kube-scheduler picked among them at random while the ledger
+    booked one of them; now every other node at the top goes one below (or, at 0, the
+    best goes to 1), so the scheduler's sum prefers the node the ledger holds."""
+    top = out[best]
+    tied = out >= top
+    tied[best] = False
+    if not tied.any():
+        return
+    if top > 0:
+        out[tied] = top - 1
+    else:
+        out[best] = 1

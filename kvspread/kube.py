@@ -8,10 +8,22 @@
 `kubernetes` client (raw JSON, no model deserialisation: 5,000 nodes must stay cheap):
 list -> remember metadata.resourceVersion -> watch from it (`allowWatchBookmarks`) ->
 apply ADDED/MODIFIED/DELETED and move the resourceVersion -> when the watch ends
-(server timeout), watch again from the last resourceVersion; on 410 Gone (an ERROR
-event with a Status code 410, or an HTTP 410) list again; on any other error wait with
-exponential backoff (with jitter, capped) and list again. The extender follows nodes
-and pods with it, the collector its own node's pods.
+(server timeout), watch again from the last resourceVersion. Everything else is a
+failure and goes through one `Backoff` for list and watch together: 410 Gone (an ERROR
+event with a Status code 410, or an HTTP 410), any other HTTP or network error, and a
+"very short watch" (ended within `SHORT_WATCH_S` with no event, as client-go's reflector
+counts one). After a failure the loop waits (exponential, full jitter, capped) and lists
+again; the backoff is reset only once a watch has run healthily for `HEALTHY_AFTER_S`,
+never by a successful list (issue 26: a list that works and a watch that fails must not
+retry every 0.1 s). `Reflector.state` is "starting", "healthy" or "failing"; each change
+is counted (`stats.state_changes`) and logged once, not every retry.
+
+The bound, with the defaults (base 1 s, cap 30 s): failure k waits at least
+`min(cap, base * 2**(k-1)) / 2`, each wait is followed by at most one list and one watch,
+so a reflector whose watch always fails makes at most 12 requests in its first 30 s and
+at most 10 a minute once the cap is reached (`Backoff.max_requests`; tested).
+The extender follows nodes, pods and NodeSignals with it, the collector its own node's
+pods, the router its pool, pods, nodes and NodeSignals.
 
 The `kubernetes` client is imported lazily so that pure modules stay import-light.
 """
@@ -23,19 +35,41 @@ import logging
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 __all__ = [
     "api_client",
+    "path_list_call",
     "lookup",
     "lookup_str",
     "Reflector",
     "ReflectorStats",
     "Backoff",
     "WatchedTable",
+    "HEALTHY_AFTER_S",
+    "SHORT_WATCH_S",
+    "DEFAULT_BACKOFF_BASE_S",
+    "DEFAULT_BACKOFF_CAP_S",
 ]
+
+DEFAULT_BACKOFF_BASE_S = 1.0
+"""First retry delay after a failed list or watch (1 s, with jitter [0.5, 1] s): client-go's
+reflector starts at 800 ms (k8s.io/client-go/tools/cache/reflector.go,
+`wait.NewExponentialBackoffManager(800*time.Millisecond, 30*time.Second, 2*time.Minute,
+2.0, 1.0, ...)`); 1 s keeps the extender's three reflectors within 36 requests in the first
+30 s of a refused watch."""
+DEFAULT_BACKOFF_CAP_S = 30.0
+"""Longest retry delay, as client-go's."""
+HEALTHY_AFTER_S = 120.0
+"""A watch streak (watches renewed without a failure between them) this long resets the
+backoff: client-go's backoff manager resets after 2 minutes without a backoff."""
+SHORT_WATCH_S = 1.0
+"""A watch that ends normally within this many seconds having delivered no event is a
+failure (client-go: "very short watch"), so a server that closes every watch at once is
+retried with backoff, not in a tight loop."""
 
 T = TypeVar("T")
 
@@ -79,21 +113,84 @@ def api_client(kubeconfig: str | None = None, server: str | None = None) -> Any:
         return config.new_client_from_config()
 
 
+_QUERY_NAMES = {
+    "field_selector": "fieldSelector",
+    "label_selector": "labelSelector",
+    "watch": "watch",
+    "resource_version": "resourceVersion",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "timeout_seconds": "timeoutSeconds",
+}
+
+
+def path_list_call(
+    api: Any, path: str, query: Iterable[tuple[str, str]] = ()
+) -> Callable[..., Any]:
+    """A `Reflector` list call for any collection path (a custom resource of a group the
+    `kubernetes` client has no method for, a label selector): GET `path` with `query` plus
+    the Reflector's keywords as query parameters; the raw response, `ApiException` on a
+    status other than 200 (410 included, which the Reflector turns into a re-list)."""
+    fixed = list(query)
+
+    def call(**kw: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        params = list(fixed)
+        for key, value in kw.items():
+            if key in _QUERY_NAMES and value is not None:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                params.append((_QUERY_NAMES[key], text))
+        method, url, headers, _, _ = api.param_serialize(
+            "GET",
+            path,
+            query_params=params,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        resp = api.call_api(
+            method, url, header_params=headers, _request_timeout=kw.get("_request_timeout")
+        )
+        raw = resp.response
+        if resp.status != 200:
+            try:
+                text = raw.data[:300].decode("utf-8", "replace")
+            finally:
+                raw.release_conn()
+            raise ApiException(status=resp.status, reason=f"{path}: {text}")
+        return raw
+
+    return call
+
+
 @dataclass
 class Backoff:
-    """Exponential backoff with full jitter: delay in [base/2, cap], doubling per failure."""
+    """Exponential backoff with jitter: failure k waits in [top/2, top], top = min(cap,
+    base * 2**(k-1)). One per Reflector, shared by its lists and watches."""
 
-    base_s: float = 0.2
-    cap_s: float = 30.0
+    base_s: float = DEFAULT_BACKOFF_BASE_S
+    cap_s: float = DEFAULT_BACKOFF_CAP_S
     failures: int = 0
 
     def next_delay(self, rng: random.Random) -> float:
         self.failures += 1
-        top = min(self.cap_s, self.base_s * (2 ** (self.failures - 1)))
-        return rng.uniform(top / 2, top)
+        return rng.uniform(self._top(self.failures) / 2, self._top(self.failures))
+
+    def _top(self, k: int) -> float:
+        return float(min(self.cap_s, self.base_s * (2 ** min(k - 1, 60))))
 
     def reset(self) -> None:
         self.failures = 0
+
+    def max_requests(self, window_s: float, per_attempt: int = 2) -> int:
+        """The most API requests a reflector makes in its first `window_s` seconds of
+        failing (each attempt: at most one list and one watch, then a wait of at least
+        top/2): the bound the tests check and the docs state."""
+        attempts, elapsed, k = 1, 0.0, 1
+        while True:
+            elapsed += self._top(k) / 2
+            if elapsed > window_s:
+                return attempts * per_attempt
+            attempts, k = attempts + 1, k + 1
 
 
 @dataclass
@@ -108,9 +205,15 @@ class ReflectorStats:
     resource_version: str = ""
     synced: bool = False
     last_error: str = ""
+    state: str = "starting"
+    state_changes: int = 0
 
 
 class _Gone(Exception):
+    pass
+
+
+class _ShortWatch(Exception):
     pass
 
 
@@ -120,6 +223,8 @@ class Reflector:
     `list_call(**kw)` is a `kubernetes` client list method (e.g. `CoreV1Api.list_node`);
     it is called with `_preload_content=False` so the raw JSON is parsed here.
     `on_error(why)` hears every failed list or watch (before the backoff wait).
+    `monotonic` and `wait(seconds)` are injectable so a test can run the loop on virtual
+    time (the bound on requests per minute is a property of the loop, not of a clock).
     """
 
     def __init__(
@@ -135,6 +240,9 @@ class Reflector:
         request_timeout_s: float = 30.0,
         rng: random.Random | None = None,
         on_error: Callable[[str], None] | None = None,
+        healthy_after_s: float = HEALTHY_AFTER_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        wait: Callable[[float], object] | None = None,
     ) -> None:
         self.name = name
         self._list_call = list_call
@@ -146,11 +254,20 @@ class Reflector:
         self._request_timeout_s = request_timeout_s
         self._rng = rng or random.Random()
         self._on_error = on_error
+        self._healthy_after_s = healthy_after_s
+        self._monotonic = monotonic
         self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
         self._resp_lock = threading.Lock()
         self._resp: Any = None
         self._thread: threading.Thread | None = None
+        self._streak_since: float | None = None  # when the current run of good watches began
         self.stats = ReflectorStats()
+
+    @property
+    def state(self) -> str:
+        """ "starting" (no watch has run healthily yet, none failed), "healthy" or "failing"."""
+        return self.stats.state
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name=f"reflector-{self.name}", daemon=True)
@@ -194,6 +311,25 @@ class Reflector:
         self.stats.synced = True
         return str(rv)
 
+    def _set_state(self, state: str, **kv: Any) -> None:
+        """Count and log a change of state (never a retry within one state)."""
+        if state == self.stats.state:
+            return
+        before, self.stats.state = self.stats.state, state
+        self.stats.state_changes += 1
+        fields = {"resource": self.name, "from": before, "to": state, **kv}
+        if state == "failing":
+            log.warning("list/watch failing, backing off", extra={"kv": fields})
+        else:
+            log.info("list/watch healthy", extra={"kv": fields})
+
+    def _check_healthy(self) -> None:
+        """Reset the backoff once the current streak of watches has lasted long enough."""
+        since = self._streak_since
+        if since is not None and self._monotonic() - since >= self._healthy_after_s:
+            self._backoff.reset()
+            self._set_state("healthy", errors=self.stats.errors, gone=self.stats.gone)
+
     def _watch(self, rv: str) -> str:
         from kubernetes.watch.watch import iter_resp_lines
 
@@ -205,10 +341,14 @@ class Reflector:
             timeout_seconds=self._watch_timeout_s,
             _request_timeout=(self._request_timeout_s, self._watch_timeout_s + 30),
         )
+        started = self._monotonic()
         resp = self._list_call(**kw)
         with self._resp_lock:
             self._resp = resp
         self.stats.watches += 1
+        if self._streak_since is None:
+            self._streak_since = started
+        events = 0
         try:
             if self._stop.is_set():
                 return rv
@@ -225,6 +365,7 @@ class Reflector:
                     if code == 410:
                         raise _Gone(lookup(obj, "message") or "410 Gone")
                     raise RuntimeError(f"watch error event: {obj!r}")
+                events += 1
                 new_rv = lookup(obj, "metadata", "resourceVersion")
                 if etype in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
                     self._on_event(etype, obj)
@@ -232,6 +373,7 @@ class Reflector:
                 if new_rv:
                     rv = str(new_rv)
                     self.stats.resource_version = rv
+                self._check_healthy()
         finally:
             with self._resp_lock:
                 self._resp = None
@@ -239,6 +381,10 @@ class Reflector:
                 resp.release_conn()
             except Exception:  # noqa: BLE001
                 pass
+        if not self._stop.is_set() and events == 0:
+            if self._monotonic() - started < SHORT_WATCH_S:
+                raise _ShortWatch("very short watch: closed at once with no event")
+        self._check_healthy()
         return rv
 
     def run(self) -> None:
@@ -250,21 +396,17 @@ class Reflector:
             try:
                 if rv is None:
                     rv = self.list_once()
-                    self._backoff.reset()
                 rv = self._watch(rv)
             except _Gone as exc:
                 self.stats.gone += 1
-                log.info(
-                    "watch expired, listing again",
-                    extra={"kv": {"resource": self.name, "why": str(exc)}},
-                )
+                self._failed(f"410 Gone: {exc}", error=False)
                 rv = None
             except ApiException as exc:
                 if exc.status == 410:
                     self.stats.gone += 1
-                    rv = None
-                    continue
-                self._failed(f"HTTP {exc.status}: {exc.reason}")
+                    self._failed("HTTP 410: Gone", error=False)
+                else:
+                    self._failed(f"HTTP {exc.status}: {exc.reason}")
                 rv = None
             except Exception as exc:  # noqa: BLE001 - network, parse; keep the loop alive
                 if self._stop.is_set():
@@ -272,17 +414,22 @@ class Reflector:
                 self._failed(f"{type(exc).__name__}: {exc}")
                 rv = None
 
-    def _failed(self, why: str) -> None:
-        self.stats.errors += 1
-        self.stats.last_error = why
-        if self._on_error is not None:
-            self._on_error(why)
+    def _failed(self, why: str, *, error: bool = True) -> None:
+        """Every failure, 410 Gone included, waits: a watch that keeps failing after a
+        good list must not retry at once (the backoff is reset only by a healthy watch)."""
+        self._streak_since = None
+        if error:
+            self.stats.errors += 1
+            self.stats.last_error = why
+            if self._on_error is not None:
+                self._on_error(why)
         delay = self._backoff.next_delay(self._rng)
-        log.warning(
-            "list/watch failed, retrying",
+        self._set_state("failing", error=why, retry_in_s=round(delay, 3))
+        log.debug(
+            "list/watch retry",
             extra={"kv": {"resource": self.name, "error": why, "retry_in_s": round(delay, 3)}},
         )
-        self._stop.wait(delay)
+        self._wait(delay)
 
 
 class WatchedTable(Generic[T]):

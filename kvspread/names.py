@@ -360,6 +360,13 @@ EXTENDER_PRIORITIZE_DECISIONS: Final = MetricDescriptor(
     "Prioritize calls by outcome: placed (a best node was picked), no_fit (no node fits), "
     "no_gpu (no known node to score), invalid_pod",
 )
+EXTENDER_LEDGER_BINDINGS: Final = MetricDescriptor(
+    "kvspread_extender_ledger_bindings_total",
+    "{pod}",
+    "counter",
+    "Bindings seen in the pod watch for pods the ledger booked, by outcome: as_booked (bound "
+    "where the ledger held it), elsewhere (the scheduler chose another node)",
+)
 ADAPTER_REQUESTS: Final = MetricDescriptor(
     "kvspread_adapter_requests_total",
     "{request}",

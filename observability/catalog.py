@@ -277,6 +277,14 @@ _SELF: Final = (
         "extender",
     ),
     _entry(
+        names.EXTENDER_LEDGER_BINDINGS,
+        ("outcome",),
+        "Bindings of booked pods seen in the pod watch: as_booked (where the ledger held the "
+        "pod) or elsewhere (the scheduler bound it on another node; a rising share means the "
+        "ledger's picks are not the scheduler's: other score plugins outweigh the extender).",
+        "extender",
+    ),
+    _entry(
         names.EXTENDER_FILTER_DECISIONS,
         ("outcome",),
         "Filter calls by outcome: passed (at least one node passed), no_fit (every node "

@@ -2,10 +2,10 @@
 Ready pods, or pods by label selector without Gateway API; plus the nodes' kvspread
 signals for the load term.
 
-Each resource is one list-then-watch loop (list -> resourceVersion -> watch from it with
-bookmarks -> on the server's timeout watch again -> on 410 Gone list again -> on other
-errors back off, capped, and list again) through the `kubernetes` client's raw responses
-(kvspread/kube.py gives the credentials). After every change the endpoint set is rebuilt:
+Each resource is one list-then-watch loop, kvspread/kube.py's `Reflector` (list ->
+resourceVersion -> watch from it with bookmarks -> on the server's timeout watch again ->
+on 410 Gone or any error back off, one backoff for list and watch, and list again)
+through the `kubernetes` client's raw responses (kvspread/kube.py gives the credentials). After every change the endpoint set is rebuilt:
 for each pod matching the pool's `selector.matchLabels` that is Ready, has a pod IP and is
 not being deleted, one endpoint per `targetPorts[].number`. A pod's modality is its
 `kvspread.io/modality` label, else its node's `kvspread.io/pool` (vision -> image,
@@ -23,16 +23,14 @@ annotations are read.
 
 from __future__ import annotations
 
-import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from kvspread import nodesignals
-from kvspread.kube import Reflector, api_client
+from kvspread.kube import Reflector, api_client, path_list_call
 from kvspread.names import (
     ANNOTATION_ENGINE,
     ANNOTATION_METRICS_PATH,
@@ -121,16 +119,9 @@ def pool_endpoints(
     return out
 
 
-class _Gone(Exception):
-    """The resourceVersion is too old: list again."""
-
-
-class _HttpError(Exception):
-    """The API server answered with an error status."""
-
-
 class _ListWatch:
-    """One resource's list+watch loop feeding a dict of objects by namespace/name."""
+    """One resource's list+watch (kvspread/kube.py's `Reflector`, with its one backoff)
+    feeding a dict of objects by namespace/name."""
 
     def __init__(
         self,
@@ -139,128 +130,43 @@ class _ListWatch:
         path: str,
         query: list[tuple[str, str]],
         on_change: Callable[[], None],
-        stop: threading.Event,
         watch_timeout_s: int = 300,
     ) -> None:
-        self.api, self.name, self.path, self.query = api, name, path, query
+        self.name = name
         self.objects: dict[str, dict[str, Any]] = {}
         self.synced = False
         self._on_change = on_change
-        self._stop = stop
-        self._watch_timeout_s = watch_timeout_s
         self._lock = threading.Lock()
-        self._rng = random.Random()
-        self._resp: Any = None
+        self.reflector = Reflector(
+            name,
+            path_list_call(api, path, query),
+            self._replace,
+            self._event,
+            watch_timeout_s=watch_timeout_s,
+        )
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.objects.values())
-
-    def _call(self, query: list[tuple[str, str]], timeout: Any) -> Any:
-        """The raw urllib3 response of a GET (not preloaded); non-200 raises _HttpError."""
-        method, url, headers, _, _ = self.api.param_serialize(
-            "GET",
-            self.path,
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        resp = self.api.call_api(method, url, header_params=headers, _request_timeout=timeout)
-        raw = resp.response
-        if resp.status != 200:
-            try:
-                text = raw.data[:300].decode("utf-8", "replace")
-            finally:
-                raw.release_conn()
-            if resp.status == 410:
-                raise _Gone(text)
-            raise _HttpError(f"HTTP {resp.status} from {self.path}: {text}")
-        return raw
 
     @staticmethod
     def _key(obj: dict[str, Any]) -> str:
         m = obj.get("metadata") or {}
         return f"{m.get('namespace', '')}/{m.get('name', '')}"
 
-    def _list(self) -> str:
-        resp = self._call(self.query, 30)
-        try:
-            doc = json.loads(resp.data)
-        finally:
-            resp.release_conn()
+    def _replace(self, items: list[dict[str, Any]]) -> None:
         with self._lock:
-            self.objects = {self._key(o): o for o in doc.get("items") or []}
+            self.objects = {self._key(o): o for o in items}
             self.synced = True
         self._on_change()
-        return str((doc.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _watch(self, rv: str) -> str:
-        from kubernetes.watch.watch import iter_resp_lines
-
-        q = self.query + [
-            ("watch", "true"),
-            ("resourceVersion", rv),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(self._watch_timeout_s)),
-        ]
-        resp = self._call(q, (30, self._watch_timeout_s + 30))
-        self._resp = resp
-        try:
-            for line in iter_resp_lines(resp):
-                if self._stop.is_set():
-                    break
-                if not line.strip():
-                    continue
-                ev = json.loads(line)
-                etype, obj = ev.get("type"), ev.get("object") or {}
-                if etype == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _Gone(obj.get("message", "410"))
-                    raise RuntimeError(f"watch error: {obj.get('message')}")
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                if etype in ("ADDED", "MODIFIED", "DELETED"):
-                    with self._lock:
-                        if etype == "DELETED":
-                            self.objects.pop(self._key(obj), None)
-                        else:
-                            self.objects[self._key(obj)] = obj
-                    self._on_change()
-        finally:
-            self._resp = None
-            resp.release_conn()
-        return rv
-
-    def run(self) -> None:
-        rv: str | None = None
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    rv = self._list()
-                rv = self._watch(rv)
-                failures = 0
-            except _Gone:
-                rv = None
-            except Exception as exc:  # noqa: BLE001 - network, HTTP, parse: keep watching
-                if self._stop.is_set():
-                    return
-                failures += 1
-                delay = self._rng.uniform(0.5, 1.0) * min(30.0, 0.2 * 2**failures)
-                log.warning(
-                    "watch failed, listing again",
-                    extra={"kv": {"resource": self.name, "why": str(exc)[:300], "retry_s": delay}},
-                )
-                rv = None
-                self._stop.wait(delay)
-
-    def interrupt(self) -> None:
-        resp = self._resp
-        sock = getattr(getattr(resp, "connection", None), "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(2)
-            except OSError:
-                pass
+    def _event(self, etype: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            if etype == "DELETED":
+                self.objects.pop(self._key(obj), None)
+            else:
+                self.objects[self._key(obj)] = obj
+        self._on_change()
 
 
 class PoolWatch:
@@ -269,9 +175,7 @@ class PoolWatch:
     def __init__(self, cfg: RouterConfig, endpoints: EndpointSet) -> None:
         self.cfg = cfg
         self.endpoints = endpoints
-        self._stop = threading.Event()
         self._api = api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server)
-        self._threads: list[threading.Thread] = []
         self._rebuild_lock = threading.Lock()
         self.pool_problem = ""
         if cfg.mode == "pool":
@@ -304,7 +208,7 @@ class PoolWatch:
             self._ns_watch = nodesignals.watch(self._api, self.node_signals)
 
     def _lw(self, name: str, path: str, query: list[tuple[str, str]]) -> _ListWatch:
-        return _ListWatch(self._api, name, path, query, self._rebuild, self._stop)
+        return _ListWatch(self._api, name, path, query, self._rebuild)
 
     def _pool_spec(self) -> tuple[dict[str, str], list[int]] | None:
         if self.pool is None:
@@ -352,19 +256,16 @@ class PoolWatch:
             self.endpoints.set_node_signals(signals)
             self.endpoints.replace(eps)
 
+    def reflectors(self) -> list[Reflector]:
+        """Every list+watch this router runs (each with its own backoff)."""
+        watches = [self.pods, self.nodes] + ([self.pool] if self.pool else [])
+        extra = [self._ns_watch] if self._ns_watch is not None else []
+        return [w.reflector for w in watches] + extra
+
     def start(self) -> None:
-        for w in [self.pods, self.nodes] + ([self.pool] if self.pool else []):
-            t = threading.Thread(target=w.run, name=f"router-watch-{w.name}", daemon=True)
-            t.start()
-            self._threads.append(t)
-        if self._ns_watch is not None:
-            self._ns_watch.start()
+        for r in self.reflectors():
+            r.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._ns_watch is not None:
-            self._ns_watch.stop()
-        for w in [self.pods, self.nodes] + ([self.pool] if self.pool else []):
-            w.interrupt()
-        for t in self._threads:
-            t.join(5)
+        for r in self.reflectors():
+            r.stop()

@@ -41,7 +41,9 @@ Failure injection:
   is simply closed (gone=False).
 - `fail_next(status, method="GET", path_prefix="/", count=1, watch=None)`: the next
   matching requests get an HTTP error with a Status body (e.g. 410 on a list or watch,
-  500, 503); `watch=True/False` restricts it to watch / non-watch requests.
+  500, 503); `watch=True/False` restricts it to watch / non-watch requests. Status 200
+  on a watch answers an empty stream that ends at once (a dropped connection, a proxy
+  that cuts long requests).
 
 Usage::
 
@@ -499,6 +501,9 @@ class FakeKubeApi:
                 path, query = self._parse()
                 is_watch = query.get("watch", "").lower() in ("1", "true")
                 failure = api._take_failure(self.command, path, is_watch)
+                if failure == 200 and is_watch:
+                    self.send_body(200, "application/json", b"")
+                    return
                 if failure is not None:
                     # read the unread body: it would otherwise be taken for the next request
                     # on this keep-alive connection

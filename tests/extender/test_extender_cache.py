@@ -11,7 +11,6 @@ import pytest
 from extender.config import DEFAULT_STALE_AFTER_S, ExtenderConfig
 from extender.run import Running, build
 from kvspread.clock import FakeClock
-from kvspread.kube import Backoff
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from tests.extender.decide import filter_doc, prioritize_scores, synced
 from tests.fake_kube import FakeKubeApi, make_node, make_pod
@@ -172,15 +171,3 @@ def test_stale_signals_turn_neutral_as_time_passes(cluster) -> None:  # noqa: AN
     clock.advance(DEFAULT_STALE_AFTER_S + 1)
     batch, _ = running.state.take(["n1"])
     assert batch.signals == ("stale",) and not batch.fresh[0]
-
-
-def test_backoff_grows_and_caps() -> None:
-    import random
-
-    b = Backoff(base_s=0.1, cap_s=1.0)
-    rng = random.Random(0)
-    delays = [b.next_delay(rng) for _ in range(8)]
-    assert 0.05 <= delays[0] <= 0.1
-    assert all(0.5 <= d <= 1.0 for d in delays[4:])
-    b.reset()
-    assert b.next_delay(rng) <= 0.1

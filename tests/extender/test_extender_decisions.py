@@ -148,7 +148,12 @@ def test_without_any_fresh_node_the_dark_nodes_stay_ordinary_candidates() -> Non
     body = names_body(gpu_pod("p"), [n["metadata"]["name"] for n in nodes])
     assert filter_doc(running.extender, body)["NodeNames"] == ["dark-0", "dark-1", "dark-2"]
     scores = prioritize_scores(running.extender, body)
-    assert len(set(scores.values())) == 1 and min(scores.values()) > 0  # equal, none demoted
+    # equal nodes: none demoted to a lower tier, but one (the one the ledger books) on top
+    # so that kube-scheduler's random tie-break cannot bind elsewhere
+    top = max(scores.values())
+    assert sorted(scores.values()) == [top - 1, top - 1, top] and top - 1 > 0
+    booked = running.state.ledger.nodes_of(("serving/p", "uid-p"))
+    assert booked == {n for n, v in scores.items() if v == top}
 
 
 def test_exclude_after_s_fails_old_signals_for_gpu_pods_naming_the_age() -> None:
