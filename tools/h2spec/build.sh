@@ -27,7 +27,7 @@ h2spec=$src/github.com/summerwind/h2spec
 mapfile -t mods < <(awk '/^require \(/{on=1; next} on && /^\)/{on=0} on {print $1}' "$h2spec/go.mod")
 missing=()
 for m in "${mods[@]}"; do
-  [[ -f "$src/$m/LICENSE" || -f "$src/$m/go.mod" || -d "$src/$m" ]] || missing+=("$m")
+  [[ -d "$src/$m" ]] || missing+=("$m")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
   echo "$0: missing in $src:" >&2
@@ -39,9 +39,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$h2spec/." "$work/"
 for m in "${mods[@]}"; do
-  # old modules without a go.mod get one, so that a replace directory is a module
-  [[ -f "$src/$m/go.mod" ]] || printf 'module %s\n' "$m" >"$src/$m/go.mod"
-  (cd "$work" && go mod edit -replace "$m=$src/$m")
+  dir=$src/$m
+  if [[ ! -f $dir/go.mod ]]; then # an old module without go.mod: a copy with one
+    dir=$work/.modules/$m
+    mkdir -p "$dir" && cp -r "$src/$m/." "$dir/" && printf 'module %s\n' "$m" >"$dir/go.mod"
+  fi
+  (cd "$work" && go mod edit -replace "$m=$dir")
 done
 mkdir -p "$(dirname "$out")"
 out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
