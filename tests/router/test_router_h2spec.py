@@ -6,17 +6,12 @@ $KVSPREAD_H2SPEC; without it (no Go sources, as in CI) these tests skip."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import subprocess
-import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
 from router.h2grpc import HEALTH_CHECK, H2GrpcServer, HealthStatus, server_tls
-from tests.router.conftest import h2_serving, issue_tls
+from tests.router.conftest import h2_serving, issue_tls, tool_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILT = ROOT / "build" / "h2spec" / "h2spec"
@@ -30,16 +25,8 @@ NOT_APPLICABLE = {
 
 
 def _h2spec() -> Path:
-    named = os.environ.get("KVSPREAD_H2SPEC")
-    if named:
-        if not os.access(named, os.X_OK):
-            pytest.fail(f"KVSPREAD_H2SPEC={named}: not an executable file")
-        return Path(named)
-    if BUILT.exists():
-        return BUILT
-    pytest.skip(
-        "h2spec is not built: run tools/h2spec/build.sh SRC (see tools/h2spec/README.md) or set"
-        " KVSPREAD_H2SPEC"
+    return tool_binary(
+        "KVSPREAD_H2SPEC", BUILT, "run tools/h2spec/build.sh SRC (see tools/h2spec/README.md)"
     )
 
 
@@ -87,17 +74,7 @@ def test_h2spec_over_tls(tmp_path: Path) -> None:
     issue_tls(tmp_path)
     health = HealthStatus()
     health.set("", 1)
-    loop = asyncio.new_event_loop()
-    srv = H2GrpcServer({}, health)
     tls = server_tls(str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
-    loop.run_until_complete(srv.start("127.0.0.1", 0, tls))
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-    try:
+    with h2_serving({}, health, tls) as (srv, _):
         _check(run_h2spec(srv, tmp_path, "-t", "-k"))
         assert srv.internal_errors == 0
-    finally:
-        asyncio.run_coroutine_threadsafe(srv.stop(), loop).result(5)
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(5)
-        loop.close()
