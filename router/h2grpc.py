@@ -36,6 +36,8 @@ from grpc_health.v1 import health_pb2
 from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 
+from router.h2request import MalformedRequest, check_trailers, request_fields
+
 __all__ = [
     "H2GrpcServer",
     "HealthStatus",
@@ -58,9 +60,18 @@ HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _PRIORITY, _RST, _SETTINGS, _PUSH, _PING, _GOAWAY, _WINDOW, _CONT = range(10)
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIO_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+_SELF_DEPENDENT = 0x100  # not on the wire: HEADERS whose priority names its own stream
 _MAX_WINDOW = (1 << 31) - 1
 _OUR_MAX_FRAME = 1 << 20  # what we accept per frame (SETTINGS_MAX_FRAME_SIZE)
-_MAX_HEADER_BLOCK = 1 << 20  # a CONTINUATION run longer than this is refused
+# The limits below are defences against the known HTTP/2 attacks; docs/router.md lists them.
+# SETTINGS_MAX_HEADER_LIST_SIZE (RFC 7541 sizes: name + value + 32 a field): a decoded block
+# past it is refused with RESOURCE_EXHAUSTED, whatever the HPACK references expand to (bombs)
+_MAX_HEADER_LIST = 64 << 10
+_MAX_HEADER_BLOCK = 2 * _MAX_HEADER_LIST  # encoded HEADERS + CONTINUATION: ENHANCE_YOUR_CALM
+_MAX_CONTINUATIONS = 64  # CONTINUATION frames a block: empty ones cost CPU but no bytes
+_RESET_BUDGET = 1000  # streams the peer resets before their answer, less the answered ones
+_CLOSED_MEMORY = 4096  # closed streams remembered to tell late frames from a broken peer
+_WRITE_HIGH = 1 << 20  # output unwritten past this: stop reading the peer until it drains
 _REFILL = 1 << 30  # give the peer its window back once this much arrived
 # After an error GOAWAY the write side is shut (FIN) and what the peer still sends is read and
 # dropped for this long before the close: closing with unread input makes the kernel answer with
@@ -70,6 +81,9 @@ _LINGER_S = 2.0
 _FRAME = struct.Struct(">IBI")  # (length << 8 | type), flags, stream id
 _MESSAGE_PREFIX = struct.Struct(">BI")  # gRPC: compressed flag, message length
 
+# HTTP/2 error codes (RFC 9113 section 7)
+_PROTOCOL_ERROR, _INTERNAL_ERROR, _FLOW_CONTROL_ERROR, _STREAM_CLOSED = 0x1, 0x2, 0x3, 0x5
+_FRAME_SIZE_ERROR, _COMPRESSION_ERROR, _ENHANCE_YOUR_CALM = 0x6, 0x9, 0xB
 _REFUSED_STREAM = 0x7  # RST_STREAM code: the stream was not processed, safe to retry
 
 # gRPC status codes used here
@@ -87,6 +101,11 @@ class GrpcError(Exception):
 
 class HPACKError(ValueError):
     """The peer's header block cannot be decoded (a connection error)."""
+
+
+class HeaderListTooLarge(HPACKError):
+    """The block decoded (the table follows it) to more than the header list limit: the
+    stream is refused, the connection goes on."""
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -135,8 +154,9 @@ class HPACKDecoder:
     a block that changes the table (an incremental literal, a size update) empties the
     cache, whose entries may then mean other headers."""
 
-    def __init__(self, max_table_size: int = 4096) -> None:
+    def __init__(self, max_table_size: int = 4096, max_list_size: int = 1 << 30) -> None:
         self._static = HeaderTable.STATIC_TABLE
+        self._max_list = max_list_size
         self._dynamic: list[tuple[bytes, bytes]] = []  # newest first
         self._size = 0
         self._max = max_table_size
@@ -205,12 +225,19 @@ class HPACKDecoder:
         out: list[tuple[bytes, bytes]] = []
         pos, n = 0, len(data)
         table_unchanged = True
+        fields = 0
+        size = 0  # the decoded list's size (RFC 7541 section 4.1)
+        limit = self._max_list
         try:
             while pos < n:
                 b = data[pos]
                 if b & 0x80:  # indexed field
                     index, pos = self._int(data, pos, 7)
-                    out.append(self._entry(index))
+                    entry = self._entry(index)
+                    fields += 1
+                    size += len(entry[0]) + len(entry[1]) + 32
+                    if size <= limit:  # past it: decoded on for the table, not kept
+                        out.append(entry)
                     continue
                 if b & 0x40:  # literal with incremental indexing
                     table_unchanged = False
@@ -218,10 +245,12 @@ class HPACKDecoder:
                     index_name = True
                 elif b & 0x20:  # dynamic table size update
                     table_unchanged = False
-                    size, pos = self._int(data, pos, 5)
-                    if size > self._limit:
-                        raise HPACKError(f"table size {size} over the limit {self._limit}")
-                    self._max = size
+                    if fields:  # RFC 7541 section 4.2: only at the start of a block
+                        raise HPACKError("table size update after a header field")
+                    new_max, pos = self._int(data, pos, 5)
+                    if new_max > self._limit:
+                        raise HPACKError(f"table size {new_max} over the limit {self._limit}")
+                    self._max = new_max
                     self._evict()
                     continue
                 else:  # literal without indexing / never indexed
@@ -232,15 +261,24 @@ class HPACKDecoder:
                 else:
                     name, pos = self._string(data, pos)
                 value, pos = self._string(data, pos)
-                out.append((name, value))
+                fields += 1
+                size += len(name) + len(value) + 32
+                if size <= limit:
+                    out.append((name, value))
                 if index_name:
                     self._add(name, value)
         except IndexError:
             raise HPACKError("truncated header block") from None
-        if table_unchanged:
-            if len(self._cache) > 256:
+        if size > limit:
+            if not table_unchanged:
                 self._cache.clear()
-            self._cache[data] = out
+            raise HeaderListTooLarge(f"header list of {size} bytes over the limit {limit}")
+        if table_unchanged:
+            # bounded: at most 256 blocks of up to 1 KiB decoding to up to 8 KiB each
+            if len(data) <= 1024 and size <= 8192:
+                if len(self._cache) >= 256:
+                    self._cache.clear()
+                self._cache[data] = out
         else:
             self._cache.clear()  # the table moved: cached blocks may mean other headers now
         return out
@@ -297,11 +335,15 @@ class _Stream:
         "path",
         "handler",
         "buf",
+        "counted",
         "send_window",
         "pending",
         "trailers",
         "headers_sent",
         "closed",
+        "remote_done",
+        "expect",
+        "body",
         "received",
         "cancel",
         "messages",
@@ -312,14 +354,29 @@ class _Stream:
         self.path = path
         self.handler: MessageStream | None = None
         self.buf = bytearray()
+        self.counted = 0  # bytes of `buf` in the connection's `buffered`
         self.send_window = send_window
         self.pending = bytearray()  # DATA payload waiting for flow-control window
         self.trailers: bytes | None = None  # sent once `pending` is out
         self.headers_sent = False
-        self.closed = False
+        self.closed = False  # our half ended (or the stream reset)
+        self.remote_done = False  # the peer's END_STREAM arrived: half-closed (remote)
+        self.expect: int | None = None  # the request's content-length
+        self.body = 0  # DATA bytes (padding excluded), checked against `expect`
         self.received = 0  # bytes since the last stream WINDOW_UPDATE
         self.cancel: Callable[[], None] | None = None
         self.messages: list[bytes] = []  # unary: the request message
+
+
+def _unpad(payload: bytes, fixed: int) -> bytes:
+    """A PADDED frame's payload without its Pad Length byte and padding (RFC 9113 6.1/6.2);
+    `fixed` bytes (HEADERS' priority fields) must fit besides the padding."""
+    if not payload:
+        raise _ConnectionError(_FRAME_SIZE_ERROR, "padded frame without a Pad Length")
+    pad = payload[0]
+    if pad + fixed > len(payload) - 1:
+        raise _ProtocolError(f"padding of {pad} bytes fills the frame")
+    return payload[1 : len(payload) - pad]
 
 
 class _Connection(asyncio.Protocol):
@@ -331,15 +388,25 @@ class _Connection(asyncio.Protocol):
         self.out: list[bytes] = []
         self.streams: dict[int, _Stream] = {}
         self.blocked: dict[int, _Stream] = {}  # streams with data waiting for a window
-        self.decoder = HPACKDecoder()
+        # streams no longer in `streams`, newest last, at most _CLOSED_MEMORY: True where this
+        # side ended or reset it (the peer's frames may still be in flight: ignored), False
+        # where both halves ended (a peer's DATA or HEADERS there is a STREAM_CLOSED error)
+        self.closed: dict[int, bool] = {}
+        self.decoder = HPACKDecoder(max_list_size=_MAX_HEADER_LIST)
         self.peer_window = 65535  # connection send window
         self.peer_initial = 65535  # stream send window
         self.peer_max_frame = 16384
         self.received = 0
+        self.buffered = 0  # bytes of partial messages held over all streams
+        self.pending_bytes = 0  # answers held for the peer's flow-control window
+        self.reset_credit = _RESET_BUDGET  # rapid-reset defence (CVE-2023-44487)
         self.header_block: bytearray | None = None
         self.header_stream = 0
         self.header_flags = 0
-        self.last_stream = 0
+        self.continuations = 0
+        self.last_stream = 0  # the last stream taken (GOAWAY names it)
+        self.highest = 0  # the highest stream id the peer used (taken or refused)
+        self.checked: tuple[object, tuple[str, int | None]] | None = None
         self.in_callback = False
         self.draining = False  # GOAWAY sent: no new streams, close after the last one
         self.lingering: asyncio.TimerHandle | None = None  # error GOAWAY sent: drop input
@@ -347,10 +414,18 @@ class _Connection(asyncio.Protocol):
     # --- asyncio --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        # floods of frames we must answer (PING, SETTINGS, frames that make us reset a
+        # stream) and slow readers: reading stops while this much output waits unwritten
+        self.transport.set_write_buffer_limits(high=_WRITE_HIGH)
         self.server._connections.add(self)
         settings = struct.pack(
-            ">HIHIHI", 0x2, 0, 0x4, _MAX_WINDOW, 0x5, _OUR_MAX_FRAME
-        )  # no push, windows, frame size
+            ">HIHIHIHIHI",
+            0x2, 0,  # no push
+            0x3, self.server.max_concurrent_streams,
+            0x4, _MAX_WINDOW,
+            0x5, _OUR_MAX_FRAME,
+            0x6, _MAX_HEADER_LIST,
+        )  # fmt: skip
         self.out.append(_frame(_SETTINGS, 0, 0, settings))
         self.out.append(_frame(_WINDOW, 0, 0, struct.pack(">I", _MAX_WINDOW - 65535)))
         self._flush()
@@ -366,15 +441,32 @@ class _Connection(asyncio.Protocol):
         self.blocked.clear()
         self.transport = None
 
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and self.lingering is None:
+            self.transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
         if self.lingering is not None:
             return  # after an error GOAWAY: read and dropped (bounded by _LINGER_S)
         self.in_callback = True
         try:
             self._receive(data)
-        except (HPACKError, _ProtocolError) as exc:
-            log.info("closing an HTTP/2 connection", extra={"kv": {"why": str(exc)}})
-            self._goaway(0x1 if isinstance(exc, _ProtocolError) else 0x9, str(exc))
+        except (_ConnectionError, HPACKError) as exc:
+            code = exc.code if isinstance(exc, _ConnectionError) else _COMPRESSION_ERROR
+            self.server.connection_errors += 1
+            log.info("closing an HTTP/2 connection", extra={"kv": {"why": str(exc), "code": code}})
+            self._goaway(code, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug here ends this connection only
+            self.server.internal_errors += 1
+            log.error(
+                "HTTP/2 connection failed",
+                extra={"kv": {"error": f"{type(exc).__name__}: {exc}"}},
+            )
+            self._goaway(_INTERNAL_ERROR, "internal error")
         finally:
             self.in_callback = False
             self._flush()
@@ -386,6 +478,8 @@ class _Connection(asyncio.Protocol):
         pos = 0
         if not self.preface:
             if len(buf) < len(_PREFACE):
+                if not _PREFACE.startswith(bytes(buf)):
+                    raise _ProtocolError("not an HTTP/2 connection preface (gRPC needs h2c or h2)")
                 return
             if bytes(buf[: len(_PREFACE)]) != _PREFACE:
                 raise _ProtocolError("not an HTTP/2 connection preface (gRPC needs h2c or h2)")
@@ -396,7 +490,9 @@ class _Connection(asyncio.Protocol):
             head, flags, sid = _FRAME.unpack_from(buf, pos)
             length, kind = head >> 8, head & 0xFF
             if length > _OUR_MAX_FRAME:
-                raise _ProtocolError(f"frame of {length} bytes over our {_OUR_MAX_FRAME}")
+                raise _ConnectionError(
+                    _FRAME_SIZE_ERROR, f"frame of {length} bytes over our {_OUR_MAX_FRAME}"
+                )
             end = pos + 9 + length
             if end > n:
                 break
@@ -408,88 +504,232 @@ class _Connection(asyncio.Protocol):
         del buf[:pos]
 
     def _frame_in(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
-        if self.header_block is not None and kind != _CONT:
+        if self.header_block is not None and (kind != _CONT or sid != self.header_stream):
             raise _ProtocolError("a header block was interrupted")
         if kind == _DATA:
             self._on_data(flags, sid, payload)
         elif kind == _HEADERS:
-            if flags & _PADDED:
-                pad = payload[0]
-                payload = payload[1 : len(payload) - pad]
-            if flags & _PRIO_FLAG:
-                payload = payload[5:]
-            if flags & _END_HEADERS:
-                self._on_headers(sid, flags, payload)
-            else:
-                self.header_block = bytearray(payload)
-                self.header_stream, self.header_flags = sid, flags
+            self._on_headers_frame(flags, sid, payload)
         elif kind == _CONT:
-            if self.header_block is None or sid != self.header_stream:
-                raise _ProtocolError("CONTINUATION without its HEADERS")
-            self.header_block += payload
-            if len(self.header_block) > _MAX_HEADER_BLOCK:
-                raise _ProtocolError(f"header block over {_MAX_HEADER_BLOCK} bytes")
-            if flags & _END_HEADERS:
-                block, self.header_block = bytes(self.header_block), None
-                self._on_headers(sid, self.header_flags, block)
-        elif kind == _SETTINGS:
-            if not flags & _ACK:
-                self._on_settings(payload)
+            self._on_continuation(flags, sid, payload)
         elif kind == _WINDOW:
-            inc = struct.unpack(">I", payload[:4])[0] & _MAX_WINDOW
-            if sid == 0:
-                self.peer_window += inc
-                for s in list(self.blocked.values()):
-                    self._send_pending(s)
-            elif (one := self.streams.get(sid)) is not None:
-                one.send_window += inc
-                self._send_pending(one)
+            self._on_window_update(sid, payload)
+        elif kind == _RST:
+            self._on_rst(sid, payload)
+        elif kind == _SETTINGS:
+            self._on_settings(flags, sid, payload)
         elif kind == _PING:
+            if sid:
+                raise _ProtocolError("PING on a stream")
+            if len(payload) != 8:
+                raise _ConnectionError(_FRAME_SIZE_ERROR, f"PING of {len(payload)} bytes, not 8")
             if not flags & _ACK:
                 self.out.append(_frame(_PING, _ACK, 0, payload))
-        elif kind == _RST:
-            self._drop(sid)
+        elif kind == _PRIORITY:
+            self._on_priority(sid, payload)
         elif kind == _GOAWAY:
-            pass  # the peer opens no new streams; the ones it has finish
-        # PRIORITY, PUSH_PROMISE (never from a client) and unknown types: nothing to do
+            if sid:
+                raise _ProtocolError("GOAWAY on a stream")
+            if len(payload) < 8:
+                raise _ConnectionError(_FRAME_SIZE_ERROR, "GOAWAY shorter than 8 bytes")
+            # the peer opens no new streams; the ones it has finish
+        elif kind == _PUSH:
+            raise _ProtocolError("PUSH_PROMISE from a client")
+        # unknown frame types are ignored (RFC 9113 section 5.5)
 
-    def _on_settings(self, payload: bytes) -> None:
-        for i in range(0, len(payload) - 5, 6):
+    def _on_headers_frame(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise _ProtocolError("HEADERS on stream 0")
+        if flags & _PADDED:
+            payload = _unpad(payload, 5 if flags & _PRIO_FLAG else 0)
+        if flags & _PRIO_FLAG:
+            if len(payload) < 5:
+                raise _ConnectionError(_FRAME_SIZE_ERROR, "HEADERS too short for its priority")
+            if int.from_bytes(payload[:4], "big") & _MAX_WINDOW == sid:
+                flags |= _SELF_DEPENDENT
+            payload = payload[5:]
+        if len(payload) > _MAX_HEADER_BLOCK:
+            raise _ConnectionError(
+                _ENHANCE_YOUR_CALM, f"header block over {_MAX_HEADER_BLOCK} bytes"
+            )
+        if flags & _END_HEADERS:
+            self._on_headers(sid, flags, payload)
+        else:
+            self.header_block = bytearray(payload)
+            self.header_stream, self.header_flags = sid, flags
+            self.continuations = 0
+
+    def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
+        if self.header_block is None:
+            raise _ProtocolError("CONTINUATION without its HEADERS")
+        self.header_block += payload
+        self.continuations += 1
+        if len(self.header_block) > _MAX_HEADER_BLOCK:
+            raise _ConnectionError(
+                _ENHANCE_YOUR_CALM, f"header block over {_MAX_HEADER_BLOCK} bytes"
+            )
+        if self.continuations > _MAX_CONTINUATIONS:
+            raise _ConnectionError(
+                _ENHANCE_YOUR_CALM, f"over {_MAX_CONTINUATIONS} CONTINUATION frames in a block"
+            )
+        if flags & _END_HEADERS:
+            block, self.header_block = bytes(self.header_block), None
+            self._on_headers(sid, self.header_flags, block)
+
+    def _on_window_update(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise _ConnectionError(
+                _FRAME_SIZE_ERROR, f"WINDOW_UPDATE of {len(payload)} bytes, not 4"
+            )
+        inc = struct.unpack(">I", payload)[0] & _MAX_WINDOW
+        if sid == 0:
+            if inc == 0:
+                raise _ProtocolError("connection WINDOW_UPDATE of 0")
+            self.peer_window += inc
+            if self.peer_window > _MAX_WINDOW:
+                raise _ConnectionError(_FLOW_CONTROL_ERROR, "connection window over 2^31-1")
+            for waiting in list(self.blocked.values()):
+                self._send_pending(waiting)
+            return
+        s = self.streams.get(sid)
+        if s is None:
+            if sid > self.highest:
+                raise _ProtocolError(f"WINDOW_UPDATE on idle stream {sid}")
+            return  # a closed stream: it may arrive after the end (RFC 9113 section 6.9)
+        if inc == 0:
+            self._reset(sid, _PROTOCOL_ERROR)
+            return
+        s.send_window += inc
+        if s.send_window > _MAX_WINDOW:
+            self._reset(sid, _FLOW_CONTROL_ERROR)
+            return
+        self._send_pending(s)
+
+    def _on_rst(self, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise _ProtocolError("RST_STREAM on stream 0")
+        if len(payload) != 4:
+            raise _ConnectionError(_FRAME_SIZE_ERROR, f"RST_STREAM of {len(payload)} bytes, not 4")
+        if sid > self.highest:
+            raise _ProtocolError(f"RST_STREAM on idle stream {sid}")
+        s = self.streams.get(sid)
+        if s is not None and not s.closed:  # cancelled before its answer: costs credit
+            self.reset_credit -= 1
+            if self.reset_credit < 0:
+                raise _ConnectionError(
+                    _ENHANCE_YOUR_CALM,
+                    f"over {_RESET_BUDGET} streams reset by the peer before their answers"
+                    " (rapid reset)",
+                )
+        self._drop(sid, tolerate=False)
+
+    def _on_priority(self, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise _ProtocolError("PRIORITY on stream 0")
+        if len(payload) != 5:
+            self._reset(sid, _FRAME_SIZE_ERROR)
+        elif int.from_bytes(payload[:4], "big") & _MAX_WINDOW == sid:
+            self._reset(sid, _PROTOCOL_ERROR)  # a stream cannot depend on itself (5.3.1)
+        # otherwise nothing to do: RFC 9113 deprecates the priority scheme
+
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid:
+            raise _ProtocolError("SETTINGS on a stream")
+        if flags & _ACK:
+            if payload:
+                raise _ConnectionError(_FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+            return
+        if len(payload) % 6:
+            raise _ConnectionError(_FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes")
+        for i in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HI", payload, i)
+            if key == 0x2 and value > 1:
+                raise _ProtocolError(f"SETTINGS_ENABLE_PUSH {value}")
             if key == 0x4:
                 if value > _MAX_WINDOW:
-                    raise _ProtocolError("INITIAL_WINDOW_SIZE over 2^31-1")
+                    raise _ConnectionError(_FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE over 2^31-1")
                 delta = value - self.peer_initial
                 self.peer_initial = value
                 for s in self.streams.values():
                     s.send_window += delta
+                    if s.send_window > _MAX_WINDOW:
+                        raise _ConnectionError(
+                            _FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE takes a window over 2^31-1"
+                        )
             elif key == 0x5:
+                if not 16384 <= value <= 16777215:
+                    raise _ProtocolError(f"SETTINGS_MAX_FRAME_SIZE {value} outside 2^14..2^24-1")
                 self.peer_max_frame = value
         self.out.append(_frame(_SETTINGS, _ACK, 0))
         for s in list(self.blocked.values()):
             self._send_pending(s)
 
+    def _request(self, headers: list[tuple[bytes, bytes]]) -> tuple[str, int | None]:
+        """The request's path and content-length; the decoder hands the same list for the
+        same block, so the last check is reused (Envoy repeats one block per stream)."""
+        checked = self.checked
+        if checked is not None and checked[0] is headers:
+            return checked[1]
+        fields = request_fields(headers)
+        self.checked = (headers, fields)
+        return fields
+
     def _on_headers(self, sid: int, flags: int, block: bytes) -> None:
-        headers = self.decoder.decode(block)  # always: the table must follow every block
+        try:
+            headers = self.decoder.decode(block)  # always: the table must follow every block
+        except HeaderListTooLarge as exc:
+            headers, too_large = [], str(exc)
+        else:
+            too_large = ""
         s = self.streams.get(sid)
         if s is not None:  # trailers from the client end its half
-            if flags & _END_STREAM:
-                self._end_of_input(s)
+            if s.remote_done:
+                self._reset(sid, _STREAM_CLOSED)
+                return
+            if not flags & _END_STREAM or too_large:
+                self._reset(sid, _PROTOCOL_ERROR)  # a second block must end the stream
+                return
+            try:
+                check_trailers(headers)
+            except MalformedRequest:
+                self._reset(sid, _PROTOCOL_ERROR)
+                return
+            self._end_of_input(s)
             return
-        if sid <= self.last_stream:
-            return  # headers for a stream this side already ended
+        if sid <= self.highest:
+            state = self.closed.get(sid)
+            if state is None:
+                raise _ProtocolError(f"stream id {sid} not above the last one, {self.highest}")
+            if not state:
+                raise _ConnectionError(_STREAM_CLOSED, f"HEADERS on closed stream {sid}")
+            if flags & _END_STREAM:
+                self.closed[sid] = False  # the peer's half of a stream we ended
+            return
         if sid % 2 == 0:
             raise _ProtocolError(f"stream id {sid} cannot open a stream")
+        self.highest = sid
         if self.draining:  # past our GOAWAY's last stream: the client may retry it elsewhere
-            self.out.append(_frame(_RST, 0, sid, struct.pack(">I", _REFUSED_STREAM)))
+            self._reset(sid, _REFUSED_STREAM)
+            return
+        if len(self.streams) >= self.server.max_concurrent_streams:
+            self._reset(sid, _REFUSED_STREAM)  # RFC 9113 section 5.1.2
             return
         self.last_stream = sid
-        path = ""
-        for name, value in headers:
-            if name == b":path":
-                path = value.decode("utf-8", "replace")
-                break
+        if too_large:
+            s = _Stream(sid, "", self.peer_initial)
+            self.streams[sid] = s
+            self._finish(s, RESOURCE_EXHAUSTED, too_large)
+            return
+        try:
+            path, expect = self._request(headers)
+        except MalformedRequest:
+            self._reset(sid, _PROTOCOL_ERROR)
+            return
+        if flags & _SELF_DEPENDENT:
+            self._reset(sid, _PROTOCOL_ERROR)
+            return
         s = _Stream(sid, path, self.peer_initial)
+        s.expect = expect
         self.streams[sid] = s
         factory = self.server.methods.get(path)
         if factory is not None:
@@ -498,36 +738,68 @@ class _Connection(asyncio.Protocol):
             pass  # answered once its request message is in
         elif path != HEALTH_CHECK:
             self._finish(s, UNIMPLEMENTED, f"method {path} is not served here")
+            if flags & _END_STREAM:
+                s.remote_done = True
             return
         if flags & _END_STREAM:
             self._end_of_input(s)
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            raise _ProtocolError("DATA on stream 0")
         size = len(payload)
         self.received += size
+        if self.received > _MAX_WINDOW:
+            raise _ConnectionError(_FLOW_CONTROL_ERROR, "DATA past the connection window")
         if self.received >= _REFILL:
             self.out.append(_frame(_WINDOW, 0, 0, struct.pack(">I", self.received)))
             self.received = 0
         s = self.streams.get(sid)
-        if s is None or s.closed:
-            return  # a stream we already ended; the peer's data still counted above
+        if s is None:
+            if sid > self.highest:
+                raise _ProtocolError(f"DATA on idle stream {sid}")
+            if not self.closed.get(sid, False):
+                self._reset(sid, _STREAM_CLOSED)  # both halves ended: nothing may follow
+            return  # a stream this side ended or reset: the peer's data still counted above
+        if s.remote_done:
+            self._reset(sid, _STREAM_CLOSED)  # half-closed (remote): RFC 9113 section 5.1
+            return
+        if flags & _PADDED:
+            payload = _unpad(payload, 0)
         s.received += size
         if s.received >= _REFILL:
             self.out.append(_frame(_WINDOW, 0, sid, struct.pack(">I", s.received)))
             s.received = 0
-        if flags & _PADDED:
-            payload = payload[1 : len(payload) - payload[0]]
+        s.body += len(payload)
+        if s.expect is not None and s.body > s.expect:
+            self._reset(sid, _PROTOCOL_ERROR)  # more DATA than content-length (8.1.1)
+            return
+        if s.closed:  # our answer is out (its trailers may wait for a window)
+            if flags & _END_STREAM:
+                s.remote_done = True
+            return
         if not s.buf and len(payload) >= 5 and not payload[0]:
             # the usual frame: exactly one whole uncompressed message, no copy into s.buf
             length = int.from_bytes(payload[1:5], "big")
             if len(payload) == 5 + length and length <= self.server.max_message_bytes:
                 self._dispatch(s, payload[5:])
-                if flags & _END_STREAM and not s.closed:
+                if flags & _END_STREAM:
                     self._end_of_input(s)
                 return
-        s.buf += payload
-        self._messages(s)
-        if flags & _END_STREAM and not s.closed:
+        if self.buffered + len(payload) > self.server.max_buffered_bytes:
+            self._finish(
+                s,
+                RESOURCE_EXHAUSTED,
+                f"the connection holds {self.buffered} bytes of partial messages,"
+                f" the limit is {self.server.max_buffered_bytes}",
+            )
+        else:
+            s.buf += payload
+            self._messages(s)
+            if not s.closed:
+                self.buffered += len(s.buf) - s.counted
+                s.counted = len(s.buf)
+        if flags & _END_STREAM:
             self._end_of_input(s)
 
     # --- gRPC messages --------------------------------------------------------------
@@ -572,6 +844,10 @@ class _Connection(asyncio.Protocol):
             self._finish(s, OK)
 
     def _end_of_input(self, s: _Stream) -> None:
+        s.remote_done = True
+        if s.expect is not None and s.body != s.expect:
+            self._reset(s.sid, _PROTOCOL_ERROR)  # DATA other than content-length (8.1.1)
+            return
         if s.closed:
             return
         if s.path == HEALTH_CHECK:
@@ -639,6 +915,14 @@ class _Connection(asyncio.Protocol):
             self.peer_window -= n
             return
         s.pending += data
+        self.pending_bytes += n
+        if self.pending_bytes > self.server.max_pending_bytes:  # the peer does not read
+            self._goaway(
+                _ENHANCE_YOUR_CALM,
+                f"over {self.server.max_pending_bytes} bytes of answers wait for the peer's"
+                " flow-control window",
+            )
+            return
         self._send_pending(s)
 
     def _send_pending(self, s: _Stream) -> None:
@@ -653,11 +937,15 @@ class _Connection(asyncio.Protocol):
             del pending[:n]
             s.send_window -= n
             self.peer_window -= n
+            self.pending_bytes -= n
         self.blocked.pop(s.sid, None)
         if s.trailers is not None:
             self.out.append(_frame(_HEADERS, _END_HEADERS | _END_STREAM, s.sid, s.trailers))
             s.trailers = None
             self.streams.pop(s.sid, None)
+            self._forget(s.sid, tolerate=not s.remote_done)
+            if self.reset_credit < _RESET_BUDGET:
+                self.reset_credit += 1  # an answered stream earns back a reset
             if self.draining and not self.streams:
                 self._close()
 
@@ -666,6 +954,7 @@ class _Connection(asyncio.Protocol):
         if s.closed:
             return
         s.closed = True
+        self._release(s)
         if s.cancel is not None:
             s.cancel()
             s.cancel = None
@@ -676,15 +965,39 @@ class _Connection(asyncio.Protocol):
         s.trailers = block
         self._send_pending(s)
 
-    def _drop(self, sid: int) -> None:
+    def _release(self, s: _Stream) -> None:
+        """Give back what the stream's partial message held of the connection's budget."""
+        self.buffered -= s.counted
+        s.counted = 0
+        s.buf = bytearray()
+
+    def _forget(self, sid: int, tolerate: bool) -> None:
+        """Remember a stream that left `streams` (bounded: the oldest is forgotten)."""
+        closed = self.closed
+        closed[sid] = tolerate
+        if len(closed) > _CLOSED_MEMORY:
+            del closed[next(iter(closed))]
+
+    def _drop(self, sid: int, tolerate: bool) -> None:
+        """The stream ends here (reset by either side); `tolerate`: the peer's frames on it
+        may still arrive and are ignored (this side reset it)."""
         self.blocked.pop(sid, None)
         s = self.streams.pop(sid, None)
         if s is not None:
             s.closed = True
+            self._release(s)
+            self.pending_bytes -= len(s.pending)
+            s.pending = bytearray()
             if s.cancel is not None:
                 s.cancel()
+        self._forget(sid, tolerate)
         if self.draining and not self.streams:
             self._close()
+
+    def _reset(self, sid: int, code: int) -> None:
+        """A stream error (RFC 9113 section 5.4.2): RST_STREAM with `code`, the stream gone."""
+        self.out.append(_frame(_RST, 0, sid, struct.pack(">I", code)))
+        self._drop(sid, tolerate=True)
 
     def _goaway(self, code: int, why: str) -> None:
         """Connection error: GOAWAY, then a lingering close where the transport can half-close
@@ -730,8 +1043,19 @@ class _Connection(asyncio.Protocol):
         self.out.clear()
 
 
-class _ProtocolError(Exception):
+class _ConnectionError(Exception):
+    """The peer broke HTTP/2 or a limit: a connection error (RFC 9113 section 5.4.1)."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+
+
+class _ProtocolError(_ConnectionError):
     """The peer broke HTTP/2 (connection error PROTOCOL_ERROR)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(_PROTOCOL_ERROR, why)
 
 
 class H2GrpcServer:
@@ -743,10 +1067,21 @@ class H2GrpcServer:
         health: HealthStatus,
         *,
         max_message_bytes: int = 4 << 20,
+        max_concurrent_streams: int = 1024,
+        max_buffered_bytes: int | None = None,
+        max_pending_bytes: int | None = None,
     ) -> None:
         self.methods = methods
         self.health = health
         self.max_message_bytes = max_message_bytes
+        # SETTINGS_MAX_CONCURRENT_STREAMS, advertised and enforced (REFUSED_STREAM past it)
+        self.max_concurrent_streams = max_concurrent_streams
+        # partial messages held over one connection's streams (RESOURCE_EXHAUSTED past it)
+        self.max_buffered_bytes = max_buffered_bytes or max(64 << 20, 2 * max_message_bytes)
+        # answers held for one connection's flow-control windows (ENHANCE_YOUR_CALM past it)
+        self.max_pending_bytes = max_pending_bytes or max(64 << 20, 2 * max_message_bytes)
+        self.connection_errors = 0  # connections ended for a peer's HTTP/2 error or a limit
+        self.internal_errors = 0  # connections ended by a bug here (the fuzz test wants 0)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
         self._all_gone: asyncio.Event | None = None  # set while stopping

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -71,14 +73,30 @@ def wait_fresh(router: Router, n: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"endpoints not fresh: {router.endpoints.views()}")
 
 
+def tool_binary(env: str, built: Path, how: str) -> Path:
+    """A test tool's binary: the one $env names, else `built`; skips (saying `how` to build
+    it) when neither exists."""
+    named = os.environ.get(env)
+    if named:
+        if not os.access(named, os.X_OK):
+            pytest.fail(f"{env}={named}: not an executable file")
+        return Path(named)
+    if built.exists():
+        return built
+    pytest.skip(f"{built.name} is not built: {how} or set {env}")
+
+
 @contextmanager
 def h2_serving(
-    methods: dict[str, StreamFactory], health: HealthStatus, **kw: Any
+    methods: dict[str, StreamFactory],
+    health: HealthStatus,
+    tls: ssl.SSLContext | None = None,
+    **kw: Any,
 ) -> Iterator[tuple[H2GrpcServer, asyncio.AbstractEventLoop]]:
     """An H2GrpcServer on 127.0.0.1 (a free port) on its own event loop in a thread."""
     loop = asyncio.new_event_loop()
     srv = H2GrpcServer(methods, health, **kw)
-    loop.run_until_complete(srv.start("127.0.0.1", 0))
+    loop.run_until_complete(srv.start("127.0.0.1", 0, tls))
     t = threading.Thread(target=loop.run_forever, daemon=True)
     t.start()
     try:

@@ -34,7 +34,7 @@ from router.extproc import BODY_CHUNK_BYTES, SERVICE_NAME
 from router.h2grpc import H2GrpcServer, HealthStatus
 from router.proto import ext_proc_pb2 as pb
 from tests.ports import free_port, wait_http_ok
-from tests.router.conftest import h2_serving, issue_tls
+from tests.router.conftest import h2_serving, issue_tls, tool_binary
 from tests.router.fake_engine import FakeEngine
 from tests.router.test_router_extproc import (
     BUFFERED,
@@ -55,16 +55,11 @@ LIMIT = 4 << 20  # the routers' server.max_message_bytes here: the smallest allo
 
 
 def _probe_binary() -> Path:
-    named = os.environ.get("KVSPREAD_GRPC_GO_PROBE")
-    if named:
-        if not os.access(named, os.X_OK):
-            pytest.fail(f"KVSPREAD_GRPC_GO_PROBE={named}: not an executable file")
-        return Path(named)
-    if BUILT.exists():
-        return BUILT
-    pytest.skip(
-        "the grpc-go probe is not built: run tools/grpc-go-probe/build.sh SRC (grpc-go v1.64.1 "
-        "and its modules' sources; see the script) or set KVSPREAD_GRPC_GO_PROBE"
+    return tool_binary(
+        "KVSPREAD_GRPC_GO_PROBE",
+        BUILT,
+        "run tools/grpc-go-probe/build.sh SRC (grpc-go v1.64.1 and its modules' sources; see the"
+        " script)",
     )
 
 
