@@ -1,5 +1,7 @@
-"""One request's decision with its bookkeeping: parse the body, apply context affinity,
-score (router/scoring.py), record the pick, count it, keep the explanation, log it.
+"""One request's decision with its bookkeeping: parse the body, look up what each endpoint
+is expected to hold of it (context binding, prefix blocks: router/prefix.py, images:
+router/images.py), score (router/scoring.py), record the pick in those indexes, count it,
+keep the explanation, log it.
 
 The gRPC layer (router/extproc.py) calls `Picker.pick` once per request, with the complete
 body, the request headers and the gateway's subset hint.
@@ -18,9 +20,11 @@ from typing import Any
 from router.affinity import ContextAffinity
 from router.config import RouterConfig
 from router.endpoints import EndpointSet
+from router.images import ImageIndex
 from router.metrics import RouterMetrics
+from router.prefix import PrefixIndex
 from router.request import BODILESS, RequestError, RequestInfo, parse_request
-from router.scoring import Decision, choose
+from router.scoring import NO_HIT, CacheHit, Decision, EndpointView, choose
 
 __all__ = ["Picker", "Outcome", "HEADER_CONTEXT", "HEADER_CHUNK_SEQ", "HEADER_REQUEST_ID"]
 
@@ -54,6 +58,9 @@ class Picker:
         self.endpoints = endpoints
         self.metrics = metrics
         self.affinity = ContextAffinity(cfg.affinity.ttl_s, cfg.affinity.max_entries)
+        self.prefix = PrefixIndex(cfg.cache)
+        self.images = ImageIndex(cfg.cache.max_images)
+        self._generation = -1  # of the endpoint set the indexes were last pruned to
         self._clock = clock
         self._explain: OrderedDict[
             str, tuple[Decision, RequestInfo | None, Mapping[str, str], str | None]
@@ -78,17 +85,28 @@ class Picker:
         seq = _int_or_none(headers.get(HEADER_CHUNK_SEQ))
         bound = self.affinity.lookup(ctx, now) if ctx else None
         views = self.endpoints.views()
+        if self._generation != self.endpoints.generation:
+            self._prune(views)
+        hashes = self.prefix.hashes(req) if self.cfg.cache.prefix and req.prompt_parts else []
+        digests = [i.digest for i in req.images] if self.cfg.cache.images else []
         decision = choose(
             req,
             views,
             self.cfg.scoring,
             subset=subset,
             context_endpoint=bound.address if bound else None,
+            hits=self._hits(req, hashes, digests),
         )
         if decision.chosen:
             self.endpoints.record_pick(decision.chosen, req)
             if ctx:
                 self.affinity.bind(ctx, decision.chosen, now, seq)
+            if hashes:
+                view = next((v for v in views if v.address == decision.chosen), None)
+                cap = view.kv_capacity_tokens if view is not None else None
+                self.prefix.record(decision.chosen, hashes, cap)
+            if digests:
+                self.images.record(decision.chosen, digests)
         elapsed = time.perf_counter() - started
         m = self.metrics
         m.pick_seconds.observe(elapsed)
@@ -114,6 +132,30 @@ class Picker:
             )
         return Outcome(decision, req, rid)
 
+    def _hits(self, req: RequestInfo, hashes: list[int], digests: list[int]) -> dict[str, CacheHit]:
+        """What each endpoint is expected to hold of the request."""
+        prefix = self.prefix.match(hashes, req) if hashes else {}
+        images = self.images.hits(digests) if digests else {}
+        if not prefix and not images:
+            return {}
+        out: dict[str, CacheHit] = {}
+        for a in prefix.keys() | images.keys():
+            m = prefix.get(a)
+            out[a] = CacheHit(
+                m.share if m else NO_HIT.prefix_share,
+                m.saved_tokens if m else NO_HIT.saved_tokens,
+                images.get(a, 0),
+            )
+        return out
+
+    def _prune(self, views: list[EndpointView]) -> None:
+        """Forget what the indexes hold of endpoints that left the set."""
+        self._generation = self.endpoints.generation
+        keep = {v.address for v in views}
+        self.prefix.keep_only(keep)
+        for a in self.images.addresses() - keep:
+            self.images.forget(a)
+
     def _remember(
         self,
         rid: str,
@@ -130,8 +172,8 @@ class Picker:
             while len(self._explain) > self._explain_max:
                 self._explain.popitem(last=False)
 
-    @staticmethod
     def _explanation(
+        self,
         rid: str,
         d: Decision,
         req: RequestInfo | None,
@@ -151,11 +193,14 @@ class Picker:
             "excluded": d.excluded,
         }
         if req is not None:
+            hashes = self.prefix.hashes(req) if req.prompt_parts else []
             doc["request"] = {
                 "model": req.model,
                 "modality": req.modality,
+                "prefix_blocks": len(hashes),
                 "images": [
                     {
+                        "digest": f"{i.digest:016x}",
                         "bytes": i.encoded_bytes,
                         "width": i.width,
                         "height": i.height,
