@@ -21,6 +21,7 @@ from router.affinity import ContextAffinity
 from router.config import RouterConfig
 from router.endpoints import EndpointSet
 from router.images import ImageIndex
+from router.kvevents import KvEventSubscriber
 from router.metrics import RouterMetrics
 from router.prefix import PrefixIndex
 from router.request import BODILESS, RequestError, RequestInfo, parse_request
@@ -60,6 +61,7 @@ class Picker:
         self.affinity = ContextAffinity(cfg.affinity.ttl_s, cfg.affinity.max_entries)
         self.prefix = PrefixIndex(cfg.cache)
         self.images = ImageIndex(cfg.cache.max_images)
+        self.kv_events: KvEventSubscriber | None = None  # precise mode, set by router/run.py
         self._generation = -1  # of the endpoint set the indexes were last pruned to
         self._clock = clock
         self._explain: OrderedDict[
@@ -136,16 +138,18 @@ class Picker:
         """What each endpoint is expected to hold of the request."""
         prefix = self.prefix.match(hashes, req) if hashes else {}
         images = self.images.hits(digests) if digests else {}
-        if not prefix and not images:
+        exact = self.kv_events.match(req.token_ids) if self.kv_events and req.token_ids else {}
+        if not prefix and not images and not exact:
             return {}
         out: dict[str, CacheHit] = {}
-        for a in prefix.keys() | images.keys():
+        for a in prefix.keys() | images.keys() | exact.keys():
             m = prefix.get(a)
-            out[a] = CacheHit(
-                m.share if m else NO_HIT.prefix_share,
-                m.saved_tokens if m else NO_HIT.saved_tokens,
-                images.get(a, 0),
-            )
+            share = m.share if m else NO_HIT.prefix_share
+            saved = m.saved_tokens if m else NO_HIT.saved_tokens
+            if exact.get(a, 0) > saved:  # what the engine said it holds beats the estimate
+                saved = exact[a]
+                share = min(1.0, saved / max(1, len(req.token_ids)))
+            out[a] = CacheHit(share, saved, images.get(a, 0))
         return out
 
     def _prune(self, views: list[EndpointView]) -> None:

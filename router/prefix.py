@@ -28,7 +28,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from kvspread.settings import bounded
+from kvspread.settings import bounded, ports
 from router.request import RequestInfo
 
 __all__ = ["CacheConfig", "PrefixIndex", "PrefixMatch", "ENTRY_BYTES", "MIN_BLOCK_TOKENS"]
@@ -68,10 +68,19 @@ class CacheConfig:
     """Keep the image index (router/images.py) and score with it."""
     max_images: int = 100_000
     """Image digests remembered (each with up to 4 endpoints)."""
+    kv_events_port: int = 0
+    """Port of the engines' KV-event publisher (vLLM `--kv-events-config` endpoint
+    `tcp://*:5557`), on each endpoint's IP: precise mode (router/kvevents.py); 0: off."""
+    kv_events_topic: str = ""
+    """Topic the engines publish KV events on (vLLM's `topic`, empty by default)."""
+    kv_events_max_blocks: int = 65_536
+    """Engine blocks followed per endpoint in precise mode (the oldest are forgotten)."""
 
     def validate(self) -> None:
         bounded(self, "block_tokens", at_least=MIN_BLOCK_TOKENS, what="an integer")
         bounded(self, "max_blocks", "max_images", at_least=1, what="an integer")
+        bounded(self, "kv_events_max_blocks", at_least=1, what="an integer")
+        ports(self, "kv_events_port")
         bounded(self, "capacity_blocks", at_least=0, what="an integer")
         bounded(self, "default_capacity_blocks", at_least=1, what="an integer")
         bounded(self, "chars_per_token", "memory_mib", above=0, finite=True)
