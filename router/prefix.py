@@ -149,7 +149,7 @@ class PrefixIndex:
                     runs[a] = i + 1
         chars = max(1, sum(len(p) for p in req.prompt_parts))
         bc, bt = self.cfg.block_chars, self.cfg.block_tokens
-        prompt = req.text_tokens
+        prompt = req.prompt_tokens
         return {
             a: PrefixMatch(k, min(1.0, k * bc / chars), min(prompt, k * bt))
             for a, k in runs.items()

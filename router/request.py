@@ -216,9 +216,12 @@ def _estimate_image(url: str, estimates: RequestConfig) -> ImageEstimate:
     return ImageEstimate("data", size, w, h, tokens, digest)
 
 
-def image_marker(digest: int) -> str:
-    """An image's place in `prompt_parts`: the same image, the same text."""
-    return f"\x00image:{digest:016x}\x00"
+def image_marker(digest: int, tokens: int = 0) -> str:
+    """An image's place in `prompt_parts`: the same image, the same text, as long as the
+    text of its tokens (4 characters each, this module's ratio), so a prefix that covers an
+    image counts the image's tokens (the engine caches them with the text around them)."""
+    mark = f"\x00image:{digest:016x}\x00"
+    return mark * max(1, -(-4 * tokens // len(mark)))
 
 
 def _image_url(part: dict[str, Any]) -> str | None:
@@ -277,7 +280,7 @@ def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> 
                             raise RequestError(f"messages[{n}]: image_url part without a url")
                         img = _estimate_image(url, estimates)
                         images.append(img)
-                        dest.append(image_marker(img.digest))
+                        dest.append(image_marker(img.digest, img.tokens))
     else:
         prompt = doc.get("prompt")
         if isinstance(prompt, str):

@@ -312,7 +312,7 @@ def choose(
         )
         tier = 3 if not ep.fresh else 2 if saturated else 1 if terms["modality"] >= 1.0 else 0
         base[ep.address] = score
-        if tier == 0:
+        if tier in (0, 3):  # never onto a saturated or modality-mismatched endpoint
             hit = hits.get(ep.address) if hits else None
             b, saved_s = bonus(hit, cfg) if hit is not None else (0.0, 0.0)
             if hit is not None and (b or hit.prefix_share):
