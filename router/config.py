@@ -24,9 +24,10 @@ YAML shape (every key optional; defaults shown, except that exactly one of
     request:  {patch: 28, default_image_tokens: 1024, max_image_tokens: 16384,
                default_max_tokens: 256}
     affinity: {ttl_s: 600, max_entries: 100000}
-    cache:    {prefix: true, block_tokens: 16, chars_per_token: 4, max_blocks: 256,
-               capacity_blocks: 0, default_capacity_blocks: 31250, memory_mib: 64,
-               images: true, max_images: 100000}
+    cache:    {prefix: true, block_tokens: 64, chars_per_token: 4, max_blocks: 256,
+               capacity_blocks: 0, default_capacity_blocks: 7812, memory_mib: 64,
+               images: true, max_images: 100000, kv_events_port: 0,
+               kv_events_topic: "", kv_events_max_blocks: 65536}
 
 `endpoints.static` is a list, or one string `ip:port,ip:port` as the `--endpoints` flag takes.
 """

@@ -7,7 +7,8 @@ digest markers) is cut into blocks of `block_tokens` x `chars_per_token` charact
 hashed as a chain: block i's hash covers block i and block i-1's hash, seeded by the model
 name, as the Gateway API Inference Extension's prefix-cache plugin does (its
 `hashPrompt`, pkg/epp/scheduling/framework/plugins/multi/prefix/plugin.go: 64-character
-blocks, 4 characters a token, at most 256 blocks matched). A short last block is not
+blocks, 4 characters a token, at most 256 blocks matched; here 64-token blocks by
+default, see `CacheConfig.block_tokens`). A short last block is not
 hashed (an engine caches only full blocks). Hashes are Python's own `hash`: the index lives
 in this process only, so they need not be stable across processes.
 
@@ -33,10 +34,11 @@ from router.request import RequestInfo
 
 __all__ = ["CacheConfig", "PrefixIndex", "PrefixMatch", "ENTRY_BYTES", "MIN_BLOCK_TOKENS"]
 
-ENTRY_BYTES = 200
+ENTRY_BYTES = 320
 """Bytes one (endpoint, block) entry costs: its slot in the endpoint's LRU, the hash int and
-its slot in the block's holder set (bench/router_prefix_bench.py measures it with
-tracemalloc; about 150-190 bytes on CPython 3.12)."""
+its place among the block's holders. bench/router_prefix_bench.py measures it with
+tracemalloc on CPython 3.12: 253 B when each block has one holder, 311 B when blocks are
+shared by several endpoints (their holder sets); the bound counts the larger."""
 
 MIN_BLOCK_TOKENS = 16
 """Smallest hash block: vLLM's default KV block (16 tokens); a smaller block only costs
@@ -49,9 +51,10 @@ class CacheConfig:
 
     prefix: bool = True
     """Keep the approximate prefix index and score with it."""
-    block_tokens: int = 16
-    """Tokens one hash block stands for (at least 16, vLLM's default KV block); with
-    `chars_per_token` 4 that is the inference extension's 64-character block."""
+    block_tokens: int = 64
+    """Tokens one hash block stands for (at least 16, vLLM's default KV block). 64 (256
+    characters) keeps 100 endpoints' index of 134k tokens each within 64 MiB; 16 is the
+    inference extension's 64-character block, 4x the memory per token remembered."""
     chars_per_token: float = 4.0
     """Characters counted as one token (no tokenizer here; the usual English ratio)."""
     max_blocks: int = 256
@@ -59,9 +62,9 @@ class CacheConfig:
     capacity_blocks: int = 0
     """Blocks remembered per endpoint; 0: from the engine's KV capacity (num_gpu_blocks x
     block_size tokens / `block_tokens`), `default_capacity_blocks` until it is known."""
-    default_capacity_blocks: int = 31_250
-    """Per-endpoint blocks before the engine's capacity is known (the inference extension's
-    lruCapacityPerServer)."""
+    default_capacity_blocks: int = 7_812
+    """Per-endpoint blocks before the engine's capacity is known: 500k tokens, the inference
+    extension's lruCapacityPerServer (31250 blocks of 16 tokens)."""
     memory_mib: float = 64.0
     """Memory of the whole prefix index, MiB, all endpoints together."""
     images: bool = True
@@ -109,7 +112,9 @@ class PrefixIndex:
     def __init__(self, cfg: CacheConfig | None = None) -> None:
         self.cfg = cfg or CacheConfig()
         self._eps: dict[str, OrderedDict[int, None]] = {}
-        self._holders: dict[int, set[str]] = {}
+        # block -> the endpoint holding it, or a set when several do (most blocks have one
+        # holder: a set each would cost 216 bytes more an entry)
+        self._holders: dict[int, str | set[str]] = {}
         self._entries = 0
         self._lock = threading.Lock()
         self.evictions = 0
@@ -134,15 +139,18 @@ class PrefixIndex:
         if not hashes:
             return {}
         runs: dict[str, int] = {}
+        holders = self._holders
         with self._lock:
-            alive = self._holders.get(hashes[0])
-            if not alive:
+            first = holders.get(hashes[0])
+            if first is None:
                 return {}
-            alive = set(alive)
+            alive = {first} if isinstance(first, str) else set(first)
             for i, h in enumerate(hashes):
                 if i:
-                    held = self._holders.get(h)
-                    alive = alive & held if held else set()
+                    held = holders.get(h)
+                    if held is None:
+                        break
+                    alive = alive & ({held} if isinstance(held, str) else held)
                 if not alive:
                     break
                 for a in alive:
@@ -178,11 +186,13 @@ class PrefixIndex:
                     lru.move_to_end(h)
                     continue
                 lru[h] = None
-                holders = self._holders.get(h)
-                if holders is None:
-                    self._holders[h] = {address}
+                held = self._holders.get(h)
+                if held is None:
+                    self._holders[h] = address
+                elif isinstance(held, str):
+                    self._holders[h] = {held, address}
                 else:
-                    holders.add(address)
+                    held.add(address)
                 self._entries += 1
             limit = min(cap, self.cfg.max_entries)
             while len(lru) > limit or (self._entries > self.cfg.max_entries and lru):
@@ -195,11 +205,13 @@ class PrefixIndex:
 
     def _drop(self, address: str, h: int) -> None:
         """Take `address` off block `h`'s holders (its LRU entry is already gone)."""
-        holders = self._holders.get(h)
-        if holders is not None:
-            holders.discard(address)
-            if not holders:
-                del self._holders[h]
+        held = self._holders.get(h)
+        if held == address:
+            del self._holders[h]
+        elif isinstance(held, set):
+            held.discard(address)
+            if len(held) == 1:
+                self._holders[h] = next(iter(held))
         self._entries -= 1
 
     def shrink(self, address: str, blocks: int) -> None:
@@ -219,7 +231,9 @@ class PrefixIndex:
 
     def keep_only(self, addresses: set[str]) -> None:
         """Forget endpoints that are no longer in the set."""
-        for a in [a for a in self._eps if a not in addresses]:
+        with self._lock:
+            gone = [a for a in self._eps if a not in addresses]
+        for a in gone:
             self.forget(a)
 
     # --- sizes ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.router.envoy_harness import envoy_skip_reason
@@ -69,9 +70,13 @@ def test_a_shared_prefix_goes_where_it_is_cached(gateway: Gateway) -> None:
     doc = gateway.explain("prefix-5")
     chosen = next(c for c in doc["candidates"] if c["address"] == doc["destination"])
     assert chosen["terms"]["prefix"] > 0.9 and chosen["terms"]["saved_tokens"] > 800
-    assert chosen["terms"]["bonus"] > 0 and doc["request"]["prefix_blocks"] > 50
+    assert chosen["terms"]["bonus"] > 0 and doc["request"]["prefix_blocks"] >= len(SYSTEM) // 256
     others = [c for c in doc["candidates"] if c["address"] != doc["destination"]]
     assert all("prefix" not in c["terms"] for c in others)
+    url = f"http://127.0.0.1:{gateway.router.http_port}/metrics"
+    metrics = httpx.get(url, timeout=5).text
+    entries = next(ln for ln in metrics.splitlines() if ln.startswith("kvspread_router_prefix_index_entries "))  # fmt: skip
+    assert float(entries.split()[1]) >= len(SYSTEM) // 256
 
 
 def test_a_repeated_image_goes_where_it_was_encoded(gateway: Gateway) -> None:

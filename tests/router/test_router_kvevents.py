@@ -13,7 +13,7 @@ from router.endpoints import EndpointSet
 from router.kvevents import KvEventSubscriber, decode_batch
 from router.metrics import RouterMetrics
 from router.picker import Picker
-from router.prefix import PrefixIndex
+from router.prefix import CacheConfig, PrefixIndex
 from router.request import parse_request
 from tests.router.conftest import wait
 from tests.router.kv_event_publisher import FakeKvEventPublisher
@@ -27,7 +27,8 @@ def feed(
     request: pytest.FixtureRequest,
 ) -> Iterator[tuple[FakeKvEventPublisher, KvEventSubscriber]]:
     pub = FakeKvEventPublisher(array_like=request.param)
-    sub = KvEventSubscriber(PrefixIndex(), lambda: [ENGINE], port=pub.port).start()
+    prefix = PrefixIndex(CacheConfig(block_tokens=16))  # the engine's block size
+    sub = KvEventSubscriber(prefix, lambda: [ENGINE], port=pub.port).start()
     try:
         # PUB drops what it sends before the SUB has joined: send until one arrives (the
         # removal of a block never stored, which changes nothing)

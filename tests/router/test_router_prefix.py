@@ -14,6 +14,7 @@ from router.prefix import ENTRY_BYTES, CacheConfig, PrefixIndex
 from router.request import parse_request
 
 SYSTEM = "You are a careful assistant. " * 40  # ~1120 characters: 17 blocks of 64
+CFG16 = CacheConfig(block_tokens=16)  # 64-character blocks: short prompts have several
 
 
 def chat(*messages: tuple[str, object], model: str = "m") -> bytes:
@@ -22,7 +23,7 @@ def chat(*messages: tuple[str, object], model: str = "m") -> bytes:
 
 
 def test_the_system_prompt_comes_first_and_blocks_chain() -> None:
-    idx = PrefixIndex()
+    idx = PrefixIndex(CFG16)
     a = parse_request(chat(("system", SYSTEM), ("user", "tell me about cats")))
     b = parse_request(chat(("user", "tell me about cats"), ("system", SYSTEM)))
     assert idx.hashes(a) == idx.hashes(b)  # the system prompt is first either way
@@ -37,7 +38,7 @@ def test_the_system_prompt_comes_first_and_blocks_chain() -> None:
 
 
 def test_a_match_is_the_leading_run_and_its_share() -> None:
-    idx = PrefixIndex()
+    idx = PrefixIndex(CFG16)
     first = parse_request(chat(("system", SYSTEM), ("user", "question one " * 10)))
     idx.record("a:1", idx.hashes(first), None)
     again = parse_request(chat(("system", SYSTEM), ("user", "question two " * 10)))
@@ -50,9 +51,9 @@ def test_a_match_is_the_leading_run_and_its_share() -> None:
 
 
 def test_capacity_follows_the_engines_kv_and_evictions_are_counted() -> None:
-    idx = PrefixIndex(CacheConfig())
+    idx = PrefixIndex(CFG16)
     assert idx.capacity(27434 * 16) == 27434  # num_gpu_blocks x block_size / 16-token blocks
-    assert idx.capacity(None) == CacheConfig().default_capacity_blocks
+    assert idx.capacity(None) == CFG16.default_capacity_blocks
     assert PrefixIndex(CacheConfig(capacity_blocks=5)).capacity(10**9) == 5
     req = parse_request(chat(("user", "x" * 64 * 40)))
     hashes = idx.hashes(req)
@@ -62,7 +63,7 @@ def test_capacity_follows_the_engines_kv_and_evictions_are_counted() -> None:
 
 
 def test_memory_is_bounded_in_mib() -> None:
-    cfg = CacheConfig(memory_mib=0.01)  # 52 entries at ENTRY_BYTES each
+    cfg = CacheConfig(block_tokens=16, memory_mib=0.01)  # 32 entries at ENTRY_BYTES each
     idx = PrefixIndex(cfg)
     for n in range(20):
         req = parse_request(chat(("user", f"{n} " + "y" * 64 * 30)))
@@ -73,7 +74,7 @@ def test_memory_is_bounded_in_mib() -> None:
 
 
 def test_forget_and_shrink() -> None:
-    idx = PrefixIndex()
+    idx = PrefixIndex(CFG16)
     req = parse_request(chat(("user", "z" * 64 * 10)))
     h = idx.hashes(req)
     idx.record("a:1", h, None)
