@@ -7,6 +7,10 @@ parses it with the collector's parser (kvspread/engine.py: vLLM, SGLang, TensorR
 A failed or unparsable scrape leaves the endpoint's last numbers in place but its age
 grows, so after `stale_after_s` it is stale (ranked after every fresh endpoint).
 
+A pick counts against its endpoint (`picks_since_scrape`, `pending_tokens`) until a scrape
+asked after it succeeds: the engine's answer covers the requests sent before it was asked,
+so the picks sent while a scrape is in flight stay counted (at most `MAX_PENDING`).
+
 The GPU memory share of an endpoint is its node's used / total GPU memory from the node's
 kvspread signals (`kvspread.io/signals`, written by the collector) while they are younger
 than `signals_stale_after_s`; otherwise it is absent. The image-token share is the node's
