@@ -62,6 +62,11 @@ _MAX_WINDOW = (1 << 31) - 1
 _OUR_MAX_FRAME = 1 << 20  # what we accept per frame (SETTINGS_MAX_FRAME_SIZE)
 _MAX_HEADER_BLOCK = 1 << 20  # a CONTINUATION run longer than this is refused
 _REFILL = 1 << 30  # give the peer its window back once this much arrived
+# After an error GOAWAY the write side is shut (FIN) and what the peer still sends is read and
+# dropped for this long before the close: closing with unread input makes the kernel answer with
+# a RST, which can destroy the GOAWAY before the peer has read it (RFC 9113 section 5.4.1 asks
+# the endpoint to send GOAWAY before closing).
+_LINGER_S = 2.0
 _FRAME = struct.Struct(">IBI")  # (length << 8 | type), flags, stream id
 _MESSAGE_PREFIX = struct.Struct(">BI")  # gRPC: compressed flag, message length
 
@@ -337,6 +342,7 @@ class _Connection(asyncio.Protocol):
         self.last_stream = 0
         self.in_callback = False
         self.draining = False  # GOAWAY sent: no new streams, close after the last one
+        self.lingering: asyncio.TimerHandle | None = None  # error GOAWAY sent: drop input
 
     # --- asyncio --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -351,6 +357,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connection_gone(self)
+        if self.lingering is not None:
+            self.lingering.cancel()
         for s in self.streams.values():
             if s.cancel is not None:
                 s.cancel()
@@ -359,6 +367,8 @@ class _Connection(asyncio.Protocol):
         self.transport = None
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering is not None:
+            return  # after an error GOAWAY: read and dropped (bounded by _LINGER_S)
         self.in_callback = True
         try:
             self._receive(data)
@@ -393,7 +403,7 @@ class _Connection(asyncio.Protocol):
             payload = bytes(buf[pos + 9 : end])
             pos = end
             self._frame_in(kind, flags, sid & _MAX_WINDOW, payload)
-            if self.transport is None:
+            if self.transport is None or self.lingering is not None:
                 return
         del buf[:pos]
 
@@ -677,8 +687,19 @@ class _Connection(asyncio.Protocol):
             self._close()
 
     def _goaway(self, code: int, why: str) -> None:
+        """Connection error: GOAWAY, then a lingering close where the transport can half-close
+        (plain TCP), so that the peer reads the GOAWAY instead of a reset; else close."""
         self._queue_goaway(code, why)
-        self._close()
+        self._flush()
+        transport = self.transport
+        if transport is None or self.lingering is not None:
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        self.buf.clear()
+        transport.write_eof()
+        self.lingering = asyncio.get_running_loop().call_later(_LINGER_S, self._close)
 
     def _queue_goaway(self, code: int, why: str) -> None:
         """Queue a GOAWAY naming the last stream this side took."""
@@ -694,7 +715,7 @@ class _Connection(asyncio.Protocol):
     def drain(self, why: str) -> None:
         """Graceful shutdown: GOAWAY (NO_ERROR) naming the last stream this side took; the
         streams up to it finish, later ones are refused; closes after the last one ends."""
-        if self.draining or self.transport is None:
+        if self.draining or self.transport is None or self.lingering is not None:
             return
         self.draining = True
         self._queue_goaway(0, why)  # NO_ERROR
@@ -704,7 +725,7 @@ class _Connection(asyncio.Protocol):
             self._close()
 
     def _flush(self) -> None:
-        if self.out and self.transport is not None:
+        if self.out and self.transport is not None and self.lingering is None:
             self.transport.write(b"".join(self.out))
         self.out.clear()
 
