@@ -9,6 +9,7 @@ import base64
 import json
 import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
