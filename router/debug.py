@@ -45,12 +45,12 @@ class DebugServer(OpsServer):
         super().__init__(host, port, self.route, "router-debug-http")
 
     def _cache_metrics(self) -> None:
-        m, p = self.metrics, self.picker
-        m.prefix_entries.set(p.prefix.entries)
-        m.prefix_bytes.set(p.prefix.memory_bytes())
-        m.catch_up(m.evictions, "prefix", p.prefix.evictions)
-        m.catch_up(m.evictions, "image", p.images.evictions)
-        ev = p.kv_events
+        m, c = self.metrics, self.picker.cache
+        m.prefix_entries.set(c.prefix.entries)
+        m.prefix_bytes.set(c.prefix.memory_bytes())
+        m.catch_up(m.evictions, "prefix", c.prefix.evictions)
+        m.catch_up(m.evictions, "image", c.images.evictions)
+        ev = c.kv_events
         if ev is not None:
             m.catch_up(m.kv_events, "applied", ev.messages)
             m.catch_up(m.kv_events, "bad", ev.bad)

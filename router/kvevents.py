@@ -219,6 +219,10 @@ class KvEventSubscriber:
         with self._lock:
             return {a: n for a, e in self.engines.items() if (n := e.match(token_ids))}
 
+    def last_seq(self, address: str) -> int | None:
+        """Sequence number of the last message applied from `address`'s publisher."""
+        return self._seq.get(address)
+
     # --- applying ------------------------------------------------------------------------
     def handle(self, address: str, frames: list[bytes]) -> None:
         """One message from `address`'s publisher."""

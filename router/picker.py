@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.affinity import ContextAffinity
+from router.cacheterms import CacheTerms
 from router.config import RouterConfig
 from router.endpoints import EndpointSet
-from router.images import ImageIndex
-from router.kvevents import KvEventSubscriber
 from router.metrics import RouterMetrics
-from router.prefix import PrefixIndex
 from router.request import BODILESS, RequestError, RequestInfo, parse_request
-from router.scoring import NO_HIT, CacheHit, Decision, EndpointView, choose
+from router.scoring import Decision, EndpointView, choose
 
 __all__ = ["Picker", "Outcome", "HEADER_CONTEXT", "HEADER_CHUNK_SEQ", "HEADER_REQUEST_ID"]
 
@@ -59,9 +57,7 @@ class Picker:
         self.endpoints = endpoints
         self.metrics = metrics
         self.affinity = ContextAffinity(cfg.affinity.ttl_s, cfg.affinity.max_entries)
-        self.prefix = PrefixIndex(cfg.cache)
-        self.images = ImageIndex(cfg.cache.max_images)
-        self.kv_events: KvEventSubscriber | None = None  # precise mode, set by router/run.py
+        self.cache = CacheTerms(cfg.cache)
         self._generation = -1  # of the endpoint set the indexes were last pruned to
         self._clock = clock
         self._explain: OrderedDict[
@@ -89,26 +85,23 @@ class Picker:
         views = self.endpoints.views()
         if self._generation != self.endpoints.generation:
             self._prune(views)
-        hashes = self.prefix.hashes(req) if self.cfg.cache.prefix and req.prompt_parts else []
-        digests = [i.digest for i in req.images] if self.cfg.cache.images else []
+        found = self.cache.lookup(req)
         decision = choose(
             req,
             views,
             self.cfg.scoring,
             subset=subset,
             context_endpoint=bound.address if bound else None,
-            hits=self._hits(req, hashes, digests),
+            hits=found.hits,
         )
         if decision.chosen:
             self.endpoints.record_pick(decision.chosen, req)
             if ctx:
                 self.affinity.bind(ctx, decision.chosen, now, seq)
-            if hashes:
+            if found.hashes or found.digests:
                 view = next((v for v in views if v.address == decision.chosen), None)
                 cap = view.kv_capacity_tokens if view is not None else None
-                self.prefix.record(decision.chosen, hashes, cap)
-            if digests:
-                self.images.record(decision.chosen, digests)
+                self.cache.record(decision.chosen, found, cap)
         elapsed = time.perf_counter() - started
         m = self.metrics
         m.pick_seconds.observe(elapsed)
@@ -134,31 +127,10 @@ class Picker:
             )
         return Outcome(decision, req, rid)
 
-    def _hits(self, req: RequestInfo, hashes: list[int], digests: list[int]) -> dict[str, CacheHit]:
-        """What each endpoint is expected to hold of the request."""
-        prefix = self.prefix.match(hashes, req) if hashes else {}
-        images = self.images.hits(digests) if digests else {}
-        exact = self.kv_events.match(req.token_ids) if self.kv_events and req.token_ids else {}
-        if not prefix and not images and not exact:
-            return {}
-        out: dict[str, CacheHit] = {}
-        for a in prefix.keys() | images.keys() | exact.keys():
-            m = prefix.get(a)
-            share = m.share if m else NO_HIT.prefix_share
-            saved = m.saved_tokens if m else NO_HIT.saved_tokens
-            if exact.get(a, 0) > saved:  # what the engine said it holds beats the estimate
-                saved = exact[a]
-                share = min(1.0, saved / max(1, len(req.token_ids)))
-            out[a] = CacheHit(share, saved, images.get(a, 0))
-        return out
-
     def _prune(self, views: list[EndpointView]) -> None:
         """Forget what the indexes hold of endpoints that left the set."""
         self._generation = self.endpoints.generation
-        keep = {v.address for v in views}
-        self.prefix.keep_only(keep)
-        for a in self.images.addresses() - keep:
-            self.images.forget(a)
+        self.cache.keep_only({v.address for v in views})
 
     def _remember(
         self,
@@ -197,7 +169,7 @@ class Picker:
             "excluded": d.excluded,
         }
         if req is not None:
-            hashes = self.prefix.hashes(req) if req.prompt_parts else []
+            hashes = self.cache.prefix.hashes(req) if req.prompt_parts else []
             doc["request"] = {
                 "model": req.model,
                 "modality": req.modality,

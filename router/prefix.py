@@ -106,6 +106,20 @@ class PrefixMatch:
     saved_tokens: int
 
 
+def _head(parts: tuple[str, ...], limit: int) -> str:
+    """The first `limit` characters of the parts joined: a long prompt costs no more to
+    hash than `max_blocks` blocks."""
+    taken: list[str] = []
+    size = 0
+    for p in parts:
+        if size + len(p) >= limit:
+            taken.append(p[: limit - size])
+            break
+        taken.append(p)
+        size += len(p)
+    return "".join(taken)
+
+
 class PrefixIndex:
     """endpoint -> LRU of block hashes sent there; block -> endpoints holding it."""
 
@@ -124,8 +138,8 @@ class PrefixIndex:
         """The chain of block hashes of the request's prompt (empty when shorter than a
         block)."""
         bc = self.cfg.block_chars
-        text = "".join(req.prompt_parts)
-        n = min(len(text) // bc, self.cfg.max_blocks)
+        text = _head(req.prompt_parts, bc * self.cfg.max_blocks)
+        n = len(text) // bc
         prev = hash(req.model)
         out = []
         for i in range(n):

@@ -217,8 +217,8 @@ class Router:
         if cache.kv_events_port:
             from router.kvevents import KvEventSubscriber
 
-            self.picker.kv_events = KvEventSubscriber(
-                self.picker.prefix,
+            self.picker.cache.kv_events = KvEventSubscriber(
+                self.picker.cache.prefix,
                 lambda: [e.address for e in self.endpoints.endpoints()],
                 port=cache.kv_events_port,
                 topic=cache.kv_events_topic,
@@ -259,8 +259,8 @@ class Router:
         if self.watch is not None:
             self.watch.stop()
         self.endpoints.stop()
-        if self.picker.kv_events is not None:
-            self.picker.kv_events.stop()
+        if self.picker.cache.kv_events is not None:
+            self.picker.cache.kv_events.stop()
         if self._debug is not None:
             self._debug.stop()
             self._debug = None

@@ -44,9 +44,9 @@ def feed(
 
 
 def sent(pub: FakeKvEventPublisher, sub: KvEventSubscriber, *events: object, **kw: int) -> None:
-    before = sub.messages
+    """Send one batch and wait until it is applied (every earlier one was, in order)."""
     pub.send(*events, **kw)
-    wait(lambda: sub.messages > before)
+    wait(lambda: sub.last_seq(ENGINE) == pub.seq - 1)
 
 
 def test_stored_and_removed_blocks_are_what_the_engine_holds(
@@ -98,8 +98,8 @@ def test_the_picker_uses_what_the_engine_holds_for_token_prompts(
     pub, sub = feed
     cfg = RouterConfig.from_mapping({"endpoints": {"static": ENGINE}})
     picker = Picker(cfg, EndpointSet(cfg.metrics), RouterMetrics())
-    picker.kv_events = sub
+    picker.cache.kv_events = sub
     sent(pub, sub, pub.stored([41, 42, 43], None, TOKENS))
     req = parse_request(json.dumps({"model": "m", "prompt": TOKENS}).encode())
-    hit = picker._hits(req, [], [])[ENGINE]
+    hit = picker.cache.lookup(req).hits[ENGINE]
     assert hit.saved_tokens == 48 and hit.prefix_share == 1.0

@@ -125,3 +125,15 @@ def test_image_index_is_bounded_and_counts_evictions() -> None:
     assert len(idx) == 2 and idx.evictions == 1 and idx.hits([1]) == {}
     idx.forget("c:1")
     assert idx.hits([2]) == {"b:1": 1} and idx.addresses() == {"a:1", "b:1"}
+
+
+def test_a_huge_prompt_hashes_only_max_blocks() -> None:
+    """Hashing is bounded by `max_blocks`, however long the prompt (a 4 MB one here)."""
+    cfg = CacheConfig(max_blocks=8)
+    idx = PrefixIndex(cfg)
+    req = parse_request(chat(("system", SYSTEM), ("user", "x" * (4 << 20))))
+    hashes = idx.hashes(req)
+    assert len(hashes) == 8
+    assert hashes == PrefixIndex(cfg).hashes(
+        parse_request(chat(("system", SYSTEM), ("user", "x" * 5000)))
+    )
