@@ -15,7 +15,7 @@ from router.prefix import CacheConfig, PrefixIndex
 from router.request import RequestInfo
 from router.scoring import NO_HIT, CacheHit
 
-__all__ = ["CacheTerms", "Lookup"]
+__all__ = ["CacheTerms", "Lookup", "NOTHING"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,11 @@ class CacheTerms:
                 share = min(1.0, saved / max(1, len(req.token_ids)))
             hits[a] = CacheHit(share, saved, images.get(a, 0))
         return Lookup(hashes, digests, hits)
+
+    def kv_tokens(self, req: RequestInfo, found: Lookup, address: str) -> int:
+        """The KV tokens the request will take on `address`: what its cache lacks."""
+        hit = found.hits.get(address)
+        return req.total_tokens - (hit.saved_tokens if hit is not None else 0)
 
     def record(self, address: str, found: Lookup, kv_capacity_tokens: int | None) -> None:
         """`address` was sent the request: it will hold its blocks and images."""

@@ -298,9 +298,9 @@ class EndpointSet:
             m.all_tokens *= f
             m.decayed_at = now
 
-    def record_pick(self, address: str, req: RequestInfo) -> None:
-        """Count a pick (and its tokens) until a scrape asked after it shows it, and its
-        tokens for the image share."""
+    def record_pick(self, address: str, req: RequestInfo, kv_tokens: int | None = None) -> None:
+        """Count a pick (and the KV tokens it will take: `kv_tokens`, else all of its
+        tokens) until a scrape asked after it shows it, and its tokens for the image share."""
         now = self._clock()
         with self._lock:
             m = self._measured.get(address)
@@ -308,10 +308,11 @@ class EndpointSet:
                 return
             self._views.pop(address, None)
             self._decay(m, now)
+            tokens = req.total_tokens if kv_tokens is None else kv_tokens
             if len(m.pending) == MAX_PENDING:
                 m.pending_tokens -= m.pending[0][1]
-            m.pending.append((now, req.total_tokens))
-            m.pending_tokens += req.total_tokens
+            m.pending.append((now, tokens))
+            m.pending_tokens += tokens
             m.picks_since_scrape = len(m.pending)
             m.image_tokens += req.image_tokens
             m.all_tokens += req.prompt_tokens

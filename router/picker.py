@@ -95,7 +95,8 @@ class Picker:
             hits=found.hits,
         )
         if decision.chosen:
-            self.endpoints.record_pick(decision.chosen, req)
+            kv = self.cache.kv_tokens(req, found, decision.chosen)
+            self.endpoints.record_pick(decision.chosen, req, kv)
             if ctx:
                 self.affinity.bind(ctx, decision.chosen, now, seq)
             if found.hashes or found.digests:

@@ -9,7 +9,8 @@ Each eligible endpoint gets terms in [0, 1], lower is better:
     queue     min(1, queued / queue_norm); queued is the engine's waiting requests plus the
               picks since its last scrape began, less `absorb_picks` of them while the engine
               reports none waiting (its batch takes them: they run, they do not queue)
-    kv        KV-cache usage after adding the request's estimated tokens; 1 when they do not fit
+    kv        KV-cache usage after adding the request's estimated tokens (less those its
+              prefix cache is expected to hold already); 1 when they do not fit
     modality  0 when the pod's modality serves the request's, up to 1 when it does not
 
 score = sum(weight * term) - bonus. A missing number counts as the worst value (1), so that
@@ -303,7 +304,10 @@ def choose(
     base: dict[str, float] = {}
     total_tokens = req.total_tokens
     for ep in eligible:
-        terms, saturated, note = _terms(ep, req, cfg, total_tokens)
+        hit = hits.get(ep.address) if hits else None
+        # cached tokens are already in the endpoint's KV: only the rest needs room there
+        need = total_tokens - hit.saved_tokens if hit is not None else total_tokens
+        terms, saturated, note = _terms(ep, req, cfg, need)
         score = (
             cfg.w_load * terms["load"]
             + cfg.w_queue * terms["queue"]
@@ -313,7 +317,6 @@ def choose(
         tier = 3 if not ep.fresh else 2 if saturated else 1 if terms["modality"] >= 1.0 else 0
         base[ep.address] = score
         if tier in (0, 3):  # never onto a saturated or modality-mismatched endpoint
-            hit = hits.get(ep.address) if hits else None
             b, saved_s = bonus(hit, cfg) if hit is not None else (0.0, 0.0)
             if hit is not None and (b or hit.prefix_share):
                 terms["prefix"] = hit.prefix_share
