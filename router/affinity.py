@@ -4,8 +4,9 @@ chunk of a long multimodal context is not prefilled again elsewhere.
 A hint, not state that matters: bindings live in memory, expire after `ttl_s` without use,
 the oldest go first past `max_entries`, and a restart loses them (the next chunk is then
 scored like any request and binds again). `X-Chunk-Seq` is recorded per binding so the
-explanation can show chunk order; a chunk never moves a context by itself, only saturation
-of the bound endpoint does (the scorer then picks another and the binding follows).
+explanation can show chunk order; a chunk never moves a context by itself. The binding is
+a bonus in the score (router/scoring.py `context_bonus`), not a rule: the context moves when
+its endpoint is saturated, or its extra queue outweighs the bonus, and the binding follows.
 """
 
 from __future__ import annotations

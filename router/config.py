@@ -18,10 +18,16 @@ YAML shape (every key optional; defaults shown, except that exactly one of
                signals_stale_after_s: 300}       # node signals
     scoring:  {w_load: 1.0, w_queue: 1.0, w_kv: 1.0, w_modality: 0.5, load_memory: 0.4,
                load_streams: 0.3, load_image: 0.3, max_streams: 64, queue_norm: 16,
-               saturation_queue: 8, saturation_kv: 0.95, shed_queue: 0, fallbacks: 2}
+               saturation_queue: 8, saturation_kv: 0.95, absorb_picks: 8,
+               prefill_tokens_per_s: 8000, image_encode_s: 0.05, queued_request_s: 0.1,
+               context_bonus: 0.5, max_bonus: 1.0, shed_queue: 0, fallbacks: 2}
     request:  {patch: 28, default_image_tokens: 1024, max_image_tokens: 16384,
                default_max_tokens: 256}
     affinity: {ttl_s: 600, max_entries: 100000}
+    cache:    {prefix: true, block_tokens: 64, chars_per_token: 4, max_blocks: 256,
+               capacity_blocks: 0, default_capacity_blocks: 7812, memory_mib: 64,
+               images: true, max_images: 100000, kv_events_port: 0,
+               kv_events_topic: "", kv_events_max_blocks: 65536}
 
 `endpoints.static` is a list, or one string `ip:port,ip:port` as the `--endpoints` flag takes.
 """
@@ -37,6 +43,7 @@ from typing import Annotated, Any, Final
 from kvspread.logs import LogLevel
 from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, ports
 from kvspread.signals import STALE_AFTER_S
+from router.prefix import CacheConfig
 from router.request import RequestConfig
 from router.scoring import ScoringConfig
 
@@ -50,6 +57,7 @@ __all__ = [
     "RequestConfig",
     "AffinityConfig",
     "ScoringConfig",
+    "CacheConfig",
     "DEFAULT_GRPC_PORT",
     "DEFAULT_HTTP_PORT",
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -269,6 +277,8 @@ class RouterConfig:
     """Token estimates of request bodies."""
     affinity: AffinityConfig = AffinityConfig()
     """Context affinity bindings."""
+    cache: CacheConfig = CacheConfig()
+    """Prefix and image indexes of the cache-aware bonus."""
 
     @property
     def mode(self) -> str:

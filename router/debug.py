@@ -44,12 +44,25 @@ class DebugServer(OpsServer):
         self.ready = ready
         super().__init__(host, port, self.route, "router-debug-http")
 
+    def _cache_metrics(self) -> None:
+        m, c = self.metrics, self.picker.cache
+        m.prefix_entries.set(c.prefix.entries)
+        m.prefix_bytes.set(c.prefix.memory_bytes())
+        m.catch_up(m.evictions, "prefix", c.prefix.evictions)
+        m.catch_up(m.evictions, "image", c.images.evictions)
+        ev = c.kv_events
+        if ev is not None:
+            m.catch_up(m.kv_events, "applied", ev.messages)
+            m.catch_up(m.kv_events, "bad", ev.bad)
+            m.catch_up(m.kv_events, "gap", ev.gaps)
+
     def route(self, raw_path: str, q: dict[str, str]) -> Reply:
         path = raw_path.rstrip("/") or "/"
         if path == "/metrics":
             views = self.endpoints.views()
             self.metrics.stale.set(sum(1 for v in views if not v.fresh))
             self.metrics.endpoints.set(len(views))
+            self._cache_metrics()
             return Reply(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
         if path == "/healthz":
             return text_reply(200, "ok\n")

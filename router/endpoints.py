@@ -7,6 +7,10 @@ parses it with the collector's parser (kvspread/engine.py: vLLM, SGLang, TensorR
 A failed or unparsable scrape leaves the endpoint's last numbers in place but its age
 grows, so after `stale_after_s` it is stale (ranked after every fresh endpoint).
 
+A pick counts against its endpoint (`picks_since_scrape`, `pending_tokens`) until a scrape
+asked after it succeeds: the engine's answer covers the requests sent before it was asked,
+so the picks sent while a scrape is in flight stay counted (at most `MAX_PENDING`).
+
 The GPU memory share of an endpoint is its node's used / total GPU memory from the node's
 kvspread signals (`kvspread.io/signals`, written by the collector) while they are younger
 than `signals_stale_after_s`; otherwise it is absent. The image-token share is the node's
@@ -20,6 +24,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,10 +70,15 @@ class Measured:
     kv_capacity_tokens: int | None = None
     ignored: tuple[str, ...] = ()  # numbers the engine gave out of range, taken as absent
     picks_since_scrape: int = 0
+    pending: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=MAX_PENDING))
+    pending_tokens: int = 0
     image_tokens: float = 0.0
     all_tokens: float = 0.0
     decayed_at: float = field(default_factory=time.monotonic)
 
+
+MAX_PENDING = 4096
+"""Picks remembered per endpoint between two scrapes (older ones are dropped: bounded)."""
 
 KV_USAGE_TOLERANCE = 0.01
 """How far outside 0..1 a KV usage may be and still be read (clipped): engines round."""
@@ -170,6 +180,7 @@ class EndpointSet:
         self._views_until = -math.inf
         self._unexpected: set[tuple[str, str]] = set()  # (endpoint, error type) logged
         self.synced = False  # True after the first replace()
+        self.generation = 0  # counts replace() calls: who caches per endpoint can prune
         self.scrapes = 0
 
     # --- membership -------------------------------------------------------------------
@@ -182,6 +193,7 @@ class EndpointSet:
             }
             self._views_until = -math.inf
             self.synced = True
+            self.generation += 1
 
     def set_node_signals(self, nodes: dict[str, NodeSignals]) -> None:
         with self._lock:
@@ -197,6 +209,7 @@ class EndpointSet:
         """Scrape one endpoint. Any failure (an unreachable engine, a URL httpx refuses, a
         parser surprise) marks this endpoint stale with the error as the reason; it never
         reaches the scraper thread, so one bad endpoint cannot stop the others' scrapes."""
+        asked_at = self._clock()
         try:
             got = summarise_samples(self._scraper(ep))
             err = ""
@@ -230,7 +243,11 @@ class EndpointSet:
             m.waiting, m.running = got.waiting, got.running
             m.kv_usage, m.kv_capacity_tokens = got.kv_usage, got.kv_capacity_tokens
             m.ignored = got.ignored
-            m.picks_since_scrape = 0
+            # the engine's answer shows the picks sent before it was asked; the later ones
+            # stay pending (they count until a scrape shows them)
+            while m.pending and m.pending[0][0] <= asked_at:
+                m.pending_tokens -= m.pending.popleft()[1]
+            m.picks_since_scrape = len(m.pending)
         self.scrapes += 1
 
     def _log_unexpected(self, where: str, exc: BaseException) -> None:
@@ -281,8 +298,9 @@ class EndpointSet:
             m.all_tokens *= f
             m.decayed_at = now
 
-    def record_pick(self, address: str, req: RequestInfo) -> None:
-        """Count a pick until the next scrape shows it, and its tokens for the share."""
+    def record_pick(self, address: str, req: RequestInfo, kv_tokens: int | None = None) -> None:
+        """Count a pick (and the KV tokens it will take: `kv_tokens`, else all of its
+        tokens) until a scrape asked after it shows it, and its tokens for the image share."""
         now = self._clock()
         with self._lock:
             m = self._measured.get(address)
@@ -290,7 +308,12 @@ class EndpointSet:
                 return
             self._views.pop(address, None)
             self._decay(m, now)
-            m.picks_since_scrape += 1
+            tokens = req.total_tokens if kv_tokens is None else kv_tokens
+            if len(m.pending) == MAX_PENDING:
+                m.pending_tokens -= m.pending[0][1]
+            m.pending.append((now, tokens))
+            m.pending_tokens += tokens
+            m.picks_since_scrape = len(m.pending)
             m.image_tokens += req.image_tokens
             m.all_tokens += req.prompt_tokens
 
@@ -329,6 +352,7 @@ class EndpointSet:
             gpu_memory_share=mem_share,
             image_token_share=image_share,
             picks_since_scrape=m.picks_since_scrape,
+            pending_tokens=m.pending_tokens,
         )
 
     def _until(self, now: float, wall: float) -> float:

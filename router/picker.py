@@ -1,5 +1,7 @@
-"""One request's decision with its bookkeeping: parse the body, apply context affinity,
-score (router/scoring.py), record the pick, count it, keep the explanation, log it.
+"""One request's decision with its bookkeeping: parse the body, look up what each endpoint
+is expected to hold of it (context binding, prefix blocks: router/prefix.py, images:
+router/images.py), score (router/scoring.py), record the pick in those indexes, count it,
+keep the explanation, log it.
 
 The gRPC layer (router/extproc.py) calls `Picker.pick` once per request, with the complete
 body, the request headers and the gateway's subset hint.
@@ -16,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.affinity import ContextAffinity
+from router.cacheterms import CacheTerms
 from router.config import RouterConfig
 from router.endpoints import EndpointSet
 from router.metrics import RouterMetrics
 from router.request import BODILESS, RequestError, RequestInfo, parse_request
-from router.scoring import Decision, choose
+from router.scoring import Decision, EndpointView, choose
 
 __all__ = ["Picker", "Outcome", "HEADER_CONTEXT", "HEADER_CHUNK_SEQ", "HEADER_REQUEST_ID"]
 
@@ -54,6 +57,8 @@ class Picker:
         self.endpoints = endpoints
         self.metrics = metrics
         self.affinity = ContextAffinity(cfg.affinity.ttl_s, cfg.affinity.max_entries)
+        self.cache = CacheTerms(cfg.cache)
+        self._generation = -1  # of the endpoint set the indexes were last pruned to
         self._clock = clock
         self._explain: OrderedDict[
             str, tuple[Decision, RequestInfo | None, Mapping[str, str], str | None]
@@ -78,17 +83,26 @@ class Picker:
         seq = _int_or_none(headers.get(HEADER_CHUNK_SEQ))
         bound = self.affinity.lookup(ctx, now) if ctx else None
         views = self.endpoints.views()
+        if self._generation != self.endpoints.generation:
+            self._prune(views)
+        found = self.cache.lookup(req)
         decision = choose(
             req,
             views,
             self.cfg.scoring,
             subset=subset,
             context_endpoint=bound.address if bound else None,
+            hits=found.hits,
         )
         if decision.chosen:
-            self.endpoints.record_pick(decision.chosen, req)
+            kv = self.cache.kv_tokens(req, found, decision.chosen)
+            self.endpoints.record_pick(decision.chosen, req, kv)
             if ctx:
                 self.affinity.bind(ctx, decision.chosen, now, seq)
+            if found.hashes or found.digests:
+                view = next((v for v in views if v.address == decision.chosen), None)
+                cap = view.kv_capacity_tokens if view is not None else None
+                self.cache.record(decision.chosen, found, cap)
         elapsed = time.perf_counter() - started
         m = self.metrics
         m.pick_seconds.observe(elapsed)
@@ -114,6 +128,11 @@ class Picker:
             )
         return Outcome(decision, req, rid)
 
+    def _prune(self, views: list[EndpointView]) -> None:
+        """Forget what the indexes hold of endpoints that left the set."""
+        self._generation = self.endpoints.generation
+        self.cache.keep_only({v.address for v in views})
+
     def _remember(
         self,
         rid: str,
@@ -130,8 +149,8 @@ class Picker:
             while len(self._explain) > self._explain_max:
                 self._explain.popitem(last=False)
 
-    @staticmethod
     def _explanation(
+        self,
         rid: str,
         d: Decision,
         req: RequestInfo | None,
@@ -151,11 +170,14 @@ class Picker:
             "excluded": d.excluded,
         }
         if req is not None:
+            hashes = self.cache.prefix.hashes(req) if req.prompt_parts else []
             doc["request"] = {
                 "model": req.model,
                 "modality": req.modality,
+                "prefix_blocks": len(hashes),
                 "images": [
                     {
+                        "digest": f"{i.digest:016x}",
                         "bytes": i.encoded_bytes,
                         "width": i.width,
                         "height": i.height,

@@ -8,6 +8,13 @@ ceil(h/patch) (Qwen2-VL / LLaVA-style 28-pixel merged patches by default), read 
 image header in the base64 data URL without decoding the whole image; an image whose size
 cannot be read (a remote URL) counts `default_image_tokens`. Output tokens are the body's
 `max_tokens` / `max_completion_tokens`, else `default_max_tokens`.
+
+For the cache-aware terms it also keeps the prompt as the engine will see its start:
+`prompt_parts`, the messages' text in order with the system messages first (chat
+templates render them first) and each image as a marker naming its digest
+(router/images.py), so router/prefix.py can hash it into blocks without parsing again;
+a completions prompt of token ids is kept as `token_ids` for the precise mode
+(router/kvevents.py).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any, Final
 import orjson
 
 from kvspread.settings import bounded
+from router.images import image_digest
 
 __all__ = [
     "RequestInfo",
@@ -32,6 +40,7 @@ __all__ = [
     "DEFAULT_ESTIMATES",
     "image_size",
     "BODILESS",
+    "image_marker",
 ]
 
 # Enough of the decoded image to find its size: PNG/GIF/WebP say it in the first 30 bytes,
@@ -52,6 +61,7 @@ class ImageEstimate:
     width: int | None
     height: int | None
     tokens: int
+    digest: int = 0  # router.images.image_digest of its URL text
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,10 @@ class RequestInfo:
     image_tokens: int
     max_tokens: int
     stream: bool
+    prompt_parts: tuple[str, ...] = ()
+    """The prompt's text in the engine's order (system first), images as digest markers."""
+    token_ids: tuple[int, ...] = ()
+    """A completions prompt given as token ids (else empty)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -188,17 +202,26 @@ DEFAULT_ESTIMATES: Final = RequestConfig()
 
 
 def _estimate_image(url: str, estimates: RequestConfig) -> ImageEstimate:
+    digest = image_digest(url)
     data = _data_url(url)
     if data is None:
-        return ImageEstimate("url", None, None, None, estimates.default_image_tokens)
+        return ImageEstimate("url", None, None, None, estimates.default_image_tokens, digest)
     size, head = data
     dims = image_size(head)
     if dims is None:
-        return ImageEstimate("data", size, None, None, estimates.default_image_tokens)
+        return ImageEstimate("data", size, None, None, estimates.default_image_tokens, digest)
     w, h = dims
     patch = estimates.patch
     tokens = min(estimates.max_image_tokens, math.ceil(w / patch) * math.ceil(h / patch))
-    return ImageEstimate("data", size, w, h, tokens)
+    return ImageEstimate("data", size, w, h, tokens, digest)
+
+
+def image_marker(digest: int, tokens: int = 0) -> str:
+    """An image's place in `prompt_parts`: the same image, the same text, as long as the
+    text of its tokens (4 characters each, this module's ratio), so a prefix that covers an
+    image counts the image's tokens (the engine caches them with the text around them)."""
+    mark = f"\x00image:{digest:016x}\x00"
+    return mark * max(1, -(-4 * tokens // len(mark)))
 
 
 def _image_url(part: dict[str, Any]) -> str | None:
@@ -227,6 +250,9 @@ def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> 
         raise RequestError("'model' must be a string")
     chars = 0
     images: list[ImageEstimate] = []
+    system: list[str] = []
+    parts: list[str] = []
+    token_ids: tuple[int, ...] = ()
     messages = doc.get("messages")
     if messages is not None:
         if not isinstance(messages, list):
@@ -234,27 +260,41 @@ def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> 
         for n, msg in enumerate(messages):
             if not isinstance(msg, dict):
                 raise RequestError(f"messages[{n}] must be an object")
+            role = msg.get("role")
+            dest = system if role == "system" else parts
+            dest.append(f"\x00{role}\x00")
             content = msg.get("content")
             if isinstance(content, str):
                 chars += len(content)
+                dest.append(content)
             elif isinstance(content, list):
                 for part in content:
                     if not isinstance(part, dict):
                         continue
                     if isinstance(part.get("text"), str):
                         chars += len(part["text"])
+                        dest.append(part["text"])
                     url = _image_url(part)
                     if part.get("type") == "image_url" or url is not None:
                         if url is None:
                             raise RequestError(f"messages[{n}]: image_url part without a url")
-                        images.append(_estimate_image(url, estimates))
+                        img = _estimate_image(url, estimates)
+                        images.append(img)
+                        dest.append(image_marker(img.digest, img.tokens))
     else:
         prompt = doc.get("prompt")
         if isinstance(prompt, str):
             chars += len(prompt)
+            parts.append(prompt)
         elif isinstance(prompt, list):
-            chars += sum(len(p) for p in prompt if isinstance(p, str))
-            chars += 4 * sum(1 for p in prompt if isinstance(p, int))  # token ids
+            texts = [p for p in prompt if isinstance(p, str)]
+            chars += sum(len(p) for p in texts)
+            parts.extend(texts)
+            ids = [p for p in prompt if isinstance(p, int) and not isinstance(p, bool)]
+            if ids:
+                chars += 4 * len(ids)  # token ids
+                token_ids = tuple(ids)
+                parts.append(",".join(map(str, ids)))
         elif prompt is not None:
             raise RequestError("'prompt' must be a string or a list")
     out = doc.get("max_completion_tokens", doc.get("max_tokens"))
@@ -271,4 +311,6 @@ def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> 
         image_tokens=sum(i.tokens for i in images),
         max_tokens=out,
         stream=bool(doc.get("stream", False)),
+        prompt_parts=tuple(system + parts),
+        token_ids=token_ids,
     )

@@ -213,6 +213,17 @@ class Router:
             self.watch = PoolWatch(self.cfg, self.endpoints)
             self.watch.start()
         self.endpoints.start()
+        cache = self.cfg.cache
+        if cache.kv_events_port:
+            from router.kvevents import KvEventSubscriber
+
+            self.picker.cache.kv_events = KvEventSubscriber(
+                self.picker.cache.prefix,
+                lambda: [e.address for e in self.endpoints.endpoints()],
+                port=cache.kv_events_port,
+                topic=cache.kv_events_topic,
+                max_blocks=cache.kv_events_max_blocks,
+            ).start()
         if self._loop is not None:  # readiness now, not at the next 0.2 s refresh
             asyncio.run_coroutine_threadsafe(self._set_health(), self._loop).result(5)
         log.info(
@@ -248,6 +259,8 @@ class Router:
         if self.watch is not None:
             self.watch.stop()
         self.endpoints.stop()
+        if self.picker.cache.kv_events is not None:
+            self.picker.cache.kv_events.stop()
         if self._debug is not None:
             self._debug.stop()
             self._debug = None

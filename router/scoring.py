@@ -6,21 +6,40 @@ Each eligible endpoint gets terms in [0, 1], lower is better:
     load      0.4 gpu_memory_share + 0.3 min(1, streams / max_streams) + 0.3 image_token_share
               (docs/design.md section 4, the design notes' dynamic load weight); streams are the
               engine's running + waiting requests plus the picks sent since its last scrape
-    queue     min(1, (waiting + picks since scrape) / queue_norm)
-    kv        KV-cache usage after adding the request's estimated tokens; 1 when they do not fit
+    queue     min(1, queued / queue_norm); queued is the engine's waiting requests plus the
+              picks since its last scrape began, less `absorb_picks` of them while the engine
+              reports none waiting (its batch takes them: they run, they do not queue)
+    kv        KV-cache usage after adding the request's estimated tokens (less those its
+              prefix cache is expected to hold already); 1 when they do not fit
     modality  0 when the pod's modality serves the request's, up to 1 when it does not
 
-score = sum(weight * term). A missing number counts as the worst value (1), so that an
-endpoint that does not report something never beats one that does. Endpoints are ranked in
-tiers first: fresh with room, then fresh but saturated (queue or KV), then stale (metrics
-older than the staleness bound or never scraped), so stale or missing metrics never rank an
-endpoint above a fresh one. Context affinity: a request whose context id is bound to an
-eligible endpoint that is fresh and not saturated goes there. Shedding (429): when every
-eligible endpoint is fresh and has at least `shed_queue` requests waiting.
+score = sum(weight * term) - bonus. A missing number counts as the worst value (1), so that
+an endpoint that does not report something never beats one that does.
+
+The bonus is what going there saves, traded against queueing in the queue term's units:
+the prefill of the prompt tokens its prefix cache is expected to hold
+(`CacheHit.saved_tokens` / `prefill_tokens_per_s`) plus the encoder time of the images it
+was sent recently (`image_encode_s` each), in seconds, over `queued_request_s` (what one
+more queued request costs a new one) times the queue term's weight per request
+(`w_queue / queue_norm`), capped at `max_bonus`; an endpoint the request's context id is
+bound to gets `context_bonus` more. So affinity is a cost: a cached endpoint keeps the
+request until its extra queue costs more than the prefill it saves.
+
+Endpoints are ranked in tiers first: fresh with room whose modality serves the request;
+fresh with room whose modality does not (term 1: an image request on a text-only pod);
+fresh but saturated; stale (metrics older than the staleness bound or never scraped). So
+stale or missing metrics never rank an endpoint above a fresh one, and an image request
+goes to a text-only pod only when no image pod is fresh with room. Saturated is the
+engine's own state against its own capacity: at least `saturation_queue` requests
+waiting, or KV usage (with the tokens of the picks since the scrape) at `saturation_kv`,
+or the request not fitting its free KV; never the router's pick count alone. Shedding
+(429): when every eligible endpoint is fresh and has at least `shed_queue` requests
+waiting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -32,12 +51,13 @@ __all__ = [
     "ScoringConfig",
     "Decision",
     "Candidate",
+    "CacheHit",
     "choose",
     "modality_term",
     "REASONS",
 ]
 
-REASONS = ("context", "score", "saturated", "stale", "no-endpoint", "shed")
+REASONS = ("context", "cache", "score", "saturated", "stale", "no-endpoint", "shed")
 """Why an endpoint was picked (or none): the `reason` label of the picks metric."""
 
 
@@ -56,7 +76,8 @@ class EndpointView:
     kv_capacity_tokens: int | None = None
     gpu_memory_share: float | None = None  # node signals: used / total GPU memory
     image_token_share: float | None = None
-    picks_since_scrape: int = 0
+    picks_since_scrape: int = 0  # picks sent after the last scrape began
+    pending_tokens: int = 0  # their prompt + output tokens
     ignored: tuple[str, ...] = ()  # numbers the engine gave out of range (NaN, -1): absent
 
 
@@ -83,9 +104,24 @@ class ScoringConfig:
     queue_norm: float = 16.0
     """Waiting requests at which the queue term reaches 1."""
     saturation_queue: float = 8.0
-    """Waiting + picks since the scrape at which an endpoint counts as saturated."""
+    """Requests the engine reports waiting at which it counts as saturated."""
     saturation_kv: float = 0.95
-    """KV-cache usage (0..1) at which an endpoint counts as saturated."""
+    """KV-cache usage (0..1, with the picks since the scrape) at which it is saturated."""
+    absorb_picks: float = 8.0
+    """Picks since the scrape that count as running, not queued, while the engine reports
+    no request waiting (its batch has room)."""
+    prefill_tokens_per_s: float = 8000.0
+    """Prompt tokens one engine prefills per second: turns cached tokens into seconds saved
+    (set it to your engine's; 8000 is a 7-8B model on one H100 order of magnitude)."""
+    image_encode_s: float = 0.05
+    """Seconds the vision encoder spends on one image: what an encoder-cache hit saves."""
+    queued_request_s: float = 0.1
+    """Seconds one more queued request adds to a new request's wait: turns seconds saved
+    into queue-term units (about one request's prefill)."""
+    context_bonus: float = 0.5
+    """Score bonus of the endpoint a context id is bound to (0.5: 8 queued requests)."""
+    max_bonus: float = 1.0
+    """Cap of the prefix and image bonus (1: one whole queue term)."""
     shed_queue: float = 0.0
     """Answer 429 when every eligible endpoint has this many requests waiting; 0: never."""
     fallbacks: int = 2
@@ -93,7 +129,25 @@ class ScoringConfig:
 
     def validate(self) -> None:
         bounded(self, *(f.name for f in fields(self)), at_least=0, finite=True)
-        bounded(self, "max_streams", "queue_norm", above=0)
+        bounded(
+            self, "max_streams", "queue_norm", "prefill_tokens_per_s", "queued_request_s", above=0
+        )
+
+
+TIERS = ("fresh", "mismatch", "saturated", "stale")
+
+
+@dataclass(frozen=True)
+class CacheHit:
+    """What an endpoint is expected to hold of one request (router/prefix.py,
+    router/images.py): the picker's input to the bonus."""
+
+    prefix_share: float = 0.0  # of the prompt, 0..1
+    saved_tokens: int = 0
+    images: int = 0  # of the request's images it was sent recently
+
+
+NO_HIT = CacheHit()
 
 
 @dataclass(frozen=True)
@@ -102,7 +156,7 @@ class Candidate:
 
     address: str
     name: str
-    tier: int  # 0 fresh with room, 1 fresh saturated, 2 stale
+    tier: int  # 0 fresh with room, 1 fresh with room, modality mismatch, 2 saturated, 3 stale
     score: float
     terms: dict[str, float]
     note: str = ""
@@ -111,7 +165,7 @@ class Candidate:
         return {
             "address": self.address,
             "name": self.name,
-            "tier": ("fresh", "saturated", "stale")[self.tier],
+            "tier": TIERS[self.tier],
             "score": round(self.score, 4),
             "terms": {k: round(v, 4) for k, v in self.terms.items()},
             "note": self.note,
@@ -170,13 +224,12 @@ def _terms(
     else:
         streams_term = 1.0
     load = cfg.load_memory * mem + cfg.load_streams * streams_term + cfg.load_image * img
-    queued: float | None
     if fresh and waiting is not None:
-        queued = waiting + picks
+        queued = waiting + (picks if waiting > 0 else max(0.0, picks - cfg.absorb_picks))
         x = queued / cfg.queue_norm
         queue = 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
     else:
-        queued, queue = None, 1.0
+        queue = 1.0
     no_room = False
     usage: float | None
     if fresh and ep.kv_usage is not None:
@@ -184,6 +237,8 @@ def _terms(
         usage = 0.0 if u < 0.0 else 1.0 if u > 1.0 else u
         capacity = ep.kv_capacity_tokens
         if capacity:
+            if ep.pending_tokens:
+                usage = min(1.0, usage + ep.pending_tokens / capacity)
             free = (1.0 - usage) * capacity
             if total_tokens > free:
                 no_room = True
@@ -199,11 +254,20 @@ def _terms(
     mod = modality_term(req.modality, ep.modality)
     saturated = (
         no_room
-        or (queued is not None and queued >= cfg.saturation_queue)
+        or (fresh and waiting is not None and waiting >= cfg.saturation_queue)
         or (usage is not None and usage >= cfg.saturation_kv)
     )
     terms = {"load": load, "queue": queue, "kv": kv, "modality": mod}
     return terms, saturated, "; ".join(notes) if notes else ""
+
+
+def bonus(hit: CacheHit, cfg: ScoringConfig) -> tuple[float, float]:
+    """(score bonus, seconds saved) of an expected cache hit; see the module docstring."""
+    saved_s = hit.saved_tokens / cfg.prefill_tokens_per_s + hit.images * cfg.image_encode_s
+    if saved_s <= 0.0:
+        return 0.0, 0.0
+    b = cfg.w_queue / cfg.queue_norm * saved_s / cfg.queued_request_s
+    return min(cfg.max_bonus, b), saved_s
 
 
 def choose(
@@ -213,11 +277,13 @@ def choose(
     *,
     subset: list[str] | None = None,
     context_endpoint: str | None = None,
+    hits: Mapping[str, CacheHit] | None = None,
 ) -> Decision:
     """Pick an endpoint (and fallbacks) for `req` among `endpoints`.
 
     `subset` is the gateway's hint: only those addresses are eligible (an empty list means
-    no endpoint). `context_endpoint` is where the request's context id is bound.
+    no endpoint). `context_endpoint` is where the request's context id is bound; `hits`
+    what each endpoint is expected to hold of the request (absent: nothing).
     """
     excluded: dict[str, str] = {}
     eligible = endpoints
@@ -235,21 +301,37 @@ def choose(
         )
         return Decision(503, "no-endpoint", excluded=excluded, message=msg)
     cands: list[Candidate] = []
+    base: dict[str, float] = {}
     total_tokens = req.total_tokens
     for ep in eligible:
-        terms, saturated, note = _terms(ep, req, cfg, total_tokens)
+        hit = hits.get(ep.address) if hits else None
+        # cached tokens are already in the endpoint's KV: only the rest needs room there
+        need = total_tokens - hit.saved_tokens if hit is not None else total_tokens
+        terms, saturated, note = _terms(ep, req, cfg, need)
         score = (
             cfg.w_load * terms["load"]
             + cfg.w_queue * terms["queue"]
             + cfg.w_kv * terms["kv"]
             + cfg.w_modality * terms["modality"]
         )
-        tier = 2 if not ep.fresh else (1 if saturated else 0)
+        tier = 3 if not ep.fresh else 2 if saturated else 1 if terms["modality"] >= 1.0 else 0
+        base[ep.address] = score
+        if tier in (0, 3):  # never onto a saturated or modality-mismatched endpoint
+            b, saved_s = bonus(hit, cfg) if hit is not None else (0.0, 0.0)
+            if hit is not None and (b or hit.prefix_share):
+                terms["prefix"] = hit.prefix_share
+                terms["saved_tokens"] = hit.saved_tokens
+                terms["images_cached"] = hit.images
+                terms["saved_s"] = saved_s
+            if ep.address == context_endpoint:
+                b += cfg.context_bonus
+            if b:
+                terms["bonus"] = b
+                score -= b
         if not ep.fresh:
             note = "; ".join(x for x in (ep.stale_reason, note) if x)
         cands.append(Candidate(ep.address, ep.name, tier, score, terms, note))
     cands.sort(key=lambda c: (c.tier, c.score, c.address))
-    by_addr = {e.address: e for e in eligible}
     if cfg.shed_queue > 0 and all(
         e.fresh and e.waiting is not None and e.waiting >= cfg.shed_queue for e in eligible
     ):
@@ -261,11 +343,12 @@ def choose(
             message=f"every endpoint has at least {cfg.shed_queue:g} requests waiting",
         )
     chosen = cands[0]
-    reason = ("score", "saturated", "stale")[chosen.tier]
-    if context_endpoint is not None and context_endpoint in by_addr:
-        bound = next(c for c in cands if c.address == context_endpoint)
-        if bound.tier == 0:
-            chosen, reason = bound, "context"
+    reason = ("score", "score", "saturated", "stale")[chosen.tier]
+    if chosen.terms.get("bonus"):
+        rivals = [c for c in cands if c.tier == chosen.tier]
+        unbonused = min(rivals, key=lambda c: (base[c.address], c.address))
+        if unbonused.address != chosen.address:
+            reason = "context" if chosen.address == context_endpoint else "cache"
     rest = [c.address for c in cands if c.address != chosen.address]
     return Decision(
         200,

@@ -17,10 +17,24 @@ router decides, per request, which ready replica serves it. Policies (`--routing
   random. It reads the last scrape and nothing else: between two scrapes every request
   sees the same numbers. A replica not yet scraped scores as the picker's zero-initialised
   metrics do (queue 0, KV 0).
+- `llm-d`: llm-d's inference-scheduling profile: queue-scorer 2, kv-cache-utilization-scorer
+  2, prefix-cache-scorer 3 (llm-d/llm-d guides/inference-scheduling/scheduler/
+  inference-scheduling.values.yaml), the first two as `kv-queue`, the prefix scorer the
+  Gateway API Inference Extension's approximate one: the share of the request's leading
+  64-character blocks last sent to the replica (an LRU of 31,250 blocks per replica, its
+  lruCapacityPerServer), run on `router.prefix.PrefixIndex` with those parameters.
 - `kvspread`: kvspread's own endpoint picker, the real code: `router.request.parse_request`
   reads a request body built from the simulated request, `router.endpoints.EndpointSet`
   holds the endpoints (scraped through the collector's engine parser, picks since the
-  scrape counted, staleness tiers, node signals), `router.scoring.choose` picks.
+  scrape counted, staleness tiers, node signals), `router.cacheterms.CacheTerms` says what
+  each replica is expected to hold of it (prefix blocks, images), `router.scoring.choose`
+  picks.
+
+A request that carries content ids (`block_hashes`, `image_ids`: simulator.serving.workload)
+has them in its body, so the prefix and image indexes see what a client's repeated prompt
+and images would show them: each content block is text made from its hash (the chain entry
+stands for the prefix up to it, so equal prefixes give equal text), each image a PNG whose
+bytes carry its id.
 
 Metrics, as the engine's /metrics would expose them: every `interval_s` (the router's
 default, `router.config.MetricsConfig`) each ready replica's vLLM metrics are rendered as
@@ -43,8 +57,10 @@ import orjson
 
 from kvspread.engine import EngineSample
 from kvspread.signals import NodeSignals
+from router.cacheterms import NOTHING, CacheTerms
 from router.config import MetricsConfig, RequestConfig
 from router.endpoints import Endpoint, EndpointSet, summarise_samples
+from router.prefix import CacheConfig, PrefixIndex
 from router.request import RequestInfo, parse_request
 from router.scoring import ScoringConfig, choose
 from simulator.serving.cluster import Pod
@@ -60,6 +76,7 @@ __all__ = [
     "LeastRequest",
     "KvQueue",
     "KvspreadPicker",
+    "LlmD",
     "make_router",
     "parse_routings",
     "vllm_metrics_text",
@@ -68,13 +85,20 @@ __all__ = [
     "kv_queue_scores",
 ]
 
-ROUTINGS = ("round-robin", "least-request", "kv-queue", "kvspread")
+ROUTINGS = ("round-robin", "least-request", "kv-queue", "llm-d", "kvspread")
 DEFAULT_ROUTING = "least-request"
 """The routing of every run before routing policies existed: results stay as they were."""
 BASELINE_ROUTING = "round-robin"
 """What the routing comparison is against: a Kubernetes Service."""
 
 KV_QUEUE_WEIGHTS = (2.0, 2.0)  # (queue-scorer, kv-cache-utilization-scorer), llm-d default
+LLM_D_PREFIX_WEIGHT = 3.0
+"""prefix-cache-scorer's weight in llm-d's inference-scheduling guide (module docstring)."""
+LLM_D_PREFIX = CacheConfig(
+    block_tokens=16, max_blocks=256, capacity_blocks=31_250, memory_mib=1024, images=False
+)
+"""The inference extension's prefix plugin defaults: 64-character blocks (16 tokens of 4
+characters), 256 blocks matched, 31,250 blocks per server; memory not the bound here."""
 
 
 class Router(Protocol):
@@ -232,6 +256,42 @@ def kv_queue_scores(seen: Sequence[tuple[float, float]]) -> list[float]:
     return out
 
 
+def _has_ids(req: Request) -> bool:
+    """Whether the request carries content ids: without them nothing is shared with any
+    other request, so no cache index is asked (and runs without ids cost what they did)."""
+    return bool(getattr(req, "block_hashes", ()) or getattr(req, "image_ids", ()))
+
+
+class LlmD(KvQueue):
+    """llm-d's inference-scheduling profile (module docstring): `kv-queue`'s two scorers on
+    the last scrape plus the approximate prefix-cache scorer on the request's body."""
+
+    def __init__(
+        self, models: dict[str, str], rng: np.random.Generator, interval_s: float, patch: int
+    ) -> None:
+        super().__init__(models, rng, interval_s)
+        self._patch = patch
+        self._prefix = {service: PrefixIndex(LLM_D_PREFIX) for service in models}
+
+    def pick(self, req: Request, pods: Sequence[Pod], now: float) -> Pod:
+        if not _has_ids(req):  # nothing shared: the prefix scorer gives every replica 0
+            return super().pick(req, pods, now)
+        info = parse_request(request_body(req, self._models[req.service], self._patch))
+        index = self._prefix[req.service]
+        hashes = index.hashes(info)
+        held = index.match(hashes, info) if hashes else {}
+        base = kv_queue_scores([self._seen.get(p.pid, (0.0, 0.0)) for p in pods])
+        scores = [
+            b + LLM_D_PREFIX_WEIGHT * (held[p.pid].blocks / len(hashes) if p.pid in held else 0.0)
+            for p, b in zip(pods, base, strict=True)
+        ]
+        best = max(scores)
+        tied = [p for p, s in zip(pods, scores, strict=True) if s == best]
+        chosen = tied[int(self._rng.integers(len(tied)))] if len(tied) > 1 else tied[0]
+        index.record(chosen.pid, hashes, None)
+        return chosen
+
+
 def _png_header(width: int, height: int) -> bytes:
     """The first 24 bytes of a PNG: what the router reads an image's size from."""
     return b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", width, height)
@@ -241,14 +301,40 @@ def request_body(req: Request, model: str, patch: int) -> bytes:
     """An OpenAI chat/completions body for a simulated request, as a client sends it: the
     text (4 characters per token, the router's estimate), one base64 PNG per image sized so
     that the router's patch estimate gives the image's tokens, no `max_tokens` (the traces
-    do not say what clients asked for, so the router's default applies)."""
-    text_tokens = max(0, req.prompt - req.image_tokens)
-    content: list[dict[str, object]] = [{"type": "text", "text": "word" * text_tokens}]
-    for tokens in req.images:
-        data = base64.b64encode(_png_header(max(1, tokens) * patch, patch)).decode()
+    do not say what clients asked for, so the router's default applies). Content ids, where
+    the request has them, shape the images' bytes and the text (module docstring); the
+    images come first, as the simulator places them."""
+    image_ids: tuple[int, ...] = getattr(req, "image_ids", ())
+    content: list[dict[str, object]] = []
+    for k, tokens in enumerate(req.images):
+        tail = image_ids[k].to_bytes(8, "little", signed=True) if k < len(image_ids) else b""
+        data = base64.b64encode(_png_header(max(1, tokens) * patch, patch) + tail).decode()
         content.append({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}})
+    content.append({"type": "text", "text": _prompt_text(req)})
     doc = {"model": model, "messages": [{"role": "user", "content": content}]}
     return orjson.dumps(doc)
+
+
+def _prompt_text(req: Request) -> str:
+    """The prompt's text: per content block, text made from its chain hash, as long as the
+    block's text tokens; then filler for the tokens no block covers."""
+    text_tokens = max(0, req.prompt - req.image_tokens)
+    hashes: tuple[int, ...] = getattr(req, "block_hashes", ())
+    ends: tuple[int, ...] = getattr(req, "block_ends", ())
+    if not hashes or len(ends) != len(hashes):
+        return "word" * text_tokens  # no ids: nothing shared (and never looked up)
+    parts: list[str] = []
+    start = req.image_tokens  # the images sit at the prompt's start
+    covered = 0
+    for h, end in zip(hashes, ends, strict=True):
+        n = max(0, min(end, req.prompt) - max(start, req.image_tokens))
+        start = max(start, end)
+        if n:
+            stamp = f"{h & 0xFFFFFFFFFFFFFFFF:016x}"
+            parts.append((stamp * (n * 4 // 16 + 1))[: n * 4])
+            covered += n
+    parts.append("word" * max(0, text_tokens - covered))
+    return "".join(parts)
 
 
 class KvspreadPicker:
@@ -273,6 +359,7 @@ class KvspreadPicker:
         self._nodes: dict[int, str] = {}
         self._members: dict[str, tuple[str, ...]] = {}
         self.sets: dict[str, EndpointSet] = {}
+        self.cache = {service: CacheTerms(CacheConfig()) for service in models}
         for service in models:
             self.sets[service] = EndpointSet(
                 self.metrics,
@@ -335,10 +422,16 @@ class KvspreadPicker:
         self._sync(req.service, pods, self._nodes)
         es = self.sets[req.service]
         info = self.info(req)
-        decision = choose(info, es.views(), self.scoring)
+        cache = self.cache[req.service]
+        found = cache.lookup(info) if _has_ids(req) else NOTHING
+        views = es.views()
+        decision = choose(info, views, self.scoring, hits=found.hits)
         if decision.chosen is None:  # only 503 (no endpoint) or 429 (shedding, off here)
             raise RuntimeError(f"router refused a request: {decision.message}")
-        es.record_pick(decision.chosen, info)
+        es.record_pick(decision.chosen, info, cache.kv_tokens(info, found, decision.chosen))
+        if found.hashes or found.digests:
+            cap = next(v.kv_capacity_tokens for v in views if v.address == decision.chosen)
+            cache.record(decision.chosen, found, cap)
         return self._pods[decision.chosen]
 
     def close(self) -> None:
@@ -361,6 +454,8 @@ def make_router(
         return LeastRequest()
     if name == "kv-queue":
         return KvQueue(models, rng, interval)
+    if name == "llm-d":
+        return LlmD(models, rng, interval, RequestConfig().patch)
     if name == "kvspread":
         return KvspreadPicker(models, modalities)
     raise ValueError(f"unknown routing policy {name!r} (one of {', '.join(ROUTINGS)})")

@@ -11,18 +11,59 @@ It serves, over real HTTP on 127.0.0.1:
   object when the body does not ask for `stream`.
 
 `requests` records (path, headers, body length) of every completion request it served.
+
+With `cache_blocks` > 0 it also emulates an engine's prefix cache and encoder cache, so the
+router's cache terms show end to end (the fake's own hashing, not the router's): the prompt
+(messages in order) is cut into 64-character blocks (16 tokens of 4 characters), chain-
+hashed with SHA-256, and the leading run of blocks found in its LRU of `cache_blocks`
+blocks is cached; the images' URLs are kept in an LRU of `encoder_images`. The answer says
+`usage.prompt_tokens_details.cached_tokens` (the OpenAI/vLLM field) and
+`encoder_cache_hits`, and its time to first token is computed, not measured:
+`ttft_base_s` + uncached tokens x `ttft_per_token_s` (+ `encode_s` per uncached image),
+which the fake waits before it answers. While it serves, its /metrics report the requests
+in flight as running (up to `max_batch`) and waiting (past it), as an engine does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
+import time
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.http_fake import QuietHandler
 
-__all__ = ["FakeEngine", "vllm_metrics", "MODEL"]
+__all__ = ["FakeEngine", "vllm_metrics", "MODEL", "prompt_text"]
+
+BLOCK_CHARS = 64
+
+
+def prompt_text(doc: dict[str, Any]) -> tuple[str, list[str]]:
+    """(prompt text in message order, image URLs) of a chat or completions body."""
+    text: list[str] = []
+    images: list[str] = []
+    for msg in doc.get("messages") or []:
+        if not isinstance(msg, dict):
+            continue
+        text.append(f"<{msg.get('role')}>")
+        content = msg.get("content")
+        if isinstance(content, str):
+            text.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    text.append(part["text"])
+                elif isinstance(part, dict) and isinstance(part.get("image_url"), dict):
+                    url = str(part["image_url"].get("url", ""))
+                    images.append(url)
+                    text.append("<image:" + hashlib.sha256(url.encode()).hexdigest() + ">")
+    if isinstance(doc.get("prompt"), str):
+        text.append(doc["prompt"])
+    return "".join(text), images
+
 
 MODEL = "Qwen/Qwen2-VL-7B-Instruct"
 
@@ -66,6 +107,18 @@ class FakeEngine:
         self.metrics_broken = False
         self.metrics_text: str | None = None
         self.requests: list[tuple[str, dict[str, str], int]] = []
+        self.cache_blocks = 0
+        self.encoder_images = 64
+        self.max_batch = 64
+        self.ttft_base_s = 0.002
+        self.ttft_per_token_s = 2e-6
+        self.encode_s = 0.005
+        self.cached_tokens = 0  # over every request served
+        self.prompt_tokens = 0
+        self.encoder_hits = 0
+        self.inflight = 0
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+        self._encoded: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
         self._server = _Server((host, port), self._handler())
         self.port = self._server.server_address[1]
@@ -99,7 +152,54 @@ class FakeEngine:
         with self._lock:
             if self.metrics_text is not None:
                 return self.metrics_text
-            return vllm_metrics(self.waiting, self.running, self.kv, self.blocks, self.block_size)
+            running = self.running + min(self.inflight, self.max_batch)
+            waiting = self.waiting + max(0, self.inflight - self.max_batch)
+            return vllm_metrics(waiting, running, self.kv, self.blocks, self.block_size)
+
+    def _serve_prompt(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """The prefix- and encoder-cache emulation (module docstring): what this request
+        found cached, and its time to first token."""
+        text, images = prompt_text(doc)
+        hashes, prev = [], b""
+        for i in range(len(text) // BLOCK_CHARS):
+            prev = hashlib.sha256(
+                prev + text[i * BLOCK_CHARS : (i + 1) * BLOCK_CHARS].encode()
+            ).digest()
+            hashes.append(prev)
+        with self._lock:
+            hit = 0
+            for h in hashes:
+                if h not in self._blocks:
+                    break
+                hit += 1
+            for h in hashes:
+                self._blocks[h] = None
+                self._blocks.move_to_end(h)
+            while len(self._blocks) > self.cache_blocks:
+                self._blocks.popitem(last=False)
+            enc_hits = 0
+            for url in images:
+                key = hashlib.sha256(url.encode()).hexdigest()
+                enc_hits += key in self._encoded
+                self._encoded[key] = None
+                self._encoded.move_to_end(key)
+            while len(self._encoded) > self.encoder_images:
+                self._encoded.popitem(last=False)
+            prompt = max(1, len(text) // 4)
+            cached = min(prompt, hit * BLOCK_CHARS // 4)
+            self.cached_tokens += cached
+            self.prompt_tokens += prompt
+            self.encoder_hits += enc_hits
+        ttft = (
+            self.ttft_base_s
+            + (prompt - cached) * self.ttft_per_token_s
+            + (len(images) - enc_hits) * self.encode_s
+        )
+        return {
+            "usage": {"prompt_tokens": prompt, "prompt_tokens_details": {"cached_tokens": cached}},
+            "encoder_cache_hits": enc_hits,
+            "ttft_s": ttft,
+        }
 
     def _record(self, path: str, headers: dict[str, str], size: int) -> None:
         with self._lock:
@@ -127,9 +227,26 @@ class FakeEngine:
                     doc = json.loads(raw or b"{}")
                 except ValueError:
                     doc = {}
+                if not isinstance(doc, dict):
+                    doc = {}
+                extra: dict[str, Any] = {}
+                if fake.cache_blocks:
+                    with fake._lock:
+                        fake.inflight += 1
+                    try:
+                        extra = fake._serve_prompt(doc)
+                        time.sleep(extra["ttft_s"])
+                    finally:
+                        with fake._lock:
+                            fake.inflight -= 1
                 if not doc.get("stream"):
                     body = json.dumps(
-                        {"object": "chat.completion", "served_by": fake.name, "bytes": len(raw)}
+                        {
+                            "object": "chat.completion",
+                            "served_by": fake.name,
+                            "bytes": len(raw),
+                            **extra,
+                        }
                     ).encode()
                     self.send_body(200, "application/json", body)
                     return

@@ -83,7 +83,7 @@ def test_the_router_bench_scripts_start() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    for script in ("router_bench.py", "router_replay.py"):
+    for script in ("router_bench.py", "router_replay.py", "router_prefix_bench.py"):
         out = subprocess.run(
             [sys.executable, str(root / "bench" / script), "--help"],
             capture_output=True,
@@ -91,3 +91,14 @@ def test_the_router_bench_scripts_start() -> None:
             timeout=120,
         )
         assert out.returncode == 0 and out.stdout.startswith("usage:"), (script, out.stderr)
+
+
+def test_the_prefix_bench_prints_its_figures() -> None:
+    """bench/router_prefix_bench.py measures both pickers and the index and prints them."""
+    from bench.router_prefix_bench import memory, pick_times
+
+    t = pick_times(rate=1000.0, picks=12)
+    assert len(t["on"]) == len(t["off"]) == 12 and min(t["on"]) > 0
+    entries, measured, estimated, evictions = memory(0.05)
+    assert 0 < entries and measured > 0 and evictions > 0
+    assert estimated <= 0.05 * (1 << 20)

@@ -107,8 +107,8 @@ def test_ipv4_and_bracketed_ipv6_endpoints_are_accepted() -> None:
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("scoring: {w_nope: 1}", "scoring.w_nope: unknown key (known: fallbacks, load_image"),
-        ("pool_name: p", "pool_name: unknown key (known: affinity, endpoints, kubernetes"),
+        ("scoring: {w_nope: 1}", "scoring.w_nope: unknown key (known: absorb_picks, context_bonus, fallbacks"),
+        ("pool_name: p", "pool_name: unknown key (known: affinity, cache, endpoints, kubernetes"),
         ("server: {grpc_port: '7000'}", "server.grpc_port: expected an integer, got '7000'"),
         ("metrics: 0.5", "metrics: expected a mapping, got 0.5"),
         ("endpoints: {static: [1, 2]}", "endpoints.static: expected a list of ip:port"),

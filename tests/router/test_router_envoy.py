@@ -12,19 +12,15 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 
 from router.config import GRPC_SERVERS
-from router.run import Router
-from tests.fake_kube import FakeKubeApi, make_node
-from tests.ports import port_free_on
-from tests.router.conftest import GROUP_VERSION, pool, ready_pod, router_config
+from tests.router.conftest import ready_pod
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
-from tests.router.fake_engine import FakeEngine
+from tests.router.gateway import Gateway, chat, open_gateway, post, served_by
 
 _SKIP = envoy_skip_reason()
 pytestmark = [
@@ -36,39 +32,6 @@ HOSTS = {"text-0": "127.0.0.2", "text-1": "127.0.0.3", "image-0": "127.0.0.4"}
 LABELS = {"text-0": "text", "text-1": "text", "image-0": "image"}
 
 
-@dataclass
-class Gateway:
-    api: FakeKubeApi
-    fakes: dict[str, FakeEngine]
-    port: int
-    router: Router
-    envoy: Envoy
-
-    def addr(self, name: str) -> str:
-        return f"{HOSTS[name]}:{self.port}"
-
-    def name_of(self, address: str) -> str:
-        return next(n for n in HOSTS if self.addr(n) == address)
-
-    def reset(self, **waiting: float) -> None:
-        """Set every fake's queue (default 0) and wait for a scrape that shows it."""
-        for name, fake in self.fakes.items():
-            fake.set(waiting=waiting.get(name.replace("-", "_"), 0.0), running=1, kv=0.1)
-        before = self.router.endpoints.scrapes
-        deadline = time.monotonic() + 10
-        while self.router.endpoints.scrapes < before + 2 * len(self.fakes):
-            assert time.monotonic() < deadline, "no scrape"
-            time.sleep(0.02)
-
-    def explain(self, rid: str) -> dict[str, Any]:
-        url = f"http://127.0.0.1:{self.router.http_port}/debug/explain"
-        return httpx.get(url, params={"request_id": rid}, timeout=5).json()
-
-
-def chat(content: Any = "hello there", **extra: Any) -> dict[str, Any]:
-    return {"model": "qwen", "messages": [{"role": "user", "content": content}], **extra}
-
-
 def image_part(raw_tail: int = 0) -> list[dict[str, Any]]:
     png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR" + (448).to_bytes(4, "big") * 2
     url = "data:image/png;base64," + base64.b64encode(png + b"\x07" * raw_tail).decode()
@@ -78,53 +41,12 @@ def image_part(raw_tail: int = 0) -> list[dict[str, Any]]:
     ]
 
 
-def post(gw: Gateway, body: dict[str, Any] | bytes, **headers: str) -> httpx.Response:
-    rid = headers.pop("rid", None) or str(uuid.uuid4())
-    h = {"x-request-id": rid, "content-type": "application/json"}
-    h.update({k.replace("_", "-"): v for k, v in headers.items()})
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(gw.envoy.url + "/v1/chat/completions", content=raw, headers=h, timeout=60)
-
-
-def served_by(resp: httpx.Response) -> str:
-    assert resp.status_code == 200, resp.text
-    return str(resp.json()["served_by"])
-
-
 @pytest.fixture(scope="module", params=GRPC_SERVERS)
 def gateway(request: pytest.FixtureRequest) -> Iterator[Gateway]:
     """The real Envoy in front of the picker, on each gRPC server (grpcio, the default, and
     the opt-in own HTTP/2 one), so both face Envoy's real ext_proc client."""
-    port = port_free_on(list(HOSTS.values()))
-    fakes = {n: FakeEngine(n, host=h, port=port).start() for n, h in HOSTS.items()}
-    with FakeKubeApi() as api:
-        api.register_kind(GROUP_VERSION, "InferencePool", "inferencepools", True)
-        api.put(make_node("gpu-1"))
-        api.put(pool(port, {"app": "qwen-vl"}))
-        for name, host in HOSTS.items():
-            labels = {"app": "qwen-vl", "kvspread.io/modality": LABELS[name]}
-            api.put(ready_pod(name, host, "gpu-1", labels))
-        cfg = router_config(
-            None,
-            pool={"name": "qwen-vl", "namespace": "llm"},
-            kubernetes={"api_server": api.url},
-            scoring={"fallbacks": 0},  # ORIGINAL_DST takes one address
-            server={"grpc_server": request.param},
-        )
-        router = Router(cfg).start()
-        envoy = Envoy(bootstrap(router.grpc_port, [f"{h}:{port}" for h in HOSTS.values()]))
-        gw = Gateway(api, fakes, port, router, envoy)
-        try:
-            deadline = time.monotonic() + 15
-            while len(router.endpoints.endpoints()) < 3:
-                assert time.monotonic() < deadline, "pool endpoints never appeared"
-                time.sleep(0.05)
-            yield gw
-        finally:
-            envoy.stop()
-            router.stop()
-            for f in fakes.values():
-                f.stop()
+    with open_gateway(HOSTS, LABELS, request.param) as gw:
+        yield gw
 
 
 def test_requests_go_where_the_picker_says(gateway: Gateway) -> None:

@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from router.affinity import ContextAffinity
 from router.request import RequestInfo, parse_request
-from router.scoring import EndpointView, ScoringConfig, _terms, choose, modality_term
+from router.scoring import (
+    CacheHit,
+    EndpointView,
+    ScoringConfig,
+    _terms,
+    choose,
+    modality_term,
+)
 
 CFG = ScoringConfig()
 TEXT = parse_request(b'{"model": "m", "prompt": "hello", "max_tokens": 100}')
@@ -38,8 +45,56 @@ def test_long_queue_loses() -> None:
 
 
 def test_picks_since_scrape_count_against_an_endpoint() -> None:
-    d = choose(TEXT, [ep("a:1", picks_since_scrape=5), ep("b:1", waiting=2)], CFG)
+    d = choose(TEXT, [ep("a:1", picks_since_scrape=12), ep("b:1", waiting=2)], CFG)
     assert d.chosen == "b:1"
+    # once the engine reports a queue, every pick since the scrape queues too
+    d = choose(TEXT, [ep("a:1", waiting=1, picks_since_scrape=3), ep("b:1", waiting=3)], CFG)
+    assert d.chosen == "b:1"
+
+
+def test_picks_alone_never_saturate_an_endpoint() -> None:
+    """The router's own pick count is no saturation: only the engine's reported queue and
+    KV (with the picks' tokens) against its own capacity are (issue 24, point 4)."""
+    d = choose(TEXT, [ep("a:1", picks_since_scrape=40)], CFG)
+    assert d.candidates[0].tier == 0 and d.reason == "score"
+    full = ep("a:1", picks_since_scrape=40, pending_tokens=90_000, kv_usage=0.1)
+    assert choose(TEXT, [full], CFG).candidates[0].tier == 2  # its KV would not hold them
+    waiting = ep("a:1", waiting=CFG.saturation_queue)
+    assert choose(TEXT, [waiting], CFG).candidates[0].tier == 2
+
+
+def test_cache_hits_trade_saved_prefill_against_queue() -> None:
+    """A cached endpoint keeps a request while its extra queue costs less than the prefill
+    it saves; a cache hit is never a reason to pile onto a long queue."""
+    eps = [ep("a:1", waiting=2), ep("b:1", waiting=0)]
+    hit = {"a:1": CacheHit(prefix_share=0.9, saved_tokens=4000)}  # 0.5 s of prefill
+    d = choose(TEXT, eps, CFG, hits=hit)
+    assert d.chosen == "a:1" and d.reason == "cache"
+    a = next(c for c in d.candidates if c.address == "a:1")
+    assert a.terms["prefix"] == 0.9 and a.terms["saved_s"] == pytest.approx(0.5)
+    assert a.terms["bonus"] == pytest.approx(min(CFG.max_bonus, 0.5 / 0.1 / 16))
+    eps[0] = ep("a:1", waiting=7)  # 7 queued cost more than 0.5 s of prefill
+    assert choose(TEXT, eps, CFG, hits=hit).chosen == "b:1"
+    small = {"a:1": CacheHit(prefix_share=0.1, saved_tokens=80)}
+    assert choose(TEXT, [ep("a:1", waiting=2), ep("b:1")], CFG, hits=small).chosen == "b:1"
+
+
+def test_image_cache_hits_count_the_encoder_time() -> None:
+    eps = [ep("i:1", modality="image", running=4), ep("j:1", modality="image")]
+    d = choose(IMAGE, eps, CFG, hits={"i:1": CacheHit(images=1)})
+    assert d.chosen == "i:1" and d.reason == "cache"
+    assert d.candidates[0].terms["images_cached"] == 1
+
+
+def test_modality_pools_hold_while_an_image_pod_has_room() -> None:
+    """An image request never goes to a text-only pod while an image pod is fresh and not
+    saturated, however busy the image pod is short of saturation."""
+    busy_image = ep("i:1", modality="image", waiting=7, running=60, kv_usage=0.9)
+    idle_text = ep("t:1", modality="text", waiting=0, running=0, kv_usage=0.0)
+    d = choose(IMAGE, [idle_text, busy_image], CFG, hits={"t:1": CacheHit(images=1)})
+    assert d.chosen == "i:1"
+    saturated = dataclasses.replace(busy_image, waiting=CFG.saturation_queue)
+    assert choose(IMAGE, [idle_text, saturated], CFG).chosen == "t:1"
 
 
 def test_kv_headroom_excludes_endpoints_the_request_does_not_fit() -> None:
@@ -47,7 +102,7 @@ def test_kv_headroom_excludes_endpoints_the_request_does_not_fit() -> None:
     d = choose(big, [ep("a:1", kv_usage=0.8), ep("b:1", kv_usage=0.5, waiting=5)], CFG)
     assert d.chosen == "b:1"
     a = next(c for c in d.candidates if c.address == "a:1")
-    assert a.tier == 1 and "do not fit" in a.note
+    assert a.tier == 2 and "do not fit" in a.note
 
 
 def test_image_requests_prefer_image_pods_text_prefers_text() -> None:
@@ -136,13 +191,18 @@ def _reference_terms(
     known = e.fresh and e.running is not None and e.waiting is not None
     streams = clip((e.running + e.waiting + e.picks_since_scrape) / cfg.max_streams) if known else 1.0  # type: ignore[operator]  # fmt: skip
     load = cfg.load_memory * mem + cfg.load_streams * streams + cfg.load_image * img
-    queued = e.waiting + e.picks_since_scrape if e.fresh and e.waiting is not None else None
-    queue = 1.0 if queued is None else clip(queued / cfg.queue_norm)
+    waiting = e.waiting if e.fresh else None
+    picks = e.picks_since_scrape
+    if waiting is not None and waiting <= 0:
+        picks = max(0, picks - cfg.absorb_picks)  # absorbed by a batch that has room
+    queue = 1.0 if waiting is None else clip((waiting + picks) / cfg.queue_norm)
     usage = clip(e.kv_usage) if e.fresh and e.kv_usage is not None else None
     no_room, kv = False, 1.0
     if usage is not None:
         kv = usage
         if e.kv_capacity_tokens:
+            usage = min(1.0, usage + e.pending_tokens / e.kv_capacity_tokens)
+            kv = usage
             free = (1.0 - usage) * e.kv_capacity_tokens
             no_room = req.total_tokens > free
             if no_room:
@@ -150,7 +210,7 @@ def _reference_terms(
             kv = 1.0 if no_room else clip(usage + req.total_tokens / e.kv_capacity_tokens)
     saturated = (
         no_room
-        or (queued is not None and queued >= cfg.saturation_queue)
+        or (waiting is not None and waiting >= cfg.saturation_queue)
         or (usage is not None and usage >= cfg.saturation_kv)
     )
     terms = {"load": load, "queue": queue, "kv": kv, "modality": modality_term(req.modality, e.modality)}  # fmt: skip
@@ -169,7 +229,8 @@ maybe_share = st.none() | st.floats(-0.5, 1.5)
     capacity=st.none() | st.sampled_from([0, 500, 100_000]),
     mem=maybe_share,
     img=maybe_share,
-    picks=st.integers(0, 10),
+    picks=st.integers(0, 20),
+    pending=st.integers(0, 3000),
     modality=st.sampled_from([None, "text", "image", "multi-image", "mixed", "audio"]),
     req_modality=st.sampled_from(["text", "image", "multi-image"]),
     tokens=st.integers(0, 5000),
@@ -183,12 +244,13 @@ def test_terms_match_the_plain_formulas(
     mem: float | None,
     img: float | None,
     picks: int,
+    pending: int,
     modality: str | None,
     req_modality: str,
     tokens: int,
 ) -> None:
     e = EndpointView("a:1", modality=modality, fresh=fresh, waiting=waiting, running=running,
                      kv_usage=kv, kv_capacity_tokens=capacity, gpu_memory_share=mem,
-                     image_token_share=img, picks_since_scrape=picks)  # fmt: skip
+                     image_token_share=img, picks_since_scrape=picks, pending_tokens=pending)  # fmt: skip
     req = RequestInfo("m", req_modality, (), tokens, tokens // 2, 100, False)
     assert _terms(e, req, CFG, req.total_tokens) == _reference_terms(e, req, CFG)

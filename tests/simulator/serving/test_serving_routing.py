@@ -346,5 +346,5 @@ def test_cli_unknown_routing_is_one_line_and_exit_2(tmp_path: Path) -> None:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert "--routing: unknown policy 'fastest'" in lines[0]
-    assert "round-robin, least-request, kv-queue, kvspread" in lines[0]
+    assert "round-robin, least-request, kv-queue, llm-d, kvspread" in lines[0]
     assert not (tmp_path / "o").exists()  # nothing ran, nothing written
