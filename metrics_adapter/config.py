@@ -31,6 +31,7 @@ from kvspread.settings import (
     http_urls,
     invalid,
     load,
+    paired,
     ports,
 )
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
@@ -210,10 +211,7 @@ class AdapterConfig:
             ("otlp_tls_cert_file", "otlp_tls_private_key_file"),
             ("keda_tls_cert_file", "keda_tls_private_key_file"),
         ):
-            if bool(getattr(self, cert)) != bool(getattr(self, key)):
-                raise invalid(
-                    cert, f"{cert} and {key} given together, or neither", getattr(self, cert)
-                )
+            paired(self, cert, key, "a PEM certificate and its private key")
         if self.keda_client_ca_file and not self.keda_tls_cert_file:
             raise invalid(
                 "keda_client_ca_file",
