@@ -100,7 +100,7 @@ CASES: list[tuple[list[str], str]] = [
     # adapter
     (
         ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--secure-port", "{port}"],
-        "--secure-port {port}: 0.0.0.0:{port} is already in use",
+        "--secure-port {port}: 127.0.0.1:{port} is already in use",
     ),
     (
         ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--otlp-port", "{port}"],
@@ -135,7 +135,7 @@ CASES: list[tuple[list[str], str]] = [
     (
         ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--keda-port", "{port}"]
         + ["--secure-port", "0", "--otlp-port", "0", "--requestheader-client-ca-file", "{ca}"],
-        "--keda-port {port}: 0.0.0.0:{port} is already in use",
+        "--keda-port {port}: 127.0.0.1:{port} is already in use",
     ),
     (
         ["adapter", "serve", "--keda-port", "9443", "--keda-tls-cert-file", "{notpem}"],
@@ -152,7 +152,7 @@ CASES: list[tuple[list[str], str]] = [
     # collector
     (
         ["collector", "run", "--standalone", "--no-bpf", "--no-nvml", "--port", "{port}"],
-        "--port {port}: 0.0.0.0:{port} is already in use",
+        "--port {port}: 127.0.0.1:{port} is already in use",
     ),
     (["collector", "run", "--kubeconfig", "{missing}", "--no-bpf", "--no-nvml"], "--kubeconfig"),
     (["collector", "run", "--port", "many"], "port"),
