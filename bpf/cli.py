@@ -16,7 +16,7 @@ PART = "collector"
 
 SETTINGS: list[Setting] = [
     Setting("port", "port of /metrics, /signals, /healthz, /readyz (default 9435)"),
-    Setting("listen", "address to listen on (default 0.0.0.0)"),
+    Setting("listen", "address to listen on (default 127.0.0.1; 0.0.0.0: every address)"),
     Setting(
         "http_ports",
         "server ports to trace, comma list, or 'all' (default all)",

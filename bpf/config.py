@@ -5,7 +5,7 @@ unknown keys and bad values are errors naming the dotted key.
 YAML layout (every key optional)::
 
     port: 9435                  # /metrics, /signals, /healthz, /readyz
-    listen: 0.0.0.0
+    listen: 127.0.0.1           # 0.0.0.0 in a pod (the DaemonSet sets it)
     node_name: gpu-node-1       # default: $NODE_NAME (downward API)
     standalone: false           # no Kubernetes API: no annotation, no pod lookups
     http_ports: [8000, 8080]    # traced server ports; omit or [] for all
@@ -196,8 +196,9 @@ class CollectorConfig:
 
     port: int = DEFAULT_PORT
     """Port of /metrics, /signals, /healthz and /readyz (0: any free port)."""
-    listen: str = "0.0.0.0"
-    """Address those endpoints listen on."""
+    listen: str = "127.0.0.1"
+    """Address those endpoints listen on: loopback unless told (the DaemonSet says 0.0.0.0),
+    as /metrics shows every traced server's routes, other tenants' too."""
     node_name: str = ""
     """This node's name; unset: $NODE_NAME (the downward API)."""
     standalone: bool = False

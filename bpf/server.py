@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from bpf.state import CollectorState
+from kvspread.httpbase import shown
 from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
 from kvspread.signals import encode_signals
 
@@ -62,5 +63,5 @@ class CollectorServer(OpsServer):
         if path == "/readyz":
             return json_reply(*readiness(self.state, bool(self.is_started())))
         return json_reply(
-            404, {"error": f"no such path {path}; try /metrics, /signals, /healthz, /readyz"}
+            404, {"error": f"no such path {shown(path)}; try /metrics, /signals, /healthz, /readyz"}
         )

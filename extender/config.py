@@ -42,7 +42,7 @@ from typing import Any, Final, Literal
 from kvspread import kube
 from kvspread.logs import LogLevel
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
-from kvspread.settings import KubeAccess, bounded, invalid, load, ports, validated
+from kvspread.settings import KubeAccess, bounded, invalid, load, paired, ports, validated
 from kvspread.signals import STALE_AFTER_S
 
 __all__ = [
@@ -387,9 +387,7 @@ class ServerConfig:
 
     def validate(self) -> None:
         ports(self, "port")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            key = "tls_key" if self.tls_key is None else "tls_cert"
-            raise invalid(key, "tls_cert and tls_key given together", None)
+        paired(self, "tls_cert", "tls_key", "a PEM certificate and its private key")
         for key, verb in (
             ("filter_verb", self.filter_verb),
             ("prioritize_verb", self.prioritize_verb),

@@ -12,7 +12,19 @@ import json
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-__all__ = ["JsonErrorHandler", "error_body"]
+__all__ = ["JsonErrorHandler", "error_body", "shown", "SHOWN_CHARS"]
+
+SHOWN_CHARS = 200
+"""The most characters of a client's path (or id) an error answer echoes: a request line
+may be 64 KiB, and an answer (and a log line) need not repeat it to say it is unknown."""
+
+
+def shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text` as an error message quotes it: at most `limit` characters, and how long it
+    was when cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
 
 
 def error_body(message: str) -> bytes:
@@ -37,7 +49,7 @@ class JsonErrorHandler(BaseHTTPRequestHandler):
         501 for a method without a `do_*` handler becomes a 405 naming `allowed_methods`."""
         if code == 501 and self.command not in self.allowed_methods:
             allow = ", ".join(self.allowed_methods)
-            path = self.path.partition("?")[0]
+            path = shown(self.path.partition("?")[0])
             code, message = 405, f"method {self.command} not allowed on {path}; use {allow}"
         if message is None:
             if code == 414:

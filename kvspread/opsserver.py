@@ -6,13 +6,18 @@ server is enough. A part gives one `route(path, query) -> Reply` function; this 
 the HTTP side: status line, Content-Type and Content-Length, HEAD without a body, quiet access
 log, a 500 with a JSON message (never a traceback) when the route raises, and (from
 `kvspread.httpbase`) a JSON 405 for other methods and JSON protocol errors such as 414.
+A client that resets or drops its connection (a probe or scrape that timed out) is no
+error of the server: it is logged at debug, never as the standard library's multi-line
+traceback on stderr, which would break a JSON log's parsing.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import socket
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -62,7 +67,25 @@ def text_reply(status: int, text: str) -> Reply:
     return Reply(status, text.encode(), "text/plain")
 
 
-class _Ipv6Server(ThreadingHTTPServer):
+log = logging.getLogger("kvspread.opsserver")
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """The standard library's threading server, whose `handle_error` prints a traceback
+    to stderr for anything a handler raises: here a client gone away is a debug line, any
+    other failure one JSON error line naming it."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        kv = {"client": str(client_address[0]) if client_address else "", "error": repr(exc)}
+        if isinstance(exc, ConnectionError | TimeoutError):  # reset, broken pipe, aborted
+            log.debug("client closed the connection", extra={"kv": kv})
+        else:
+            kv["error"] = kv["error"][:300]
+            log.error("operator endpoint request failed", extra={"kv": kv})
+
+
+class _Ipv6Server(_QuietServer):
     """The same server on an IPv6 address (`--host ::1`, `--listen ::`): the standard
     library's server is IPv4 only unless its class says otherwise."""
 
@@ -90,7 +113,7 @@ class OpsServer:
                 if self.command != "HEAD":
                     self.wfile.write(reply.body)
 
-        server_class = _Ipv6Server if ":" in host else ThreadingHTTPServer
+        server_class = _Ipv6Server if ":" in host else _QuietServer
         self.httpd = server_class((host, port), Handler)
         self.httpd.daemon_threads = True
         self.port: int = self.httpd.server_address[1]

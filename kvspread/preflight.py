@@ -17,7 +17,17 @@ from pathlib import Path
 
 from kvspread.settings import ConfigError
 
-__all__ = ["check_port", "check_tls_pair", "check_output_dir", "check_kube_access"]
+__all__ = [
+    "check_port",
+    "check_distinct_ports",
+    "bind_message",
+    "check_tls_pair",
+    "check_output_dir",
+    "check_kube_access",
+]
+
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+"""Addresses that listen on every address of the machine, so overlap any other."""
 
 
 def check_port(host: str, port: int, flag: str, host_flag: str = "--host") -> None:
@@ -34,10 +44,27 @@ def check_port(host: str, port: int, flag: str, host_flag: str = "--host") -> No
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, port))
     except OSError as exc:
-        raise ConfigError(_bind_message(host, port, flag, host_flag, exc)) from None
+        raise ConfigError(bind_message(host, port, flag, host_flag, exc)) from None
 
 
-def _bind_message(host: str, port: int, flag: str, host_flag: str, exc: OSError) -> str:
+def check_distinct_ports(listeners: list[tuple[str, str, int]]) -> None:
+    """(flag, host, port) of one process's listeners: two on one port and overlapping
+    addresses would make the second fail to bind, and the port check alone (the port is
+    still free before the first binds) would blame "another process". Port 0 is never
+    shared."""
+    for i, (flag, host, port) in enumerate(listeners):
+        for other, other_host, other_port in listeners[:i]:
+            overlap = host == other_host or host in WILDCARDS or other_host in WILDCARDS
+            if port and port == other_port and overlap:
+                raise ConfigError(
+                    f"{flag} {port}: the same port as {other}; each listener of this process "
+                    f"needs its own port, change one of {other} and {flag}"
+                )
+
+
+def bind_message(host: str, port: int, flag: str, host_flag: str, exc: OSError) -> str:
+    """The one wording of a failed bind, for the start-up check and for a server that
+    lost the race for its port after it."""
     where = f"{host}:{port}"
     if exc.errno == errno.EADDRINUSE:
         return (

@@ -119,6 +119,20 @@ def invalid(key: str, expected: str, value: Any) -> ConfigError:
     return ConfigError(f"expected {expected}, got {value!r}", key=key)
 
 
+def paired(obj: Any, first: str, second: str, what: str) -> None:
+    """Fields of `obj` that go together (a certificate and its key): one without the other
+    is `FIELD: given without OTHER (--other-flag); WHAT`, naming the one to add, where
+    `invalid()` would say "got None" about the one never given."""
+    a, b = getattr(obj, first), getattr(obj, second)
+    if bool(a) != bool(b):
+        given, missing = (first, second) if a else (second, first)
+        raise ConfigError(
+            f"given without {missing} (--{missing.replace('_', '-')}): {what} go together; "
+            "give both or neither",
+            key=given,
+        )
+
+
 def bounded(
     obj: Any,
     *keys: str,

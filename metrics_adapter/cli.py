@@ -69,8 +69,15 @@ def _preflight(c: AdapterConfig) -> None:
             "--keda-tls-cert-file",
             "--keda-tls-private-key-file",
         )
-    preflight.check_port(c.bind_address, c.secure_port, "--secure-port", "--bind-address")
-    preflight.check_port(c.otlp_bind_address, c.otlp_port, "--otlp-port", "--otlp-bind-address")
+    listeners = [
+        ("--secure-port", c.bind_address, c.secure_port, "--bind-address"),
+        ("--otlp-port", c.otlp_bind_address, c.otlp_port, "--otlp-bind-address"),
+        ("--keda-port", c.keda_bind_address, c.keda_port, "--keda-bind-address"),
+    ]
+    preflight.check_distinct_ports([(flag, host, port) for flag, host, port, _ in listeners])
+    for flag, host, port, host_flag in listeners:
+        # before grpcio, which would log its own multi-line bind error for a taken KEDA port
+        preflight.check_port(host, port, flag, host_flag)
     if c.kubeconfig and not os.path.isfile(c.kubeconfig):
         raise ConfigError(f"--kubeconfig {c.kubeconfig}: no such file")
     if c.authorization_mode == "SubjectAccessReview" and c.requestheader_client_ca_file:

@@ -31,6 +31,7 @@ from kvspread.settings import (
     http_urls,
     invalid,
     load,
+    paired,
     ports,
 )
 from metrics_adapter.auth import DEFAULT_GROUP_HEADERS, DEFAULT_USERNAME_HEADERS
@@ -54,7 +55,10 @@ def _csv(text: str) -> list[str]:
 
 SETTINGS: Final = [
     Setting("secure_port", "HTTPS port of the external-metrics API (default 6443)"),
-    Setting("bind_address", "address the HTTPS API listens on (default 0.0.0.0)"),
+    Setting(
+        "bind_address",
+        "address the HTTPS API listens on (default 127.0.0.1; 0.0.0.0: every address)",
+    ),
     Setting(
         "tls_cert_file", "serving certificate (PEM); a self-signed pair is generated when unset"
     ),
@@ -83,11 +87,14 @@ SETTINGS: Final = [
         flag="--kube-api-server",
     ),
     Setting("otlp_port", "OTLP/HTTP receiver port (default 4318)"),
-    Setting("otlp_bind_address", "address the OTLP receiver listens on (default 0.0.0.0)"),
+    Setting(
+        "otlp_bind_address",
+        "address the OTLP receiver listens on (default 127.0.0.1; it takes unauthenticated pushes)",
+    ),
     Setting("otlp_tls_cert_file", "serve OTLP over TLS with this certificate (default plain HTTP)"),
     Setting("otlp_tls_private_key_file", "private key for --otlp-tls-cert-file"),
     Setting("keda_port", "KEDA external scaler gRPC port (default 0: off)", int),
-    Setting("keda_bind_address", "address the KEDA scaler listens on (default 0.0.0.0)"),
+    Setting("keda_bind_address", "address the KEDA scaler listens on (default 127.0.0.1)"),
     Setting("keda_tls_cert_file", "serve the KEDA scaler over TLS (default plaintext)"),
     Setting("keda_tls_private_key_file", "private key for --keda-tls-cert-file"),
     Setting("keda_client_ca_file", "require KEDA client certificates signed by this CA"),
@@ -110,8 +117,9 @@ class AdapterConfig:
 
     secure_port: int = 6443
     """HTTPS port of the external-metrics API (0: any free port)."""
-    bind_address: str = "0.0.0.0"
-    """Address the HTTPS API listens on."""
+    bind_address: str = "127.0.0.1"
+    """Address the HTTPS API listens on: loopback unless told, as the extender and the router
+    (the Deployment says 0.0.0.0)."""
     tls_cert_file: str | None = None
     """Serving certificate (PEM); unset: a self-signed pair is generated at start."""
     tls_private_key_file: str | None = None
@@ -141,8 +149,9 @@ class AdapterConfig:
     """How often the front-proxy CA is re-read (file or ConfigMap)."""
     otlp_port: int = 4318
     """OTLP/HTTP receiver port (0: any free port)."""
-    otlp_bind_address: str = "0.0.0.0"
-    """Address the OTLP receiver listens on."""
+    otlp_bind_address: str = "127.0.0.1"
+    """Address the OTLP receiver listens on: loopback unless told, as it takes pushes from
+    anyone who reaches it (the Deployment says 0.0.0.0, behind its NetworkPolicy)."""
     otlp_tls_cert_file: str | None = None
     """Serve OTLP over TLS with this certificate (PEM); unset: plain HTTP."""
     otlp_tls_private_key_file: str | None = None
@@ -151,8 +160,9 @@ class AdapterConfig:
     """Largest OTLP request body accepted (413 above)."""
     keda_port: int = 0
     """Port of the KEDA external scaler gRPC server (`externalscaler.ExternalScaler`); 0 turns it off."""
-    keda_bind_address: str = "0.0.0.0"
-    """Address the KEDA gRPC server listens on."""
+    keda_bind_address: str = "127.0.0.1"
+    """Address the KEDA gRPC server listens on (loopback unless told; the KEDA overlay says
+    0.0.0.0)."""
     keda_tls_cert_file: str | None = None
     """Serving certificate of the KEDA gRPC server (PEM); without it the server is plaintext."""
     keda_tls_private_key_file: str | None = None
@@ -210,10 +220,7 @@ class AdapterConfig:
             ("otlp_tls_cert_file", "otlp_tls_private_key_file"),
             ("keda_tls_cert_file", "keda_tls_private_key_file"),
         ):
-            if bool(getattr(self, cert)) != bool(getattr(self, key)):
-                raise invalid(
-                    cert, f"{cert} and {key} given together, or neither", getattr(self, cert)
-                )
+            paired(self, cert, key, "a PEM certificate and its private key")
         if self.keda_client_ca_file and not self.keda_tls_cert_file:
             raise invalid(
                 "keda_client_ca_file",

@@ -28,7 +28,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 
-from kvspread import __version__, names
+from kvspread import __version__, names, preflight
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.settings import ConfigError
 from metrics_adapter.apiserver import DURATION_BOUNDS, ApiServer
@@ -272,11 +272,11 @@ class Adapter:
         self.api_http.ssl_context = self.client_ca.context()
         if not self.client_ca.has_ca:
             log.warning("no request-header client CA: every API request will get 401")
-        await self._listen(self.api_http, "secure_port", "--secure-port")
+        await self._listen(self.api_http, "--secure-port")
         try:
-            await self._listen(self.otlp_http, "otlp_port", "--otlp-port")
+            await self._listen(self.otlp_http, "--otlp-port")
             if self.keda is not None:
-                await self._listen(self.keda, "keda_port", "--keda-port")
+                await self._listen(self.keda, "--keda-port")
         except ConfigError:
             await self.api_http.stop()
             await self.otlp_http.stop()
@@ -296,14 +296,12 @@ class Adapter:
         )
 
     @staticmethod
-    async def _listen(server: HttpServer | KedaServer, key: str, flag: str) -> None:
+    async def _listen(server: HttpServer | KedaServer, flag: str) -> None:
         try:
             await server.start()
-        except PortInUse as exc:
+        except PortInUse as exc:  # lost the race for the port after the start-up check
             raise ConfigError(
-                f"{key}: cannot listen on {exc.host or '*'}:{exc.port}, it is already in use: "
-                "another process (a second adapter?) holds the port; stop it or choose "
-                f"another {flag}"
+                preflight.bind_message(exc.host or "0.0.0.0", exc.port, flag, flag, exc)
             ) from None
 
     async def _housekeeping(self) -> None:

@@ -123,6 +123,8 @@ def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     cfg = config_from_args(args, environ)
     srv, kube = cfg.server, cfg.kubernetes
     preflight.check_tls_pair(srv.tls_cert, srv.tls_key, "--tls-cert", "--tls-key")
+    preflight.check_port(srv.host, srv.grpc_port, "--grpc-port")
+    preflight.check_port(srv.host, srv.http_port, "--http-port")
     if cfg.mode != "static":
         preflight.check_kube_access(kube.kubeconfig, kube.api_server, "--endpoints IP:PORT,...")
     logs.configure(cfg.server.log_level)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 from kvspread.logs import LogLevel
-from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, ports
+from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, paired, ports
 from kvspread.signals import STALE_AFTER_S
 from router.prefix import CacheConfig
 from router.request import RequestConfig
@@ -148,9 +148,7 @@ class ServerConfig:
         ports(self, "grpc_port", "http_port")
         if self.grpc_port == self.http_port != 0:
             raise invalid("http_port", "a port other than grpc_port", self.http_port)
-        if (self.tls_cert is None) != (self.tls_key is None):
-            key = "tls_key" if self.tls_key is None else "tls_cert"
-            raise invalid(key, "tls_cert and tls_key both or neither", None)
+        paired(self, "tls_cert", "tls_key", "a PEM certificate and its private key")
         if self.grpc_server not in GRPC_SERVERS:
             raise invalid("grpc_server", "one of " + ", ".join(GRPC_SERVERS), self.grpc_server)
         if self.max_message_bytes < MIN_MESSAGE_BYTES:

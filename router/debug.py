@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvspread.httpbase import shown
 from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
 from router.endpoints import EndpointSet
 from router.metrics import RouterMetrics
@@ -85,7 +86,7 @@ class DebugServer(OpsServer):
             doc = self.picker.explain(rid)
             if doc is None:
                 return json_reply(
-                    404, {"error": f"no decision kept for request id {rid!r}"}, indent=1
+                    404, {"error": f"no decision kept for request id {shown(rid)!r}"}, indent=1
                 )
             return json_reply(200, doc, indent=1)
-        return json_reply(404, {"error": f"no such path {raw_path!r}"}, indent=1)
+        return json_reply(404, {"error": f"no such path {shown(raw_path)!r}"}, indent=1)

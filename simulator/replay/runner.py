@@ -109,6 +109,17 @@ class Progress:
         self.stream.flush()
 
 
+def _abandon(pool: ProcessPoolExecutor) -> None:
+    """Stop at once: drop the queued runs and end the workers, so that leaving the `with`
+    block neither waits for every queued run nor leaves the pool's semaphores behind."""
+    workers = list(getattr(pool, "_processes", {}).values())  # no public handle on them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        proc.terminate()
+    for proc in workers:
+        proc.join(5)
+
+
 def run_jobs(
     jobs: Sequence[ReplayJob], workers: int = 1, progress: Progress | None = None
 ) -> list[ReplayResult]:
@@ -128,9 +139,13 @@ def run_jobs(
         ctx.set_forkserver_preload(["simulator.replay.runner"])
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             futures = {pool.submit(_run, job): i for i, job in enumerate(jobs)}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                if progress:
-                    progress.step(f"{jobs[i].policy} seed {jobs[i].seed}")
+            try:
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    results[i] = fut.result()
+                    if progress:
+                        progress.step(f"{jobs[i].policy} seed {jobs[i].seed}")
+            except BaseException:  # Ctrl-C, SIGTERM (kvspread.cli) or a failed run
+                _abandon(pool)
+                raise
     return [results[i] for i in range(len(jobs))]

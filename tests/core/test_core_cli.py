@@ -49,7 +49,9 @@ def test_top_level_lists_every_part():
 
 def test_bare_command_prints_help_and_fails(capsys):
     assert main([], environ={}) == 2
-    assert "usage: kvspread" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "usage: kvspread" in out
+    assert err.startswith("kvspread: error: name a part: extender, adapter"), err
 
 
 def test_console_script_runs_as_a_module():

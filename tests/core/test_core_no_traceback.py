@@ -65,6 +65,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 CASES: list[tuple[list[str], str]] = [
     (["--no-such-flag"], "unrecognized arguments"),
     (["nope"], "invalid choice"),
+    ([], "name a part: extender, adapter, collector, simulate, router"),
     # extender
     (["extender", "serve"], "--standalone"),
     (["extender", "serve", "--kubeconfig", "{missing}"], "--kubeconfig"),
@@ -73,7 +74,10 @@ CASES: list[tuple[list[str], str]] = [
         ["extender", "serve", "--standalone", "--tls-cert", "{notpem}", "--tls-key", "{notpem}"],
         "not a PEM certificate",
     ),
-    (["extender", "serve", "--standalone", "--tls-cert", "{notpem}"], "tls_key"),
+    (
+        ["extender", "serve", "--standalone", "--tls-cert", "{notpem}"],
+        "--tls-cert: server.tls_cert: given without tls_key (--tls-key)",
+    ),
     (
         ["extender", "serve", "--standalone", "--tls-cert", "{home}", "--tls-key", "{notpem}"],
         "--tls-cert {home}: a folder, not a file",
@@ -96,7 +100,7 @@ CASES: list[tuple[list[str], str]] = [
     # adapter
     (
         ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--secure-port", "{port}"],
-        "--secure-port {port}: 0.0.0.0:{port} is already in use",
+        "--secure-port {port}: 127.0.0.1:{port} is already in use",
     ),
     (
         ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--otlp-port", "{port}"],
@@ -123,6 +127,20 @@ CASES: list[tuple[list[str], str]] = [
         "--authorization-mode SubjectAccessReview (the default) asks the API server: cannot "
         "reach a Kubernetes cluster",
     ),
+    (
+        ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--secure-port", "7443"]
+        + ["--otlp-port", "7443", "--requestheader-client-ca-file", "{ca}"],
+        "--otlp-port 7443: the same port as --secure-port",
+    ),
+    (
+        ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--keda-port", "{port}"]
+        + ["--secure-port", "0", "--otlp-port", "0", "--requestheader-client-ca-file", "{ca}"],
+        "--keda-port {port}: 127.0.0.1:{port} is already in use",
+    ),
+    (
+        ["adapter", "serve", "--keda-port", "9443", "--keda-tls-cert-file", "{notpem}"],
+        "keda_tls_cert_file: given without keda_tls_private_key_file",
+    ),
     (["adapter", "serve", "--authorization-mode", "Sometimes"], "authorization_mode"),
     (["adapter", "serve", "--config", "{badyaml}"], "bad.yaml"),
     (
@@ -134,7 +152,7 @@ CASES: list[tuple[list[str], str]] = [
     # collector
     (
         ["collector", "run", "--standalone", "--no-bpf", "--no-nvml", "--port", "{port}"],
-        "--port {port}: 0.0.0.0:{port} is already in use",
+        "--port {port}: 127.0.0.1:{port} is already in use",
     ),
     (["collector", "run", "--kubeconfig", "{missing}", "--no-bpf", "--no-nvml"], "--kubeconfig"),
     (["collector", "run", "--port", "many"], "port"),
@@ -144,7 +162,24 @@ CASES: list[tuple[list[str], str]] = [
         "cannot reach a Kubernetes cluster: no in-cluster service account and no kubeconfig",
     ),
     (["collector", "run", "--config", "{missing}"], "missing.yaml"),
+    # router
+    (
+        ["router", "serve", "--endpoints", "127.0.0.1:8000", "--grpc-port", "{port}"],
+        "--grpc-port {port}: 127.0.0.1:{port} is already in use",
+    ),
+    (
+        ["router", "serve", "--endpoints", "127.0.0.1:8000", "--http-port", "{port}"],
+        "--http-port {port}: 127.0.0.1:{port} is already in use",
+    ),
+    (
+        ["router", "serve", "--endpoints", "127.0.0.1:8000", "--tls-cert", "{notpem}"],
+        "--tls-cert: server.tls_cert: given without tls_key (--tls-key)",
+    ),
     # simulate
+    (["simulate", "placement", "--seeds", "-3..-1"], "--seeds: '-3..-1' is not a seed"),
+    (["simulate", "serving", "--seeds", "-3..-1"], "--seeds: '-3..-1' is not a seed"),
+    (["simulate", "placement", "--seeds", "1..100000"], "100000 seeds, at most 1000"),
+    (["simulate", "serving", "--seeds", "0..1000000000000000000"], "seeds, at most 1000"),
     (["simulate", "--out", "/etc/hostname/x"], "a parent of it is a file"),
     (["simulate", "placement", "--out", "/etc/hostname/x"], "a parent of it is a file"),
     (["simulate", "placement", "--out", "/sys/kvspread-test/report"], "cannot write"),
@@ -187,6 +222,7 @@ def test_bad_input_is_one_line_not_a_traceback(
     )
     output = proc.stdout + proc.stderr
     assert "Traceback" not in output, output
+    assert "Failed to add port" not in output, "grpcio's own bind error line came first"
     assert proc.returncode != 0, output
     # the message is the last line on stderr (JSON log lines may precede it), and only one
     last = proc.stderr.strip().splitlines()[-1]
@@ -277,3 +313,36 @@ def test_adapter_names_the_serving_certificate_not_the_client_ca(tmp_path: Path)
         asyncio.run(adapter.start())
     assert "tls_cert_file" in str(info.value)
     assert "request-header" not in str(info.value)
+
+
+def test_version_imports_no_part() -> None:
+    """`kvspread --version` answers without importing a part (the simulator alone pulls
+    numpy and httpx, seconds of start-up): only the part named is imported."""
+    code = (
+        "import sys\n"
+        "from kvspread.cli import main\n"
+        "try:\n"
+        "    main(['--version'], environ={})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(m.split('.')[0] for m in sys.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert proc.stdout.startswith("kvspread "), proc.stdout
+    loaded = set(proc.stdout.splitlines()[-1].split())
+    for heavy in ("numpy", "httpx", "simulator", "extender", "router", "metrics_adapter", "bpf"):
+        assert heavy not in loaded, f"--version imported {heavy}"
+
+
+def test_a_part_is_parsed_with_only_its_own_module() -> None:
+    from kvspread.cli import _parts_needed, build_parser
+
+    assert _parts_needed(["extender", "serve", "--standalone"]) == ["extender"]
+    assert _parts_needed(["--version"]) == []
+    assert _parts_needed(["--help"]) is None
+    assert _parts_needed(["nope"]) is None
+    parser = build_parser({}, ["router"])
+    args = parser.parse_args(["router", "serve", "--endpoints", "10.0.0.1:80"])
+    assert args.part == "router"

@@ -168,7 +168,7 @@ def test_extender_config_sections() -> None:
         ),
         pytest.param(
             {"server": {"tls_cert": "a.pem"}},
-            "server.tls_key: expected tls_cert and tls_key given together",
+            "server.tls_cert: given without tls_key (--tls-key): a PEM certificate and its",
             id="cert without key",
         ),
         pytest.param({"server": {"log_level": "loud"}}, "server.log_level", id="log level"),

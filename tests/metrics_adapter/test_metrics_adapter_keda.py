@@ -218,7 +218,7 @@ def test_keda_port_zero_disables_and_a_taken_port_fails(pki: Pki) -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        with pytest.raises(ConfigError, match=r"keda_port: cannot listen .*--keda-port"):
+        with pytest.raises(ConfigError, match=r"--keda-port .*already in use.*--keda-port"):
             AdapterThread(base_config(pki, keda_port=port, keda_bind_address="127.0.0.1")).start()
 
 

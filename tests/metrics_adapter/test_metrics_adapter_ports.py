@@ -18,9 +18,13 @@ from tests.metrics_adapter.adapter_testing import Pki, base_config
 
 def test_second_adapter_on_the_same_otlp_port_fails(adapter: AdapterThread, pki: Pki) -> None:
     taken = adapter.adapter.otlp_port
-    with pytest.raises(ConfigError, match=rf"otlp_port: cannot listen on 127\.0\.0\.1:{taken}"):
+    with pytest.raises(
+        ConfigError, match=rf"--otlp-port {taken}: 127\.0\.0\.1:{taken} is already in use"
+    ):
         AdapterThread(base_config(pki, otlp_port=taken)).start()
-    with pytest.raises(ConfigError, match=r"secure_port: .*choose another --secure-port"):
+    with pytest.raises(
+        ConfigError, match=r"--secure-port .*choose another port with --secure-port"
+    ):
         AdapterThread(base_config(pki, secure_port=adapter.adapter.api_port)).start()
 
 
