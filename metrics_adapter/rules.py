@@ -105,8 +105,9 @@ DEFAULT_PRESSURE_TERMS: Final = (
 )
 """The default SLO-pressure terms and targets (docs/adapter.md, "SLO pressure"): TPOT 50 ms
 is the realtime per-token step of docs/design.md section 2; TTFT 2 s and 4 waiting requests
-per replica are this project's defaults (what the serving simulation measured for holding
-that budget, docs/evaluation.md); KV usage 0.9 leaves vLLM room before it preempts."""
+per replica are this project's choices (looser ones, TTFT 3-4 s or 8 waiting, saved no
+GPU-hours in the serving simulation, docs/evaluation.md section 3); KV usage 0.9 leaves vLLM
+room before it preempts (an assumption)."""
 DEFAULT_PRESSURE_CLASSES: Final = (
     ("realtime", ((names.SLI_TTFT_P95, 2.0), (names.SLI_TPOT_P95, 0.05))),
     ("batch", ((names.SLI_TTFT_P95, 10.0), (names.SLI_TPOT_P95, 0.12))),

@@ -74,22 +74,27 @@ def _word(sure: bool, point: bool) -> str:
     return "met" if sure else ("met by the mean only" if point else "not met")
 
 
-def checks(rows: Sequence[Mapping[str, Any]], policy: str = "kvspread") -> list[Check]:
-    """One `Check` per baseline present beside `policy` + slo (first routing policy only)."""
+def checks(
+    rows: Sequence[Mapping[str, Any]], policy: str = "kvspread", baseline_policy: str | None = None
+) -> list[Check]:
+    """One `Check` per baseline autoscaler present beside `policy` + slo, the baselines
+    under `baseline_policy` (default: the same placement); first routing policy only."""
     routing = rows[0]["routing"] if rows else None
-    by: dict[str, dict[int, Mapping[str, Any]]] = {}
+    by: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
     for r in rows:
-        if r["policy"] == policy and r["routing"] == routing:
-            by.setdefault(str(r["autoscaler"]), {})[int(r["seed"])] = r
-    if "slo" not in by:
+        if r["routing"] == routing:
+            by.setdefault((str(r["policy"]), str(r["autoscaler"])), {})[int(r["seed"])] = r
+    mine = by.get((policy, "slo"), {})
+    if not mine:
         return []
     out = []
     for name in BASELINES:
-        seeds = sorted(set(by["slo"]) & set(by.get(name, {})))
+        other = by.get((baseline_policy or policy, name), {})
+        seeds = sorted(set(mine) & set(other))
         if not seeds:
             continue
-        slo = [by["slo"][s] for s in seeds]
-        base = [by[name][s] for s in seeds]
+        slo = [mine[s] for s in seeds]
+        base = [other[s] for s in seeds]
 
         def col(rs: Sequence[Mapping[str, Any]], key: str) -> list[float]:
             return [float(r[key]) for r in rs]
@@ -127,12 +132,15 @@ def _ci(v: tuple[float, float, float], unit: str, fmt: str = "+.2f") -> str:
     return f"{v[0]:{fmt}}{unit} [{v[1]:{fmt}}, {v[2]:{fmt}}]"
 
 
-def markdown(rows: Sequence[Mapping[str, Any]], policy: str = "kvspread") -> list[str]:
+def markdown(
+    rows: Sequence[Mapping[str, Any]], policy: str = "kvspread", baseline_policy: str | None = None
+) -> list[str]:
     """One table and the goals per baseline, as Markdown lines."""
     lines: list[str] = []
-    for c in checks(rows, policy):
+    other = baseline_policy or policy
+    for c in checks(rows, policy, baseline_policy):
         lines += [
-            f"### {policy} + slo against {policy} + {c.baseline} ({c.seeds} seeds)",
+            f"### {policy} + slo against {other} + {c.baseline} ({c.seeds} seeds)",
             "",
             f"| | slo | {c.baseline} | paired difference [95 % CI] |",
             "|---|---:|---:|---|",
