@@ -17,9 +17,9 @@ import argparse
 from simulator.serving.config import CostModel, GpuSpec, ModelSpec
 from simulator.serving.costmodel import kv_pool_tokens
 from simulator.serving.engine import Engine
-from simulator.serving.mooncake import reuse_bound
+from simulator.serving.mooncake import MooncakeWorkload, reuse_bound
 from simulator.serving.workload import Request
-from simulator.serving.workloads import MooncakeWorkload, load_workload, workload_requests
+from simulator.serving.workloads import load_workload, workload_requests
 
 LLAMA_31_8B = ModelSpec(16.0, 131_072, 131_072, False)
 

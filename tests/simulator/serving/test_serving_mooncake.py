@@ -10,14 +10,13 @@ import pytest
 
 from simulator.serving.config import CostModel, GpuSpec, ModelSpec
 from simulator.serving.engine import Engine
-from simulator.serving.mooncake import MOONCAKE_BLOCK_TOKENS, block_ends, reuse_bound
-from simulator.serving.workloads import (
-    BUNDLED,
+from simulator.serving.mooncake import (
+    MOONCAKE_BLOCK_TOKENS,
     MooncakeWorkload,
-    WorkloadError,
-    load_workload,
-    workload_requests,
+    block_ends,
+    reuse_bound,
 )
+from simulator.serving.workloads import BUNDLED, WorkloadError, load_workload, workload_requests
 
 
 def trace(tmp_path: Path, rows: list[object], name: str = "t.jsonl") -> Path:
