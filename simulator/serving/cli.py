@@ -232,6 +232,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         if synthetic
         else real_workload_mapping(getattr(args, "cluster", None) or DEFAULT_CLUSTER)
     )
+    preset = set(data.get("services") or {})
     _merge(data, load_yaml(getattr(args, "config", None)))
     flags = _workload_flags(getattr(args, "workload", None))
     if flags:
@@ -242,12 +243,12 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         data["workloads"] = wl
         services = data.setdefault("services", {})
         for name in flags:  # a new service name: a text service with the defaults
-            if (
-                isinstance(services, dict)
-                and name not in services
-                and name not in SimConfig().services
-            ):
-                services[name] = new_service(flags[name]["path"])
+            if not isinstance(services, dict) or name in preset:
+                continue
+            given = services.get(name, {})
+            if name not in SimConfig().services and isinstance(given, dict):
+                # the new service's defaults, the config's own keys for it on top
+                services[name] = {**new_service(flags[name]["path"]), **given}
     duration = getattr(args, "duration", None)
     hours = getattr(args, "hours", None)
     if hours is not None:

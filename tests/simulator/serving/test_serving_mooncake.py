@@ -10,14 +10,13 @@ import pytest
 
 from simulator.serving.config import CostModel, GpuSpec, ModelSpec
 from simulator.serving.engine import Engine
-from simulator.serving.mooncake import MOONCAKE_BLOCK_TOKENS, block_ends, reuse_bound
-from simulator.serving.workloads import (
-    BUNDLED,
+from simulator.serving.mooncake import (
+    MOONCAKE_BLOCK_TOKENS,
     MooncakeWorkload,
-    WorkloadError,
-    load_workload,
-    workload_requests,
+    block_ends,
+    reuse_bound,
 )
+from simulator.serving.workloads import BUNDLED, WorkloadError, load_workload, workload_requests
 
 
 def trace(tmp_path: Path, rows: list[object], name: str = "t.jsonl") -> Path:
@@ -131,3 +130,17 @@ def test_a_service_only_a_mooncake_workload_names_gets_a_long_context_model() ->
     assert cfg.models[spec.model].max_model_len >= int(
         load_workload("mooncake-conv").input_len.max()
     )
+
+
+def test_the_config_sets_its_own_keys_of_such_a_service(tmp_path: Path) -> None:
+    import argparse
+
+    from simulator.serving.cli import add_arguments, build_config
+
+    yaml = tmp_path / "mc.yaml"
+    yaml.write_text("services:\n  mc: {initial_replicas: 4, max_replicas: 4}\n")
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = build_config(p.parse_args(["--workload", "mc=mooncake-conv", "--config", str(yaml)]))
+    spec = cfg.services["mc"]
+    assert (spec.model, spec.gpu_memory_gib, spec.initial_replicas) == ("llama-3.1-8b", 80.0, 4)

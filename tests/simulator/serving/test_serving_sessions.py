@@ -87,3 +87,24 @@ def test_multi_turn_flag_sets_the_session_model() -> None:
     assert build_config(args("--synthetic", "--multi-turn", "3.5")).sessions.mean_turns == 3.5
     with pytest.raises(ConfigError, match="--multi-turn: 0.5"):
         build_config(args("--synthetic", "--multi-turn", "0.5"))
+
+
+def test_a_simulated_run_with_sessions_finds_its_history_in_the_caches() -> None:
+    """The whole simulation: later turns hit their replica's prefix cache (round-robin
+    still lands some on the replica holding their history), and turning the prefix cache
+    off loses exactly that."""
+    from simulator.serving.config import config_from_mapping
+    from simulator.serving.report import summarise
+    from simulator.serving.sim import simulate
+
+    base = {"duration_s": 240.0, "warmup_s": 30.0, "sessions": {"mean_turns": 3.0}}
+    rows = []
+    for caching in (True, False):
+        cfg = config_from_mapping({**base, "cache": {"prefix_caching": caching}})
+        rows.append(summarise(simulate(cfg, "round-robin", 1, autoscaler="none")))
+    on, off = rows
+    assert on["requests"] == off["requests"] > 0
+    assert 0.05 < on["prefix_hit_rate"] < 1.0
+    assert on["images_in_cached_prefix"] > 0
+    assert off["prefix_hit_rate"] == 0.0
+    assert on["p50_ttft_s"] < off["p50_ttft_s"]
