@@ -141,8 +141,8 @@ def within(row: Row) -> list[str]:
 
 
 def _cell(ours: float, theirs: float, name: str) -> str:
-    if name == "prefix_hit_rate":
-        return f"{ours:.3f} / {theirs:.3f} ({rel_diff(ours, theirs) * 100:+.0f} %)"
+    if name == "prefix_hit_rate":  # a difference in percentage points
+        return f"{ours:.3f} / {theirs:.3f} ({(ours - theirs) * 100:+.1f} pp)"
     if math.isnan(ours) or math.isnan(theirs):
         return f"{ours:.4g} / {theirs:.4g}"
     return f"{ours:.4g} / {theirs:.4g} ({rel_diff(ours, theirs) * 100:+.1f} %)"

@@ -182,6 +182,7 @@ def test_table_names_what_is_outside() -> None:
     assert text[0].startswith("| stream | load | routing | tol | mean TTFT ms")
     assert len(text) == 4
     assert text[2].endswith("| - |")
+    assert "0.000 / 0.000 (+0.0 pp)" in text[2]  # hit rates differ in percentage points
     assert "(+30.0 %)" in text[3] and "ttft_mean_ms" in text[3]
 
 
