@@ -242,12 +242,11 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         data["workloads"] = wl
         services = data.setdefault("services", {})
         for name in flags:  # a new service name: a text service with the defaults
-            if (
-                isinstance(services, dict)
-                and name not in services
-                and name not in SimConfig().services
-            ):
-                services[name] = new_service(flags[name]["path"])
+            if not isinstance(services, dict) or name in SimConfig().services:
+                continue
+            own = services.get(name, {})
+            if isinstance(own, dict):  # the config's keys (replicas, say) over the defaults
+                services[name] = {**new_service(flags[name]["path"]), **own}
     duration = getattr(args, "duration", None)
     hours = getattr(args, "hours", None)
     if hours is not None:

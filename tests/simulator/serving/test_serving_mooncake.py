@@ -131,3 +131,22 @@ def test_a_service_only_a_mooncake_workload_names_gets_a_long_context_model() ->
     assert cfg.models[spec.model].max_model_len >= int(
         load_workload("mooncake-conv").input_len.max()
     )
+
+
+def test_a_config_that_sizes_the_mooncake_service_keeps_its_long_context_model(
+    tmp_path: Path,
+) -> None:
+    """services.mc in --config (replica counts, say) adds to the long-context defaults:
+    without them half the trace's prompts exceed the default 8k context."""
+    import argparse
+
+    from simulator.serving.cli import add_arguments, build_config
+
+    cfg_file = tmp_path / "mooncake.yaml"
+    cfg_file.write_text("services:\n  mc: {initial_replicas: 4, max_replicas: 4}\n")
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = ["--workload", "mc=mooncake-conv", "--config", str(cfg_file)]
+    spec = build_config(p.parse_args(args)).services["mc"]
+    assert spec.model == "llama-3.1-8b" and spec.gpu_memory_gib == 80.0
+    assert spec.initial_replicas == 4 and spec.max_replicas == 4
