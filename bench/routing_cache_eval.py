@@ -1,0 +1,147 @@
+"""The routing comparison of issue 24 (point 5 and its Goals) from serving-simulation runs.
+
+    python3 bench/routing_cache_eval.py DIR [DIR ...]
+
+Each DIR is the output folder (`--out`) of one `kvspread simulate serving` run at one load
+with `--routing round-robin,least-request,llm-d,kvspread` and several seeds. Prints, per
+folder, each policy's seed means of TTFT p50/p90, E2E p99 and SLO goodput per GPU-hour, then
+kvspread's paired difference against each other policy (kvspread - other, mean over seeds
+[95 % Student t interval], verdict from kvspread's side: `simulator.serving.stats.paired`),
+then the issue's goals checked on the seed means:
+TTFT p90 <= min(llm-d, least-request) and <= 0.7 x round-robin; goodput per GPU-hour >= both;
+E2E p99 no worse (its paired interval not wholly on the worse side) than either.
+Why a separate script: the simulator's own report pairs every policy against round-robin;
+the goals are stated against kvspread's two strongest rivals.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from simulator.serving.stats import COMPARABLE, cell, paired
+
+METRICS = ("p50_ttft_s", "p90_ttft_s", "p99_e2e_s", "slo_goodput_per_gpu_hour")
+ORDER = ("round-robin", "least-request", "llm-d", "kvspread")
+BOUND_ROWS = 10_000
+"""Rows read per runs file at most (4 policies x 10 seeds is 40)."""
+
+
+def read_runs(folder: Path) -> dict[str, dict[int, dict[str, float]]]:
+    """routing -> seed -> the compared metrics, from `serving_runs.csv`."""
+    path = folder / "serving_runs.csv"
+    if not path.is_file():
+        raise SystemExit(
+            f"error: {path}: no serving_runs.csv (give a simulate serving --out folder)"
+        )
+    out: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
+    with path.open(newline="") as f:
+        for i, row in enumerate(csv.DictReader(f)):
+            if i >= BOUND_ROWS:
+                raise SystemExit(f"error: {path}: more than {BOUND_ROWS} rows")
+            out[row["routing"]][int(row["seed"])] = {m: float(row[m] or "nan") for m in METRICS}
+    return out
+
+
+def mean(xs: list[float]) -> float:
+    kept = [x for x in xs if not math.isnan(x)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+def report(folder: Path) -> list[str]:
+    """The Markdown tables and goal lines of one load."""
+    runs = read_runs(folder)
+    ks = runs.get("kvspread")
+    if not ks:
+        raise SystemExit(f"error: {folder}: no kvspread runs")
+    seeds = sorted(ks)
+    means = {
+        r: {m: mean([runs[r][s][m] for s in seeds if s in runs[r]]) for m in METRICS}
+        for r in ORDER
+        if r in runs
+    }
+    lines = [
+        f"### {folder.name} ({len(seeds)} seeds)",
+        "",
+        "| routing | p50 TTFT (s) | p90 TTFT (s) | p99 E2E (s) | SLO goodput / GPU-h |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r, m in means.items():
+        lines.append(
+            f"| {r} | {m['p50_ttft_s']:.2f} | {m['p90_ttft_s']:.2f} | "
+            f"{m['p99_e2e_s']:.1f} | {m['slo_goodput_per_gpu_hour']:,.0f} |"
+        )
+    lines += [
+        "",
+        "| kvspread - | " + " | ".join(COMPARABLE[m].label for m in METRICS) + " |",
+        "|---|" + "---:|" * len(METRICS),
+    ]
+    verdicts: dict[tuple[str, str], str] = {}
+    for r in means:
+        if r == "kvspread":
+            continue
+        both = [s for s in seeds if s in runs[r]]
+        cells = []
+        for m in METRICS:
+            p = paired(m, [ks[s][m] for s in both], [runs[r][s][m] for s in both]).row()
+            verdicts[(r, m)] = str(p["verdict"])
+            spec = COMPARABLE[m]
+            cells.append(cell(p, spec.factor, spec.unit))
+        lines.append(f"| {r} | " + " | ".join(cells) + " |")
+    k = means["kvspread"]
+    rivals = [r for r in ("llm-d", "least-request") if r in means]
+    goals = []
+    if rivals:
+        best = min(means[r]["p90_ttft_s"] for r in rivals)
+        goals.append(
+            (
+                "TTFT p90 <= min(llm-d, least-request)",
+                k["p90_ttft_s"] <= best,
+                f"{k['p90_ttft_s']:.2f} vs {best:.2f} s",
+            )
+        )
+    if "round-robin" in means:
+        rr = means["round-robin"]["p90_ttft_s"]
+        goals.append(
+            (
+                "TTFT p90 <= 0.7 x round-robin",
+                k["p90_ttft_s"] <= 0.7 * rr,
+                f"{k['p90_ttft_s']:.3f} vs {0.7 * rr:.3f} s",
+            )
+        )
+    if rivals:
+        top = max(means[r]["slo_goodput_per_gpu_hour"] for r in rivals)
+        goals.append(
+            (
+                "goodput / GPU-h >= llm-d and least-request",
+                k["slo_goodput_per_gpu_hour"] >= top,
+                f"{k['slo_goodput_per_gpu_hour']:,.0f} vs {top:,.0f}",
+            )
+        )
+        worse = [r for r in rivals if verdicts.get((r, "p99_e2e_s")) == "worse"]
+        goals.append(
+            (
+                "E2E p99 no worse (paired)",
+                not worse,
+                "worse than " + ", ".join(worse) if worse else "not worse than either",
+            )
+        )
+    lines.append("")
+    lines += [f"- {name}: {'met' if ok else 'NOT met'} ({how})" for name, ok, how in goals]
+    return lines + [""]
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    for d in argv:
+        print("\n".join(report(Path(d))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
