@@ -69,10 +69,10 @@ def report(folder: Path) -> list[str]:
         "| routing | p50 TTFT (s) | p90 TTFT (s) | p99 E2E (s) | SLO goodput / GPU-h |",
         "|---|---:|---:|---:|---:|",
     ]
-    for r, m in means.items():
+    for r, row in means.items():
         lines.append(
-            f"| {r} | {m['p50_ttft_s']:.2f} | {m['p90_ttft_s']:.2f} | "
-            f"{m['p99_e2e_s']:.1f} | {m['slo_goodput_per_gpu_hour']:,.0f} |"
+            f"| {r} | {row['p50_ttft_s']:.2f} | {row['p90_ttft_s']:.2f} | "
+            f"{row['p99_e2e_s']:.1f} | {row['slo_goodput_per_gpu_hour']:,.0f} |"
         )
     lines += [
         "",
