@@ -3,9 +3,9 @@
     python3 bench/routing_cache_eval.py DIR [DIR ...]
 
 Each DIR is the output folder (`--out`) of one `kvspread simulate serving` run at one load
-with `--routing round-robin,least-request,llm-d,kvspread` and several seeds. Prints, per
-folder, each policy's seed means of TTFT p50/p90, E2E p99 and SLO goodput per GPU-hour, then
-kvspread's paired difference against each other policy (kvspread - other, mean over seeds
+with `--routing round-robin,least-request,llm-d,kvspread` and several seeds. Prints one
+table of every folder (load x routing), then per folder each policy's seed means of TTFT
+p50/p90, E2E p99 and SLO goodput per GPU-hour, then kvspread's paired difference against each other policy (kvspread - other, mean over seeds
 [95 % Student t interval], verdict from kvspread's side: `simulator.serving.stats.paired`),
 then the issue's goals checked on the seed means:
 TTFT p90 <= min(llm-d, least-request) and <= 0.7 x round-robin; goodput per GPU-hour >= both;
@@ -21,6 +21,7 @@ import math
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import NamedTuple
 
 from simulator.serving.stats import COMPARABLE, cell, paired
 
@@ -51,8 +52,18 @@ def mean(xs: list[float]) -> float:
     return sum(kept) / len(kept) if kept else math.nan
 
 
-def report(folder: Path) -> list[str]:
-    """The Markdown tables and goal lines of one load."""
+class Load(NamedTuple):
+    """One folder's seed means per routing, and kvspread's paired comparison against each
+    other routing (routing -> metric -> `Paired.row()`)."""
+
+    name: str
+    seeds: int
+    means: dict[str, dict[str, float]]
+    pairs: dict[str, dict[str, dict[str, object]]]
+
+
+def load(folder: Path) -> Load:
+    """Read one folder and pair kvspread against every other routing, seed by seed."""
     runs = read_runs(folder)
     ks = runs.get("kvspread")
     if not ks:
@@ -63,34 +74,67 @@ def report(folder: Path) -> list[str]:
         for r in ORDER
         if r in runs
     }
+    pairs: dict[str, dict[str, dict[str, object]]] = {}
+    for r in means:
+        if r != "kvspread":
+            both = [s for s in seeds if s in runs[r]]
+            pairs[r] = {
+                m: paired(m, [ks[s][m] for s in both], [runs[r][s][m] for s in both]).row()
+                for m in METRICS
+            }
+    return Load(folder.name, len(seeds), means, pairs)
+
+
+def _means_cells(row: dict[str, float]) -> list[str]:
+    return [
+        f"{row['p50_ttft_s']:.2f}",
+        f"{row['p90_ttft_s']:.2f}",
+        f"{row['p99_e2e_s']:.1f}",
+        f"{row['slo_goodput_per_gpu_hour']:,.0f}",
+    ]
+
+
+def _pair_cells(ld: Load, r: str) -> list[str]:
+    if r not in ld.pairs:
+        return ["-"] * len(METRICS)
+    return [cell(ld.pairs[r][m], COMPARABLE[m].factor, COMPARABLE[m].unit) for m in METRICS]
+
+
+def combined(loads: list[Load]) -> list[str]:
+    """One table, load x routing: seed means, then kvspread - that routing [95 % CI]."""
+    labels = [COMPARABLE[m].label for m in METRICS]
     lines = [
-        f"### {folder.name} ({len(seeds)} seeds)",
+        "| load | routing | p50 TTFT (s) | p90 TTFT (s) | p99 E2E (s) | SLO goodput / GPU-h | "
+        + " | ".join(f"kvspread - it: {x}" for x in labels)
+        + " |",
+        "|---|---|" + "---:|" * (2 * len(METRICS)),
+    ]
+    for ld in loads:
+        for r, row in ld.means.items():
+            cells = [ld.name, r, *_means_cells(row), *_pair_cells(ld, r)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def report(ld: Load) -> list[str]:
+    """The Markdown tables and goal lines of one load."""
+    means = ld.means
+    lines = [
+        f"### {ld.name} ({ld.seeds} seeds)",
         "",
         "| routing | p50 TTFT (s) | p90 TTFT (s) | p99 E2E (s) | SLO goodput / GPU-h |",
         "|---|---:|---:|---:|---:|",
     ]
     for r, row in means.items():
-        lines.append(
-            f"| {r} | {row['p50_ttft_s']:.2f} | {row['p90_ttft_s']:.2f} | "
-            f"{row['p99_e2e_s']:.1f} | {row['slo_goodput_per_gpu_hour']:,.0f} |"
-        )
+        lines.append(f"| {r} | " + " | ".join(_means_cells(row)) + " |")
     lines += [
         "",
         "| kvspread - | " + " | ".join(COMPARABLE[m].label for m in METRICS) + " |",
         "|---|" + "---:|" * len(METRICS),
     ]
-    verdicts: dict[tuple[str, str], str] = {}
-    for r in means:
-        if r == "kvspread":
-            continue
-        both = [s for s in seeds if s in runs[r]]
-        cells = []
-        for m in METRICS:
-            p = paired(m, [ks[s][m] for s in both], [runs[r][s][m] for s in both]).row()
-            verdicts[(r, m)] = str(p["verdict"])
-            spec = COMPARABLE[m]
-            cells.append(cell(p, spec.factor, spec.unit))
-        lines.append(f"| {r} | " + " | ".join(cells) + " |")
+    for r in ld.pairs:
+        lines.append(f"| {r} | " + " | ".join(_pair_cells(ld, r)) + " |")
+    verdicts = {(r, m): str(c["verdict"]) for r, by in ld.pairs.items() for m, c in by.items()}
     k = means["kvspread"]
     rivals = [r for r in ("llm-d", "least-request") if r in means]
     goals = []
@@ -138,8 +182,10 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
-    for d in argv:
-        print("\n".join(report(Path(d))))
+    loads = [load(Path(d)) for d in argv]
+    print("\n".join(combined(loads)))
+    for ld in loads:
+        print("\n".join(report(ld)))
     return 0
 
 
