@@ -206,7 +206,7 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         for seed in seeds
     ]
     start = time.monotonic()
-    results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
+    results = run_jobs(todo, jobs, Progress(todo, _show_progress(args)))
     wall = time.monotonic() - start
     parts = ["--trace", trace, "--seeds", seed_span(seeds), "--policies", ",".join(policies)]
     if stop_at is not None:
@@ -271,7 +271,7 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         for p in policies
         for seed in QUICK_SEEDS
     ]
-    results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
+    results = run_jobs(todo, jobs, Progress(todo, _show_progress(args)))
     placement_wall = time.monotonic() - start
     place_command = f"kvspread simulate placement --seeds {QUICK_SEEDS[0]}..{QUICK_SEEDS[-1]}"
     if policies != DEFAULT_POLICIES:
