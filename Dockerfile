@@ -16,7 +16,7 @@
 # Bundled data: .dockerignore leaves simulator/data/traces (the Alibaba GPU trace, whose owners
 # ask for study and research use only) out of the build context, so the image does not carry
 # it; the cluster parts never read it, and `kvspread simulate placement` in the image says to
-# run simulations from the Python package instead (docs/data-licences.md). The image carries
+# run simulations from a clone instead (docs/data-licences.md). The image carries
 # LICENSE and NOTICE under /usr/share/doc/kvspread/.
 
 ARG DEBIAN=bookworm-slim

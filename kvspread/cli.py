@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from kvspread import __version__
+from kvspread import __version__, logs
 from kvspread.settings import ConfigError
 
 __all__ = ["main", "build_parser", "one_line"]
@@ -123,6 +123,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(
             f"kvspread: error: name a part: {', '.join(PARTS)} (kvspread --help says what "
             "each does; kvspread simulate is the quick evaluation)",
+            file=sys.stderr,
+        )
+        return 2
+    log_format = getattr(args, "log_format", None) or env.get("KVSPREAD_LOG_FORMAT") or "json"
+    try:
+        logs.set_format(log_format)
+    except ValueError:
+        print(
+            f"kvspread: configuration error: KVSPREAD_LOG_FORMAT {log_format!r}: expected json "
+            "or text",
             file=sys.stderr,
         )
         return 2

@@ -285,6 +285,13 @@ def add_part(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmd.add_argument("--config", metavar="FILE", help=config_help)
+    cmd.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        default=None,
+        help="log lines as JSON objects (default, for a log pipeline) or text (a terminal); "
+        "env KVSPREAD_LOG_FORMAT",
+    )
     add_settings(cmd, part, settings)
 
     def bare(args: argparse.Namespace) -> int:

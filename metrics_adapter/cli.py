@@ -38,6 +38,36 @@ def register(
         config_help="YAML config with server keys and rules",
     )
     serve.set_defaults(func=lambda args: _serve(args, environ))
+    verbs = next(
+        a for a in sub.choices["adapter"]._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    verbs.metavar = "{serve,preflight}"
+    check = verbs.add_parser(
+        "preflight",
+        help="before kubectl apply: refuse when another server owns the external-metrics API",
+        description="Read APIService v1beta1.external.metrics.k8s.io; exit 2 naming its owner "
+        "when another server (KEDA, Datadog, prometheus-adapter) serves it, so that applying "
+        "the adapter's manifests never takes it silently (use manifests/overlays/keda/ then).",
+    )
+    check.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)"
+    )
+    check.add_argument(
+        "--kube-api-server",
+        metavar="URL",
+        help="API URL without credentials (kubectl proxy, tests)",
+    )
+    check.set_defaults(func=_preflight_apiservice)
+
+
+def _preflight_apiservice(args: argparse.Namespace) -> int:
+    from kvspread.kube import api_client
+    from metrics_adapter.apiservice import check_apiservice, fetch_apiservice
+
+    preflight.check_kube_access(args.kubeconfig, args.kube_api_server, "--kube-api-server URL")
+    doc = fetch_apiservice(api_client(args.kubeconfig, args.kube_api_server))
+    print(f"kvspread: {check_apiservice(doc)}")
+    return 0
 
 
 def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

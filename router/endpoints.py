@@ -224,11 +224,14 @@ class EndpointSet:
             if m is None:
                 return  # left the set meanwhile
             if got is None:
-                if m.error != err:
-                    log.info(
-                        "metrics scrape failed",
-                        extra={"kv": {"endpoint": ep.address, "why": err}},
-                    )
+                # a warning once per new reason, each repeat of it at debug: a dead endpoint
+                # would otherwise fill the log every interval
+                level = logging.WARNING if m.error != err else logging.DEBUG
+                log.log(
+                    level,
+                    "metrics scrape failed",
+                    extra={"kv": {"endpoint": ep.address, "why": err}},
+                )
                 m.error = err
                 self._views.pop(ep.address, None)
                 return

@@ -294,8 +294,16 @@ def serve(cfg: RouterConfig) -> int:
     except OSError as exc:
         raise ConfigError(f"cannot start: {exc}") from exc
     done = threading.Event()
+    got: list[str] = []
+
+    def _stop(signum: int, frame: object) -> None:
+        got.append(signal.Signals(signum).name)
+        done.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
+        signal.signal(sig, _stop)
     done.wait()
+    log.info("router stopping", extra={"kv": {"signal": got[0] if got else ""}})
     router.stop()
+    log.info("router stopped")
     return 0

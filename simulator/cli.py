@@ -152,15 +152,16 @@ def _placement_settings(args: argparse.Namespace, environ: Mapping[str, str]) ->
 
 
 def require_trace_data() -> None:
-    """The replay needs the bundled Alibaba node list. The container image leaves the trace
-    out (research-only data it does not need to schedule), so say where to run instead."""
+    """The replay needs the Alibaba node list, which neither the wheel nor the image
+    carries (research-only data, simulator/replay/trace.py): say where it is found."""
     from simulator.replay import trace
 
     if not trace.DEFAULT_NODE_LIST.is_file():
         raise ConfigError(
-            f"the bundled Alibaba GPU trace is not installed here ({trace.TRACE_DIR} is absent; "
-            "the container image leaves this research-only data out, see docs/data-licences.md); "
-            "run simulations from the Python package: pip install kvspread"
+            f"the Alibaba GPU trace is not here ({trace.TRACE_DIR} is absent): the wheel and "
+            "the image leave this research-only data out (docs/data-licences.md); run from a "
+            "clone of https://github.com/kvspread/kvspread, which holds it in "
+            f"{trace.TRACE_IN_REPO.as_posix()}/ (pip install . there, or PYTHONPATH=the clone)"
         )
 
 
@@ -206,7 +207,7 @@ def run_placement(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         for seed in seeds
     ]
     start = time.monotonic()
-    results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
+    results = run_jobs(todo, jobs, Progress(todo, _show_progress(args)))
     wall = time.monotonic() - start
     parts = ["--trace", trace, "--seeds", seed_span(seeds), "--policies", ",".join(policies)]
     if stop_at is not None:
@@ -271,7 +272,7 @@ def run_quick(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         for p in policies
         for seed in QUICK_SEEDS
     ]
-    results = run_jobs(todo, jobs, Progress(len(todo), _show_progress(args)))
+    results = run_jobs(todo, jobs, Progress(todo, _show_progress(args)))
     placement_wall = time.monotonic() - start
     place_command = f"kvspread simulate placement --seeds {QUICK_SEEDS[0]}..{QUICK_SEEDS[-1]}"
     if policies != DEFAULT_POLICIES:

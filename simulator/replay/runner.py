@@ -18,6 +18,7 @@ from functools import partial
 from typing import TextIO
 
 from extender.config import ScoringConfig
+from simulator.progress import WorkProgress, interleaved
 from simulator.replay.placement import ReplayResult, load_trace, run_replay
 from simulator.replay.policies import Policy, Replay
 from simulator.replay.policies.kvspread import (
@@ -68,45 +69,21 @@ def _run(job: ReplayJob) -> ReplayResult:
     )
 
 
-class Progress:
-    """Progress on a stream (stderr) when enabled: a one-line bar on a terminal, else
-    (a log, a pipe) one plain line every 10 %."""
+class Progress(WorkProgress):
+    """Placement progress (`simulator.progress`): a run's kind is its policy, so the slow
+    scoring policies weigh what they cost; silent unless `enabled`."""
 
-    def __init__(self, total: int, enabled: bool, stream: TextIO | None = None) -> None:
-        self.total = total
-        self.done = 0
-        self.enabled = enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.start = time.monotonic()
-        isatty = getattr(self.stream, "isatty", None)
-        self.tty = bool(isatty()) if callable(isatty) else False
-        self._last_decile = 0
+    def __init__(
+        self, jobs: Sequence[ReplayJob], enabled: bool, stream: TextIO | None = None
+    ) -> None:
+        out = (stream if stream is not None else sys.stderr) if enabled else None
+        super().__init__([j.policy for j in jobs], out, "placement")
 
-    def step(self, label: str) -> None:
-        self.done += 1
-        if not self.enabled:
-            return
-        if not self.tty:
-            decile = 10 * self.done // max(1, self.total)
-            if decile > self._last_decile:
-                self._last_decile = decile
-                elapsed = time.monotonic() - self.start
-                self.stream.write(
-                    f"placement: {10 * decile}% ({self.done}/{self.total} runs, {elapsed:.0f} s)\n"
-                )
-                self.stream.flush()
-            return
-        width = 30
-        filled = int(width * self.done / max(1, self.total))
-        elapsed = time.monotonic() - self.start
-        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
-        bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(
-            f"\r[{bar}] {self.done}/{self.total} {label:<28.28} {elapsed:5.0f}s eta {eta:4.0f}s"
-        )
-        if self.done == self.total:
-            self.stream.write("\n")
-        self.stream.flush()
+
+def _timed(job: ReplayJob) -> tuple[ReplayResult, float]:
+    """The run and its own wall time, measured in the worker (the progress's weights)."""
+    t0 = time.perf_counter()
+    return _run(job), time.perf_counter() - t0
 
 
 def _abandon(pool: ProcessPoolExecutor) -> None:
@@ -127,10 +104,10 @@ def run_jobs(
     results: dict[int, ReplayResult] = {}
     workers = max(1, min(workers, len(jobs), os.cpu_count() or 1))
     if workers == 1:
-        for i, job in enumerate(jobs):
-            results[i] = _run(job)
+        for i in interleaved([j.seed for j in jobs]):
+            results[i], seconds = _timed(jobs[i])
             if progress:
-                progress.step(f"{job.policy} seed {job.seed}")
+                progress.finished(jobs[i].policy, seconds, f"{jobs[i].policy} seed {jobs[i].seed}")
     else:
         # forkserver, not fork: a process that already runs threads (an embedding program, a
         # test run, gRPC's poller) can leave a forked child holding a lock no thread will
@@ -138,13 +115,15 @@ def run_jobs(
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["simulator.replay.runner"])
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = {pool.submit(_run, job): i for i, job in enumerate(jobs)}
+            order = interleaved([j.seed for j in jobs])
+            futures = {pool.submit(_timed, jobs[i]): i for i in order}
             try:
                 for fut in as_completed(futures):
                     i = futures[fut]
-                    results[i] = fut.result()
+                    results[i], seconds = fut.result()
                     if progress:
-                        progress.step(f"{jobs[i].policy} seed {jobs[i].seed}")
+                        note = f"{jobs[i].policy} seed {jobs[i].seed}"
+                        progress.finished(jobs[i].policy, seconds, note)
             except BaseException:  # Ctrl-C, SIGTERM (kvspread.cli) or a failed run
                 _abandon(pool)
                 raise

@@ -1,7 +1,11 @@
 """Load and validate Alibaba GPU-trace ("openb") node and pod lists.
 
-The bundled copy lives in `simulator/data/traces/alibaba-gpu-v2023/` (see SOURCE.md there for
-origin and licence). A trace is named either by its short bundled name (`default`,
+The copy lives in the repository's `simulator/data/traces/alibaba-gpu-v2023/` (see SOURCE.md
+there for origin and licence), not in the wheel or the image: its owners ask for study and
+research use only, which an Apache-2.0 package would pass on to whoever mirrors it. It is
+found in the package's own folder (a checkout on PYTHONPATH, an editable install) or in the
+clone that `pip install .` was run from (PEP 610's direct_url.json names it), so
+`pip install . && kvspread simulate` works from a clone. A trace is named either by its short bundled name (`default`,
 `gpushare40`, `multigpu20`, ...) or by a path to any CSV in the same format. Rows are checked
 as they are read; a bad file raises `TraceError` naming the file, the line and the column,
 never a bare KeyError or ValueError.
@@ -14,6 +18,10 @@ allowed GPU models (empty: any model).
 from __future__ import annotations
 
 import csv
+import importlib.metadata
+import json
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +38,37 @@ __all__ = [
     "load_pods",
 ]
 
-TRACE_DIR = Path(__file__).parents[1] / "data" / "traces" / "alibaba-gpu-v2023"
+TRACE_IN_REPO = Path("simulator", "data", "traces", "alibaba-gpu-v2023")
+"""Where the trace is, relative to a checkout's root."""
+
+
+def install_source() -> Path | None:
+    """The local folder `pip install` built kvspread from (PEP 610 `direct_url.json`, a
+    `dir_info` URL); None for a wheel, an index or an editable install's own folder."""
+    try:
+        text = importlib.metadata.distribution("kvspread").read_text("direct_url.json")
+        doc = json.loads(text or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+    url = str(doc.get("url", "")) if isinstance(doc, dict) else ""
+    if "dir_info" not in doc or not url.startswith("file:"):
+        return None
+    return Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+
+
+def find_trace_dir(package_root: Path = Path(__file__).parents[2]) -> Path:
+    """The package's own trace folder where it exists (a checkout), else the one of the
+    clone it was installed from, else the package's (absent: `require_trace_data` says)."""
+    own = package_root / TRACE_IN_REPO
+    if own.is_dir():
+        return own
+    source = install_source()
+    if source is not None and (source / TRACE_IN_REPO).is_dir():
+        return source / TRACE_IN_REPO
+    return own
+
+
+TRACE_DIR = find_trace_dir()
 DEFAULT_NODE_LIST = TRACE_DIR / "openb_node_list_gpu_node.csv"
 MILLI = 1000
 MAX_GPUS_PER_NODE = 8

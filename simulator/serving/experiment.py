@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+from simulator.progress import WorkProgress, interleaved
 from simulator.serving import report, routing_report
 from simulator.serving.autoscalers import DEFAULT_AUTOSCALER
 from simulator.serving.config import SimConfig
@@ -23,7 +24,6 @@ __all__ = [
     "Experiment",
     "run_experiment",
     "write_outputs",
-    "ProgressBar",
     "parse_policies",
 ]
 
@@ -39,50 +39,16 @@ def parse_policies(text: str | Sequence[str]) -> list[str]:
     return names
 
 
-class ProgressBar:
-    """A one-line progress bar on a terminal; on any other stream (a log, a pipe) one
-    plain line every 10 %; silent when `stream` is None."""
-
-    def __init__(self, total: int, stream: TextIO | None, label: str = "serving") -> None:
-        self.total = total
-        self.stream = stream
-        self.label = label
-        self.done = 0.0
-        self._last = -1
-        isatty = getattr(stream, "isatty", None)
-        self.tty = bool(isatty()) if callable(isatty) else False
-
-    def update(self, done: float) -> None:
-        self.done = done
-        if self.stream is None:
-            return
-        width = 30
-        frac = min(1.0, done / self.total) if self.total else 1.0
-        filled = int(frac * width)
-        pct = int(frac * 100)
-        if not self.tty:
-            step = pct // 10 * 10
-            if step <= self._last:
-                return
-            self._last = step
-            self.stream.write(f"{self.label}: {step}% ({int(done)}/{self.total} runs)\n")
-            self.stream.flush()
-            return
-        if pct == self._last:
-            return
-        self._last = pct
-        bar = "#" * filled + "." * (width - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {pct:3d}% ({int(done)}/{self.total} runs)")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.stream is not None and self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+def _kind(job: tuple[SimConfig, str, str, str, int]) -> str:
+    """A run's kind for the progress's weights: its placement x autoscaler x routing."""
+    _, policy, autoscaler, routing, _ = job
+    return f"{policy}/{autoscaler}/{routing}"
 
 
-def _advance(bar: ProgressBar, done: int, fraction: float) -> None:
-    bar.update(done + fraction)
+def _timed(job: tuple[SimConfig, str, str, str, int]) -> tuple[RunResult, float]:
+    """The run and its own wall time, measured in the worker (the progress's weights)."""
+    t0 = time.perf_counter()
+    return _one(job), time.perf_counter() - t0
 
 
 def _one(job: tuple[SimConfig, str, str, str, int]) -> RunResult:
@@ -111,13 +77,18 @@ def run_experiment(
     work = [
         (cfg, p, a, r, s) for p in policies for a in autoscalers for r in routings for s in seeds
     ]
-    bar = ProgressBar(len(work), progress)
+    bar = WorkProgress([_kind(w) for w in work], progress, "serving")
     t0 = time.perf_counter()
     results: list[RunResult] = []
     if jobs <= 1 or len(work) == 1:
-        for k, (c, p, a, r, s) in enumerate(work):
-            cb: Callable[[float], None] = partial(_advance, bar, k)
-            results.append(simulate(c, p, s, progress=cb, autoscaler=a, routing=r))
+        done: dict[int, RunResult] = {}
+        for k in interleaved([w[4] for w in work]):
+            c, p, a, r, s = work[k]
+            cb: Callable[[float], None] = partial(bar.running, _kind(work[k]))
+            t_run = time.perf_counter()
+            done[k] = simulate(c, p, s, progress=cb, autoscaler=a, routing=r)
+            bar.finished(_kind(work[k]), time.perf_counter() - t_run)
+        results = [done[k] for k in range(len(work))]
     else:
         # forkserver, not fork: forking a process that already runs threads can leave the
         # child holding a lock no thread will release (see simulator/replay/runner.py)
@@ -125,12 +96,11 @@ def run_experiment(
         ctx.set_forkserver_preload(["simulator.serving.experiment"])
         with ctx.Pool(min(jobs, len(work))) as pool:
             by_key: dict[tuple[str, str, str, int], RunResult] = {}
-            for res in pool.imap_unordered(_one, work):
+            order = [work[k] for k in interleaved([w[4] for w in work])]
+            for res, seconds in pool.imap_unordered(_timed, order):
                 by_key[(res.policy, res.autoscaler, res.routing, res.seed)] = res
-                bar.update(len(by_key))
+                bar.finished(f"{res.policy}/{res.autoscaler}/{res.routing}", seconds)
             results = [by_key[(p, a, r, s)] for _, p, a, r, s in work]
-    bar.update(len(work))
-    bar.close()
     wall = time.perf_counter() - t0
     rows = [report.summarise(r) for r in results]
     return Experiment(results, rows, report.aggregate(rows), wall)

@@ -81,3 +81,50 @@ def test_warnings_of_the_http_libraries_still_show(capsys: pytest.CaptureFixture
     capsys.readouterr()
     logging.getLogger("urllib3").warning("retrying")
     assert [(d["logger"], d["msg"]) for d in _lines(capsys)] == [("urllib3", "retrying")]
+
+
+def test_text_format_is_one_readable_line(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.set_format("text")
+    try:
+        logs.configure("info")
+        capsys.readouterr()
+        logging.getLogger("kvspread.router").info(
+            "router serving", extra={"kv": {"grpc_port": 9002, "why": "a b", "tls": False}}
+        )
+    finally:
+        logs.set_format("json")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        ' info    kvspread.router: router serving grpc_port=9002 why="a b" tls=false'
+    )
+    assert not line.startswith("{")
+
+
+def test_an_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="not one of json, text"):
+        logs.set_format("yaml")
+
+
+def test_the_cli_takes_log_format_from_flag_and_environment() -> None:
+    """`--log-format` on each serving verb, KVSPREAD_LOG_FORMAT as its variable; a bad
+    variable is one line and exit 2, before anything starts."""
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "KVSPREAD_LOG_FORMAT": "yaml"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvspread", "extender", "serve", "--standalone", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "kvspread: configuration error: KVSPREAD_LOG_FORMAT 'yaml': expected json or text"
+    )
+    from kvspread.cli import build_parser
+
+    for part, verb in (("extender", "serve"), ("adapter", "serve"), ("collector", "run")):
+        args = build_parser({}, [part]).parse_args([part, verb, "--log-format", "text"])
+        assert args.log_format == "text"

@@ -80,7 +80,7 @@ def test_client_resets_leave_the_json_log_parseable(part: str, tmp_path: Path) -
         assert long.status_code == 404
         assert len(long.content) < SHOWN_CHARS + 200, "the 404 echoes the whole path"
         assert "(60001 characters)" in long.json()["error"]
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         _, rest = proc.communicate(timeout=WAIT_S)
         lines += rest.splitlines(keepends=True)
     finally:
@@ -89,5 +89,7 @@ def test_client_resets_leave_the_json_log_parseable(part: str, tmp_path: Path) -
             proc.wait(WAIT_S)
     text = "".join(lines)
     assert "Traceback" not in text, text
-    for line in lines:
-        json.loads(line)  # every line of stderr is one JSON object
+    docs = [json.loads(line) for line in lines]  # every line of stderr is one JSON object
+    if part == "router":  # it says why it stops, and that it did
+        assert {"msg": "router stopping", "signal": "SIGTERM"}.items() <= docs[-2].items()
+        assert docs[-1]["msg"] == "router stopped"

@@ -4,6 +4,7 @@ data exclusion, and the CI steps that build and install the wheel."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -133,8 +134,46 @@ def test_simulate_without_the_trace_says_where_to_run(monkeypatch, tmp_path) -> 
 
     monkeypatch.setattr(trace, "TRACE_DIR", tmp_path / "absent")
     monkeypatch.setattr(trace, "DEFAULT_NODE_LIST", tmp_path / "absent" / "nodes.csv")
-    with pytest.raises(ConfigError, match="pip install kvspread"):
+    with pytest.raises(ConfigError, match="run from a clone of https://github.com/kvspread"):
         cli.require_trace_data()
+
+
+def test_the_trace_stays_out_of_the_wheel_and_the_sdist() -> None:
+    """Research-only data in an Apache-2.0 package would be passed on by every mirror."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    data = project["tool"]["setuptools"]["package-data"]["simulator"]
+    assert data and not [d for d in data if "traces" in d], data
+    manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
+    assert "prune simulator/data/traces" in manifest
+    for folder in ("tests", "docs", "manifests"):
+        assert f"graft {folder}" in manifest, f"the sdist lacks {folder}/"
+
+
+def test_simulate_finds_the_trace_in_the_clone_it_was_installed_from(monkeypatch, tmp_path) -> None:
+    """`pip install .` from a clone: the installed package has no trace, the clone has."""
+    from simulator.replay import trace
+
+    clone = tmp_path / "clone"
+    (clone / trace.TRACE_IN_REPO).mkdir(parents=True)
+    site = tmp_path / "site-packages"  # the installed package's root, without the trace
+
+    class Dist:
+        def read_text(self, name: str) -> str:
+            assert name == "direct_url.json"
+            return json.dumps({"url": clone.as_uri(), "dir_info": {}})
+
+    monkeypatch.setattr(trace.importlib.metadata, "distribution", lambda name: Dist())
+    assert trace.install_source() == clone
+    assert trace.find_trace_dir(site) == clone / trace.TRACE_IN_REPO
+    assert trace.find_trace_dir(ROOT) == ROOT / trace.TRACE_IN_REPO  # a checkout: its own
+
+    class Wheel:  # installed from a wheel file: no folder to look in
+        def read_text(self, name: str) -> str:
+            return json.dumps({"url": (tmp_path / "k.whl").as_uri(), "archive_info": {}})
+
+    monkeypatch.setattr(trace.importlib.metadata, "distribution", lambda name: Wheel())
+    assert trace.install_source() is None
+    assert trace.find_trace_dir(site) == site / trace.TRACE_IN_REPO  # absent: said so
 
 
 def test_ci_waits_for_apt_and_checks_the_wheel() -> None:

@@ -82,6 +82,25 @@ def test_an_endpoint_that_never_answered_is_stale(engines, start_router) -> None
     assert not dead().fresh and dead().stale_reason.startswith("never scraped")
 
 
+def test_a_dead_endpoint_warns_once_then_logs_at_debug(engines, start_router, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Its scrape fails every interval: one warning for the reason, the repeats at debug."""
+    (e,) = engines("e")
+    with caplog.at_level(logging.DEBUG, logger="kvspread.router.endpoints"):
+        router_cfg = router_config([e.address, "127.0.0.1:9"])
+        start_router(router_cfg)
+        deadline = time.monotonic() + 30
+
+        def failed() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.getMessage() == "metrics scrape failed"]
+
+        while len(failed()) < 3:  # bounded wait for three scrapes of the dead endpoint
+            assert time.monotonic() < deadline, failed()
+            time.sleep(0.05)
+    levels = [r.levelno for r in failed()]
+    assert levels[0] == logging.WARNING
+    assert set(levels[1:]) == {logging.DEBUG}, levels
+
+
 def test_explain_errors_and_debug_log(two_fakes_router, caplog) -> None:  # type: ignore[no-untyped-def]
     router = two_fakes_router
     base = f"http://127.0.0.1:{router.http_port}"

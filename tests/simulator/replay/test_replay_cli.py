@@ -182,11 +182,11 @@ def test_out_jobs_progress_before_the_subcommand_are_kept() -> None:
 def test_placement_progress_lines_off_a_terminal() -> None:
     import io
 
-    from simulator.replay.runner import Progress
+    from simulator.replay.runner import Progress, ReplayJob
 
     stream = io.StringIO()
-    p = Progress(20, True, stream)
+    p = Progress([ReplayJob("default", "fgd", 42)] * 20, True, stream)
     for _ in range(20):
-        p.step("fgd seed 42")
+        p.finished("fgd", 1.0, "fgd seed 42")
     lines = stream.getvalue().splitlines()
-    assert len(lines) == 10 and lines[-1].startswith("placement: 100% (20/20 runs")
+    assert len(lines) == 10 and lines[-1].startswith("placement: 100% of the work (20/20 runs")

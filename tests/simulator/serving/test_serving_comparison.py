@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kvspread.names import SLI_SLO_PRESSURE
+from simulator.progress import WorkProgress
 from simulator.serving.autoscalers import (
     AUTOSCALERS,
     hpa_metrics,
@@ -16,7 +17,7 @@ from simulator.serving.autoscalers import (
     peak_replicas,
 )
 from simulator.serving.config import config_from_mapping
-from simulator.serving.experiment import ProgressBar, run_experiment
+from simulator.serving.experiment import run_experiment
 from simulator.serving.kubedefault import KubeDefault, scores
 from simulator.serving.placement import POLICIES, BoundPod, ClusterSnapshot, make_policy
 from simulator.serving.sim import simulate
@@ -190,10 +191,10 @@ class _Log:
 
 def test_progress_prints_a_line_every_ten_percent_off_a_terminal() -> None:
     log = _Log()
-    bar = ProgressBar(40, log)  # type: ignore[arg-type]
-    for k in range(41):
-        bar.update(k)
-    bar.close()
+    bar = WorkProgress(["a"] * 40, log, "serving")  # type: ignore[arg-type]
+    for _ in range(40):
+        bar.finished("a", 1.0)
     lines = log.text.splitlines()
-    assert len(lines) == 11 and lines[-1] == "serving: 100% (40/40 runs)"
+    assert len(lines) == 10 and lines[-1].startswith("serving: 100% of the work (40/40 runs, ")
+    assert lines[-1].endswith("s elapsed, eta 0 s)")
     assert "\r" not in log.text
