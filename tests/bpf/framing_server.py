@@ -59,7 +59,8 @@ class Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.last = (0, 0)
-        self.events: list[int] = []
+        self.events: list[int] = []  # just after the write completing each event
+        self.spans: list[tuple[int, int]] = []  # (just before, just after) that write
 
     def out(self, data: bytes, how: str = "send") -> None:
         before = time.monotonic_ns()
@@ -127,12 +128,15 @@ def answer(c: Conn, method: str, path: str) -> bool:
                 c.out(_chunk(ev[:17]))
                 c.out(_chunk(ev[17:]))
                 c.events.append(c.last[1])
+                c.spans.append(c.last)
         else:
             for i in range(0, len(events), per):
                 time.sleep(gap)
                 c.out(_chunk(b"".join(events[i : i + per])))
                 c.events += [c.last[1]] * len(events[i : i + per])
+                c.spans += [c.last] * len(events[i : i + per])
         c.events = c.events[:n]  # [DONE] is not a token
+        c.spans = c.spans[:n]
         c.out(b"0\r\n\r\n")
     return True
 
@@ -150,11 +154,12 @@ def serve(sock: socket.socket) -> None:
         while b"\r\n\r\n" in buf:
             head, buf = buf.split(b"\r\n\r\n", 1)
             method, path = head.split(b" ")[:2]
-            c.events = []
+            c.events, c.spans = [], []
             keep = answer(c, method.decode(), path.decode())
             truth = {"path": path.decode(), "read": [before, after], "last": list(c.last)}
             if c.events:
                 truth["events"] = c.events
+                truth["spans"] = [list(x) for x in c.spans]
             print(json.dumps(truth), flush=True)
             if not keep:
                 return

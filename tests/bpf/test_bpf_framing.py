@@ -222,8 +222,11 @@ def test_sse_time_to_first_token_and_per_output_token(
         assert r.tpot_s is None  # one token has no inter-token time: absent, not zero
     else:
         assert r.tpot_s is not None
-        true_tpot = (events[-1] - events[0]) / (tokens - 1)
-        assert abs(r.tpot_s - true_tpot / 1e9) <= max(0.001, 0.05 * true_tpot / 1e9), r
+        # each event's write completed between the server's clock readings just before and
+        # just after it; on a loaded machine those can be milliseconds apart (preemption)
+        (first_lo, first_hi), (last_lo, last_hi) = truth["spans"][0], truth["spans"][-1]
+        lo, hi = (last_lo - first_hi) / (tokens - 1), (last_hi - first_lo) / (tokens - 1)
+        assert within_bracket(r.tpot_s, int(lo), int(hi)), (r, lo, hi)
         assert r.tpot_s >= gap_ms / 1000 / (per or 1) * 0.5
 
     # the agent: histograms with the request's attributes + gen_ai.operation.name
