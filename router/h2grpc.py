@@ -368,6 +368,13 @@ class _Stream:
         self.messages: list[bytes] = []  # unary: the request message
 
 
+def _close_handler(s: _Stream) -> None:
+    """Tell a handler with a `close()` (one that holds resources) that its stream ended."""
+    close = getattr(s.handler, "close", None)
+    if close is not None:
+        close()
+
+
 def _unpad(payload: bytes, fixed: int) -> bytes:
     """A PADDED frame's payload without its Pad Length byte and padding (RFC 9113 6.1/6.2);
     `fixed` bytes (HEADERS' priority fields) must fit besides the padding."""
@@ -437,6 +444,7 @@ class _Connection(asyncio.Protocol):
         for s in self.streams.values():
             if s.cancel is not None:
                 s.cancel()
+            _close_handler(s)
         self.streams.clear()
         self.blocked.clear()
         self.transport = None
@@ -496,7 +504,8 @@ class _Connection(asyncio.Protocol):
             end = pos + 9 + length
             if end > n:
                 break
-            payload = bytes(buf[pos + 9 : end])
+            with memoryview(buf) as view:  # one copy, not a bytearray slice and then bytes
+                payload = bytes(view[pos + 9 : end])
             pos = end
             self._frame_in(kind, flags, sid & _MAX_WINDOW, payload)
             if self.transport is None or self.lingering is not None:
@@ -943,6 +952,7 @@ class _Connection(asyncio.Protocol):
             self.out.append(_frame(_HEADERS, _END_HEADERS | _END_STREAM, s.sid, s.trailers))
             s.trailers = None
             self.streams.pop(s.sid, None)
+            _close_handler(s)
             self._forget(s.sid, tolerate=not s.remote_done)
             if self.reset_credit < _RESET_BUDGET:
                 self.reset_credit += 1  # an answered stream earns back a reset
@@ -990,6 +1000,7 @@ class _Connection(asyncio.Protocol):
             s.pending = bytearray()
             if s.cancel is not None:
                 s.cancel()
+            _close_handler(s)
         self._forget(sid, tolerate)
         if self.draining and not self.streams:
             self._close()

@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from kvspread import preflight
 from kvspread.grpcservice import address as grpc_address
 from kvspread.settings import ConfigError
+from router.bodybudget import BodyBudget
 from router.config import RouterConfig
 from router.debug import DebugServer
 from router.endpoints import Endpoint, EndpointSet
@@ -60,6 +61,7 @@ class Router:
         self.metrics = RouterMetrics()
         self.endpoints = EndpointSet(cfg.metrics)
         self.picker = Picker(cfg, self.endpoints, self.metrics)
+        self.bodies = BodyBudget(cfg.server.max_body_bytes, cfg.server.max_bodies_bytes)
         self.watch: PoolWatch | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -105,7 +107,7 @@ class Router:
         status = HealthStatus()
         self._health_set = status.set
         server = H2GrpcServer(
-            {PROCESS_PATH: lambda: ExtProcStream(self.picker)},
+            {PROCESS_PATH: lambda: ExtProcStream(self.picker, self.bodies)},
             status,
             max_message_bytes=self.cfg.server.max_message_bytes,
         )
@@ -135,7 +137,7 @@ class Router:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        SERVICE.add_to_server(ExtProcServicer(self.picker), server)
+        SERVICE.add_to_server(ExtProcServicer(self.picker, budget=self.bodies), server)
         servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
         bind = grpc_address(self.cfg.server.host, self.cfg.server.grpc_port)
