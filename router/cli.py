@@ -36,6 +36,12 @@ SETTINGS: list[Setting] = [
         metavar="BYTES",
     ),
     Setting(
+        "server.drain_timeout_s",
+        "seconds in-flight streams get after SIGTERM; readiness NOT_SERVING at once (default 30)",
+        flag="--drain-timeout",
+        metavar="SECONDS",
+    ),
+    Setting(
         "server.max_body_bytes",
         "largest request body held; past it 413 (default 64 MiB)",
         metavar="BYTES",

@@ -1036,6 +1036,10 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def busy(self) -> bool:
+        """A stream other than a health Watch is in flight."""
+        return any(s.path != HEALTH_WATCH for s in self.streams.values())
+
     def drain(self, why: str) -> None:
         """Graceful shutdown: GOAWAY (NO_ERROR) naming the last stream this side took; the
         streams up to it finish, later ones are refused; closes after the last one ends."""
@@ -1115,7 +1119,8 @@ class H2GrpcServer:
     async def stop(self, grace: float = 0.5) -> None:
         """Stop listening and drain every connection (GOAWAY); the streams in flight get
         `grace` seconds to finish (as grpcio's `stop(grace)`), then the connections still
-        open (Watch streams, a stalled peer) are cut."""
+        open (a stalled peer) are cut. Health Watch streams, which never end by themselves,
+        do not hold the drain: once only they are left, their connections are cut."""
         server, self._server = self._server, None
         if server is None:
             return
@@ -1123,9 +1128,11 @@ class H2GrpcServer:
         self._all_gone = asyncio.Event()
         for c in list(self._connections):
             c.drain("server stopping")
-        if self._connections:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while any(c.busy() for c in self._connections) and loop.time() < deadline:
             try:
-                await asyncio.wait_for(self._all_gone.wait(), grace)
+                await asyncio.wait_for(self._all_gone.wait(), min(0.05, grace))
             except TimeoutError:
                 pass
         for c in list(self._connections):

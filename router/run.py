@@ -51,7 +51,6 @@ def static_endpoints(cfg: RouterConfig) -> list[Endpoint]:
     return out
 
 
-STOP_GRACE_S = 0.5
 """At stop, how long either gRPC server lets the streams in flight finish (after GOAWAY)."""
 
 
@@ -74,9 +73,10 @@ class Router:
         self._started = threading.Event()
         self._error: BaseException | None = None
         self._debug: DebugServer | None = None
+        self._draining = False  # stopping: readiness NOT_SERVING while in-flight streams end
 
     def ready(self) -> bool:
-        return self.endpoints.synced
+        return self.endpoints.synced and not self._draining
 
     def _credentials(self) -> grpc.ServerCredentials | None:
         if not self.cfg.server.tls_cert:
@@ -231,17 +231,25 @@ class Router:
         return self
 
     def stop(self) -> None:
+        """Drain, then stop: readiness NOT_SERVING at once (gRPC health and /readyz), the
+        streams in flight get `server.drain_timeout_s` to finish, new ones are refused."""
         loop = self._loop
+        self._draining = True
+        grace = self.cfg.server.drain_timeout_s
         if loop is not None and loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(self._set_health(), loop).result(5)
+            except Exception:  # noqa: BLE001 - stopping anyway
+                pass
             if self._server is not None:
-                stopping = asyncio.run_coroutine_threadsafe(self._server.stop(STOP_GRACE_S), loop)
+                stopping = asyncio.run_coroutine_threadsafe(self._server.stop(grace), loop)
             elif self._h2 is not None:
-                stopping = asyncio.run_coroutine_threadsafe(self._h2.stop(STOP_GRACE_S), loop)
+                stopping = asyncio.run_coroutine_threadsafe(self._h2.stop(grace), loop)
             else:
                 stopping = None
             try:
                 if stopping is not None:
-                    stopping.result(5)
+                    stopping.result(grace + 5)
             except Exception:  # noqa: BLE001 - stopping anyway
                 pass
             loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])

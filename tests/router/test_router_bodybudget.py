@@ -8,25 +8,20 @@ with a 300 MiB upload to a `kvspread router serve` subprocess whose peak RSS is 
 from __future__ import annotations
 
 import json
-import os
 import queue
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from router.bodybudget import DEFAULT_MAX_BODY_BYTES
 from router.config import GRPC_SERVERS
 from router.extproc import SERVICE
 from router.proto import ext_proc_pb2 as pb
-from tests.ports import free_port, wait_http_ok
-from tests.router.conftest import router_config, wait, wait_fresh
+from tests.router.conftest import picker_subprocess, router_config, wait, wait_fresh
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
 from tests.router.fake_engine import FakeEngine
 from tests.router.test_router_extproc import CHAT, DUPLEX, body_msgs, channel, headers_msg
@@ -130,27 +125,10 @@ def _rss(pid: int) -> tuple[int, int]:
 @pytest.fixture
 def picker_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, FakeEngine]]:
     engine = FakeEngine("e0").start()
-    grpc_port, http_port = free_port(), free_port()
-    cfg = tmp_path / "router.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "server": {"grpc_port": grpc_port, "http_port": http_port},
-                "endpoints": {"static": [engine.address]},
-                "scoring": {"fallbacks": 0},
-            }
-        )
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvspread", "router", "serve", "--config", str(cfg)],
-        env={**os.environ, "KVSPREAD_ROUTER_SERVER_LOG_LEVEL": "warning"},
-    )
     try:
-        wait_http_ok(f"http://127.0.0.1:{http_port}/readyz", 60, proc)
-        yield proc, grpc_port, engine
+        with picker_subprocess(tmp_path, [engine.address]) as (proc, grpc_port, _):
+            yield proc, grpc_port, engine
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
         engine.stop()
 
 
