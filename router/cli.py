@@ -36,6 +36,22 @@ SETTINGS: list[Setting] = [
         metavar="BYTES",
     ),
     Setting(
+        "server.drain_timeout_s",
+        "seconds in-flight streams get after SIGTERM; readiness NOT_SERVING at once (default 30)",
+        flag="--drain-timeout",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "server.max_body_bytes",
+        "largest request body held; past it 413 (default 64 MiB)",
+        metavar="BYTES",
+    ),
+    Setting(
+        "server.max_bodies_bytes",
+        "request body bytes held over all requests; past it 429 (default 256 MiB)",
+        metavar="BYTES",
+    ),
+    Setting(
         "server.grpc_server",
         "gRPC server: h2 (default: the picker's own HTTP/2 server) or grpcio",
         metavar="KIND",

@@ -9,7 +9,8 @@ YAML shape (every key optional; defaults shown, except that exactly one of
 
     server:   {host: 127.0.0.1, grpc_port: 9002, http_port: 9090, tls_cert: null,
                tls_key: null, log_level: info, max_message_bytes: 67108864,
-               grpc_server: h2}
+               grpc_server: h2, max_body_bytes: 67108864, max_bodies_bytes: 268435456,
+               drain_timeout_s: 30}
     endpoints: {static: [10.0.0.5:8000, 10.0.0.6:8000], selector: null, target_port: null,
                 namespace: null, metrics_port: null, metrics_path: /metrics}
     pool:     {name: null, namespace: default}        # watch this InferencePool
@@ -44,6 +45,7 @@ from kvspread.logs import LogLevel
 from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, paired, ports
 from kvspread.signals import STALE_AFTER_S
 from router.prefix import CacheConfig
+from router.bodybudget import DEFAULT_MAX_BODIES_BYTES, DEFAULT_MAX_BODY_BYTES
 from router.request import RequestConfig
 from router.scoring import ScoringConfig
 
@@ -143,6 +145,15 @@ class ServerConfig:
     grpc_server: str = "h2"
     """gRPC server: `h2`, the picker's own HTTP/2 server on one event loop (the default: about
     a quarter of grpcio's CPU per stream), or `grpcio` (grpcio's asyncio server)."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest request body the picker holds (FULL_DUPLEX_STREAMED): past it the request gets
+    413 with an OpenAI-style error (default 64 MiB: several base64 images)."""
+    drain_timeout_s: float = 30.0
+    """Seconds the streams in flight (uploads, response-phase SSE) get to finish after SIGTERM;
+    readiness turns NOT_SERVING at once (llm-d's picker drains 30 s too)."""
+    max_bodies_bytes: int = DEFAULT_MAX_BODIES_BYTES
+    """Request body bytes held over all requests at once: a body that would pass it gets 429
+    (retry later); default 256 MiB, a quarter of the Deployment's memory limit."""
 
     def validate(self) -> None:
         ports(self, "grpc_port", "http_port")
@@ -151,6 +162,14 @@ class ServerConfig:
         paired(self, "tls_cert", "tls_key", "a PEM certificate and its private key")
         if self.grpc_server not in GRPC_SERVERS:
             raise invalid("grpc_server", "one of " + ", ".join(GRPC_SERVERS), self.grpc_server)
+        bounded(self, "max_body_bytes", at_least=1, what="an integer")
+        bounded(self, "drain_timeout_s", at_least=0, finite=True)
+        if self.max_bodies_bytes < self.max_body_bytes:
+            raise invalid(
+                "max_bodies_bytes",
+                f"an integer >= server.max_body_bytes ({self.max_body_bytes})",
+                self.max_bodies_bytes,
+            )
         if self.max_message_bytes < MIN_MESSAGE_BYTES:
             raise invalid(
                 "max_message_bytes",

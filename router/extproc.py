@@ -40,6 +40,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
 from kvspread.grpcservice import Service
+from router.bodybudget import BodyBudget
 from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.picker import Outcome, Picker
 from router.proto import ext_proc_pb2 as pb
@@ -159,14 +160,13 @@ def _streamed(part: bytes, end_of_stream: bool, *, request: bool) -> pb.Processi
 
 def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
     d = outcome.decision
+    return refusal(d.status, d.reason, d.message or d.reason)
+
+
+def refusal(status: int, kind: str, message: str) -> pb.ProcessingResponse:
+    """An ImmediateResponse with an OpenAI-style JSON error body."""
     body = orjson.dumps(
-        {
-            "error": {
-                "message": f"kvspread router: {d.message or d.reason}",
-                "type": d.reason,
-                "code": d.status,
-            }
-        }
+        {"error": {"message": f"kvspread router: {message}", "type": kind, "code": status}}
     )
     opt = pb.HeaderValueOption(
         header=pb.HeaderValue(key="content-type", raw_value=b"application/json")
@@ -175,10 +175,10 @@ def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
         immediate_response=pb.ImmediateResponse(
             # Envoy's StatusCode numbers are the HTTP codes (BadRequest = 400, ...) and proto3
             # enums are open, so the code goes over as it is
-            status=pb.HttpStatus(code=cast(pb.StatusCode, d.status)),
+            status=pb.HttpStatus(code=cast(pb.StatusCode, status)),
             headers=pb.HeaderMutation(set_headers=[opt]),
             body=body,
-            details=f"kvspread_router_{d.reason}",
+            details=f"kvspread_router_{kind}",
         )
     )
 
@@ -189,23 +189,48 @@ class StreamHandler:
     ImmediateResponse, when nothing more may be sent. Pure of I/O, so both gRPC servers
     and the tests drive the same logic."""
 
-    def __init__(self, picker: Picker, duplex_default: bool = False) -> None:
+    def __init__(
+        self, picker: Picker, duplex_default: bool = False, budget: BodyBudget | None = None
+    ) -> None:
         self.picker = picker
+        self.budget = budget
+        self.held = 0  # body bytes counted in `budget`
         self.headers: dict[str, str] = {}
         self.subset: list[str] | None = None
         self.duplex = duplex_default
         self.response_duplex = False
         self.headers_answered = False
-        self.chunks: list[bytes] = []
+        self.first: bytes | None = None  # the body when it came in one chunk (not copied)
+        # from the second chunk on, the whole body in one buffer: a large body grows in one
+        # mapping (realloc, no copies) instead of thousands of heap blocks that fragment
+        self.joined: bytearray | None = None
         self.done = False
 
     @property
-    def body(self) -> bytes:
-        """The request body so far (one chunk, the usual case, is not copied)."""
-        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+    def body(self) -> bytes | bytearray:
+        """The request body so far."""
+        if self.joined is not None:
+            return self.joined
+        return self.first or b""
+
+    def _add_chunk(self, chunk: bytes) -> None:
+        if self.joined is not None:
+            self.joined += chunk
+        elif self.first is None:
+            self.first = chunk
+        else:
+            self.joined = bytearray(self.first)
+            self.joined += chunk
+            self.first = None
+
+    def _drop_body(self) -> None:
+        self.first = None
+        self.joined = None
 
     def _decide(self) -> Outcome:
-        return self.picker.pick(self.body, self.headers, self.subset)
+        # a joined body is a bytearray: the picker only tests it for emptiness and hands it
+        # to orjson, which reads any bytes-like object, so it is not copied into bytes
+        return self.picker.pick(cast(bytes, self.body), self.headers, self.subset)
 
     def on_message(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         kind = req.WhichOneof("request")
@@ -213,7 +238,10 @@ class StreamHandler:
             return self._on_headers(req)
         if kind == "request_body":
             body = req.request_body
-            self.chunks.append(body.body)
+            chunk = body.body  # each read of a bytes field is a copy
+            if self.budget is not None and not self._hold(len(chunk)):
+                return self._refused(len(chunk))
+            self._add_chunk(chunk)
             if body.end_of_stream:
                 return self._after_body(trailers=False)
             # STREAMED mode waits for an answer per chunk; duplex never does
@@ -235,6 +263,53 @@ class StreamHandler:
         if kind == "response_trailers":
             return [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
         return []  # other kinds carry nothing the picker answers
+
+    def _hold(self, n: int) -> bool:
+        """Count n more body bytes: False when over the request's or the total budget."""
+        budget = cast(BodyBudget, self.budget)
+        if self.held + n > budget.per_request:
+            return False
+        if not budget.take(n):
+            return False
+        self.held += n
+        return True
+
+    def _refused(self, n: int) -> list[pb.ProcessingResponse]:
+        """413 over the request's budget, 429 over the total one; the body is dropped."""
+        budget = cast(BodyBudget, self.budget)
+        self.done = True
+        self._drop_body()
+        if self.held + n > budget.per_request:
+            budget.refused_too_large += 1
+            self.release()
+            return [
+                refusal(
+                    413,
+                    "request_too_large",
+                    f"the request body is over the picker's limit of {budget.per_request} bytes"
+                    " (server.max_body_bytes)",
+                )
+            ]
+        self.release()
+        return [
+            refusal(
+                429,
+                "bodies_over_budget",
+                f"the picker holds {budget.held} bytes of request bodies, its limit is"
+                f" {budget.total} (server.max_bodies_bytes); retry later",
+            )
+        ]
+
+    def release(self) -> None:
+        """Give the body's bytes back to the budget (once the body is no longer held)."""
+        if self.held and self.budget is not None:
+            self.budget.give(self.held)
+        self.held = 0
+
+    @property
+    def consumed(self) -> bool:
+        """True once the body is no longer needed: the choice is made or the stream done."""
+        return self.done or (self.headers_answered and self.first is None and self.joined is None)
 
     def _on_headers(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         self.headers = _headers(req.request_headers)
@@ -259,17 +334,24 @@ class StreamHandler:
         outcome = self._decide()
         if outcome.decision.status != 200:
             self.done = True
+            self._drop_body()
             return [_immediate(outcome)]
         if not self.duplex:
+            self._drop_body()
+            self.headers_answered = True
             return [_destination_answer("body", outcome)]
         self.headers_answered = True
         out = [_destination_answer("headers", outcome)]
         body = self.body
-        self.chunks = []
+        self._drop_body()
         n = max(1, -(-len(body) // BODY_CHUNK_BYTES))
-        for i in range(n):
-            part = body if n == 1 else body[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES]
-            out.append(_streamed(part, i == n - 1 and not trailers, request=True))
+        with memoryview(body) as view:
+            for i in range(n):
+                if n == 1 and isinstance(body, bytes):
+                    part = body
+                else:
+                    part = bytes(view[i * BODY_CHUNK_BYTES : (i + 1) * BODY_CHUNK_BYTES])
+                out.append(_streamed(part, i == n - 1 and not trailers, request=True))
         return out
 
 
@@ -282,15 +364,25 @@ class ExtProcStream:
 
     __slots__ = ("handler",)
 
-    def __init__(self, picker: Picker) -> None:
-        self.handler = StreamHandler(picker)
+    def __init__(self, picker: Picker, budget: BodyBudget | None = None) -> None:
+        self.handler = StreamHandler(picker, budget=budget)
 
     def on_message(self, data: bytes) -> list[bytes]:
         try:
             req = pb.ProcessingRequest.FromString(data)
         except DecodeError as exc:
             raise GrpcError(INVALID_ARGUMENT, f"unreadable ProcessingRequest: {exc}") from exc
-        return [r.SerializeToString() for r in self.handler.on_message(req)]
+        del data
+        h = self.handler
+        out = [r.SerializeToString() for r in h.on_message(req)]
+        if h.held and h.consumed:
+            del req
+            h.release()
+        return out
+
+    def close(self) -> None:
+        """The stream ended (answered, reset or its connection gone): give the body back."""
+        self.handler.release()
 
     @property
     def finished(self) -> bool:
@@ -300,20 +392,28 @@ class ExtProcStream:
 class ExtProcServicer:
     """grpcio's asyncio servicer (`--grpc-server grpcio`): one StreamHandler per stream."""
 
-    def __init__(self, picker: Picker, *, duplex_default: bool = False) -> None:
+    def __init__(
+        self, picker: Picker, *, duplex_default: bool = False, budget: BodyBudget | None = None
+    ) -> None:
         self.picker = picker
         self._duplex_default = duplex_default
+        self._budget = budget
 
     async def Process(  # noqa: N802 - the gRPC method name
         self,
         request_iterator: AsyncIterator[pb.ProcessingRequest],
         context: grpc.aio.ServicerContext[pb.ProcessingRequest, pb.ProcessingResponse],
     ) -> AsyncIterator[pb.ProcessingResponse]:
-        h = StreamHandler(self.picker, self._duplex_default)
-        async for req in request_iterator:
-            for n, resp in enumerate(h.on_message(req)):
-                yield resp
-                if n % 16 == 15:
-                    await asyncio.sleep(0)  # a large body: let other streams run
-            if h.done:
-                return
+        h = StreamHandler(self.picker, self._duplex_default, self._budget)
+        try:
+            async for req in request_iterator:
+                for n, resp in enumerate(h.on_message(req)):
+                    yield resp
+                    if n % 16 == 15:
+                        await asyncio.sleep(0)  # a large body: let other streams run
+                if h.consumed:
+                    h.release()
+                if h.done:
+                    return
+        finally:
+            h.release()

@@ -368,6 +368,13 @@ class _Stream:
         self.messages: list[bytes] = []  # unary: the request message
 
 
+def _close_handler(s: _Stream) -> None:
+    """Tell a handler with a `close()` (one that holds resources) that its stream ended."""
+    close = getattr(s.handler, "close", None)
+    if close is not None:
+        close()
+
+
 def _unpad(payload: bytes, fixed: int) -> bytes:
     """A PADDED frame's payload without its Pad Length byte and padding (RFC 9113 6.1/6.2);
     `fixed` bytes (HEADERS' priority fields) must fit besides the padding."""
@@ -437,6 +444,7 @@ class _Connection(asyncio.Protocol):
         for s in self.streams.values():
             if s.cancel is not None:
                 s.cancel()
+            _close_handler(s)
         self.streams.clear()
         self.blocked.clear()
         self.transport = None
@@ -496,7 +504,8 @@ class _Connection(asyncio.Protocol):
             end = pos + 9 + length
             if end > n:
                 break
-            payload = bytes(buf[pos + 9 : end])
+            with memoryview(buf) as view:  # one copy, not a bytearray slice and then bytes
+                payload = bytes(view[pos + 9 : end])
             pos = end
             self._frame_in(kind, flags, sid & _MAX_WINDOW, payload)
             if self.transport is None or self.lingering is not None:
@@ -943,6 +952,7 @@ class _Connection(asyncio.Protocol):
             self.out.append(_frame(_HEADERS, _END_HEADERS | _END_STREAM, s.sid, s.trailers))
             s.trailers = None
             self.streams.pop(s.sid, None)
+            _close_handler(s)
             self._forget(s.sid, tolerate=not s.remote_done)
             if self.reset_credit < _RESET_BUDGET:
                 self.reset_credit += 1  # an answered stream earns back a reset
@@ -990,6 +1000,7 @@ class _Connection(asyncio.Protocol):
             s.pending = bytearray()
             if s.cancel is not None:
                 s.cancel()
+            _close_handler(s)
         self._forget(sid, tolerate)
         if self.draining and not self.streams:
             self._close()
@@ -1024,6 +1035,10 @@ class _Connection(asyncio.Protocol):
         self._flush()
         if self.transport is not None:
             self.transport.close()
+
+    def busy(self) -> bool:
+        """A stream other than a health Watch is in flight."""
+        return any(s.path != HEALTH_WATCH for s in self.streams.values())
 
     def drain(self, why: str) -> None:
         """Graceful shutdown: GOAWAY (NO_ERROR) naming the last stream this side took; the
@@ -1104,7 +1119,8 @@ class H2GrpcServer:
     async def stop(self, grace: float = 0.5) -> None:
         """Stop listening and drain every connection (GOAWAY); the streams in flight get
         `grace` seconds to finish (as grpcio's `stop(grace)`), then the connections still
-        open (Watch streams, a stalled peer) are cut."""
+        open (a stalled peer) are cut. Health Watch streams, which never end by themselves,
+        do not hold the drain: once only they are left, their connections are cut."""
         server, self._server = self._server, None
         if server is None:
             return
@@ -1112,9 +1128,11 @@ class H2GrpcServer:
         self._all_gone = asyncio.Event()
         for c in list(self._connections):
             c.drain("server stopping")
-        if self._connections:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while any(c.busy() for c in self._connections) and loop.time() < deadline:
             try:
-                await asyncio.wait_for(self._all_gone.wait(), grace)
+                await asyncio.wait_for(self._all_gone.wait(), min(0.05, grace))
             except TimeoutError:
                 pass
         for c in list(self._connections):

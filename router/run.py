@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from kvspread import preflight
 from kvspread.grpcservice import address as grpc_address
 from kvspread.settings import ConfigError
+from router.bodybudget import BodyBudget
 from router.config import RouterConfig
 from router.debug import DebugServer
 from router.endpoints import Endpoint, EndpointSet
@@ -50,7 +51,6 @@ def static_endpoints(cfg: RouterConfig) -> list[Endpoint]:
     return out
 
 
-STOP_GRACE_S = 0.5
 """At stop, how long either gRPC server lets the streams in flight finish (after GOAWAY)."""
 
 
@@ -60,6 +60,7 @@ class Router:
         self.metrics = RouterMetrics()
         self.endpoints = EndpointSet(cfg.metrics)
         self.picker = Picker(cfg, self.endpoints, self.metrics)
+        self.bodies = BodyBudget(cfg.server.max_body_bytes, cfg.server.max_bodies_bytes)
         self.watch: PoolWatch | None = None
         self.grpc_port = 0
         self.http_port = 0
@@ -72,9 +73,10 @@ class Router:
         self._started = threading.Event()
         self._error: BaseException | None = None
         self._debug: DebugServer | None = None
+        self._draining = False  # stopping: readiness NOT_SERVING while in-flight streams end
 
     def ready(self) -> bool:
-        return self.endpoints.synced
+        return self.endpoints.synced and not self._draining
 
     def _credentials(self) -> grpc.ServerCredentials | None:
         if not self.cfg.server.tls_cert:
@@ -105,7 +107,7 @@ class Router:
         status = HealthStatus()
         self._health_set = status.set
         server = H2GrpcServer(
-            {PROCESS_PATH: lambda: ExtProcStream(self.picker)},
+            {PROCESS_PATH: lambda: ExtProcStream(self.picker, self.bodies)},
             status,
             max_message_bytes=self.cfg.server.max_message_bytes,
         )
@@ -135,7 +137,7 @@ class Router:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        SERVICE.add_to_server(ExtProcServicer(self.picker), server)
+        SERVICE.add_to_server(ExtProcServicer(self.picker, budget=self.bodies), server)
         servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
         bind = grpc_address(self.cfg.server.host, self.cfg.server.grpc_port)
@@ -240,17 +242,25 @@ class Router:
         return self
 
     def stop(self) -> None:
+        """Drain, then stop: readiness NOT_SERVING at once (gRPC health and /readyz), the
+        streams in flight get `server.drain_timeout_s` to finish, new ones are refused."""
         loop = self._loop
+        self._draining = True
+        grace = self.cfg.server.drain_timeout_s
         if loop is not None and loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(self._set_health(), loop).result(5)
+            except Exception:  # noqa: BLE001 - stopping anyway
+                pass
             if self._server is not None:
-                stopping = asyncio.run_coroutine_threadsafe(self._server.stop(STOP_GRACE_S), loop)
+                stopping = asyncio.run_coroutine_threadsafe(self._server.stop(grace), loop)
             elif self._h2 is not None:
-                stopping = asyncio.run_coroutine_threadsafe(self._h2.stop(STOP_GRACE_S), loop)
+                stopping = asyncio.run_coroutine_threadsafe(self._h2.stop(grace), loop)
             else:
                 stopping = None
             try:
                 if stopping is not None:
-                    stopping.result(5)
+                    stopping.result(grace + 5)
             except Exception:  # noqa: BLE001 - stopping anyway
                 pass
             loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])

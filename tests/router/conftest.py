@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from router.config import RouterConfig
 from router.h2grpc import H2GrpcServer, HealthStatus, StreamFactory
 from router.run import Router
 from tests.fake_kube import make_pod
+from tests.ports import free_port, wait_http_ok
 from tests.router.fake_engine import FakeEngine
 
 
@@ -37,7 +42,7 @@ def engines() -> Iterator[Callable[..., list[FakeEngine]]]:
 
 def router_config(static: list[str] | None = None, **sections: Any) -> RouterConfig:
     doc: dict[str, Any] = {
-        "server": {"grpc_port": 0, "http_port": 0},
+        "server": {"grpc_port": 0, "http_port": 0, "drain_timeout_s": 1.0},
         "metrics": {"interval_s": 0.1, "stale_after_s": 1.0, "timeout_s": 0.5},
     }
     if static is not None:
@@ -158,3 +163,35 @@ def pool(port: int, selector: dict[str, str]) -> dict[str, Any]:
             "endpointPickerRef": {"name": "kvspread-router", "port": {"number": 9002}},
         },
     }
+
+
+@contextmanager
+def picker_subprocess(
+    tmp_path: Path, static: list[str], **server: Any
+) -> Iterator[tuple[subprocess.Popen[bytes], int, str]]:
+    """`kvspread router serve` as a process of its own (its RSS, its signals): static
+    endpoints, free ports; yields (process, gRPC port, HTTP base URL) once /readyz is 200;
+    SIGTERM and wait at the end."""
+    grpc_port, http_port = free_port(), free_port()
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "server": {"grpc_port": grpc_port, "http_port": http_port, **server},
+                "endpoints": {"static": static},
+                "scoring": {"fallbacks": 0},
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvspread", "router", "serve", "--config", str(cfg)],
+        env={**os.environ, "KVSPREAD_ROUTER_SERVER_LOG_LEVEL": "warning"},
+    )
+    http = f"http://127.0.0.1:{http_port}"
+    try:
+        wait_http_ok(f"{http}/readyz", 60, proc)
+        yield proc, grpc_port, http
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(60)

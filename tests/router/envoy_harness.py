@@ -49,6 +49,7 @@ def bootstrap(
     fail_open: bool = True,
     body_mode: str = "FULL_DUPLEX_STREAMED",
     ext_proc: bool = True,
+    response_body_mode: str = "NONE",
 ) -> dict[str, Any]:
     """Envoy's configuration; `ext_proc=False` gives the same Envoy without the picker."""
     ext_proc_filter = {
@@ -60,11 +61,13 @@ def bootstrap(
             "message_timeout": "10s",
             "processing_mode": {
                 "request_header_mode": "SEND",
-                "response_header_mode": "SKIP",
+                "response_header_mode": "SKIP" if response_body_mode == "NONE" else "SEND",
                 "request_body_mode": body_mode,
-                "response_body_mode": "NONE",
+                "response_body_mode": response_body_mode,
                 "request_trailer_mode": "SEND" if body_mode == "FULL_DUPLEX_STREAMED" else "SKIP",
-                "response_trailer_mode": "SKIP",
+                "response_trailer_mode": (
+                    "SEND" if response_body_mode == "FULL_DUPLEX_STREAMED" else "SKIP"
+                ),
             },
             "metadata_options": {"forwarding_namespaces": {"untyped": ["envoy.lb.subset_hint"]}},
         },

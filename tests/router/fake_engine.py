@@ -119,6 +119,9 @@ class FakeEngine:
         self.inflight = 0
         self._blocks: OrderedDict[bytes, None] = OrderedDict()
         self._encoded: OrderedDict[str, None] = OrderedDict()
+        # when set: an SSE stream sends its first event, then waits for this before the rest
+        self.gate: threading.Event | None = None
+        self.streaming = threading.Event()  # set once an SSE stream has sent its first event
         self._lock = threading.Lock()
         self._server = _Server((host, port), self._handler())
         self.port = self._server.server_address[1]
@@ -261,6 +264,10 @@ class FakeEngine:
                         "choices": [{"index": 0, "delta": {"content": f"tok{i} "}}],
                     }
                     self._chunk(f"data: {json.dumps(event)}\n\n".encode())
+                    if i == 0:
+                        fake.streaming.set()
+                        if fake.gate is not None:
+                            fake.gate.wait(60)
                 self._chunk(b"data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()

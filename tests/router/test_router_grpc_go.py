@@ -121,6 +121,7 @@ def serve(tmp: Path, kind: str, engines: list[FakeEngine], **server: Any) -> Ser
                     "http_port": http_port,
                     "grpc_server": kind,
                     "max_message_bytes": LIMIT,
+                    "drain_timeout_s": 0.5,  # the Watch test's grace
                     **server,
                 },
                 "endpoints": {"static": [e.address for e in engines]},

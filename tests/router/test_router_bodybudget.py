@@ -1,0 +1,175 @@
+"""Request body budgets (router/bodybudget.py, `server.max_body_bytes` and
+`server.max_bodies_bytes`): over the request's budget 413 with an OpenAI-style error, over the
+total one 429, and the bytes given back after the choice, a refusal or a reset; on both gRPC
+servers with grpcio's client replaying Envoy's messages, and behind a real Envoy (duplex mode)
+with a 300 MiB upload to a `kvspread router serve` subprocess whose peak RSS is read from
+/proc (Linux's VmHWM)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from router.bodybudget import DEFAULT_MAX_BODY_BYTES
+from router.config import GRPC_SERVERS
+from router.extproc import SERVICE
+from router.proto import ext_proc_pb2 as pb
+from tests.router.conftest import picker_subprocess, router_config, wait, wait_fresh
+from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
+from tests.router.fake_engine import FakeEngine
+from tests.router.test_router_extproc import CHAT, DUPLEX, body_msgs, channel, headers_msg
+
+MIB = 1 << 20
+
+
+@pytest.fixture(params=GRPC_SERVERS)
+def small(request, engines, start_router):  # type: ignore[no-untyped-def]
+    """The picker with a 1 MiB request budget and a 2 MiB total, on each gRPC server."""
+    (idle,) = engines("idle")
+    router = start_router(
+        router_config(
+            [idle.address],
+            server={
+                "grpc_server": request.param,
+                "max_body_bytes": MIB,
+                "max_bodies_bytes": 2 * MIB,
+            },
+        )
+    )
+    wait_fresh(router, 1)
+    return router
+
+
+def _refusal(resp: pb.ProcessingResponse) -> tuple[int, dict[str, object]]:
+    imm = resp.immediate_response
+    return imm.status.code, json.loads(imm.body)["error"]
+
+
+def test_a_body_over_the_request_budget_gets_413_and_is_given_back(small) -> None:  # type: ignore[no-untyped-def]
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * (2 * MIB) + b'"}]}'
+    with channel(small.grpc_port) as ch:
+        out = list(
+            SERVICE.stub(ch).Process(
+                iter([headers_msg(DUPLEX), *body_msgs(body, 65536)]), timeout=10
+            )
+        )
+    (resp,) = out
+    code, error = _refusal(resp)
+    assert code == 413
+    assert error["type"] == "request_too_large" and error["code"] == 413
+    assert "server.max_body_bytes" in str(error["message"])
+    assert small.bodies.held == 0 and small.bodies.refused_too_large == 1
+
+
+def _open_upload(stub, size: int):  # type: ignore[no-untyped-def]
+    """A duplex Process call that sent its headers and `size` body bytes and waits: the
+    queue takes the next messages (None ends the client's half)."""
+    q: queue.Queue[pb.ProcessingRequest | None] = queue.Queue()
+    q.put(headers_msg(DUPLEX))
+    q.put(pb.ProcessingRequest(request_body=pb.HttpBody(body=b"x" * size)))
+
+    def gen() -> Iterator[pb.ProcessingRequest]:
+        while (m := q.get()) is not None:
+            yield m
+
+    return q, stub.Process(gen(), timeout=20)
+
+
+def test_bodies_over_the_total_budget_get_429_until_one_is_done(small) -> None:  # type: ignore[no-untyped-def]
+    part = 900 << 10
+    with channel(small.grpc_port) as ch:
+        stub = SERVICE.stub(ch)
+        (q0, call0), (q1, call1) = _open_upload(stub, part), _open_upload(stub, part)
+        wait(lambda: small.bodies.held == 2 * part)  # 1.8 of the 2 MiB
+        msgs = [headers_msg(DUPLEX), *body_msgs(CHAT + b" " * (400 << 10), 65536)]
+        (third,) = list(stub.Process(iter(msgs), timeout=10))
+        code, error = _refusal(third)
+        assert code == 429 and error["type"] == "bodies_over_budget"
+        assert small.bodies.refused_busy == 1
+        # a client going away gives its bytes back; the next body fits again
+        call0.cancel()
+        wait(lambda: small.bodies.held == part)
+        fourth = list(
+            stub.Process(iter([headers_msg(DUPLEX), *body_msgs(CHAT, 65536)]), timeout=10)
+        )
+        assert fourth[0].WhichOneof("response") == "request_headers"
+        assert small.bodies.held == part
+        q1.put(pb.ProcessingRequest(request_body=pb.HttpBody(end_of_stream=True)))
+        q1.put(None)
+        list(call1)  # the picker reads the (unparsable) body and answers 400
+        wait(lambda: small.bodies.held == 0)
+        q0.put(None)
+
+
+# --- behind Envoy: a 300 MiB upload and the picker's RSS ------------------------------
+_SKIP = envoy_skip_reason()
+
+
+def _rss(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process, bytes: its resident memory now and at its peak."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+@pytest.fixture
+def picker_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, FakeEngine]]:
+    engine = FakeEngine("e0").start()
+    try:
+        with picker_subprocess(tmp_path, [engine.address]) as (proc, grpc_port, _):
+            yield proc, grpc_port, engine
+    finally:
+        engine.stop()
+
+
+@pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+@pytest.mark.slow
+def test_a_300_mib_upload_through_envoy_stays_within_the_budget(picker_process) -> None:  # type: ignore[no-untyped-def]
+    proc, grpc_port, engine = picker_process
+    envoy = Envoy(bootstrap(grpc_port, [engine.address]))
+    try:
+        ok = httpx.post(envoy.url + "/v1/chat/completions", content=CHAT, timeout=30)
+        assert ok.status_code == 200
+        before, _ = _rss(proc.pid)
+        chunk = b"x" * MIB
+
+        def upload() -> Iterator[bytes]:
+            yield b'{"model": "m", "messages": [{"role": "user", "content": "'
+            for _ in range(300):
+                yield chunk
+
+        try:
+            resp = httpx.post(
+                envoy.url + "/v1/chat/completions",
+                content=upload(),
+                headers={"content-type": "application/json"},
+                timeout=120,
+            )
+            status = resp.status_code
+            error = resp.json()["error"]
+        except httpx.HTTPError as exc:  # Envoy may answer before the upload ends
+            pytest.fail(f"no 413 read back: {exc}")
+        assert status == 413 and error["type"] == "request_too_large", error
+        now, peak = _rss(proc.pid)
+        assert peak - before <= DEFAULT_MAX_BODY_BYTES + 64 * MIB, (before, peak)
+        # the picker routes on, and the memory of the refused body is given back
+        assert (
+            httpx.post(envoy.url + "/v1/chat/completions", content=CHAT, timeout=30).status_code
+            == 200
+        )
+        deadline = time.monotonic() + 10
+        while _rss(proc.pid)[0] > before + 64 * MIB and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _rss(proc.pid)[0] <= before + 64 * MIB, (before, now)
+    finally:
+        envoy.stop()
