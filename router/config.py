@@ -44,8 +44,8 @@ from typing import Annotated, Any, Final
 from kvspread.logs import LogLevel
 from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, paired, ports
 from kvspread.signals import STALE_AFTER_S
-from router.prefix import CacheConfig
 from router.bodybudget import DEFAULT_MAX_BODIES_BYTES, DEFAULT_MAX_BODY_BYTES
+from router.prefix import CacheConfig
 from router.request import RequestConfig
 from router.scoring import ScoringConfig
 
