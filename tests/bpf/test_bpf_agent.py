@@ -639,3 +639,27 @@ def test_requests_over_the_budget_are_exported_from_the_kernel_histogram() -> No
     )
     assert f'{name}_sum{{k8s_namespace_name="",k8s_pod_name="",server_port="8000"}} 0.1' in text
     agent.server.httpd.server_close()
+
+
+def test_readiness_says_when_the_kubernetes_source_fails() -> None:
+    """Issue 26: the collector reported ready while every NodeSignals write failed."""
+    from bpf.server import readiness
+
+    agent = Agent(
+        base_config(
+            standalone=False,
+            node_name="n",
+            kube_api_server="http://127.0.0.1:1",
+            bpf={"enabled": False},
+            nvml={"enabled": False},
+        )
+    )
+    try:
+        agent.cycle()  # the write fails: the kubernetes source goes down
+        status, body = readiness(agent.state, True)
+        assert status == 503 and body["ready"] is False
+        assert body["why"].startswith("kubernetes: ") and "NodeSignals write failed" in body["why"]
+        agent._source("kubernetes", True)  # the next write works again
+        assert readiness(agent.state, True)[0] == 200
+    finally:
+        agent.server.httpd.server_close()
