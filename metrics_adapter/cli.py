@@ -51,8 +51,9 @@ def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def _preflight(c: AdapterConfig) -> None:
-    """Check the serving key pairs and the API and OTLP ports before the server blames
-    anything else (grpcio reports a bad KEDA key pair only as a port it cannot bind)."""
+    """Check the serving key pairs, the kubeconfig file and then the API and OTLP ports
+    before the server blames anything else (grpcio reports a bad KEDA key pair only as a
+    port it cannot bind)."""
     preflight.check_tls_pair(
         c.tls_cert_file, c.tls_private_key_file, "--tls-cert-file", "--tls-private-key-file"
     )
@@ -69,10 +70,12 @@ def _preflight(c: AdapterConfig) -> None:
             "--keda-tls-cert-file",
             "--keda-tls-private-key-file",
         )
-    preflight.check_port(c.bind_address, c.secure_port, "--secure-port", "--bind-address")
-    preflight.check_port(c.otlp_bind_address, c.otlp_port, "--otlp-port", "--otlp-bind-address")
     if c.kubeconfig and not os.path.isfile(c.kubeconfig):
         raise ConfigError(f"--kubeconfig {c.kubeconfig}: no such file")
+    # the ports last among the local checks: a default port taken by something else on
+    # this machine must not hide a wrong file (issue 26, point 7)
+    preflight.check_port(c.bind_address, c.secure_port, "--secure-port", "--bind-address")
+    preflight.check_port(c.otlp_bind_address, c.otlp_port, "--otlp-port", "--otlp-bind-address")
     if c.authorization_mode == "SubjectAccessReview" and c.requestheader_client_ca_file:
         # without the CA file the CA comes from a ConfigMap, whose own error names the cluster
         try:
