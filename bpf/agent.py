@@ -150,7 +150,12 @@ class Agent:
                 self.state, config.otlp_endpoints, config.otlp_interval_s, attrs, otlp_exporter
             )
         self.server = CollectorServer(
-            self.state, self.registry, config.listen, config.port, lambda: self._started
+            self.state,
+            self.registry,
+            config.listen,
+            config.port,
+            lambda: self._started,
+            needs_kubernetes=not config.standalone,
         )
         self.bpf_ready = threading.Event()  # set once BPF is up or known to be absent
         self.engines_ready = threading.Event()  # set after the first engine scrape

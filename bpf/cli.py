@@ -85,12 +85,13 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             features = loader.Features(frozenset(), tuple(loader.PROGRAMS), {})
         print(loader.render(pc, features))
         return 0
-    preflight.check_port(config.listen, config.port, "--port", "--listen")
     if config.kubeconfig and not config.standalone:
         preflight.check_kube_access(config.kubeconfig, config.kube_api_server, "--standalone")
     config.check_node_name()  # before any thread starts
     if not config.kubeconfig and not config.standalone:  # in-cluster or ~/.kube/config
         preflight.check_kube_access(None, config.kube_api_server, "--standalone")
+    # the port last: a default port taken on this machine must hide no other mistake
+    preflight.check_port(config.listen, config.port, "--port", "--listen")
     logs.configure(config.log_level)
     from bpf.agent import Agent
 

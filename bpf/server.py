@@ -18,9 +18,15 @@ from kvspread.signals import encode_signals
 __all__ = ["CollectorServer", "readiness"]
 
 
-def readiness(state: CollectorState, started: bool) -> tuple[int, dict[str, Any]]:
+def readiness(
+    state: CollectorState, started: bool, needs_kubernetes: bool = True
+) -> tuple[int, dict[str, Any]]:
     """(HTTP status, body) of /readyz: 503 until the first measurement cycle ran; then
-    200, naming every missing source and why (the collector works with what it has)."""
+    200, naming every missing source and why (the collector works with what it has),
+    except while its Kubernetes source is down (its signals cannot be published, or its
+    pod watch fails): 503 with the reason, so that `kubectl get pods` and rollouts show a
+    collector whose node's signals go stale (issue 26); `needs_kubernetes` is False in
+    standalone mode, where there is no API to fail."""
     with state.lock:
         sources = dict(state.sources)
     body: dict[str, Any] = {
@@ -31,7 +37,17 @@ def readiness(state: CollectorState, started: bool) -> tuple[int, dict[str, Any]
         },
         "missing": sorted(k for k, v in sources.items() if not v.up),
     }
+    kube = sources.get(KUBERNETES_SOURCE)
+    if started and needs_kubernetes and kube is not None and not kube.up:
+        body["ready"] = False
+        body["why"] = f"kubernetes: {kube.reason}" if kube.reason else "kubernetes source down"
+        return 503, body
     return (200 if started else 503), body
+
+
+KUBERNETES_SOURCE = "kubernetes"
+"""The source whose failure makes the collector unready: without the API server its one
+output the scheduler reads, the node's signals, stops."""
 
 
 class CollectorServer(OpsServer):
@@ -44,8 +60,10 @@ class CollectorServer(OpsServer):
         host: str,
         port: int,
         is_started: Any = lambda: True,
+        needs_kubernetes: bool = True,
     ) -> None:
         self.state = state
+        self.needs_kubernetes = needs_kubernetes
         self.registry = registry
         self.is_started = is_started
         super().__init__(host, port, self.route, "collector-http")
@@ -61,7 +79,9 @@ class CollectorServer(OpsServer):
         if path == "/healthz":
             return text_reply(200, "ok\n")
         if path == "/readyz":
-            return json_reply(*readiness(self.state, bool(self.is_started())))
+            return json_reply(
+                *readiness(self.state, bool(self.is_started()), self.needs_kubernetes)
+            )
         return json_reply(
             404, {"error": f"no such path {shown(path)}; try /metrics, /signals, /healthz, /readyz"}
         )

@@ -130,6 +130,12 @@ class NodeBatch:
     nvlink: np.ndarray = _column(False, bool, False, lambda s: s.nvlink)
     cpu_free: np.ndarray = _column(False, float, math.inf, lambda s: s.cpu_free_milli)
     """Free CPU in milli-cores, inf = not tracked."""
+    last_gpus: np.ndarray = _column(False, float, math.nan, lambda s: s.last_gpus)
+    """Not fresh: GPUs in the last (stale) document, NaN = none (`NodeState.last_gpus`)."""
+    last_largest: np.ndarray = _column(False, float, math.nan, lambda s: s.last_largest_mib)
+    """Not fresh: the last document's largest GPU total, MiB; NaN = none."""
+    last_smallest: np.ndarray = _column(False, float, math.nan, lambda s: s.last_smallest_mib)
+    """Not fresh: the last document's smallest GPU total, MiB; NaN = none."""
     replicas: Sequence[Mapping[str, int]] = ()
     """(N,) model -> replica count."""
     model_counts: Mapping[str, np.ndarray] | None = None

@@ -71,13 +71,14 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str]) -> Ex
 
 
 def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """Check the key pair, the port and the cluster access first: each mistake is one line."""
+    """Check the key pair, the cluster access and the port first: each mistake is one line
+    (the port last, so that a default port taken on this machine hides no other mistake)."""
     cfg = config_from_args(args, environ)
     srv, kube = cfg.server, cfg.kubernetes
     preflight.check_tls_pair(srv.tls_cert, srv.tls_key, "--tls-cert", "--tls-key")
-    preflight.check_port(srv.host, srv.port, "--port")
     if not srv.standalone:
         preflight.check_kube_access(kube.kubeconfig, kube.api_server, "--standalone")
+    preflight.check_port(srv.host, srv.port, "--port")
     logs.configure(srv.log_level)
     from extender.run import serve as serve_forever
 

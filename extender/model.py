@@ -71,6 +71,14 @@ class NodeState:
     cpu_free_milli: float | None = None
     signals_ts: float | None = None
     """Measurement time of the signals (seconds since the epoch), when known."""
+    last_gpus: int | None = None
+    """Not fresh: how many GPUs the node's last (stale) document listed, None when there
+    is none. What the filter fails a stale node by: a count or size it cannot have."""
+    last_largest_mib: float | None = None
+    """Not fresh: the largest GPU total of the last document (no GPU of the node is
+    bigger)."""
+    last_smallest_mib: float | None = None
+    """Not fresh: the smallest GPU total of the last document (every GPU is this big)."""
 
     @property
     def fresh(self) -> bool:

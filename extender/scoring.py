@@ -64,7 +64,7 @@ import numpy as np
 
 from extender.batch import POOL_CODES, Keep, NodeBatch, patch_rows
 from extender.config import ScoringConfig, TermWeights
-from extender.fit import qualifying_gpus
+from extender.fit import fewest_pods, fit_rows
 from extender.model import SIGNAL_STATES, NodeState, PodShape
 from extender.shapes import Shapes
 from kvspread.gpumem import node_fragmentation
@@ -382,33 +382,12 @@ _PER_POD = Keep(patch_rows, limit=_POD_MEMOS)
 def _candidates(
     pod: PodShape, batch: NodeBatch, cfg: ScoringConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(qual, fits, dp_ok) of `candidate_gpus`: dp_ok is False where the device plugin's
-    choice does not qualify (True where it does not choose)."""
-    fresh = batch.fresh
-    qual = qualifying_gpus(pod, batch, cfg) if pod.gpus > 0 else np.zeros_like(batch.valid)
-    cpu_ok = batch.cpu_free >= pod.cpu_milli
-    fits = cpu_ok & (~fresh | (qual.sum(axis=1) >= pod.gpus) | (pod.gpus <= 0))
-    dp_ok = np.ones(len(batch), dtype=bool)
-    if cfg.gpu_assignment == "fewest-pods" and pod.gpus == 1 and len(batch):
-        known, cand = _of_batch(batch, "fewest-pods", None, _fewest_pods, _FEWEST)
-        if known.any():  # else the device plugin's choice is unknown on every node
-            dp_ok = ~known | ~(cand & ~qual).any(axis=1)
-            qual = np.where(known[:, None], qual & cand, qual)
-            fits = fits & dp_ok
-    return _ro(qual), _ro(fits), _ro(dp_ok)
-
-
-def _fewest_pods(batch: NodeBatch) -> tuple[np.ndarray, np.ndarray]:
-    """((N,) nodes whose pods per GPU are all tracked, (N, G) their GPUs with the fewest
-    pods): where the device plugin would put a one-GPU pod."""
-    gp = batch.pods
-    tracked = ~np.isnan(gp)
-    if not tracked.any():  # no node's pods tracked: nothing known (cand is read where known)
-        return _ro(np.zeros(len(batch), dtype=bool)), _ro(np.zeros(gp.shape, dtype=bool))
-    known = batch.fresh & batch.valid.any(axis=1) & (tracked | ~batch.valid).all(axis=1)
-    gp_v = np.where(batch.valid & tracked, gp, np.inf)
-    cand = batch.valid & (gp_v == gp_v.min(axis=1)[:, None])
-    return _ro(known), _ro(cand)
+    """(qual, fits, dp_ok) of `candidate_gpus`: the filter's own predicate
+    (`extender.fit.fit_rows`), with the device plugin's choice kept per batch."""
+    rows = fit_rows(
+        pod, batch, cfg, lambda b: _of_batch(b, "fewest-pods", None, fewest_pods, _FEWEST)
+    )
+    return _ro(rows.qual), _ro(rows.fits), _ro(rows.dp_ok)
 
 
 # --- fragmentation -----------------------------------------------------------------------

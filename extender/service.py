@@ -218,7 +218,7 @@ class Extender:
         out[known] = scores.score
         best = _best_row(scores)
         if best is not None:
-            _single_top(out, int(known[best]))
+            _single_top(out, known, int(known[best]))
 
         def bookkeeping() -> None:
             self._record_best(pod, scores, best)
@@ -339,17 +339,20 @@ def _best_row(scores: BatchScores) -> int | None:
     return int(max(top, key=lambda i: (node_preference(scores.names[i]), scores.names[i])))
 
 
-def _single_top(out: np.ndarray, best: int) -> None:
+def _single_top(out: np.ndarray, known: np.ndarray, best: int) -> None:
     """Make `best` the only node with the top score (issue 26, point 4): identical nodes
     all scored alike and kube-scheduler picked among them at random while the ledger
-    booked one of them; now every other node at the top goes one below (or, at 0, the
-    best goes to 1), so the scheduler's sum prefers the node the ledger holds."""
+    booked one of them. Every other known node at the top goes one below (at 0, the best
+    goes to 1); nodes unknown to the cache keep NEUTRAL_SCORE, and when the best equals it
+    the best goes one above, so the scheduler's sum prefers the node the ledger holds."""
     top = out[best]
-    tied = out >= top
+    tied = np.zeros(len(out), dtype=bool)
+    tied[known] = out[known] >= top
     tied[best] = False
-    if not tied.any():
-        return
-    if top > 0:
-        out[tied] = top - 1
-    else:
-        out[best] = 1
+    if tied.any():
+        if top > 0:
+            out[tied] = top - 1
+        else:
+            out[best] = top = 1
+    if top == NEUTRAL_SCORE and len(known) < len(out):
+        out[best] = top + 1

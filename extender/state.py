@@ -197,13 +197,18 @@ def build_node_state(
     if lay is None or now - lay.sig.ts > cfg.stale_after_s:
         # not fresh: `read_signals_cached` says why (the same reading as for a fresh one)
         reading = read_signals_cached(text, now, cfg.stale_after_s)
+        last = reading.signals
+        totals = [g.mem_total_mib for g in (last.gpus or ())] if last is not None else []
         return NodeState(
             name=info.name,
             signals=reading.state.value,
             pool=info.pool,
             nvlink=info.nvlink,
             model_replicas=replicas,
-            signals_ts=None if reading.signals is None else reading.signals.ts,
+            signals_ts=None if last is None else last.ts,
+            last_gpus=None if last is None else len(totals),
+            last_largest_mib=max(totals) if totals else None,
+            last_smallest_mib=min(totals) if totals else None,
         )
     sig = lay.sig
     total, models = lay.total, lay.models

@@ -13,6 +13,13 @@ channel (annotation, resource, `GET /signals`), versioned and at most 4 KiB::
       ownerReferences: [{apiVersion: v1, kind: Node, name: gpu-node-1, uid: ...}]
     spec:
       document: '{"v":1,"ts":1800000000.0,"node":"gpu-node-1","gpus":[...]}'
+      measuredAt: "2027-01-15T08:00:00Z"   # from the document, for kubectl get's columns
+      gpus: 8
+      largestFreeMiB: 61440
+
+`measuredAt`, `gpus` and `largestFreeMiB` are a summary of the document, written beside it
+on every write so that `kubectl get nodesignals` can show them (printer columns read JSON
+paths, not JSON inside a string); readers use the document alone.
 
 Why a resource and not the Node annotation: every Node write (~15 KB with managedFields)
 goes to every watcher of all Nodes; a NodeSignals write (~1 KB) goes only to the
@@ -30,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from kvspread.kube import WatchedTable, lookup, lookup_str
-from kvspread.signals import MAX_DOCUMENT_BYTES
+from kvspread.signals import MAX_DOCUMENT_BYTES, SignalsError, decode_signals
 
 if TYPE_CHECKING:
     from kvspread.kube import Backoff, Reflector
@@ -102,14 +109,29 @@ def build_resource(node: str, node_uid: str, document: str) -> dict[str, Any]:
             "labels": dict(_MANAGED_BY),
             "ownerReferences": [owner_reference(node, node_uid)],
         },
-        "spec": {"document": document},
+        "spec": {"document": document, **summary(document)},
     }
 
 
 def document_patch(document: str) -> dict[str, Any]:
-    """JSON merge patch that replaces the document (and nothing else)."""
+    """JSON merge patch that replaces the document and its summary (and nothing else)."""
     _check_document(document)
-    return {"spec": {"document": document}}
+    return {"spec": {"document": document, **summary(document)}}
+
+
+def summary(document: str) -> dict[str, Any]:
+    """The printer columns' fields of a document (empty when it does not decode):
+    measurement time (RFC 3339, UTC), GPU count, the largest free memory of one GPU."""
+    import datetime
+
+    try:
+        sig = decode_signals(document)
+    except SignalsError:
+        return {}
+    gpus = sig.gpus or ()
+    at = datetime.datetime.fromtimestamp(sig.ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    free = [max(0.0, g.mem_total_mib - g.mem_used_mib) for g in gpus]
+    return {"measuredAt": at, "gpus": len(gpus), "largestFreeMiB": int(max(free, default=0.0))}
 
 
 def _check_document(document: str) -> None:

@@ -81,8 +81,9 @@ def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def _preflight(c: AdapterConfig) -> None:
-    """Check the serving key pairs and the API and OTLP ports before the server blames
-    anything else (grpcio reports a bad KEDA key pair only as a port it cannot bind)."""
+    """Check the serving key pairs, the kubeconfig file and then the API and OTLP ports
+    before the server blames anything else (grpcio reports a bad KEDA key pair only as a
+    port it cannot bind)."""
     preflight.check_tls_pair(
         c.tls_cert_file, c.tls_private_key_file, "--tls-cert-file", "--tls-private-key-file"
     )
@@ -99,6 +100,10 @@ def _preflight(c: AdapterConfig) -> None:
             "--keda-tls-cert-file",
             "--keda-tls-private-key-file",
         )
+    if c.kubeconfig and not os.path.isfile(c.kubeconfig):
+        raise ConfigError(f"--kubeconfig {c.kubeconfig}: no such file")
+    # the ports last among the local checks: a default port taken by something else on
+    # this machine must not hide a wrong file (issue 26, point 7)
     listeners = [
         ("--secure-port", c.bind_address, c.secure_port, "--bind-address"),
         ("--otlp-port", c.otlp_bind_address, c.otlp_port, "--otlp-bind-address"),
@@ -108,8 +113,6 @@ def _preflight(c: AdapterConfig) -> None:
     for flag, host, port, host_flag in listeners:
         # before grpcio, which would log its own multi-line bind error for a taken KEDA port
         preflight.check_port(host, port, flag, host_flag)
-    if c.kubeconfig and not os.path.isfile(c.kubeconfig):
-        raise ConfigError(f"--kubeconfig {c.kubeconfig}: no such file")
     if c.authorization_mode == "SubjectAccessReview" and c.requestheader_client_ca_file:
         # without the CA file the CA comes from a ConfigMap, whose own error names the cluster
         try:

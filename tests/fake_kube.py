@@ -96,7 +96,7 @@ _DEFAULT_KINDS = (
     KindInfo("v1", "Service", "services", True),
     KindInfo("v1", "Namespace", "namespaces", False),
     KindInfo("coordination.k8s.io/v1", "Lease", "leases", True),
-    # kvspread's own custom resource (manifests/crds/nodesignals.yaml), cluster-scoped.
+    # kvspread's own custom resource (manifests/crds/nodesignals/nodesignals.yaml), cluster-scoped.
     KindInfo("kvspread.io/v1alpha1", "NodeSignals", "nodesignals", False),
 )
 

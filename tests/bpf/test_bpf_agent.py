@@ -478,21 +478,25 @@ def test_the_pod_table_follows_watch_events_without_relisting() -> None:
             agent.server.httpd.server_close()
 
 
+def unreachable_api_agent(**kw: Any) -> Agent:
+    """A cluster-mode collector of node n whose API server does not answer."""
+    cfg = base_config(
+        standalone=False,
+        node_name="n",
+        kube_api_server="http://127.0.0.1:1",
+        bpf={"enabled": False},
+        nvml={"enabled": False},
+        **kw,
+    )
+    return Agent(cfg)
+
+
 @pytest.mark.parametrize(
     ("channel", "what"),
     [("nodesignals", "NodeSignals write failed"), ("annotation", "annotation patch failed")],
 )
 def test_api_server_down_is_reported_not_fatal(channel: str, what: str) -> None:
-    agent = Agent(
-        base_config(
-            standalone=False,
-            node_name="n",
-            kube_api_server="http://127.0.0.1:1",
-            bpf={"enabled": False},
-            nvml={"enabled": False},
-            publish={"channel": channel},
-        )
-    )
+    agent = unreachable_api_agent(publish={"channel": channel})
     sig = agent.cycle()  # tries to publish: fails, logged, counted
     assert agent.state.publish_failures == 1
     assert agent.publish(sig) is False
@@ -639,3 +643,19 @@ def test_requests_over_the_budget_are_exported_from_the_kernel_histogram() -> No
     )
     assert f'{name}_sum{{k8s_namespace_name="",k8s_pod_name="",server_port="8000"}} 0.1' in text
     agent.server.httpd.server_close()
+
+
+def test_readiness_says_when_the_kubernetes_source_fails() -> None:
+    """Issue 26: the collector reported ready while every NodeSignals write failed."""
+    from bpf.server import readiness
+
+    agent = unreachable_api_agent()
+    try:
+        agent.cycle()  # the write fails: the kubernetes source goes down
+        status, body = readiness(agent.state, True)
+        assert status == 503 and body["ready"] is False
+        assert body["why"].startswith("kubernetes: ") and "NodeSignals write failed" in body["why"]
+        agent._source("kubernetes", True)  # the next write works again
+        assert readiness(agent.state, True)[0] == 200
+    finally:
+        agent.server.httpd.server_close()

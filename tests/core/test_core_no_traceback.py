@@ -69,6 +69,7 @@ CASES: list[tuple[list[str], str]] = [
     # extender
     (["extender", "serve"], "--standalone"),
     (["extender", "serve", "--kubeconfig", "{missing}"], "--kubeconfig"),
+    (["extender", "serve", "--kubeconfig", "{missing}", "--port", "{port}"], "--kubeconfig"),
     (["extender", "serve", "--kubeconfig", "{garbage}"], "--kubeconfig"),
     (
         ["extender", "serve", "--standalone", "--tls-cert", "{notpem}", "--tls-key", "{notpem}"],
@@ -103,7 +104,8 @@ CASES: list[tuple[list[str], str]] = [
         "--secure-port {port}: 127.0.0.1:{port} is already in use",
     ),
     (
-        ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--otlp-port", "{port}"],
+        ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--otlp-port", "{port}"]
+        + ["--secure-port", "0"],
         "--otlp-port {port}",
     ),
     (
@@ -121,6 +123,8 @@ CASES: list[tuple[list[str], str]] = [
     ),
     (["adapter", "serve", "--secure-port", "0", "--otlp-port", "0"], "request-header CA"),
     (["adapter", "serve", "--kubeconfig", "{missing}"], "--kubeconfig"),
+    # a taken port must not hide a wrong file (the default 6443 was taken on a test machine)
+    (["adapter", "serve", "--kubeconfig", "{missing}", "--secure-port", "{port}"], "--kubeconfig"),
     (
         ["adapter", "serve", "--requestheader-client-ca-file", "{ca}"]
         + ["--secure-port", "0", "--otlp-port", "0"],
@@ -155,6 +159,11 @@ CASES: list[tuple[list[str], str]] = [
         "--port {port}: 127.0.0.1:{port} is already in use",
     ),
     (["collector", "run", "--kubeconfig", "{missing}", "--no-bpf", "--no-nvml"], "--kubeconfig"),
+    (
+        ["collector", "run", "--kubeconfig", "{missing}", "--no-bpf", "--no-nvml"]
+        + ["--port", "{port}"],
+        "--kubeconfig",
+    ),
     (["collector", "run", "--port", "many"], "port"),
     (["collector", "run", "--no-bpf", "--no-nvml", "--port", "0"], "node_name: unknown"),
     (

@@ -14,7 +14,9 @@ import yaml
 from kvspread import nodesignals as ns
 from kvspread.signals import GpuSignal, NodeSignals, decode_signals, encode_signals
 
-CRD_PATH = Path(__file__).resolve().parents[2] / "manifests" / "crds" / "nodesignals.yaml"
+CRD_PATH = (
+    Path(__file__).resolve().parents[2] / "manifests" / "crds" / "nodesignals" / "nodesignals.yaml"
+)
 DOC = encode_signals(
     NodeSignals(
         ts=1800000000.0,
@@ -80,7 +82,7 @@ def test_the_created_object_validates_against_the_crd() -> None:
 
 
 def test_patch_replaces_only_the_document() -> None:
-    assert ns.document_patch(DOC) == {"spec": {"document": DOC}}
+    assert ns.document_patch(DOC) == {"spec": {"document": DOC, **ns.summary(DOC)}}
 
 
 @pytest.mark.parametrize(
@@ -112,3 +114,27 @@ def test_parse_reads_list_items_and_never_raises() -> None:
     assert ns.parse_resource({"metadata": {"name": "x"}}) == ns.NodeSignalsObject("x", "", "")
     weird = {"kind": "NodeSignals", "metadata": {"name": "x"}, "spec": {"document": 3}}
     assert ns.parse_resource(weird) == ns.NodeSignalsObject("x", "", "")
+
+
+def test_every_write_carries_the_printer_columns_summary() -> None:
+    """Issue 26: `kubectl get nodesignals` showed only NAME and AGE. The summary beside the
+    document feeds the CRD's printer columns (measured, GPUs, largest free)."""
+    doc = encode_signals(
+        NodeSignals(
+            ts=1_800_000_000.0,
+            node="n1",
+            gpus=(
+                GpuSignal(index=0, mem_total_mib=81920, mem_used_mib=20480),
+                GpuSignal(index=1, mem_total_mib=81920, mem_used_mib=81000),
+            ),
+        )
+    )
+    want = {"measuredAt": "2027-01-15T08:00:00Z", "gpus": 2, "largestFreeMiB": 61440}
+    assert ns.document_patch(doc)["spec"] == {"document": doc, **want}
+    assert ns.build_resource("n1", "uid", doc)["spec"] == {"document": doc, **want}
+    crd = yaml.safe_load(CRD_PATH.read_text())
+    (version,) = crd["spec"]["versions"]
+    paths = {c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert {f".spec.{k}" for k in want} <= paths
+    props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert set(want) <= set(props)

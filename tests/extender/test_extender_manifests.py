@@ -81,7 +81,7 @@ def test_rbac_lets_the_extender_watch_nodes_pods_and_nodesignals() -> None:
     role = one("ClusterRole", "kvspread-extender")
     core, signals = role["rules"]
     assert core["apiGroups"] == [""] and set(core["resources"]) == {"nodes", "pods"}
-    assert set(core["verbs"]) == {"get", "list", "watch"}
+    assert set(core["verbs"]) == {"list", "watch"}
     assert signals["apiGroups"] == ["kvspread.io"] and signals["resources"] == ["nodesignals"]
     assert set(signals["verbs"]) == {"list", "watch"}
     bound = {

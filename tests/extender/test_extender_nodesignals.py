@@ -94,6 +94,9 @@ def test_signals_follow_the_resource(cluster) -> None:  # noqa: ANN001
 def test_relist_after_gone_replaces_the_resources(cluster) -> None:  # noqa: ANN001
     api, running, clock = cluster
     reflector = running.reflectors[2]
+    # every watch open first: a watch still being opened would miss break_watches and
+    # see the deletion as a plain event (the flake under load, issue 26 point 7)
+    assert api.wait_for(lambda: api.open_watches() >= 3 and reflector.stats.watches >= 1, 30)
     api.compact()
     api.delete("NodeSignals", "n1", api_version=ns.API_VERSION)  # as the watch expires
     api.break_watches(gone=True)

@@ -64,14 +64,30 @@ class GenPod:
 
 def oracle_fits(pod: GenPod, node: GenNode) -> bool:
     """Independent statement of docs/design.md section 5's filter rule (a memory annotation
-    without a GPU limit means one GPU, extender/objects.py)."""
+    without a GPU limit means one GPU, extender/objects.py), with the device plugin's
+    choice for one-GPU pods (the GPU with the fewest pods; a GPU in use by a process no pod
+    explains holds one) and stale nodes failed by what their last document proves (issue
+    26, point 5)."""
     gpus = pod.gpus or (1 if pod.mem_gib else 0)
-    if node.signals != "fresh" or not node.gpus or gpus == 0:
+    if gpus == 0 or node.signals in ("missing", "invalid"):
+        return True
+    if node.signals == "stale":
+        totals = [t for t, _ in node.gpus]
+        need = None if pod.mem_gib is None else pod.mem_gib * 1024
+        if len(totals) < gpus:
+            return False
+        if need is not None and (
+            max(totals) < need or min(totals) < need <= max(totals) and len(totals) - 1 < gpus
+        ):
+            return False
         return True
     if pod.mem_gib is None:
         ok = [u <= IDLE_FRACTION * t for t, u in node.gpus]
     else:
         ok = [t - u >= pod.mem_gib * 1024 for t, u in node.gpus]
+    if gpus == 1:
+        pods = [1 if u > IDLE_FRACTION * t else 0 for t, u in node.gpus]
+        return all(ok[j] for j, k in enumerate(pods) if k == min(pods))
     return sum(ok) >= gpus
 
 
@@ -216,3 +232,19 @@ def test_stale_nodes_never_outrank_fresh_fitting_ones(pod: GenPod, nodes: list[G
     for d in dark:
         for f in fresh_fit:
             assert scores[d] < scores[f], (d, f, scores)
+
+
+@PROPS
+@given(pod=pods_st, nodes=nodes_st)
+def test_filter_and_prioritize_agree_on_fit(pod: GenPod, nodes: list[GenNode]) -> None:
+    """One fit predicate (issue 26, point 5): a node /filter passes is one /prioritize
+    counts as fitting, and the other way round."""
+    passed = {
+        n["metadata"]["name"] for n in filter_doc(EXT, full_body(pod, nodes))["Nodes"]["items"]
+    }
+    prioritize(pod, nodes)
+    explained = EXT.explain("ns/p")
+    if explained is None or "prioritize" not in explained or pod.gpus == 0 and not pod.mem_gib:
+        return  # a pod without GPUs is not scored (and always passes)
+    fits = {s["node"] for s in explained["prioritize"]["scores"] if s["fits"]}
+    assert fits == passed

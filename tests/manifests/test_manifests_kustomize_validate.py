@@ -40,6 +40,14 @@ NO_SCHEMA = {
     ("keda.sh/v1alpha1", "ScaledObject"),
 }
 
+SINCE = {
+    # GA in 1.30: the NodeSignals write policy (manifests/crds/nodesignals-policy.yaml);
+    # clusters before 1.30 apply manifests/crds/nodesignals alone (docs/install.md).
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "1.30",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): "1.30",
+}
+"""Kinds that exist only from a version on: validated from there, absent before."""
+
 PARTS = {"extender", "metrics-adapter", "collector"}
 
 
@@ -94,6 +102,11 @@ def _validate(doc: dict[str, Any], where: str) -> None:
     if fingerprint in _VALID:
         return
     for version in VERSIONS:
+        since = SINCE.get(key)  # type: ignore[arg-type]
+        if since is not None and tuple(map(int, version.split("."))) < tuple(
+            map(int, since.split("."))
+        ):
+            continue
         try:
             kubernetes_validate.validate(doc, version, strict=True)
         except kubernetes_validate.SchemaNotFoundError:

@@ -66,7 +66,10 @@ def test_every_installable_set_carries_the_crd(directory: Path) -> None:
 def test_collector_role_grants_what_the_writer_does() -> None:
     role = _one(_render(MANIFESTS / "collector"), "ClusterRole", "kvspread-collector")
     assert _rules_for(role, ns.GROUP, ns.PLURAL) == {"create", "patch"}
-    assert _rules_for(role, "", "nodes") == {"get", "patch"}  # uid for the owner; annotation
+    assert _rules_for(role, "", "nodes") == {"get"}  # the uid for the owner; no patch (issue 26)
+    overlay = _render(MANIFESTS / "collector" / "annotation-channel")
+    extra = _one(overlay, "ClusterRole", "kvspread-collector-annotation")
+    assert _rules_for(extra, "", "nodes") == {"patch"}  # the annotation channel only
 
 
 def _config(path: str, key: str) -> dict[str, Any]:

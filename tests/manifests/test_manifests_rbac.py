@@ -1,0 +1,149 @@
+"""RBAC that matches the code (issue 26, point 2), derived from it: each part's real
+Kubernetes code runs against FakeKubeApi, every request it makes is turned into the
+(apiGroup, resource, verb) the API server authorises, and the set must equal what the
+shipped ClusterRole/Role grants: nothing missing (a call that would get 403 on a real
+cluster, as the collector's pod watch did) and nothing spare (least privilege: no Node
+patch in the default collector role)."""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.config import ExtenderConfig
+from extender.run import build
+from kvspread.clock import FakeClock
+from kvspread.kube import api_client
+from tests.fake_kube import FakeKubeApi, make_node, make_pod
+
+ROOT = Path(__file__).resolve().parents[2]
+Grant = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+
+def grants(path: str, kinds: tuple[str, ...] = ("ClusterRole", "Role")) -> set[Grant]:
+    """Every (group, resource, verb) the roles in a manifest file grant."""
+    out: set[Grant] = set()
+    for doc in yaml.safe_load_all((ROOT / path).read_text()):
+        if not doc or doc.get("kind") not in kinds:
+            continue
+        for rule in doc.get("rules", []):
+            for g in rule["apiGroups"]:
+                for r in rule["resources"]:
+                    out |= {(g, r, v) for v in rule["verbs"]}
+    return out
+
+
+def calls(api: FakeKubeApi) -> set[Grant]:
+    """What each recorded request needs: the API server's request-info rules (a GET of a
+    collection is list, with watch=true watch; of one object get; POST create, PATCH
+    patch, PUT update, DELETE delete)."""
+    out: set[Grant] = set()
+    for method, path, query in api.requests:
+        parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
+        if parts[0] == "api":
+            group, rest = "", parts[2:]
+        else:
+            group, rest = parts[1], parts[3:]
+        if rest[:1] == ["namespaces"] and len(rest) > 2:
+            rest = rest[2:]
+        resource, named = rest[0], len(rest) > 1
+        if method == "GET":
+            verb = "watch" if query.get("watch") in ("1", "true") else ("get" if named else "list")
+        else:
+            verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+        out.add((group, resource, verb))
+    return out
+
+
+def seeded() -> FakeKubeApi:
+    api = FakeKubeApi().start()
+    api.put(make_node("gpu-1"))
+    api.put(make_pod("llm-0", "llm", node_name="gpu-1", labels={"app": "llm"}))
+    return api
+
+
+def run_reflectors(reflectors: list[Any], api: FakeKubeApi) -> None:
+    for r in reflectors:
+        r.start()
+    try:
+        assert api.wait_for(lambda: all(r.stats.watches >= 1 for r in reflectors))
+    finally:
+        for r in reflectors:
+            r.stop()
+
+
+def test_the_extender_role_is_what_the_extender_calls() -> None:
+    api = seeded()
+    try:
+        kube = {"api_server": api.url, "watch_timeout_s": 30}
+        running = build(ExtenderConfig.from_mapping({"kubernetes": kube}), FakeClock())
+        run_reflectors(running.reflectors, api)
+        used = calls(api)
+    finally:
+        api.stop()
+    assert used == grants("manifests/extender/rbac.yaml", ("ClusterRole",)) - {
+        ("coordination.k8s.io", "leases", v)
+        for v in ("create", "get", "list", "watch", "update", "patch")
+    }
+
+
+def test_the_router_roles_are_what_the_router_calls() -> None:
+    from router.config import RouterConfig
+    from router.endpoints import EndpointSet
+    from router.kubewatch import PoolWatch
+
+    api = seeded()
+    api.register_kind("inference.networking.k8s.io/v1", "InferencePool", "inferencepools", True)
+    try:
+        used: set[Grant] = set()
+        for mode in (
+            {"pool": {"name": "p", "namespace": "llm"}},
+            {"endpoints": {"selector": "app=llm", "target_port": 8000, "namespace": "llm"}},
+        ):
+            cfg = RouterConfig.from_mapping({**mode, "kubernetes": {"api_server": api.url}})
+            watch = PoolWatch(cfg, EndpointSet())
+            run_reflectors(watch.reflectors(), api)
+            used |= calls(api)
+    finally:
+        api.stop()
+    assert used == grants("manifests/router/rbac.yaml")
+
+
+def test_the_collector_role_is_what_the_collector_calls() -> None:
+    """Default channel (NodeSignals) plus the pod watch: the base role exactly; the
+    annotation channel adds nodes patch, granted by its overlay only."""
+    from bpf.agent import Agent
+    from bpf.publish_crd import channel_writer
+    from tests.bpf.test_bpf_agent import cluster_config
+
+    api = seeded()
+    try:
+        cfg = cluster_config(api.url, nvml={"enabled": False})
+        agent = Agent(cfg)
+        try:
+            watcher = agent._pods_watcher()
+            thread = threading.Thread(target=watcher.run, daemon=True)
+            thread.start()
+            assert api.wait_for(lambda: watcher.stats.watches >= 1)
+            watcher.stop()
+            thread.join(5)
+        finally:
+            agent.server.httpd.server_close()
+        write = channel_writer("nodesignals", lambda: api_client(server=api.url), "gpu-1")
+        write('{"v": 1}')  # the first write creates ...
+        write('{"v": 1}')  # ... the next ones patch
+        default = calls(api)
+        api.requests.clear()
+        channel_writer("annotation", lambda: api_client(server=api.url), "gpu-1")('{"v": 1}')
+        annotation = calls(api)
+    finally:
+        api.stop()
+    base = grants("manifests/collector/base/rbac.yaml")
+    assert default == base
+    assert ("", "nodes", "patch") not in base
+    overlay = grants("manifests/collector/annotation-channel/rbac-annotation.yaml")
+    assert annotation == overlay == {("", "nodes", "patch")}
