@@ -39,7 +39,7 @@ import orjson
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
-from kvspread.grpcservice import Service
+from kvspread.grpcservice import Service, Unreadable
 from router.bodybudget import BodyBudget
 from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.picker import Outcome, Picker
@@ -407,6 +407,8 @@ class ExtProcServicer:
         h = StreamHandler(self.picker, self._duplex_default, self._budget)
         try:
             async for req in request_iterator:
+                if isinstance(req, Unreadable):  # add_to_server(lenient=True), router/run.py
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, req.message)
                 for n, resp in enumerate(h.on_message(req)):
                     yield resp
                     if n % 16 == 15:

@@ -137,7 +137,11 @@ class Router:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        SERVICE.add_to_server(ExtProcServicer(self.picker, budget=self.bodies), server)
+        # lenient: bytes that are no ProcessingRequest get INVALID_ARGUMENT naming the
+        # message, as from the h2 server, instead of grpcio's UNKNOWN and a logged traceback
+        SERVICE.add_to_server(
+            ExtProcServicer(self.picker, budget=self.bodies), server, lenient=True
+        )
         servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
         bind = grpc_address(self.cfg.server.host, self.cfg.server.grpc_port)
