@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import lzma
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,10 +81,11 @@ class MooncakeRecord:
 
 
 def read_mooncake(path: Path, limit: int = MAX_REQUESTS) -> list[MooncakeRecord]:
-    """The first `limit` records of a Mooncake JSONL trace; a bad line is a ValueError
-    naming the line."""
+    """The first `limit` records of a Mooncake JSONL trace (`.jsonl`, or `.jsonl.xz` as
+    the bundled one is stored); a bad line is a ValueError naming the line."""
     out: list[MooncakeRecord] = []
-    with path.open(encoding="utf-8") as f:
+    xz = path.name.lower().endswith(".xz")
+    with lzma.open(path, "rt", encoding="utf-8") if xz else path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if len(out) >= limit:
                 break
