@@ -412,7 +412,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.mooncake_tree,
     )
     span = 120.0 if args.quick else FULL_S
-    streams = _streams(args, setup, span)
+    try:
+        streams = _streams(args, setup, span)
+    except (OSError, ValueError) as e:
+        ap.error(f"--mooncake: {e}")
     blocks = pool_blocks(our_config(setup, span))
     print(f"Llama-3.1-8B, H100, TP 1, {setup.replicas} replicas of {blocks} KV blocks x 16 "
           f"tokens; costs {setup.costs}; prefix caching "

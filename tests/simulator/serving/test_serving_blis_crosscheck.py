@@ -129,6 +129,10 @@ def test_read_mooncake_reads_xz(tmp_path: Path) -> None:
     row = {"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}
     path.write_bytes(lzma.compress((json.dumps(row) + "\n").encode()))
     assert bt.read_mooncake(path) == [MooncakeRecord(5.0, 600, 3, (1, 2))]
+    bad = tmp_path / "bad.jsonl.xz"
+    bad.write_bytes(b"not xz")
+    with pytest.raises(ValueError, match="not an xz file"):
+        bt.read_mooncake(bad)
 
 
 def test_our_side_hits_a_shared_prefix() -> None:
@@ -260,6 +264,10 @@ def test_script_help() -> None:
         (["--blis", str(SCRIPT), "--replicas", "0"], "--replicas must be 1..16"),
         (["--blis", str(SCRIPT), "--routing", "random"], "unknown 'random'"),
         (["--blis", str(SCRIPT), "--spread-ms", "-1"], "--spread-ms must be 0..1000"),
+        (
+            ["--blis", str(SCRIPT), "--streams", "mooncake", "--mooncake", str(SCRIPT)],
+            "not a Mooncake record",
+        ),
     ],
 )
 def test_script_bad_arguments_are_one_line(args: list[str], message: str) -> None:
