@@ -1,6 +1,7 @@
 """Side by side with BLIS: the same requests through the serving simulation and BLIS.
 
     python3 bench/blis_crosscheck.py --blis build/blis/blis [--quick] [--mooncake PATH]
+        [--no-prefix-cache | --mooncake-tree]
 
 BLIS (github.com/inference-sim/inference-sim, Apache-2.0; build it with tools/blis/) is a
 discrete-event simulator of vLLM clusters whose authors report 7-9 % median error against
@@ -9,8 +10,9 @@ parallelism (1), replicas (--replicas, default 4), KV pool (blocks of 16 tokens)
 limits (256 sequences, 2,048 batched tokens) and request stream:
 
 - `servegen`: the bundled ServeGen language clients (Alibaba, 10:30 of their day);
-- `mooncake`: the Mooncake conversation trace, each request's prefix mapped to BLIS's
-  flat TraceV2 prefix_group / prefix_length (bench/blis_trace.py says how).
+- `mooncake`: the bundled Mooncake conversation trace (`mooncake-conv`, or --mooncake
+  PATH), each request's prefix mapped to BLIS's flat TraceV2 prefix_group /
+  prefix_length (bench/blis_trace.py says how).
 
 each at three loads from light to near saturation, routed round-robin and least-loaded
 (BLIS's live view, --snapshot-refresh-interval 0, as the simulation's routers see
@@ -36,12 +38,16 @@ the Mooncake trace's timestamps are whole milliseconds and most requests share o
 `--spread-ms MS --no-api-overheads` spreads them and drops alpha, which removes that
 effect (docs/serving-simulation.md has both tables).
 
-Prefix caching: `--prefix-cache` gives requests their block hashes and the Mooncake
-stream its prefix groups in BLIS. It needs the simulation's prefix cache (issue 23 point
-1); until that is there, both run without shared prefixes (BLIS caches only what the
-requests share, so nothing) and the table says so. `--mooncake-tree` then gives the
-serving simulation the trace's whole block tree while BLIS keeps the flat groups: how
-much the flat mapping understates reuse.
+Prefix caching is on in both (BLIS has no switch for it: its KV cache always keys
+full prompt blocks by a hash chain and reuses them; the serving simulation's engines
+cache blocks of requests that carry block_hashes, simulator.serving.prefixcache): our
+requests get a hash chain over their 16-token blocks equal where the flat TraceV2 groups
+give BLIS the same tokens (bench/blis_trace.py block_hashes), so both share exactly the
+same prefixes. Both hit rates are BLIS's: blocks found cached over blocks allocated
+(prompt and output blocks; BLIS's KVCacheState.CacheHitRate). `--no-prefix-cache` drops
+the shared prefixes in both (nothing to hit). `--mooncake-tree` gives the serving
+simulation the trace's whole block tree while BLIS keeps the flat groups: how much the
+flat mapping understates reuse, and what that does to our latencies.
 """
 
 from __future__ import annotations
@@ -213,11 +219,6 @@ def pool_blocks(cfg: SimConfig) -> int:
     return kv_pool_tokens(cfg.cost, model, cfg.gpu.hbm_gib) // cfg.cost.block_tokens
 
 
-def has_prefix_cache() -> bool:
-    """Whether the serving simulation's requests carry block hashes (issue 23 point 1)."""
-    return "block_hashes" in {f.name for f in dataclasses.fields(Request)}
-
-
 def servegen_stream(rps: float, span_s: float, seed: int) -> list[StreamRequest]:
     """The bundled ServeGen language clients from SERVEGEN_START_S, scaled to `rps` on
     average."""
@@ -251,15 +252,17 @@ def run_ours(setup: Setup, stream: Sequence[StreamRequest], routing: str) -> tup
     for s in stream:
         r = Request(s.rid, "x", "text", s.arrival_s + a0, s.prompt, (), s.out)
         if setup.prefix_cache:
-            hashes = block_hashes(s, cfg.cost.block_tokens, setup.tree)
-            r.block_hashes = hashes  # type: ignore[attr-defined]
+            bt = cfg.cost.block_tokens
+            r.block_hashes = block_hashes(s, bt, setup.tree)
+            r.block_ends = tuple(bt * (i + 1) for i in range(len(r.block_hashes)))
         reqs.append(r)
     sim = Simulation(
         cfg, "kube-default", setup.seed, requests=reqs, autoscaler="none", routing=ROUTINGS[routing]
     )
     sim.run()
     done: list[Done] = []
-    hit = prompt = 0
+    hit = allocated = 0
+    bt = cfg.cost.block_tokens
     for r in reqs:
         if r.status != "ok":
             continue
@@ -267,9 +270,10 @@ def run_ours(setup: Setup, stream: Sequence[StreamRequest], routing: str) -> tup
         ttft = r.first_token - arrival + a2
         e2e = r.finish - arrival + a2 * r.out + a1
         done.append(Done(arrival, ttft, e2e, r.out))
-        hit += int(getattr(r, "prefix_hit_tokens", 0))
-        prompt += r.prompt
-    return figures(done, hit / prompt if prompt else 0.0), len(reqs) - len(done)
+        # BLIS's rate: cached blocks over all blocks a request takes (prompt and output)
+        hit += r.prefix_hit_tokens // bt
+        allocated += -(-(r.prompt + r.out) // bt)
+    return figures(done, hit / allocated if allocated else 0.0), len(reqs) - len(done)
 
 
 def run_blis(
@@ -331,7 +335,7 @@ def _streams(args: argparse.Namespace, setup: Setup, span: float) -> list[Stream
             out.append(("servegen", i, f"{load} ({rps * k:g} rps)",
                         servegen_stream(rps * k, span, setup.seed)))  # fmt: skip
     if "mooncake" in names:
-        path = args.mooncake or BUNDLED.get("mooncake")
+        path = args.mooncake or BUNDLED.get("mooncake-conv")
         if path is None or not Path(path).is_file():
             print(f"mooncake stream skipped: no trace at {path} (pass --mooncake PATH)")
             return out
@@ -365,14 +369,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="step costs of the serving simulation (module docstring)",
     )
     ap.add_argument(
-        "--prefix-cache",
+        "--no-prefix-cache",
         action="store_true",
-        help="shared prefixes on in both (needs the simulation's prefix cache)",
+        help="no shared prefixes in either (default: prefix caching on in both)",
     )
     ap.add_argument(
         "--mooncake-tree",
         action="store_true",
-        help="with --prefix-cache: our requests keep the trace's whole block tree",
+        help="our requests keep the Mooncake trace's whole block tree (BLIS: flat groups)",
     )
     ap.add_argument(
         "--spread-ms",
@@ -397,26 +401,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in routings:
         if r not in ROUTINGS:
             ap.error(f"--routing: unknown {r!r} (one of {', '.join(ROUTINGS)})")
-    if args.prefix_cache and not has_prefix_cache():
-        ap.error(
-            "--prefix-cache: this serving simulation has no prefix cache yet (issue 23 point 1)"
-        )
-    if args.mooncake_tree and not args.prefix_cache:
-        ap.error("--mooncake-tree needs --prefix-cache")
+    if args.mooncake_tree and args.no_prefix_cache:
+        ap.error("--mooncake-tree needs prefix caching (leave out --no-prefix-cache)")
     setup = Setup(
         args.replicas,
         args.costs,
-        args.prefix_cache,
+        not args.no_prefix_cache,
         args.seed,
         not args.no_api_overheads,
         args.mooncake_tree,
     )
     span = 120.0 if args.quick else FULL_S
-    streams = _streams(args, setup, span)
+    try:
+        streams = _streams(args, setup, span)
+    except (OSError, ValueError) as e:
+        ap.error(f"--mooncake: {e}")
     blocks = pool_blocks(our_config(setup, span))
     print(f"Llama-3.1-8B, H100, TP 1, {setup.replicas} replicas of {blocks} KV blocks x 16 "
           f"tokens; costs {setup.costs}; prefix caching "
-          f"{'on' if setup.prefix_cache else 'off in both (no shared prefixes)'}; "
+          f"{'off in both (no shared prefixes)' if not setup.prefix_cache else 'on in both'}"
+          f"{' (ours: the Mooncake block tree)' if setup.tree else ''}; "
           f"streams of {span:g} s\n")  # fmt: skip
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="blis-crosscheck-") as tmp:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import lzma
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,10 +81,19 @@ class MooncakeRecord:
 
 
 def read_mooncake(path: Path, limit: int = MAX_REQUESTS) -> list[MooncakeRecord]:
-    """The first `limit` records of a Mooncake JSONL trace; a bad line is a ValueError
-    naming the line."""
+    """The first `limit` records of a Mooncake JSONL trace (`.jsonl`, or `.jsonl.xz` as
+    the bundled one is stored); a bad line is a ValueError naming the line."""
     out: list[MooncakeRecord] = []
-    with path.open(encoding="utf-8") as f:
+    try:
+        _read_records(path, limit, out)
+    except (lzma.LZMAError, EOFError) as e:
+        raise ValueError(f"{path}: not an xz file ({e})") from None
+    return out
+
+
+def _read_records(path: Path, limit: int, out: list[MooncakeRecord]) -> None:
+    xz = path.name.lower().endswith(".xz")
+    with lzma.open(path, "rt", encoding="utf-8") if xz else path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if len(out) >= limit:
                 break
@@ -102,7 +112,6 @@ def read_mooncake(path: Path, limit: int = MAX_REQUESTS) -> list[MooncakeRecord]
             if rec.input_length < 1 or rec.output_length < 1:
                 raise ValueError(f"{path}:{n}: input_length and output_length must be >= 1")
             out.append(rec)
-    return out
 
 
 class _Trie:

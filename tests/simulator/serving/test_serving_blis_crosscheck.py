@@ -121,6 +121,33 @@ def test_read_mooncake_names_a_bad_line(tmp_path: Path) -> None:
     assert bt.read_mooncake(path, limit=1) == [MooncakeRecord(5.0, 600, 3, (1, 2))]
 
 
+def test_read_mooncake_reads_xz(tmp_path: Path) -> None:
+    """The bundled trace is stored xz-compressed."""
+    import lzma
+
+    path = tmp_path / "t.jsonl.xz"
+    row = {"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}
+    path.write_bytes(lzma.compress((json.dumps(row) + "\n").encode()))
+    assert bt.read_mooncake(path) == [MooncakeRecord(5.0, 600, 3, (1, 2))]
+    bad = tmp_path / "bad.jsonl.xz"
+    bad.write_bytes(b"not xz")
+    with pytest.raises(ValueError, match="not an xz file"):
+        bt.read_mooncake(bad)
+
+
+def test_our_side_hits_a_shared_prefix() -> None:
+    """B arrives after A is done and shares its 2,048-token group: B's 128 prefix blocks
+    are found cached, counted BLIS's way (cached blocks over every block allocated,
+    prompt and output), and B's prefill is shorter than without the cache."""
+    stream = [StreamRequest(0, 0.0, 3000, 4, "g", 2048), StreamRequest(1, 1.0, 3000, 4, "g", 2048)]
+    on, left = run_ours(Setup(1, "blis", True, 1), stream, "round-robin")
+    off, _ = run_ours(Setup(1, "blis", False, 1), stream, "round-robin")
+    assert left == 0
+    assert on.prefix_hit_rate == pytest.approx(128 / (2 * math.ceil(3004 / 16)))
+    assert off.prefix_hit_rate == 0.0
+    assert on.ttft_mean_ms < off.ttft_mean_ms
+
+
 def test_block_hashes_share_the_prefix_only() -> None:
     a = StreamRequest(0, 0.0, 100, 1, "g", 64)
     b = StreamRequest(1, 0.0, 80, 1, "g", 64)
@@ -226,7 +253,7 @@ def _script(*args: str) -> subprocess.CompletedProcess[str]:
 def test_script_help() -> None:
     out = _script("--help")
     assert out.returncode == 0
-    for flag in ("--blis", "--quick", "--mooncake", "--costs", "--prefix-cache", "--spread-ms"):
+    for flag in ("--blis", "--quick", "--mooncake", "--costs", "--no-prefix-cache", "--spread-ms"):
         assert flag in out.stdout
 
 
@@ -237,6 +264,10 @@ def test_script_help() -> None:
         (["--blis", str(SCRIPT), "--replicas", "0"], "--replicas must be 1..16"),
         (["--blis", str(SCRIPT), "--routing", "random"], "unknown 'random'"),
         (["--blis", str(SCRIPT), "--spread-ms", "-1"], "--spread-ms must be 0..1000"),
+        (
+            ["--blis", str(SCRIPT), "--streams", "mooncake", "--mooncake", str(SCRIPT)],
+            "not a Mooncake record",
+        ),
     ],
 )
 def test_script_bad_arguments_are_one_line(args: list[str], message: str) -> None:
