@@ -44,6 +44,7 @@ __all__ = [
     "OtlpExporter",
     "label_name",
     "gpu_memory_points",
+    "dcgm_fb_used_points",
     "REQUEST_ATTRS",
     "TOKEN_ATTRS",
     "GEN_AI_OPERATIONS",
@@ -111,6 +112,23 @@ def gpu_memory_points(state: CollectorState) -> list[tuple[dict[str, str], int]]
                     part[names.ATTR_K8S_POD] = m.name
             out.append((part, m.used_bytes))
     return out
+
+
+def dcgm_fb_used_points(state: CollectorState, node: str) -> list[tuple[list[str], float]]:
+    """DCGM_FI_DEV_FB_USED per pod (labels in `names.DCGM_LABELS` order, value in MiB): the
+    pods of `gpu_memory_points` whose name the pod table knows; no pod, no point."""
+    out: list[tuple[list[str], float]] = []
+    pods = state.gpu_pods
+    for g in state.gpus or []:
+        for m in pods.get(g.index, ()):
+            if m.used_bytes is None or not m.in_pod or not m.name:
+                continue
+            labels = [str(g.index), g.uuid, g.name, node, m.name, m.namespace, ""]
+            out.append((labels, m.used_bytes / _MIB))
+    return out
+
+
+_MIB = 1 << 20
 
 
 def label_name(attr: str) -> str:
@@ -238,7 +256,11 @@ class PrometheusCollector:
             total.add_metric(v, g.mem_total)
             if g.util is not None:
                 util.add_metric(v, g.util)
-        yield from (used, total, util)
+        d = names.DCGM_FB_USED
+        dcgm = GaugeMetricFamily(d.prometheus, d.help, labels=list(names.DCGM_LABELS))
+        for labels, mib in dcgm_fb_used_points(self.state, self.node):
+            dcgm.add_metric(labels, mib)
+        yield from (used, total, util, dcgm)
 
     def _engines(self) -> Iterator[Metric]:
         inst = (names.ATTR_ENGINE, names.ATTR_MODEL, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)

@@ -59,6 +59,11 @@ ATTR_GPU_MEMORY_OWNER: Final = "kvspread.gpu.memory.owner"
 """On kvspread.gpu.memory.used: `pod` (one pod's processes) or `no_pod` (processes in no
 pod); absent on the GPU's own figure, so `{kvspread_gpu_memory_owner=""}` selects it."""
 GPU_MEMORY_OWNERS: Final = ("pod", "no_pod")
+DCGM_LABELS: Final = ("gpu", "UUID", "modelName", "Hostname", "pod", "namespace", "container")
+"""Labels of DCGM_FI_DEV_FB_USED as dcgm-exporter spells them (NVIDIA/dcgm-exporter,
+internal/pkg/transformation/const.go for pod/namespace/container). `container` stays empty
+(Prometheus: absent): the collector joins GPU processes to pods by cgroup, not to containers.
+dcgm-exporter's `device` (nvidia<minor>) is not written: NVML's index is not the minor."""
 ATTR_ENGINE: Final = "llm.engine"
 ATTR_MODEL: Final = "llm.model"
 ATTR_CLIENT_ADDRESS: Final = "client.address"
@@ -130,11 +135,16 @@ class MetricDescriptor:
     boolean: bool = False
     """A 0/1 state (source up, cache synced): unit 1 on the wire, but the Prometheus name
     takes no `_ratio`, as `up` does not."""
+    foreign: bool = False
+    """A name another tool defines (dcgm-exporter's `DCGM_FI_DEV_FB_USED`): served exactly as
+    that tool spells it, so dashboards written for it read ours; never translated."""
 
     @property
     def prometheus(self) -> str:
         """The Prometheus family name (`_total` included for counters; prometheus_client
         strips it itself where it appends one)."""
+        if self.foreign:
+            return self.name
         return prometheus_name(self.name, "" if self.boolean else self.unit, self.kind)
 
 
@@ -185,6 +195,17 @@ GPU_MEMORY_USED: Final = MetricDescriptor(
 point per pod with processes on the GPU (owner `pod`, with k8s.pod.uid and, once the pod
 table knows the UID, k8s.namespace.name and k8s.pod.name) and one for the processes in no
 pod (owner `no_pod`). A pod whose memory NVML does not report has no point."""
+DCGM_FB_USED: Final = MetricDescriptor(
+    "DCGM_FI_DEV_FB_USED",
+    "MiBy",
+    "gauge",
+    "Framebuffer memory used (in MiB), per pod on the GPU (kvspread, NVML per-process memory).",
+    foreign=True,
+)
+"""dcgm-exporter's name, unit (MiB) and labels (gpu, UUID, modelName, Hostname, and in its
+Kubernetes mode pod, namespace, container), one point per pod with processes on the GPU
+whose memory NVML reports: the per-pod figure of kvspread.gpu.memory.used under the name
+GPU dashboards and llm-d's DCGM data source read. Prometheus exposition only."""
 GPU_MEMORY_TOTAL: Final = MetricDescriptor(
     "kvspread.gpu.memory.total", "By", "gauge", "GPU memory total (NVML)."
 )

@@ -105,7 +105,7 @@ def _entry(
         labels=labels,
         help=help,
         source=source,
-        otel_name=d.name if source == "collector" else None,
+        otel_name=d.name if source == "collector" and not d.foreign else None,
     )
 
 
@@ -155,6 +155,17 @@ _COLLECTOR: Final = (
         'host pid -> cgroup -> pod), `"no_pod"` for processes in no pod. The device figure '
         "also counts what no process holds (driver, contexts). A pod whose memory NVML does "
         "not report has no series; absent, never zero, where no driver answers.",
+    ),
+    _otel(
+        names.DCGM_FB_USED,
+        names.DCGM_LABELS,
+        "The per-pod figure of `kvspread_gpu_memory_used_bytes` in MiB under dcgm-exporter's "
+        "name and labels (`gpu`, `UUID`, `modelName`, `Hostname`, and its Kubernetes mode's "
+        "`pod`, `namespace`, `container`), so GPU dashboards and llm-d's DCGM data source read "
+        "per-pod memory on shared GPUs. One series per pod the collector's pod list names; "
+        "`container` is always empty (absent in Prometheus): processes are joined to pods, "
+        "not containers; no `device` label (the NVML index is not the /dev/nvidia minor). "
+        "Prometheus exposition only (not pushed over OTLP).",
     ),
     _otel(names.GPU_MEMORY_TOTAL, (GPU_INDEX, GPU_UUID), "GPU memory total (NVML)."),
     _otel(names.GPU_UTILIZATION, (GPU_INDEX, GPU_UUID), "GPU utilisation 0..1 (NVML)."),
