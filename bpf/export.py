@@ -48,6 +48,7 @@ __all__ = [
     "REQUEST_ATTRS",
     "TOKEN_ATTRS",
     "GEN_AI_OPERATIONS",
+    "GEN_AI_PROVIDERS",
     "otlp_attributes",
 ]
 
@@ -64,8 +65,13 @@ REQUEST_ATTRS: tuple[str, ...] = (
 )
 """Attributes of http.server.request.duration, in label-tuple order."""
 
-TOKEN_ATTRS: tuple[str, ...] = (*REQUEST_ATTRS, names.ATTR_GEN_AI_OPERATION)
-"""Attributes of the gen_ai.server token histograms: the request's, plus the GenAI operation."""
+TOKEN_ATTRS: tuple[str, ...] = (
+    *REQUEST_ATTRS,
+    names.ATTR_GEN_AI_OPERATION,
+    names.ATTR_GEN_AI_PROVIDER,
+)
+"""Attributes of the gen_ai.server token histograms: the request's, plus the GenAI operation
+and provider (the API flavour)."""
 
 GEN_AI_OPERATIONS: dict[str, str] = {
     "/v1/chat/completions": "chat",
@@ -76,6 +82,17 @@ GEN_AI_OPERATIONS: dict[str, str] = {
 }
 """gen_ai.operation.name of the streaming routes (OTel GenAI semconv values); others ""."""
 
+GEN_AI_PROVIDERS: dict[str, str] = {
+    "/v1/chat/completions": "openai",
+    "/v1/responses": "openai",
+    "/v1/completions": "openai",
+    "/generate_stream": "huggingface.tgi",
+    "/v2/models/{model}/generate_stream": "nvidia.triton",
+}
+"""gen_ai.provider.name per streaming route: the API the route belongs to (the semconv's
+"telemetry format flavor"): `openai` is its well-known value; TGI and Triton have none, so
+custom values; others "". Who runs the model is in llm.engine, not here."""
+
 POD_ATTRS = (names.ATTR_SERVER_PORT, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
 
 HISTOGRAMS: tuple[
@@ -84,8 +101,8 @@ HISTOGRAMS: tuple[
 ] = (
     (names.HTTP_SERVER_REQUEST_DURATION, DURATION_BUCKETS, lambda s: s.requests),
     (names.HTTP_SERVER_TIME_TO_FIRST_BYTE, DURATION_BUCKETS, lambda s: s.ttfb),
-    (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, DURATION_BUCKETS, lambda s: s.ttft),
-    (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, DURATION_BUCKETS, lambda s: s.tpot),
+    (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, names.GEN_AI_TTFT_BUCKETS, lambda s: s.ttft),
+    (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, names.GEN_AI_TPOT_BUCKETS, lambda s: s.tpot),
     (names.ACCEPT_QUEUE_DELAY, QUEUE_BUCKETS, lambda s: s.accept_delay),
 )
 """The request histograms: descriptor, bucket bounds (the /metrics families and the OTLP

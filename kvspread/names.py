@@ -75,6 +75,13 @@ ATTR_QOS: Final = "llm.qos"
 the latency SLO rules pick the threshold by it (absent counts as batch)."""
 ATTR_GEN_AI_OPERATION: Final = "gen_ai.operation.name"
 """OTel GenAI semconv: chat | text_completion | generate_content, from the route."""
+ATTR_GEN_AI_PROVIDER: Final = "gen_ai.provider.name"
+"""OTel GenAI semconv (required on gen_ai.server metrics): the API flavour the route speaks
+(`openai` for the OpenAI-compatible routes), from the route."""
+ATTR_GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+"""OTel GenAI semconv (conditionally required, "if available"): never set by the collector,
+which reads no request body and whose routes are templated ({model}); not guessed from the
+pod's kvspread.io/model label, which says what the pod serves, not what a request asked."""
 
 # --- Metric descriptors and the OTel-to-Prometheus translation ------------------------
 InstrumentKind = Literal["counter", "updowncounter", "gauge", "histogram"]
@@ -297,6 +304,18 @@ byte): OTel's defaults for http.server.request.duration, plus the SLO thresholds
 adapter and the Prometheus rules read exactly (0.05 s realtime is a default bound already,
 0.12 s batch, 0.2 s good-request threshold), plus 30/60/120 s for long generations. A bound
 missing here makes an SLI empty, never wrong."""
+
+GEN_AI_TTFT_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+"""Bounds (s) of gen_ai.server.time_to_first_token: the semantic conventions' advised
+ExplicitBucketBoundaries (open-telemetry/semantic-conventions, docs/gen-ai/gen-ai-metrics.md,
+"Metric: gen_ai.server.time_to_first_token"). The TTFT SLO rules read `le="1.0"`, one of them."""
+GEN_AI_TPOT_BUCKETS: Final = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+)  # fmt: skip
+"""Bounds (s) of gen_ai.server.time_per_output_token: the advised ExplicitBucketBoundaries
+(same file, "Metric: gen_ai.server.time_per_output_token")."""
 
 # --- Adapter external metrics (served names; docs/design.md section 6) -----------------------
 SLI_LATENCY_P50: Final = "kvspread_request_latency_p50_seconds"
