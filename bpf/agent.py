@@ -27,6 +27,7 @@ from bpf.config import CollectorConfig, EngineTarget
 from bpf.events import EventDecodeError, decode_accept_event
 from bpf.export import (
     GEN_AI_OPERATIONS,
+    GEN_AI_PROVIDERS,
     REQUEST_ATTRS,
     TOKEN_ATTRS,
     OtlpExporter,
@@ -411,7 +412,11 @@ class Agent:
     def _record_tokens(self, rec: RequestRecord, values: dict[str, str]) -> None:
         """gen_ai.server histograms of an SSE stream (the request's attributes + operation)."""
         assert rec.ttft_s is not None
-        values = {**values, names.ATTR_GEN_AI_OPERATION: GEN_AI_OPERATIONS.get(rec.route, "")}
+        values = {
+            **values,
+            names.ATTR_GEN_AI_OPERATION: GEN_AI_OPERATIONS.get(rec.route, ""),
+            names.ATTR_GEN_AI_PROVIDER: GEN_AI_PROVIDERS.get(rec.route, ""),
+        }
         labels = tuple((k, values[k]) for k in TOKEN_ATTRS)
         self.state.ttft.observe(labels, rec.ttft_s)
         if rec.tpot_s is not None:

@@ -44,9 +44,11 @@ __all__ = [
     "OtlpExporter",
     "label_name",
     "gpu_memory_points",
+    "dcgm_fb_used_points",
     "REQUEST_ATTRS",
     "TOKEN_ATTRS",
     "GEN_AI_OPERATIONS",
+    "GEN_AI_PROVIDERS",
     "otlp_attributes",
 ]
 
@@ -63,8 +65,13 @@ REQUEST_ATTRS: tuple[str, ...] = (
 )
 """Attributes of http.server.request.duration, in label-tuple order."""
 
-TOKEN_ATTRS: tuple[str, ...] = (*REQUEST_ATTRS, names.ATTR_GEN_AI_OPERATION)
-"""Attributes of the gen_ai.server token histograms: the request's, plus the GenAI operation."""
+TOKEN_ATTRS: tuple[str, ...] = (
+    *REQUEST_ATTRS,
+    names.ATTR_GEN_AI_OPERATION,
+    names.ATTR_GEN_AI_PROVIDER,
+)
+"""Attributes of the gen_ai.server token histograms: the request's, plus the GenAI operation
+and provider (the API flavour)."""
 
 GEN_AI_OPERATIONS: dict[str, str] = {
     "/v1/chat/completions": "chat",
@@ -75,6 +82,17 @@ GEN_AI_OPERATIONS: dict[str, str] = {
 }
 """gen_ai.operation.name of the streaming routes (OTel GenAI semconv values); others ""."""
 
+GEN_AI_PROVIDERS: dict[str, str] = {
+    "/v1/chat/completions": "openai",
+    "/v1/responses": "openai",
+    "/v1/completions": "openai",
+    "/generate_stream": "huggingface.tgi",
+    "/v2/models/{model}/generate_stream": "nvidia.triton",
+}
+"""gen_ai.provider.name per streaming route: the API the route belongs to (the semconv's
+"telemetry format flavor"): `openai` is its well-known value; TGI and Triton have none, so
+custom values; others "". Who runs the model is in llm.engine, not here."""
+
 POD_ATTRS = (names.ATTR_SERVER_PORT, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
 
 HISTOGRAMS: tuple[
@@ -83,8 +101,8 @@ HISTOGRAMS: tuple[
 ] = (
     (names.HTTP_SERVER_REQUEST_DURATION, DURATION_BUCKETS, lambda s: s.requests),
     (names.HTTP_SERVER_TIME_TO_FIRST_BYTE, DURATION_BUCKETS, lambda s: s.ttfb),
-    (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, DURATION_BUCKETS, lambda s: s.ttft),
-    (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, DURATION_BUCKETS, lambda s: s.tpot),
+    (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, names.GEN_AI_TTFT_BUCKETS, lambda s: s.ttft),
+    (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, names.GEN_AI_TPOT_BUCKETS, lambda s: s.tpot),
     (names.ACCEPT_QUEUE_DELAY, QUEUE_BUCKETS, lambda s: s.accept_delay),
 )
 """The request histograms: descriptor, bucket bounds (the /metrics families and the OTLP
@@ -111,6 +129,23 @@ def gpu_memory_points(state: CollectorState) -> list[tuple[dict[str, str], int]]
                     part[names.ATTR_K8S_POD] = m.name
             out.append((part, m.used_bytes))
     return out
+
+
+def dcgm_fb_used_points(state: CollectorState, node: str) -> list[tuple[list[str], float]]:
+    """DCGM_FI_DEV_FB_USED per pod (labels in `names.DCGM_LABELS` order, value in MiB): the
+    pods of `gpu_memory_points` whose name the pod table knows; no pod, no point."""
+    out: list[tuple[list[str], float]] = []
+    pods = state.gpu_pods
+    for g in state.gpus or []:
+        for m in pods.get(g.index, ()):
+            if m.used_bytes is None or not m.in_pod or not m.name:
+                continue
+            labels = [str(g.index), g.uuid, g.name, node, m.name, m.namespace, ""]
+            out.append((labels, m.used_bytes / _MIB))
+    return out
+
+
+_MIB = 1 << 20
 
 
 def label_name(attr: str) -> str:
@@ -238,7 +273,11 @@ class PrometheusCollector:
             total.add_metric(v, g.mem_total)
             if g.util is not None:
                 util.add_metric(v, g.util)
-        yield from (used, total, util)
+        d = names.DCGM_FB_USED
+        dcgm = GaugeMetricFamily(d.prometheus, d.help, labels=list(names.DCGM_LABELS))
+        for labels, mib in dcgm_fb_used_points(self.state, self.node):
+            dcgm.add_metric(labels, mib)
+        yield from (used, total, util, dcgm)
 
     def _engines(self) -> Iterator[Metric]:
         inst = (names.ATTR_ENGINE, names.ATTR_MODEL, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)

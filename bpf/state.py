@@ -13,6 +13,7 @@ from bpf.gpu import GpuSample
 from bpf.gpupods import PodGpuMemory
 from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, CounterTable, HistogramTable, RecentWindow
 from kvspread.engine import EngineSample
+from kvspread.names import GEN_AI_TPOT_BUCKETS, GEN_AI_TTFT_BUCKETS
 from kvspread.signals import NodeSignals
 
 __all__ = ["SourceStatus", "EngineReading", "CollectorState", "SOURCES"]
@@ -43,8 +44,8 @@ class EngineReading:
 class CollectorState:
     requests: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
     ttfb: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
-    ttft: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
-    tpot: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
+    ttft: HistogramTable = field(default_factory=lambda: HistogramTable(GEN_AI_TTFT_BUCKETS))
+    tpot: HistogramTable = field(default_factory=lambda: HistogramTable(GEN_AI_TPOT_BUCKETS))
     ttft_window: RecentWindow = field(default_factory=RecentWindow)  # node TTFT p95
     accept_delay: HistogramTable = field(default_factory=lambda: HistogramTable(QUEUE_BUCKETS, 512))
     edges: CounterTable = field(default_factory=CounterTable)

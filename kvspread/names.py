@@ -59,6 +59,11 @@ ATTR_GPU_MEMORY_OWNER: Final = "kvspread.gpu.memory.owner"
 """On kvspread.gpu.memory.used: `pod` (one pod's processes) or `no_pod` (processes in no
 pod); absent on the GPU's own figure, so `{kvspread_gpu_memory_owner=""}` selects it."""
 GPU_MEMORY_OWNERS: Final = ("pod", "no_pod")
+DCGM_LABELS: Final = ("gpu", "UUID", "modelName", "Hostname", "pod", "namespace", "container")
+"""Labels of DCGM_FI_DEV_FB_USED as dcgm-exporter spells them (NVIDIA/dcgm-exporter,
+internal/pkg/transformation/const.go for pod/namespace/container). `container` stays empty
+(Prometheus: absent): the collector joins GPU processes to pods by cgroup, not to containers.
+dcgm-exporter's `device` (nvidia<minor>) is not written: NVML's index is not the minor."""
 ATTR_ENGINE: Final = "llm.engine"
 ATTR_MODEL: Final = "llm.model"
 ATTR_CLIENT_ADDRESS: Final = "client.address"
@@ -70,6 +75,13 @@ ATTR_QOS: Final = "llm.qos"
 the latency SLO rules pick the threshold by it (absent counts as batch)."""
 ATTR_GEN_AI_OPERATION: Final = "gen_ai.operation.name"
 """OTel GenAI semconv: chat | text_completion | generate_content, from the route."""
+ATTR_GEN_AI_PROVIDER: Final = "gen_ai.provider.name"
+"""OTel GenAI semconv (required on gen_ai.server metrics): the API flavour the route speaks
+(`openai` for the OpenAI-compatible routes), from the route."""
+ATTR_GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+"""OTel GenAI semconv (conditionally required, "if available"): never set by the collector,
+which reads no request body and whose routes are templated ({model}); not guessed from the
+pod's kvspread.io/model label, which says what the pod serves, not what a request asked."""
 
 # --- Metric descriptors and the OTel-to-Prometheus translation ------------------------
 InstrumentKind = Literal["counter", "updowncounter", "gauge", "histogram"]
@@ -130,11 +142,16 @@ class MetricDescriptor:
     boolean: bool = False
     """A 0/1 state (source up, cache synced): unit 1 on the wire, but the Prometheus name
     takes no `_ratio`, as `up` does not."""
+    foreign: bool = False
+    """A name another tool defines (dcgm-exporter's `DCGM_FI_DEV_FB_USED`): served exactly as
+    that tool spells it, so dashboards written for it read ours; never translated."""
 
     @property
     def prometheus(self) -> str:
         """The Prometheus family name (`_total` included for counters; prometheus_client
         strips it itself where it appends one)."""
+        if self.foreign:
+            return self.name
         return prometheus_name(self.name, "" if self.boolean else self.unit, self.kind)
 
 
@@ -185,6 +202,17 @@ GPU_MEMORY_USED: Final = MetricDescriptor(
 point per pod with processes on the GPU (owner `pod`, with k8s.pod.uid and, once the pod
 table knows the UID, k8s.namespace.name and k8s.pod.name) and one for the processes in no
 pod (owner `no_pod`). A pod whose memory NVML does not report has no point."""
+DCGM_FB_USED: Final = MetricDescriptor(
+    "DCGM_FI_DEV_FB_USED",
+    "MiBy",
+    "gauge",
+    "Framebuffer memory used (in MiB), per pod on the GPU (kvspread, NVML per-process memory).",
+    foreign=True,
+)
+"""dcgm-exporter's name, unit (MiB) and labels (gpu, UUID, modelName, Hostname, and in its
+Kubernetes mode pod, namespace, container), one point per pod with processes on the GPU
+whose memory NVML reports: the per-pod figure of kvspread.gpu.memory.used under the name
+GPU dashboards and llm-d's DCGM data source read. Prometheus exposition only."""
 GPU_MEMORY_TOTAL: Final = MetricDescriptor(
     "kvspread.gpu.memory.total", "By", "gauge", "GPU memory total (NVML)."
 )
@@ -276,6 +304,18 @@ byte): OTel's defaults for http.server.request.duration, plus the SLO thresholds
 adapter and the Prometheus rules read exactly (0.05 s realtime is a default bound already,
 0.12 s batch, 0.2 s good-request threshold), plus 30/60/120 s for long generations. A bound
 missing here makes an SLI empty, never wrong."""
+
+GEN_AI_TTFT_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+"""Bounds (s) of gen_ai.server.time_to_first_token: the semantic conventions' advised
+ExplicitBucketBoundaries (open-telemetry/semantic-conventions, docs/gen-ai/gen-ai-metrics.md,
+"Metric: gen_ai.server.time_to_first_token"). The TTFT SLO rules read `le="1.0"`, one of them."""
+GEN_AI_TPOT_BUCKETS: Final = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+)  # fmt: skip
+"""Bounds (s) of gen_ai.server.time_per_output_token: the advised ExplicitBucketBoundaries
+(same file, "Metric: gen_ai.server.time_per_output_token")."""
 
 # --- Adapter external metrics (served names; docs/design.md section 6) -----------------------
 SLI_LATENCY_P50: Final = "kvspread_request_latency_p50_seconds"

@@ -40,6 +40,7 @@ GPU_UUID: Final = label(names.ATTR_GPU_UUID)
 ENGINE: Final = label(names.ATTR_ENGINE)
 MODEL: Final = label(names.ATTR_MODEL)
 GEN_AI_OPERATION: Final = label(names.ATTR_GEN_AI_OPERATION)
+GEN_AI_PROVIDER: Final = label(names.ATTR_GEN_AI_PROVIDER)
 GPU_MEMORY_OWNER: Final = label(names.ATTR_GPU_MEMORY_OWNER)
 POD_UID: Final = label(names.ATTR_K8S_POD_UID)
 
@@ -105,7 +106,7 @@ def _entry(
         labels=labels,
         help=help,
         source=source,
-        otel_name=d.name if source == "collector" else None,
+        otel_name=d.name if source == "collector" and not d.foreign else None,
     )
 
 
@@ -134,15 +135,19 @@ _COLLECTOR: Final = (
     ),
     _otel(
         names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
-        (*_HTTP_LABELS, GEN_AI_OPERATION),
+        (*_HTTP_LABELS, GEN_AI_OPERATION, GEN_AI_PROVIDER),
         "SSE (text/event-stream) responses: last request byte read to the write completing "
-        "the first data event (OTel GenAI semconv; eBPF).",
+        "the first data event (OTel GenAI semconv; eBPF). Buckets: the semconv's advised "
+        "boundaries (0.001 s to 10 s). `gen_ai_provider_name` is the API the route speaks "
+        "(`openai` for the OpenAI-compatible routes, `huggingface.tgi`, `nvidia.triton`); "
+        "`gen_ai.request.model` is not set: the collector reads no request body.",
     ),
     _otel(
         names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
-        (*_HTTP_LABELS, GEN_AI_OPERATION),
+        (*_HTTP_LABELS, GEN_AI_OPERATION, GEN_AI_PROVIDER),
         "SSE responses: (last data event - first) / (data events - 1), data: [DONE] "
-        "excluded; streams of one event have none (OTel GenAI semconv; eBPF).",
+        "excluded; streams of one event have none (OTel GenAI semconv; eBPF). Buckets: the "
+        "semconv's advised boundaries (0.01 s to 2.5 s).",
     ),
     _otel(
         names.GPU_MEMORY_USED,
@@ -155,6 +160,17 @@ _COLLECTOR: Final = (
         'host pid -> cgroup -> pod), `"no_pod"` for processes in no pod. The device figure '
         "also counts what no process holds (driver, contexts). A pod whose memory NVML does "
         "not report has no series; absent, never zero, where no driver answers.",
+    ),
+    _otel(
+        names.DCGM_FB_USED,
+        names.DCGM_LABELS,
+        "The per-pod figure of `kvspread_gpu_memory_used_bytes` in MiB under dcgm-exporter's "
+        "name and labels (`gpu`, `UUID`, `modelName`, `Hostname`, and its Kubernetes mode's "
+        "`pod`, `namespace`, `container`), so GPU dashboards and llm-d's DCGM data source read "
+        "per-pod memory on shared GPUs. One series per pod the collector's pod list names; "
+        "`container` is always empty (absent in Prometheus): processes are joined to pods, "
+        "not containers; no `device` label (the NVML index is not the /dev/nvidia minor). "
+        "Prometheus exposition only (not pushed over OTLP).",
     ),
     _otel(names.GPU_MEMORY_TOTAL, (GPU_INDEX, GPU_UUID), "GPU memory total (NVML)."),
     _otel(names.GPU_UTILIZATION, (GPU_INDEX, GPU_UUID), "GPU utilisation 0..1 (NVML)."),

@@ -549,9 +549,18 @@ def test_otlp_push_with_semantic_attributes() -> None:
         assert agent.otlp is not None and agent.otlp.flush()
         agent.otlp.shutdown()
         agent.server.httpd.server_close()
+        text = generate_latest(agent.registry).decode()
     finally:
         srv.shutdown()
         srv.server_close()
+    # /metrics: the same advised bounds and the provider label
+    ttft_le = [
+        x.split('le="')[1].split('"')[0]
+        for x in text.splitlines()
+        if x.startswith("gen_ai_server_time_to_first_token_seconds_bucket{")
+    ]
+    assert ttft_le == [repr(float(b)) for b in names.GEN_AI_TTFT_BUCKETS] + ["+Inf"]
+    assert 'gen_ai_provider_name="openai"' in text
     assert _Receiver.bodies
     req = ExportMetricsServiceRequest()
     req.ParseFromString(_Receiver.bodies[0])
@@ -567,8 +576,19 @@ def test_otlp_push_with_semantic_attributes() -> None:
     assert ttft.unit == "s" and tp.count == 2 and tp.sum == pytest.approx(0.38)
     tattrs = {a.key: (a.value.string_value or a.value.int_value) for a in tp.attributes}
     assert tattrs[names.ATTR_GEN_AI_OPERATION] == "chat" and tattrs[names.ATTR_HTTP_STATUS] == 200
+    assert tattrs[names.ATTR_GEN_AI_PROVIDER] == "openai"  # semconv: required
+    assert names.ATTR_GEN_AI_REQUEST_MODEL not in tattrs  # no request body read: not guessed
+    # the semconv's advised boundaries (docs/gen-ai/gen-ai-metrics.md), on the wire
+    assert list(tp.explicit_bounds) == list(names.GEN_AI_TTFT_BUCKETS)
+    assert list(tp.explicit_bounds)[:3] == [0.001, 0.005, 0.01] and tp.explicit_bounds[-1] == 10.0
+    # 0.08 s at or under le=0.08; 0.3 s in (0.25, 0.5]
+    assert sum(tp.bucket_counts[:7]) == 1 and tp.bucket_counts[9] == 1
     (op,) = metrics[names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name].histogram.data_points
     assert op.count == 1 and op.sum == pytest.approx(0.02)
+    assert list(op.explicit_bounds) == list(names.GEN_AI_TPOT_BUCKETS)
+    assert op.explicit_bounds[0] == 0.01 and op.explicit_bounds[-1] == 2.5
+    oattrs = {a.key: (a.value.string_value or a.value.int_value) for a in op.attributes}
+    assert oattrs[names.ATTR_GEN_AI_PROVIDER] == "openai"
     attrs = {a.key: (a.value.string_value or a.value.int_value) for a in point.attributes}
     assert attrs == {
         names.ATTR_HTTP_METHOD: "POST",

@@ -139,6 +139,23 @@ def test_shared_gpus_carry_memory_per_pod_in_signals_metrics_and_otlp() -> None:
     assert not [x for x in used if TRTLLM in x]  # unknown memory has no series
     assert len(used) == 3 + 4 + 2  # three GPUs, four parts on GPU 0, two known on GPU 1
 
+    # the same per-pod figures under dcgm-exporter's name, MiB and Kubernetes-mode labels
+    dcgm = sorted(x for x in text.splitlines() if x.startswith("DCGM_FI_DEV_FB_USED"))
+    assert "# TYPE DCGM_FI_DEV_FB_USED gauge" in text
+    assert (
+        'DCGM_FI_DEV_FB_USED{Hostname="gpu-1",UUID="GPU-0",container="",gpu="0",'
+        'modelName="H100",namespace="llm",pod="vllm-chat-0"} 20480.0'
+    ) in [_sorted_labels(x) for x in dcgm]
+    pods = sorted(_label(x, "pod") for x in dcgm)
+    # pods only: no X server (no pod), no TRTLLM (unknown memory, no pod name)
+    assert pods == [
+        "embed-0",
+        "kube-apiserver-gpu-1",
+        "mps-control-daemon",
+        "sglang-vl-0",
+        "vllm-chat-0",
+    ]
+
     req = ExportMetricsServiceRequest()
     req.ParseFromString(_Receiver.bodies[0])
     (metric,) = [
@@ -166,6 +183,22 @@ def test_shared_gpus_carry_memory_per_pod_in_signals_metrics_and_otlp() -> None:
     assert points[tuple(sorted(embed))] == 6 * GIB
 
 
+def _labels(line: str) -> dict[str, str]:
+    inner = line[line.index("{") + 1 : line.rindex("}")]
+    return dict(kv.split("=", 1) for kv in inner.split(","))
+
+
+def _label(line: str, key: str) -> str:
+    return _labels(line)[key].strip('"')
+
+
+def _sorted_labels(line: str) -> str:
+    """An exposition line with its labels in name order (the exporter keeps its own)."""
+    name, value = line[: line.index("{")], line[line.rindex("}") + 1 :]
+    body = ",".join(f"{k}={v}" for k, v in sorted(_labels(line).items()))
+    return f"{name}{{{body}}}{value}"
+
+
 def test_no_driver_per_pod_memory_is_absent_and_said_so(caplog: pytest.LogCaptureFixture) -> None:
     agent = Agent(
         base_config(bpf={"enabled": False}, proc_root=PROC),
@@ -182,6 +215,7 @@ def test_no_driver_per_pod_memory_is_absent_and_said_so(caplog: pytest.LogCaptur
     finally:
         agent.server.stop()
     assert "kvspread_gpu_memory_used_bytes{" not in text  # no series at all, never zeros
+    assert "DCGM_FI_DEV_FB_USED{" not in text
     said = [r for r in caplog.records if r.getMessage() == "per-pod GPU memory absent"]
     assert len(said) == 1  # once per reason, not per cycle
     assert "NVML Shared Library Not Found" in said[0].kv["reason"]  # type: ignore[attr-defined]

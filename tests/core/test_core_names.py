@@ -56,6 +56,7 @@ PROMETHEUS = {
     "GEN_AI_SERVER_TIME_TO_FIRST_TOKEN": "gen_ai_server_time_to_first_token_seconds",
     "GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN": "gen_ai_server_time_per_output_token_seconds",
     "GPU_MEMORY_USED": "kvspread_gpu_memory_used_bytes",
+    "DCGM_FB_USED": "DCGM_FI_DEV_FB_USED",
     "GPU_MEMORY_TOTAL": "kvspread_gpu_memory_total_bytes",
     "GPU_UTILIZATION": "kvspread_gpu_utilization_ratio",
     "KV_CACHE_USAGE": "kvspread_kv_cache_usage_ratio",
@@ -107,7 +108,7 @@ def test_descriptor_names_are_unique_and_described():
 
 def test_self_metrics_are_declared_by_their_prometheus_name():
     for key, d in DESCRIPTORS.items():
-        if key.startswith(("EXTENDER_", "ADAPTER_")):
+        if key.startswith(("EXTENDER_", "ADAPTER_")) or d.foreign:
             assert d.prometheus == d.name, key
         else:
             assert "." in d.name, f"{key}: collector metrics carry their OTel name"
@@ -119,6 +120,13 @@ def test_boolean_gauges_keep_unit_1_without_ratio_suffix():
     assert up.prometheus == "kvspread_collector_source_up"
     plain = dataclasses.replace(up, boolean=False)
     assert plain.prometheus == "kvspread_collector_source_up_ratio"
+
+
+def test_foreign_names_are_served_as_their_tool_spells_them():
+    d = names.DCGM_FB_USED
+    assert (d.prometheus, d.unit, d.kind) == ("DCGM_FI_DEV_FB_USED", "MiBy", "gauge")
+    assert dataclasses.replace(d, foreign=False).prometheus == "DCGM_FI_DEV_FB_USED_mebibytes"
+    assert [d for d in DESCRIPTORS.values() if d.foreign] == [d]
 
 
 def test_descriptors_are_frozen():

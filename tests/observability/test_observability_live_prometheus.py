@@ -599,6 +599,7 @@ NOT_EXPOSED_HERE = {
     "kvspread_gpu_memory_used_bytes": _NO_GPU,
     "kvspread_gpu_memory_total_bytes": _NO_GPU,
     "kvspread_gpu_utilization_ratio": _NO_GPU,
+    "DCGM_FI_DEV_FB_USED": _NO_GPU,
     "kvspread_node_fragmentation_ratio": _NO_GPU,
     "kvspread_node_largest_free_extent_bytes": _NO_GPU,
     "kvspread_collector_dropped_total": "nothing dropped in this run",
@@ -621,7 +622,7 @@ def test_metrics_reference_matches_what_each_part_exposes(stack: Stack, source: 
     exposed = {
         n
         for n in exposed
-        if n.startswith(("kvspread_", "http_server_", "gen_ai_server_"))
+        if n.startswith(("kvspread_", "http_server_", "gen_ai_server_", "DCGM_"))
         and not n.endswith("_created")
     }
     listed = {m.name for m in CATALOG if m.source == source}
