@@ -17,45 +17,25 @@ set -euo pipefail
 [[ $# -ge 2 && $# -le 3 ]] || { echo "usage: $0 GITDIRS SRC [REV]" >&2; exit 2; }
 gitdirs=$1 src=$2 blis_rev=${3:-f90a1e3a}
 
-# module path | repository | revision
-table="BLIS|inference-sim/inference-sim|$blis_rev
-github.com/davecgh/go-spew|davecgh/go-spew|v1.1.1
-github.com/google/uuid|google/uuid|v1.6.0
-github.com/inconshreveable/mousetrap|inconshreveable/mousetrap|v1.1.0
-github.com/pmezard/go-difflib|pmezard/go-difflib|v1.0.0
-github.com/sirupsen/logrus|sirupsen/logrus|v1.9.3
-github.com/spf13/cobra|spf13/cobra|v1.9.1
-github.com/spf13/pflag|spf13/pflag|v1.0.6
-github.com/stretchr/testify|stretchr/testify|v1.7.0
-golang.org/x/sys|golang/sys|c0bba94af5f8
-gopkg.in/yaml.v3|go-yaml/yaml|v3.0.1"
+# BLIS's tree at SRC/blis, its go.sum's modules at SRC/mod/MODULE_PATH (tools/lib/modsrc.sh's
+# table: module path | owner/name | revision | subdirectory | paths)
+modules="github.com/davecgh/go-spew|davecgh/go-spew|v1.1.1|.|.
+github.com/google/uuid|google/uuid|v1.6.0|.|.
+github.com/inconshreveable/mousetrap|inconshreveable/mousetrap|v1.1.0|.|.
+github.com/pmezard/go-difflib|pmezard/go-difflib|v1.0.0|.|.
+github.com/sirupsen/logrus|sirupsen/logrus|v1.9.3|.|.
+github.com/spf13/cobra|spf13/cobra|v1.9.1|.|.
+github.com/spf13/pflag|spf13/pflag|v1.0.6|.|.
+github.com/stretchr/testify|stretchr/testify|v1.7.0|.|.
+golang.org/x/sys|golang/sys|c0bba94af5f8|.|.
+gopkg.in/yaml.v3|go-yaml/yaml|v3.0.1|.|."
 
-find_git() { # $1: owner/name
-  local owner=${1%/*} name=${1#*/} d
-  for d in "$gitdirs/$owner+$name/repo" "$gitdirs/$owner+$name" "$gitdirs/$name.git" "$gitdirs/$name"; do
-    if git --git-dir="$d" rev-parse -q --verify HEAD >/dev/null 2>&1; then echo "$d"; return; fi
-    if git --git-dir="$d/.git" rev-parse -q --verify HEAD >/dev/null 2>&1; then echo "$d/.git"; return; fi
-  done
-  return 1
-}
-
+source "$(dirname "$0")/../lib/modsrc.sh"
 failed=0
-while IFS='|' read -r mod repo rev; do
-  if ! g=$(find_git "$repo"); then
-    echo "$0: no clone of github.com/$repo in $gitdirs (needed: $mod at $rev)" >&2
-    failed=1
-    continue
-  fi
-  if ! commit=$(git --git-dir="$g" rev-parse -q --verify "$rev^{commit}"); then
-    echo "$0: $g has no revision $rev (needed: $mod)" >&2
-    failed=1
-    continue
-  fi
-  if [[ $mod == BLIS ]]; then dest=$src/blis; else dest=$src/mod/$mod; fi
-  rm -rf "$dest"
-  mkdir -p "$dest"
-  git --git-dir="$g" archive --format=tar "$commit" | tar -x -C "$dest"
-  [[ $mod == BLIS ]] && echo "$commit" >"$dest/.blis-commit"
-  echo "$mod $rev ($commit) from $g"
-done <<<"$table"
+fill_sources "$gitdirs" "$src" "blis|inference-sim/inference-sim|$blis_rev|.|." || failed=1
+fill_sources "$gitdirs" "$src/mod" "$modules" || failed=1
+if [[ -d $src/blis ]] && g=$(find_git inference-sim/inference-sim); then
+  # the commit REV names, for build.sh's "built ... (BLIS COMMIT)"
+  git --git-dir="$g" rev-parse "$blis_rev^{commit}" >"$src/blis/.blis-commit"
+fi
 exit $failed
