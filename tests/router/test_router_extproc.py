@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import queue
 from collections.abc import Iterator
 
@@ -128,6 +129,26 @@ def two(request, engines, start_router):  # type: ignore[no-untyped-def]
     )
     wait_fresh(router, 2)
     return router, busy, idle
+
+
+def test_unparseable_bytes_are_invalid_argument(two, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Bytes that are no ProcessingRequest get INVALID_ARGUMENT naming the message from both
+    gRPC servers (the h2 server's own parser; grpcio through kvspread.grpcservice's lenient
+    deserialiser), never grpcio's UNKNOWN with a logged traceback; the next stream is served."""
+    router, _, _ = two
+    method = f"/{SERVICE.name}/Process"
+    with channel(router.grpc_port) as ch:
+        raw = ch.stream_stream(
+            method, request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
+        with caplog.at_level(logging.DEBUG), pytest.raises(grpc.RpcError) as err:
+            list(raw(iter([b"\x0a\xff\xff\xff\xff\x0f"]), timeout=10))  # a length past the end
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "ProcessingRequest" in (err.value.details() or "")
+        assert "Traceback" not in caplog.text
+        msgs = [headers_msg(DUPLEX), *body_msgs(CHAT, 65536)]
+        out = list(SERVICE.stub(ch).Process(iter(msgs), timeout=10))
+    assert out and not any(r.HasField("immediate_response") for r in out)
 
 
 def test_duplex_headers_answered_after_body_with_destination(two) -> None:  # type: ignore[no-untyped-def]
