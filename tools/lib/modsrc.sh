@@ -48,3 +48,29 @@ while IFS='|' read -r mod repo rev sub paths; do
 done <<<"$table"
 return $failed
 }
+
+# export_tree GITDIR REV DEST: writes REV's tree into DEST (created), leaving out the blobs the
+# clone lacks (a partial or damaged clone) and listing them on stderr. Goes through a scratch
+# index, so it needs no work tree and leaves the clone's own index alone. Returns 0 even when
+# blobs were missing: the caller's build says whether it needed them.
+export_tree() {
+  local g=$1 rev=$2 dest=$3 idx missing
+  idx=$(mktemp)
+  missing=$(git --git-dir="$g" ls-tree -r --format='%(objectname) %(path)' "$rev" |
+    git --git-dir="$g" cat-file --batch-check='%(objectname) %(rest)' --buffer 2>/dev/null |
+    awk '$2 == "missing" {print $1}') || true
+  GIT_INDEX_FILE=$idx git --git-dir="$g" read-tree "$rev"
+  if [[ -n $missing ]]; then
+    # the paths of the missing blobs, out of the scratch index
+    GIT_INDEX_FILE=$idx git --git-dir="$g" ls-files -s |
+      awk -v m="$missing" 'BEGIN {n = split(m, a, "\n"); for (i = 1; i <= n; i++) s[a[i]] = 1}
+        ($2 in s) {sub(/^[^\t]*\t/, ""); print}' >"$idx.missing"
+    echo "$0: $g lacks $(wc -l <"$idx.missing") blob(s) of $rev, left out:" >&2
+    sed 's/^/  /' "$idx.missing" >&2
+    GIT_INDEX_FILE=$idx git --git-dir="$g" update-index --force-remove --stdin <"$idx.missing"
+    rm -f "$idx.missing"
+  fi
+  mkdir -p "$dest"
+  GIT_INDEX_FILE=$idx git --git-dir="$g" checkout-index -a -f --prefix="${dest%/}/"
+  rm -f "$idx"
+}
