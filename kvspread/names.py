@@ -443,3 +443,69 @@ ADAPTER_REFUSED_READS: Final = MetricDescriptor(
     "counter",
     "quantile reads refused because the histogram bucket cannot bound the value",
 )
+
+# --- Endpoint picker (router/metrics.py; Prometheus-native names, as the self-monitoring ones)
+ROUTER_PICKS: Final = MetricDescriptor(
+    "kvspread_router_picks_total", "{pick}", "counter", "Endpoint picks by endpoint and reason"
+)
+ROUTER_PICK_DURATION: Final = MetricDescriptor(
+    "kvspread_router_pick_duration_seconds",
+    "s",
+    "histogram",
+    "Time from the complete request body to the decision",
+)
+ROUTER_STALE_ENDPOINTS: Final = MetricDescriptor(
+    "kvspread_router_stale_endpoints",
+    "{endpoint}",
+    "gauge",
+    "Endpoints with stale engine metrics",
+)
+ROUTER_ENDPOINTS: Final = MetricDescriptor(
+    "kvspread_router_endpoints", "{endpoint}", "gauge", "Endpoints in the set"
+)
+ROUTER_SHEDS: Final = MetricDescriptor(
+    "kvspread_router_sheds_total", "{request}", "counter", "Requests refused with 429"
+)
+ROUTER_BAD_REQUESTS: Final = MetricDescriptor(
+    "kvspread_router_bad_requests_total",
+    "{request}",
+    "counter",
+    "Request bodies refused with 400",
+)
+ROUTER_PREFIX_ENTRIES: Final = MetricDescriptor(
+    "kvspread_router_prefix_index_entries",
+    "{entry}",
+    "gauge",
+    "Entries of the approximate prefix index",
+)
+ROUTER_PREFIX_BYTES: Final = MetricDescriptor(
+    "kvspread_router_prefix_index_bytes",
+    "By",
+    "gauge",
+    "Memory estimate of the approximate prefix index",
+)
+ROUTER_CACHE_EVICTIONS: Final = MetricDescriptor(
+    "kvspread_router_cache_evictions_total",
+    "{entry}",
+    "counter",
+    "Entries the bounded cache indexes forgot",
+)
+ROUTER_KV_EVENTS: Final = MetricDescriptor(
+    "kvspread_router_kv_events_total",
+    "{message}",
+    "counter",
+    "KV-cache event messages read in precise mode, by outcome",
+)
+ROUTER_BODY_HELD: Final = MetricDescriptor(
+    "kvspread_router_body_held_bytes",
+    "By",
+    "gauge",
+    "Request body bytes the picker holds now (budget: server.max_bodies_bytes)",
+)
+"""Against the total body budget (router/bodybudget.py): at the budget, new bodies get 429."""
+ROUTER_BODY_REFUSALS: Final = MetricDescriptor(
+    "kvspread_router_body_refusals_total",
+    "{request}",
+    "counter",
+    "Request bodies refused over a body budget, by code (413 request budget, 429 total)",
+)

@@ -79,7 +79,7 @@ class Metric:
     unit: str
     labels: tuple[str, ...]
     help: str
-    source: Literal["collector", "extender", "adapter", "kube-state-metrics"]
+    source: Literal["collector", "extender", "adapter", "router", "kube-state-metrics"]
     otel_name: str | None = None
 
     def series(self, suffix: str = "") -> str:
@@ -95,7 +95,7 @@ def _entry(
     d: names.MetricDescriptor,
     labels: tuple[str, ...],
     help: str,
-    source: Literal["collector", "extender", "adapter"],
+    source: Literal["collector", "extender", "adapter", "router"],
 ) -> Metric:
     """A catalogue entry: name, type and unit from the descriptor; `help` is the reference
     text (longer than the exposition's HELP line)."""
@@ -358,6 +358,68 @@ _SELF: Final = (
     ),
 )
 
+
+def _router(d: names.MetricDescriptor, labels: tuple[str, ...], help: str) -> Metric:
+    return _entry(d, labels, help, "router")
+
+
+_ROUTER: Final = (
+    _router(
+        names.ROUTER_PICKS,
+        ("endpoint", "reason"),
+        "Endpoint picks by endpoint and reason (context, cache, score, saturated, stale, "
+        "no-endpoint, shed); `endpoint` is empty for no-endpoint and shed. A body that cannot "
+        "be parsed is no pick: it counts in `kvspread_router_bad_requests_total`.",
+    ),
+    _router(
+        names.ROUTER_PICK_DURATION,
+        (),
+        "Time from the complete request body to the decision.",
+    ),
+    _router(
+        names.ROUTER_STALE_ENDPOINTS,
+        (),
+        "Endpoints whose engine metrics are stale (set when /metrics is read).",
+    ),
+    _router(names.ROUTER_ENDPOINTS, (), "Endpoints in the set (set when /metrics is read)."),
+    _router(names.ROUTER_SHEDS, (), "Requests refused with 429 because every endpoint is full."),
+    _router(names.ROUTER_BAD_REQUESTS, (), "Request bodies refused with 400 (unparsable)."),
+    _router(
+        names.ROUTER_PREFIX_ENTRIES,
+        (),
+        "(endpoint, block) entries of the approximate prefix index.",
+    ),
+    _router(
+        names.ROUTER_PREFIX_BYTES,
+        (),
+        "Memory estimate of the approximate prefix index, bounded by `cache.memory_mib`.",
+    ),
+    _router(
+        names.ROUTER_CACHE_EVICTIONS,
+        ("index",),
+        "Entries the bounded cache indexes forgot (`index`: prefix, image).",
+    ),
+    _router(
+        names.ROUTER_KV_EVENTS,
+        ("outcome",),
+        "KV-cache event messages read in precise mode (`outcome`: applied, bad, gap).",
+    ),
+    _router(
+        names.ROUTER_BODY_HELD,
+        (),
+        "Request body bytes held now, against the total body budget "
+        "(`server.max_bodies_bytes`); at the budget new bodies get 429. Bytes are given back "
+        "once the choice is made or the stream ends.",
+    ),
+    _router(
+        names.ROUTER_BODY_REFUSALS,
+        ("code",),
+        "Request bodies refused over a body budget: `code` 413 (over the request's budget, "
+        "`server.max_body_bytes`) or 429 (over the total budget, `server.max_bodies_bytes`). "
+        "Both series are served from the start, at 0.",
+    ),
+)
+
 _KSM: Final = (
     Metric(
         "kube_horizontalpodautoscaler_status_current_replicas",
@@ -385,7 +447,7 @@ _KSM: Final = (
     ),
 )
 
-CATALOG: Final[tuple[Metric, ...]] = _COLLECTOR + _SELF + _KSM
+CATALOG: Final[tuple[Metric, ...]] = _COLLECTOR + _SELF + _ROUTER + _KSM
 
 
 def by_name(name: str) -> Metric:

@@ -17,6 +17,7 @@ _SOURCES: Final = (
     ("collector", "Collector (`kvspread collector run`, DaemonSet, `/metrics` on its `--port`)"),
     ("extender", "Scheduler extender (`kvspread extender serve`, `/metrics`)"),
     ("adapter", "Metrics adapter (`kvspread adapter serve`, `/metrics`)"),
+    ("router", "Endpoint picker (`kvspread router serve`, `/metrics` on its `server.http_port`)"),
     ("kube-state-metrics", "kube-state-metrics (read by the autoscaling dashboard)"),
 )
 

@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvspread.httpbase import shown
 from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
+from router.bodybudget import BodyBudget
 from router.endpoints import EndpointSet
 from router.metrics import RouterMetrics
 from router.picker import Picker
@@ -38,8 +39,10 @@ class DebugServer(OpsServer):
         endpoints: EndpointSet,
         metrics: RouterMetrics,
         ready: Callable[[], bool],
+        bodies: BodyBudget | None = None,
     ) -> None:
         self.picker = picker
+        self.bodies = bodies
         self.endpoints = endpoints
         self.metrics = metrics
         self.ready = ready
@@ -57,6 +60,17 @@ class DebugServer(OpsServer):
             m.catch_up(m.kv_events, "bad", ev.bad)
             m.catch_up(m.kv_events, "gap", ev.gaps)
 
+    def _body_metrics(self) -> None:
+        """The body budget's counts, kept by the gRPC server's loop, read here (ints: a
+        read from this thread sees one value or the next, never a torn one)."""
+        b = self.bodies
+        if b is None:
+            return
+        m = self.metrics
+        m.body_held.set(b.held)
+        m.catch_up(m.body_refusals, "413", b.refused_too_large)
+        m.catch_up(m.body_refusals, "429", b.refused_busy)
+
     def route(self, raw_path: str, q: dict[str, str]) -> Reply:
         path = raw_path.rstrip("/") or "/"
         if path == "/metrics":
@@ -64,6 +78,7 @@ class DebugServer(OpsServer):
             self.metrics.stale.set(sum(1 for v in views if not v.fresh))
             self.metrics.endpoints.set(len(views))
             self._cache_metrics()
+            self._body_metrics()
             return Reply(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
         if path == "/healthz":
             return text_reply(200, "ok\n")

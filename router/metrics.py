@@ -15,7 +15,12 @@ kvspread_router_cache_evictions_total{index}    counter: entries the bounded ind
     forgot (index prefix or image)
 kvspread_router_kv_events_total{outcome}        counter: KV-event messages in precise mode
     (applied, bad, gap)
-(the cache series are brought up to date when /metrics is read, not per request)
+kvspread_router_body_held_bytes                 gauge: request body bytes held now, against
+    the total budget (server.max_bodies_bytes)
+kvspread_router_body_refusals_total{code}       counter: bodies refused over a budget, 413
+    (the request's) or 429 (the total)
+(the cache and body series are brought up to date when /metrics is read, not per request;
+the names are declared in kvspread/names.py, catalogued in observability/catalog.py)
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["RouterMetrics", "PICK_BUCKETS"]
+from kvspread import names
+from kvspread.names import MetricDescriptor
+
+__all__ = ["RouterMetrics", "PICK_BUCKETS", "BODY_REFUSAL_CODES"]
+
+BODY_REFUSAL_CODES = ("413", "429")
+"""The `code` values of kvspread_router_body_refusals_total: over the request's body budget,
+over the total one."""
 
 PICK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 
@@ -33,48 +45,32 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.picks = Counter(
-            "kvspread_router_picks",
-            "Endpoint picks by endpoint and reason",
-            ["endpoint", "reason"],
-            registry=r,
-        )
+
+        def counter(d: MetricDescriptor, *labels: str) -> Counter:
+            return Counter(d.prometheus, d.help, labels, registry=r)
+
+        def gauge(d: MetricDescriptor) -> Gauge:
+            return Gauge(d.prometheus, d.help, registry=r)
+
+        self.picks = counter(names.ROUTER_PICKS, "endpoint", "reason")
         self.pick_seconds = Histogram(
-            "kvspread_router_pick_duration_seconds",
-            "Time from the complete request body to the decision",
+            names.ROUTER_PICK_DURATION.prometheus,
+            names.ROUTER_PICK_DURATION.help,
             buckets=PICK_BUCKETS,
             registry=r,
         )
-        self.stale = Gauge(
-            "kvspread_router_stale_endpoints", "Endpoints with stale engine metrics", registry=r
-        )
-        self.endpoints = Gauge("kvspread_router_endpoints", "Endpoints in the set", registry=r)
-        self.sheds = Counter("kvspread_router_sheds", "Requests refused with 429", registry=r)
-        self.bad = Counter(
-            "kvspread_router_bad_requests", "Request bodies refused with 400", registry=r
-        )
-        self.prefix_entries = Gauge(
-            "kvspread_router_prefix_index_entries",
-            "Entries of the approximate prefix index",
-            registry=r,
-        )
-        self.prefix_bytes = Gauge(
-            "kvspread_router_prefix_index_bytes",
-            "Memory estimate of the approximate prefix index",
-            registry=r,
-        )
-        self.evictions = Counter(
-            "kvspread_router_cache_evictions",
-            "Entries the bounded cache indexes forgot",
-            ["index"],
-            registry=r,
-        )
-        self.kv_events = Counter(
-            "kvspread_router_kv_events",
-            "KV-cache event messages read in precise mode, by outcome",
-            ["outcome"],
-            registry=r,
-        )
+        self.stale = gauge(names.ROUTER_STALE_ENDPOINTS)
+        self.endpoints = gauge(names.ROUTER_ENDPOINTS)
+        self.sheds = counter(names.ROUTER_SHEDS)
+        self.bad = counter(names.ROUTER_BAD_REQUESTS)
+        self.prefix_entries = gauge(names.ROUTER_PREFIX_ENTRIES)
+        self.prefix_bytes = gauge(names.ROUTER_PREFIX_BYTES)
+        self.evictions = counter(names.ROUTER_CACHE_EVICTIONS, "index")
+        self.kv_events = counter(names.ROUTER_KV_EVENTS, "outcome")
+        self.body_held = gauge(names.ROUTER_BODY_HELD)
+        self.body_refusals = counter(names.ROUTER_BODY_REFUSALS, "code")
+        for code in BODY_REFUSAL_CODES:  # served at 0 from the start, so rate() has a base
+            self.body_refusals.labels(code)
         self._seen: dict[tuple[int, str], float] = {}
         # picks.labels() takes a lock and builds a key per call; a pick asks for the same
         # few children again and again, so they are kept here

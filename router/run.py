@@ -197,6 +197,7 @@ class Router:
                 self.endpoints,
                 self.metrics,
                 self.ready,
+                self.bodies,
             )
         except OSError as exc:
             raise ConfigError(

@@ -90,6 +90,18 @@ PROMETHEUS = {
     "ADAPTER_OTLP_POINTS": "kvspread_adapter_otlp_points_total",
     "ADAPTER_STALE_READS": "kvspread_adapter_stale_reads_total",
     "ADAPTER_REFUSED_READS": "kvspread_adapter_refused_reads_total",
+    "ROUTER_PICKS": "kvspread_router_picks_total",
+    "ROUTER_PICK_DURATION": "kvspread_router_pick_duration_seconds",
+    "ROUTER_STALE_ENDPOINTS": "kvspread_router_stale_endpoints",
+    "ROUTER_ENDPOINTS": "kvspread_router_endpoints",
+    "ROUTER_SHEDS": "kvspread_router_sheds_total",
+    "ROUTER_BAD_REQUESTS": "kvspread_router_bad_requests_total",
+    "ROUTER_PREFIX_ENTRIES": "kvspread_router_prefix_index_entries",
+    "ROUTER_PREFIX_BYTES": "kvspread_router_prefix_index_bytes",
+    "ROUTER_CACHE_EVICTIONS": "kvspread_router_cache_evictions_total",
+    "ROUTER_KV_EVENTS": "kvspread_router_kv_events_total",
+    "ROUTER_BODY_HELD": "kvspread_router_body_held_bytes",
+    "ROUTER_BODY_REFUSALS": "kvspread_router_body_refusals_total",
 }
 """The Prometheus names dashboards, rules and users query: renaming one is a breaking change."""
 
@@ -108,7 +120,7 @@ def test_descriptor_names_are_unique_and_described():
 
 def test_self_metrics_are_declared_by_their_prometheus_name():
     for key, d in DESCRIPTORS.items():
-        if key.startswith(("EXTENDER_", "ADAPTER_")) or d.foreign:
+        if key.startswith(("EXTENDER_", "ADAPTER_", "ROUTER_")) or d.foreign:
             assert d.prometheus == d.name, key
         else:
             assert "." in d.name, f"{key}: collector metrics carry their OTel name"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from router.bodybudget import DEFAULT_MAX_BODY_BYTES
 from router.config import GRPC_SERVERS
@@ -66,6 +67,22 @@ def test_a_body_over_the_request_budget_gets_413_and_is_given_back(small) -> Non
     assert error["type"] == "request_too_large" and error["code"] == 413
     assert "server.max_body_bytes" in str(error["message"])
     assert small.bodies.held == 0 and small.bodies.refused_too_large == 1
+    text = _metrics(small)
+    assert 'kvspread_router_body_refusals_total{code="413"} 1.0' in text
+    assert 'kvspread_router_body_refusals_total{code="429"} 0.0' in text
+    assert "kvspread_router_body_held_bytes 0.0" in text
+
+
+def _metrics(router) -> str:  # type: ignore[no-untyped-def]
+    return httpx.get(f"http://127.0.0.1:{router.http_port}/metrics").text
+
+
+def _held(text: str) -> float:
+    """kvspread_router_body_held_bytes as a scraper reads it."""
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "kvspread_router_body_held_bytes":
+            return float(fam.samples[0].value)
+    raise AssertionError("kvspread_router_body_held_bytes not served")
 
 
 def _open_upload(stub, size: int):  # type: ignore[no-untyped-def]
@@ -93,6 +110,9 @@ def test_bodies_over_the_total_budget_get_429_until_one_is_done(small) -> None: 
         code, error = _refusal(third)
         assert code == 429 and error["type"] == "bodies_over_budget"
         assert small.bodies.refused_busy == 1
+        text = _metrics(small)
+        assert 'kvspread_router_body_refusals_total{code="429"} 1.0' in text
+        assert _held(text) == 2 * part
         # a client going away gives its bytes back; the next body fits again
         call0.cancel()
         wait(lambda: small.bodies.held == part)
