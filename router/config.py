@@ -25,6 +25,7 @@ YAML shape (every key optional; defaults shown, except that exactly one of
     request:  {patch: 28, default_image_tokens: 1024, max_image_tokens: 16384,
                default_max_tokens: 256}
     affinity: {ttl_s: 600, max_entries: 100000}
+    objectives: {classes: {}, default_priority: 0}   # e.g. classes: {premium: 10, batch: -1}
     cache:    {prefix: true, block_tokens: 64, chars_per_token: 4, max_blocks: 256,
                capacity_blocks: 0, default_capacity_blocks: 7812, memory_mib: 64,
                images: true, max_images: 100000, kv_events_port: 0,
@@ -45,6 +46,7 @@ from kvspread.logs import LogLevel
 from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, paired, ports
 from kvspread.signals import STALE_AFTER_S
 from router.bodybudget import DEFAULT_MAX_BODIES_BYTES, DEFAULT_MAX_BODY_BYTES
+from router.objectives import ObjectivesConfig
 from router.prefix import CacheConfig
 from router.request import RequestConfig
 from router.scoring import ScoringConfig
@@ -60,6 +62,7 @@ __all__ = [
     "AffinityConfig",
     "ScoringConfig",
     "CacheConfig",
+    "ObjectivesConfig",
     "DEFAULT_GRPC_PORT",
     "DEFAULT_HTTP_PORT",
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -296,6 +299,8 @@ class RouterConfig:
     """Context affinity bindings."""
     cache: CacheConfig = CacheConfig()
     """Prefix and image indexes of the cache-aware bonus."""
+    objectives: ObjectivesConfig = field(default_factory=ObjectivesConfig)
+    """Priorities of the objectives requests name (llm-d's x-llm-d-inference-objective)."""
 
     @property
     def mode(self) -> str:

@@ -56,6 +56,8 @@ class Endpoint:
     node: str = ""
     modality: str | None = None
     engine: str | None = None  # kvspread.io/engine annotation; None = detect
+    pod: str = ""  # the pod's own name (pool or selector endpoints)
+    rank: int = 0  # the position of its port in the pool's targetPorts (router/ranks.py)
 
 
 @dataclass

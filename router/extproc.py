@@ -24,7 +24,8 @@ The destination, `ip:port` then the fallbacks, comma-separated, is set both as t
 `x-gateway-destination-endpoint-fallback`). The subset hint is read from the request's
 `metadata_context` filter metadata `envoy.lb.subset_hint` /
 `x-gateway-destination-endpoint-subset` (a list of addresses; a comma-separated string is
-read too). No eligible endpoint: ImmediateResponse 503; shedding: 429; unreadable body: 400.
+read too). No eligible endpoint: ImmediateResponse 503; shedding: 429; unreadable body: 400;
+the 503 and 429 carry llm-d's `x-llm-d-request-dropped-reason` (router/objectives.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from google.protobuf.message import DecodeError
 from kvspread.grpcservice import Service, Unreadable
 from router.bodybudget import BodyBudget
 from router.h2grpc import INVALID_ARGUMENT, GrpcError
+from router.objectives import DROPPED_REASON_HEADER, DROPPED_REASONS
 from router.picker import Outcome, Picker
 from router.proto import ext_proc_pb2 as pb
 
@@ -160,23 +162,32 @@ def _streamed(part: bytes, end_of_stream: bool, *, request: bool) -> pb.Processi
 
 def _immediate(outcome: Outcome) -> pb.ProcessingResponse:
     d = outcome.decision
-    return refusal(d.status, d.reason, d.message or d.reason)
+    return refusal(d.status, d.reason, d.message or d.reason, DROPPED_REASONS.get(d.reason, ""))
 
 
-def refusal(status: int, kind: str, message: str) -> pb.ProcessingResponse:
-    """An ImmediateResponse with an OpenAI-style JSON error body."""
+def refusal(status: int, kind: str, message: str, dropped: str = "") -> pb.ProcessingResponse:
+    """An ImmediateResponse with an OpenAI-style JSON error body; `dropped`, when given, is
+    llm-d's dropped-reason header value."""
     body = orjson.dumps(
         {"error": {"message": f"kvspread router: {message}", "type": kind, "code": status}}
     )
-    opt = pb.HeaderValueOption(
-        header=pb.HeaderValue(key="content-type", raw_value=b"application/json")
-    )
+    opts = [
+        pb.HeaderValueOption(
+            header=pb.HeaderValue(key="content-type", raw_value=b"application/json")
+        )
+    ]
+    if dropped:
+        opts.append(
+            pb.HeaderValueOption(
+                header=pb.HeaderValue(key=DROPPED_REASON_HEADER, raw_value=dropped.encode())
+            )
+        )
     return pb.ProcessingResponse(
         immediate_response=pb.ImmediateResponse(
             # Envoy's StatusCode numbers are the HTTP codes (BadRequest = 400, ...) and proto3
             # enums are open, so the code goes over as it is
             status=pb.HttpStatus(code=cast(pb.StatusCode, status)),
-            headers=pb.HeaderMutation(set_headers=[opt]),
+            headers=pb.HeaderMutation(set_headers=opts),
             body=body,
             details=f"kvspread_router_{kind}",
         )

@@ -7,7 +7,8 @@ resourceVersion -> watch from it with bookmarks -> on the server's timeout watch
 on 410 Gone or any error back off, one backoff for list and watch, and list again)
 through the `kubernetes` client's raw responses (kvspread/kube.py gives the credentials). After every change the endpoint set is rebuilt:
 for each pod matching the pool's `selector.matchLabels` that is Ready, has a pod IP and is
-not being deleted, one endpoint per `targetPorts[].number`. A pod's modality is its
+not being deleted, one endpoint per `targetPorts[].number` (up to 8, the data-parallel
+ranks: router/ranks.py; the older `targetPortNumber` too). A pod's modality is its
 `kvspread.io/modality` label, else its node's `kvspread.io/pool` (vision -> image,
 language -> text, mixed -> mixed). Its metrics URL uses the `kvspread.io/metrics-port` and
 `kvspread.io/metrics-path` annotations, else `--metrics-port`, else the target port.
@@ -42,6 +43,7 @@ from kvspread.names import (
 from kvspread.signals import SignalState, read_signals
 from router.config import RouterConfig
 from router.endpoints import Endpoint, EndpointSet
+from router.ranks import PortsError, pod_ranks, rank_name, target_ports
 
 __all__ = ["PoolWatch", "pool_endpoints", "pod_ready", "POOL_GROUP", "POOL_VERSION"]
 
@@ -103,17 +105,21 @@ def pool_endpoints(
             pool = ((nodes[node].get("metadata") or {}).get("labels") or {}).get(LABEL_POOL)
             modality = POOL_MODALITY.get(pool or "")
         path = ann.get(ANNOTATION_METRICS_PATH) or metrics_path
-        for port in ports:
+        pod_name = meta.get("name", "")
+        for rank in pod_ranks(ports, ann):
+            port = rank.port
             mport = ann.get(ANNOTATION_METRICS_PORT) or metrics_port or port
             out.append(
                 Endpoint(
                     address=f"{host}:{port}",
                     metrics_url=f"http://{host}:{mport}{path}",
-                    name=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                    name=f"{meta.get('namespace', '')}/{rank_name(pod_name, rank, len(ports))}",
                     namespace=meta.get("namespace", ""),
                     node=node,
                     modality=modality,
                     engine=ann.get(ANNOTATION_ENGINE),
+                    pod=pod_name,
+                    rank=rank.index,
                 )
             )
     return out
@@ -210,22 +216,31 @@ class PoolWatch:
     def _lw(self, name: str, path: str, query: list[tuple[str, str]]) -> _ListWatch:
         return _ListWatch(self._api, name, path, query, self._rebuild)
 
+    def _problem(self, text: str) -> None:
+        """Say why the pool gives no endpoints (a warning once per new reason)."""
+        if text and text != self.pool_problem:
+            log.warning("InferencePool unusable, no endpoints", extra={"kv": {"why": text}})
+        self.pool_problem = text
+
     def _pool_spec(self) -> tuple[dict[str, str], list[int]] | None:
         if self.pool is None:
             return self._selector, [int(self.cfg.endpoints.target_port or 0)]
         pools = self.pool.snapshot()
+        where = f"InferencePool {self.cfg.pool.namespace}/{self.cfg.pool.name}"
         if not pools:
-            self.pool_problem = (
-                f"InferencePool {self.cfg.pool.namespace}/{self.cfg.pool.name} does not exist"
-            )
+            self._problem(f"{where} does not exist")
             return None
         spec = pools[0].get("spec") or {}
         sel = (spec.get("selector") or {}).get("matchLabels") or {}
-        ports = [int(p["number"]) for p in spec.get("targetPorts") or [] if "number" in p]
-        if not sel or not ports:
-            self.pool_problem = "InferencePool has no selector.matchLabels or targetPorts"
+        if not sel:
+            self._problem(f"{where} has no spec.selector.matchLabels")
             return None
-        self.pool_problem = ""
+        try:
+            ports = target_ports(spec)
+        except PortsError as exc:
+            self._problem(f"{where}: {exc}")
+            return None
+        self._problem("")
         return {str(k): str(v) for k, v in sel.items()}, ports
 
     def _rebuild(self) -> None:

@@ -1,7 +1,9 @@
 """One request's decision with its bookkeeping: parse the body, look up what each endpoint
 is expected to hold of it (context binding, prefix blocks: router/prefix.py, images:
 router/images.py), score (router/scoring.py), record the pick in those indexes, count it,
-keep the explanation, log it.
+keep the explanation, log it. The request's objective (router/objectives.py) comes from its
+headers: a sheddable one (priority < 0) is refused with 429 when no eligible endpoint is
+fresh with room.
 
 The gRPC layer (router/extproc.py) calls `Picker.pick` once per request, with the complete
 body, the request headers and the gateway's subset hint.
@@ -14,7 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from router.affinity import ContextAffinity
@@ -22,6 +24,7 @@ from router.cacheterms import CacheTerms
 from router.config import RouterConfig
 from router.endpoints import EndpointSet
 from router.metrics import RouterMetrics
+from router.objectives import DEFAULT, Objective, ObjectiveError, read_objective
 from router.request import BODILESS, RequestError, RequestInfo, parse_request
 from router.scoring import Decision, EndpointView, choose
 
@@ -41,6 +44,7 @@ class Outcome:
     decision: Decision
     request: RequestInfo | None
     request_id: str
+    objective: Objective = DEFAULT
 
 
 class Picker:
@@ -72,8 +76,9 @@ class Picker:
         started = time.perf_counter()
         rid = headers.get(HEADER_REQUEST_ID, "")
         try:
+            objective = read_objective(headers, self.cfg.objectives)
             req = BODILESS if not body else parse_request(body, self.cfg.request)
-        except RequestError as exc:
+        except (RequestError, ObjectiveError) as exc:
             self.metrics.bad.inc()
             decision = Decision(400, "bad-request", message=str(exc))
             self._remember(rid, decision, None, headers)
@@ -94,6 +99,8 @@ class Picker:
             context_endpoint=bound.address if bound else None,
             hits=found.hits,
         )
+        if decision.chosen and objective.sheddable and _saturated(decision):
+            decision = _shed(decision, objective)
         if decision.chosen:
             kv = self.cache.kv_tokens(req, found, decision.chosen)
             self.endpoints.record_pick(decision.chosen, req, kv)
@@ -126,7 +133,7 @@ class Picker:
                     }
                 },
             )
-        return Outcome(decision, req, rid)
+        return Outcome(decision, req, rid, objective)
 
     def _prune(self, views: list[EndpointView]) -> None:
         """Forget what the indexes hold of endpoints that left the set."""
@@ -169,6 +176,18 @@ class Picker:
             "candidates": [c.as_dict() for c in d.candidates],
             "excluded": d.excluded,
         }
+        try:
+            o = read_objective(headers, self.cfg.objectives)
+            doc["objective"] = {
+                "name": o.name,
+                "priority": o.priority,
+                "sheddable": o.sheddable,
+                "ttft_ms": o.ttft_ms,
+                "tpot_ms": o.tpot_ms,
+                "fairness_id": o.fairness_id,
+            }
+        except ObjectiveError as exc:
+            doc["objective"] = {"error": str(exc)}
         if req is not None:
             hashes = self.cache.prefix.hashes(req) if req.prompt_parts else []
             doc["request"] = {
@@ -200,6 +219,26 @@ class Picker:
     def recent_ids(self, n: int = 20) -> list[str]:
         with self._lock:
             return list(self._explain)[-n:]
+
+
+def _saturated(d: Decision) -> bool:
+    """No candidate is fresh with room (each is saturated or stale: scoring.TIERS 2, 3)."""
+    return all(c.tier >= 2 for c in d.candidates)
+
+
+def _shed(d: Decision, objective: Objective) -> Decision:
+    """The 429 a sheddable objective gets from a saturated pool (GIE's sheddable rule)."""
+    return replace(
+        d,
+        status=429,
+        reason="shed",
+        chosen=None,
+        fallbacks=(),
+        message=(
+            f"every eligible endpoint is saturated or stale and objective "
+            f"{objective.name or '(none)'!r} has priority {objective.priority} (sheddable)"
+        ),
+    )
 
 
 def _int_or_none(text: str | None) -> int | None:
