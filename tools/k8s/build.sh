@@ -17,10 +17,14 @@ cmds=(kube-apiserver kube-scheduler)
 [[ ${3:-} == --all ]] && cmds+=(kube-controller-manager)
 mkdir -p "$out"
 out=$(realpath "$out")
-pkg=k8s.io/component-base/version
-ldflags="-s -w -X $pkg.gitVersion=v1.26.0 -X $pkg.gitMajor=1 -X $pkg.gitMinor=26"
-ldflags+=" -X $pkg.gitCommit=$(cat "$src/.k8s-commit" 2>/dev/null || echo unknown)"
-ldflags+=" -X $pkg.gitTreeState=clean"
+commit=$(cat "$src/.k8s-commit" 2>/dev/null || echo unknown)
+ldflags="-s -w"
+# both version packages, as hack/lib/version.sh does: --version reads component-base's,
+# the API server's /version client-go's
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $pkg.gitVersion=v1.26.0 -X $pkg.gitMajor=1 -X $pkg.gitMinor=26"
+  ldflags+=" -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean"
+done
 cd "$src"
 for c in "${cmds[@]}"; do
   echo "building $c"
