@@ -91,3 +91,25 @@ def test_each_recorded_403_is_a_call_the_shipped_roles_do_not_grant() -> None:
         ns, *need = _needs(method, path)
         granted = set().union(*(scoped_grants(f) for f in ROLES[a["as"]]))
         assert ("*", *need) not in granted and (ns, *need) not in granted, a
+
+
+def test_the_recorded_policy_decisions_are_the_cases_expectations() -> None:
+    cases = [
+        json.loads(line)
+        for line in (WIRE / "nodesignals-admission-reviews.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    cap = capture("nodesignals-policy-decisions")
+    assert [a["case"] for a in cap] == [c["case"] for c in cases]
+    for a, c in zip(cap, cases, strict=True):
+        assert a["expect"] == c["expect"]
+        assert a["status"] in ((200, 201) if c["expect"] == "allow" else (403,)), a
+        assert "resulted in error" not in a["message"], a
+
+
+def test_a_126_pod_bound_token_carried_no_node_name() -> None:
+    """Why docs/install.md says to apply the policy on 1.30+ only."""
+    cap = capture("pod-bound-token")
+    assert not any("node" in k for k in cap["tokenreview.status.user.extra keys"])
+    assert cap["jwt kubernetes.io claim keys"] == ["namespace", "pod", "serviceaccount"]
+    assert cap["own NodeSignals create with this token under the policy"]["status"] == 403
