@@ -23,10 +23,12 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:  # imported where a scrape needs it: httpx (and through it rich, when
+    import httpx  # installed) costs a starting picker a quarter of a second
 
 __all__ = [
     "EngineSample",
@@ -410,6 +412,8 @@ def scrape(
     Raises EngineParseError for garbage and httpx.HTTPError for transport failures.
     """
     if client is None:
+        import httpx
+
         with httpx.Client(timeout=timeout_s) as own:
             return scrape(url, engine=engine, model=model, max_bytes=max_bytes, client=own)
     with client.stream("GET", url, headers={"Accept": "text/plain"}, timeout=timeout_s) as resp:

@@ -12,20 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
+if TYPE_CHECKING:  # grpcio is imported where a server or a channel is made: the router's
+    import grpc  # own HTTP/2 server reads the descriptors and never needs it
+
 __all__ = ["Method", "Service", "Stub", "Unreadable", "address"]
 
-_SERVER: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
-    (False, False): grpc.unary_unary_rpc_method_handler,
-    (False, True): grpc.unary_stream_rpc_method_handler,
-    (True, False): grpc.stream_unary_rpc_method_handler,
-    (True, True): grpc.stream_stream_rpc_method_handler,
+_SERVER: dict[tuple[bool, bool], str] = {
+    (False, False): "unary_unary_rpc_method_handler",
+    (False, True): "unary_stream_rpc_method_handler",
+    (True, False): "stream_unary_rpc_method_handler",
+    (True, True): "stream_stream_rpc_method_handler",
 }
 """(client streams, server streams) -> grpc's handler factory for that kind."""
 
@@ -87,8 +89,10 @@ class Service:
         `lenient`: a request that does not parse reaches the method as an `Unreadable`
         (which it answers with INVALID_ARGUMENT) instead of failing in grpcio, which answers
         UNKNOWN and logs a traceback."""
+        import grpc
+
         handlers = {
-            m.name: _SERVER[m.client_streaming, m.server_streaming](
+            m.name: getattr(grpc, _SERVER[m.client_streaming, m.server_streaming])(
                 getattr(servicer, m.name),
                 request_deserializer=_lenient(m.request) if lenient else m.request.FromString,
                 response_serializer=m.response.SerializeToString,

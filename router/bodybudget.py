@@ -13,7 +13,6 @@ a large release the heap is trimmed (malloc_trim).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from collections.abc import Callable
 
 __all__ = ["BodyBudget", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_BODIES_BYTES"]
@@ -31,10 +30,11 @@ _MMAP_THRESHOLD = 128 << 10  # glibc's initial value, held fixed
 
 
 def _glibc(name: str) -> Callable[..., int] | None:
-    """A glibc function, or None where the C library has none (musl, macOS)."""
-    lib = ctypes.util.find_library("c")
+    """A glibc function, or None where the C library has none (musl, macOS). Looked up in
+    the symbols the interpreter already has loaded (CDLL(None)), its C library among them:
+    ctypes.util.find_library would import a module and run ldconfig at every start."""
     try:
-        return getattr(ctypes.CDLL(lib), name) if lib else None
+        return getattr(ctypes.CDLL(None), name)  # type: ignore[no-any-return]
     except (OSError, AttributeError):
         return None
 

@@ -8,12 +8,15 @@ kvspread policy run the same code.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from router.images import ImageIndex
-from router.kvevents import KvEventSubscriber
 from router.prefix import CacheConfig, PrefixIndex
 from router.request import RequestInfo
 from router.scoring import NO_HIT, CacheHit
+
+if TYPE_CHECKING:  # precise mode only (cache.kv_events_port): router/run.py imports it then,
+    from router.kvevents import KvEventSubscriber  # and with it zmq and msgspec
 
 __all__ = ["CacheTerms", "Lookup", "NOTHING"]
 

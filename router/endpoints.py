@@ -28,14 +28,16 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-
-import httpx
+from typing import TYPE_CHECKING
 
 from kvspread.engine import EngineParseError, EngineSample, scrape
 from kvspread.signals import NodeSignals
 from router.config import MetricsConfig
 from router.request import RequestInfo
 from router.scoring import EndpointView
+
+if TYPE_CHECKING:  # imported by the first scrape, in the scraper's threads: a starting
+    import httpx  # picker answers before its quarter of a second of imports is done
 
 __all__ = ["Endpoint", "EndpointSet", "Measured", "summarise_samples", "VIEW_MAX_AGE_S"]
 
@@ -165,9 +167,11 @@ class EndpointSet:
         self._clock = clock
         self._wall = wall_clock
         timeout_s = self.metrics.timeout_s
-        # one client for every scrape: a new one per GET costs a CA bundle load (ms of CPU)
-        self._client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=64))
-        self._scraper = scraper or (lambda ep: _scrape(ep, timeout_s, self._client))
+        # one client for every scrape: a new one per GET costs a CA bundle load (ms of CPU);
+        # built by the first scrape (self.client)
+        self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+        self._scraper = scraper or (lambda ep: _scrape(ep, timeout_s, self.client()))
         self._lock = threading.Lock()
         self._endpoints: dict[str, Endpoint] = {}
         self._measured: dict[str, Measured] = {}
@@ -207,10 +211,23 @@ class EndpointSet:
             return list(self._endpoints.values())
 
     # --- scraping ---------------------------------------------------------------------
+    def client(self) -> httpx.Client:
+        """The scrapes' HTTP client, built (and httpx imported) on first use."""
+        with self._client_lock:
+            if self._client is None:
+                import httpx
+
+                self._client = httpx.Client(
+                    timeout=self.metrics.timeout_s, limits=httpx.Limits(max_connections=64)
+                )
+            return self._client
+
     def _scrape_one(self, ep: Endpoint) -> None:
         """Scrape one endpoint. Any failure (an unreachable engine, a URL httpx refuses, a
         parser surprise) marks this endpoint stale with the error as the reason; it never
         reaches the scraper thread, so one bad endpoint cannot stop the others' scrapes."""
+        import httpx  # for its error class; the scrape itself imported it (once)
+
         asked_at = self._clock()
         try:
             got = summarise_samples(self._scraper(ep))
@@ -292,7 +309,9 @@ class EndpointSet:
         if self._thread is not None:
             self._thread.join(5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
 
     # --- what the scorer sees ---------------------------------------------------------
     def _decay(self, m: Measured, now: float) -> None:

@@ -33,9 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import grpc
 import orjson
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
@@ -46,6 +45,9 @@ from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.objectives import DROPPED_REASON_HEADER, DROPPED_REASONS
 from router.picker import Outcome, Picker
 from router.proto import ext_proc_pb2 as pb
+
+if TYPE_CHECKING:  # grpcio only serves with --grpc-server grpcio (router/run.py imports it)
+    import grpc
 
 __all__ = [
     "SERVICE",
@@ -419,6 +421,8 @@ class ExtProcServicer:
         try:
             async for req in request_iterator:
                 if isinstance(req, Unreadable):  # add_to_server(lenient=True), router/run.py
+                    import grpc
+
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, req.message)
                 for n, resp in enumerate(h.on_message(req)):
                     yield resp

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from kvspread import preflight
 from kvspread.grpcservice import address as grpc_address
@@ -30,7 +29,10 @@ from router.h2grpc import H2GrpcServer, HealthStatus, server_tls
 from router.metrics import RouterMetrics
 from router.picker import Picker
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # grpcio is imported by _start_grpcio: the default h2 server starts without
+    import grpc  # its tenth of a second of imports
+    from grpc_health.v1 import health
+
     from router.kubewatch import PoolWatch
 
 __all__ = ["Router", "serve", "static_endpoints", "HEALTH_SERVICES"]
@@ -90,6 +92,8 @@ class Router:
             key = Path(str(self.cfg.server.tls_key)).read_bytes()
         except OSError as exc:
             raise ConfigError(f"server.tls_cert/tls_key: cannot read: {exc}") from exc
+        import grpc
+
         return grpc.ssl_server_credentials([(key, cert)])
 
     async def _serve(self) -> None:
@@ -129,6 +133,9 @@ class Router:
         self._h2 = server
 
     async def _start_grpcio(self) -> None:
+        import grpc
+        from grpc_health.v1 import health, health_pb2_grpc
+
         n = self.cfg.server.max_message_bytes
         server = grpc.aio.server(
             options=[
