@@ -20,16 +20,13 @@ import pytest
 from router.config import GRPC_SERVERS
 from tests.router.conftest import ready_pod
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
-from tests.router.gateway import Gateway, chat, open_gateway, post, served_by
+from tests.router.gateway import HOSTS, LABELS, Gateway, chat, open_gateway, post, served_by
 
 _SKIP = envoy_skip_reason()
 pytestmark = [
     pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
     pytest.mark.slow,
 ]
-
-HOSTS = {"text-0": "127.0.0.2", "text-1": "127.0.0.3", "image-0": "127.0.0.4"}
-LABELS = {"text-0": "text", "text-1": "text", "image-0": "image"}
 
 
 def image_part(raw_tail: int = 0) -> list[dict[str, Any]]:
