@@ -20,6 +20,11 @@ processor sends) and forwards `envoy.lb` and `envoy.lb.subset_hint` to it. With
 `response_headers` the picker also gets the response headers, with the attribute
 `upstream.address` (the upstream that served).
 
+`picker_health_check`: Envoy health-checks the picker (gRPC health, service
+`envoy.service.ext_proc.v3.ExternalProcessor`, every second) with the panic threshold at 0,
+so a picker that failed its check gets no stream at all; that is what lets FailOpen open in
+FULL_DUPLEX_STREAMED mode (docs/router.md, failureMode).
+
 `envoy_skip_reason()` says why Envoy cannot run here (then the tests skip); `Envoy(...)`
 writes the bootstrap, starts Envoy with ports chosen by the kernel and reads them back
 from the admin API.
@@ -42,6 +47,7 @@ __all__ = ["Envoy", "envoy_skip_reason", "bootstrap", "ROUTE_BY"]
 
 ROUTE_BY = ("header", "metadata", "override_host")
 DESTINATION = "x-gateway-destination-endpoint"
+PICKER_HEALTH_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 _FROM_METADATA = {"key": "envoy.lb", "path": [{"key": DESTINATION}]}
 
 
@@ -73,6 +79,7 @@ def bootstrap(
     route_by: str = "header",
     response_headers: bool = False,
     retries: int = 0,
+    picker_health_check: bool = False,
 ) -> dict[str, Any]:
     """Envoy's configuration; `ext_proc=False` gives the same Envoy without the picker."""
     if route_by not in ROUTE_BY:
@@ -149,6 +156,28 @@ def bootstrap(
             "explicit_http_config": {"http2_protocol_options": {}},
         }
     }
+    picker: dict[str, Any] = {
+        "name": "picker",
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": h2,
+        "load_assignment": {
+            "cluster_name": "picker",
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _addr(picker_port)}}]}],
+        },
+    }
+    if picker_health_check:
+        picker["health_checks"] = [
+            {
+                "timeout": "1s",
+                "interval": "1s",
+                "unhealthy_threshold": 1,
+                "healthy_threshold": 1,
+                "grpc_health_check": {"service_name": PICKER_HEALTH_SERVICE},
+            }
+        ]
+        # no panic routing: with no healthy picker the stream fails before any body chunk
+        picker["common_lb_config"] = {"healthy_panic_threshold": {"value": 0}}
     return {
         "admin": {"address": _addr(0)},
         "static_resources": {
@@ -179,18 +208,7 @@ def bootstrap(
                 }
             ],
             "clusters": [
-                {
-                    "name": "picker",
-                    "type": "STATIC",
-                    "connect_timeout": "1s",
-                    "typed_extension_protocol_options": h2,
-                    "load_assignment": {
-                        "cluster_name": "picker",
-                        "endpoints": [
-                            {"lb_endpoints": [{"endpoint": {"address": _addr(picker_port)}}]}
-                        ],
-                    },
-                },
+                picker,
                 _pool(route_by, service_lb),
                 {
                     "name": "service",
@@ -305,6 +323,17 @@ class Envoy:
                     pass
             time.sleep(0.1)
         raise RuntimeError("envoy did not become ready")
+
+    def healthy(self, cluster: str) -> list[bool]:
+        """Whether each host of `cluster` passes Envoy's health checks (admin /clusters)."""
+        doc = httpx.get(self.admin + "/clusters?format=json", timeout=5).json()
+        for c in doc.get("cluster_statuses", []):
+            if c.get("name") == cluster:
+                return [
+                    not h.get("health_status", {}).get("failed_active_health_check", False)
+                    for h in c.get("host_statuses", [])
+                ]
+        return []
 
     @property
     def url(self) -> str:

@@ -167,8 +167,8 @@ def _dead_port() -> int:
 )
 def test_picker_down(gateway: Gateway, fail_open: bool, mode: str) -> None:
     """FailOpen: the request takes the gateway's own route (round-robin over the pods);
-    FailClose: refused. (Envoy 1.40 cannot fail open once it has streamed body chunks to
-    a processor in FULL_DUPLEX_STREAMED mode: docs/router.md.)"""
+    FailClose: refused. (FailOpen in FULL_DUPLEX_STREAMED mode, which needs the picker
+    health-checked: tests/router/test_router_envoy_failopen.py, docs/router.md.)"""
     services = [gateway.addr(n) for n in HOSTS]
     envoy = Envoy(bootstrap(_dead_port(), services, fail_open=fail_open, body_mode=mode))
     try:
