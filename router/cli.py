@@ -52,6 +52,11 @@ SETTINGS: list[Setting] = [
         metavar="BYTES",
     ),
     Setting(
+        "server.conformance_hooks",
+        "serve GIE's conformance hooks: test-epp-endpoint-selection steers the pick (test only)",
+        is_flag=True,
+    ),
+    Setting(
         "server.grpc_server",
         "gRPC server: h2 (default: the picker's own HTTP/2 server) or grpcio",
         metavar="KIND",

@@ -157,6 +157,11 @@ class ServerConfig:
     max_bodies_bytes: int = DEFAULT_MAX_BODIES_BYTES
     """Request body bytes held over all requests at once: a body that would pass it gets 429
     (retry later); default 256 MiB, a quarter of the Deployment's memory limit."""
+    conformance_hooks: bool = False
+    """Serve the GIE conformance suite's test-only hooks (router/conformance.py): the request
+    header `test-epp-endpoint-selection` steers the pick, the response gets
+    `x-conformance-test-served-endpoint`. Off: the header is ignored (a client must not be
+    able to bypass the scoring)."""
 
     def validate(self) -> None:
         ports(self, "grpc_port", "http_port")

@@ -341,6 +341,26 @@ class EndpointSet:
             m.image_tokens += req.image_tokens
             m.all_tokens += req.prompt_tokens
 
+    def move_pick(self, src: str, dst: str, req: RequestInfo, kv_tokens: int | None = None) -> None:
+        """Another endpoint served a pick: take it back from `src` (its pending entry, if
+        no scrape has shown it yet, and its tokens in the image share, which never go
+        below 0) and count it at `dst` (record_pick)."""
+        tokens = req.total_tokens if kv_tokens is None else kv_tokens
+        with self._lock:
+            m = self._measured.get(src)
+            if m is not None:
+                self._views.pop(src, None)
+                self._decay(m, self._clock())
+                for i in range(len(m.pending) - 1, -1, -1):  # the latest entry of that size
+                    if m.pending[i][1] == tokens:
+                        del m.pending[i]
+                        m.pending_tokens -= tokens
+                        break
+                m.picks_since_scrape = len(m.pending)
+                m.image_tokens = max(0.0, m.image_tokens - req.image_tokens)
+                m.all_tokens = max(0.0, m.all_tokens - req.prompt_tokens)
+        self.record_pick(dst, req, kv_tokens)
+
     def _view(self, ep: Endpoint, m: Measured, now: float, wall: float) -> EndpointView:
         self._decay(m, now)
         own_share = m.image_tokens / (m.all_tokens + 1.0)

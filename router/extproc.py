@@ -26,6 +26,10 @@ The destination, `ip:port` then the fallbacks, comma-separated, is set both as t
 `x-gateway-destination-endpoint-subset` (a list of addresses; a comma-separated string is
 read too). No eligible endpoint: ImmediateResponse 503; shedding: 429; unreadable body: 400;
 the 503 and 429 carry llm-d's `x-llm-d-request-dropped-reason` (router/objectives.py).
+
+When Envoy sends the response headers, the endpoint that served (router/served.py) gets the
+pick's load if it is not the one picked, and with `server.conformance_hooks` the response
+gets `x-conformance-test-served-endpoint` (router/conformance.py, which also steers picks).
 """
 
 from __future__ import annotations
@@ -41,10 +45,12 @@ from google.protobuf.message import DecodeError
 
 from kvspread.grpcservice import Service, Unreadable
 from router.bodybudget import BodyBudget
+from router.conformance import SELECTION_HEADER, SERVED_HEADER
 from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.objectives import DROPPED_REASON_HEADER, DROPPED_REASONS
 from router.picker import Outcome, Picker
 from router.proto import ext_proc_pb2 as pb
+from router.served import served_endpoint
 
 if TYPE_CHECKING:  # grpcio only serves with --grpc-server grpcio (router/run.py imports it)
     import grpc
@@ -218,6 +224,8 @@ class StreamHandler:
         # mapping (realloc, no copies) instead of thousands of heap blocks that fragment
         self.joined: bytearray | None = None
         self.done = False
+        self.outcome: Outcome | None = None  # the pick, once made
+        self.hooks = picker.cfg.server.conformance_hooks
 
     @property
     def body(self) -> bytes | bytearray:
@@ -243,7 +251,9 @@ class StreamHandler:
     def _decide(self) -> Outcome:
         # a joined body is a bytearray: the picker only tests it for emptiness and hands it
         # to orjson, which reads any bytes-like object, so it is not copied into bytes
-        return self.picker.pick(cast(bytes, self.body), self.headers, self.subset)
+        steer = self.headers.get(SELECTION_HEADER) if self.hooks else None
+        self.outcome = self.picker.pick(cast(bytes, self.body), self.headers, self.subset, steer)
+        return self.outcome
 
     def on_message(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         kind = req.WhichOneof("request")
@@ -267,7 +277,7 @@ class StreamHandler:
                     return out
             return out + [pb.ProcessingResponse(request_trailers=pb.TrailersResponse())]
         if kind == "response_headers":
-            return [pb.ProcessingResponse(response_headers=pb.HeadersResponse())]
+            return [self._on_response_headers(req)]
         if kind == "response_body":
             rb = req.response_body
             if not self.response_duplex:
@@ -276,6 +286,21 @@ class StreamHandler:
         if kind == "response_trailers":
             return [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
         return []  # other kinds carry nothing the picker answers
+
+    def _on_response_headers(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        """Credit the endpoint that served; with the conformance hooks, echo it."""
+        served = served_endpoint(req)
+        if served is not None and self.outcome is not None:
+            self.picker.served(self.outcome, served)
+        out = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
+        if self.hooks:
+            opt = out.response_headers.response.header_mutation.set_headers.add()
+            opt.header.key = SERVED_HEADER
+            opt.header.raw_value = (
+                served or "fail: the gateway reported no served endpoint"
+            ).encode()
+            opt.append_action = pb.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+        return out
 
     def _hold(self, n: int) -> bool:
         """Count n more body bytes: False when over the request's or the total budget."""

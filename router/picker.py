@@ -22,6 +22,7 @@ from typing import Any
 from router.affinity import ContextAffinity
 from router.cacheterms import CacheTerms
 from router.config import RouterConfig
+from router.conformance import SELECTION_HEADER, steered
 from router.endpoints import EndpointSet
 from router.metrics import RouterMetrics
 from router.objectives import DEFAULT, Objective, ObjectiveError, read_objective
@@ -45,6 +46,9 @@ class Outcome:
     request: RequestInfo | None
     request_id: str
     objective: Objective = DEFAULT
+    kv_tokens: int | None = None
+    """The KV tokens counted at the chosen endpoint (record_pick), to move them if another
+    endpoint serves."""
 
 
 class Picker:
@@ -68,11 +72,23 @@ class Picker:
             str, tuple[Decision, RequestInfo | None, Mapping[str, str], str | None]
         ] = OrderedDict()
         self._explain_max = explain_entries
+        self._served: OrderedDict[str, str] = (
+            OrderedDict()
+        )  # request id -> who served, if not the pick
+        self.served_elsewhere = 0
+        """Requests served by another pool endpoint than the one picked (load moved)."""
         self._lock = threading.Lock()
 
-    def pick(self, body: bytes, headers: Mapping[str, str], subset: list[str] | None) -> Outcome:
+    def pick(
+        self,
+        body: bytes,
+        headers: Mapping[str, str],
+        subset: list[str] | None,
+        steer: str | None = None,
+    ) -> Outcome:
         """Decide for one request. `headers` is kept for /debug/explain as it is (not
-        copied): the caller must not change it afterwards."""
+        copied): the caller must not change it afterwards. `steer`: the conformance
+        suite's endpoint selection (router/conformance.py), which replaces the scoring."""
         started = time.perf_counter()
         rid = headers.get(HEADER_REQUEST_ID, "")
         try:
@@ -91,16 +107,20 @@ class Picker:
         if self._generation != self.endpoints.generation:
             self._prune(views)
         found = self.cache.lookup(req)
-        decision = choose(
-            req,
-            views,
-            self.cfg.scoring,
-            subset=subset,
-            context_endpoint=bound.address if bound else None,
-            hits=found.hits,
-        )
-        if decision.chosen and objective.sheddable and _saturated(decision):
-            decision = _shed(decision, objective)
+        if steer is not None:
+            decision = self._steered(steer, views)
+        else:
+            decision = choose(
+                req,
+                views,
+                self.cfg.scoring,
+                subset=subset,
+                context_endpoint=bound.address if bound else None,
+                hits=found.hits,
+            )
+            if decision.chosen and objective.sheddable and _saturated(decision):
+                decision = _shed(decision, objective)
+        kv: int | None = None
         if decision.chosen:
             kv = self.cache.kv_tokens(req, found, decision.chosen)
             self.endpoints.record_pick(decision.chosen, req, kv)
@@ -133,7 +153,44 @@ class Picker:
                     }
                 },
             )
-        return Outcome(decision, req, rid, objective)
+        return Outcome(decision, req, rid, objective, kv)
+
+    def _steered(self, header: str, views: list[EndpointView]) -> Decision:
+        """The conformance suite's choice: the header's endpoints in its order."""
+        picked = steered(header, [v.address for v in views])
+        if not picked:
+            return Decision(
+                503,
+                "no-endpoint",
+                message=f"no endpoint of the pool matches the {SELECTION_HEADER} header",
+            )
+        return Decision(
+            200,
+            "steered",
+            chosen=picked[0],
+            fallbacks=tuple(picked[1:][: self.cfg.scoring.fallbacks]),
+        )
+
+    def served(self, outcome: Outcome, address: str) -> bool:
+        """Envoy reports that `address` served `outcome`'s request: when it is not the
+        endpoint picked, move the pick's load there. True when it moved."""
+        chosen, req = outcome.decision.chosen, outcome.request
+        if not chosen or req is None or _same(address, chosen):
+            return False
+        target = next(
+            (e.address for e in self.endpoints.endpoints() if _same(e.address, address)), None
+        )
+        if target is None:
+            return False  # served by something outside the pool (a FailOpen route)
+        self.endpoints.move_pick(chosen, target, req, outcome.kv_tokens)
+        with self._lock:
+            self.served_elsewhere += 1
+            kept = self._explain.get(outcome.request_id)
+            if kept is not None:
+                self._served[outcome.request_id] = target
+                while len(self._served) > self._explain_max:
+                    self._served.popitem(last=False)
+        return True
 
     def _prune(self, views: list[EndpointView]) -> None:
         """Forget what the indexes hold of endpoints that left the set."""
@@ -175,6 +232,7 @@ class Picker:
             "context_bound_to": bound,
             "candidates": [c.as_dict() for c in d.candidates],
             "excluded": d.excluded,
+            "served_by": self._served.get(rid, d.chosen),
         }
         try:
             o = read_objective(headers, self.cfg.objectives)
@@ -239,6 +297,11 @@ def _shed(d: Decision, objective: Objective) -> Decision:
             f"{objective.name or '(none)'!r} has priority {objective.priority} (sheddable)"
         ),
     )
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two `ip:port` name the same endpoint (IPv6 with or without brackets)."""
+    return a == b or a.replace("[", "").replace("]", "") == b.replace("[", "").replace("]", "")
 
 
 def _int_or_none(text: str | None) -> int | None:

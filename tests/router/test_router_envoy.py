@@ -20,16 +20,13 @@ import pytest
 from router.config import GRPC_SERVERS
 from tests.router.conftest import ready_pod
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
-from tests.router.gateway import Gateway, chat, open_gateway, post, served_by
+from tests.router.gateway import HOSTS, LABELS, Gateway, chat, open_gateway, post, served_by
 
 _SKIP = envoy_skip_reason()
 pytestmark = [
     pytest.mark.skipif(_SKIP is not None, reason=_SKIP or ""),
     pytest.mark.slow,
 ]
-
-HOSTS = {"text-0": "127.0.0.2", "text-1": "127.0.0.3", "image-0": "127.0.0.4"}
-LABELS = {"text-0": "text", "text-1": "text", "image-0": "image"}
 
 
 def image_part(raw_tail: int = 0) -> list[dict[str, Any]]:
@@ -170,8 +167,8 @@ def _dead_port() -> int:
 )
 def test_picker_down(gateway: Gateway, fail_open: bool, mode: str) -> None:
     """FailOpen: the request takes the gateway's own route (round-robin over the pods);
-    FailClose: refused. (Envoy 1.40 cannot fail open once it has streamed body chunks to
-    a processor in FULL_DUPLEX_STREAMED mode: docs/router.md.)"""
+    FailClose: refused. (FailOpen in FULL_DUPLEX_STREAMED mode, which needs the picker
+    health-checked: tests/router/test_router_envoy_failopen.py, docs/router.md.)"""
     services = [gateway.addr(n) for n in HOSTS]
     envoy = Envoy(bootstrap(_dead_port(), services, fail_open=fail_open, body_mode=mode))
     try:
