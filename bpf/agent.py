@@ -37,6 +37,7 @@ from bpf.export import (
 from bpf.gpu import GpuReader, GpuSample, GpuUnavailable, NvmlReader
 from bpf.gpupods import PodGpuMemory, gpu_pod_memory
 from bpf.http import RouteTemplates
+from bpf.model import ModelLabels, request_model
 from bpf.node import (
     MIB,
     SignalInputs,
@@ -137,6 +138,7 @@ class Agent:
         self.state.pod_of_pid = self.attributor.resolve
         self._tracker_lock = threading.Lock()  # event thread feeds, signals thread reads
         self._label_memo: dict[tuple[Any, ...], _RequestLabels] = {}
+        self._models = ModelLabels()  # gen_ai.request.model values, bounded per process
         self._label_memo_at = clock.monotonic()
         self.last_published: NodeSignals | None = None
         self.publisher: Publisher | None = None
@@ -410,12 +412,16 @@ class Agent:
         self.state.window.add_many(now, [(r.duration_s, r.images) for r in recs])
 
     def _record_tokens(self, rec: RequestRecord, values: dict[str, str]) -> None:
-        """gen_ai.server histograms of an SSE stream (the request's attributes + operation)."""
+        """gen_ai.server histograms of an SSE stream (the request's attributes + operation,
+        provider and model)."""
         assert rec.ttft_s is not None
+        model, outcome = self._models.label(rec.tgid, request_model(rec.route, rec.request))
+        self.state.count("models", outcome)
         values = {
             **values,
             names.ATTR_GEN_AI_OPERATION: GEN_AI_OPERATIONS.get(rec.route, ""),
             names.ATTR_GEN_AI_PROVIDER: GEN_AI_PROVIDERS.get(rec.route, ""),
+            names.ATTR_GEN_AI_REQUEST_MODEL: model,
         }
         labels = tuple((k, values[k]) for k in TOKEN_ATTRS)
         self.state.ttft.observe(labels, rec.ttft_s)

@@ -69,9 +69,10 @@ TOKEN_ATTRS: tuple[str, ...] = (
     *REQUEST_ATTRS,
     names.ATTR_GEN_AI_OPERATION,
     names.ATTR_GEN_AI_PROVIDER,
+    names.ATTR_GEN_AI_REQUEST_MODEL,
 )
-"""Attributes of the gen_ai.server token histograms: the request's, plus the GenAI operation
-and provider (the API flavour)."""
+"""Attributes of the gen_ai.server token histograms: the request's, plus the GenAI operation,
+provider (the API flavour) and the model the request names (bpf/model.py; "" when unread)."""
 
 GEN_AI_OPERATIONS: dict[str, str] = {
     "/v1/chat/completions": "chat",
@@ -91,7 +92,10 @@ GEN_AI_PROVIDERS: dict[str, str] = {
 }
 """gen_ai.provider.name per streaming route: the API the route belongs to (the semconv's
 "telemetry format flavor"): `openai` is its well-known value; TGI and Triton have none, so
-custom values; others "". Who runs the model is in llm.engine, not here."""
+custom values; others "". Who runs the model is in llm.engine, not here. The well-known
+values (open-telemetry/semantic-conventions-genai, model/gen-ai/registry.yaml, where the
+GenAI conventions moved from semantic-conventions) are hosted APIs only (openai, anthropic,
+aws.bedrock, gcp.*, azure.*, ...): none for vLLM, SGLang, TGI or Triton."""
 
 POD_ATTRS = (names.ATTR_SERVER_PORT, names.ATTR_K8S_NAMESPACE, names.ATTR_K8S_POD)
 
@@ -319,6 +323,7 @@ class PrometheusCollector:
             sources = dict(s.sources)
             events = dict(s.events)
             dropped = dict(s.dropped)
+            models = dict(s.models)
         for name, st in sorted(sources.items()):
             up.add_metric([name], 1.0 if st.up else 0.0)
         yield up
@@ -330,6 +335,10 @@ class PrometheusCollector:
         for k, v in sorted(dropped.items()):
             dr.add_metric([k], v)
         yield dr
+        rm = _family(CounterMetricFamily, names.COLLECTOR_REQUEST_MODELS, "outcome")
+        for k, v in sorted(models.items()):
+            rm.add_metric([k], v)
+        yield rm
 
 
 def otlp_attributes(labels: Sequence[tuple[str, str]]) -> dict[str, Any]:

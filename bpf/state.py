@@ -69,6 +69,7 @@ class CollectorState:
     )
     events: dict[str, int] = field(default_factory=dict)  # program -> events read
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    models: dict[str, int] = field(default_factory=dict)  # request model outcome -> streams
     publishes: int = 0
     publish_failures: int = 0
     pod_of_pid: Callable[[int], Any] | None = None  # pid -> PodRef (attribution)
@@ -80,5 +81,5 @@ class CollectorState:
 
     def count(self, table: str, key: str, n: int = 1) -> None:
         """Bump a counter. Only the event thread writes them, so no lock: readers copy."""
-        d = self.events if table == "events" else self.dropped
+        d = self.events if table == "events" else self.models if table == "models" else self.dropped
         d[key] = d.get(key, 0) + n

@@ -76,6 +76,9 @@ class RequestRecord(NamedTuple):
     # data event, one event only for the latter, or bytes the kernel could not scan)
     ttft_s: float | None = None
     tpot_s: float | None = None
+    # the captured bytes of the request up to the first gap (see _Pending.gap): where
+    # bpf/model.py reads gen_ai.request.model, for token streams only
+    request: bytes = b""
 
 
 _new_record = tuple.__new__
@@ -95,6 +98,7 @@ def _record(
     resp_bytes: int,
     ttft_s: float | None = None,
     tpot_s: float | None = None,
+    request: bytes = b"",
 ) -> RequestRecord:
     """tuple.__new__ with the fields in order: one record per request, and the
     NamedTuple constructor's keyword handling was a quarter of the tracker's time."""
@@ -102,7 +106,7 @@ def _record(
         RequestRecord,
         (c.tgid, c.port, req.method, req.route, resp.status, req.modality, req.images,
          start_ns, ttfb_s, duration_s, resp.streaming, resp_bytes, req.context_id,
-         req.chunk_seq, c.peer, ttft_s, tpot_s),
+         req.chunk_seq, c.peer, ttft_s, tpot_s, request),
     )  # fmt: skip
 
 
@@ -123,6 +127,9 @@ class _Pending:
     response: bytes = b""
     request_end_ns: int = 0  # last read before the response
     info: ResponseInfo | None = None  # COMPLETE: read from the head in the kernel
+    # bytes of `request` read whole: a read longer than the capture leaves a gap after its
+    # bytes, so the next read's bytes do not continue them (None: no gap)
+    gap: int | None = None
 
 
 @dataclass(slots=True)
@@ -133,6 +140,7 @@ class _Conn:
     peer: str = ""
     pending: _Pending | None = None
     leftover: bytes = b""  # captured bytes past the last request: pipelined requests
+    leftover_gap: int | None = None  # _Pending.gap of `leftover`
     answered: bool = False  # a response ended on this connection
 
 
@@ -229,9 +237,14 @@ class ConnTracker:
         req, cut = self._parse_request(data)
         if cut is not None:
             c.leftover = data[cut:]
+            c.leftover_gap = None if p.gap is None else max(0, p.gap - cut)
         if req is None:
             self.counters.unparsable += 1
             return None
+        whole = len(data) if cut is None else cut
+        if p.gap is not None and p.gap < whole:
+            whole = p.gap
+        request = data if whole == len(data) else data[:whole]
         resp = p.info if p.info is not None else self._resp_memo.get(p.response)
         if resp is None:
             resp = parse_response(p.response)
@@ -244,9 +257,8 @@ class ConnTracker:
         if sse[2] and resp.streaming and p.request_end_ns:
             ttft, tpot = _token_times(p.request_end_ns, *sse)
         ttfb = (p.response_ns - p.start_ns) / 1e9
-        return _record(
-            c, req, resp, p.start_ns, ttfb, (end - p.start_ns) / 1e9, resp_bytes, ttft, tpot
-        )
+        took = (end - p.start_ns) / 1e9
+        return _record(c, req, resp, p.start_ns, ttfb, took, resp_bytes, ttft, tpot, request)
 
     def on_http(self, ev: HttpEvent) -> list[RequestRecord]:
         """Feed one event; returns the requests it completed (zero or one)."""
@@ -265,12 +277,17 @@ class ConnTracker:
             if c.pending is not None:
                 out = self._done(c, ev.prev_end_ns, ev.prev_resp_bytes, ev)
             c.pending = _Pending(start_ns=ev.ts_ns, request=ev.data)
+            if ev.total > len(ev.data):
+                c.pending.gap = len(ev.data)
             c.leftover = b""
         elif kind == HttpEventKind.REQUEST_MORE:
-            if c.pending is None:
+            p = c.pending
+            if p is None:
                 self.counters.orphan_events += 1
-            elif len(c.pending.request) < MAX_REQUEST_PREFIX:
-                c.pending.request += ev.data[: MAX_REQUEST_PREFIX - len(c.pending.request)]
+            elif len(p.request) < MAX_REQUEST_PREFIX:
+                p.request += ev.data[: MAX_REQUEST_PREFIX - len(p.request)]
+                if p.gap is None and ev.total > len(ev.data):
+                    p.gap = len(p.request)
         else:  # RESPONSE, RESPONSE_DONE
             if c.pending is None and c.answered and ev.prev_state == ConnState.IDLE:
                 # pipelined: a response with no read since the last one ended
@@ -278,6 +295,7 @@ class ConnTracker:
                     self.counters.pipelined_unseen += 1
                     return out
                 c.pending = _Pending(start_ns=ev.prev_end_ns, request=c.leftover)
+                c.pending.gap = c.leftover_gap
                 c.leftover = b""
             if c.pending is None:
                 self.counters.orphan_events += 1
@@ -367,11 +385,11 @@ class ConnTracker:
                             out.append(
                                 _record(c, req, resp, ts, (resp_ns - ts) / 1e9,
                                         ((end_ns if end_ns > resp_ns else resp_ns) - ts) / 1e9,
-                                        prev_bytes, ttft, tpot)
+                                        prev_bytes, ttft, tpot, data)
                             )  # fmt: skip
                             continue
                 else:
-                    (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, _t, _p, kind,
+                    (ts, conn, _pe, prev_bytes, req_end, first, last, tgid, fd, n, total, _p, kind,
                      prev, sse_events, _r, _s, _f) = unpack(raw)  # fmt: skip
                     if prev <= _MAX_STATE and (kind == _REQUEST or kind == _RESPONSE_DONE):
                         key = (tgid, fd, conn)
@@ -381,6 +399,8 @@ class ConnTracker:
                             if kind == _REQUEST and p is None:
                                 conns.move_to_end(key)
                                 c.pending = _Pending(ts, raw[head : head + n])
+                                if total > n:
+                                    c.pending.gap = n
                                 c.leftover = b""
                                 continue
                             if kind == _RESPONSE_DONE and p is not None and not p.response_ns:
@@ -400,9 +420,11 @@ class ConnTracker:
                                     c.answered = True
                                     done += 1
                                     took = (ts - p.start_ns) / 1e9
+                                    data = p.request if p.gap is None else p.request[: p.gap]
                                     out.append(
-                                        _record(c, req, resp, p.start_ns, took, took, prev_bytes)
-                                    )
+                                        _record(c, req, resp, p.start_ns, took, took,
+                                                prev_bytes, None, None, data)
+                                    )  # fmt: skip
                                     continue
                                 p.response_ns = ts
                                 p.response = raw[head : head + n]

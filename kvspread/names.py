@@ -79,9 +79,10 @@ ATTR_GEN_AI_PROVIDER: Final = "gen_ai.provider.name"
 """OTel GenAI semconv (required on gen_ai.server metrics): the API flavour the route speaks
 (`openai` for the OpenAI-compatible routes), from the route."""
 ATTR_GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
-"""OTel GenAI semconv (conditionally required, "if available"): never set by the collector,
-which reads no request body and whose routes are templated ({model}); not guessed from the
-pod's kvspread.io/model label, which says what the pod serves, not what a request asked."""
+"""OTel GenAI semconv (conditionally required, "if available"): the model the request names,
+the top-level "model" of its captured JSON body or the {model} segment of its path
+(bpf/model.py); absent when the capture holds neither. Not guessed from the pod's
+kvspread.io/model label, which says what the pod serves, not what a request asked."""
 
 # --- Metric descriptors and the OTel-to-Prometheus translation ------------------------
 InstrumentKind = Literal["counter", "updowncounter", "gauge", "histogram"]
@@ -288,6 +289,14 @@ COLLECTOR_SOURCE_UP: Final = MetricDescriptor(
 COLLECTOR_EVENTS: Final = MetricDescriptor(
     "kvspread.collector.bpf.events", "{event}", "counter", "Events read from the BPF programs."
 )
+COLLECTOR_REQUEST_MODELS: Final = MetricDescriptor(
+    "kvspread.collector.request_models",
+    "{stream}",
+    "counter",
+    "Token streams by whether their gen_ai.request.model was read.",
+)
+"""outcome: named | past_capture (the capture ends before the body's "model") | not_named
+| capped (labelled `other`: the process had bpf.model.MAX_MODELS_PER_PROCESS names)."""
 COLLECTOR_DROPPED: Final = MetricDescriptor(
     "kvspread.collector.dropped",
     "{event}",

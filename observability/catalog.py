@@ -41,6 +41,7 @@ ENGINE: Final = label(names.ATTR_ENGINE)
 MODEL: Final = label(names.ATTR_MODEL)
 GEN_AI_OPERATION: Final = label(names.ATTR_GEN_AI_OPERATION)
 GEN_AI_PROVIDER: Final = label(names.ATTR_GEN_AI_PROVIDER)
+GEN_AI_REQUEST_MODEL: Final = label(names.ATTR_GEN_AI_REQUEST_MODEL)
 GPU_MEMORY_OWNER: Final = label(names.ATTR_GPU_MEMORY_OWNER)
 POD_UID: Final = label(names.ATTR_K8S_POD_UID)
 
@@ -135,16 +136,19 @@ _COLLECTOR: Final = (
     ),
     _otel(
         names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
-        (*_HTTP_LABELS, GEN_AI_OPERATION, GEN_AI_PROVIDER),
+        (*_HTTP_LABELS, GEN_AI_OPERATION, GEN_AI_PROVIDER, GEN_AI_REQUEST_MODEL),
         "SSE (text/event-stream) responses: last request byte read to the write completing "
         "the first data event (OTel GenAI semconv; eBPF). Buckets: the semconv's advised "
         "boundaries (0.001 s to 10 s). `gen_ai_provider_name` is the API the route speaks "
         "(`openai` for the OpenAI-compatible routes, `huggingface.tgi`, `nvidia.triton`); "
-        "`gen_ai.request.model` is not set: the collector reads no request body.",
+        "`gen_ai_request_model` the model the request names (the top-level `model` of the "
+        "captured body, or the path's `{model}`), empty when the capture ends before it "
+        "(kvspread_collector_request_models_total counts how often), `other` past 32 names "
+        "per process.",
     ),
     _otel(
         names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
-        (*_HTTP_LABELS, GEN_AI_OPERATION, GEN_AI_PROVIDER),
+        (*_HTTP_LABELS, GEN_AI_OPERATION, GEN_AI_PROVIDER, GEN_AI_REQUEST_MODEL),
         "SSE responses: (last data event - first) / (data events - 1), data: [DONE] "
         "excluded; streams of one event have none (OTel GenAI semconv; eBPF). Buckets: the "
         "semconv's advised boundaries (0.01 s to 2.5 s).",
@@ -244,6 +248,13 @@ _COLLECTOR: Final = (
         names.COLLECTOR_EVENTS,
         ("program",),
         "Events read from the collector's BPF programs.",
+    ),
+    _otel(
+        names.COLLECTOR_REQUEST_MODELS,
+        ("outcome",),
+        "Token streams (SSE responses) by whether the collector read the model their request "
+        "names (outcome: named, past_capture: the capture ends before the body's `model`, "
+        "not_named, capped: labelled `other`, the process had 32 names already).",
     ),
     _otel(
         names.COLLECTOR_DROPPED,

@@ -537,8 +537,9 @@ def test_otlp_push_with_semantic_attributes() -> None:
         )
         agent = Agent(cfg, gpu_reader=FakeGpuReader(error="no driver"))
         agent.record_request(_record())
-        agent.record_request(_record(streaming=True, ttft_s=0.08, tpot_s=0.02))
-        agent.record_request(_record(streaming=True, ttft_s=0.3))  # one token: no TPOT
+        asked = b'POST /v1/chat/completions HTTP/1.1\r\n\r\n{"model":"qwen","messages":[]}'
+        agent.record_request(_record(streaming=True, ttft_s=0.08, tpot_s=0.02, request=asked))
+        agent.record_request(_record(streaming=True, ttft_s=0.3, request=asked))  # no TPOT
         # kernel TCP statistics of one server process and one accepted-connection edge
         agent.state.tcp[(4242, 8000)] = TcpStats(3, 900, 2, (0,) * RTT_SLOTS)
         agent.state.edges.add(
@@ -561,6 +562,8 @@ def test_otlp_push_with_semantic_attributes() -> None:
     ]
     assert ttft_le == [repr(float(b)) for b in names.GEN_AI_TTFT_BUCKETS] + ["+Inf"]
     assert 'gen_ai_provider_name="openai"' in text
+    assert 'gen_ai_request_model="qwen"' in text
+    assert 'kvspread_collector_request_models_total{outcome="named"} 2.0' in text
     assert _Receiver.bodies
     req = ExportMetricsServiceRequest()
     req.ParseFromString(_Receiver.bodies[0])
@@ -577,7 +580,7 @@ def test_otlp_push_with_semantic_attributes() -> None:
     tattrs = {a.key: (a.value.string_value or a.value.int_value) for a in tp.attributes}
     assert tattrs[names.ATTR_GEN_AI_OPERATION] == "chat" and tattrs[names.ATTR_HTTP_STATUS] == 200
     assert tattrs[names.ATTR_GEN_AI_PROVIDER] == "openai"  # semconv: required
-    assert names.ATTR_GEN_AI_REQUEST_MODEL not in tattrs  # no request body read: not guessed
+    assert tattrs[names.ATTR_GEN_AI_REQUEST_MODEL] == "qwen"  # semconv: if available
     # the semconv's advised boundaries (docs/gen-ai/gen-ai-metrics.md), on the wire
     assert list(tp.explicit_bounds) == list(names.GEN_AI_TTFT_BUCKETS)
     assert list(tp.explicit_bounds)[:3] == [0.001, 0.005, 0.01] and tp.explicit_bounds[-1] == 10.0

@@ -24,6 +24,7 @@ from test_bpf_probes import Recorder, offline_agent, wait_for, within_bracket
 from bpf import loader
 from bpf.events import HttpEventKind
 from bpf.export import TOKEN_ATTRS
+from bpf.model import Unseen, request_model
 from kvspread import names
 from tests.ports import free_port
 
@@ -176,8 +177,9 @@ def test_pipelined_requests_each_end_at_their_own_response(framing: Any) -> None
     assert HttpEventKind.REQUEST not in rec.kinds
 
 
-def sse_request(path: str) -> bytes:
-    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+def sse_request(path: str, body: bytes | None = None) -> bytes:
+    if body is None:
+        body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
     return (
         f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
         f"X-LLM-Context-ID: {path}\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -234,6 +236,7 @@ def test_sse_time_to_first_token_and_per_output_token(
     assert not rest and st.count == 1 and tuple(k for k, _ in labels) == TOKEN_ATTRS
     d = dict(labels)
     assert d[names.ATTR_GEN_AI_OPERATION] == "chat" and d[names.ATTR_HTTP_ROUTE] == r.route
+    assert d[names.ATTR_GEN_AI_REQUEST_MODEL] == "m"  # the body's "model"
     assert sum(s.count for s in agent.state.tpot.snapshot().values()) == (tokens > 1)
     text = generate_latest(agent.registry).decode()
     assert "gen_ai_server_time_to_first_token_seconds_count{" in text
@@ -241,6 +244,37 @@ def test_sse_time_to_first_token_and_per_output_token(
     agent.session = subscribed.session  # BPF up: the node signal is measured
     sig = agent.compute_signals()
     assert sig.ttft_p95_s is not None and abs(sig.ttft_p95_s - r.ttft_s) < 1e-6
+    agent.server.httpd.server_close()
+
+
+def test_request_model_from_the_captured_body(subscribed: Any, framing: Any) -> None:
+    """gen_ai.request.model from the bytes the kernel captured: a body naming its model
+    within the first 512 bytes has it; openai-python's order (messages, then model) with a
+    2 KiB prompt puts it past the capture: absent and counted as past_capture, never a
+    guess. (framing_server.py answers at the end of the head, so a body sent in a write of
+    its own is not this request's: tests/bpf/test_bpf_model.py joins split reads.)"""
+    srv, rec = framing
+    agent = offline_agent()
+    rec.agent = agent
+    path = "/v1/chat/completions?sse=2/1/1"
+    prompt = "word " * 400
+    late = json.dumps(
+        {"messages": [{"role": "user", "content": prompt}], "model": "late", "stream": True}
+    ).encode()
+    for i, request in enumerate([sse_request(path), sse_request(path, late)]):
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            s.sendall(request)
+            read_response(s)
+            srv.truth()
+            assert wait_for(lambda n=i + 1: len(rec.records) == n, 5), rec.tracker.counters
+    assert [request_model(r.route, r.request) for r in rec.records] == ["m", Unseen.PAST_CAPTURE]
+    got = {dict(labels)[names.ATTR_GEN_AI_REQUEST_MODEL]: st.count
+           for labels, st in agent.state.ttft.snapshot().items()}  # fmt: skip
+    assert got == {"m": 1, "": 1}
+    assert agent.state.models == {"named": 1, "past_capture": 1}
+    text = generate_latest(agent.registry).decode()
+    assert 'kvspread_collector_request_models_total{outcome="past_capture"} 1.0' in text
+    assert 'gen_ai_request_model="m"' in text
     agent.server.httpd.server_close()
 
 
