@@ -37,6 +37,14 @@ START_TIMEOUT_S = 90.0
 """How long etcd plus kube-apiserver may take to become ready (about 5-15 s on 2 cores)."""
 
 
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+"""
+
+
 def binaries() -> Path | None:
     """The folder $KVSPREAD_K8S_BIN names when it holds kube-apiserver and kube-scheduler
     and etcd is installed; else None (the tests skip)."""
@@ -203,6 +211,7 @@ class ControlPlane:
         )
         self.port = free_port()
         p = self.pki
+        (self.tmp / "audit-policy.yaml").write_text(AUDIT_POLICY)
         self._spawn(
             "kube-apiserver",
             [
@@ -231,6 +240,10 @@ class ControlPlane:
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
                 f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
+                # one line per finished request: what a test counts as "requests made"
+                f"--audit-policy-file={self.tmp / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.tmp / 'audit.log'}",
+                "--audit-log-maxsize=200",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -257,6 +270,16 @@ class ControlPlane:
         for proc in reversed(self.procs):
             _end(proc)
         self.procs.clear()
+
+    def audit(self, username: str) -> list[dict[str, Any]]:
+        """The API server's audit events of `username`'s finished requests, oldest first."""
+        out = []
+        with open(self.tmp / "audit.log", encoding="utf-8") as f:
+            for line in f:
+                ev = json.loads(line)
+                if ev.get("user", {}).get("username") == username:
+                    out.append(ev)
+        return out
 
     # --- HTTP -------------------------------------------------------------------------
 

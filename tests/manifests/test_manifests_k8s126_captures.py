@@ -113,3 +113,16 @@ def test_a_126_pod_bound_token_carried_no_node_name() -> None:
     assert not any("node" in k for k in cap["tokenreview.status.user.extra keys"])
     assert cap["jwt kubernetes.io claim keys"] == ["namespace", "pod", "serviceaccount"]
     assert cap["own NodeSignals create with this token under the policy"]["status"] == 403
+
+
+def test_the_recorded_refused_watch_stayed_within_the_backoff_bound() -> None:
+    """Issue 26's "done means": at most 40 API requests in 30 s while the watch fails."""
+    from kvspread.kube import Backoff
+
+    cap = capture("refused-watch-requests")
+    bound = Backoff().max_requests(cap["window_s"])
+    assert cap["bound per reflector (Backoff.max_requests)"] == bound
+    for part, reflectors in (("extender", 3), ("collector", 1)):
+        got = cap["parts"][part]
+        assert got["requests"] <= bound * reflectors <= 40, got
+        assert got["by verb and status"]["watch 403"] >= reflectors
