@@ -518,3 +518,87 @@ ROUTER_BODY_REFUSALS: Final = MetricDescriptor(
     "counter",
     "Request bodies refused over a body budget, by code (413 request budget, 429 total)",
 )
+
+# --- llm-d's endpoint-picker families, served beside the router's own (router/llmdmetrics.py).
+# Names, types and labels are llm-d-router's (pkg/epp/metrics/llm_d_router_metrics.go), so
+# llm-d's dashboards read the picker: foreign names, never translated.
+LLMD_REQUESTS: Final = MetricDescriptor(
+    "llm_d_epp_request_total",
+    "{request}",
+    "counter",
+    "Requests routed (llm-d's family)",
+    foreign=True,
+)
+LLMD_REQUEST_ERRORS: Final = MetricDescriptor(
+    "llm_d_epp_request_error_total",
+    "{request}",
+    "counter",
+    "Requests refused, by llm-d's error code",
+    foreign=True,
+)
+LLMD_SCHEDULER_DURATION: Final = MetricDescriptor(
+    "llm_d_epp_scheduler_e2e_duration_seconds",
+    "s",
+    "histogram",
+    "Time of the choice (cache lookup and scoring), seconds",
+    foreign=True,
+)
+LLMD_SCHEDULER_ATTEMPTS: Final = MetricDescriptor(
+    "llm_d_epp_scheduler_attempts_total",
+    "{attempt}",
+    "counter",
+    "Choices made (success) or impossible (failure)",
+    foreign=True,
+)
+LLMD_READY_ENDPOINTS: Final = MetricDescriptor(
+    "llm_d_epp_ready_endpoints",
+    "{endpoint}",
+    "gauge",
+    "Endpoints of the pool with fresh engine metrics",
+    foreign=True,
+)
+LLMD_AVG_KV_CACHE: Final = MetricDescriptor(
+    "llm_d_epp_average_kv_cache_utilization",
+    "1",
+    "gauge",
+    "Mean KV-cache usage (0..1) of the pool's fresh endpoints",
+    foreign=True,
+)
+LLMD_AVG_QUEUE: Final = MetricDescriptor(
+    "llm_d_epp_average_queue_size",
+    "{request}",
+    "gauge",
+    "Mean requests waiting in the engines of the pool's fresh endpoints",
+    foreign=True,
+)
+LLMD_AVG_RUNNING: Final = MetricDescriptor(
+    "llm_d_epp_average_running_requests",
+    "{request}",
+    "gauge",
+    "Mean requests running in the engines of the pool's fresh endpoints",
+    foreign=True,
+)
+LLMD_SD_KV_CACHE: Final = MetricDescriptor(
+    "llm_d_epp_std_dev_kv_cache_utilization",
+    "1",
+    "gauge",
+    "Standard deviation of the KV-cache usage of the pool's fresh endpoints",
+    foreign=True,
+)
+LLMD_SD_QUEUE: Final = MetricDescriptor(
+    "llm_d_epp_std_dev_queue_size",
+    "{request}",
+    "gauge",
+    "Standard deviation of the requests waiting at the pool's fresh endpoints",
+    foreign=True,
+)
+LLMD_SD_RUNNING: Final = MetricDescriptor(
+    "llm_d_epp_std_dev_running_requests",
+    "{request}",
+    "gauge",
+    "Standard deviation of the requests running at the pool's fresh endpoints",
+    foreign=True,
+)
+LLMD_REQUEST_LABELS: Final = ("model_name", "target_model_name", "fairness_id", "priority")
+LLMD_ATTEMPT_LABELS: Final = ("status", "target_model_name", "endpoint_name", "namespace", "port")
+LLMD_POOL_LABELS: Final = ("name",)

@@ -431,6 +431,77 @@ _ROUTER: Final = (
     ),
 )
 
+_LLMD_SOURCE: Final = (
+    "llm-d's family (llm-d-router pkg/epp/metrics/llm_d_router_metrics.go), served by the "
+    "picker beside its own so llm-d's dashboards read it (router/llmdmetrics.py)."
+)
+_LLMD: Final = (
+    _router(
+        names.LLMD_REQUESTS,
+        names.LLMD_REQUEST_LABELS,
+        "Requests routed: `model_name` = `target_model_name` (the body's `model`; the picker "
+        "rewrites none), `fairness_id` and `priority` from the request's objective headers. "
+        + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_REQUEST_ERRORS,
+        (*names.LLMD_REQUEST_LABELS, "error_code"),
+        "Requests refused: `error_code` BadRequest (400), ResourceExhausted (429), "
+        "ServiceUnavailable (503). Body-budget refusals (413, 429 over the total budget) are in "
+        "`kvspread_router_body_refusals_total` only. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_SCHEDULER_DURATION,
+        (),
+        "Time of the choice (cache lookup and scoring, not the body parse), llm-d's buckets "
+        "0.1 ms to 100 ms; also for a choice that found no endpoint. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_SCHEDULER_ATTEMPTS,
+        names.LLMD_ATTEMPT_LABELS,
+        "Choices: `status` success with the endpoint (`endpoint_name` `pod-rank-i`, or the "
+        "address of a static endpoint; its `namespace` and `port`), failure (no eligible "
+        "endpoint) with the endpoint labels empty. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_READY_ENDPOINTS,
+        names.LLMD_POOL_LABELS,
+        "Endpoints of the pool (`name`: the InferencePool, empty without one) with fresh "
+        "engine metrics; set when /metrics is read. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_AVG_KV_CACHE,
+        names.LLMD_POOL_LABELS,
+        "Mean KV-cache usage (0..1) over the fresh endpoints that report it; unchanged while "
+        "none is fresh. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_AVG_QUEUE,
+        names.LLMD_POOL_LABELS,
+        "Mean requests waiting in the engines of the fresh endpoints. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_AVG_RUNNING,
+        names.LLMD_POOL_LABELS,
+        "Mean requests running in the engines of the fresh endpoints. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_SD_KV_CACHE,
+        names.LLMD_POOL_LABELS,
+        "Standard deviation of the fresh endpoints' KV-cache usage. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_SD_QUEUE,
+        names.LLMD_POOL_LABELS,
+        "Standard deviation of the fresh endpoints' waiting requests. " + _LLMD_SOURCE,
+    ),
+    _router(
+        names.LLMD_SD_RUNNING,
+        names.LLMD_POOL_LABELS,
+        "Standard deviation of the fresh endpoints' running requests. " + _LLMD_SOURCE,
+    ),
+)
+
 _KSM: Final = (
     Metric(
         "kube_horizontalpodautoscaler_status_current_replicas",
@@ -458,7 +529,7 @@ _KSM: Final = (
     ),
 )
 
-CATALOG: Final[tuple[Metric, ...]] = _COLLECTOR + _SELF + _ROUTER + _KSM
+CATALOG: Final[tuple[Metric, ...]] = _COLLECTOR + _SELF + _ROUTER + _LLMD + _KSM
 
 
 def by_name(name: str) -> Metric:

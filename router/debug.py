@@ -77,6 +77,7 @@ class DebugServer(OpsServer):
             views = self.endpoints.views()
             self.metrics.stale.set(sum(1 for v in views if not v.fresh))
             self.metrics.endpoints.set(len(views))
+            self.picker.llmd.refresh(views)
             self._cache_metrics()
             self._body_metrics()
             return Reply(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)

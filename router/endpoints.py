@@ -210,6 +210,11 @@ class EndpointSet:
         with self._lock:
             return list(self._endpoints.values())
 
+    def endpoint(self, address: str) -> Endpoint | None:
+        """The endpoint at `address`, if it is in the set."""
+        with self._lock:
+            return self._endpoints.get(address)
+
     # --- scraping ---------------------------------------------------------------------
     def client(self) -> httpx.Client:
         """The scrapes' HTTP client, built (and httpx imported) on first use."""

@@ -24,6 +24,7 @@ from router.cacheterms import CacheTerms
 from router.config import RouterConfig
 from router.conformance import SELECTION_HEADER, steered
 from router.endpoints import EndpointSet
+from router.llmdmetrics import LlmdMetrics
 from router.metrics import RouterMetrics
 from router.objectives import DEFAULT, Objective, ObjectiveError, read_objective
 from router.request import BODILESS, RequestError, RequestInfo, parse_request
@@ -64,6 +65,8 @@ class Picker:
         self.cfg = cfg
         self.endpoints = endpoints
         self.metrics = metrics
+        self.llmd = LlmdMetrics(metrics.registry, cfg.pool.name or "")
+        """llm-d's `llm_d_epp_*` families beside kvspread's (router/llmdmetrics.py)."""
         self.affinity = ContextAffinity(cfg.affinity.ttl_s, cfg.affinity.max_entries)
         self.cache = CacheTerms(cfg.cache)
         self._generation = -1  # of the endpoint set the indexes were last pruned to
@@ -91,14 +94,17 @@ class Picker:
         suite's endpoint selection (router/conformance.py), which replaces the scoring."""
         started = time.perf_counter()
         rid = headers.get(HEADER_REQUEST_ID, "")
+        objective = DEFAULT
         try:
             objective = read_objective(headers, self.cfg.objectives)
             req = BODILESS if not body else parse_request(body, self.cfg.request)
         except (RequestError, ObjectiveError) as exc:
             self.metrics.bad.inc()
+            self.llmd.refused("", objective, 400, None)
             decision = Decision(400, "bad-request", message=str(exc))
             self._remember(rid, decision, None, headers)
             return Outcome(decision, None, rid)
+        choosing = time.perf_counter()
         now = self._clock()
         ctx = headers.get(HEADER_CONTEXT) or None
         seq = _int_or_none(headers.get(HEADER_CHUNK_SEQ))
@@ -120,6 +126,7 @@ class Picker:
             )
             if decision.chosen and objective.sheddable and _saturated(decision):
                 decision = _shed(decision, objective)
+        chose_s = time.perf_counter() - choosing
         kv: int | None = None
         if decision.chosen:
             kv = self.cache.kv_tokens(req, found, decision.chosen)
@@ -136,6 +143,12 @@ class Picker:
         m.pick(decision.chosen or "", decision.reason).inc()
         if decision.status == 429:
             m.sheds.inc()
+        if decision.chosen:
+            ep = self.endpoints.endpoint(decision.chosen)
+            self.llmd.routed(req.model, objective, decision.chosen, ep, chose_s)
+        else:  # a 503 is a choice that found no endpoint; a 429 refuses before choosing
+            tried = chose_s if decision.status == 503 else None
+            self.llmd.refused(req.model, objective, decision.status, tried)
         self._remember(rid, decision, req, headers, bound.address if bound else None)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -196,6 +209,7 @@ class Picker:
         """Forget what the indexes hold of endpoints that left the set."""
         self._generation = self.endpoints.generation
         self.cache.keep_only({v.address for v in views})
+        self.llmd.keep_only(v.address for v in views)
 
     def _remember(
         self,

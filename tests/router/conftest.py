@@ -138,6 +138,20 @@ def start_router() -> Iterator[Callable[[RouterConfig], Router]]:
         r.stop()
 
 
+@pytest.fixture
+def saturated(engines, start_router):  # type: ignore[no-untyped-def]
+    """Two engines each with more requests waiting than scoring.saturation_queue (8), behind
+    a picker whose objectives are batch (-1, sheddable) and premium (10)."""
+    a, b = engines("a", "b")
+    a.set(waiting=20)
+    b.set(waiting=30)
+    router = start_router(
+        router_config([a.address, b.address], objectives={"classes": {"batch": -1, "premium": 10}})
+    )
+    wait_fresh(router, 2)
+    return router
+
+
 # --- cluster helpers: pods of an InferencePool on 127.0.0.N sharing one port ------------
 GROUP_VERSION = "inference.networking.k8s.io/v1"
 

@@ -1,6 +1,7 @@
 """The picker's /metrics against the catalogue (observability/catalog.py, source "router",
 which renders docs/metrics.md): every family catalogued for the router is served, with the
-catalogue's type and labels, and nothing kvspread_router_* is served that is not catalogued.
+catalogue's type and labels, and nothing kvspread_router_* or llm_d_epp_* (llm-d's
+families, router/llmdmetrics.py) is served that is not catalogued.
 Read from a running picker over HTTP, parsed by prometheus_client's own text parser."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def test_metrics_serves_every_router_family_of_the_catalogue(engines, start_rout
     served = {
         n: v
         for n, v in _families(text).items()
-        if n.startswith("kvspread_router_") and not n.endswith("_created")
+        if n.startswith(("kvspread_router_", "llm_d_epp_")) and not n.endswith("_created")
     }
     listed = {m.name: m for m in CATALOG if m.source == "router"}
     assert set(served) == set(listed)

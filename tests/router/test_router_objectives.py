@@ -101,19 +101,6 @@ def _headers(resp: pb.ProcessingResponse) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def saturated(engines, start_router):  # type: ignore[no-untyped-def]
-    """Two engines each with more requests waiting than scoring.saturation_queue (8)."""
-    a, b = engines("a", "b")
-    a.set(waiting=20)
-    b.set(waiting=30)
-    router = start_router(
-        router_config([a.address, b.address], objectives={"classes": {"batch": -1, "premium": 10}})
-    )
-    wait_fresh(router, 2)
-    return router
-
-
 @pytest.mark.parametrize("name", ["x-llm-d-inference-objective", "x-gateway-inference-objective"])
 def test_sheddable_objective_gets_429_when_saturated(saturated, name: str) -> None:  # type: ignore[no-untyped-def]
     (resp,) = duplex(saturated.grpc_port, CHAT, extra={name: "batch"})
