@@ -74,6 +74,7 @@ PROMETHEUS = {
     "COLLECTOR_SOURCE_UP": "kvspread_collector_source_up",
     "COLLECTOR_EVENTS": "kvspread_collector_bpf_events_total",
     "COLLECTOR_DROPPED": "kvspread_collector_dropped_total",
+    "COLLECTOR_REQUEST_MODELS": "kvspread_collector_request_models_total",
     "EXTENDER_REQUESTS": "kvspread_extender_requests_total",
     "EXTENDER_REQUEST_DURATION": "kvspread_extender_request_duration_seconds",
     "EXTENDER_FILTER_FAILURES": "kvspread_extender_filter_failures_total",
