@@ -126,3 +126,10 @@ def test_the_recorded_refused_watch_stayed_within_the_backoff_bound() -> None:
         got = cap["parts"][part]
         assert got["requests"] <= bound * reflectors <= 40, got
         assert got["by verb and status"]["watch 403"] >= reflectors
+
+
+def test_the_recorded_burst_was_booked_where_the_real_scheduler_bound_it() -> None:
+    cap = capture("scheduler-burst")
+    assert cap["ledger bindings"] == {"as_booked": cap["pods"], "elsewhere": 0}
+    per_node = cap["pods per node"].values()
+    assert sum(per_node) == cap["pods"] == 24 and len(per_node) == cap["nodes"]
