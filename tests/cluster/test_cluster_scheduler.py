@@ -21,8 +21,9 @@ from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from tests.cluster.captures import record
 from tests.cluster.controlplane import ROOT, ControlPlane
 from tests.cluster.install import SERVICE_ACCOUNTS, install
+from tests.extender.test_extender_ledger_bindings import replica
 from tests.extender.uvicorn_server import serve_app
-from tests.fake_kube import make_node, make_pod
+from tests.fake_kube import make_node
 
 NODES = [f"sched-gpu-{i}" for i in range(4)]
 PODS = 24
@@ -77,14 +78,7 @@ def test_a_burst_of_ties_is_booked_where_the_real_scheduler_binds(cp: ControlPla
     try:
         with serve_app(running.app) as url, cp.scheduler(shipped_scheduler_config(url), sched_kc):
             for i in range(PODS):  # the burst: all pods at once
-                pod = make_pod(
-                    f"llm-{i}",
-                    "serving",
-                    gpus=1,
-                    labels={"kvspread.io/model": "llama"},
-                    annotations={"kvspread.io/gpu-memory": "20Gi"},
-                    scheduler_name="kvspread-scheduler",
-                )
+                pod = replica(i)  # the CI replay's replica: same labels, 20Gi, 1 GPU
                 pod["spec"]["automountServiceAccountToken"] = False
                 cp.create(_created(pod))
             deadline = time.monotonic() + WAIT_S
