@@ -133,3 +133,12 @@ def test_the_recorded_burst_was_booked_where_the_real_scheduler_bound_it() -> No
     assert cap["ledger bindings"] == {"as_booked": cap["pods"], "elsewhere": 0}
     per_node = cap["pods per node"].values()
     assert sum(per_node) == cap["pods"] == 24 and len(per_node) == cap["nodes"]
+
+
+def test_the_recorded_aggregator_answer_is_an_external_metric_value_list() -> None:
+    cap = capture("external-metrics-through-aggregator")
+    assert cap["APIService Available"] == "True" and cap["other user status"] == 403
+    assert cap["answer"]["kind"] == "ExternalMetricValueList"
+    apiservice = yaml.safe_load((ROOT / "manifests/metrics-adapter/apiservice.yaml").read_text())
+    group_version = f"{apiservice['spec']['group']}/{apiservice['spec']['version']}"
+    assert cap["answer"]["apiVersion"] == group_version
