@@ -147,3 +147,59 @@ def test_the_collector_role_is_what_the_collector_calls() -> None:
     assert ("", "nodes", "patch") not in base
     overlay = grants("manifests/collector/annotation-channel/rbac-annotation.yaml")
     assert annotation == overlay == {("", "nodes", "patch")}
+
+
+# The built-in ClusterRole/Role rules the adapter's bindings name (kube-apiserver's RBAC
+# bootstrap policy): only these two of their grants are used.
+BUILT_IN = {
+    "system:auth-delegator": {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    },
+    "extension-apiserver-authentication-reader": {("", "configmaps", "get")},
+}
+
+
+def test_the_adapter_roles_are_what_the_adapter_calls() -> None:
+    """The adapter reads the request-header ConfigMap and asks SubjectAccessReviews; both
+    come from the built-in roles its shipped bindings name (checked on a real 1.26 API
+    server by tests/cluster/test_cluster_rbac.py)."""
+    import time
+
+    from metrics_adapter.auth import (
+        Attributes,
+        SubjectAccessReviewAuthorizer,
+        UserInfo,
+        load_extension_apiserver_authentication,
+    )
+
+    api = seeded()
+    api.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+            "data": {"requestheader-allowed-names": '["front-proxy-client"]'},
+        }
+    )
+    try:
+        client = api_client(server=api.url)
+        load_extension_apiserver_authentication(client)
+        authz = SubjectAccessReviewAuthorizer(client, time.monotonic)
+        assert authz.authorize(UserInfo("u"), Attributes(resource="m", namespace="llm"))[0]
+        used = calls(api)
+    finally:
+        api.stop()
+    refs = {
+        doc["roleRef"]["name"]
+        for doc in yaml.safe_load_all((ROOT / "manifests/metrics-adapter/rbac.yaml").read_text())
+        if doc
+        and doc["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s.get("name") == "kvspread-adapter" for s in doc["subjects"])
+    }
+    assert refs == set(BUILT_IN)
+    assert used <= set().union(*BUILT_IN.values())
+    assert used == {
+        ("", "configmaps", "get"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
