@@ -80,14 +80,15 @@ def policy(cp: ControlPlane) -> Iterator[None]:
         assert time.monotonic() < deadline, "the policy never took effect"
         time.sleep(0.3)
     yield
-    cp.request(
-        "DELETE",
-        "/apis/admissionregistration.k8s.io/v1alpha1/validatingadmissionpolicybindings/kvspread-nodesignals-own-node",
-    )
-    cp.request(
-        "DELETE",
-        "/apis/admissionregistration.k8s.io/v1alpha1/validatingadmissionpolicies/kvspread-nodesignals-own-node",
-    )
+    base = "/apis/admissionregistration.k8s.io/v1alpha1"
+    cp.request("DELETE", f"{base}/validatingadmissionpolicybindings/{binding['metadata']['name']}")
+    cp.request("DELETE", f"{base}/validatingadmissionpolicies/{vap['metadata']['name']}")
+    # gone once the probe passes again: later tests write NodeSignals as the collector
+    deadline = time.monotonic() + WAIT_S
+    while _write_as(cp, probe).status_code >= 300:
+        assert time.monotonic() < deadline, "the policy outlived its deletion"
+        time.sleep(0.3)
+    cp.request("DELETE", f"{NS}/{probe['object']['metadata']['name']}")
 
 
 def test_the_policy_decides_each_recorded_case_on_a_real_server(
