@@ -252,7 +252,7 @@ class ControlPlane:
         while True:
             for proc in self.procs:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{proc.args[0]} exited: see {self.tmp}/*.log")
+                    raise RuntimeError(f"pid {proc.pid} exited: see {self.tmp}/*.log")
             try:
                 r = self.request("GET", "/readyz")
                 if r.status_code == 200:
@@ -413,11 +413,12 @@ class ControlPlane:
                 "name": md["name"],
                 "uid": md["uid"],
             }
-        return self.ok(
+        answer: dict[str, Any] = self.ok(
             "POST",
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
         )
+        return answer
 
     def kubeconfig(self, token: str, name: str) -> Path:
         """A kubeconfig file with this bearer token, for the parts' own kubernetes client."""

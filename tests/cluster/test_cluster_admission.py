@@ -118,7 +118,10 @@ def test_the_policy_decides_each_recorded_case_on_a_real_server(
 
 def _claims(token: str) -> dict[str, Any]:
     payload = token.split(".")[1]
-    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims: dict[str, Any] = json.loads(
+        base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    )
+    return claims
 
 
 def test_a_real_126_pod_token_names_no_node_so_the_policy_refuses_its_writes(
@@ -164,7 +167,8 @@ def test_a_real_126_pod_token_names_no_node_so_the_policy_refuses_its_writes(
     with pytest.raises(ApiException) as refused:
         NodeSignalsWriter(api_client(str(kc)), "gpu-1")(document("gpu-1"))
     assert refused.value.status == 403
-    assert "names no node" in json.loads(refused.value.body)["message"]
+    message = json.loads(refused.value.body or "{}")["message"]
+    assert "names no node" in message
     record(
         "pod-bound-token",
         {
@@ -173,7 +177,7 @@ def test_a_real_126_pod_token_names_no_node_so_the_policy_refuses_its_writes(
             "jwt kubernetes.io.pod keys": sorted(claims["pod"]),
             "own NodeSignals create with this token under the policy": {
                 "status": refused.value.status,
-                "message": json.loads(refused.value.body)["message"],
+                "message": message,
             },
         },
     )

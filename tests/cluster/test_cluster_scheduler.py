@@ -32,7 +32,7 @@ WAIT_S = 60.0
 
 def shipped_scheduler_config(url: str) -> dict[str, Any]:
     cm = yaml.safe_load((ROOT / "manifests/extender/configmap-scheduler.yaml").read_text())
-    cfg = yaml.safe_load(cm["data"]["config.yaml"])
+    cfg: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
     (ext,) = cfg["extenders"]
     ext["urlPrefix"] = url
     return cfg
