@@ -52,7 +52,8 @@ return $failed
 # export_tree GITDIR REV DEST: writes REV's tree into DEST (created), leaving out the blobs the
 # clone lacks (a partial or damaged clone) and listing them on stderr. Goes through a scratch
 # index, so it needs no work tree and leaves the clone's own index alone. Returns 0 even when
-# blobs were missing: the caller's build says whether it needed them.
+# blobs were missing: the caller's build says whether it needed them. Needs git 2.36+
+# (ls-tree --format).
 export_tree() {
   local g=$1 rev=$2 dest=$3 idx missing
   idx=$(mktemp)
