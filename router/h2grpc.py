@@ -78,6 +78,7 @@ _REFILL = 1 << 30  # give the peer its window back once this much arrived
 # a RST, which can destroy the GOAWAY before the peer has read it (RFC 9113 section 5.4.1 asks
 # the endpoint to send GOAWAY before closing).
 _LINGER_S = 2.0
+_CLOSE_WAIT_S = 1.0  # at stop, for the listening server's transports once all are cut
 _FRAME = struct.Struct(">IBI")  # (length << 8 | type), flags, stream id
 _MESSAGE_PREFIX = struct.Struct(">BI")  # gRPC: compressed flag, message length
 
@@ -1138,7 +1139,13 @@ class H2GrpcServer:
         for c in list(self._connections):
             if c.transport is not None:
                 c.transport.abort()
-        await server.wait_closed()
+        # Python 3.12+ waits here for every accepted transport, TLS handshakes in progress
+        # too, which are no _Connection yet and so were not cut above (up to the handshake
+        # timeout, 60 s): the wait is bounded
+        try:
+            await asyncio.wait_for(server.wait_closed(), _CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("connections still open after the drain")
 
 
 def server_tls(cert_file: str, key_file: str) -> ssl.SSLContext:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -309,23 +310,50 @@ def _check_free(host: str, port: int, key: str) -> None:
             ) from exc
 
 
+SIGNAL_POLL_S = 0.2
+"""The main thread waits for SIGTERM in slices this long. The kernel hands a signal sent to
+the process to any of its threads that does not block it; when that is not the main thread,
+CPython's C handler only sets a flag, and the Python handler runs once the main thread runs
+Python code again: a single blocking wait never would (issue 27: a SIGTERM that needed a
+second one)."""
+STOP_MARGIN_S = 15.0
+"""After the drain timeout, how long the rest of stopping (threads joined, sockets closed) may
+take before the process exits regardless, logging that it did."""
+
+
+def _exit_now(code: int, why: str, **kv: object) -> None:
+    """Leave at once: os._exit skips the interpreter's shutdown, which joins threads."""
+    log.error(why, extra={"kv": kv})
+    os._exit(code)
+
+
 def serve(cfg: RouterConfig) -> int:
-    """Run until SIGINT/SIGTERM."""
-    try:
-        router = Router(cfg).start()
-    except OSError as exc:
-        raise ConfigError(f"cannot start: {exc}") from exc
+    """Run until SIGINT/SIGTERM, then drain for `server.drain_timeout_s` and exit, within
+    STOP_MARGIN_S more whatever any peer or thread does; a second signal exits at once."""
     done = threading.Event()
     got: list[str] = []
 
     def _stop(signum: int, frame: object) -> None:
+        if got:  # the operator does not want to wait for the drain
+            _exit_now(128 + signum, "second signal: exiting without finishing the drain")
         got.append(signal.Signals(signum).name)
         done.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before start: a signal then stops it cleanly
         signal.signal(sig, _stop)
-    done.wait()
-    log.info("router stopping", extra={"kv": {"signal": got[0] if got else ""}})
+    try:
+        router = Router(cfg).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot start: {exc}") from exc
+    while not done.wait(SIGNAL_POLL_S):
+        pass
+    log.info("router stopping", extra={"kv": {"signal": got[0]}})
+    bound = cfg.server.drain_timeout_s + STOP_MARGIN_S
+    watchdog = threading.Timer(
+        bound, _exit_now, (1, "stopping took too long: exiting"), {"seconds": bound}
+    )
+    watchdog.daemon = True  # it outlives the interpreter's thread joins, not the process
+    watchdog.start()
     router.stop()
     log.info("router stopped")
     return 0

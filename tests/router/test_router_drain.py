@@ -2,7 +2,10 @@
 readiness NOT_SERVING at once, and the streams in flight, a response-phase SSE stream
 (FULL_DUPLEX_STREAMED both ways, the picker echoing the response body) and a slow upload,
 finish intact within `server.drain_timeout_s` (default 30 s); then the process exits 0. The
-tests hold the engine's stream and the client's upload on events, not on the clock."""
+tests hold the engine's stream and the client's upload on events, not on the clock; the
+upload's SIGTERM waits until the picker holds its first MiB (kvspread_router_body_held_bytes),
+so that the stream is in flight, not still on its way (a stream that reaches a draining
+picker is refused: the drain's rule, and the likely cause of this test's one failure in CI)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.router.conftest import picker_subprocess, wait
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
@@ -28,6 +32,15 @@ def _not_ready(http: str) -> bool:
         return httpx.get(f"{http}/readyz", timeout=2).status_code == 503
     except httpx.HTTPError:
         return False
+
+
+def _held(http: str) -> float:
+    """kvspread_router_body_held_bytes: request body bytes the picker holds now."""
+    text = httpx.get(f"{http}/metrics", timeout=2).text
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "kvspread_router_body_held_bytes":
+            return float(fam.samples[0].value)
+    raise AssertionError("kvspread_router_body_held_bytes not served")
 
 
 def test_sigterm_lets_a_response_phase_sse_stream_finish(tmp_path: Path) -> None:
@@ -96,7 +109,10 @@ def test_sigterm_lets_a_slow_upload_finish(tmp_path: Path) -> None:
                 )
                 sender.start()
                 assert half_sent.wait(30)
-                wait(lambda: engine.served() == 0 and proc.poll() is None)
+                # the picker holds the first MiB: its stream is in flight (a SIGTERM before
+                # the stream reached it would refuse the stream, which is the drain's rule)
+                wait(lambda: _held(http) >= 1 << 20, 30)
+                assert engine.served() == 0
                 proc.send_signal(signal.SIGTERM)
                 wait(lambda: _not_ready(http), 20)
                 go_on.set()
