@@ -148,6 +148,15 @@ def test_never_raises_on_any_bytes(data: bytes, complete: bool) -> None:
     assert isinstance(scan_model(data, complete), (str, Unseen))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["/v1/chat/completions", "/v2/models/{model}/generate_stream", "other"]),
+       st.binary(max_size=300))  # fmt: skip
+def test_request_model_never_raises(route: str, data: bytes) -> None:
+    for request in (data, b"POST /v2/models/" + data + b" HTTP/1.1\r\n\r\n" + data):
+        got = request_model(route, request)
+        assert isinstance(got, Unseen) or 0 < len(got) <= MAX_MODEL_BYTES
+
+
 def _ev(kind: HttpEventKind, ts: int, data: bytes, total: int | None = None) -> HttpEvent:
     return HttpEvent(
         kind=kind, ts_ns=ts, conn_id=1, tgid=100, fd=5, port=8000,
