@@ -4,15 +4,23 @@ adapter's real series store, OTLP source and rule provider on simulated time."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from kvspread import names
+from kvspread.clock import FakeClock
+from kvspread.quantity import parse_quantity
 from kvspread.settings import ConfigError
 from metrics_adapter.rules import default_rules, parse_rules, pressure_rule, trend_doc
+from metrics_adapter.server import AdapterThread
 from metrics_adapter.trend import Trend, predicted_rate, trend_term
 from simulator.serving.slis import AdapterSlis, ServiceMetrics
+from tests.metrics_adapter.adapter_otlp_payloads import gauge, histogram, request
+from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 
 PRESSURE = names.SLI_SLO_PRESSURE
+DUR = names.HTTP_SERVER_REQUEST_DURATION.name
+WAITING = names.ENGINE_REQUESTS_WAITING.name
 TREND = Trend("s", "l", "r", lead_s=120.0, capacity=2.0, max_growth=2.0, min_rise=0.1)
 
 
@@ -157,3 +165,43 @@ def test_bad_trends_name_the_key(
     ]  # fmt: skip
     with pytest.raises(ConfigError, match=key):
         parse_rules(docs)
+
+
+def test_the_trend_is_served_over_otlp_and_the_external_metrics_api(pki: Pki) -> None:
+    """Real OTLP protobuf (exact timestamps) into the running adapter, read back through
+    the external metrics REST API: the same ramp as above, `metricLabels.term` = trend."""
+    t0 = 1_800_000_000.0
+    rules = [
+        {"name": names.SLI_REQUESTS_PER_SECOND, "metric": DUR, "aggregation": "rate"},
+        {"name": names.SLI_REQUESTS_PER_SECOND_LONG, "metric": DUR, "aggregation": "rate",
+         "window": "5m"},
+        {"name": names.SLI_ENGINE_REPLICAS, "metric": WAITING, "aggregation": "last",
+         "combine": "count"},
+        {"name": names.SLI_QUEUE_DEPTH_PER_REPLICA, "metric": WAITING, "aggregation": "last",
+         "combine": "mean"},
+        pressure_rule(terms=((names.SLI_QUEUE_DEPTH_PER_REPLICA, 4.0),), classes=(),
+                      trend=trend_doc(120.0)),
+    ]  # fmt: skip
+    clock = FakeClock(t=t0 + 660)
+    with AdapterThread(base_config(pki, rules=rules), clock=clock) as a:
+        points, count = [], 0
+        for i in range(1, 133):  # every 5 s: 1 req/s for 600 s, then 3 req/s
+            count += 5 if i <= 120 else 15
+            points.append((t0, t0 + 5 * i, [count, 0], {names.ATTR_HTTP_STATUS: 200}))
+        res = {names.ATTR_K8S_NAMESPACE: "llm", names.ATTR_SERVICE_NAME: "chat"}
+        for pod in ("chat-0", "chat-1"):
+            body = request(
+                {**res, names.ATTR_K8S_POD: pod},
+                [gauge(WAITING, [(t0 + 660, 0.0, {})])]
+                + ([histogram(DUR, points, [1.0])] if pod == "chat-0" else []),
+            ).SerializeToString()
+            r = httpx.post(f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics", content=body,
+                           headers={"content-type": "application/x-protobuf"})  # fmt: skip
+            assert r.status_code == 200, r.text
+        with api_client(pki, a) as c:
+            r = c.get(f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{PRESSURE}",
+                      params={"labelSelector": "service=chat"}, headers=hpa_headers())  # fmt: skip
+    assert r.status_code == 200, r.text
+    (item,) = r.json()["items"]
+    assert item["metricLabels"]["term"] == "trend"
+    assert float(parse_quantity(item["value"])) == pytest.approx(1.25, rel=0.05)
