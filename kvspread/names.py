@@ -339,6 +339,8 @@ SLI_TTFT_P95: Final = "kvspread_time_to_first_token_p95_seconds"
 SLI_TPOT_P95: Final = "kvspread_time_per_output_token_p95_seconds"
 SLI_QUEUE_DEPTH_PER_REPLICA: Final = "kvspread_queue_depth_per_replica"
 SLI_SLO_PRESSURE: Final = "kvspread_slo_pressure"
+SLI_REQUESTS_PER_SECOND_LONG: Final = "kvspread_requests_per_second_long"
+SLI_ENGINE_REPLICAS: Final = "kvspread_engine_replicas"
 """max(TTFT p95 / target, TPOT p95 / target, queue per replica / target, KV usage / target):
 scale with a Value target of 1 (issue 25)."""
 SLI_NAMES: Final = (
@@ -353,6 +355,8 @@ SLI_NAMES: Final = (
     SLI_TTFT_P95,
     SLI_TPOT_P95,
     SLI_QUEUE_DEPTH_PER_REPLICA,
+    SLI_REQUESTS_PER_SECOND_LONG,
+    SLI_ENGINE_REPLICAS,
     SLI_SLO_PRESSURE,
 )
 

@@ -32,6 +32,7 @@ from metrics_adapter.errors import (
 from metrics_adapter.rules import Pressure, Rule
 from metrics_adapter.selectors import Selector
 from metrics_adapter.sources.base import Source
+from metrics_adapter.trend import TERM_LABEL, predicted_rate, trend_term
 from metrics_adapter.values import MetricValue
 
 __all__ = ["ExternalMetricsProvider", "RuleProvider"]
@@ -138,6 +139,9 @@ class RuleProvider:
             used.extend(values)
             if best is None or value / target > best[0]:
                 best = (value / target, term)
+        trend = self._trend(pressure, namespace, selector, service, used)
+        if trend is not None and (best is None or trend > best[0]):
+            best = (trend, TERM_LABEL)
         if best is None:
             if not matched:
                 return []
@@ -159,6 +163,39 @@ class RuleProvider:
                 labels,
             )
         ]
+
+    def _trend(
+        self,
+        pressure: Pressure,
+        namespace: str,
+        selector: Selector,
+        service: str | None,
+        used: list[MetricValue],
+    ) -> float | None:
+        """The predictive term (metrics_adapter.trend), None when off or left out: an input
+        without a fresh value, a rate that does not rise, no replica serving."""
+        t = pressure.trend
+        if t is None:
+            return None
+        got: list[float] = []
+        inputs: list[MetricValue] = []
+        for name in (t.short, t.long, t.replicas):
+            try:
+                values = self.read(namespace, name, selector)
+            except NoFreshData:
+                return None
+            if not values:
+                return None
+            got.append(max(v.value for v in values))
+            inputs.extend(values)
+        short, long, replicas = got
+        ahead = predicted_rate(
+            short, long, self.rules[t.short].window, self.rules[t.long].window, t
+        )
+        term = trend_term(ahead, replicas, pressure.capacity_for(service))
+        if term is not None:
+            used.extend(inputs)
+        return term
 
     def get_external_metric(
         self, namespace: str, name: str, selector: Selector

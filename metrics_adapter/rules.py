@@ -18,7 +18,8 @@ A rule (YAML, under `rules:` in the adapter config) names one external metric::
       numerator:                    # ratio: which part of the population is counted
         metric: http.server.request.duration        # default: the rule's metric
         match: {http.response.status_code: "5.."}
-      combine: sum                  # last: how gauges of several series combine: sum|mean|max|min
+      combine: sum                  # last: how gauges of several series combine:
+                                    #   sum|mean|max|min|count (count: how many series)
       clusterWide: false            # true: series from every namespace are visible
       extrapolation: none           # none | prometheus (rate edge extrapolation, see sli.py)
       staleness: 2m                 # newer data than this or the value is not served
@@ -41,6 +42,17 @@ ceil(replicas x pressure) replicas::
       services:                     # service -> its class and its own targets
         chat: {class: realtime, kvspread_time_to_first_token_p95_seconds: 1}
       serviceLabel: service         # the selector label that names the service
+      trend:                        # optional, off unless given: the predictive term
+        short: kvspread_requests_per_second       # a rate rule (the current rate)
+        long: kvspread_requests_per_second_long   # the same rate over a longer window
+        replicas: kvspread_engine_replicas        # serving replicas (last, combine count)
+        lead: 2m                    # how far ahead: a replica's start + warm-up (<= 10m)
+        capacity: 2                 # requests/s per replica at pressure 1
+        maxGrowth: 2                # the prediction is at most this x the current rate
+        minRise: 0.1                # the term is left out unless short > long x (1 + this)
+
+A service's `trendCapacity` (under `services:`) replaces `capacity`. The trend term is
+predicted rate / (replicas x capacity), metricLabels.term `trend` (metrics_adapter.trend).
 
 A term without a fresh value is left out (no traffic, no TTFT); a term whose quantile is
 refused refuses the whole pressure (the HPA then keeps its replicas); no term with a value
@@ -65,6 +77,7 @@ from typing import Any, Final
 
 from kvspread import names
 from kvspread.settings import ConfigError
+from metrics_adapter.trend import MAX_GROWTH, MAX_LEAD_S, Trend
 
 __all__ = [
     "Rule",
@@ -82,10 +95,12 @@ __all__ = [
     "DEFAULT_PRESSURE_TERMS",
     "DEFAULT_PRESSURE_CLASSES",
     "pressure_rule",
+    "trend_doc",
+    "TREND_LONG_WINDOWS",
 ]
 
 AGGREGATIONS: Final = ("quantile", "rate", "ratio", "good-rate", "last", "slo-pressure")
-COMBINES: Final = ("sum", "mean", "max", "min")
+COMBINES: Final = ("sum", "mean", "max", "min", "count")
 DEFAULT_WINDOW_S: Final = 60.0
 """docs/design.md section 6: windows default to 1 min."""
 DEFAULT_STALENESS_S: Final = 120.0
@@ -95,6 +110,9 @@ DEFAULT_MAX_RELATIVE_BUCKET_WIDTH: Final = 2.0
 smallest value the truth can have): the widest
 the collector's own bounds (docs/metrics.md) and the semantic-convention bounds ever give
 above their first bucket, e.g. (10, 30] at 10 s (docs/adapter.md, "Coarse histograms")."""
+TREND_LONG_WINDOWS: Final = 5
+"""The long request-rate window of the default rules (`kvspread_requests_per_second_long`)
+in windows: 5 min at the default 1 min, the trend term's baseline (metrics_adapter.trend)."""
 DEFAULT_GOOD_THRESHOLD_S: Final = 0.2
 """The design notes' HPA example counts requests faster than 0.2 s as good."""
 DEFAULT_PRESSURE_TERMS: Final = (
@@ -145,6 +163,15 @@ class Pressure:
     services: tuple[tuple[str, str | None, tuple[tuple[str, float], ...]], ...] = ()
     """(service, its SLO class or None, its own targets)."""
     service_label: str = "service"
+    trend: Trend | None = None
+    """The predictive term (None: off)."""
+    trend_capacity: tuple[tuple[str, float], ...] = ()
+    """(service, its `trendCapacity`)."""
+
+    def capacity_for(self, service: str | None) -> float:
+        """Requests/s per replica at pressure 1 for `service` (the trend term's divisor)."""
+        assert self.trend is not None
+        return dict(self.trend_capacity).get(service or "", self.trend.capacity)
 
     def targets_for(self, service: str | None) -> dict[str, float]:
         """term -> target for `service`: defaults, then its class's, then its own."""
@@ -250,10 +277,11 @@ def _str_map(value: Any, key: str, check_regex: bool = False) -> tuple[tuple[str
 _RULE_KEYS: Final = {
     "name", "source", "metric", "query", "aggregation", "quantile", "threshold", "window",
     "labels", "match", "numerator", "combine", "clusterWide", "cluster_wide", "extrapolation",
-    "staleness", "maxRelativeBucketWidth", "terms", "classes", "services", "serviceLabel",
+    "staleness", "maxRelativeBucketWidth", "terms", "classes", "services", "serviceLabel", "trend",
 }  # fmt: skip
 _PRESSURE_KEYS: Final = {"name", "aggregation", "terms", "classes", "services", "serviceLabel",
-                         "window", "staleness"}  # fmt: skip
+                         "window", "staleness", "trend"}  # fmt: skip
+_TREND_KEYS: Final = {"short", "long", "replicas", "lead", "capacity", "maxGrowth", "minRise"}
 MAX_PRESSURE_TERMS: Final = 16
 """Terms one pressure rule may read (each is one more rule evaluation per read)."""
 MAX_PRESSURE_SERVICES: Final = 1000
@@ -266,7 +294,7 @@ def _targets(value: Any, key: str, allow_class: bool = False) -> tuple[tuple[str
         raise ConfigError(f"{key}: want a mapping of rule name -> target, got {value!r}")
     out = []
     for term, target in value.items():
-        if allow_class and term == "class":
+        if allow_class and term in ("class", "trendCapacity"):
             continue
         if not isinstance(term, str) or not _METRIC_NAME.match(term):
             raise ConfigError(f"{key}: {term!r} is not a rule name")
@@ -319,17 +347,73 @@ def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
     label = doc.get("serviceLabel", "service")
     if not isinstance(label, str) or not label:
         raise ConfigError(f"{key}.serviceLabel: want a selector label name, got {label!r}")
-    return Pressure(terms, classes, tuple(services), label)
+    trend = _trend(doc["trend"], f"{key}.trend") if doc.get("trend") is not None else None
+    capacities = []
+    for svc, v in raw_services.items():
+        if "trendCapacity" in v:
+            if trend is None:
+                raise ConfigError(f"{key}.services.{svc}.trendCapacity: the rule has no trend")
+            capacities.append((str(svc), _positive(v["trendCapacity"],
+                                                   f"{key}.services.{svc}.trendCapacity")))  # fmt: skip
+    return Pressure(terms, classes, tuple(services), label, trend, tuple(capacities))
+
+
+def _positive(value: Any, key: str, most: float = math.inf) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= most
+    ):
+        raise ConfigError(f"{key}: want a number > 0 and <= {most:g}, got {value!r}")
+    return float(value)
+
+
+def _no_unknown_keys(doc: Mapping[str, Any], known: set[str], key: str) -> None:
+    unknown = sorted(set(map(str, doc)) - known)
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key (known: {', '.join(sorted(known))})")
+
+
+def _trend(doc: Any, key: str) -> Trend:
+    """The `trend:` mapping of an slo-pressure rule (metrics_adapter.trend)."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{key}: want a mapping (short, long, replicas, lead, capacity)")
+    _no_unknown_keys(doc, _TREND_KEYS, key)
+    refs = []
+    for k in ("short", "long", "replicas"):
+        v = doc.get(k)
+        if not isinstance(v, str) or not _METRIC_NAME.match(v):
+            raise ConfigError(f"{key}.{k}: want a rule name, got {v!r}")
+        refs.append(v)
+    lead = parse_duration(doc.get("lead", 120.0), f"{key}.lead")
+    if lead > MAX_LEAD_S:
+        raise ConfigError(f"{key}.lead: at most {MAX_LEAD_S:g} s, got {lead:g}")
+    min_rise = doc.get("minRise", 0.1)
+    if (
+        isinstance(min_rise, bool)
+        or not isinstance(min_rise, int | float)
+        or not 0 <= min_rise < 10
+    ):
+        raise ConfigError(f"{key}.minRise: want a number in [0, 10), got {min_rise!r}")
+    growth = _positive(doc.get("maxGrowth", 2.0), f"{key}.maxGrowth", MAX_GROWTH)
+    if growth < 1:
+        raise ConfigError(f"{key}.maxGrowth: want a number >= 1, got {growth:g}")
+    return Trend(
+        short=refs[0],
+        long=refs[1],
+        replicas=refs[2],
+        lead_s=lead,
+        capacity=_positive(doc.get("capacity", 2.0), f"{key}.capacity"),
+        max_growth=growth,
+        min_rise=float(min_rise),
+    )
 
 
 def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{key}: want a mapping, got {doc!r}")
-    unknown = sorted(set(map(str, doc)) - _RULE_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{key}.{unknown[0]}: unknown key (known: {', '.join(sorted(_RULE_KEYS))})"
-        )
+    _no_unknown_keys(doc, _RULE_KEYS, key)
     name = doc.get("name")
     if not isinstance(name, str) or not _METRIC_NAME.match(name):
         raise ConfigError(f"{key}.name: {name!r} is not a valid metric name ([A-Za-z0-9_.:-])")
@@ -344,7 +428,7 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
             ),
             pressure=_pressure(doc, key),
         )
-    for k in ("terms", "classes", "services", "serviceLabel"):
+    for k in ("terms", "classes", "services", "serviceLabel", "trend"):
         if k in doc:
             raise ConfigError(f"{key}.{k}: only aggregation slo-pressure takes {k}")
     source = doc.get("source", "otlp")
@@ -467,6 +551,29 @@ def parse_rules(
                 raise ConfigError(f"{key}[{i}].terms.{term}: no rule of that name")
             if by_name[term].aggregation == "slo-pressure":
                 raise ConfigError(f"{key}[{i}].terms.{term}: a term cannot be a pressure rule")
+        trend = r.pressure.trend if r.pressure else None
+        if trend is not None:
+            for k, ref in (
+                ("short", trend.short),
+                ("long", trend.long),
+                ("replicas", trend.replicas),
+            ):
+                if ref not in by_name:
+                    raise ConfigError(f"{key}[{i}].trend.{k}: no rule named {ref!r}")
+                ref_rule = by_name[ref]
+                if (
+                    k != "replicas"
+                    and ref_rule.aggregation != "rate"
+                    and ref_rule.source != "promql"
+                ):
+                    raise ConfigError(f"{key}[{i}].trend.{k}: {ref!r} is not a rate rule")
+                if by_name[ref].aggregation == "slo-pressure":
+                    raise ConfigError(f"{key}[{i}].trend.{k}: cannot be a pressure rule")
+            if by_name[trend.long].window <= by_name[trend.short].window:
+                raise ConfigError(
+                    f"{key}[{i}].trend.long: {trend.long!r} needs a longer window than "
+                    f"{trend.short!r} ({by_name[trend.short].window:g} s)"
+                )
     return tuple(out)
 
 
@@ -474,15 +581,35 @@ def pressure_rule(
     services: Mapping[str, Mapping[str, Any]] | None = None,
     terms: Sequence[tuple[str, float]] = DEFAULT_PRESSURE_TERMS,
     classes: Sequence[tuple[str, Sequence[tuple[str, float]]]] = DEFAULT_PRESSURE_CLASSES,
+    trend: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `kvspread_slo_pressure` rule as YAML would give it; `services` maps a service to
-    `{class: realtime, <term>: target, ...}`."""
-    return {
+    `{class: realtime, <term>: target, trendCapacity: ..., ...}`; `trend` (None: off) is
+    its `trend:` mapping, see `trend_doc`."""
+    doc: dict[str, Any] = {
         "name": names.SLI_SLO_PRESSURE,
         "aggregation": "slo-pressure",
         "terms": dict(terms),
         "classes": {c: dict(t) for c, t in classes},
         "services": {s: dict(v) for s, v in (services or {}).items()},
+    }
+    if trend is not None:
+        doc["trend"] = dict(trend)
+    return doc
+
+
+def trend_doc(lead_s: float, capacity: float = 2.0, max_growth: float = 2.0,
+              min_rise: float = 0.1) -> dict[str, Any]:  # fmt: skip
+    """A `trend:` mapping on the default rules: the 1 min and 5 min request rates and the
+    engine pods reporting their queue."""
+    return {
+        "short": names.SLI_REQUESTS_PER_SECOND,
+        "long": names.SLI_REQUESTS_PER_SECOND_LONG,
+        "replicas": names.SLI_ENGINE_REPLICAS,
+        "lead": lead_s,
+        "capacity": capacity,
+        "maxGrowth": max_growth,
+        "minRise": min_rise,
     }
 
 
@@ -541,6 +668,18 @@ def default_rules(
             "metric": names.ENGINE_REQUESTS_WAITING.name,
             "aggregation": "last",
             "combine": "mean",
+        },
+        {
+            "name": names.SLI_REQUESTS_PER_SECOND_LONG,
+            "metric": dur,
+            "aggregation": "rate",
+            "window": TREND_LONG_WINDOWS * window,
+        },
+        {
+            "name": names.SLI_ENGINE_REPLICAS,
+            "metric": names.ENGINE_REQUESTS_WAITING.name,
+            "aggregation": "last",
+            "combine": "count",
         },
         dict(pressure) if pressure is not None else pressure_rule(),
     ]

@@ -271,6 +271,8 @@ class OtlpSource:
             v = math.fsum(nums) / len(nums)
         elif rule.combine == "max":
             v = max(nums)
+        elif rule.combine == "count":  # series with a value: e.g. the engine pods reporting
+            v = float(len(nums))
         else:
             v = min(nums)
         return v, max(s.last_time() for s in used), used

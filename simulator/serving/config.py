@@ -22,11 +22,13 @@ from extender.config import ScoringConfig
 from kvspread.names import (
     SLI_KV_CACHE_USAGE,
     SLI_QUEUE_DEPTH_PER_REPLICA,
+    SLI_REQUESTS_PER_SECOND,
     SLI_TPOT_P95,
     SLI_TTFT_P95,
 )
 from kvspread.settings import bounded, invalid, load
-from metrics_adapter.rules import pressure_rule
+from metrics_adapter.rules import pressure_rule, trend_doc
+from metrics_adapter.trend import MAX_LEAD_S
 from simulator.serving.slis import sli_names
 
 __all__ = [
@@ -295,6 +297,14 @@ class PressureSpec:
     """Waiting requests per replica at pressure 1."""
     kv_usage: float = 0.9
     """Mean KV-cache usage at pressure 1."""
+    trend_lead_s: float = 0.0
+    """The predictive term's lead, seconds (metrics_adapter.trend; 0: off, the default,
+    docs/evaluation.md section 3). Its capacity per replica is each service's
+    request-rate target, the one the `request-rate` autoscaler divides by."""
+    trend_max_growth: float = 2.0
+    """The predicted rate is at most this times the current one (>= 1)."""
+    trend_min_rise: float = 0.1
+    """The term is left out unless the 1 min rate exceeds the 5 min one by this fraction."""
 
 
 @dataclass(frozen=True)
@@ -697,7 +707,15 @@ class SimConfig:
                     raise invalid(
                         f"{where}.metrics[{i}].metric", "one of " + ", ".join(METRICS), m.metric
                     )
-        bounded(self, *(f"pressure.{f}" for f in vars(self.pressure)), above=0)
+        trend_keys = ("trend_lead_s", "trend_min_rise")
+        bounded(self, *(f"pressure.{f}" for f in vars(self.pressure) if f not in trend_keys),
+                above=0)  # fmt: skip
+        bounded(self, *(f"pressure.{f}" for f in trend_keys), at_least=0)
+        bounded(self, "pressure.trend_max_growth", at_least=1)
+        if self.pressure.trend_lead_s > MAX_LEAD_S:
+            raise invalid(
+                "pressure.trend_lead_s", f"at most {MAX_LEAD_S:g}", self.pressure.trend_lead_s
+            )
         for name in self.services:
             bounded(self, f"services.{name}.ttft_target_s", f"services.{name}.tpot_target_s",
                     at_least=0)  # fmt: skip
@@ -747,8 +765,16 @@ class SimConfig:
                 own[SLI_TTFT_P95] = spec.ttft_target_s
             if spec.tpot_target_s > 0:
                 own[SLI_TPOT_P95] = spec.tpot_target_s
+            if p.trend_lead_s > 0:
+                rate = [m.value for m in spec.metrics if m.metric == SLI_REQUESTS_PER_SECOND]
+                own["trendCapacity"] = rate[0] if rate else MetricTarget().value
             services[name] = own
-        return pressure_rule(services, terms, classes)
+        trend = (
+            trend_doc(p.trend_lead_s, max_growth=p.trend_max_growth, min_rise=p.trend_min_rise)
+            if p.trend_lead_s > 0
+            else None
+        )
+        return pressure_rule(services, terms, classes, trend)
 
     def scoring_config(self) -> ScoringConfig:
         """The kvspread policy's `extender.config.ScoringConfig`."""

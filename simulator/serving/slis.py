@@ -74,8 +74,10 @@ class AdapterSlis:
         pressure: Mapping[str, Any] | None = None,
     ) -> None:
         self.now = 0.0
-        self.store = SeriesStore(retention=window_s + 30.0, max_series=1_000_000)
         rules = default_rules(window_s, good_threshold=good_threshold_s, pressure=pressure)
+        # as the adapter's Config.retention: the longest window (the 5 min rate) plus 30 s
+        retention = max(r.window for r in rules) + 30.0
+        self.store = SeriesStore(retention=retention, max_series=1_000_000)
         self.provider = RuleProvider(rules, {"otlp": OtlpSource(self.store, lambda: self.now)})
 
     def push(self, points: list[Point], t: float) -> None:

@@ -75,10 +75,14 @@ def _word(sure: bool, point: bool) -> str:
 
 
 def checks(
-    rows: Sequence[Mapping[str, Any]], policy: str = "kvspread", baseline_policy: str | None = None
+    rows: Sequence[Mapping[str, Any]],
+    policy: str = "kvspread",
+    baseline_policy: str | None = None,
+    baselines: Sequence[str] = BASELINES,
 ) -> list[Check]:
-    """One `Check` per baseline autoscaler present beside `policy` + slo, the baselines
-    under `baseline_policy` (default: the same placement); first routing policy only."""
+    """One `Check` per baseline autoscaler (of `baselines`) present beside `policy` + slo,
+    the baselines under `baseline_policy` (default: the same placement); first routing
+    policy only."""
     routing = rows[0]["routing"] if rows else None
     by: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
     for r in rows:
@@ -88,7 +92,7 @@ def checks(
     if not mine:
         return []
     out = []
-    for name in BASELINES:
+    for name in baselines:
         other = by.get((baseline_policy or policy, name), {})
         seeds = sorted(set(mine) & set(other))
         if not seeds:
@@ -133,12 +137,15 @@ def _ci(v: tuple[float, float, float], unit: str, fmt: str = "+.2f") -> str:
 
 
 def markdown(
-    rows: Sequence[Mapping[str, Any]], policy: str = "kvspread", baseline_policy: str | None = None
+    rows: Sequence[Mapping[str, Any]],
+    policy: str = "kvspread",
+    baseline_policy: str | None = None,
+    baselines: Sequence[str] = BASELINES,
 ) -> list[str]:
     """One table and the goals per baseline, as Markdown lines."""
     lines: list[str] = []
     other = baseline_policy or policy
-    for c in checks(rows, policy, baseline_policy):
+    for c in checks(rows, policy, baseline_policy, baselines):
         lines += [
             f"### {policy} + slo against {other} + {c.baseline} ({c.seeds} seeds)",
             "",

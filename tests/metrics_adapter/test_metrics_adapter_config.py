@@ -21,7 +21,8 @@ def test_default_rules_serve_every_design_sli() -> None:
     assert by[names.SLI_GOOD_REQUESTS_PER_SECOND].threshold == 0.2
     assert by[names.SLI_QUEUE_DEPTH].metric == names.ENGINE_REQUESTS_WAITING.name
     assert by[names.SLI_KV_CACHE_USAGE].metric == names.KV_CACHE_USAGE.name
-    assert all(r.window == 60 for r in rules)
+    long = names.SLI_REQUESTS_PER_SECOND_LONG  # the trend term's baseline: 5 windows
+    assert all(r.window == 60 for r in rules if r.name != long) and by[long].window == 300
     assert ("llm.modality", "modality") in by[names.SLI_ERROR_RATIO].labels
 
 
@@ -164,7 +165,8 @@ def test_flags_env_and_file_layering() -> None:
     assert cfg.secure_port == 7443 and cfg.otlp_port == 14318
     assert cfg.requestheader_allowed_names == ("front-proxy-client", "aggregator")
     assert cfg.authorization_mode == "AlwaysAllow"
-    assert all(r.window == 30 for r in cfg.rules)
+    long = names.SLI_REQUESTS_PER_SECOND_LONG
+    assert all(r.window == (150 if r.name == long else 30) for r in cfg.rules)
 
 
 def test_cli_reports_config_errors(tmp_path, capsys) -> None:

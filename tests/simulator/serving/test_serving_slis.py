@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvspread import names
+from kvspread.settings import ConfigError
 from metrics_adapter import sli
 from metrics_adapter.rules import default_rules
 from simulator.serving.config import METRICS
@@ -112,3 +113,17 @@ def test_ttft_tpot_and_pressure_over_the_adapters_rules() -> None:
         docs.observe_tpot(0.03)
     docs.push(10.0, [])
     assert docs.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(0.04875 / 0.12)
+
+
+def test_the_trend_term_is_off_unless_a_lead_is_given() -> None:
+    """pressure.trend_lead_s (issue 25 point 4): 0 keeps the rule without `trend`; a lead
+    adds it with each service's request-rate target as its capacity; bounds name the key."""
+    from simulator.serving.config import config_from_mapping
+
+    assert "trend" not in config_from_mapping({}).pressure_rule()
+    rule = config_from_mapping({"pressure": {"trend_lead_s": 90}}).pressure_rule()
+    assert rule["trend"]["lead"] == 90
+    assert all("trendCapacity" in own for own in rule["services"].values())
+    for bad in ({"trend_lead_s": 601}, {"trend_lead_s": -1}, {"trend_max_growth": 0.5}):
+        with pytest.raises(ConfigError, match=f"pressure.{next(iter(bad))}"):
+            config_from_mapping({"pressure": bad})
