@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import subprocess
 import sys
@@ -64,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.blis_compare import Done, Figures, Row, figures, table, tolerance, within
+from bench.blis_router import BlisLeastLoaded
 from bench.blis_trace import (
     StreamRequest,
     block_hashes,
@@ -168,6 +170,12 @@ class Setup:
     api_overheads: bool = True
     tree: bool = False
     """Our requests carry the Mooncake trace's full block tree (BLIS still the flat groups)."""
+    kv_alloc: str = "step"
+    ll_load: str = "ours"
+    """Our least-loaded router's count: `ours` (requests in the engine, once) or `blis`
+    (BLIS's EffectiveLoad, bench/blis_router.py)."""
+    """When our engines take KV blocks (config.CostModel.kv_alloc): `step`, for each step's
+    scheduled tokens as vLLM V1 and BLIS do, or `prompt`, the whole prompt at admission."""
 
     @property
     def alphas_s(self) -> tuple[float, float, float]:
@@ -183,7 +191,12 @@ def our_config(setup: Setup, span_s: float) -> SimConfig:
         "duration_s": max(span_s, 1.0),
         "warmup_s": 0.0,
         "gpu": H100,
-        "cost": {"max_num_seqs": 256, "chunk_tokens": 2048, **COSTS[setup.costs]},
+        "cost": {
+            "max_num_seqs": 256,
+            "chunk_tokens": 2048,
+            "kv_alloc": setup.kv_alloc,
+            **COSTS[setup.costs],
+        },
         "cluster": {"nodes": 1, "gpus_per_node": setup.replicas, "slots_per_gpu": 1},
         "background": {"gpu_fraction": 0.0},
         "models": {"llama-3.1-8b": MODEL},
@@ -243,8 +256,26 @@ def mooncake_stream(
     return keep, bounds
 
 
+@dataclass(frozen=True)
+class Extra:
+    """What the table leaves out: preemptions and, for ours, the hit rate as vLLM counts it."""
+
+    preemptions: int
+    vllm_hit_rate: float = math.nan
+    """Prompt tokens found cached over prompt tokens looked up, first admissions only: a
+    preempted request's lookups are counted apart (vLLM PrefixCacheStats.record)."""
+
+
 def run_ours(setup: Setup, stream: Sequence[StreamRequest], routing: str) -> tuple[Figures, int]:
     """The serving simulation on `stream`; returns its figures and requests not done."""
+    f, left, _ = run_ours_extra(setup, stream, routing)
+    return f, left
+
+
+def run_ours_extra(
+    setup: Setup, stream: Sequence[StreamRequest], routing: str
+) -> tuple[Figures, int, Extra]:
+    """`run_ours`, and its preemptions and vLLM-counted hit rate."""
     span = max((s.arrival_s for s in stream), default=0.0) + 1.0
     cfg = our_config(setup, span)
     a0, a1, a2 = setup.alphas_s
@@ -259,9 +290,11 @@ def run_ours(setup: Setup, stream: Sequence[StreamRequest], routing: str) -> tup
     sim = Simulation(
         cfg, "kube-default", setup.seed, requests=reqs, autoscaler="none", routing=ROUTINGS[routing]
     )
+    if routing == "least-loaded" and setup.ll_load == "blis":
+        sim.router = BlisLeastLoaded(a0, setup.seed)
     sim.run()
     done: list[Done] = []
-    hit = allocated = 0
+    hit = allocated = first_hit = first_query = 0
     bt = cfg.cost.block_tokens
     for r in reqs:
         if r.status != "ok":
@@ -270,10 +303,16 @@ def run_ours(setup: Setup, stream: Sequence[StreamRequest], routing: str) -> tup
         ttft = r.first_token - arrival + a2
         e2e = r.finish - arrival + a2 * r.out + a1
         done.append(Done(arrival, ttft, e2e, r.out))
-        # BLIS's rate: cached blocks over all blocks a request takes (prompt and output)
+        # BLIS's rate (KVCacheState CacheHits / (CacheHits + CacheMisses)): blocks found
+        # cached over all blocks taken, prompt and output, on every admission (so a
+        # preempted request's re-prefill counts its own blocks found again)
         hit += r.prefix_hit_tokens // bt
-        allocated += -(-(r.prompt + r.out) // bt)
-    return figures(done, hit / allocated if allocated else 0.0), len(reqs) - len(done)
+        allocated += r.prefix_hit_tokens // bt + r.kv_blocks_new
+        if r.block_hashes:
+            first_hit += r.prefix_hit_tokens - r.prefix_rehit_tokens
+            first_query += r.prompt
+    extra = Extra(sum(r.preemptions for r in reqs), first_hit / first_query if first_query else 0.0)
+    return figures(done, hit / allocated if allocated else 0.0), len(reqs) - len(done), extra
 
 
 def run_blis(
@@ -283,9 +322,9 @@ def run_blis(
     routing: str,
     blocks: int,
     work: Path,
-) -> tuple[Figures, int]:
-    """BLIS replaying `stream` (written as TraceV2 into `work`); its figures and the
-    requests it did not finish."""
+) -> tuple[Figures, int, Extra]:
+    """BLIS replaying `stream` (written as TraceV2 into `work`); its figures, the
+    requests it did not finish and its preemptions."""
     header, data = write_tracev2(stream, work / "trace")
     results = work / "results.json"
     span_us = int((max(s.arrival_s for s in stream) + 3600.0) * 1e6)
@@ -316,7 +355,10 @@ def run_blis(
         for r in json.loads(results.read_text(encoding="utf-8"))
         if r.get("e2e_us", 0) > 0
     ]  # fmt: skip
-    return figures(done, hit_rate), len(stream) - len(done)
+    # BLIS prints preemptions per completed request (sim/cluster/metrics.go)
+    m = re.search(r"Preemption Rate:\s*([0-9.eE+-]+)", proc.stdout)
+    preempt = round(float(m.group(1)) * len(done)) if m else 0
+    return figures(done, hit_rate), len(stream) - len(done), Extra(preempt)
 
 
 Stream = tuple[str, int, str, list[StreamRequest]]
@@ -389,6 +431,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="leave out BLIS's per-request API overheads (alpha) in both",
     )
+    ap.add_argument(
+        "--kv-alloc",
+        choices=("step", "prompt"),
+        default="step",
+        help="when our engines take KV blocks: each step's tokens (vLLM V1, BLIS; default) "
+        "or the whole prompt at admission (the serving simulation's default)",
+    )
+    ap.add_argument(
+        "--ll-load",
+        choices=("ours", "blis"),
+        default="ours",
+        help="what our least-loaded router counts: requests in the engine (default) or "
+        "BLIS's EffectiveLoad (queue + batch + in flight, random ties; bench/blis_router.py)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)  # fmt: skip
     if not 0 <= args.spread_ms <= 1000:
@@ -410,6 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.seed,
         not args.no_api_overheads,
         args.mooncake_tree,
+        args.kv_alloc,
+        args.ll_load,
     )
     span = 120.0 if args.quick else FULL_S
     try:
@@ -421,14 +479,22 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"tokens; costs {setup.costs}; prefix caching "
           f"{'off in both (no shared prefixes)' if not setup.prefix_cache else 'on in both'}"
           f"{' (ours: the Mooncake block tree)' if setup.tree else ''}; "
+          f"our KV allocation per {setup.kv_alloc}, least-loaded counting {setup.ll_load}; "
           f"streams of {span:g} s\n")  # fmt: skip
     rows: list[Row] = []
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="blis-crosscheck-") as tmp:
         for stream_name, li, load, raw in streams:
             stream = spread_ties(raw, args.spread_ms / 1000.0)
             for routing in routings:
-                ours, ours_left = run_ours(setup, stream, routing)
-                theirs, blis_left = run_blis(args.blis, setup, stream, routing, blocks, Path(tmp))
+                ours, ours_left, ox = run_ours_extra(setup, stream, routing)
+                theirs, blis_left, bx = run_blis(
+                    args.blis, setup, stream, routing, blocks, Path(tmp)
+                )
+                notes.append(f"- {stream_name} {load} {routing}: preemptions {ox.preemptions} "
+                             f"/ {bx.preemptions}; ours excluding re-prefills of preempted "
+                             f"requests (vLLM's prefix_cache_hits / queries): "
+                             f"{ox.vllm_hit_rate:.3f} of prompt tokens")  # fmt: skip
                 if ours_left or blis_left:
                     print(f"{stream_name} {load} {routing}: not finished: ours {ours_left}, "
                           f"BLIS {blis_left} of {len(stream)}")  # fmt: skip
@@ -437,6 +503,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{stream_name} {load} {routing}: {len(stream)} requests, "
                       f"{'outside: ' + ', '.join(off) if off else 'within'}", file=sys.stderr)  # fmt: skip
     print(table(rows))
+    print("\nPreemptions (ours / BLIS) and our hit rate as vLLM counts it (BLIS's output has "
+          "no per-request hits):")  # fmt: skip
+    print("\n".join(notes))
     bad = [r for r in rows if within(r)]
     print(f"\n{len(rows) - len(bad)} of {len(rows)} rows within tolerance")
     return 0 if not bad else 1

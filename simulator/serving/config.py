@@ -116,6 +116,15 @@ class CostModel:
     # BLIS's fit gives decode compute no weight (beta2a 0). False reproduces that.
     mixed_decode_compute: bool = True
     """A mixed step computes its decode tokens like prompt tokens (false: they cost no compute, BLIS's fit)."""
+    # When an engine takes a request's KV blocks: `prompt` reserves the whole prompt at
+    # admission (this simulator's model so far; an admitted prompt never runs short);
+    # `step` takes blocks only for the tokens each step schedules and makes a prompt's
+    # blocks findable as its chunks compute, as vLLM V1 does (Scheduler.schedule ->
+    # KVCacheManager.allocate_slots(request, num_new_tokens), which caches the full
+    # blocks up to num_computed + num_new tokens), so more long prompts run at once and
+    # a pool that runs short preempts more (docs/serving-simulation.md, BLIS).
+    kv_alloc: str = "prompt"
+    """When an engine takes a request's KV blocks: prompt (all at admission) or step (each step's scheduled tokens, vLLM V1)."""
     decode_d0_ms: float = 2.0
     """Fixed cost of one decode step d0, ms."""
     eta: float = 0.85
@@ -654,6 +663,8 @@ class SimConfig:
             raise invalid(
                 "cost.prefill_attn_context", "chunk or prompt", self.cost.prefill_attn_context
             )
+        if self.cost.kv_alloc not in ("prompt", "step"):
+            raise invalid("cost.kv_alloc", "prompt or step", self.cost.kv_alloc)
         positive = ("cost.prefill_tok_s", "cost.eta", "gpu.hbm_gib", "gpu.bandwidth_tb_s")
         bounded(self, *positive, "arrivals.rate_rps", "arrivals.cv", above=0)
         if not self.services:

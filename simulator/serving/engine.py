@@ -9,6 +9,12 @@ for their whole prompt and a sequence slot (max_num_seqs) are free. Prompts are
 prefilled in chunks of `chunk_tokens` minus the step's decode tokens; a request's images
 are encoded, one after the other, in the step where its prefill starts.
 
+With `cost.kv_alloc: step` blocks are taken as vLLM V1 takes them: each step, for the
+tokens it schedules (a running prompt's next chunk grows its blocks like a decode token
+does, and a shortage preempts the newest the same way), and admission needs room for the
+first chunk only, within the step's token budget; a prompt's blocks are cached as each
+chunk computes.
+
 A request whose context can never fit in the pool fails with status "oom-kv" (the only
 OOM a paged engine has: vLLM's "exceeds the capacity of block_manager").
 
@@ -97,6 +103,7 @@ class Engine:
         self._per_token = model.kv_bytes_per_token / kv_bandwidth(cost, gpu) / speedup
         self._per_seq = cost.step_seq_us * 1e-6 / speedup
         self._attn_chunk = cost.prefill_attn_context == "chunk"
+        self._per_step = cost.kv_alloc == "step"
 
     # ---- state the router, the metrics and the signals read ----
     @property
@@ -156,6 +163,24 @@ class Engine:
         if add:
             req.held = (*req.held, *add)
 
+    def _take(self, r: Request, blocks: int) -> None:
+        """The request now holds `blocks` engine blocks (its new ones come from the pool)."""
+        if blocks > r.blocks:
+            self.used_blocks += blocks - r.blocks
+            r.kv_blocks_new += blocks - r.blocks
+            r.blocks = blocks
+
+    def _chunks(self, prefill: list[Request], budget: int) -> list[tuple[Request, int]]:
+        """The step's prefill chunks: FCFS over the running prompts within `budget` tokens."""
+        out: list[tuple[Request, int]] = []
+        for r in prefill:
+            if budget <= 0:
+                break
+            take = min(r.need_prefill - r.done_prefill, budget)
+            out.append((r, take))
+            budget -= take
+        return out
+
     def _preempt(self, victim: Request) -> None:
         self.running.remove(victim)
         self._free(victim)
@@ -177,14 +202,21 @@ class Engine:
         shortage.
 
         Returns (preempted, blocks the decoding sequences need this step); after a
-        preemption nothing is admitted this step.
+        preemption nothing is admitted this step. With per-step allocation the running
+        prompts' next chunks are grown (and counted) too.
         """
         preempted = False
         while True:
             need = 0
+            decode = 0
             for r in self.running:
                 if r.done_prefill >= r.need_prefill:
                     need += blocks_for(r.ctx + 1, self.block) - r.blocks
+                    decode += 1
+            if self._per_step:
+                prefill = [r for r in self.running if r.done_prefill < r.need_prefill]
+                for r, take in self._chunks(prefill, self.cost.chunk_tokens - decode):
+                    need += max(0, blocks_for(r.done_prefill + take, self.block) - r.blocks)
             if self.used_blocks + need <= self.pool_blocks:
                 break
             victim = self.running[-1]
@@ -199,8 +231,17 @@ class Engine:
         return preempted, need
 
     def _admit(self, failed: list[Request], reserved: int) -> None:
-        """Admit FCFS while blocks (beyond the `reserved` decode growth) and slots last."""
+        """Admit FCFS while blocks (beyond the `reserved` decode growth) and slots last
+        (per-step allocation: and the step's token budget, vLLM V1's `token_budget > 0`)."""
+        budget = first = 0
+        if self._per_step:
+            decode = sum(1 for r in self.running if r.done_prefill >= r.need_prefill)
+            prefill = [r for r in self.running if r.done_prefill < r.need_prefill]
+            budget = self.cost.chunk_tokens - decode
+            budget -= sum(t for _, t in self._chunks(prefill, budget))
         while self.waiting and len(self.running) < self.cost.max_num_seqs:
+            if self._per_step and budget <= 0:
+                return
             head = self.waiting[0]
             if head.need_prefill == 0:
                 head.need_prefill = head.prompt + head.gen
@@ -216,9 +257,14 @@ class Engine:
                     limit = (head.need_prefill - 1) // self.block
                     sizes = block_sizes(head.block_ends, self.block)
                     k, hit, revive = self.prefix.match(head.block_hashes, sizes, limit)
+            if self._per_step:  # blocks for the cached prefix and the first chunk only
+                first = min(head.need_prefill - hit * self.block, budget)
+                need = blocks_for(hit * self.block + first, self.block)
             take = need - hit + revive  # private blocks + cached ones taken back into use
             if self.used_blocks + reserved + take > self.pool_blocks:
                 return
+            if self._per_step:
+                budget -= first
             self.waiting.popleft()
             if k:
                 assert self.prefix is not None
@@ -229,8 +275,11 @@ class Engine:
             if head.block_hashes:
                 head.prefix_query_tokens += head.need_prefill
                 head.prefix_hit_tokens += hit * self.block
+                if head.preemptions:
+                    head.prefix_rehit_tokens += hit * self.block
             head.done_prefill = hit * self.block
             head.blocks = need
+            head.kv_blocks_new += need - hit
             head.admitted = True
             self.used_blocks += take
             self.running.append(head)
@@ -264,28 +313,22 @@ class Engine:
         self.seg_decode = decode
         live = sum(r.ctx + 1 for r in decode)
         if prefill:
-            budget = self.cost.chunk_tokens - len(decode)
-            chunks: list[tuple[Request, int]] = []
+            chunks = self._chunks(prefill, self.cost.chunk_tokens - len(decode))
             encode = 0.0
             tokens = 0
             attn = 0.0  # sum of T (s + T/2) over the chunks (costmodel.mixed_step_s)
-            for r in prefill:
-                if budget <= 0:
-                    break
-                take = min(r.need_prefill - r.done_prefill, budget)
+            for r, take in chunks:
                 if not r.encoded:
                     r.encoded = True
                     encode += self._encode_s(r)
-                chunks.append((r, take))
                 before = r.done_prefill if self._attn_chunk else r.need_prefill
                 attn += take * (before + take / 2.0)
-                budget -= take
                 tokens += take
+                if self._per_step:  # the chunk's blocks (room checked by _grow_running)
+                    self._take(r, blocks_for(r.done_prefill + take, self.block))
             # decode sequences reserve their next block now
             for r in decode:
-                nb = blocks_for(r.ctx + 1, self.block)
-                self.used_blocks += nb - r.blocks
-                r.blocks = nb
+                self._take(r, blocks_for(r.ctx + 1, self.block))
             self._trim()
             step = mixed_step_s(
                 self.cost, self.gpu, self.model, tokens, len(decode), live, len(chunks), attn
@@ -392,12 +435,11 @@ class Engine:
         for r in self.seg_decode:
             r.ctx += k
             r.gen += k
-            nb = blocks_for(r.ctx, blk)
-            if nb > r.blocks:  # decode segments take their blocks when they end
-                self.used_blocks += nb - r.blocks
-                r.blocks = nb
+            self._take(r, blocks_for(r.ctx, blk))  # decode segments take blocks at their end
         for r, take in self.seg_chunks:
             r.done_prefill += take
+            if self._per_step and r.done_prefill < r.need_prefill:
+                self._cache_blocks(r, r.done_prefill)  # vLLM V1 caches full blocks per chunk
             if r.done_prefill >= r.need_prefill:
                 r.ctx = r.need_prefill
                 if r.gen == 0:

@@ -65,6 +65,10 @@ class Request:
     shared: int = 0  # engine blocks of those (counted once in the pool, not per request)
     prefix_query_tokens: int = 0  # prompt tokens looked up, summed over its admissions
     prefix_hit_tokens: int = 0  # of those, found cached (not prefilled)
+    # of those, found on admissions after a preemption (vLLM counts these apart:
+    # PrefixCacheStats.preempted_hits, vllm/v1/metrics/stats.py)
+    prefix_rehit_tokens: int = 0
+    kv_blocks_new: int = 0  # engine blocks newly taken (not hit), over all its admissions
     images_prefix: int = 0  # images inside the cached prefix: no encoder output needed
     images_encoder_hits: int = 0  # images whose encoder output was still cached
     images_encoded: int = 0  # images encoded
