@@ -522,6 +522,12 @@ ROUTER_BODY_REFUSALS: Final = MetricDescriptor(
     "counter",
     "Request bodies refused over a body budget, by code (413 request budget, 429 total)",
 )
+ROUTER_SERVED_ELSEWHERE: Final = MetricDescriptor(
+    "kvspread_router_served_elsewhere_total",
+    "{request}",
+    "counter",
+    "Requests the gateway reports served by another pool endpoint than the one picked",
+)
 
 # --- llm-d's endpoint-picker families, served beside the router's own (router/llmdmetrics.py).
 # Names, types and labels are llm-d-router's (pkg/epp/metrics/llm_d_router_metrics.go), so

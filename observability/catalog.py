@@ -429,6 +429,14 @@ _ROUTER: Final = (
         "`server.max_body_bytes`) or 429 (over the total budget, `server.max_bodies_bytes`). "
         "Both series are served from the start, at 0.",
     ),
+    _router(
+        names.ROUTER_SERVED_ELSEWHERE,
+        (),
+        "Requests the gateway reported served by another pool endpoint than the one picked "
+        "(a retry down the fallback list); their load was moved to the endpoint that served. "
+        "Counts only when the gateway sends the response headers (docs/router.md, Served "
+        "endpoint).",
+    ),
 )
 
 _LLMD_SOURCE: Final = (

@@ -19,6 +19,8 @@ kvspread_router_body_held_bytes                 gauge: request body bytes held n
     the total budget (server.max_bodies_bytes)
 kvspread_router_body_refusals_total{code}       counter: bodies refused over a budget, 413
     (the request's) or 429 (the total)
+kvspread_router_served_elsewhere_total          counter: requests the gateway reported
+    served by another pool endpoint than the one picked (their load moved there)
 (the cache and body series are brought up to date when /metrics is read, not per request;
 the names are declared in kvspread/names.py, catalogued in observability/catalog.py)
 """
@@ -69,6 +71,7 @@ class RouterMetrics:
         self.kv_events = counter(names.ROUTER_KV_EVENTS, "outcome")
         self.body_held = gauge(names.ROUTER_BODY_HELD)
         self.body_refusals = counter(names.ROUTER_BODY_REFUSALS, "code")
+        self.served_elsewhere = counter(names.ROUTER_SERVED_ELSEWHERE)
         for code in BODY_REFUSAL_CODES:  # served at 0 from the start, so rate() has a base
             self.body_refusals.labels(code)
         self._seen: dict[tuple[int, str], float] = {}

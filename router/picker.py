@@ -196,6 +196,7 @@ class Picker:
         if target is None:
             return False  # served by something outside the pool (a FailOpen route)
         self.endpoints.move_pick(chosen, target, req, outcome.kv_tokens)
+        self.metrics.served_elsewhere.inc()
         with self._lock:
             self.served_elsewhere += 1
             kept = self._explain.get(outcome.request_id)

@@ -57,7 +57,7 @@ __all__ = [
     "REASONS",
 ]
 
-REASONS = ("context", "cache", "score", "saturated", "stale", "no-endpoint", "shed")
+REASONS = ("context", "cache", "score", "saturated", "stale", "no-endpoint", "shed", "steered")
 """Why an endpoint was picked (or none): the `reason` label of the picks metric."""
 
 

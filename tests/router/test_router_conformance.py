@@ -130,6 +130,8 @@ def test_with_the_hooks_the_header_steers_and_the_answer_echoes_who_served() -> 
     (echo,) = h.on_message(_response_headers(attribute="10.0.0.1:8000"))
     assert _set_headers(echo) == {SERVED_HEADER: "10.0.0.1:8000"}
     assert picker.served_elsewhere == 1
+    metric = "kvspread_router_served_elsewhere_total"
+    assert picker.metrics.registry.get_sample_value(metric) == 1.0
     assert picker.explain("r1")["served_by"] == "10.0.0.1:8000"  # type: ignore[index]
     h, _ = _handler(hooks=True)
     (refused,) = h.on_message(_request_headers(**{SELECTION_HEADER: "10.0.0.9"}))

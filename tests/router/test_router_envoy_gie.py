@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from router.conformance import SELECTION_HEADER, SERVED_HEADER
@@ -112,6 +113,8 @@ def test_the_load_goes_to_the_endpoint_that_served() -> None:
         assert decision["destination"] == steer
         assert decision["served_by"] == gw.addr("text-1")
         assert gw.router.picker.served_elsewhere == before + 1
+        scraped = httpx.get(f"http://127.0.0.1:{gw.router.http_port}/metrics", timeout=5).text
+        assert f"kvspread_router_served_elsewhere_total {before + 1}.0" in scraped
         # served where picked: nothing moves
         rid = "served-where-picked-1"
         resp = post(gw, chat(), rid=rid, **{SELECTION_HEADER: gw.addr("text-0")})
