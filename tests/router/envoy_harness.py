@@ -171,6 +171,7 @@ def bootstrap(
             {
                 "timeout": "1s",
                 "interval": "1s",
+                "no_traffic_interval": "1s",  # else 60 s until the cluster has had traffic
                 "unhealthy_threshold": 1,
                 "healthy_threshold": 1,
                 "grpc_health_check": {"service_name": PICKER_HEALTH_SERVICE},

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from router.run import Router
+from tests.router.conftest import router_config
 from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
 from tests.router.fake_engine import FakeEngine
 
@@ -48,10 +50,7 @@ def _send(pod: FakeEngine, **options: object) -> tuple[Counter[int], int, dict[s
     envoy = Envoy(bootstrap(_dead_port(), [pod.address], **options))  # type: ignore[arg-type]
     try:
         if options.get("picker_health_check"):
-            deadline = time.monotonic() + 30
-            while envoy.healthy("picker") != [False]:  # until its check has failed
-                assert time.monotonic() < deadline, "the picker never failed its health check"
-                time.sleep(0.1)
+            _wait_health(envoy, False)  # until its check has failed
         before = pod.served()
         statuses = Counter(
             httpx.post(
@@ -99,3 +98,55 @@ def test_duplex_fail_open_opens_with_a_health_checked_picker(pod: FakeEngine) ->
 def test_fail_close_refuses_in_both_modes(pod: FakeEngine, mode: str, checked: bool) -> None:
     statuses, reached, _ = _send(pod, fail_open=False, body_mode=mode, picker_health_check=checked)
     assert set(statuses) == {500} and reached == 0, statuses
+
+
+def _wait_health(envoy: Envoy, healthy: bool) -> None:
+    deadline = time.monotonic() + 30
+    while envoy.healthy("picker") != [healthy]:
+        assert time.monotonic() < deadline, f"the picker's health never became {healthy}"
+        time.sleep(0.1)
+
+
+def test_a_health_checked_picker_is_used_again_when_it_is_back(pod: FakeEngine) -> None:
+    """Up: the picker routes (its header reaches the pod); down: FailOpen serves every
+    request without it; up again on the same port: the picker routes again. Each phase
+    starts once the change shows in a request: the first routed request, or the first
+    stream Envoy fails for want of a healthy picker (`upstream_cx_none_healthy`). Until
+    then, a moment after the admin API shows the failed check, Envoy can still try the
+    dead picker and answer the duplex 500 (seen: one request, in a few of some 30 runs)."""
+    port = _dead_port()
+    cfg = router_config([pod.address], server={"grpc_port": port})
+    envoy = Envoy(bootstrap(port, [pod.address], fail_open=True, picker_health_check=True))
+
+    def send() -> tuple[int, str | None]:
+        resp = httpx.post(envoy.url + "/v1/chat/completions", content=BODY, timeout=30)
+        if resp.status_code != 200:
+            return resp.status_code, None
+        return 200, pod.requests[-1][1].get("x-gateway-destination-endpoint")
+
+    def none_healthy() -> int:
+        url = envoy.admin + "/stats?format=json&filter=picker.upstream_cx_none_healthy$"
+        return int(httpx.get(url, timeout=5).json()["stats"][0]["value"])
+
+    def settle(healthy: bool, want: tuple[int, str | None]) -> None:
+        _wait_health(envoy, healthy)
+        deadline = time.monotonic() + 30
+        seen = none_healthy()
+        while True:
+            got = send()
+            if got == want and (healthy or none_healthy() > seen):
+                break
+            assert time.monotonic() < deadline, f"never {want} with the picker healthy={healthy}"
+            time.sleep(0.1)
+        assert [send() for _ in range(5)] == [want] * 5
+
+    try:
+        for _ in range(2):
+            router = Router(cfg).start()
+            try:
+                settle(True, (200, pod.address))
+            finally:
+                router.stop()
+            settle(False, (200, None))
+    finally:
+        envoy.stop()
