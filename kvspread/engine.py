@@ -20,6 +20,7 @@ it is. The rest of the scrape is used. A sample's name still counts for engine d
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -409,13 +410,23 @@ def scrape(
     """GET an engine's metrics endpoint and parse it. A caller that scrapes often passes
     its own `client` (building one loads the CA bundle: milliseconds of CPU each time).
 
-    Raises EngineParseError for garbage and httpx.HTTPError for transport failures.
+    `timeout_s` bounds each connect and read, and the body as a whole (as Prometheus's
+    scrape_timeout does): an engine that sends its body a byte at a time, each within the
+    read timeout, would otherwise hold the scrape, and the picker's round or the
+    collector's loop with it, for as long as it likes.
+
+    Raises EngineParseError for garbage, TimeoutError for a body not complete in time and
+    httpx.HTTPError for other transport failures.
     """
     if client is None:
         import httpx
 
         with httpx.Client(timeout=timeout_s) as own:
-            return scrape(url, engine=engine, model=model, max_bytes=max_bytes, client=own)
+            return scrape(
+                url, engine=engine, model=model, timeout_s=timeout_s, max_bytes=max_bytes,
+                client=own,
+            )  # fmt: skip
+    deadline = time.monotonic() + timeout_s
     with client.stream("GET", url, headers={"Accept": "text/plain"}, timeout=timeout_s) as resp:
         resp.raise_for_status()
         body = bytearray()
@@ -423,4 +434,6 @@ def scrape(
             body += chunk
             if len(body) > max_bytes:
                 raise EngineParseError(f"metrics body over {max_bytes} bytes")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"metrics body not complete within {timeout_s:g} s")
     return parse_engine_metrics(body.decode("utf-8", "replace"), engine, model)

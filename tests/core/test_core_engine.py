@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -203,6 +204,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         name = self.path.strip("/")
+        if name == "trickle":  # a byte at a time, each well within any read timeout
+            self.send_response(200)
+            self.send_header("Content-Length", str(1 << 20))
+            self.end_headers()
+            for _ in range(TRICKLE_BYTES):
+                try:
+                    self.wfile.write(b"#")
+                    self.wfile.flush()
+                except OSError:
+                    return  # the client gave up: what the test wants
+                time.sleep(0.05)
+            return
         if name == "garbage":
             body, code = b"\x00\xff<html>oops</html>{{{", 200
         elif (FIXTURES / name).is_file():
@@ -230,6 +243,18 @@ def engine_server() -> Iterator[str]:
 def test_scrape_each_engine_over_http(engine_server: str, name: str) -> None:
     (s,) = scrape(f"{engine_server}/{name}")
     _check(s, EXPECTED[name])
+
+
+TRICKLE_BYTES = 400
+"""What the trickling engine sends at most (then it ends the answer short), so that its
+thread ends even when a scrape does not give up."""
+
+
+def test_a_body_that_trickles_is_cut_at_the_scrape_timeout(engine_server: str) -> None:
+    """Each byte comes well within the read timeout, so only a bound on the whole body ends
+    the scrape (before, it lasted as long as the engine kept sending)."""
+    with pytest.raises(TimeoutError, match="not complete within 0.3 s"):
+        scrape(f"{engine_server}/trickle", timeout_s=0.3)
 
 
 def test_scrape_failures(engine_server: str) -> None:
