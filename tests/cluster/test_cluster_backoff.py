@@ -2,7 +2,8 @@
 grants list but not watch (so every watch gets 403 after a good list), and the extender's
 and collector's own reflectors under it for 30 s. The server's audit log counts what they
 sent; each part stays within the backoff's bound (kvspread.kube.Backoff.max_requests: 12 per
-reflector in 30 s), under the issue's 40, where the old loop made 840."""
+reflector in 30 s), under the issue's 40, where the old loop made 840; and the collector's
+readiness reports its Kubernetes source down with the refusal (point 6)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,13 @@ def test_a_refused_watch_costs_a_bounded_number_of_requests(
             r.start()
         thread.start()
         time.sleep(WINDOW_S)  # the window whose requests are counted, not a timing assertion
+        # the collector's readiness names the failing Kubernetes source (issue 26, point 6);
+        # between a good list and the refused watch it is up for a moment: wait that out
+        deadline = time.monotonic() + 10
+        while agent.state.sources["kubernetes"].up:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        kube_source = agent.state.sources["kubernetes"]
     finally:
         for r in extender.reflectors:
             r.stop()
@@ -100,6 +108,7 @@ def test_a_refused_watch_costs_a_bounded_number_of_requests(
         assert codes.get("list 200", 0) >= n, codes
         assert len(events) <= per_reflector * n <= 40, codes
     assert all(r.stats.state != "watching" for r in extender.reflectors)
+    assert "pod watch failed" in kube_source.reason and "403" in kube_source.reason, kube_source
     record(
         "refused-watch-requests",
         {
@@ -107,6 +116,10 @@ def test_a_refused_watch_costs_a_bounded_number_of_requests(
             "bound per reflector (Backoff.max_requests)": per_reflector,
             "parts": {
                 k: {kk: vv for kk, vv in v.items() if kk != "first"} for k, v in counts.items()
+            },
+            "collector readiness, source kubernetes": {
+                "up": kube_source.up,
+                "reason": kube_source.reason[:200],
             },
         },
     )

@@ -126,6 +126,8 @@ def test_the_recorded_refused_watch_stayed_within_the_backoff_bound() -> None:
         got = cap["parts"][part]
         assert got["requests"] <= bound * reflectors <= 40, got
         assert got["by verb and status"]["watch 403"] >= reflectors
+    ready = cap["collector readiness, source kubernetes"]
+    assert ready["up"] is False and "pod watch failed" in ready["reason"]
 
 
 def test_the_recorded_burst_was_booked_where_the_real_scheduler_bound_it() -> None:
