@@ -15,7 +15,6 @@ import platform
 import signal
 import socket
 import struct
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from router.extproc import PROCESS_PATH
 from tests.router.conftest import picker_subprocess, wait
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-HEADERS, DATA, SETTINGS = 0x1, 0x0, 0x4
+HEADERS, DATA, SETTINGS, PING = 0x1, 0x0, 0x4, 0x6
 END_HEADERS = 0x4
 EXIT_BOUND_S = 30.0
 """How long the test waits for the exit (a drain of 1 s, then the cut): a hang, not a figure."""
@@ -56,9 +55,22 @@ def _connect(port: int) -> socket.socket:
     return s
 
 
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        got = s.recv(n - len(out))
+        assert got, "the picker closed the connection"
+        out += got
+    return out
+
+
 def idle_h2(port: int) -> socket.socket:
+    """An HTTP/2 connection the picker has taken (its SETTINGS came), then never read."""
     s = _connect(port)
     s.sendall(PREFACE + frame(SETTINGS, 0, 0))
+    head = _recv_exactly(s, 9)
+    assert head[3] == SETTINGS
+    _recv_exactly(s, int.from_bytes(head[:3], "big"))
     return s
 
 
@@ -70,8 +82,13 @@ def stalled_upload(port: int) -> socket.socket:
          (":authority", "picker"), ("content-type", "application/grpc"), ("te", "trailers")]
     )  # fmt: skip
     msg = b"\x00" + struct.pack(">I", 1 << 20) + b"\x0a" * 10
-    s.sendall(frame(HEADERS, END_HEADERS, 1, block) + frame(DATA, 0, 1, msg))
-    return s
+    ping = frame(PING, 0, 0, b"stalled!")
+    s.sendall(frame(HEADERS, END_HEADERS, 1, block) + frame(DATA, 0, 1, msg) + ping)
+    while True:  # frames are read in order: the PING's ACK means the stream was taken
+        head = _recv_exactly(s, 9)
+        body = _recv_exactly(s, int.from_bytes(head[:3], "big"))
+        if head[3] == PING and head[4] & 0x1 and body == b"stalled!":
+            return s
 
 
 def silent_tcp(port: int) -> socket.socket:
@@ -79,8 +96,10 @@ def silent_tcp(port: int) -> socket.socket:
 
 
 def metrics_keepalive(http_port: int) -> socket.socket:
+    """A scrape answered (its status line read), the connection then kept open."""
     s = _connect(http_port)
-    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: picker\r\n\r\n")  # answered; then kept open
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: picker\r\n\r\n")
+    assert _recv_exactly(s, 12) == b"HTTP/1.1 200"
     return s
 
 
@@ -101,7 +120,6 @@ def test_sigterm_cuts_peers_that_never_finish_after_the_drain_timeout(
         for make in (idle_h2, stalled_upload, silent_tcp):
             held.enter_context(make(grpc_port))
         held.enter_context(metrics_keepalive(http_port))
-        time.sleep(0.2)  # the picker has read what the peers sent (no assertion rests on it)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(EXIT_BOUND_S) == 0
 
