@@ -22,6 +22,7 @@ the picker's own start is counted.
 
     python bench/router_start.py                         # both servers, 7 starts each
     python bench/router_start.py --grpc-servers h2 --repeat 15
+    python bench/router_start.py --endpoints pool        # an InferencePool, fake kube-apiserver
 
 Target (issue 27 point 6): pick under 1.5 s.
 """
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -45,7 +47,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from router.extproc import SERVICE  # noqa: E402
-from tests.ports import free_port  # noqa: E402
+from tests.fake_kube import FakeKubeApi, make_node  # noqa: E402
+from tests.ports import free_port, port_free_on  # noqa: E402
+from tests.router.conftest import GROUP_VERSION, pool, ready_pod  # noqa: E402
 from tests.router.fake_engine import FakeEngine  # noqa: E402
 from tests.router.test_router_extproc import CHAT, DUPLEX, body_msgs, headers_msg  # noqa: E402
 
@@ -64,9 +68,30 @@ def picker_command(config: Path, grpc_port: int, http_port: int, kind: str) -> l
     ]  # fmt: skip
 
 
-def write_config(path: Path, endpoint: str) -> Path:
-    path.write_text(f"endpoints:\n  static: [{endpoint!r}]\nscoring:\n  fallbacks: 0\n")
+def write_config(path: Path, endpoint: str, api_server: str | None = None) -> Path:
+    """Static endpoints, or (api_server given) the InferencePool llm/qwen-vl watched there."""
+    if api_server is None:
+        where = f"endpoints:\n  static: [{endpoint!r}]\n"
+    else:
+        where = (
+            f"pool: {{name: qwen-vl, namespace: llm}}\nkubernetes: {{api_server: {api_server}}}\n"
+        )
+    path.write_text(where + "scoring:\n  fallbacks: 0\n")
     return path
+
+
+def fake_cluster(stack: ExitStack) -> tuple[str, str]:
+    """A fake kube-apiserver (tests/fake_kube.py) holding an InferencePool and one Ready pod
+    whose engine runs on 127.0.0.2; (its URL, the pod's endpoint address)."""
+    port = port_free_on(["127.0.0.2"])
+    engine = FakeEngine("pod-0", host="127.0.0.2", port=port).start()
+    stack.callback(engine.stop)
+    api = stack.enter_context(FakeKubeApi())
+    api.register_kind(GROUP_VERSION, "InferencePool", "inferencepools", True)
+    api.put(make_node("gpu-1"))
+    api.put(pool(port, {"app": "vllm"}))
+    api.put(ready_pod("pod-0", "127.0.0.2", "gpu-1", {"app": "vllm"}))
+    return api.url, engine.address
 
 
 def _accepts(port: int) -> bool:
@@ -155,29 +180,38 @@ def main() -> int:
     ap.add_argument("--grpc-servers", default="h2,grpcio", help="kinds, comma-separated")
     ap.add_argument("--repeat", type=int, default=7, help="starts per kind (default 7)")
     ap.add_argument("--poll", type=float, default=0.005, help="seconds between tries")
+    ap.add_argument(
+        "--endpoints",
+        choices=("static", "pool"),
+        default="static",
+        help="static endpoints in the YAML (default), or an InferencePool on a fake "
+        "kube-apiserver (the picker imports the Kubernetes client and lists the pool first)",
+    )
     args = ap.parse_args()
     kinds = [k for k in args.grpc_servers.split(",") if k]
     if args.repeat < 1 or not kinds or set(kinds) - {"h2", "grpcio"}:
         ap.error("--repeat >= 1 and --grpc-servers from h2,grpcio")
-    engine = FakeEngine("e0").start()
-    tmp = tempfile.TemporaryDirectory(prefix="router-start-")
-    config = write_config(Path(tmp.name) / "router.yaml", engine.address)
-    try:
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="router-start-"))
+        if args.endpoints == "pool":
+            api_server, address = fake_cluster(stack)
+        else:
+            engine = FakeEngine("e0").start()
+            stack.callback(engine.stop)
+            api_server, address = None, engine.address
+        config = write_config(Path(tmp) / "router.yaml", address, api_server)
         print(
-            f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.repeat} starts per "
-            f"kind, seconds from fork (median / p90 / max)"
+            f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.endpoints} "
+            f"endpoints, {args.repeat} starts per kind, seconds from fork (median / p90 / max)"
         )
         print(f"{'server':8} {'listen':>22} {'pick':>22} {'ready':>22} {'cpu@pick':>22}")
         for kind in kinds:
-            runs = [one_start(config, engine.address, kind, args.poll) for _ in range(args.repeat)]
+            runs = [one_start(config, address, kind, args.poll) for _ in range(args.repeat)]
             cols = []
             for i in range(4):
                 xs = [r[i] for r in runs]
                 cols.append(f"{statistics.median(xs):6.3f} /{_p(xs, 0.9):6.3f} /{max(xs):6.3f}")
             print(f"{kind:8} " + " ".join(f"{c:>22}" for c in cols))
-    finally:
-        engine.stop()
-        tmp.cleanup()
     return 0
 
 
