@@ -1,7 +1,7 @@
 """Side by side with BLIS: the same requests through the serving simulation and BLIS.
 
     python3 bench/blis_crosscheck.py --blis build/blis/blis [--quick] [--mooncake PATH]
-        [--no-prefix-cache | --mooncake-tree]
+        [--no-prefix-cache | --mooncake-tree] [--kv-alloc step|prompt] [--ll-load ours|blis]
 
 BLIS (github.com/inference-sim/inference-sim, Apache-2.0; build it with tools/blis/) is a
 discrete-event simulator of vLLM clusters whose authors report 7-9 % median error against
@@ -36,15 +36,23 @@ in the engine queue (alpha0 later) and twice after (EffectiveLoad = QueueDepth +
 + InFlightRequests, sim/routing.go), so requests arriving together pile onto one replica;
 the Mooncake trace's timestamps are whole milliseconds and most requests share one.
 `--spread-ms MS --no-api-overheads` spreads them and drops alpha, which removes that
-effect (docs/serving-simulation.md has both tables).
+effect (docs/serving-simulation.md has both tables); `--ll-load blis` gives our
+least-loaded router BLIS's count instead (bench/blis_router.py).
+
+KV blocks (`--kv-alloc`): BLIS, like vLLM V1's scheduler, takes blocks each step for the
+tokens it schedules (a new request: its first chunk's), so more long prompts run at once
+and a short pool preempts more; our engines do the same with `step` (the default here,
+config.CostModel.kv_alloc), `prompt` is the serving simulation's default (a whole prompt
+reserved at admission). Each row also prints both simulators' preemptions and our hit rate
+as vLLM counts it (a preempted request's lookups apart), which BLIS's output cannot give.
 
 Prefix caching is on in both (BLIS has no switch for it: its KV cache always keys
 full prompt blocks by a hash chain and reuses them; the serving simulation's engines
 cache blocks of requests that carry block_hashes, simulator.serving.prefixcache): our
 requests get a hash chain over their 16-token blocks equal where the flat TraceV2 groups
 give BLIS the same tokens (bench/blis_trace.py block_hashes), so both share exactly the
-same prefixes. Both hit rates are BLIS's: blocks found cached over blocks allocated
-(prompt and output blocks; BLIS's KVCacheState.CacheHitRate). `--no-prefix-cache` drops
+same prefixes. Both hit rates are BLIS's: blocks found cached over those plus blocks
+newly taken, prompt and output, on every admission (BLIS's KVCacheState.CacheHitRate). `--no-prefix-cache` drops
 the shared prefixes in both (nothing to hit). `--mooncake-tree` gives the serving
 simulation the trace's whole block tree while BLIS keeps the flat groups: how much the
 flat mapping understates reuse, and what that does to our latencies.
