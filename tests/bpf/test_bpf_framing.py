@@ -125,8 +125,11 @@ def test_response_ends_at_its_last_byte_on_an_open_connection(framing: Any, path
             check(r, truth, sent)
     assert len(rec.records) == 3
     # each request came as one record built in the kernel (its bytes held there until
-    # the response ended), not as REQUEST + RESPONSE(_DONE) + END
-    assert rec.kinds == [HttpEventKind.COMPLETE] * 3
+    # the response ended), not as REQUEST + RESPONSE(_DONE) + END. CLOSE events are left out:
+    # the port is shared across tests, and the previous test's connection (its server killed
+    # at teardown) or this one's own close can report after the recorder subscribed
+    kinds = [k for k in rec.kinds if k is not HttpEventKind.CLOSE]
+    assert kinds == [HttpEventKind.COMPLETE] * 3
 
 
 def test_head_request_ends_after_its_head(framing: Any) -> None:
@@ -173,8 +176,9 @@ def test_pipelined_requests_each_end_at_their_own_response(framing: Any) -> None
     assert rec.records[0].duration_s < rec.records[1].duration_s < rec.records[2].duration_s
     # the read holding all three is held and sent with the first response's end; the
     # others start at that read (pipelined), with RESPONSE events
-    assert rec.kinds[0] == HttpEventKind.COMPLETE
-    assert HttpEventKind.REQUEST not in rec.kinds
+    kinds = [k for k in rec.kinds if k is not HttpEventKind.CLOSE]  # as above: shared port
+    assert kinds[0] == HttpEventKind.COMPLETE
+    assert HttpEventKind.REQUEST not in kinds
 
 
 def sse_request(path: str, body: bytes | None = None) -> bytes:
