@@ -826,8 +826,16 @@ class _Connection(asyncio.Protocol):
                 return
             if len(buf) < 5 + length:
                 return
-            msg = bytes(buf[5 : 5 + length])
-            del buf[: 5 + length]
+            if len(buf) == 5 + length:
+                # one copy (a bytearray slice would add a second); the buffer is let go
+                # before the message is handled, not kept at its peak size for the stream
+                with memoryview(buf) as view:
+                    msg = bytes(view[5:])
+                s.buf = buf = bytearray()  # (`counted` still says what the connection holds)
+            else:
+                with memoryview(buf) as view:
+                    msg = bytes(view[5 : 5 + length])
+                del buf[: 5 + length]
             if compressed:
                 self._finish(s, UNIMPLEMENTED, "compressed messages are not supported")
                 return
