@@ -414,7 +414,7 @@ class ExtProcStream:
     def __init__(self, picker: Picker, budget: BodyBudget | None = None) -> None:
         self.handler = StreamHandler(picker, budget=budget)
 
-    def on_message(self, data: bytes) -> list[bytes]:
+    def on_message(self, data: bytes | memoryview) -> list[bytes]:
         h = self.handler
         chunk = request_body(data)
         if chunk is not None:  # a body chunk, read without copies (router/bodywire.py)
@@ -423,7 +423,7 @@ class ExtProcStream:
             del chunk
         else:
             try:
-                req = pb.ProcessingRequest.FromString(data)
+                req = pb.ProcessingRequest.FromString(cast(bytes, data))  # reads views too
             except DecodeError as exc:
                 raise GrpcError(INVALID_ARGUMENT, f"unreadable ProcessingRequest: {exc}") from exc
             del data
