@@ -82,19 +82,28 @@ class Service:
         )
 
     def add_to_server(
-        self, servicer: object, server: grpc.Server | grpc.aio.Server, *, lenient: bool = False
+        self,
+        servicer: object,
+        server: grpc.Server | grpc.aio.Server,
+        *,
+        lenient: bool = False,
+        reader: Callable[[bytes], object | None] | None = None,
     ) -> None:
         """Serve `servicer`'s methods (attributes named as the RPCs) on `server`.
 
         `lenient`: a request that does not parse reaches the method as an `Unreadable`
         (which it answers with INVALID_ARGUMENT) instead of failing in grpcio, which answers
-        UNKNOWN and logs a traceback."""
+        UNKNOWN and logs a traceback. `reader` (with `lenient`): tried on the bytes before
+        protobuf's parse; what it returns other than None reaches the method instead (a
+        large body chunk read without copies, router/bodywire.py)."""
         import grpc
 
         handlers = {
             m.name: getattr(grpc, _SERVER[m.client_streaming, m.server_streaming])(
                 getattr(servicer, m.name),
-                request_deserializer=_lenient(m.request) if lenient else m.request.FromString,
+                request_deserializer=(
+                    _lenient(m.request, reader) if lenient else m.request.FromString
+                ),
                 response_serializer=m.response.SerializeToString,
             )
             for m in self.methods
@@ -116,8 +125,12 @@ class Unreadable:
     message: str
 
 
-def _lenient(request: type[Any]) -> Callable[[bytes], Any]:
+def _lenient(
+    request: type[Any], reader: Callable[[bytes], object | None] | None = None
+) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
+        if reader is not None and (got := reader(data)) is not None:
+            return got
         try:
             return request.FromString(data)
         except DecodeError as exc:

@@ -45,6 +45,7 @@ from google.protobuf.message import DecodeError
 
 from kvspread.grpcservice import Service, Unreadable
 from router.bodybudget import BodyBudget
+from router.bodywire import BodyChunk, request_body
 from router.conformance import SELECTION_HEADER, SERVED_HEADER
 from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.objectives import DROPPED_REASON_HEADER, DROPPED_REASONS
@@ -219,7 +220,8 @@ class StreamHandler:
         self.duplex = duplex_default
         self.response_duplex = False
         self.headers_answered = False
-        self.first: bytes | None = None  # the body when it came in one chunk (not copied)
+        # the body when it came in one chunk (not copied: maybe a view into its message)
+        self.first: bytes | memoryview | None = None
         # from the second chunk on, the whole body in one buffer: a large body grows in one
         # mapping (realloc, no copies) instead of thousands of heap blocks that fragment
         self.joined: bytearray | None = None
@@ -228,13 +230,13 @@ class StreamHandler:
         self.hooks = picker.cfg.server.conformance_hooks
 
     @property
-    def body(self) -> bytes | bytearray:
+    def body(self) -> bytes | bytearray | memoryview:
         """The request body so far."""
         if self.joined is not None:
             return self.joined
         return self.first or b""
 
-    def _add_chunk(self, chunk: bytes) -> None:
+    def _add_chunk(self, chunk: bytes | memoryview) -> None:
         if self.joined is not None:
             self.joined += chunk
         elif self.first is None:
@@ -261,14 +263,8 @@ class StreamHandler:
             return self._on_headers(req)
         if kind == "request_body":
             body = req.request_body
-            chunk = body.body  # each read of a bytes field is a copy
-            if self.budget is not None and not self._hold(len(chunk)):
-                return self._refused(len(chunk))
-            self._add_chunk(chunk)
-            if body.end_of_stream:
-                return self._after_body(trailers=False)
-            # STREAMED mode waits for an answer per chunk; duplex never does
-            return [] if self.duplex else [pb.ProcessingResponse(request_body=pb.BodyResponse())]
+            # each read of a bytes field is a copy: `on_body` from router/bodywire.py is not
+            return self.on_body(body.body, body.end_of_stream)
         if kind == "request_trailers":
             out = []
             if self.duplex and not self.headers_answered:
@@ -286,6 +282,19 @@ class StreamHandler:
         if kind == "response_trailers":
             return [pb.ProcessingResponse(response_trailers=pb.TrailersResponse())]
         return []  # other kinds carry nothing the picker answers
+
+    def on_body(
+        self, chunk: bytes | memoryview, end_of_stream: bool
+    ) -> list[pb.ProcessingResponse]:
+        """A request_body message; `chunk` may be a view into the wire message (not copied
+        until it joins the body, and not at all when refused or the body's only chunk)."""
+        if self.budget is not None and not self._hold(len(chunk)):
+            return self._refused(len(chunk))
+        self._add_chunk(chunk)
+        if end_of_stream:
+            return self._after_body(trailers=False)
+        # STREAMED mode waits for an answer per chunk; duplex never does
+        return [] if self.duplex else [pb.ProcessingResponse(request_body=pb.BodyResponse())]
 
     def _on_response_headers(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         """Credit the endpoint that served; with the conformance hooks, echo it."""
@@ -405,16 +414,23 @@ class ExtProcStream:
     def __init__(self, picker: Picker, budget: BodyBudget | None = None) -> None:
         self.handler = StreamHandler(picker, budget=budget)
 
-    def on_message(self, data: bytes) -> list[bytes]:
-        try:
-            req = pb.ProcessingRequest.FromString(data)
-        except DecodeError as exc:
-            raise GrpcError(INVALID_ARGUMENT, f"unreadable ProcessingRequest: {exc}") from exc
-        del data
+    def on_message(self, data: bytes | memoryview) -> list[bytes]:
         h = self.handler
-        out = [r.SerializeToString() for r in h.on_message(req)]
-        if h.held and h.consumed:
+        chunk = request_body(data)
+        if chunk is not None:  # a body chunk, read without copies (router/bodywire.py)
+            del data
+            answers = h.on_body(chunk.body, chunk.end_of_stream)
+            del chunk
+        else:
+            try:
+                req = pb.ProcessingRequest.FromString(cast(bytes, data))  # reads views too
+            except DecodeError as exc:
+                raise GrpcError(INVALID_ARGUMENT, f"unreadable ProcessingRequest: {exc}") from exc
+            del data
+            answers = h.on_message(req)
             del req
+        out = [r.SerializeToString() for r in answers]
+        if h.held and h.consumed:
             h.release()
         return out
 
@@ -449,7 +465,13 @@ class ExtProcServicer:
                     import grpc
 
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, req.message)
-                for n, resp in enumerate(h.on_message(req)):
+                answers = (
+                    h.on_body(req.body, req.end_of_stream)
+                    if isinstance(req, BodyChunk)
+                    else h.on_message(req)
+                )
+                del req  # a refused chunk is not held while the answers go out
+                for n, resp in enumerate(answers):
                     yield resp
                     if n % 16 == 15:
                         await asyncio.sleep(0)  # a large body: let other streams run

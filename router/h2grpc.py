@@ -72,6 +72,7 @@ _MAX_CONTINUATIONS = 64  # CONTINUATION frames a block: empty ones cost CPU but 
 _RESET_BUDGET = 1000  # streams the peer resets before their answer, less the answered ones
 _CLOSED_MEMORY = 4096  # closed streams remembered to tell late frames from a broken peer
 _WRITE_HIGH = 1 << 20  # output unwritten past this: stop reading the peer until it drains
+_VIEW_FROM = 1 << 20  # messages from this size are handed on as views, not copied
 _REFILL = 1 << 30  # give the peer its window back once this much arrived
 # After an error GOAWAY the write side is shut (FIN) and what the peer still sends is read and
 # dropped for this long before the close: closing with unread input makes the kernel answer with
@@ -288,8 +289,10 @@ class HPACKDecoder:
 class MessageStream(Protocol):
     """A bidirectional stream's handler: each request message in, the answers out."""
 
-    def on_message(self, data: bytes) -> list[bytes]:
-        """Serialised answers to send now. Raise GrpcError to end with that status."""
+    def on_message(self, data: bytes | memoryview) -> list[bytes]:
+        """Serialised answers to send now. Raise GrpcError to end with that status. A
+        large message (1 MiB and more) comes as a read-only view of a buffer that is never
+        reused: kept, it keeps that buffer; not kept, the buffer goes with it."""
         ...
 
     @property
@@ -826,15 +829,24 @@ class _Connection(asyncio.Protocol):
                 return
             if len(buf) < 5 + length:
                 return
-            msg = bytes(buf[5 : 5 + length])
-            del buf[: 5 + length]
+            msg: bytes | memoryview
+            if len(buf) == 5 + length:
+                # the stream takes a new buffer, so the message is not copied out of this
+                # one: a large message is handed on as a view into it (never resized again)
+                msg = memoryview(buf)[5:].toreadonly() if length >= _VIEW_FROM else bytes(buf[5:])
+                s.buf = buf = bytearray()  # (`counted` still says what the connection holds)
+            else:
+                with memoryview(buf) as view:
+                    msg = bytes(view[5 : 5 + length])
+                del buf[: 5 + length]
             if compressed:
                 self._finish(s, UNIMPLEMENTED, "compressed messages are not supported")
                 return
             self._dispatch(s, msg)
 
-    def _dispatch(self, s: _Stream, msg: bytes) -> None:
+    def _dispatch(self, s: _Stream, msg: bytes | memoryview) -> None:
         if s.handler is None:
+            msg = bytes(msg)  # health: small, kept
             s.messages.append(msg)
             if s.path == HEALTH_WATCH and s.cancel is None:
                 self._watch(s, msg)

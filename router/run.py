@@ -22,6 +22,7 @@ from kvspread import preflight
 from kvspread.grpcservice import address as grpc_address
 from kvspread.settings import ConfigError
 from router.bodybudget import BodyBudget
+from router.bodywire import request_body
 from router.config import RouterConfig
 from router.debug import DebugServer
 from router.endpoints import Endpoint, EndpointSet
@@ -148,7 +149,10 @@ class Router:
         # lenient: bytes that are no ProcessingRequest get INVALID_ARGUMENT naming the
         # message, as from the h2 server, instead of grpcio's UNKNOWN and a logged traceback
         SERVICE.add_to_server(
-            ExtProcServicer(self.picker, budget=self.bodies), server, lenient=True
+            ExtProcServicer(self.picker, budget=self.bodies),
+            server,
+            lenient=True,
+            reader=request_body,  # body chunks without protobuf's copies
         )
         servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)

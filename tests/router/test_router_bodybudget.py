@@ -142,6 +142,15 @@ def _rss(pid: int) -> tuple[int, int]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def _reset_peak(pid: int) -> None:
+    """Start VmHWM again from VmRSS (Linux's clear_refs 5); where that is refused, the peak
+    stays the one since the start, which only makes the bound stricter."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
 @pytest.fixture
 def picker_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, FakeEngine]]:
     engine = FakeEngine("e0").start()
@@ -161,6 +170,7 @@ def test_a_300_mib_upload_through_envoy_stays_within_the_budget(picker_process) 
         ok = httpx.post(envoy.url + "/v1/chat/completions", content=CHAT, timeout=30)
         assert ok.status_code == 200
         before, _ = _rss(proc.pid)
+        _reset_peak(proc.pid)  # the peak from here on: the upload's, not the start's
         chunk = b"x" * MIB
 
         def upload() -> Iterator[bytes]:
@@ -181,11 +191,11 @@ def test_a_300_mib_upload_through_envoy_stays_within_the_budget(picker_process) 
             pytest.fail(f"no 413 read back: {exc}")
         assert status == 413 and error["type"] == "request_too_large", error
         now, peak = _rss(proc.pid)
-        # bounded by the budget, not by the upload (before the budgets: +628 MB for 150 MB).
-        # Issue 27's goal is budget + 64 MiB; measured here +134-137 MiB over the RSS at rest
-        # (goal not met, the extra not yet found), so the test holds the bound that is met,
-        # twice the budget + 32 MiB, and the issue's note says the goal is open
-        assert peak - before <= 2 * DEFAULT_MAX_BODY_BYTES + 32 * MIB, (before, peak)
+        # bounded by the budget, not by the upload (before the budgets: +628 MB for 150 MB):
+        # issue 27's goal, the budget + 64 MiB. Envoy sends the upload in chunks of up to
+        # 33 MiB, read without copies (router/bodywire.py, views from router/h2grpc.py);
+        # measured +66-78 MiB here (with a copy per chunk in each of three places: +79-155)
+        assert peak - before <= DEFAULT_MAX_BODY_BYTES + 64 * MIB, (before, peak)
         # the picker routes on, and the memory of the refused body is given back
         assert (
             httpx.post(envoy.url + "/v1/chat/completions", content=CHAT, timeout=30).status_code
