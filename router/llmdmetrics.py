@@ -46,6 +46,7 @@ from kvspread import names
 from kvspread.names import MetricDescriptor
 from router.endpoints import Endpoint
 from router.objectives import Objective
+from router.ranks import llm_d_rank_name
 from router.scoring import EndpointView
 
 __all__ = ["LlmdMetrics", "SCHEDULER_BUCKETS", "ERROR_CODES", "BOUNDED_VALUES", "OVERFLOW"]
@@ -95,7 +96,7 @@ def _endpoint_labels(ep: Endpoint | None, address: str) -> tuple[str, str, str]:
     port = address.rpartition(":")[2]
     if ep is None or not ep.pod:
         return address, ep.namespace if ep else "", port
-    return f"{ep.pod}-rank-{ep.rank}", ep.namespace, port
+    return llm_d_rank_name(ep.pod, ep.rank), ep.namespace, port
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:

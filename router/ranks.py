@@ -29,6 +29,8 @@ __all__ = [
     "Rank",
     "target_ports",
     "pod_ranks",
+    "rank_name",
+    "llm_d_rank_name",
 ]
 
 MAX_TARGET_PORTS: Final = 8
@@ -102,6 +104,11 @@ def pod_ranks(ports: list[int], annotations: Mapping[str, str] | None = None) ->
     return [Rank(i, p) for i, p in enumerate(ports) if active is None or p in active]
 
 
+def llm_d_rank_name(pod: str, index: int) -> str:
+    """llm-d's name of a pod's rank `index`: `pod-rank-i` (its metrics label every rank so)."""
+    return f"{pod}-rank-{index}"
+
+
 def rank_name(pod: str, rank: Rank, ports: int) -> str:
     """`pod-rank-i` when the pool has several ports, else the pod's own name."""
-    return f"{pod}-rank-{rank.index}" if ports > 1 else pod
+    return llm_d_rank_name(pod, rank.index) if ports > 1 else pod
