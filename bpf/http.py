@@ -26,6 +26,7 @@ __all__ = [
     "parse_response",
     "sniff_modality",
     "request_end",
+    "target_path",
     "OTHER_ROUTE",
 ]
 
@@ -239,10 +240,7 @@ def parse_request_head(head: bytes, routes: RouteTemplates) -> RequestHead | Non
     method = parts[0].decode("latin-1")
     if method not in _METHODS:
         return None
-    target = parts[1].decode("latin-1", "replace")
-    if target.startswith(("http://", "https://")):
-        target = "/" + target.split("://", 1)[1].partition("/")[2]
-    path = target.split("?", 1)[0].split("#", 1)[0] or "/"
+    path = target_path(parts[1])
     hdr = _headers(fields)
     declared = hdr.get("x-modality", "").strip().lower()
     known = declared in names.MODALITIES
@@ -256,6 +254,15 @@ def parse_request_head(head: bytes, routes: RouteTemplates) -> RequestHead | Non
         content_length=_int(hdr.get("content-length")),
     )
     return RequestHead(info, known)
+
+
+def target_path(target: bytes) -> str:
+    """The path of a request line's target: origin or absolute form (`http://host/p`),
+    without query or fragment."""
+    text = target.decode("latin-1", "replace")
+    if text.startswith(("http://", "https://")):
+        text = "/" + text.split("://", 1)[1].partition("/")[2]
+    return text.split("?", 1)[0].split("#", 1)[0] or "/"
 
 
 def request_end(data: bytes) -> int | None:

@@ -19,6 +19,8 @@ import re
 from collections import OrderedDict
 from typing import Final
 
+from bpf.http import target_path
+
 __all__ = [
     "Unseen",
     "ModelLabels",
@@ -139,10 +141,7 @@ def request_model(route: str, request: bytes) -> str | Unseen:
         line = request[: request.find(b"\r\n")]
         parts = line.split(b" ")
         if len(parts) >= 2:
-            target = parts[1].decode("latin-1").split("?", 1)[0]
-            if "://" in target:  # absolute form: the path after the authority
-                target = "/" + target.split("://", 1)[1].partition("/")[2]
-            model = model_from_path(route, target)
+            model = model_from_path(route, target_path(parts[1]))
             if model is not None:
                 return model
         return Unseen.NOT_NAMED
