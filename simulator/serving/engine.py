@@ -197,26 +197,30 @@ class Engine:
         req.status = "oom-kv"
         failed.append(req)
 
-    def _grow_running(self, failed: list[Request]) -> tuple[bool, int]:
+    def _grow_running(self, failed: list[Request]) -> tuple[bool, int, int]:
         """Make room for one more token of every decoding sequence; preempt the newest on
         shortage.
 
-        Returns (preempted, blocks the decoding sequences need this step); after a
-        preemption nothing is admitted this step. With per-step allocation the running
-        prompts' next chunks are grown (and counted) too.
+        Returns (preempted, blocks the decoding sequences need this step, the step's token
+        budget left for new prompts); after a preemption nothing is admitted this step. With
+        per-step allocation the running prompts' next chunks are grown (and counted) too,
+        and the budget is what their chunks and the decodes leave (else 0, unused).
         """
         preempted = False
         while True:
             need = 0
             decode = 0
+            budget = 0
             for r in self.running:
                 if r.done_prefill >= r.need_prefill:
                     need += blocks_for(r.ctx + 1, self.block) - r.blocks
                     decode += 1
             if self._per_step:
                 prefill = [r for r in self.running if r.done_prefill < r.need_prefill]
-                for r, take in self._chunks(prefill, self.cost.chunk_tokens - decode):
+                budget = self.cost.chunk_tokens - decode
+                for r, take in self._chunks(prefill, budget):
                     need += max(0, blocks_for(r.done_prefill + take, self.block) - r.blocks)
+                    budget -= take
             if self.used_blocks + need <= self.pool_blocks:
                 break
             victim = self.running[-1]
@@ -228,17 +232,13 @@ class Engine:
                 continue
             self._preempt(victim)
             preempted = True
-        return preempted, need
+        return preempted, need, budget
 
-    def _admit(self, failed: list[Request], reserved: int) -> None:
+    def _admit(self, failed: list[Request], reserved: int, budget: int) -> None:
         """Admit FCFS while blocks (beyond the `reserved` decode growth) and slots last
-        (per-step allocation: and the step's token budget, vLLM V1's `token_budget > 0`)."""
-        budget = first = 0
-        if self._per_step:
-            decode = sum(1 for r in self.running if r.done_prefill >= r.need_prefill)
-            prefill = [r for r in self.running if r.done_prefill < r.need_prefill]
-            budget = self.cost.chunk_tokens - decode
-            budget -= sum(t for _, t in self._chunks(prefill, budget))
+        (per-step allocation: and the step's token `budget` left by the running requests,
+        vLLM V1's `token_budget > 0`)."""
+        first = 0
         while self.waiting and len(self.running) < self.cost.max_num_seqs:
             if self._per_step and budget <= 0:
                 return
@@ -293,9 +293,9 @@ class Engine:
         should call `finish(now)` if plan returns `now`).
         """
         failed: list[Request] = []
-        preempted, growth = self._grow_running(failed)
+        preempted, growth, budget = self._grow_running(failed)
         if not preempted:
-            self._admit(failed, growth)
+            self._admit(failed, growth, budget)
         self.seg_failed = failed
         self.seg_start = now
         self.seg_factor = factor
