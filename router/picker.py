@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kvspread import names
 from router.affinity import ContextAffinity
 from router.cacheterms import CacheTerms
 from router.config import RouterConfig
@@ -78,8 +79,6 @@ class Picker:
         self._served: OrderedDict[str, str] = (
             OrderedDict()
         )  # request id -> who served, if not the pick
-        self.served_elsewhere = 0
-        """Requests served by another pool endpoint than the one picked (load moved)."""
         self._lock = threading.Lock()
 
     def pick(
@@ -198,13 +197,19 @@ class Picker:
         self.endpoints.move_pick(chosen, target, req, outcome.kv_tokens)
         self.metrics.served_elsewhere.inc()
         with self._lock:
-            self.served_elsewhere += 1
             kept = self._explain.get(outcome.request_id)
             if kept is not None:
                 self._served[outcome.request_id] = target
                 while len(self._served) > self._explain_max:
                     self._served.popitem(last=False)
         return True
+
+    @property
+    def served_elsewhere(self) -> int:
+        """Requests served by another pool endpoint than the one picked (load moved): the
+        value of kvspread_router_served_elsewhere_total."""
+        value = self.metrics.registry.get_sample_value(names.ROUTER_SERVED_ELSEWHERE.prometheus)
+        return int(value or 0)
 
     def _prune(self, views: list[EndpointView]) -> None:
         """Forget what the indexes hold of endpoints that left the set."""
