@@ -18,7 +18,7 @@ from router.scoring import NO_HIT, CacheHit
 if TYPE_CHECKING:  # precise mode only (cache.kv_events_port): router/run.py imports it then,
     from router.kvevents import KvEventSubscriber  # and with it zmq and msgspec
 
-__all__ = ["CacheTerms", "Lookup", "NOTHING"]
+__all__ = ["CacheTerms", "Lookup", "NOTHING", "Recorded", "NOTHING_RECORDED"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,19 @@ class Lookup:
 
 
 NOTHING = Lookup([], [], {})
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one pick added to the indexes at its endpoint (blocks and digests it did not
+    hold before), so that a pick another endpoint served takes back only those: what the
+    picked endpoint already held it still holds."""
+
+    hashes: tuple[int, ...] = ()
+    digests: tuple[int, ...] = ()
+
+
+NOTHING_RECORDED = Recorded()
 
 
 class CacheTerms:
@@ -66,12 +79,31 @@ class CacheTerms:
         hit = found.hits.get(address)
         return req.total_tokens - (hit.saved_tokens if hit is not None else 0)
 
-    def record(self, address: str, found: Lookup, kv_capacity_tokens: int | None) -> None:
+    def record(self, address: str, found: Lookup, kv_capacity_tokens: int | None) -> Recorded:
         """`address` was sent the request: it will hold its blocks and images."""
-        if found.hashes:
-            self.prefix.record(address, found.hashes, kv_capacity_tokens)
-        if found.digests:
-            self.images.record(address, found.digests)
+        hashes = (
+            self.prefix.record(address, found.hashes, kv_capacity_tokens) if found.hashes else ()
+        )
+        digests = self.images.record(address, found.digests) if found.digests else ()
+        return Recorded(hashes, digests) if hashes or digests else NOTHING_RECORDED
+
+    def move(
+        self,
+        src: str,
+        dst: str,
+        found: Lookup,
+        recorded: Recorded,
+        dst_kv_capacity_tokens: int | None,
+    ) -> None:
+        """The request recorded at `src` was served by `dst` (router/served.py): the engine
+        that computed its blocks and encoded its images is `dst`'s. `src` loses what the
+        pick added there and `dst` records all of it. Approximate: a request picked for
+        `src` in between on the strength of those entries loses them too."""
+        if recorded.hashes:
+            self.prefix.discard(src, recorded.hashes)
+        if recorded.digests:
+            self.images.discard(src, recorded.digests)
+        self.record(dst, found, dst_kv_capacity_tokens)
 
     def keep_only(self, addresses: set[str]) -> None:
         """Forget what the indexes hold of endpoints that left the set."""

@@ -53,13 +53,18 @@ class ImageIndex:
                     out[addr] = out.get(addr, 0) + 1
         return out
 
-    def record(self, address: str, digests: Iterable[int]) -> None:
-        """`address` was sent these images: it now holds their encoder outputs."""
+    def record(self, address: str, digests: Iterable[int]) -> tuple[int, ...]:
+        """`address` was sent these images: it now holds their encoder outputs. Returns
+        the digests it was not already listed for, what `discard` takes back when another
+        endpoint served the request."""
+        added: list[int] = []
         with self._lock:
             for d in digests:
                 eps = self._items.pop(d, None) or []
                 if address in eps:
                     eps.remove(address)
+                else:
+                    added.append(d)
                 eps.append(address)
                 if len(eps) > self.max_endpoints_per_image:
                     del eps[0]
@@ -67,6 +72,18 @@ class ImageIndex:
             while len(self._items) > self.max_images:
                 self._items.popitem(last=False)
                 self.evictions += 1
+        return tuple(added)
+
+    def discard(self, address: str, digests: Iterable[int]) -> None:
+        """Take `address` off these digests (recorded there by a pick another endpoint
+        served); a digest left with no endpoint is dropped."""
+        with self._lock:
+            for d in digests:
+                eps = self._items.get(d)
+                if eps is not None and address in eps:
+                    eps.remove(address)
+                    if not eps:
+                        del self._items[d]
 
     def forget(self, address: str) -> None:
         """Drop an endpoint (it left the set, or its engine restarted)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from kvspread import names
 from router.affinity import ContextAffinity
-from router.cacheterms import CacheTerms
+from router.cacheterms import NOTHING, NOTHING_RECORDED, CacheTerms, Lookup, Recorded
 from router.config import RouterConfig
 from router.conformance import SELECTION_HEADER, steered
 from router.endpoints import EndpointSet
@@ -51,6 +51,11 @@ class Outcome:
     kv_tokens: int | None = None
     """The KV tokens counted at the chosen endpoint (record_pick), to move them if another
     endpoint serves."""
+    found: Lookup = NOTHING
+    """The request's keys into the cache indexes, to record them where it was served."""
+    recorded: Recorded = NOTHING_RECORDED
+    """What the pick added to the cache indexes at the chosen endpoint, to take back if
+    another endpoint serves."""
 
 
 class Picker:
@@ -127,6 +132,7 @@ class Picker:
                 decision = _shed(decision, objective)
         chose_s = time.perf_counter() - choosing
         kv: int | None = None
+        recorded = NOTHING_RECORDED
         if decision.chosen:
             kv = self.cache.kv_tokens(req, found, decision.chosen)
             self.endpoints.record_pick(decision.chosen, req, kv)
@@ -135,7 +141,7 @@ class Picker:
             if found.hashes or found.digests:
                 view = next((v for v in views if v.address == decision.chosen), None)
                 cap = view.kv_capacity_tokens if view is not None else None
-                self.cache.record(decision.chosen, found, cap)
+                recorded = self.cache.record(decision.chosen, found, cap)
         elapsed = time.perf_counter() - started
         m = self.metrics
         m.pick_seconds.observe(elapsed)
@@ -165,7 +171,7 @@ class Picker:
                     }
                 },
             )
-        return Outcome(decision, req, rid, objective, kv)
+        return Outcome(decision, req, rid, objective, kv, found, recorded)
 
     def _steered(self, header: str, views: list[EndpointView]) -> Decision:
         """The conformance suite's choice: the header's endpoints in its order."""
@@ -185,7 +191,8 @@ class Picker:
 
     def served(self, outcome: Outcome, address: str) -> bool:
         """Envoy reports that `address` served `outcome`'s request: when it is not the
-        endpoint picked, move the pick's load there. True when it moved."""
+        endpoint picked, move the pick's load there, and its prefix blocks and images in
+        the cache indexes (its engine computed them). True when it moved."""
         chosen, req = outcome.decision.chosen, outcome.request
         if not chosen or req is None or _same(address, chosen):
             return False
@@ -195,6 +202,11 @@ class Picker:
         if target is None:
             return False  # served by something outside the pool (a FailOpen route)
         self.endpoints.move_pick(chosen, target, req, outcome.kv_tokens)
+        found = outcome.found
+        if found.hashes or found.digests:
+            view = next((v for v in self.endpoints.views() if v.address == target), None)
+            cap = view.kv_capacity_tokens if view is not None else None
+            self.cache.move(chosen, target, found, outcome.recorded, cap)
         self.metrics.served_elsewhere.inc()
         with self._lock:
             kept = self._explain.get(outcome.request_id)

@@ -186,11 +186,16 @@ class PrefixIndex:
             return max(1, kv_capacity_tokens // self.cfg.block_tokens)
         return self.cfg.default_capacity_blocks
 
-    def record(self, address: str, hashes: list[int], kv_capacity_tokens: int | None) -> None:
-        """`address` was sent a prompt with these blocks: it will hold them."""
+    def record(
+        self, address: str, hashes: list[int], kv_capacity_tokens: int | None
+    ) -> tuple[int, ...]:
+        """`address` was sent a prompt with these blocks: it will hold them. Returns the
+        blocks it did not hold before (at most `max_blocks`), what `discard` takes back
+        when another endpoint served the prompt."""
         if not hashes:
-            return
+            return ()
         cap = self.capacity(kv_capacity_tokens)
+        added: list[int] = []
         with self._lock:
             lru = self._eps.get(address)
             if lru is None:
@@ -200,6 +205,7 @@ class PrefixIndex:
                     lru.move_to_end(h)
                     continue
                 lru[h] = None
+                added.append(h)
                 held = self._holders.get(h)
                 if held is None:
                     self._holders[h] = address
@@ -211,6 +217,21 @@ class PrefixIndex:
             limit = min(cap, self.cfg.max_entries)
             while len(lru) > limit or (self._entries > self.cfg.max_entries and lru):
                 self._evict_oldest(address, lru)
+        return tuple(added)
+
+    def discard(self, address: str, hashes: tuple[int, ...]) -> None:
+        """Take these blocks off `address` (a pick recorded them there, then another
+        endpoint served the prompt); blocks it no longer holds are skipped."""
+        with self._lock:
+            lru = self._eps.get(address)
+            if lru is None:
+                return
+            for h in hashes:
+                if h in lru:
+                    del lru[h]
+                    self._drop(address, h)
+            if not lru:
+                del self._eps[address]
 
     def _evict_oldest(self, address: str, lru: OrderedDict[int, None]) -> None:
         h, _ = lru.popitem(last=False)

@@ -15,7 +15,7 @@ from router.extproc import StreamHandler
 from router.metrics import RouterMetrics
 from router.picker import Picker
 from router.proto import ext_proc_pb2 as pb
-from router.request import RequestInfo
+from router.request import RequestInfo, parse_request
 from router.served import served_endpoint
 
 POOL = ["10.0.0.1:8000", "10.0.0.1:8001", "10.0.0.2:8000", "[fd00::5]:8000"]
@@ -148,3 +148,35 @@ def test_without_the_hooks_the_header_is_ignored() -> None:
     assert answer.WhichOneof("response") == "request_headers"  # picked, not refused
     (echo,) = h.on_message(_response_headers(attribute="10.0.0.1:8000"))
     assert _set_headers(echo) == {}
+
+
+def test_a_pick_served_elsewhere_moves_its_prefix_blocks_and_images() -> None:
+    """The engine that served computed the prompt's blocks and encoded its images: the
+    indexes follow it, and the picked pod keeps what it held before the pick."""
+    import base64
+    import json
+
+    cfg = RouterConfig.from_mapping(
+        {"endpoints": {"static": ["10.0.0.1:8000", "10.0.0.2:8000"]}, "cache": {"block_tokens": 16}}
+    )
+    picker = Picker(cfg, _endpoints("10.0.0.1:8000", "10.0.0.2:8000"), RouterMetrics())
+    image = "data:image/png;base64," + base64.b64encode(b"\x89PNG" + b"\x07" * 300).decode()
+    system = {"role": "system", "content": "You are terse. " * 30}
+    question = {"role": "user", "content": [
+        {"type": "text", "text": "what is in it? " * 10},
+        {"type": "image_url", "image_url": {"url": image}}]}  # fmt: skip
+    first = picker.pick(json.dumps({"model": "m", "messages": [system]}).encode(), {}, None)
+    src = first.decision.chosen
+    assert src is not None
+    dst = next(a for a in ("10.0.0.1:8000", "10.0.0.2:8000") if a != src)
+    held = picker.cache.prefix.blocks_of(src)
+    body = json.dumps({"model": "m", "messages": [system, question]}).encode()
+    out = picker.pick(body, {}, [src])  # the subset hint makes src the pick
+    assert out.decision.chosen == src and out.recorded.digests
+    assert picker.cache.prefix.blocks_of(src) == held + len(out.recorded.hashes)
+    assert picker.served(out, dst)
+    assert picker.cache.prefix.blocks_of(src) == held  # what src held before stays
+    assert picker.cache.prefix.blocks_of(dst) == len(out.found.hashes)
+    assert picker.cache.images.hits(out.found.digests) == {dst: 1}
+    hits = picker.cache.lookup(parse_request(body, cfg.request)).hits
+    assert hits[dst].prefix_share > hits[src].prefix_share and hits[dst].images == 1

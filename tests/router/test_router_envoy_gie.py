@@ -89,7 +89,7 @@ def test_the_load_goes_to_the_endpoint_that_served() -> None:
     """The picker names a dead pod first and text-1 as its fallback (steered, so the
     choice is known); Envoy's override_host policy tries the dead pod, retries on the
     refused connection to text-1, and reports text-1 as `upstream.address` in the response
-    headers: the picker moves the pick's load to text-1."""
+    headers: the picker moves the pick's load and its prefix blocks to text-1."""
     hosts = {**HOSTS, "dead-0": "127.0.0.5"}
     labels = {**LABELS, "dead-0": "text"}
     envoy = {"route_by": "override_host", "retries": 2, "response_headers": True}
@@ -106,9 +106,13 @@ def test_the_load_goes_to_the_endpoint_that_served() -> None:
         before = gw.router.picker.served_elsewhere
         rid = "served-elsewhere-1"
         steer = f"{gw.addr('dead-0')},{gw.addr('text-1')}"
-        resp = post(gw, chat(), rid=rid, **{SELECTION_HEADER: steer})
+        prompt = "Describe the gateway's retry path in detail. " * 12  # 2 prefix blocks
+        resp = post(gw, chat(prompt), rid=rid, **{SELECTION_HEADER: steer})
         assert served_by(resp) == "text-1"
         assert resp.headers[SERVED_HEADER] == gw.addr("text-1")
+        prefix = gw.router.picker.cache.prefix  # the blocks were computed where it served
+        assert prefix.blocks_of(gw.addr("dead-0")) == 0
+        assert prefix.blocks_of(gw.addr("text-1")) == 2
         decision = gw.explain(rid)
         assert decision["destination"] == steer
         assert decision["served_by"] == gw.addr("text-1")

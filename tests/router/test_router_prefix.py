@@ -137,3 +137,29 @@ def test_a_huge_prompt_hashes_only_max_blocks() -> None:
     assert hashes == PrefixIndex(cfg).hashes(
         parse_request(chat(("system", SYSTEM), ("user", "x" * 5000)))
     )
+
+
+def test_record_returns_what_was_new_and_discard_takes_only_that_back() -> None:
+    """A pick another endpoint served (router/served.py) takes back only the blocks and
+    images the pick added: what the picked endpoint already held stays."""
+    idx = PrefixIndex(CFG16)
+    old = idx.hashes(parse_request(chat(("system", SYSTEM))))
+    idx.record("a:1", old, None)
+    both = idx.hashes(parse_request(chat(("system", SYSTEM), ("user", "q " * 100))))
+    added = idx.record("a:1", both, None)
+    assert added == tuple(both[len(old) :])  # the system prompt's blocks were held already
+    idx.discard("a:1", added)
+    assert idx.blocks_of("a:1") == len(old) and idx.entries == len(old)
+    idx.discard("a:1", added)  # twice, or blocks gone meanwhile: nothing more happens
+    idx.discard("nobody:1", added)
+    assert idx.entries == len(old)
+    idx.discard("a:1", tuple(old))
+    assert idx.entries == 0 and idx.blocks_of("a:1") == 0
+    images = ImageIndex()
+    assert images.record("a:1", [1, 2]) == (1, 2)
+    assert images.record("a:1", [2, 3]) == (3,)
+    images.record("b:1", [3])
+    images.discard("a:1", (3,))
+    assert images.hits([1, 2, 3]) == {"a:1": 2, "b:1": 1}
+    images.discard("b:1", (3,))
+    assert len(images) == 2  # a digest with no endpoint left is dropped
