@@ -17,9 +17,9 @@ YAML shape (every key optional; defaults shown, except that exactly one of
     kubernetes: {kubeconfig: null, api_server: null, node_signals: true}
     metrics:  {interval_s: 0.5, stale_after_s: 2.0, timeout_s: 1.0,
                signals_stale_after_s: 300}       # node signals
-    scoring:  {w_load: 1.0, w_queue: 1.0, w_kv: 1.0, w_modality: 0.5, load_memory: 0.4,
-               load_streams: 0.3, load_image: 0.3, max_streams: 64, queue_norm: 16,
-               saturation_queue: 8, saturation_kv: 0.95, absorb_picks: 8,
+    scoring:  {w_load: 1.0, w_queue: 1.0, w_kv: 1.0, w_modality: 0.5, w_prefill: 1.0,
+               load_memory: 0.4, load_streams: 0.3, load_image: 0.3, max_streams: 64,
+               queue_norm: 16, saturation_queue: 8, saturation_kv: 0.95, absorb_picks: 8,
                prefill_tokens_per_s: 8000, image_encode_s: 0.05, queued_request_s: 0.1,
                context_bonus: 0.5, max_bonus: 1.0, shed_queue: 0, fallbacks: 2}
     request:  {patch: 28, default_image_tokens: 1024, max_image_tokens: 16384,

@@ -11,6 +11,13 @@ A pick counts against its endpoint (`picks_since_scrape`, `pending_tokens`) unti
 asked after it succeeds: the engine's answer covers the requests sent before it was asked,
 so the picks sent while a scrape is in flight stay counted (at most `MAX_PENDING`).
 
+The prefill backlog (`prefill_tokens`) is the prompt tokens sent to an endpoint that its
+prefix cache was not expected to hold, drained at `prefill_tokens_per_s` (a leaky bucket):
+the prefill work a new request waits behind there, which neither the engine's request
+counts nor its KV usage show (a replica prefilling one 30k-token prompt reports one
+running request and little KV). A scrape that shows the engine idle (nothing running or
+waiting) empties it down to the picks sent after that scrape was asked.
+
 The GPU memory share of an endpoint is its node's used / total GPU memory from the node's
 kvspread signals (`kvspread.io/signals`, written by the collector) while they are younger
 than `signals_stale_after_s`; otherwise it is absent. The image-token share is the node's
@@ -74,8 +81,13 @@ class Measured:
     kv_capacity_tokens: int | None = None
     ignored: tuple[str, ...] = ()  # numbers the engine gave out of range, taken as absent
     picks_since_scrape: int = 0
-    pending: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=MAX_PENDING))
+    # (sent at, KV tokens, prompt tokens to prefill) of each pick no scrape has shown yet
+    pending: deque[tuple[float, int, int]] = field(
+        default_factory=lambda: deque(maxlen=MAX_PENDING)
+    )
     pending_tokens: int = 0
+    backlog_tokens: float = 0.0  # prefill backlog at `backlog_at` (module docstring)
+    backlog_at: float = 0.0
     image_tokens: float = 0.0
     all_tokens: float = 0.0
     decayed_at: float = field(default_factory=time.monotonic)
@@ -86,6 +98,11 @@ MAX_PENDING = 4096
 
 KV_USAGE_TOLERANCE = 0.01
 """How far outside 0..1 a KV usage may be and still be read (clipped): engines round."""
+
+
+def _prefill(req: RequestInfo, kv_tokens: int) -> int:
+    """The prompt tokens a pick leaves to prefill: its KV tokens less its output."""
+    return max(0, min(req.prompt_tokens, kv_tokens - req.max_tokens))
 
 
 def _finite(value: float | None) -> float | None:
@@ -160,10 +177,12 @@ class EndpointSet:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         scraper: Scraper | None = None,
+        prefill_tokens_per_s: float = 8000.0,
     ) -> None:
         self.metrics = metrics or MetricsConfig()
         """Scrape interval, timeout and the staleness bounds (the router's `metrics:`)."""
         self._half_life_s = share_half_life_s
+        self._prefill_rate = prefill_tokens_per_s  # the backlog's drain (scoring's own)
         self._clock = clock
         self._wall = wall_clock
         timeout_s = self.metrics.timeout_s
@@ -193,8 +212,9 @@ class EndpointSet:
     def replace(self, endpoints: list[Endpoint]) -> None:
         with self._lock:
             self._endpoints = {e.address: e for e in endpoints}
+            now = self._clock()
             self._measured = {
-                a: self._measured.get(a) or Measured(decayed_at=self._clock())
+                a: self._measured.get(a) or Measured(decayed_at=now, backlog_at=now)
                 for a in self._endpoints
             }
             self._views_until = -math.inf
@@ -275,6 +295,9 @@ class EndpointSet:
             while m.pending and m.pending[0][0] <= asked_at:
                 m.pending_tokens -= m.pending.popleft()[1]
             m.picks_since_scrape = len(m.pending)
+            if got.running == 0 and got.waiting == 0:  # idle when asked: nothing older left
+                self._drain(m, now)
+                m.backlog_tokens = min(m.backlog_tokens, sum(p[2] for p in m.pending))
         self.scrapes += 1
 
     def _log_unexpected(self, where: str, exc: BaseException) -> None:
@@ -327,9 +350,17 @@ class EndpointSet:
             m.all_tokens *= f
             m.decayed_at = now
 
+    def _drain(self, m: Measured, now: float) -> None:
+        dt = now - m.backlog_at
+        if dt > 0:
+            m.backlog_tokens = max(0.0, m.backlog_tokens - dt * self._prefill_rate)
+            m.backlog_at = now
+
     def record_pick(self, address: str, req: RequestInfo, kv_tokens: int | None = None) -> None:
         """Count a pick (and the KV tokens it will take: `kv_tokens`, else all of its
-        tokens) until a scrape asked after it shows it, and its tokens for the image share."""
+        tokens) until a scrape asked after it shows it, its tokens for the image share, and
+        its prompt tokens not expected cached (`kv_tokens` less the output) in the prefill
+        backlog."""
         now = self._clock()
         with self._lock:
             m = self._measured.get(address)
@@ -337,11 +368,14 @@ class EndpointSet:
                 return
             self._views.pop(address, None)
             self._decay(m, now)
+            self._drain(m, now)
             tokens = req.total_tokens if kv_tokens is None else kv_tokens
+            prefill = _prefill(req, tokens)
             if len(m.pending) == MAX_PENDING:
                 m.pending_tokens -= m.pending[0][1]
-            m.pending.append((now, tokens))
+            m.pending.append((now, tokens, prefill))
             m.pending_tokens += tokens
+            m.backlog_tokens += prefill
             m.picks_since_scrape = len(m.pending)
             m.image_tokens += req.image_tokens
             m.all_tokens += req.prompt_tokens
@@ -356,6 +390,8 @@ class EndpointSet:
             if m is not None:
                 self._views.pop(src, None)
                 self._decay(m, self._clock())
+                self._drain(m, self._clock())
+                m.backlog_tokens = max(0.0, m.backlog_tokens - _prefill(req, tokens))
                 for i in range(len(m.pending) - 1, -1, -1):  # the latest entry of that size
                     if m.pending[i][1] == tokens:
                         del m.pending[i]
@@ -368,6 +404,7 @@ class EndpointSet:
 
     def _view(self, ep: Endpoint, m: Measured, now: float, wall: float) -> EndpointView:
         self._decay(m, now)
+        self._drain(m, now)
         own_share = m.image_tokens / (m.all_tokens + 1.0)
         node = self._nodes.get(ep.node) if ep.node else None
         if node is not None and wall - node.ts > self.metrics.signals_stale_after_s:
@@ -402,6 +439,7 @@ class EndpointSet:
             image_token_share=image_share,
             picks_since_scrape=m.picks_since_scrape,
             pending_tokens=m.pending_tokens,
+            prefill_tokens=int(m.backlog_tokens),
         )
 
     def _until(self, now: float, wall: float) -> float:

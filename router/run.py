@@ -62,7 +62,9 @@ class Router:
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
         self.metrics = RouterMetrics()
-        self.endpoints = EndpointSet(cfg.metrics)
+        self.endpoints = EndpointSet(
+            cfg.metrics, prefill_tokens_per_s=cfg.scoring.prefill_tokens_per_s
+        )
         self.picker = Picker(cfg, self.endpoints, self.metrics)
         self.bodies = BodyBudget(cfg.server.max_body_bytes, cfg.server.max_bodies_bytes)
         self.watch: PoolWatch | None = None

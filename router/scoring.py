@@ -12,6 +12,11 @@ Each eligible endpoint gets terms in [0, 1], lower is better:
     kv        KV-cache usage after adding the request's estimated tokens (less those its
               prefix cache is expected to hold already); 1 when they do not fit
     modality  0 when the pod's modality serves the request's, up to 1 when it does not
+    prefill   the endpoint's prefill backlog (router/endpoints.py: prompt tokens sent there
+              and not expected cached, drained at `prefill_tokens_per_s`) in seconds, in
+              the queue term's units as the bonus is (`queued_request_s` per queued
+              request, `w_queue / queue_norm` each), up to 1: the wait behind prefills
+              that a request count does not show (one running 30k-token prompt is seconds)
 
 score = sum(weight * term) - bonus. A missing number counts as the worst value (1), so that
 an endpoint that does not report something never beats one that does.
@@ -78,6 +83,7 @@ class EndpointView:
     image_token_share: float | None = None
     picks_since_scrape: int = 0  # picks sent after the last scrape began
     pending_tokens: int = 0  # their prompt + output tokens
+    prefill_tokens: int = 0  # prefill backlog: prompt tokens sent, not cached, not yet drained
     ignored: tuple[str, ...] = ()  # numbers the engine gave out of range (NaN, -1): absent
 
 
@@ -93,6 +99,8 @@ class ScoringConfig:
     """Weight of the KV-cache term."""
     w_modality: float = 0.5
     """Weight of the modality term."""
+    w_prefill: float = 1.0
+    """Weight of the prefill-backlog term (1: its seconds weigh as the bonus's do)."""
     load_memory: float = 0.4
     """Share of the load term that is the node's GPU memory used / total (docs/design.md 4)."""
     load_streams: float = 0.3
@@ -252,12 +260,18 @@ def _terms(
     else:
         usage, kv = None, 1.0
     mod = modality_term(req.modality, ep.modality)
+    if fresh:
+        x = ep.prefill_tokens / cfg.prefill_tokens_per_s * cfg.w_queue
+        x /= cfg.queue_norm * cfg.queued_request_s
+        prefill = 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+    else:
+        prefill = 1.0
     saturated = (
         no_room
         or (fresh and waiting is not None and waiting >= cfg.saturation_queue)
         or (usage is not None and usage >= cfg.saturation_kv)
     )
-    terms = {"load": load, "queue": queue, "kv": kv, "modality": mod}
+    terms = {"load": load, "queue": queue, "kv": kv, "modality": mod, "prefill": prefill}
     return terms, saturated, "; ".join(notes) if notes else ""
 
 
@@ -313,6 +327,7 @@ def choose(
             + cfg.w_queue * terms["queue"]
             + cfg.w_kv * terms["kv"]
             + cfg.w_modality * terms["modality"]
+            + cfg.w_prefill * terms["prefill"]
         )
         tier = 3 if not ep.fresh else 2 if saturated else 1 if terms["modality"] >= 1.0 else 0
         base[ep.address] = score

@@ -366,6 +366,7 @@ class KvspreadPicker:
                 clock=self._clock,
                 wall_clock=self._clock,  # node signals carry simulated time stamps
                 scraper=self._scrape,
+                prefill_tokens_per_s=self.scoring.prefill_tokens_per_s,
             )
 
     def _clock(self) -> float:

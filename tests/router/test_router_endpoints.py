@@ -133,3 +133,43 @@ def test_fake_engine_is_parsed_by_the_collector_parser() -> None:
     (s,) = parse_engine_metrics(e._metrics_text())
     assert (s.engine, s.waiting, s.running, s.kv_usage, s.block_size) == ("vllm", 2, 4, 0.5, 16)
     e._server.server_close()
+
+
+def test_prefill_backlog_drains_and_an_idle_scrape_empties_it() -> None:
+    """The prompt tokens sent and not expected cached drain at the prefill rate; a scrape
+    that shows the engine idle leaves only the picks sent after it was asked; a moved pick
+    takes its tokens back."""
+    from kvspread.engine import EngineSample
+    from router.endpoints import Endpoint, EndpointSet
+    from router.request import RequestInfo
+
+    now = [0.0]
+    engine = {"running": 1.0, "waiting": 0.0}
+
+    def scraper(ep: Endpoint) -> list[EngineSample]:
+        return [EngineSample("vllm", "m", kv_usage=0.1, **engine)]
+
+    eps = EndpointSet(clock=lambda: now[0], wall_clock=lambda: now[0], scraper=scraper,
+                      prefill_tokens_per_s=1000.0)  # fmt: skip
+    eps.replace([Endpoint(a, f"sim://{a}/metrics") for a in ("a:1", "b:1")])
+    req = RequestInfo("m", "text", (), 3000, 0, 100, False)
+
+    def backlog(address: str) -> int:
+        return next(v.prefill_tokens for v in eps.views() if v.address == address)
+
+    eps.record_pick("a:1", req)  # 3000 prompt tokens to prefill
+    eps.record_pick("a:1", req, kv_tokens=1100)  # 2000 of them expected cached: 1000
+    assert backlog("a:1") == 4000 and backlog("b:1") == 0
+    now[0] = 1.5
+    assert backlog("a:1") == 2500  # 1.5 s at 1000 tokens/s
+    eps._scrape_one(eps.endpoints()[0])  # running 1: the engine is still busy
+    assert backlog("a:1") == 2500
+    eps.move_pick("a:1", "b:1", req, 1100)
+    assert (backlog("a:1"), backlog("b:1")) == (1500, 1000)
+    engine["running"] = 0.0
+    eps._scrape_one(eps.endpoints()[0])  # idle when asked: every pick so far is done
+    assert backlog("a:1") == 0 and backlog("b:1") == 1000
+    eps.record_pick("a:1", req)  # sent after that scrape was asked: it counts
+    assert backlog("a:1") == 3000
+    now[0] = 100.0
+    assert backlog("a:1") == 0

@@ -79,6 +79,23 @@ def test_cache_hits_trade_saved_prefill_against_queue() -> None:
     assert choose(TEXT, [ep("a:1", waiting=2), ep("b:1")], CFG, hits=small).chosen == "b:1"
 
 
+def test_prefill_backlog_counts_as_queued_time() -> None:
+    """A replica prefilling long prompts reports one running request and little KV; the
+    prompt tokens sent there and not yet drained are seconds a new request waits, in the
+    bonus's units, so a hit is worth the detour only while it saves more than the
+    backlog adds."""
+    busy = ep("a:1", running=1, prefill_tokens=8000)  # 1 s of prefill ahead
+    assert choose(TEXT, [busy, ep("b:1", running=3)], CFG).chosen == "b:1"
+    d = choose(TEXT, [busy], CFG)
+    assert d.candidates[0].terms["prefill"] == pytest.approx(1.0 / 0.1 / 16)
+    saves = {"a:1": CacheHit(prefix_share=0.9, saved_tokens=12_000)}  # 1.5 s saved
+    assert choose(TEXT, [busy, ep("b:1")], CFG, hits=saves).chosen == "a:1"
+    little = {"a:1": CacheHit(prefix_share=0.3, saved_tokens=4000)}  # 0.5 s saved
+    assert choose(TEXT, [busy, ep("b:1")], CFG, hits=little).chosen == "b:1"
+    huge = choose(TEXT, [ep("a:1", prefill_tokens=10**9)], CFG)
+    assert huge.candidates[0].terms["prefill"] == 1.0  # bounded as every term
+
+
 def test_image_cache_hits_count_the_encoder_time() -> None:
     eps = [ep("i:1", modality="image", running=4), ep("j:1", modality="image")]
     d = choose(IMAGE, eps, CFG, hits={"i:1": CacheHit(images=1)})
@@ -213,7 +230,10 @@ def _reference_terms(
         or (waiting is not None and waiting >= cfg.saturation_queue)
         or (usage is not None and usage >= cfg.saturation_kv)
     )
-    terms = {"load": load, "queue": queue, "kv": kv, "modality": modality_term(req.modality, e.modality)}  # fmt: skip
+    backlog_s = e.prefill_tokens / cfg.prefill_tokens_per_s  # seconds of prefill ahead
+    queued = backlog_s / cfg.queued_request_s  # as that many queued requests
+    prefill = clip(queued * cfg.w_queue / cfg.queue_norm) if e.fresh else 1.0
+    terms = {"load": load, "queue": queue, "kv": kv, "modality": modality_term(req.modality, e.modality), "prefill": prefill}  # fmt: skip
     return terms, saturated, "; ".join(notes)
 
 
@@ -231,6 +251,7 @@ maybe_share = st.none() | st.floats(-0.5, 1.5)
     img=maybe_share,
     picks=st.integers(0, 20),
     pending=st.integers(0, 3000),
+    backlog=st.integers(0, 40_000),
     modality=st.sampled_from([None, "text", "image", "multi-image", "mixed", "audio"]),
     req_modality=st.sampled_from(["text", "image", "multi-image"]),
     tokens=st.integers(0, 5000),
@@ -245,12 +266,14 @@ def test_terms_match_the_plain_formulas(
     img: float | None,
     picks: int,
     pending: int,
+    backlog: int,
     modality: str | None,
     req_modality: str,
     tokens: int,
 ) -> None:
     e = EndpointView("a:1", modality=modality, fresh=fresh, waiting=waiting, running=running,
                      kv_usage=kv, kv_capacity_tokens=capacity, gpu_memory_share=mem,
-                     image_token_share=img, picks_since_scrape=picks, pending_tokens=pending)  # fmt: skip
+                     image_token_share=img, picks_since_scrape=picks, pending_tokens=pending,
+                     prefill_tokens=backlog)  # fmt: skip
     req = RequestInfo("m", req_modality, (), tokens, tokens // 2, 100, False)
     assert _terms(e, req, CFG, req.total_tokens) == _reference_terms(e, req, CFG)
