@@ -32,6 +32,7 @@ from metrics_adapter.errors import (
 from metrics_adapter.rules import Pressure, Rule
 from metrics_adapter.selectors import Selector
 from metrics_adapter.sources.base import Source
+from metrics_adapter.step import Step, step_value
 from metrics_adapter.trend import TERM_LABEL, predicted_rate, trend_term
 from metrics_adapter.values import MetricValue
 
@@ -135,10 +136,15 @@ class RuleProvider:
             if not values:
                 continue
             matched = True
-            value = max(v.value for v in values)
+            ratio = max(v.value for v in values) / target
+            if pressure.step is not None and term in pressure.step.terms:
+                stepped = self._step(pressure.step, ratio, namespace, selector)
+                if stepped is None:
+                    continue
+                ratio = stepped
             used.extend(values)
-            if best is None or value / target > best[0]:
-                best = (value / target, term)
+            if best is None or ratio > best[0]:
+                best = (ratio, term)
         trend = self._trend(pressure, namespace, selector, service, used)
         if trend is not None and (best is None or trend > best[0]):
             best = (trend, TERM_LABEL)
@@ -163,6 +169,18 @@ class RuleProvider:
                 labels,
             )
         ]
+
+    def _step(self, step: Step, ratio: float, namespace: str, selector: Selector) -> float | None:
+        """A latency term's step (metrics_adapter.step); the replica count is read only
+        when the term is over its target, and none fresh counts as one replica."""
+        replicas = None
+        if ratio > 1.0:
+            try:
+                values = self.read(namespace, step.replicas, selector)
+            except NoFreshData:
+                values = []
+            replicas = max((v.value for v in values), default=None)
+        return step_value(ratio, replicas, step)
 
     def _trend(
         self,

@@ -50,9 +50,16 @@ ceil(replicas x pressure) replicas::
         capacity: 2                 # requests/s per replica at pressure 1
         maxGrowth: 2                # the prediction is at most this x the current rate
         minRise: 0.1                # the term is left out unless short > long x (1 + this)
+      step:                         # optional, off unless given: latency terms by a step
+        terms: [kvspread_time_to_first_token_p95_seconds]  # terms that step, not scale
+        replicas: kvspread_engine_replicas        # serving replicas (last, combine count)
+        pods: 1                     # over target: at most this many replicas more (1-10)
+        minRatio: 1.12              # ... but at least this ratio (above the HPA's tolerance)
+        hold: 0.8                   # hold..1 x target: 1 (keep); below: the term left out
 
 A service's `trendCapacity` (under `services:`) replaces `capacity`. The trend term is
 predicted rate / (replicas x capacity), metricLabels.term `trend` (metrics_adapter.trend).
+A term under `step:` serves a bounded step instead of value / target (metrics_adapter.step).
 
 A term without a fresh value is left out (no traffic, no TTFT); a term whose quantile is
 refused refuses the whole pressure (the HPA then keeps its replicas); no term with a value
@@ -77,6 +84,7 @@ from typing import Any, Final
 
 from kvspread import names
 from kvspread.settings import ConfigError
+from metrics_adapter.step import MAX_STEP_PODS, Step
 from metrics_adapter.trend import MAX_GROWTH, MAX_LEAD_S, Trend
 
 __all__ = [
@@ -96,7 +104,9 @@ __all__ = [
     "DEFAULT_PRESSURE_CLASSES",
     "pressure_rule",
     "trend_doc",
+    "step_doc",
     "TREND_LONG_WINDOWS",
+    "LATENCY_TERMS",
 ]
 
 AGGREGATIONS: Final = ("quantile", "rate", "ratio", "good-rate", "last", "slo-pressure")
@@ -167,6 +177,8 @@ class Pressure:
     """The predictive term (None: off)."""
     trend_capacity: tuple[tuple[str, float], ...] = ()
     """(service, its `trendCapacity`)."""
+    step: Step | None = None
+    """The step rule of the latency terms (None: every term is proportional)."""
 
     def capacity_for(self, service: str | None) -> float:
         """Requests/s per replica at pressure 1 for `service` (the trend term's divisor)."""
@@ -278,10 +290,12 @@ _RULE_KEYS: Final = {
     "name", "source", "metric", "query", "aggregation", "quantile", "threshold", "window",
     "labels", "match", "numerator", "combine", "clusterWide", "cluster_wide", "extrapolation",
     "staleness", "maxRelativeBucketWidth", "terms", "classes", "services", "serviceLabel", "trend",
+    "step",
 }  # fmt: skip
 _PRESSURE_KEYS: Final = {"name", "aggregation", "terms", "classes", "services", "serviceLabel",
-                         "window", "staleness", "trend"}  # fmt: skip
+                         "window", "staleness", "trend", "step"}  # fmt: skip
 _TREND_KEYS: Final = {"short", "long", "replicas", "lead", "capacity", "maxGrowth", "minRise"}
+_STEP_KEYS: Final = {"terms", "replicas", "pods", "minRatio", "hold"}
 MAX_PRESSURE_TERMS: Final = 16
 """Terms one pressure rule may read (each is one more rule evaluation per read)."""
 MAX_PRESSURE_SERVICES: Final = 1000
@@ -355,7 +369,42 @@ def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
                 raise ConfigError(f"{key}.services.{svc}.trendCapacity: the rule has no trend")
             capacities.append((str(svc), _positive(v["trendCapacity"],
                                                    f"{key}.services.{svc}.trendCapacity")))  # fmt: skip
-    return Pressure(terms, classes, tuple(services), label, trend, tuple(capacities))
+    step = _step(doc["step"], f"{key}.step") if doc.get("step") is not None else None
+    for t in step.terms if step else ():
+        if t not in known:
+            raise ConfigError(f"{key}.step.terms: {t!r} is not one of the rule's terms")
+    return Pressure(terms, classes, tuple(services), label, trend, tuple(capacities), step)
+
+
+def _step(doc: Any, key: str) -> Step:
+    """The `step:` mapping of an slo-pressure rule (metrics_adapter.step)."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{key}: want a mapping (terms, replicas, pods, minRatio, hold)")
+    _no_unknown_keys(doc, _STEP_KEYS, key)
+    terms = doc.get("terms")
+    if (
+        not isinstance(terms, Sequence)
+        or isinstance(terms, str)
+        or not terms
+        or len(terms) > MAX_PRESSURE_TERMS
+    ):
+        raise ConfigError(f"{key}.terms: want a list of 1 to {MAX_PRESSURE_TERMS} term names")
+    for t in terms:
+        if not isinstance(t, str) or not _METRIC_NAME.match(t):
+            raise ConfigError(f"{key}.terms: {t!r} is not a rule name")
+    replicas = doc.get("replicas")
+    if not isinstance(replicas, str) or not _METRIC_NAME.match(replicas):
+        raise ConfigError(f"{key}.replicas: want a rule name, got {replicas!r}")
+    pods = doc.get("pods", 1)
+    if isinstance(pods, bool) or not isinstance(pods, int) or not 1 <= pods <= MAX_STEP_PODS:
+        raise ConfigError(f"{key}.pods: want a whole number in [1, {MAX_STEP_PODS}], got {pods!r}")
+    ratio = doc.get("minRatio", 1.12)
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1 < ratio <= 2:
+        raise ConfigError(f"{key}.minRatio: want a number in (1, 2], got {ratio!r}")
+    hold = doc.get("hold", 0.8)
+    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold <= 1:
+        raise ConfigError(f"{key}.hold: want a number in [0, 1], got {hold!r}")
+    return Step(tuple(dict.fromkeys(terms)), replicas, pods, float(ratio), float(hold))
 
 
 def _positive(value: Any, key: str, most: float = math.inf) -> float:
@@ -428,7 +477,7 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
             ),
             pressure=_pressure(doc, key),
         )
-    for k in ("terms", "classes", "services", "serviceLabel", "trend"):
+    for k in ("terms", "classes", "services", "serviceLabel", "trend", "step"):
         if k in doc:
             raise ConfigError(f"{key}.{k}: only aggregation slo-pressure takes {k}")
     source = doc.get("source", "otlp")
@@ -574,6 +623,12 @@ def parse_rules(
                     f"{key}[{i}].trend.long: {trend.long!r} needs a longer window than "
                     f"{trend.short!r} ({by_name[trend.short].window:g} s)"
                 )
+        step = r.pressure.step if r.pressure else None
+        if step is not None:
+            if step.replicas not in by_name:
+                raise ConfigError(f"{key}[{i}].step.replicas: no rule named {step.replicas!r}")
+            if by_name[step.replicas].aggregation == "slo-pressure":
+                raise ConfigError(f"{key}[{i}].step.replicas: cannot be a pressure rule")
     return tuple(out)
 
 
@@ -582,10 +637,11 @@ def pressure_rule(
     terms: Sequence[tuple[str, float]] = DEFAULT_PRESSURE_TERMS,
     classes: Sequence[tuple[str, Sequence[tuple[str, float]]]] = DEFAULT_PRESSURE_CLASSES,
     trend: Mapping[str, Any] | None = None,
+    step: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `kvspread_slo_pressure` rule as YAML would give it; `services` maps a service to
     `{class: realtime, <term>: target, trendCapacity: ..., ...}`; `trend` (None: off) is
-    its `trend:` mapping, see `trend_doc`."""
+    its `trend:` mapping, see `trend_doc`; `step` (None: off) its `step:`, see `step_doc`."""
     doc: dict[str, Any] = {
         "name": names.SLI_SLO_PRESSURE,
         "aggregation": "slo-pressure",
@@ -595,7 +651,25 @@ def pressure_rule(
     }
     if trend is not None:
         doc["trend"] = dict(trend)
+    if step is not None:
+        doc["step"] = dict(step)
     return doc
+
+
+LATENCY_TERMS: Final = (names.SLI_TTFT_P95, names.SLI_TPOT_P95)
+"""The default rules' latency terms, those a `step:` acts on (metrics_adapter.step)."""
+
+
+def step_doc(pods: int = 1, min_ratio: float = 1.12, hold: float = 0.8) -> dict[str, Any]:
+    """A `step:` mapping on the default rules: TTFT and TPOT p95 step, counted against the
+    engine pods reporting their queue."""
+    return {
+        "terms": list(LATENCY_TERMS),
+        "replicas": names.SLI_ENGINE_REPLICAS,
+        "pods": pods,
+        "minRatio": min_ratio,
+        "hold": hold,
+    }
 
 
 def trend_doc(lead_s: float, capacity: float = 2.0, max_growth: float = 2.0,

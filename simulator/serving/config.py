@@ -27,7 +27,8 @@ from kvspread.names import (
     SLI_TTFT_P95,
 )
 from kvspread.settings import bounded, invalid, load
-from metrics_adapter.rules import pressure_rule, trend_doc
+from metrics_adapter.rules import pressure_rule, step_doc, trend_doc
+from metrics_adapter.step import MAX_STEP_PODS
 from metrics_adapter.trend import MAX_LEAD_S
 from simulator.serving.slis import sli_names
 
@@ -314,6 +315,18 @@ class PressureSpec:
     """The predicted rate is at most this times the current one (>= 1)."""
     trend_min_rise: float = 0.1
     """The term is left out unless the 1 min rate exceeds the 5 min one by this fraction."""
+    latency_step: bool = False
+    """TTFT and TPOT act by a bounded step, not proportionally (metrics_adapter.step): over
+    target at most `step_pods` replicas more, from `step_hold` to 1 x target keep, below it
+    left out to the queue and KV terms."""
+    step_terms: tuple[str, ...] = ("ttft", "tpot")
+    """The latency terms that step (`ttft`, `tpot`); the others stay proportional."""
+    step_pods: int = 1
+    """Over target: at most this many replicas more per sync (1-10)."""
+    step_min_ratio: float = 1.12
+    """The step's smallest ratio, above the HPA's tolerance (in (1, 2])."""
+    step_hold: float = 0.8
+    """From this fraction of the target to the target a latency term keeps the replicas."""
 
 
 @dataclass(frozen=True)
@@ -719,8 +732,25 @@ class SimConfig:
                         f"{where}.metrics[{i}].metric", "one of " + ", ".join(METRICS), m.metric
                     )
         trend_keys = ("trend_lead_s", "trend_min_rise")
-        bounded(self, *(f"pressure.{f}" for f in vars(self.pressure) if f not in trend_keys),
-                above=0)  # fmt: skip
+        step_keys = ("latency_step", "step_terms", "step_pods", "step_min_ratio", "step_hold")
+        bounded(self, *(f"pressure.{f}" for f in vars(self.pressure)
+                        if f not in trend_keys + step_keys), above=0)  # fmt: skip
+        p = self.pressure
+        if not isinstance(p.latency_step, bool):
+            raise invalid("pressure.latency_step", "true or false", p.latency_step)
+        if (
+            isinstance(p.step_pods, bool)
+            or not isinstance(p.step_pods, int)
+            or not (1 <= p.step_pods <= MAX_STEP_PODS)
+        ):
+            raise invalid("pressure.step_pods", f"a whole number in [1, {MAX_STEP_PODS}]",
+                          p.step_pods)  # fmt: skip
+        if not p.step_terms or set(p.step_terms) - set(_STEP_TERMS):
+            raise invalid("pressure.step_terms", "a list of ttft, tpot", list(p.step_terms))
+        if not 1 < p.step_min_ratio <= 2:
+            raise invalid("pressure.step_min_ratio", "a number in (1, 2]", p.step_min_ratio)
+        if not 0 <= p.step_hold <= 1:
+            raise invalid("pressure.step_hold", "a number in [0, 1]", p.step_hold)
         bounded(self, *(f"pressure.{f}" for f in trend_keys), at_least=0)
         bounded(self, "pressure.trend_max_growth", at_least=1)
         if self.pressure.trend_lead_s > MAX_LEAD_S:
@@ -785,12 +815,19 @@ class SimConfig:
             if p.trend_lead_s > 0
             else None
         )
-        return pressure_rule(services, terms, classes, trend)
+        step = None
+        if p.latency_step:
+            step = step_doc(p.step_pods, p.step_min_ratio, p.step_hold)
+            step["terms"] = [_STEP_TERMS[t] for t in dict.fromkeys(p.step_terms)]
+        return pressure_rule(services, terms, classes, trend, step)
 
     def scoring_config(self) -> ScoringConfig:
         """The kvspread policy's `extender.config.ScoringConfig`."""
         return self.scoring
 
+
+_STEP_TERMS = {"ttft": SLI_TTFT_P95, "tpot": SLI_TPOT_P95}
+"""`pressure.step_terms` -> the adapter's term."""
 
 METRICS = sli_names()
 """Adapter SLIs (docs/design.md section 6) an HPA metric may name."""

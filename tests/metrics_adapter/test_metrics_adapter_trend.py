@@ -4,7 +4,6 @@ adapter's real series store, OTLP source and rule provider on simulated time."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from kvspread import names
@@ -15,8 +14,8 @@ from metrics_adapter.rules import default_rules, parse_rules, pressure_rule, tre
 from metrics_adapter.server import AdapterThread
 from metrics_adapter.trend import Trend, predicted_rate, trend_term
 from simulator.serving.slis import AdapterSlis, ServiceMetrics
-from tests.metrics_adapter.adapter_otlp_payloads import gauge, histogram, request
-from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
+from tests.metrics_adapter.adapter_otlp_payloads import gauge, histogram
+from tests.metrics_adapter.adapter_testing import Pki, base_config, two_pods_and_pressure
 
 PRESSURE = names.SLI_SLO_PRESSURE
 DUR = names.HTTP_SERVER_REQUEST_DURATION.name
@@ -188,19 +187,9 @@ def test_the_trend_is_served_over_otlp_and_the_external_metrics_api(pki: Pki) ->
         for i in range(1, 133):  # every 5 s: 1 req/s for 600 s, then 3 req/s
             count += 5 if i <= 120 else 15
             points.append((t0, t0 + 5 * i, [count, 0], {names.ATTR_HTTP_STATUS: 200}))
-        res = {names.ATTR_K8S_NAMESPACE: "llm", names.ATTR_SERVICE_NAME: "chat"}
-        for pod in ("chat-0", "chat-1"):
-            body = request(
-                {**res, names.ATTR_K8S_POD: pod},
-                [gauge(WAITING, [(t0 + 660, 0.0, {})])]
-                + ([histogram(DUR, points, [1.0])] if pod == "chat-0" else []),
-            ).SerializeToString()
-            r = httpx.post(f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics", content=body,
-                           headers={"content-type": "application/x-protobuf"})  # fmt: skip
-            assert r.status_code == 200, r.text
-        with api_client(pki, a) as c:
-            r = c.get(f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{PRESSURE}",
-                      params={"labelSelector": "service=chat"}, headers=hpa_headers())  # fmt: skip
+        r = two_pods_and_pressure(
+            pki, a, [gauge(WAITING, [(t0 + 660, 0.0, {})])], histogram(DUR, points, [1.0]), PRESSURE
+        )
     assert r.status_code == 200, r.text
     (item,) = r.json()["items"]
     assert item["metricLabels"]["term"] == "trend"
