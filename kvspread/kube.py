@@ -25,7 +25,10 @@ at most 10 a minute once the cap is reached (`Backoff.max_requests`; tested).
 The extender follows nodes, pods and NodeSignals with it, the collector its own node's
 pods, the router its pool, pods, nodes and NodeSignals.
 
-The `kubernetes` client is imported lazily so that pure modules stay import-light.
+The `kubernetes` client is imported lazily so that pure modules stay import-light, and the
+Reflector never imports it (it reads any response with `data`, `stream()` and
+`release_conn()`, and an HTTP error's `status`): the router reaches the API through
+kvspread/kubehttp.py's `LightClient` instead, without the package's 0.44 s of imports.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -133,13 +136,15 @@ def path_list_call(
     fixed = list(query)
 
     def call(**kw: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
         params = list(fixed)
         for key, value in kw.items():
             if key in _QUERY_NAMES and value is not None:
                 text = str(value).lower() if isinstance(value, bool) else str(value)
                 params.append((_QUERY_NAMES[key], text))
+        if hasattr(api, "get"):  # kvspread/kubehttp.py's LightClient: no kubernetes import
+            return api.get(path, params, kw.get("_request_timeout"))
+        from kubernetes.client.exceptions import ApiException
+
         method, url, headers, _, _ = api.param_serialize(
             "GET",
             path,
@@ -213,6 +218,37 @@ class _Gone(Exception):
     pass
 
 
+MAX_LINE_BYTES = 16 << 20
+"""The longest watch event line read: etcd keeps objects under 1.5 MiB, so one event's JSON
+is far below it; a longer line fails the watch (backoff, list again) instead of growing."""
+
+
+def _lines(resp: Any) -> Iterator[str]:
+    """A watch response's lines (the `kubernetes` package's `iter_resp_lines`, bounded and
+    without importing that package): raw chunks split at newlines, decoded as UTF-8."""
+    buffer = bytearray()
+    scanned = 0  # the bytes of the partial line kept from the last chunk: no newline in them
+    for segment in resp.stream(amt=None, decode_content=False):
+        buffer += segment.encode("utf-8") if isinstance(segment, str) else segment
+        start = 0
+        while (nl := buffer.find(b"\n", max(start, scanned))) != -1:
+            if nl - start > MAX_LINE_BYTES:
+                break
+            yield buffer[start:nl].decode("utf-8", errors="replace")
+            start = nl + 1
+        del buffer[:start]
+        scanned = len(buffer)
+        if len(buffer) > MAX_LINE_BYTES:
+            raise ValueError(f"watch event line over {MAX_LINE_BYTES} bytes")
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a failed call: `ApiException.status` (kubernetes) or
+    `ApiError.status` (kvspread/kubehttp.py); None for a network or parse error."""
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
+
+
 class _ShortWatch(Exception):
     pass
 
@@ -277,7 +313,10 @@ class Reflector:
         self._stop.set()
         with self._resp_lock:
             resp = self._resp
-        if resp is not None:
+        abort = getattr(resp, "abort", None)
+        if abort is not None:
+            abort()
+        elif resp is not None:
             # Unblock the reader thread: shut the socket down under the response (closing
             # the response alone does not interrupt a blocked recv).
             conn = getattr(resp, "connection", None)
@@ -331,8 +370,6 @@ class Reflector:
             self._set_state("healthy", errors=self.stats.errors, gone=self.stats.gone)
 
     def _watch(self, rv: str) -> str:
-        from kubernetes.watch.watch import iter_resp_lines
-
         kw = self._kw()
         kw.update(
             watch=True,
@@ -352,7 +389,7 @@ class Reflector:
         try:
             if self._stop.is_set():
                 return rv
-            for line in iter_resp_lines(resp):
+            for line in _lines(resp):
                 if self._stop.is_set():
                     break
                 if not line or not line.strip():
@@ -389,8 +426,6 @@ class Reflector:
 
     def run(self) -> None:
         """The loop; returns after stop()."""
-        from kubernetes.client.exceptions import ApiException
-
         rv: str | None = None
         while not self._stop.is_set():
             try:
@@ -401,17 +436,17 @@ class Reflector:
                 self.stats.gone += 1
                 self._failed(f"410 Gone: {exc}", error=False)
                 rv = None
-            except ApiException as exc:
-                if exc.status == 410:
+            except Exception as exc:  # noqa: BLE001 - HTTP, network, parse; keep the loop alive
+                status = _http_status(exc)
+                if status == 410:
                     self.stats.gone += 1
                     self._failed("HTTP 410: Gone", error=False)
-                else:
-                    self._failed(f"HTTP {exc.status}: {exc.reason}")
-                rv = None
-            except Exception as exc:  # noqa: BLE001 - network, parse; keep the loop alive
-                if self._stop.is_set():
+                elif status is not None:
+                    self._failed(f"HTTP {status}: {getattr(exc, 'reason', exc)}")
+                elif self._stop.is_set():
                     break
-                self._failed(f"{type(exc).__name__}: {exc}")
+                else:
+                    self._failed(f"{type(exc).__name__}: {exc}")
                 rv = None
 
     def _failed(self, why: str, *, error: bool = True) -> None:

@@ -192,16 +192,11 @@ def watch(
 ) -> Reflector:
     """A list+watch of every NodeSignals (cluster-scoped) into `cache`; the caller starts
     and stops it (RBAC: list, watch on nodesignals.kvspread.io)."""
-    from functools import partial
+    from kvspread.kube import Reflector, path_list_call
 
-    from kubernetes import client
-
-    from kvspread.kube import Reflector
-
-    custom = client.CustomObjectsApi(api_client)
     return Reflector(
         PLURAL,
-        partial(custom.list_cluster_custom_object, GROUP, VERSION, PLURAL),
+        path_list_call(api_client, f"/apis/{GROUP}/{VERSION}/{PLURAL}"),
         cache.replace_all,
         cache.event,
         watch_timeout_s=watch_timeout_s,

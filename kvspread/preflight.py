@@ -13,6 +13,7 @@ import os
 import socket
 import ssl
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from kvspread.settings import ConfigError
@@ -126,8 +127,14 @@ def check_output_dir(path: Path, flag: str) -> None:
         ) from None
 
 
-def check_kube_access(kubeconfig: str | None, api_server: str | None, standalone_flag: str) -> None:
-    """Fail early, with what to do, when no Kubernetes credentials can be found."""
+def check_kube_access(
+    kubeconfig: str | None,
+    api_server: str | None,
+    standalone_flag: str,
+    connect: Callable[[str | None, str | None], object] | None = None,
+) -> None:
+    """Fail early, with what to do, when no Kubernetes credentials can be found; `connect`
+    is the part's own client maker (default kvspread/kube.py's `api_client`)."""
     if api_server:
         return
     if kubeconfig and not os.path.isfile(kubeconfig):
@@ -135,10 +142,12 @@ def check_kube_access(kubeconfig: str | None, api_server: str | None, standalone
             f"--kubeconfig {kubeconfig}: no such file; give an existing kubeconfig, or "
             f"{standalone_flag} to run without a cluster"
         )
-    from kvspread.kube import api_client
+    if connect is None:
+        from kvspread.kube import api_client
 
+        connect = api_client
     try:
-        api_client(kubeconfig, None)
+        connect(kubeconfig, None)
     except Exception as exc:  # noqa: BLE001 - ConfigException, YAML and key errors alike
         where = f"--kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster service account"
         if not kubeconfig:

@@ -147,7 +147,11 @@ def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     preflight.check_port(srv.host, srv.grpc_port, "--grpc-port")
     preflight.check_port(srv.host, srv.http_port, "--http-port")
     if cfg.mode != "static":
-        preflight.check_kube_access(kube.kubeconfig, kube.api_server, "--endpoints IP:PORT,...")
+        from kvspread.kubehttp import connect
+
+        preflight.check_kube_access(
+            kube.kubeconfig, kube.api_server, "--endpoints IP:PORT,...", connect
+        )
     logs.configure(cfg.server.log_level)
     from router.run import serve as serve_forever
 

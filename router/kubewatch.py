@@ -5,7 +5,8 @@ signals for the load term.
 Each resource is one list-then-watch loop, kvspread/kube.py's `Reflector` (list ->
 resourceVersion -> watch from it with bookmarks -> on the server's timeout watch again ->
 on 410 Gone or any error back off, one backoff for list and watch, and list again)
-through the `kubernetes` client's raw responses (kvspread/kube.py gives the credentials). After every change the endpoint set is rebuilt:
+through kvspread/kubehttp.py's `connect` (httpx for an API server URL and in the cluster,
+the `kubernetes` client for a kubeconfig). After every change the endpoint set is rebuilt:
 for each pod matching the pool's `selector.matchLabels` that is Ready, has a pod IP and is
 not being deleted, one endpoint per `targetPorts[].number` (up to 8, the data-parallel
 ranks: router/ranks.py; the older `targetPortNumber` too). A pod's modality is its
@@ -31,7 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kvspread import nodesignals
-from kvspread.kube import Reflector, api_client, path_list_call
+from kvspread.kube import Reflector, path_list_call
+from kvspread.kubehttp import connect
 from kvspread.names import (
     ANNOTATION_ENGINE,
     ANNOTATION_METRICS_PATH,
@@ -181,7 +183,7 @@ class PoolWatch:
     def __init__(self, cfg: RouterConfig, endpoints: EndpointSet) -> None:
         self.cfg = cfg
         self.endpoints = endpoints
-        self._api = api_client(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server)
+        self._api = connect(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server)
         self._rebuild_lock = threading.Lock()
         self.pool_problem = ""
         if cfg.mode == "pool":

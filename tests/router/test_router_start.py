@@ -11,12 +11,16 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from router.config import GRPC_SERVERS
-from tests.ports import free_port, wait_http_ok
+from tests.fake_kube import FakeKubeApi, make_node
+from tests.ports import free_port, port_free_on, wait_http_ok
+from tests.router.conftest import GROUP_VERSION, pool, ready_pod
+from tests.router.fake_engine import FakeEngine
 from tests.router.test_router_extproc import CHAT, destination, duplex
 
 NEVER_BEFORE_USE = (
@@ -48,12 +52,13 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("kind", GRPC_SERVERS)
-def test_serve_path_leaves_unused_modules_unimported(tmp_path: Path, engines, kind: str) -> None:  # type: ignore[no-untyped-def]
-    (engine,) = engines("e")
+def _serve_and_list_modules(
+    tmp_path: Path, config: dict[str, Any], kind: str, endpoint: str
+) -> set[str]:
+    """sys.modules of a `kvspread router serve` process after one real pick of `endpoint`."""
     grpc_port, http_port = free_port(), free_port()
     cfg = tmp_path / "router.yaml"
-    cfg.write_text(yaml.safe_dump({"endpoints": {"static": [engine.address]}}))
+    cfg.write_text(yaml.safe_dump(config))
     args = ["router", "serve", "--config", str(cfg), "--grpc-server", kind, "--log-level",
             "warning", "--grpc-port", str(grpc_port), "--http-port", str(http_port)]  # fmt: skip
     proc = subprocess.Popen(
@@ -66,7 +71,7 @@ def test_serve_path_leaves_unused_modules_unimported(tmp_path: Path, engines, ki
     try:
         wait_http_ok(f"http://127.0.0.1:{http_port}/readyz", 60, proc)
         resps = duplex(grpc_port, CHAT)
-        assert destination(resps[0])[0] == engine.address  # a real pick, then the modules
+        assert destination(resps[0])[0] == endpoint  # a real pick, then the modules
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write("\n")
         proc.stdin.flush()
@@ -74,6 +79,14 @@ def test_serve_path_leaves_unused_modules_unimported(tmp_path: Path, engines, ki
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
+    return loaded
+
+
+@pytest.mark.parametrize("kind", GRPC_SERVERS)
+def test_serve_path_leaves_unused_modules_unimported(tmp_path: Path, engines, kind: str) -> None:  # type: ignore[no-untyped-def]
+    (engine,) = engines("e")
+    config = {"endpoints": {"static": [engine.address]}}
+    loaded = _serve_and_list_modules(tmp_path, config, kind, engine.address)
     assert {"router.run", "router.extproc", "router.proto.ext_proc_pb2"} <= loaded
     assert loaded & set(NEVER_BEFORE_USE) == set()
     if kind == "h2":
@@ -93,3 +106,25 @@ def test_importing_the_serve_path_defers_the_scrape_client() -> None:
     assert {"router.run", "router.endpoints", "kvspread.engine"} <= loaded
     heavy = {"httpx", "httpcore", "rich", *GRPCIO, *NEVER_BEFORE_USE}
     assert loaded & heavy == set()
+
+
+def test_pool_mode_watches_without_the_kubernetes_package(tmp_path: Path) -> None:
+    """An InferencePool on the fake API server is listed and watched through
+    kvspread/kubehttp.py (httpx): the `kubernetes` package, 0.44 s of CPU, stays unimported."""
+    port = port_free_on(["127.0.0.2"])
+    engine = FakeEngine("pod-0", host="127.0.0.2", port=port).start()
+    try:
+        with FakeKubeApi() as api:
+            api.register_kind(GROUP_VERSION, "InferencePool", "inferencepools", True)
+            api.put(make_node("gpu-1"))
+            api.put(pool(port, {"app": "vllm"}))
+            api.put(ready_pod("pod-0", "127.0.0.2", "gpu-1", {"app": "vllm"}))
+            config = {
+                "pool": {"name": "qwen-vl", "namespace": "llm"},
+                "kubernetes": {"api_server": api.url},
+            }
+            loaded = _serve_and_list_modules(tmp_path, config, "h2", engine.address)
+    finally:
+        engine.stop()
+    assert {"router.kubewatch", "kvspread.kubehttp", "kvspread.nodesignals"} <= loaded
+    assert not {m for m in loaded if m == "kubernetes" or m.startswith("kubernetes.")}
