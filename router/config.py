@@ -25,7 +25,8 @@ YAML shape (every key optional; defaults shown, except that exactly one of
     request:  {patch: 28, default_image_tokens: 1024, max_image_tokens: 16384,
                default_max_tokens: 256}
     affinity: {ttl_s: 600, max_entries: 100000}
-    objectives: {classes: {}, default_priority: 0}   # e.g. classes: {premium: 10, batch: -1}
+    objectives: {classes: {}, default_priority: 0,   # e.g. classes: {premium: 10, batch: -1}
+                 resources: auto, max_resources: 1000}
     cache:    {prefix: true, block_tokens: 64, chars_per_token: 4, max_blocks: 256,
                capacity_blocks: 0, default_capacity_blocks: 7812, memory_mib: 64,
                images: true, max_images: 100000, kv_events_port: 0,

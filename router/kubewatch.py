@@ -21,6 +21,9 @@ from its `kvspread.io/signals` annotation; a deleted NodeSignals falls back to t
 annotation. `kubernetes.node_signals: false` reads annotations only. The NodeSignals list
 does not hold readiness back (no CRD must not stop routing): until it is listed, nodes'
 annotations are read.
+
+In pool mode the pool's InferenceObjective resources are watched too (router/objectivewatch.py,
+`objectives.resources`): their priorities go to the picker; they never hold readiness back.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvspread import nodesignals
@@ -45,6 +48,7 @@ from kvspread.names import (
 from kvspread.signals import SignalState, read_signals
 from router.config import RouterConfig
 from router.endpoints import Endpoint, EndpointSet
+from router.objectivewatch import ObjectiveWatch
 from router.ranks import PortsError, pod_ranks, rank_name, target_ports
 
 __all__ = ["PoolWatch", "pool_endpoints", "pod_ready", "POOL_GROUP", "POOL_VERSION"]
@@ -178,14 +182,30 @@ class _ListWatch:
 
 
 class PoolWatch:
-    """Keeps `EndpointSet` equal to the pool's (or the selector's) Ready endpoints."""
+    """Keeps `EndpointSet` equal to the pool's (or the selector's) Ready endpoints, and, in
+    pool mode, hands the pool's InferenceObjective priorities to `on_objectives`."""
 
-    def __init__(self, cfg: RouterConfig, endpoints: EndpointSet) -> None:
+    def __init__(
+        self,
+        cfg: RouterConfig,
+        endpoints: EndpointSet,
+        on_objectives: Callable[[Mapping[str, int]], None] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.endpoints = endpoints
         self._api = connect(cfg.kubernetes.kubeconfig, cfg.kubernetes.api_server)
         self._rebuild_lock = threading.Lock()
         self.pool_problem = ""
+        self.objectives: ObjectiveWatch | None = None
+        if cfg.mode == "pool" and cfg.objectives.resources != "off":
+            self.objectives = ObjectiveWatch(
+                self._api,
+                cfg.pool.namespace,
+                cfg.pool.name or "",
+                on_objectives or (lambda _priorities: None),
+                resources=cfg.objectives.resources,
+                max_resources=cfg.objectives.max_resources,
+            )
         if cfg.mode == "pool":
             ns = cfg.pool.namespace
             self.pool: _ListWatch | None = self._lw(
@@ -277,6 +297,8 @@ class PoolWatch:
         """Every list+watch this router runs (each with its own backoff)."""
         watches = [self.pods, self.nodes] + ([self.pool] if self.pool else [])
         extra = [self._ns_watch] if self._ns_watch is not None else []
+        if self.objectives is not None:
+            extra.append(self.objectives.reflector)
         return [w.reflector for w in watches] + extra
 
     def start(self) -> None:

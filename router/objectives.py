@@ -1,6 +1,7 @@
 """A request's objective as llm-d's endpoint picker reads it from the request headers: the
-objective's name (an InferenceObjective, whose priority this picker takes from
-`objectives.classes`), its latency targets and its fairness id.
+objective's name (an InferenceObjective: its priority is the watched resource's in pool
+mode, router/objectivewatch.py, else `objectives.classes`), its latency targets and its
+fairness id.
 
 Header names are llm-d's (llm-d-router pkg/epp/metadata/consts.go), each current name with
 its deprecated alias, the current one read first when both are sent:
@@ -28,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from kvspread.settings import invalid
+from kvspread.settings import bounded, invalid
 
 __all__ = [
     "HEADER_OBJECTIVE",
@@ -40,10 +41,12 @@ __all__ = [
     "DROPPED_REASONS",
     "DEFAULT_FAIRNESS_ID",
     "MAX_NAME_CHARS",
+    "RESOURCE_CHOICES",
     "Objective",
     "ObjectiveError",
     "ObjectivesConfig",
     "header",
+    "priority_of",
     "read_objective",
 ]
 
@@ -65,6 +68,9 @@ DROPPED_REASONS: Final[Mapping[str, str]] = {
     "no-endpoint": "rejected-no-endpoints",
 }
 """Decision reason -> llm-d's RequestDroppedReason (the 429 and the 503 refusals)."""
+
+RESOURCE_CHOICES: Final = ("auto", "llm-d.ai", "inference.networking.x-k8s.io", "off")
+"""`objectives.resources`: which InferenceObjective API group is watched (objectivewatch)."""
 
 DEFAULT_FAIRNESS_ID: Final = "default-flow"
 """llm-d's fairness id of a request that names none (metadata.DefaultFairnessID)."""
@@ -107,6 +113,14 @@ class ObjectivesConfig:
     sheddable: 429 when every eligible endpoint is saturated or stale."""
     default_priority: int = 0
     """Priority of a request naming no objective, or one not in `classes` (GIE: 0)."""
+    resources: str = "auto"
+    """Pool mode: watch InferenceObjective resources for the pool (router/objectivewatch.py).
+    `auto`: `llm-d.ai/v1alpha2`, else GIE's `inference.networking.x-k8s.io/v1alpha2`; one of
+    those groups: that one only; `off`: none. A name a resource defines takes its
+    `spec.priority`, over `classes`."""
+    max_resources: int = 1000
+    """InferenceObjective resources kept at most (the oldest); newer ones are ignored with a
+    warning."""
 
     def validate(self) -> None:
         for name in self.classes:
@@ -114,6 +128,9 @@ class ObjectivesConfig:
                 raise invalid(
                     f"classes.{name}", f"a printable name of 1..{MAX_NAME_CHARS} chars", name
                 )
+        if self.resources not in RESOURCE_CHOICES:
+            raise invalid("resources", "one of " + ", ".join(RESOURCE_CHOICES), self.resources)
+        bounded(self, "max_resources", at_least=1, what="an integer")
 
 
 DEFAULT: Final = Objective("", 0)
@@ -154,14 +171,32 @@ def _target(headers: Mapping[str, str], key: str) -> float | None:
     return number or None
 
 
-def read_objective(headers: Mapping[str, str], cfg: ObjectivesConfig) -> Objective:
-    """The request's objective; ObjectiveError (400) for a header it cannot read."""
+def priority_of(
+    name: str, cfg: ObjectivesConfig, resources: Mapping[str, int] | None = None
+) -> int:
+    """An objective's priority: its InferenceObjective's, else `classes`, else the default."""
+    if not name:
+        return cfg.default_priority
+    if resources:
+        found = resources.get(name)
+        if found is not None:
+            return found
+    return cfg.classes.get(name, cfg.default_priority)
+
+
+def read_objective(
+    headers: Mapping[str, str],
+    cfg: ObjectivesConfig,
+    resources: Mapping[str, int] | None = None,
+) -> Objective:
+    """The request's objective; ObjectiveError (400) for a header it cannot read.
+    `resources`: the watched InferenceObjectives' priorities, which win over `classes`."""
     if not any(n in headers for names in ALIASES.values() for n in names):
         if cfg.default_priority == 0:
             return DEFAULT
         return Objective("", cfg.default_priority)
     name = _name(headers, HEADER_OBJECTIVE) or ""
-    priority = cfg.classes.get(name, cfg.default_priority) if name else cfg.default_priority
+    priority = priority_of(name, cfg, resources)
     return Objective(
         name=name,
         priority=priority,

@@ -2,7 +2,8 @@
 is expected to hold of it (context binding, prefix blocks: router/prefix.py, images:
 router/images.py), score (router/scoring.py), record the pick in those indexes, count it,
 keep the explanation, log it. The request's objective (router/objectives.py) comes from its
-headers: a sheddable one (priority < 0) is refused with 429 when no eligible endpoint is
+headers, its priority from the pool's InferenceObjectives (router/objectivewatch.py) or the
+config: a sheddable one (priority < 0) is refused with 429 when no eligible endpoint is
 fresh with room.
 
 The gRPC layer (router/extproc.py) calls `Picker.pick` once per request, with the complete
@@ -85,6 +86,13 @@ class Picker:
             OrderedDict()
         )  # request id -> who served, if not the pick
         self._lock = threading.Lock()
+        self.objective_priorities: Mapping[str, int] = {}
+        """The watched InferenceObjectives' priorities (router/objectivewatch.py), replaced
+        whole by `set_objective_priorities`, so a pick reads one mapping without a lock."""
+
+    def set_objective_priorities(self, priorities: Mapping[str, int]) -> None:
+        """The pool's InferenceObjectives changed: their priorities beat `objectives.classes`."""
+        self.objective_priorities = priorities
 
     def pick(
         self,
@@ -100,7 +108,7 @@ class Picker:
         rid = headers.get(HEADER_REQUEST_ID, "")
         objective = DEFAULT
         try:
-            objective = read_objective(headers, self.cfg.objectives)
+            objective = read_objective(headers, self.cfg.objectives, self.objective_priorities)
             req = BODILESS if not body else parse_request(body, self.cfg.request)
         except (RequestError, ObjectiveError) as exc:
             self.metrics.bad.inc()
@@ -267,7 +275,7 @@ class Picker:
             "served_by": self._served.get(rid, d.chosen),
         }
         try:
-            o = read_objective(headers, self.cfg.objectives)
+            o = read_objective(headers, self.cfg.objectives, self.objective_priorities)
             doc["objective"] = {
                 "name": o.name,
                 "priority": o.priority,

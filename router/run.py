@@ -231,7 +231,7 @@ class Router:
         else:
             from router.kubewatch import PoolWatch
 
-            self.watch = PoolWatch(self.cfg, self.endpoints)
+            self.watch = PoolWatch(self.cfg, self.endpoints, self.picker.set_objective_priorities)
             self.watch.start()
         self.endpoints.start()
         cache = self.cfg.cache

@@ -91,7 +91,11 @@ def test_the_router_lists_and_watches_under_its_roles(
     )
     kube = {"kubeconfig": str(kubeconfigs["router"])}
     for mode in (
-        {"pool": {"name": "p", "namespace": "llm"}},
+        {"pool": {"name": "p", "namespace": "llm"}},  # InferenceObjectives: llm-d.ai
+        {
+            "pool": {"name": "p", "namespace": "llm"},
+            "objectives": {"resources": "inference.networking.x-k8s.io"},
+        },
         {"endpoints": {"selector": "app=llm", "target_port": 8000, "namespace": "llm"}},
     ):
         watch = PoolWatch(RouterConfig.from_mapping({**mode, "kubernetes": kube}), EndpointSet())

@@ -98,10 +98,16 @@ def test_the_router_roles_are_what_the_router_calls() -> None:
 
     api = seeded()
     api.register_kind("inference.networking.k8s.io/v1", "InferencePool", "inferencepools", True)
+    for group in ("llm-d.ai", "inference.networking.x-k8s.io"):
+        api.register_kind(f"{group}/v1alpha2", "InferenceObjective", "inferenceobjectives", True)
     try:
         used: set[Grant] = set()
         for mode in (
-            {"pool": {"name": "p", "namespace": "llm"}},
+            {"pool": {"name": "p", "namespace": "llm"}},  # objectives: auto finds llm-d.ai
+            {
+                "pool": {"name": "p", "namespace": "llm"},
+                "objectives": {"resources": "inference.networking.x-k8s.io"},
+            },
             {"endpoints": {"selector": "app=llm", "target_port": 8000, "namespace": "llm"}},
         ):
             cfg = RouterConfig.from_mapping({**mode, "kubernetes": {"api_server": api.url}})
