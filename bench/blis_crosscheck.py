@@ -41,9 +41,9 @@ least-loaded router BLIS's count instead (bench/blis_router.py).
 
 KV blocks (`--kv-alloc`): BLIS, like vLLM V1's scheduler, takes blocks each step for the
 tokens it schedules (a new request: its first chunk's), so more long prompts run at once
-and a short pool preempts more; our engines do the same with `step` (the default here,
-config.CostModel.kv_alloc), `prompt` is the serving simulation's default (a whole prompt
-reserved at admission). Each row also prints both simulators' preemptions and our hit rate
+and a short pool preempts more; our engines do the same with `step` (the default here and
+in the serving simulation, config.CostModel.kv_alloc); `prompt` is the serving
+simulation's earlier model (a whole prompt reserved at admission). Each row also prints both simulators' preemptions and our hit rate
 as vLLM counts it (a preempted request's lookups apart), which BLIS's output cannot give.
 
 Prefix caching is on in both (BLIS has no switch for it: its KV cache always keys
@@ -179,11 +179,11 @@ class Setup:
     tree: bool = False
     """Our requests carry the Mooncake trace's full block tree (BLIS still the flat groups)."""
     kv_alloc: str = "step"
+    """When our engines take KV blocks (config.CostModel.kv_alloc): `step`, for each step's
+    scheduled tokens as vLLM V1 and BLIS do, or `prompt`, the whole prompt at admission."""
     ll_load: str = "ours"
     """Our least-loaded router's count: `ours` (requests in the engine, once) or `blis`
     (BLIS's EffectiveLoad, bench/blis_router.py)."""
-    """When our engines take KV blocks (config.CostModel.kv_alloc): `step`, for each step's
-    scheduled tokens as vLLM V1 and BLIS do, or `prompt`, the whole prompt at admission."""
 
     @property
     def alphas_s(self) -> tuple[float, float, float]:
@@ -444,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("step", "prompt"),
         default="step",
         help="when our engines take KV blocks: each step's tokens (vLLM V1, BLIS; default) "
-        "or the whole prompt at admission (the serving simulation's default)",
+        "or the whole prompt at admission (the serving simulation's earlier model)",
     )
     ap.add_argument(
         "--ll-load",

@@ -117,14 +117,15 @@ class CostModel:
     # BLIS's fit gives decode compute no weight (beta2a 0). False reproduces that.
     mixed_decode_compute: bool = True
     """A mixed step computes its decode tokens like prompt tokens (false: they cost no compute, BLIS's fit)."""
-    # When an engine takes a request's KV blocks: `prompt` reserves the whole prompt at
-    # admission (this simulator's model so far; an admitted prompt never runs short);
-    # `step` takes blocks only for the tokens each step schedules and makes a prompt's
-    # blocks findable as its chunks compute, as vLLM V1 does (Scheduler.schedule ->
+    # When an engine takes a request's KV blocks: `step` (the default) takes blocks only
+    # for the tokens each step schedules and makes a prompt's blocks findable as its
+    # chunks compute, as vLLM V1 does (Scheduler.schedule ->
     # KVCacheManager.allocate_slots(request, num_new_tokens), which caches the full
-    # blocks up to num_computed + num_new tokens), so more long prompts run at once and
-    # a pool that runs short preempts more (docs/serving-simulation.md, BLIS).
-    kv_alloc: str = "prompt"
+    # blocks up to num_computed + num_new tokens) and BLIS too, so more long prompts run
+    # at once and a pool that runs short preempts more; `prompt` reserves the whole
+    # prompt at admission (this simulator's model before session 12; an admitted prompt
+    # never runs short), kept to reproduce older results (docs/serving-simulation.md).
+    kv_alloc: str = "step"
     """When an engine takes a request's KV blocks: prompt (all at admission) or step (each step's scheduled tokens, vLLM V1)."""
     decode_d0_ms: float = 2.0
     """Fixed cost of one decode step d0, ms."""

@@ -1,8 +1,8 @@
 """When the engine takes KV blocks: all of a prompt at admission, or per step (vLLM V1).
 
 vLLM V1's scheduler allocates blocks only for the tokens each step schedules
-(KVCacheManager.allocate_slots(request, num_new_tokens)); `cost.kv_alloc: step` models
-that, `prompt` (the default) reserves the whole prompt at admission. The toy cost model
+(KVCacheManager.allocate_slots(request, num_new_tokens)); `cost.kv_alloc: step` (the
+default) models that, `prompt` reserves the whole prompt at admission. The toy cost model
 of test_serving_engine (4-token blocks) with a chunk budget of 8 tokens.
 """
 
@@ -92,7 +92,11 @@ def test_per_step_caching_lets_a_preempted_prompt_hit_its_own_chunks() -> None:
     assert a.kv_blocks_new == -(-(40 + 20 - 1) // 4)
 
 
-def test_the_default_is_the_whole_prompt() -> None:
+def test_the_default_is_per_step() -> None:
+    assert config_from_mapping({}).cost.kv_alloc == "step"
+
+
+def test_prompt_still_reserves_the_whole_prompt() -> None:
     eng = engine("prompt", pool_tokens=400)
     r = req(1, 40, 2)
     eng.enqueue(r)
