@@ -7,7 +7,7 @@ with `--routing round-robin,least-request,llm-d,kvspread` and several seeds. Pri
 table of every folder (load x routing), then per folder each policy's seed means of TTFT
 p50/p90, E2E p99 and SLO goodput per GPU-hour, then kvspread's paired difference against each other policy (kvspread - other, mean over seeds
 [95 % Student t interval], verdict from kvspread's side: `simulator.serving.stats.paired`),
-then the issue's goals checked on the seed means:
+then each policy's prefix-cache hit rate, then the issue's goals checked on the seed means:
 TTFT p90 <= min(llm-d, least-request) and <= 0.7 x round-robin; goodput per GPU-hour >= both;
 E2E p99 no worse (its paired interval not wholly on the worse side) than either.
 Why a separate script: the simulator's own report pairs every policy against round-robin;
@@ -26,6 +26,8 @@ from typing import NamedTuple
 from simulator.serving.stats import COMPARABLE, cell, paired
 
 METRICS = ("p50_ttft_s", "p90_ttft_s", "p99_e2e_s", "slo_goodput_per_gpu_hour")
+SHOWN = ("prefix_hit_rate",)
+"""Read and printed as seed means, not paired: what the caches found under each routing."""
 ORDER = ("round-robin", "least-request", "llm-d", "kvspread")
 BOUND_ROWS = 10_000
 """Rows read per runs file at most (4 policies x 10 seeds is 40)."""
@@ -43,7 +45,9 @@ def read_runs(folder: Path) -> dict[str, dict[int, dict[str, float]]]:
         for i, row in enumerate(csv.DictReader(f)):
             if i >= BOUND_ROWS:
                 raise SystemExit(f"error: {path}: more than {BOUND_ROWS} rows")
-            out[row["routing"]][int(row["seed"])] = {m: float(row[m] or "nan") for m in METRICS}
+            out[row["routing"]][int(row["seed"])] = {
+                m: float(row.get(m) or "nan") for m in METRICS + SHOWN
+            }
     return out
 
 
@@ -70,7 +74,7 @@ def load(folder: Path) -> Load:
         raise SystemExit(f"error: {folder}: no kvspread runs")
     seeds = sorted(ks)
     means = {
-        r: {m: mean([runs[r][s][m] for s in seeds if s in runs[r]]) for m in METRICS}
+        r: {m: mean([runs[r][s][m] for s in seeds if s in runs[r]]) for m in METRICS + SHOWN}
         for r in ORDER
         if r in runs
     }
@@ -173,7 +177,8 @@ def report(ld: Load) -> list[str]:
                 "worse than " + ", ".join(worse) if worse else "not worse than either",
             )
         )
-    lines.append("")
+    hits = " / ".join(f"{r} {100 * row['prefix_hit_rate']:.1f} %" for r, row in means.items())
+    lines += ["", f"Prefix-cache hit rate (share of prompt tokens found cached): {hits}", ""]
     lines += [f"- {name}: {'met' if ok else 'NOT met'} ({how})" for name, ok, how in goals]
     return lines + [""]
 
