@@ -138,7 +138,7 @@ class RuleProvider:
             matched = True
             ratio = max(v.value for v in values) / target
             if pressure.step is not None and term in pressure.step.terms:
-                stepped = self._step(pressure.step, ratio, namespace, selector)
+                stepped = self._step(pressure.step, term, ratio, namespace, selector)
                 if stepped is None:
                     continue
                 ratio = stepped
@@ -170,7 +170,9 @@ class RuleProvider:
             )
         ]
 
-    def _step(self, step: Step, ratio: float, namespace: str, selector: Selector) -> float | None:
+    def _step(
+        self, step: Step, term: str, ratio: float, namespace: str, selector: Selector
+    ) -> float | None:
         """A latency term's step (metrics_adapter.step); the replica count is read only
         when the term is over its target, and none fresh counts as one replica."""
         replicas = None
@@ -180,7 +182,7 @@ class RuleProvider:
             except NoFreshData:
                 values = []
             replicas = max((v.value for v in values), default=None)
-        return step_value(ratio, replicas, step)
+        return step_value(ratio, replicas, step, term)
 
     def _trend(
         self,

@@ -56,6 +56,7 @@ ceil(replicas x pressure) replicas::
         pods: 1                     # over target: at most this many replicas more (1-10)
         minRatio: 1.12              # ... but at least this ratio (above the HPA's tolerance)
         hold: 0.8                   # hold..1 x target: 1 (keep); below: the term left out
+                                    #   (or per term: {kvspread_time_to_first_token...: 0.6})
 
 A service's `trendCapacity` (under `services:`) replaces `capacity`. The trend term is
 predicted rate / (replicas x capacity), metricLabels.term `trend` (metrics_adapter.trend).
@@ -402,9 +403,17 @@ def _step(doc: Any, key: str) -> Step:
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1 < ratio <= 2:
         raise ConfigError(f"{key}.minRatio: want a number in (1, 2], got {ratio!r}")
     hold = doc.get("hold", 0.8)
-    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold <= 1:
-        raise ConfigError(f"{key}.hold: want a number in [0, 1], got {hold!r}")
-    return Step(tuple(dict.fromkeys(terms)), replicas, pods, float(ratio), float(hold))
+    own = dict(hold) if isinstance(hold, Mapping) else {}
+    if own:
+        hold = 0.8
+    for where, h in [(f"{key}.hold", hold)] + [(f"{key}.hold.{t}", v) for t, v in own.items()]:
+        if isinstance(h, bool) or not isinstance(h, int | float) or not 0 <= h <= 1:
+            raise ConfigError(f"{where}: want a number in [0, 1] (or term: number), got {h!r}")
+    for t in own:
+        if t not in terms:
+            raise ConfigError(f"{key}.hold.{t}: not one of step.terms")
+    holds = tuple((str(t), float(v)) for t, v in own.items())
+    return Step(tuple(dict.fromkeys(terms)), replicas, pods, float(ratio), float(hold), holds)
 
 
 def _positive(value: Any, key: str, most: float = math.inf) -> float:
@@ -660,15 +669,20 @@ LATENCY_TERMS: Final = (names.SLI_TTFT_P95, names.SLI_TPOT_P95)
 """The default rules' latency terms, those a `step:` acts on (metrics_adapter.step)."""
 
 
-def step_doc(pods: int = 1, min_ratio: float = 1.12, hold: float = 0.8) -> dict[str, Any]:
+def step_doc(
+    pods: int = 1, min_ratio: float = 1.12, hold: float = 0.8, tpot_hold: float | None = None
+) -> dict[str, Any]:
     """A `step:` mapping on the default rules: TTFT and TPOT p95 step, counted against the
-    engine pods reporting their queue."""
+    engine pods reporting their queue; `tpot_hold` (None: `hold`) is TPOT's own hold."""
+    holds: float | dict[str, float] = hold
+    if tpot_hold is not None and tpot_hold != hold:
+        holds = {names.SLI_TTFT_P95: hold, names.SLI_TPOT_P95: tpot_hold}
     return {
         "terms": list(LATENCY_TERMS),
         "replicas": names.SLI_ENGINE_REPLICAS,
         "pods": pods,
         "minRatio": min_ratio,
-        "hold": hold,
+        "hold": holds,
     }
 
 

@@ -18,6 +18,9 @@ term listed under `step:` therefore says only which way to move, by a bounded am
 The proposal `ceil(ready x step)` counts ready replicas, so while the added replica is still
 starting the step asks for no more: one replica at a time, each once it serves.
 
+`hold` may differ per term: a TPOT with a floor near its target is better left out below
+1 (hold 1), while a TTFT, which queueing sets and replicas remove, keeps a margin.
+
 Off unless an `slo-pressure` rule has a `step:` key (docs/adapter.md, "SLO pressure").
 """
 
@@ -47,14 +50,22 @@ class Step:
     """The step's smallest ratio over target; above 1 + the HPA's tolerance (0.1)."""
     hold: float = 0.8
     """From this fraction of the target up to the target the term keeps the replicas (1)."""
+    holds: tuple[tuple[str, float], ...] = ()
+    """(term, its own hold), replacing `hold` for that term."""
+
+    def hold_for(self, term: str | None) -> float:
+        """`term`'s hold: its own, else the step's."""
+        return dict(self.holds).get(term or "", self.hold)
 
 
-def step_value(ratio: float, replicas: float | None, step: Step) -> float | None:
-    """The term's pressure for `ratio` = value / target (module docstring); None: left out.
+def step_value(
+    ratio: float, replicas: float | None, step: Step, term: str | None = None
+) -> float | None:
+    """`term`'s pressure for `ratio` = value / target (module docstring); None: left out.
 
     `replicas` None or below 1 (no replica counted) is taken as 1. The step is rounded down
     to a thousandth, the HPA's milli-units, so that ceil(n x step) is n + pods, not more."""
-    if ratio < step.hold:
+    if ratio < step.hold_for(term):
         return None
     if ratio <= 1.0:
         return 1.0

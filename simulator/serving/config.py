@@ -327,7 +327,10 @@ class PressureSpec:
     step_min_ratio: float = 1.12
     """The step's smallest ratio, above the HPA's tolerance (in (1, 2])."""
     step_hold: float = 0.8
-    """From this fraction of the target to the target a latency term keeps the replicas."""
+    """From this fraction of the target to the target a latency term keeps the replicas
+    (TTFT's, and TPOT's unless `step_tpot_hold` differs)."""
+    step_tpot_hold: float = 0.8
+    """TPOT's hold (1: TPOT below its target is left out, for a TPOT with a floor)."""
 
 
 @dataclass(frozen=True)
@@ -733,7 +736,8 @@ class SimConfig:
                         f"{where}.metrics[{i}].metric", "one of " + ", ".join(METRICS), m.metric
                     )
         trend_keys = ("trend_lead_s", "trend_min_rise")
-        step_keys = ("latency_step", "step_terms", "step_pods", "step_min_ratio", "step_hold")
+        step_keys = ("latency_step", "step_terms", "step_pods", "step_min_ratio", "step_hold",
+                     "step_tpot_hold")  # fmt: skip
         bounded(self, *(f"pressure.{f}" for f in vars(self.pressure)
                         if f not in trend_keys + step_keys), above=0)  # fmt: skip
         p = self.pressure
@@ -750,8 +754,9 @@ class SimConfig:
             raise invalid("pressure.step_terms", "a list of ttft, tpot", list(p.step_terms))
         if not 1 < p.step_min_ratio <= 2:
             raise invalid("pressure.step_min_ratio", "a number in (1, 2]", p.step_min_ratio)
-        if not 0 <= p.step_hold <= 1:
-            raise invalid("pressure.step_hold", "a number in [0, 1]", p.step_hold)
+        for hold in ("step_hold", "step_tpot_hold"):
+            if not 0 <= getattr(p, hold) <= 1:
+                raise invalid(f"pressure.{hold}", "a number in [0, 1]", getattr(p, hold))
         bounded(self, *(f"pressure.{f}" for f in trend_keys), at_least=0)
         bounded(self, "pressure.trend_max_growth", at_least=1)
         if self.pressure.trend_lead_s > MAX_LEAD_S:
@@ -818,7 +823,7 @@ class SimConfig:
         )
         step = None
         if p.latency_step:
-            step = step_doc(p.step_pods, p.step_min_ratio, p.step_hold)
+            step = step_doc(p.step_pods, p.step_min_ratio, p.step_hold, p.step_tpot_hold)
             step["terms"] = [_STEP_TERMS[t] for t in dict.fromkeys(p.step_terms)]
         return pressure_rule(services, terms, classes, trend, step)
 

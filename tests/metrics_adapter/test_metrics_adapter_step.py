@@ -45,6 +45,9 @@ def test_near_target_holds_and_below_hold_is_left_out() -> None:
     assert step_value(0.8, 3.0, STEP) == 1.0
     assert step_value(0.79, 3.0, STEP) is None
     assert step_value(0.0, 3.0, Step(("t",), "n", hold=0.0)) == 1.0
+    own = Step(("t", "u"), "n", hold=0.6, holds=(("u", 1.0),))
+    assert step_value(0.7, 3.0, own, "t") == 1.0
+    assert step_value(0.99, 3.0, own, "u") is None
 
 
 def _pressure(tpot_s: float, step: bool, waiting: float = 0.0, pods: int = 2) -> tuple[float, str]:
@@ -98,6 +101,8 @@ def test_off_by_default() -> None:
         ({"terms": ["q"], "replicas": "n", "pods": 1.5}, r"step\.pods: want a whole number"),
         ({"terms": ["q"], "replicas": "n", "minRatio": 1}, r"step\.minRatio: want a number"),
         ({"terms": ["q"], "replicas": "n", "hold": 1.5}, r"step\.hold: want a number in"),
+        ({"terms": ["q"], "replicas": "n", "hold": {"q": -1}}, r"step\.hold\.q: want a number"),
+        ({"terms": ["q"], "replicas": "n", "hold": {"x": 1}}, r"step\.hold\.x: not one of step"),
         ({"terms": ["q"], "replicas": "n", "x": 1}, r"step\.x: unknown key"),
         ("yes", r"step: want a mapping"),
     ],
@@ -118,12 +123,18 @@ def test_only_a_pressure_rule_takes_a_step() -> None:
 
 
 def test_the_simulator_builds_the_same_rule_and_names_its_bad_keys() -> None:
-    cfg = config_from_mapping({"pressure": {"latency_step": True, "step_hold": 0.7}})
+    both = {"latency_step": True, "step_hold": 0.7, "step_tpot_hold": 0.7}
+    cfg = config_from_mapping({"pressure": both})
     assert cfg.pressure_rule()["step"] == step_doc(hold=0.7)
     assert "step" not in config_from_mapping({}).pressure_rule()
     tpot = config_from_mapping({"pressure": {"latency_step": True, "step_terms": ["tpot"]}})
     assert tpot.pressure_rule()["step"]["terms"] == [names.SLI_TPOT_P95]
-    for key, value in (("step_pods", 0), ("step_min_ratio", 1.0), ("step_hold", -0.1),
+    two = config_from_mapping({"pressure": {"latency_step": True, "step_tpot_hold": 1.0}})
+    (rule,) = [r for r in default_rules(pressure=two.pressure_rule()) if r.pressure]
+    assert rule.pressure is not None and rule.pressure.step is not None
+    assert rule.pressure.step.hold_for(names.SLI_TPOT_P95) == 1.0
+    assert rule.pressure.step.hold_for(names.SLI_TTFT_P95) == 0.8
+    for key, value in (("step_pods", 0), ("step_min_ratio", 1.0), ("step_hold", -0.1), ("step_tpot_hold", 2),
                        ("step_terms", ["queue"]), ("step_terms", [])):  # fmt: skip
         with pytest.raises(ConfigError, match=rf"pressure\.{key}"):
             config_from_mapping({"pressure": {"latency_step": True, key: value}})
