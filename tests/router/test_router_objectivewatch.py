@@ -225,9 +225,11 @@ def test_a_router_in_pool_mode_takes_the_resources_priorities(
     header = {"x-llm-d-inference-objective": "batch", "x-request-id": "r1"}
     out = router.picker.pick(b'{"model": "m", "prompt": "hi"}', header, None)
     assert out.objective.priority == -1 and out.objective.sheddable
-    assert router.picker.explain("r1")["objective"]["priority"] == -1
-    gold = {"x-llm-d-inference-objective": "gold"}
+    explained = router.picker.explain("r1")["objective"]
+    assert (explained["priority"], explained["priority_from"]) == (-1, "resource")
+    gold = {"x-llm-d-inference-objective": "gold", "x-request-id": "r2"}
     assert router.picker.pick(b"", gold, None).objective.priority == 50  # from classes
+    assert router.picker.explain("r2")["objective"]["priority_from"] == "config"
     api.delete("InferenceObjective", "batch", "llm", f"{NEW_GROUP}/{VERSION}")
     wait(lambda: router.picker.objective_priorities == {})
     assert router.picker.pick(b"", header, None).objective.priority == 5
