@@ -259,3 +259,17 @@ def test_bad_objectives_config_names_the_key(section: dict[str, Any], message: s
 
     with pytest.raises(ConfigError, match=message):
         router_config(["10.0.0.1:1"], objectives=section)
+
+
+def test_a_crd_installed_later_is_found_at_the_next_list(api: FakeKubeApi) -> None:
+    w, got = watching(api)
+    try:
+        wait(lambda: w.reflector.stats.errors >= 1)  # neither group served: 404, backing off
+        assert w.group is None and got.last is None
+        api.register_kind(f"{LEGACY_GROUP}/{VERSION}", "InferenceObjective",
+                          "inferenceobjectives", True)  # fmt: skip
+        api.put(objective("batch", -3, group=LEGACY_GROUP))
+        wait(lambda: got.last == {"batch": -3})  # the retry after the first backoff (<= 1 s)
+        assert w.group == LEGACY_GROUP
+    finally:
+        w.reflector.stop()
