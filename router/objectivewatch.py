@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from kvspread.kube import Reflector, lookup, lookup_str, path_list_call
+from kvspread.kubehttp import ApiError
 from router.objectives import RESOURCE_CHOICES
 
 __all__ = [
@@ -141,15 +142,13 @@ class ObjectiveWatch:
     def _call(self, **kw: Any) -> Any:
         """A list tries each group in turn (404: not served, next); a watch uses the group
         of the list it follows."""
-        from kubernetes.client.exceptions import ApiException
-
         if kw.get("watch") and self.group is not None:
             return path_list_call(self._api, self._path(self.group))(**kw)
         for group in self._groups:
             try:
                 resp = path_list_call(self._api, self._path(group))(**kw)
-            except ApiException as exc:
-                if exc.status == 404:
+            except Exception as exc:  # either client's HTTP error carries `status`
+                if getattr(exc, "status", None) == 404:
                     continue
                 raise
             if group != self.group:
@@ -160,9 +159,9 @@ class ObjectiveWatch:
             self.group = group
             return resp
         served = " nor ".join(f"{g}/{VERSION}" for g in self._groups)
-        raise ApiException(
-            status=404,
-            reason=f"InferenceObjective is not served ({served}: CRD not installed); "
+        raise ApiError(
+            404,
+            f"InferenceObjective is not served ({served}: CRD not installed); "
             "objectives.classes gives the priorities",
         )
 

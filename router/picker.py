@@ -28,7 +28,13 @@ from router.conformance import SELECTION_HEADER, steered
 from router.endpoints import EndpointSet
 from router.llmdmetrics import LlmdMetrics
 from router.metrics import RouterMetrics
-from router.objectives import DEFAULT, Objective, ObjectiveError, read_objective
+from router.objectives import (
+    DEFAULT,
+    Objective,
+    ObjectiveError,
+    ObjectivesConfig,
+    read_objective,
+)
 from router.request import BODILESS, RequestError, RequestInfo, parse_request
 from router.scoring import Decision, EndpointView, choose
 
@@ -279,6 +285,9 @@ class Picker:
             doc["objective"] = {
                 "name": o.name,
                 "priority": o.priority,
+                "priority_from": _priority_from(
+                    o.name, self.cfg.objectives, self.objective_priorities
+                ),
                 "sheddable": o.sheddable,
                 "ttft_ms": o.ttft_ms,
                 "tpot_ms": o.tpot_ms,
@@ -317,6 +326,14 @@ class Picker:
     def recent_ids(self, n: int = 20) -> list[str]:
         with self._lock:
             return list(self._explain)[-n:]
+
+
+def _priority_from(name: str, cfg: ObjectivesConfig, resources: Mapping[str, int]) -> str:
+    """Where an objective's priority came from, for /debug/explain: "resource" (its
+    InferenceObjective), "config" (`objectives.classes`) or "default"."""
+    if name and name in resources:
+        return "resource"
+    return "config" if name and name in cfg.classes else "default"
 
 
 def _saturated(d: Decision) -> bool:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -62,6 +63,22 @@ def envoy_skip_reason() -> str | None:
     if res.returncode != 0:
         return f"envoy --version failed: {res.stderr.strip()[:200]}"
     return None
+
+
+def dead_port() -> int:
+    """A loopback port nothing listens on: where a picker that is down would be."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again: nothing listens there
+
+
+def wait_health(envoy: Envoy, healthy: bool, cluster: str = "picker") -> None:
+    """Until Envoy's health check of `cluster`'s one host says `healthy` (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while envoy.healthy(cluster) != [healthy]:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{cluster}'s health never became {healthy}")
+        time.sleep(0.1)
 
 
 def _addr(port: int, host: str = "127.0.0.1") -> dict[str, Any]:

@@ -8,7 +8,6 @@ any chunk, and FailOpen opens: what docs/router.md tells gateways to configure."
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,7 +17,13 @@ import pytest
 
 from router.run import Router
 from tests.router.conftest import router_config
-from tests.router.envoy_harness import Envoy, bootstrap, envoy_skip_reason
+from tests.router.envoy_harness import (
+    Envoy,
+    bootstrap,
+    dead_port,
+    envoy_skip_reason,
+    wait_health,
+)
 from tests.router.fake_engine import FakeEngine
 
 _SKIP = envoy_skip_reason()
@@ -31,12 +36,6 @@ REQUESTS = 20
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]}).encode()
 
 
-def _dead_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again: nothing listens there
-
-
 @pytest.fixture(scope="module")
 def pod() -> Iterator[FakeEngine]:
     fake = FakeEngine("pod-0", host="127.0.0.2").start()
@@ -47,10 +46,10 @@ def pod() -> Iterator[FakeEngine]:
 def _send(pod: FakeEngine, **options: object) -> tuple[Counter[int], int, dict[str, int]]:
     """REQUESTS posts through an Envoy whose picker is down: (statuses, how many reached
     the pod, Envoy's ext_proc counters)."""
-    envoy = Envoy(bootstrap(_dead_port(), [pod.address], **options))  # type: ignore[arg-type]
+    envoy = Envoy(bootstrap(dead_port(), [pod.address], **options))  # type: ignore[arg-type]
     try:
         if options.get("picker_health_check"):
-            _wait_health(envoy, False)  # until its check has failed
+            wait_health(envoy, False)  # until its check has failed
         before = pod.served()
         statuses = Counter(
             httpx.post(
@@ -100,13 +99,6 @@ def test_fail_close_refuses_in_both_modes(pod: FakeEngine, mode: str, checked: b
     assert set(statuses) == {500} and reached == 0, statuses
 
 
-def _wait_health(envoy: Envoy, healthy: bool) -> None:
-    deadline = time.monotonic() + 30
-    while envoy.healthy("picker") != [healthy]:
-        assert time.monotonic() < deadline, f"the picker's health never became {healthy}"
-        time.sleep(0.1)
-
-
 def test_a_health_checked_picker_is_used_again_when_it_is_back(pod: FakeEngine) -> None:
     """Up: the picker routes (its header reaches the pod); down: FailOpen serves every
     request without it; up again on the same port: the picker routes again. Each phase
@@ -114,7 +106,7 @@ def test_a_health_checked_picker_is_used_again_when_it_is_back(pod: FakeEngine) 
     stream Envoy fails for want of a healthy picker (`upstream_cx_none_healthy`). Until
     then, a moment after the admin API shows the failed check, Envoy can still try the
     dead picker and answer the duplex 500 (seen: one request, in a few of some 30 runs)."""
-    port = _dead_port()
+    port = dead_port()
     cfg = router_config([pod.address], server={"grpc_port": port})
     envoy = Envoy(bootstrap(port, [pod.address], fail_open=True, picker_health_check=True))
 
@@ -129,7 +121,7 @@ def test_a_health_checked_picker_is_used_again_when_it_is_back(pod: FakeEngine) 
         return int(httpx.get(url, timeout=5).json()["stats"][0]["value"])
 
     def settle(healthy: bool, want: tuple[int, str | None]) -> None:
-        _wait_health(envoy, healthy)
+        wait_health(envoy, healthy)
         deadline = time.monotonic() + 30
         seen = none_healthy()
         while True:
@@ -150,3 +142,19 @@ def test_a_health_checked_picker_is_used_again_when_it_is_back(pod: FakeEngine) 
             settle(False, (200, None))
     finally:
         envoy.stop()
+
+
+def test_the_failopen_bench_runs_and_prints_what_it_measured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bench/router_failopen.py, shortened: the configurations whose outcome is not a race."""
+    from bench.router_failopen import main
+
+    runs = main(["--configs", "buffered,duplex-checked", "--runs", "1", "--requests", "3"])
+    assert [(r.config, r.served, r.reached) for r in runs] == [
+        ("buffered", 3, 3),
+        ("duplex-checked", 3, 3),
+    ]
+    out = capsys.readouterr().out
+    assert "buffered        served 3/3 (100%)" in out
+    assert "duplex-checked  served 3/3 (100%)" in out

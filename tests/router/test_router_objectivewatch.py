@@ -225,9 +225,11 @@ def test_a_router_in_pool_mode_takes_the_resources_priorities(
     header = {"x-llm-d-inference-objective": "batch", "x-request-id": "r1"}
     out = router.picker.pick(b'{"model": "m", "prompt": "hi"}', header, None)
     assert out.objective.priority == -1 and out.objective.sheddable
-    assert router.picker.explain("r1")["objective"]["priority"] == -1
-    gold = {"x-llm-d-inference-objective": "gold"}
+    explained = router.picker.explain("r1")["objective"]
+    assert (explained["priority"], explained["priority_from"]) == (-1, "resource")
+    gold = {"x-llm-d-inference-objective": "gold", "x-request-id": "r2"}
     assert router.picker.pick(b"", gold, None).objective.priority == 50  # from classes
+    assert router.picker.explain("r2")["objective"]["priority_from"] == "config"
     api.delete("InferenceObjective", "batch", "llm", f"{NEW_GROUP}/{VERSION}")
     wait(lambda: router.picker.objective_priorities == {})
     assert router.picker.pick(b"", header, None).objective.priority == 5
@@ -257,3 +259,17 @@ def test_bad_objectives_config_names_the_key(section: dict[str, Any], message: s
 
     with pytest.raises(ConfigError, match=message):
         router_config(["10.0.0.1:1"], objectives=section)
+
+
+def test_a_crd_installed_later_is_found_at_the_next_list(api: FakeKubeApi) -> None:
+    w, got = watching(api)
+    try:
+        wait(lambda: w.reflector.stats.errors >= 1)  # neither group served: 404, backing off
+        assert w.group is None and got.last is None
+        api.register_kind(f"{LEGACY_GROUP}/{VERSION}", "InferenceObjective",
+                          "inferenceobjectives", True)  # fmt: skip
+        api.put(objective("batch", -3, group=LEGACY_GROUP))
+        wait(lambda: got.last == {"batch": -3})  # the retry after the first backoff (<= 1 s)
+        assert w.group == LEGACY_GROUP
+    finally:
+        w.reflector.stop()
