@@ -301,3 +301,38 @@ def test_service_name_is_kedas() -> None:
         "metricName": 1, "metricValue": 2, "metricValueFloat": 3}  # fmt: skip
     assert {f.name: f.number for f in pb.MetricSpec.DESCRIPTOR.fields} == {
         "metricName": 1, "targetSize": 2, "targetSizeFloat": 3}  # fmt: skip
+
+
+def test_a_stepped_pressure_through_keda_is_the_rest_value(
+    pki: Pki, client_cert: tuple[bytes, bytes]
+) -> None:
+    """A pressure whose queue term steps (metrics_adapter.step): 3 waiting on one engine
+    against a target of 1 is ratio 3, served as 2 (one replica more), by KEDA as by REST."""
+    waiting = names.ENGINE_REQUESTS_WAITING.name
+    rules = [
+        {"name": names.SLI_QUEUE_DEPTH_PER_REPLICA, "metric": waiting, "aggregation": "last",
+         "combine": "mean"},
+        {"name": names.SLI_ENGINE_REPLICAS, "metric": waiting, "aggregation": "last",
+         "combine": "count"},
+        {"name": names.SLI_SLO_PRESSURE, "aggregation": "slo-pressure",
+         "terms": {names.SLI_QUEUE_DEPTH_PER_REPLICA: 1},
+         "step": {"terms": [names.SLI_QUEUE_DEPTH_PER_REPLICA],
+                  "replicas": names.SLI_ENGINE_REPLICAS}},
+    ]  # fmt: skip
+    cfg = base_config(
+        pki,
+        rules=rules,
+        keda_port=free_port(),
+        keda_bind_address="127.0.0.1",
+        keda_tls_cert_file=pki.serving_cert,
+        keda_tls_private_key_file=pki.serving_key,
+    )
+    metric = names.SLI_SLO_PRESSURE
+    with AdapterThread(cfg, clock=FakeClock(t=T0 + 45)) as a, _stub(pki, a, None, 3) as stub:
+        got = stub.GetMetrics(
+            pb.GetMetricsRequest(scaledObjectRef=_ref(metric, targetValue="1"), metricName=metric)
+        )
+        (item,) = _rest(pki, a, metric, "service=vision").json()["items"]
+    (mv,) = got.metricValues
+    assert mv.metricValueFloat == pytest.approx(2.0)
+    assert format_quantity(mv.metricValueFloat) == item["value"] == "2"
