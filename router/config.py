@@ -145,7 +145,8 @@ class ServerConfig:
     log_level: LogLevel = "info"
     """debug, info, warning or error; debug logs one JSON line per pick."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    """Largest gRPC message received or sent, so large base64 bodies pass (>= 4194304)."""
+    """Largest gRPC message received or sent, so large base64 bodies pass (>= 4194304); the
+    `grpcio` server receives at most 12 MiB (it copies each message twice)."""
     grpc_server: str = "h2"
     """gRPC server: `h2`, the picker's own HTTP/2 server on one event loop (the default: about
     a quarter of grpcio's CPU per stream), or `grpcio` (grpcio's asyncio server)."""

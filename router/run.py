@@ -55,7 +55,31 @@ def static_endpoints(cfg: RouterConfig) -> list[Endpoint]:
     return out
 
 
-"""At stop, how long either gRPC server lets the streams in flight finish (after GOAWAY)."""
+GRPCIO_MAX_RECEIVE_BYTES = 12 << 20
+"""The largest message the `grpcio` server receives. grpcio's core holds a message in its own
+buffers, then its Cython layer joins them into a bytearray and copies that into the bytes the
+handler gets: a message costs 2 to 3 times its size at once, on top of the body held. Envoy
+sends a duplex upload in messages up to its listener's per_connection_buffer_limit_bytes plus
+a read (33 MiB measured with a 32 MiB limit), and a 300 MiB upload then peaked at the 64 MiB
+body budget + 98-168 MiB. With messages of at most 12 MiB (a listener limit of 8 MiB) it
+peaked at + 89-100 MiB (10 runs), within issue 27's bound, the body budget + 64 MiB (+ 101-124 MiB
+with 16 MiB, too close). The `h2` server reads messages as views and needs no cap."""
+GRPCIO_WHY = (
+    "grpcio copies each message twice before the picker reads it, and larger messages would "
+    "take the picker past its body budget + 64 MiB of memory: keep Envoy's listener "
+    "per_connection_buffer_limit_bytes at 8 MiB or less (Envoy's default is 1 MiB) and "
+    "BUFFERED bodies under this, or use --grpc-server h2"
+)
+GRPCIO_OPTIONS = (("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 64 << 10))
+"""A fixed 64 KiB stream window: with BDP probing grpcio widens it and its core then holds
+several of Envoy's messages ahead of the handler (a 300 MiB upload peaked up to 146 MiB above
+rest with it, 86-108 without, one malloc arena, 16 MiB listener limit). A 60 MiB upload
+through Envoy took as long (2.2-3.4 s against 2.4-3.0 s on the loaded 2-core machine)."""
+
+
+def grpcio_receive_limit(max_message_bytes: int) -> int:
+    """What the `grpcio` server receives: `server.max_message_bytes`, at most 12 MiB."""
+    return min(max_message_bytes, GRPCIO_MAX_RECEIVE_BYTES)
 
 
 class Router:
@@ -141,11 +165,19 @@ class Router:
         from grpc_health.v1 import health, health_pb2_grpc
 
         n = self.cfg.server.max_message_bytes
+        receive = grpcio_receive_limit(n)
+        if receive < n:
+            log.warning(
+                "grpcio server: messages over %d bytes are refused (RESOURCE_EXHAUSTED)",
+                receive,
+                extra={"kv": {"max_message_bytes": n, "why": GRPCIO_WHY}},
+            )
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", n),
+                ("grpc.max_receive_message_length", receive),
                 ("grpc.max_send_message_length", n),
                 ("grpc.so_reuseport", 0),
+                *GRPCIO_OPTIONS,
             ]
         )
         # lenient: bytes that are no ProcessingRequest get INVALID_ARGUMENT naming the

@@ -97,8 +97,11 @@ def bootstrap(
     response_headers: bool = False,
     retries: int = 0,
     picker_health_check: bool = False,
+    listener_buffer_bytes: int = 32 << 20,
 ) -> dict[str, Any]:
-    """Envoy's configuration; `ext_proc=False` gives the same Envoy without the picker."""
+    """Envoy's configuration; `ext_proc=False` gives the same Envoy without the picker.
+    `listener_buffer_bytes` (per_connection_buffer_limit_bytes) also bounds the ext_proc
+    messages Envoy coalesces a duplex upload into."""
     if route_by not in ROUTE_BY:
         raise ValueError(f"route_by: one of {ROUTE_BY}, got {route_by!r}")
     send_response_headers = response_headers or response_body_mode != "NONE"
@@ -203,7 +206,7 @@ def bootstrap(
                 {
                     "name": "gateway",
                     "address": _addr(0),
-                    "per_connection_buffer_limit_bytes": 32 << 20,
+                    "per_connection_buffer_limit_bytes": listener_buffer_bytes,
                     "filter_chains": [
                         {
                             "filters": [
