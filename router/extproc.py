@@ -51,7 +51,7 @@ from router.h2grpc import INVALID_ARGUMENT, GrpcError
 from router.objectives import DROPPED_REASON_HEADER, DROPPED_REASONS
 from router.picker import Outcome, Picker
 from router.proto import ext_proc_pb2 as pb
-from router.served import served_endpoint
+from router.served import SERVED_NAMESPACE, served_endpoint
 
 if TYPE_CHECKING:  # grpcio only serves with --grpc-server grpcio (router/run.py imports it)
     import grpc
@@ -76,7 +76,7 @@ log = logging.getLogger("kvspread.router.extproc")
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
 PROCESS_PATH = f"/{SERVICE_NAME}/Process"
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
-DESTINATION_NAMESPACE = "envoy.lb"
+DESTINATION_NAMESPACE = SERVED_NAMESPACE  # one namespace both ways (GIE)
 FALLBACK_KEY = "x-gateway-destination-endpoint-fallback"
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"

@@ -41,7 +41,10 @@ __all__ = ["Router", "serve", "static_endpoints", "HEALTH_SERVICES"]
 
 log = logging.getLogger("kvspread.router")
 
-HEALTH_SERVICES = ("", "liveness", "readiness", SERVICE_NAME)
+GIE_PROBE_SERVICE = "inference-extension"
+"""The service GIE's chart probes its picker with (config/charts/inferencepool, leader
+election off); answered as readiness, as GIE's picker answers every name."""
+HEALTH_SERVICES = ("", "liveness", "readiness", SERVICE_NAME, GIE_PROBE_SERVICE)
 
 
 def static_endpoints(cfg: RouterConfig) -> list[Endpoint]:
@@ -212,6 +215,7 @@ class Router:
             ("liveness", serving),
             ("readiness", ready),
             (SERVICE_NAME, ready),
+            (GIE_PROBE_SERVICE, ready),
         ):
             if self._health is not None:
                 await self._health.set(service, status)

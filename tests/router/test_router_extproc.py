@@ -255,7 +255,12 @@ def test_health_services(two) -> None:  # type: ignore[no-untyped-def]
     router, *_ = two
     with channel(router.grpc_port) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
-        for svc in ("liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
+        for svc in (
+            "liveness",
+            "readiness",
+            "envoy.service.ext_proc.v3.ExternalProcessor",
+            "inference-extension",  # GIE's chart's probes
+        ):
             got = stub.Check(health_pb2.HealthCheckRequest(service=svc), timeout=5)
             assert got.status == health_pb2.HealthCheckResponse.SERVING, svc
 
