@@ -45,6 +45,8 @@ from typing import Any, Generic, TypeVar
 
 __all__ = [
     "api_client",
+    "http_status",
+    "MAX_LINE_BYTES",
     "path_list_call",
     "lookup",
     "lookup_str",
@@ -242,7 +244,7 @@ def _lines(resp: Any) -> Iterator[str]:
             raise ValueError(f"watch event line over {MAX_LINE_BYTES} bytes")
 
 
-def _http_status(exc: BaseException) -> int | None:
+def http_status(exc: BaseException) -> int | None:
     """The HTTP status of a failed call: `ApiException.status` (kubernetes) or
     `ApiError.status` (kvspread/kubehttp.py); None for a network or parse error."""
     status = getattr(exc, "status", None)
@@ -437,7 +439,7 @@ class Reflector:
                 self._failed(f"410 Gone: {exc}", error=False)
                 rv = None
             except Exception as exc:  # noqa: BLE001 - HTTP, network, parse; keep the loop alive
-                status = _http_status(exc)
+                status = http_status(exc)
                 if status == 410:
                     self.stats.gone += 1
                     self._failed("HTTP 410: Gone", error=False)

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvspread.kube import MAX_LINE_BYTES  # the Reflector's bound on a watch event line
+
 if TYPE_CHECKING:
     import httpx
 
@@ -45,9 +47,6 @@ tokens (the `kubernetes` client re-reads it each minute too)."""
 MAX_LIST_BYTES = 256 << 20
 """The largest list response read (a quarter of the picker's 1 GiB limit; a 5,000-node list
 with full objects is some tens of MiB)."""
-MAX_LINE_BYTES = 16 << 20
-"""The longest watch event line: etcd keeps objects under 1.5 MiB, so one event's JSON is far
-below this."""
 MAX_CONNECTIONS = 16
 """Concurrent connections to the API (the router runs four list+watch loops)."""
 

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from kvspread.kube import Reflector, lookup, lookup_str, path_list_call
+from kvspread.kube import Reflector, http_status, lookup, lookup_str, path_list_call
 from kvspread.kubehttp import ApiError
 from router.objectives import RESOURCE_CHOICES
 
@@ -148,7 +148,7 @@ class ObjectiveWatch:
             try:
                 resp = path_list_call(self._api, self._path(group))(**kw)
             except Exception as exc:  # either client's HTTP error carries `status`
-                if getattr(exc, "status", None) == 404:
+                if http_status(exc) == 404:
                     continue
                 raise
             if group != self.group:

@@ -113,7 +113,7 @@ def test_an_error_status_is_an_api_error_with_its_status_quoted_briefly(
     with pytest.raises(ApiError) as err:
         client.get("/api/v1/pods", [], 5)
     assert err.value.status == 403 and len(err.value.reason) < 330
-    assert kube._http_status(err.value) == 403  # what the Reflector reads: 410 lists again
+    assert kube.http_status(err.value) == 403  # what the Reflector reads: 410 lists again
 
 
 def test_a_watch_line_over_the_bound_fails_the_watch(tls_api, monkeypatch) -> None:  # type: ignore[no-untyped-def]
