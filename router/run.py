@@ -44,7 +44,12 @@ log = logging.getLogger("kvspread.router")
 GIE_PROBE_SERVICE = "inference-extension"
 """The service GIE's chart probes its picker with (config/charts/inferencepool, leader
 election off); answered as readiness, as GIE's picker answers every name."""
-HEALTH_SERVICES = ("", "liveness", "readiness", SERVICE_NAME, GIE_PROBE_SERVICE)
+LIVE_SERVICES = ("", "liveness")
+"""Health names answered SERVING while the process runs."""
+READY_SERVICES = ("readiness", SERVICE_NAME, GIE_PROBE_SERVICE)
+"""Health names answered as readiness: SERVING once the endpoints are synced, NOT_SERVING
+before and while draining."""
+HEALTH_SERVICES = LIVE_SERVICES + READY_SERVICES
 
 
 def static_endpoints(cfg: RouterConfig) -> list[Endpoint]:
@@ -210,13 +215,8 @@ class Router:
         serving = health_pb2.HealthCheckResponse.SERVING
         not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
         ready = serving if self.ready() else not_serving
-        for service, status in (
-            ("", serving),
-            ("liveness", serving),
-            ("readiness", ready),
-            (SERVICE_NAME, ready),
-            (GIE_PROBE_SERVICE, ready),
-        ):
+        for service in HEALTH_SERVICES:
+            status = serving if service in LIVE_SERVICES else ready
             if self._health is not None:
                 await self._health.set(service, status)
             else:
