@@ -85,7 +85,7 @@ from typing import Any, Final
 
 from kvspread import names
 from kvspread.settings import ConfigError
-from metrics_adapter.step import MAX_STEP_PODS, Step
+from metrics_adapter.step import HOLD, MAX_STEP_PODS, MIN_RATIO, PODS, Step
 from metrics_adapter.trend import MAX_GROWTH, MAX_LEAD_S, Trend
 
 __all__ = [
@@ -396,16 +396,16 @@ def _step(doc: Any, key: str) -> Step:
     replicas = doc.get("replicas")
     if not isinstance(replicas, str) or not _METRIC_NAME.match(replicas):
         raise ConfigError(f"{key}.replicas: want a rule name, got {replicas!r}")
-    pods = doc.get("pods", 1)
+    pods = doc.get("pods", PODS)
     if isinstance(pods, bool) or not isinstance(pods, int) or not 1 <= pods <= MAX_STEP_PODS:
         raise ConfigError(f"{key}.pods: want a whole number in [1, {MAX_STEP_PODS}], got {pods!r}")
-    ratio = doc.get("minRatio", 1.12)
+    ratio = doc.get("minRatio", MIN_RATIO)
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1 < ratio <= 2:
         raise ConfigError(f"{key}.minRatio: want a number in (1, 2], got {ratio!r}")
-    hold = doc.get("hold", 0.8)
+    hold = doc.get("hold", HOLD)
     own = dict(hold) if isinstance(hold, Mapping) else {}
     if own:
-        hold = 0.8
+        hold = HOLD
     for where, h in [(f"{key}.hold", hold)] + [(f"{key}.hold.{t}", v) for t, v in own.items()]:
         if isinstance(h, bool) or not isinstance(h, int | float) or not 0 <= h <= 1:
             raise ConfigError(f"{where}: want a number in [0, 1] (or term: number), got {h!r}")
@@ -670,7 +670,10 @@ LATENCY_TERMS: Final = (names.SLI_TTFT_P95, names.SLI_TPOT_P95)
 
 
 def step_doc(
-    pods: int = 1, min_ratio: float = 1.12, hold: float = 0.8, tpot_hold: float | None = None
+    pods: int = PODS,
+    min_ratio: float = MIN_RATIO,
+    hold: float = HOLD,
+    tpot_hold: float | None = None,
 ) -> dict[str, Any]:
     """A `step:` mapping on the default rules: TTFT and TPOT p95 step, counted against the
     engine pods reporting their queue; `tpot_hold` (None: `hold`) is TPOT's own hold."""

@@ -30,10 +30,16 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["MAX_STEP_PODS", "Step", "step_value"]
+__all__ = ["MAX_STEP_PODS", "PODS", "MIN_RATIO", "HOLD", "Step", "step_value"]
 
 MAX_STEP_PODS: Final = 10
 """The largest `pods` accepted: a bigger step is the proportional rule again."""
+PODS: Final = 1
+"""Default `pods`: one replica more per sync, each once it serves."""
+MIN_RATIO: Final = 1.12
+"""Default `minRatio`: above 1 + the HPA's tolerance (0.1), so a step is never ignored."""
+HOLD: Final = 0.8
+"""Default `hold`."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +50,11 @@ class Step:
     """The terms (rule names) that act by a step instead of proportionally."""
     replicas: str
     """A rule whose value is the number of replicas serving (`last`, `combine: count`)."""
-    pods: int = 1
+    pods: int = PODS
     """Over target: at most this many replicas more per HPA sync."""
-    min_ratio: float = 1.12
+    min_ratio: float = MIN_RATIO
     """The step's smallest ratio over target; above 1 + the HPA's tolerance (0.1)."""
-    hold: float = 0.8
+    hold: float = HOLD
     """From this fraction of the target up to the target the term keeps the replicas (1)."""
     holds: tuple[tuple[str, float], ...] = ()
     """(term, its own hold), replacing `hold` for that term."""

@@ -28,7 +28,7 @@ from kvspread.names import (
 )
 from kvspread.settings import bounded, invalid, load
 from metrics_adapter.rules import pressure_rule, step_doc, trend_doc
-from metrics_adapter.step import MAX_STEP_PODS
+from metrics_adapter.step import HOLD, MAX_STEP_PODS, MIN_RATIO, PODS
 from metrics_adapter.trend import MAX_LEAD_S
 from simulator.serving.slis import sli_names
 
@@ -322,14 +322,14 @@ class PressureSpec:
     left out to the queue and KV terms."""
     step_terms: tuple[str, ...] = ("ttft", "tpot")
     """The latency terms that step (`ttft`, `tpot`); the others stay proportional."""
-    step_pods: int = 1
+    step_pods: int = PODS
     """Over target: at most this many replicas more per sync (1-10)."""
-    step_min_ratio: float = 1.12
+    step_min_ratio: float = MIN_RATIO
     """The step's smallest ratio, above the HPA's tolerance (in (1, 2])."""
-    step_hold: float = 0.8
+    step_hold: float = HOLD
     """From this fraction of the target to the target a latency term keeps the replicas
     (TTFT's, and TPOT's unless `step_tpot_hold` differs)."""
-    step_tpot_hold: float = 0.8
+    step_tpot_hold: float = HOLD
     """TPOT's hold (1: TPOT below its target is left out, for a TPOT with a floor)."""
 
 
