@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import queue
+import threading
 from collections.abc import Iterator
 
 import grpc
@@ -18,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from router.config import GRPC_SERVERS
 from router.extproc import BODY_CHUNK_BYTES, SERVICE
 from router.proto import ext_proc_pb2 as pb
-from tests.router.conftest import issue_tls, router_config, wait_fresh
+from tests.router.conftest import issue_tls, router_config, wait, wait_fresh
 
 DUPLEX = pb.ProcessingMode.FULL_DUPLEX_STREAMED
 BUFFERED = pb.ProcessingMode.BUFFERED
@@ -263,6 +264,46 @@ def test_health_services(two) -> None:  # type: ignore[no-untyped-def]
         ):
             got = stub.Check(health_pb2.HealthCheckRequest(service=svc), timeout=5)
             assert got.status == health_pb2.HealthCheckResponse.SERVING, svc
+
+
+@pytest.mark.parametrize("kind", GRPC_SERVERS)
+def test_every_readiness_name_turns_not_serving_when_the_drain_starts(  # type: ignore[no-untyped-def]
+    engines, start_router, kind
+) -> None:
+    """Health Watch streams opened before the stop, one per name router/run.py answers: the
+    readiness names (GIE's `inference-extension` among them) go NOT_SERVING as the drain
+    begins, the liveness names stay SERVING, on both gRPC servers."""
+    from router.run import LIVE_SERVICES, READY_SERVICES
+
+    (e,) = engines("e")
+    router = start_router(router_config([e.address], server={"grpc_server": kind}))
+    wait_fresh(router, 1)
+    serving = health_pb2.HealthCheckResponse.SERVING
+    seen: dict[str, list[int]] = {svc: [] for svc in LIVE_SERVICES + READY_SERVICES}
+    with channel(router.grpc_port) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        calls = {
+            svc: stub.Watch(health_pb2.HealthCheckRequest(service=svc), timeout=20) for svc in seen
+        }
+
+        def follow(svc: str) -> None:
+            try:
+                for msg in calls[svc]:
+                    seen[svc].append(msg.status)
+            except grpc.RpcError:
+                pass  # the drain ends the watch
+
+        readers = [threading.Thread(target=follow, args=(svc,)) for svc in seen]
+        for t in readers:
+            t.start()
+        wait(lambda: all(seen[svc][:1] == [serving] for svc in seen))
+        router.stop()
+        for t in readers:
+            t.join(20)
+    for svc in READY_SERVICES:
+        assert health_pb2.HealthCheckResponse.NOT_SERVING in seen[svc], (svc, seen[svc])
+    for svc in LIVE_SERVICES:
+        assert set(seen[svc]) == {serving}, (svc, seen[svc])
 
 
 @pytest.mark.parametrize("kind", GRPC_SERVERS)
