@@ -44,6 +44,11 @@ MOONCAKE_BLOCK_TOKENS = 512
 MAX_LINES = 1_000_000
 """Most requests read from one trace (a bound on memory: the bundled one has 12,031)."""
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+MAX_TOKENS = 10_000_000
+"""Most tokens one request's input or output may have (ten times the longest context any
+engine offers today); a larger value is a malformed line, not a request."""
+MAX_TIMESTAMP_MS = 366 * 86_400_000
+"""Latest arrival, ms from the trace's start: a year (the bundled trace spans an hour)."""
 
 
 class MooncakeError(ValueError):
@@ -82,10 +87,12 @@ def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def _int(row: dict[str, object], key: str, where: str) -> int:
+def _int(row: dict[str, object], key: str, where: str, most: int) -> int:
     v = row.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or not math.isfinite(v):
-        raise MooncakeError(f"{where}: {key} must be a number >= 0, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise MooncakeError(f"{where}: {key} must be a number, got {v!r}")
+    if not 0 <= v <= most:
+        raise MooncakeError(f"{where}: {key} must be in 0..{most:,}, got {v!r}")
     return int(v)
 
 
@@ -112,9 +119,9 @@ def load_mooncake(path: Path) -> MooncakeWorkload:
             isinstance(b, int) and not isinstance(b, bool) for b in blocks
         ):
             raise MooncakeError(f"{where}: hash_ids must be a list of integers")
-        ts.append(_int(row, "timestamp", where) / 1000.0)
-        inp.append(_int(row, "input_length", where))
-        out.append(_int(row, "output_length", where))
+        ts.append(_int(row, "timestamp", where, MAX_TIMESTAMP_MS) / 1000.0)
+        inp.append(_int(row, "input_length", where, MAX_TOKENS))
+        out.append(_int(row, "output_length", where, MAX_TOKENS))
         ids.append(tuple(blocks))
     if not ts:
         raise MooncakeError(f"{path}: no requests")

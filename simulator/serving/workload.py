@@ -14,7 +14,13 @@ import numpy as np
 
 from simulator.serving.config import KindSpec, SimConfig
 
-__all__ = ["Request", "generate_requests", "burst_episodes", "rate_multiplier"]
+__all__ = [
+    "Request",
+    "generate_requests",
+    "burst_episodes",
+    "rate_multiplier",
+    "check_run_size",
+]
 
 
 @dataclass(slots=True, eq=False)
@@ -138,6 +144,34 @@ def _sizes(
     return text + sum(images), images, out
 
 
+def check_run_size(cfg: SimConfig) -> None:
+    """Refuse, before any request is made, a run whose services would send more than
+    simulator.serving.workloads.MAX_RUN_REQUESTS each (a mistyped --rate-scale or --rate),
+    with a ConfigError naming the service and the estimate (an upper bound: the swell's
+    and the bursts' peaks taken for the whole run)."""
+    from kvspread.settings import ConfigError
+    from simulator.serving.workloads import MAX_RUN_REQUESTS, expected_requests, load_workload
+
+    end = cfg.warmup_s + cfg.duration_s
+    counts: dict[str, float] = {}
+    if cfg.workloads:
+        for name in cfg.services:
+            if name in cfg.workloads:
+                wl = load_workload(cfg.workloads[name].path)
+                counts[name] = expected_requests(wl, cfg.workload_start_s, end, cfg.rate_scale)
+    else:
+        a = cfg.arrivals
+        peak = a.rate_rps * (1.0 + max(a.peak_extra, 0.0)) * max(a.burst_factor, 1.0)
+        counts["synthetic traffic"] = peak * end
+    for name, n in counts.items():
+        if n > MAX_RUN_REQUESTS:
+            raise ConfigError(
+                f"{name}: about {n:,.0f} requests in {end:,.0f} s (warm-up included); a run"
+                f" sends at most {MAX_RUN_REQUESTS:,} per service: lower --rate-scale, --rate"
+                " or --duration"
+            )
+
+
 def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
     """All requests of a run (warm-up included), sorted by arrival time.
 
@@ -146,6 +180,7 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
     Each kind goes to the first service configured for it. With `cfg.workloads` set, each
     service's requests come from its real workload instead (simulator.serving.workloads).
     """
+    check_run_size(cfg)
     end = cfg.warmup_s + cfg.duration_s
     if cfg.workloads:
         return _with_sessions(cfg, seed, _real_requests(cfg, seed, end))

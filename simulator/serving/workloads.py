@@ -39,6 +39,8 @@ import numpy as np
 
 from simulator.serving.config import SimConfig
 from simulator.serving.mooncake import (
+    MAX_LINES,
+    MAX_TOKENS,
     MooncakeError,
     MooncakeWorkload,
     is_mooncake,
@@ -58,6 +60,8 @@ __all__ = [
     "resolve_path",
     "load_workload",
     "workload_requests",
+    "expected_requests",
+    "MAX_RUN_REQUESTS",
     "parse_distribution",
     "describe",
 ]
@@ -75,6 +79,16 @@ CSV_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 IMAGE_TOKENS_DEFAULT = 1024  # tokens per image when a CSV gives only NumImages (assumption)
 _TRACE_RE = re.compile(r"^chunk-(\d+)-trace\.csv$")
 _PAIR_RE = re.compile(r"\s*([-+0-9.eE]+)\s*:\s*([-+0-9.eE]+)\s*")
+
+
+MAX_IMAGES = 1_000
+"""Most images one request may carry (a bound on a malformed trace, far above the
+per-prompt limits engines are run with)."""
+MAX_RUN_REQUESTS = 5_000_000
+"""Most requests one service may send in one run (warm-up included): a whole ServeGen day
+at 4x its rate (a day at 1x is 0.7-1.2 million per service) and some 200 times the largest
+run in docs/evaluation.md, so that a mistyped --rate-scale or --rate is an error at once
+instead of hours of generation and a machine out of memory."""
 
 
 class WorkloadError(ValueError):
@@ -114,8 +128,11 @@ def parse_distribution(text: str, where: str) -> Discrete | None:
             raise WorkloadError(f"{where}: {part.strip()[:40]!r} is not 'value: probability'")
         values.append(float(m.group(1)))
         probs.append(float(m.group(2)))
+    most = MAX_IMAGES if where.endswith("image_count") else MAX_TOKENS
+    if not all(math.isfinite(v) and 0 <= v <= most for v in values):
+        raise WorkloadError(f"{where}: values must be in 0..{most:,}")
     p = np.asarray(probs, dtype=float)
-    if (p < 0).any() or p.sum() <= 0:
+    if not np.isfinite(p).all() or (p < 0).any() or p.sum() <= 0:
         raise WorkloadError(f"{where}: probabilities must be >= 0 with a positive sum")
     order = np.argsort(values)
     v = np.asarray(values, dtype=float)[order]
@@ -226,6 +243,14 @@ def _parse_client(trace: Path, dataset: Path) -> tuple[ServeGenClient, bool]:
                 shape, scale = float(row[4] or 0), float(row[5] or 0)
             except ValueError:
                 raise WorkloadError(f"{trace}:{n}: a number is not a number: {row}") from None
+            if (
+                not all(math.isfinite(v) for v in (start, rate, cv, shape, scale))
+                or min(rate, cv, shape, scale) < 0
+            ):
+                raise WorkloadError(
+                    f"{trace}:{n}: start_s must be finite, rate_rps, cv, shape and scale"
+                    f" finite and >= 0: {row}"
+                )
             family = row[3].strip()
             if family not in ("", "Gamma", "Weibull"):
                 raise WorkloadError(f"{trace}:{n}: unknown arrival family {family!r}")
@@ -304,10 +329,15 @@ def _load_csv(path: Path) -> CsvWorkload:
                 f"{','.join(CSV_COLUMNS)}[,NumImages] (got {','.join(header or [])[:60]!r})"
             )
         col = {h.strip(): i for i, h in enumerate(header)}
-        ts, ctx, gen, img = [], [], [], []
+        ts: list[float] = []
+        ctx: list[int] = []
+        gen: list[int] = []
+        img: list[int] = []
         for n, row in enumerate(reader, 2):
             if not row:
                 continue
+            if len(ts) >= MAX_LINES:
+                raise WorkloadError(f"{path}: more than {MAX_LINES:,} requests")
             try:
                 ts.append(_timestamp(row[col["TIMESTAMP"]]))
                 ctx.append(int(float(row[col["ContextTokens"]])))
@@ -321,6 +351,13 @@ def _load_csv(path: Path) -> CsvWorkload:
                 raise WorkloadError(
                     f"{path}:{n}: token and image counts must be >= 0, got {row[:4]}"
                 )
+            if max(ctx[-1], gen[-1]) > MAX_TOKENS or counts[2] > MAX_IMAGES:
+                raise WorkloadError(
+                    f"{path}:{n}: at most {MAX_TOKENS:,} tokens and {MAX_IMAGES:,} images"
+                    f" a request, got {row[:4]}"
+                )
+            if not math.isfinite(ts[-1]):
+                raise WorkloadError(f"{path}:{n}: TIMESTAMP must be finite, got {row[:1]}")
     if not ts:
         raise WorkloadError(f"{path}: no requests")
     t = np.asarray(ts, dtype=float)
@@ -496,6 +533,13 @@ def _replayed_requests(
         else:
             out.extend(_csv_request(wl, int(i), float(t[i]), service, kind) for i in sel)
     return out
+
+
+def expected_requests(wl: Workload, start_s: float, length_s: float, rate_scale: float) -> float:
+    """About how many requests `workload_requests` makes (the larger of the window's and
+    the whole trace's mean rate, so that laps past the trace's end count too)."""
+    rate = max(wl.mean_rate(start_s, start_s + length_s), wl.mean_rate(0.0, wl.span_s))
+    return rate * rate_scale * length_s
 
 
 def workload_requests(

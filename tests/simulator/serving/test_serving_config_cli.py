@@ -194,6 +194,10 @@ def test_run_writes_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         (["--hours", "10-30"], "need 0 <= A < B <= 24 (the ServeGen day)"),
         (["--offset", "99999999"], "must be 0 <= SECONDS < 86400"),
         (["--hours", "10-11", "--offset", "100"], "--hours and --offset: both set the start"),
+        # a mistyped scale: refused before any request is made (MAX_RUN_REQUESTS)
+        (["--rate-scale", "1e6"], "a run sends at most 5,000,000 per service"),
+        (["--synthetic", "--rate", "1e7"], "synthetic traffic: about"),
+        (["--workload", "mc=mooncake-conv", "--rate-scale", "1e5"], "requests in 3,720 s"),
     ],
 )
 def test_run_rejects_bad_flags(argv: list[str], message: str, tmp_path: Path) -> None:

@@ -155,6 +155,11 @@ def test_csv_with_images(tmp_path: Path) -> None:
             "x.csv:2: token and image counts must be >= 0",
         ),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,inf,2\n", "x.csv", "x.csv:2: cannot read"),
+        # past an int64 (was an OverflowError: "internal error", exit 1) or absurd
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,1e308,2\n", "x.csv", "x.csv:2: at most"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n0,1,99999999999999999999\n", "x.csv", "at most"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens,NumImages\n0,1,2,1e9\n", "x.csv", "1,000 images"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\nnan,1,2\n", "x.csv", "TIMESTAMP must be finite"),
         ("whatever", "x.parquet", "unknown workload format"),
     ],
 )
@@ -176,6 +181,31 @@ def test_bad_folders_are_refused(tmp_path: Path) -> None:
         load_workload(tmp_path)
     with pytest.raises(WorkloadError, match="no such file or folder"):
         load_workload(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("trace", "dataset", "message"),
+    [
+        ("0,nan,1,Gamma,1,1\n", '{"0": {"output_tokens": "{1: 1}"}}', "finite and >= 0"),
+        ("0,-1,1,Gamma,1,1\n", '{"0": {"output_tokens": "{1: 1}"}}', "finite and >= 0"),
+        ("0,1,1,Gamma,1,1\n", '{"0": {"output_tokens": "{1e300: 1}"}}', "values must be in"),
+        (
+            "0,1,1,Gamma,1,1\n",
+            '{"0": {"output_tokens": "{1: 1}", "image_count": "{5000: 1}"}}',
+            r"image_count: values must be in 0\.\.1,000",
+        ),
+        ("0,1,1,Gamma,1,1\n", '{"0": {"output_tokens": "{1: nan}"}}', "not 'value: probability'"),
+    ],
+)
+def test_bad_servegen_numbers_are_refused(
+    tmp_path: Path, trace: str, dataset: str, message: str
+) -> None:
+    """Values a fitted ServeGen client cannot have: NaN or negative rates (numpy's floor of a
+    NaN was an internal error), sizes past any context, image counts past MAX_IMAGES."""
+    (tmp_path / "chunk-0-trace.csv").write_text(trace)
+    (tmp_path / "chunk-0-dataset.json").write_text(dataset)
+    with pytest.raises(WorkloadError, match=message):
+        load_workload(tmp_path)
 
 
 def test_cli_bad_workload_is_one_line(tmp_path: Path) -> None:
