@@ -2,7 +2,8 @@
 
 `kvspread simulate serving --out DIR` writes `serving_summary.csv` (means over the seeds),
 `serving_comparison.csv` (paired differences against kube-default + request-rate) and
-`serving_kvspread_comparison.csv` (kvspread + slo against each baseline). The evaluation
+`serving_kvspread_comparison.csv` (kvspread + slo against each baseline) and, with several
+routing policies, `serving_routing_comparison.csv` (each against the first). The evaluation
 page shows those files in the report's own table formats, printed by this module, so no
 number on that page is typed by hand:
 
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from simulator.serving import routing_report
 from simulator.serving.report import comparison_table, markdown_table, users_table
 
 MAX_ROWS: Final = 10_000
@@ -27,6 +29,7 @@ MAX_ROWS: Final = 10_000
 SUMMARY: Final = "serving_summary.csv"
 COMPARISON: Final = "serving_comparison.csv"
 AGAINST: Final = "serving_kvspread_comparison.csv"
+ROUTING: Final = "serving_routing_comparison.csv"
 
 
 class TablesError(Exception):
@@ -64,21 +67,20 @@ def read_rows(path: Path, needed: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def tables(folder: Path) -> str:
-    """The four tables of a run folder, as docs/evaluation.md shows them: means over
-    seeds, what users compare, paired against the baseline, kvspread + slo against each
-    baseline (the last only when the run has kvspread + slo)."""
+    """The tables of a run folder, as docs/evaluation.md shows them: means over seeds, what
+    users compare, paired against the baseline (only when the run has the baseline), kvspread
+    + slo against each baseline (only when it has kvspread + slo) and each routing against
+    the first (only with several routings)."""
     pair = ("policy", "autoscaler")
     agg = read_rows(folder / SUMMARY, pair)
     cmp_keys = (*pair, "metric", "mean_diff", "ci_low", "ci_high", "verdict")
     cmp = read_rows(folder / COMPARISON, cmp_keys)
-    parts = [
-        "Means over the seeds:",
-        markdown_table(agg),
-        "What users compare:",
-        users_table(agg),
-        "Paired differences against kube-default + request-rate (mean [95 % CI] verdict):",
-        comparison_table(cmp),
-    ]
+    parts = ["Means over the seeds:", markdown_table(agg), "What users compare:", users_table(agg)]
+    if any(r["verdict"] != "no data" for r in cmp):
+        parts += [
+            "Paired differences against kube-default + request-rate (mean [95 % CI] verdict):",
+            comparison_table(cmp),
+        ]
     against_path = folder / AGAINST
     if against_path.is_file():
         against = read_rows(against_path, (*cmp_keys, "baseline_policy"))
@@ -86,6 +88,15 @@ def tables(folder: Path) -> str:
             parts += [
                 "kvspread + slo against each baseline (paired by seed):",
                 comparison_table(against, against=True),
+            ]
+    routing_path = folder / ROUTING
+    if routing_path.is_file():
+        routed = read_rows(routing_path, (*cmp_keys, "routing", "baseline"))
+        if routed:
+            parts += [
+                f"Each routing against {routed[0]['baseline']} under the same placement and"
+                " autoscaler (paired by seed, mean [95 % CI] verdict):",
+                routing_report.comparison_table(routed),
             ]
     return "\n\n".join(p for p in parts if p) + "\n"
 

@@ -147,6 +147,23 @@ def _design_notes_text(rows: list[dict[str, Any]], cmp: Sequence[dict[str, Any]]
     return ["", *lines, "", " ".join(text)]
 
 
+def comparison_table(cmp: Sequence[dict[str, Any]]) -> str:
+    """The paired-differences table of `serving_routing_comparison.csv`'s rows, one line per
+    (placement, autoscaler, routing), as the report and docs/evaluation.md show it."""
+    pairs = list(dict.fromkeys((c["policy"], c["autoscaler"]) for c in cmp))
+    by = {(c["policy"], c["autoscaler"], c["routing"], c["metric"]): c for c in cmp}
+    head = "| placement | autoscaler | routing | " + " | ".join(c.label for c in ROUTING_COMPARED)
+    lines = [head + " |", "|---|---|---|" + "---:|" * len(ROUTING_COMPARED)]
+    for p, a in pairs:
+        routings = list(
+            dict.fromkeys(c["routing"] for c in cmp if (c["policy"], c["autoscaler"]) == (p, a))
+        )
+        for r in routings:
+            cells = [cell(by.get((p, a, r, c.metric)), c.factor, c.unit) for c in ROUTING_COMPARED]
+            lines.append(f"| {p} | {a} | {r} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def section(
     summary: Sequence[dict[str, Any]],
     cmp: Sequence[dict[str, Any]],
@@ -158,7 +175,6 @@ def section(
         return ""
     base = cmp[0]["baseline"]
     pairs = list(dict.fromkeys((c["policy"], c["autoscaler"]) for c in cmp))
-    by = {(c["policy"], c["autoscaler"], c["routing"], c["metric"]): c for c in cmp}
     seeds = max(int(c["seeds"]) for c in cmp)
     every = MetricsConfig().interval_s
     lines = [
@@ -173,15 +189,7 @@ def section(
         "nothing.",
         "",
     ]
-    head = "| placement | autoscaler | routing | " + " | ".join(c.label for c in ROUTING_COMPARED)
-    lines += [head + " |", "|---|---|---|" + "---:|" * len(ROUTING_COMPARED)]
-    for p, a in pairs:
-        routings = list(
-            dict.fromkeys(c["routing"] for c in cmp if (c["policy"], c["autoscaler"]) == (p, a))
-        )
-        for r in routings:
-            cells = [cell(by.get((p, a, r, c.metric)), c.factor, c.unit) for c in ROUTING_COMPARED]
-            lines.append(f"| {p} | {a} | {r} | " + " | ".join(cells) + " |")
+    lines += comparison_table(cmp).splitlines()
     for p, a in pairs:
         rows = _routings_of(summary, (p, a))
         lines += ["", f"Beside the design notes' routing table ({p} placement, {a} autoscaler):"]

@@ -77,3 +77,37 @@ def test_rows_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     write_csv(tmp_path / evaltables.SUMMARY, SUMMARY)
     with pytest.raises(evaltables.TablesError, match="more than 1 rows"):
         evaltables.tables(tmp_path)
+
+
+def test_a_routing_run_gets_the_routing_table_not_an_empty_baseline_one(tmp_path: Path) -> None:
+    """A run with several routings and without the kube-default + request-rate baseline (the
+    evaluation's routing run): the baseline table, all "no data", is left out, and the
+    routing comparison is the report's own table."""
+    from simulator.serving import routing_report
+
+    no_data = [{**c, "verdict": "no data", "mean_diff": float("nan")} for c in COMPARISON]
+    routed = [
+        {
+            "policy": "kvspread",
+            "autoscaler": "slo",
+            "routing": "kvspread",
+            "baseline": "round-robin",
+            "metric": "mean_e2e_s",
+            "seeds": 10,
+            "mean_diff": -0.695,
+            "ci_low": -1.17,
+            "ci_high": -0.221,
+            "verdict": "better",
+            "baseline_mean": 5.72,
+            "rel_diff": -0.12,
+            "seeds_needed": "",
+        }
+    ]
+    write_csv(tmp_path / evaltables.SUMMARY, SUMMARY)
+    write_csv(tmp_path / evaltables.COMPARISON, no_data)
+    write_csv(tmp_path / evaltables.ROUTING, routed)
+    out = evaltables.tables(tmp_path)
+    assert "against kube-default + request-rate" not in out
+    assert "Each routing against round-robin" in out
+    assert routing_report.comparison_table(routed) in out
+    assert "-695 ms [-1170, -221] better" in out
