@@ -1,7 +1,7 @@
 """Side by side with BLIS: the same requests through the serving simulation and BLIS.
 
     python3 bench/blis_crosscheck.py --blis build/blis/blis [--quick] [--mooncake PATH]
-        [--no-prefix-cache | --mooncake-tree] [--kv-alloc step|prompt] [--ll-load ours|blis]
+        [--no-prefix-cache | --mooncake-tree] [--kv-alloc step|prompt] [--ll-load blis|ours]
 
 BLIS (github.com/inference-sim/inference-sim, Apache-2.0; build it with tools/blis/) is a
 discrete-event simulator of vLLM clusters whose authors report 7-9 % median error against
@@ -36,8 +36,10 @@ in the engine queue (alpha0 later) and twice after (EffectiveLoad = QueueDepth +
 + InFlightRequests, sim/routing.go), so requests arriving together pile onto one replica;
 the Mooncake trace's timestamps are whole milliseconds and most requests share one.
 `--spread-ms MS --no-api-overheads` spreads them and drops alpha, which removes that
-effect (docs/serving-simulation.md has both tables); `--ll-load blis` gives our
-least-loaded router BLIS's count instead (bench/blis_router.py).
+effect (docs/serving-simulation.md has both tables). So that both simulators route
+alike, our least-loaded router counts BLIS's EffectiveLoad by default (`--ll-load blis`,
+bench/blis_router.py); `--ll-load ours` keeps the serving simulation's own count (each
+request in flight once), which shows that gap.
 
 KV blocks (`--kv-alloc`): BLIS, like vLLM V1's scheduler, takes blocks each step for the
 tokens it schedules (a new request: its first chunk's), so more long prompts run at once
@@ -181,9 +183,10 @@ class Setup:
     kv_alloc: str = "step"
     """When our engines take KV blocks (config.CostModel.kv_alloc): `step`, for each step's
     scheduled tokens as vLLM V1 and BLIS do, or `prompt`, the whole prompt at admission."""
-    ll_load: str = "ours"
-    """Our least-loaded router's count: `ours` (requests in the engine, once) or `blis`
-    (BLIS's EffectiveLoad, bench/blis_router.py)."""
+    ll_load: str = "blis"
+    """Our least-loaded router's count: `blis` (BLIS's EffectiveLoad, bench/blis_router.py:
+    the same routing in both simulators, what the check is for) or `ours` (requests in the
+    engine, once, as the serving simulation's least-request router counts)."""
 
     @property
     def alphas_s(self) -> tuple[float, float, float]:
@@ -448,10 +451,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument(
         "--ll-load",
-        choices=("ours", "blis"),
-        default="ours",
-        help="what our least-loaded router counts: requests in the engine (default) or "
-        "BLIS's EffectiveLoad (queue + batch + in flight, random ties; bench/blis_router.py)",
+        choices=("blis", "ours"),
+        default="blis",
+        help="what our least-loaded router counts: BLIS's EffectiveLoad (queue + batch + in "
+        "flight, random ties; bench/blis_router.py; default) or requests in the engine, once "
+        "(the serving simulation's least-request)",
     )
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)  # fmt: skip
