@@ -147,8 +147,8 @@ def _sizes(
 def check_run_size(cfg: SimConfig) -> None:
     """Refuse, before any request is made, a run whose services would send more than
     simulator.serving.workloads.MAX_RUN_REQUESTS each (a mistyped --rate-scale or --rate),
-    with a ConfigError naming the service and the estimate (an upper bound: the swell's
-    and the bursts' peaks taken for the whole run)."""
+    with a ConfigError naming the service and the expected count (the workload's mean rate;
+    for synthetic traffic the swell's mean and the bursts' share of the time)."""
     from kvspread.settings import ConfigError
     from simulator.serving.workloads import MAX_RUN_REQUESTS, expected_requests, load_workload
 
@@ -159,10 +159,16 @@ def check_run_size(cfg: SimConfig) -> None:
             if name in cfg.workloads:
                 wl = load_workload(cfg.workloads[name].path)
                 counts[name] = expected_requests(wl, cfg.workload_start_s, end, cfg.rate_scale)
-    else:
+    else:  # the expected count: the swell's mean (1 + peak_extra / 2) and the bursts' share
         a = cfg.arrivals
-        peak = a.rate_rps * (1.0 + max(a.peak_extra, 0.0)) * max(a.burst_factor, 1.0)
-        counts["synthetic traffic"] = peak * end
+        total = sum(k.share for k in cfg.kinds.values()) or 1.0
+        mean_burst = (a.burst_min_s + a.burst_max_s) / 2
+        in_burst = mean_burst / (a.burst_every_s + mean_burst) if a.burst_every_s > 0 else 0.0
+        for kind, spec in cfg.kinds.items():
+            service = next((n for n, s in cfg.services.items() if s.kind == kind), kind)
+            boost = 1 + (a.burst_factor - 1) * in_burst if kind in a.burst_kinds else 1.0
+            rate = a.rate_rps * max(spec.share, 0.0) / total * (1 + a.peak_extra / 2) * boost
+            counts[service] = counts.get(service, 0.0) + rate * end
     for name, n in counts.items():
         if n > MAX_RUN_REQUESTS:
             raise ConfigError(

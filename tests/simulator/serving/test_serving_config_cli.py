@@ -196,7 +196,7 @@ def test_run_writes_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         (["--hours", "10-11", "--offset", "100"], "--hours and --offset: both set the start"),
         # a mistyped scale: refused before any request is made (MAX_RUN_REQUESTS)
         (["--rate-scale", "1e6"], "a run sends at most 5,000,000 per service"),
-        (["--synthetic", "--rate", "1e7"], "synthetic traffic: about"),
+        (["--synthetic", "--rate", "1e7"], "requests in 3,720 s (warm-up included)"),
         (["--workload", "mc=mooncake-conv", "--rate-scale", "1e5"], "requests in 3,720 s"),
     ],
 )
