@@ -353,6 +353,13 @@ def in_words(c: Mapping[str, Any] | None, spec: Compared) -> str:
     if verdict == "inconclusive":
         return f"{text}: {c['seeds']} seeds cannot tell ({_need(c)} would)"
     if verdict == "no significant difference":
+        base = c.get("baseline_mean", math.nan)
+        size = spec.material_size(base) if isinstance(base, float) and math.isfinite(base) else 0
+        if size and max(-c["ci_low"], c["ci_high"]) >= size:
+            return (
+                f"{text}: no significant difference, but the interval reaches past the "
+                f"{material_text(spec)} that matters, so {c['seeds']} seeds cannot rule one out"
+            )
         return f"{text}: no significant difference (under the {material_text(spec)} that matters)"
     return f"{text}: {verdict}"
 

@@ -140,6 +140,16 @@ def test_in_words_for_each_verdict() -> None:
     assert "no significant difference (under the 5 % of the baseline that matters)" in (
         in_words(small, spec)
     )
+    # a small mean whose interval reaches a material size is not called settled: the bare
+    # `kvspread simulate` said "+0.33 pp, 95 % CI -8.40 to +9.06: no significant difference
+    # (under the 1 pp that matters)"
+    wide = paired("slo_realtime", [0.95, 0.90, 1.00], [0.95, 0.95, 0.95]).row()
+    assert wide["verdict"] == "no significant difference"
+    words = in_words(wide, COMPARABLE["slo_realtime"])
+    assert words.endswith(
+        "no significant difference, but the interval reaches past the 1 pp that matters,"
+        " so 3 seeds cannot rule one out"
+    ), words
 
 
 @pytest.fixture(scope="module")
