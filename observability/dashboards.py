@@ -1,7 +1,7 @@
 """Grafana dashboards for kvspread, built with the Grafana Foundation SDK.
 
-Six dashboards, one concern each: SLO overview, GPU and KV cache, scheduling, autoscaling,
-network, collector health. Every query reads a metric from `observability.catalog` or a
+Seven dashboards, one concern each: SLO overview, GPU and KV cache, scheduling, autoscaling,
+network, collector health, the endpoint picker. Every query reads a metric from `observability.catalog` or a
 series recorded by `observability.rules`, filtered by the template variables `namespace`,
 `service`, `modality` and `node` (multi-select, "All" = `.*`). `build_all()` returns the
 dashboard JSON by file name; `panel_queries()` lists every query for the tests that run
@@ -844,6 +844,93 @@ def collector_health() -> db.Dashboard:
     )
 
 
+def picker() -> db.Dashboard:
+    """The endpoint picker (router/): what it decided, how fast, what it refused and what
+    its bounded state holds. Its metrics carry no service labels (one picker serves one
+    InferencePool), so the panels sum over the picker replicas Prometheus scrapes."""
+    picks = names.ROUTER_PICKS.prometheus
+    refusals = (
+        (f"sum(rate({names.ROUTER_SHEDS.prometheus}[{RI}]))", "429 every endpoint full"),
+        (f"sum(rate({names.ROUTER_BAD_REQUESTS.prometheus}[{RI}]))", "400 unparsable body"),
+        (
+            f"sum by (code) (rate({names.ROUTER_BODY_REFUSALS.prometheus}[{RI}]))",
+            "{{code}} over a body budget",
+        ),
+    )
+    return _dashboard(
+        "router",
+        "kvspread / Endpoint picker",
+        "The Gateway API Inference Extension endpoint picker (kvspread router): picks by "
+        "endpoint and reason, decision time, refusals, the body budget and the bounded cache "
+        "indexes (docs/router.md).",
+        _variables(),
+        [
+            db.Row("Decisions"),
+            _ts(
+                "Picks per second by reason",
+                "Why each request went where it went: score, context (a bound conversation), "
+                "cache, saturated or stale (every endpoint was), no-endpoint (503) and shed (429).",
+                "reqps",
+                (f"sum by (reason) (rate({picks}[{RI}]))", "{{reason}}"),
+                stacked=True,
+            ),
+            _ts(
+                "Picks per second by endpoint",
+                "How evenly the picker spreads the load; an endpoint missing here gets no traffic.",
+                "reqps",
+                (f'sum by (endpoint) (rate({picks}{{endpoint!=""}}[{RI}]))', "{{endpoint}}"),
+            ),
+            _ts(
+                "Decision time p50 / p99",
+                "From the complete request body to the decision. Envoy waits on this for every "
+                "request (llm-d's picker: 0.90 ms p50 at 10 requests/s).",
+                "s",
+                *_quantiles(names.ROUTER_PICK_DURATION.prometheus, "job", "", "{{job}}", 0.5, 0.99),
+            ),
+            _ts(
+                "Endpoints and stale endpoints",
+                "Endpoints in the set and those whose engine metrics are older than "
+                "`metrics.stale_after_s` (scored as full until the next scrape).",
+                "short",
+                (f"sum({names.ROUTER_ENDPOINTS.prometheus})", "endpoints"),
+                (f"sum({names.ROUTER_STALE_ENDPOINTS.prometheus})", "stale"),
+            ),
+            db.Row("Refusals and the body budget"),
+            _ts(
+                "Refusals per second",
+                "Requests the picker answered itself instead of routing them.",
+                "reqps",
+                *refusals,
+            ),
+            _ts(
+                "Request body bytes held",
+                "Bodies held while they stream in, against `server.max_bodies_bytes`; at the "
+                "budget new bodies get 429.",
+                "bytes",
+                (f"sum by (job) ({names.ROUTER_BODY_HELD.prometheus})", "{{job}}"),
+            ),
+            db.Row("Cache indexes"),
+            _ts(
+                "Prefix index size",
+                "The memory estimate of the approximate prefix index, bounded by "
+                "`cache.memory_mib`.",
+                "bytes",
+                (f"sum by (job) ({names.ROUTER_PREFIX_BYTES.prometheus})", "{{job}} bytes"),
+            ),
+            _ts(
+                "Served elsewhere per second",
+                "Requests the gateway reported served by another endpoint than the one picked "
+                "(a retry down the fallback list); their load moved to the endpoint that served.",
+                "reqps",
+                (
+                    f"sum(rate({names.ROUTER_SERVED_ELSEWHERE.prometheus}[{RI}]))",
+                    "served elsewhere",
+                ),
+            ),
+        ],
+    )
+
+
 DASHBOARDS: Final[dict[str, Callable[[], db.Dashboard]]] = {
     "kvspread-slo.json": slo_overview,
     "kvspread-gpu.json": gpu_kv,
@@ -851,6 +938,7 @@ DASHBOARDS: Final[dict[str, Callable[[], db.Dashboard]]] = {
     "kvspread-autoscaling.json": autoscaling,
     "kvspread-network.json": network,
     "kvspread-collector.json": collector_health,
+    "kvspread-router.json": picker,
 }
 
 

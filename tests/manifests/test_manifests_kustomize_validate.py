@@ -174,7 +174,7 @@ def test_base_holds_every_part_and_the_observability_layer() -> None:
         for d in docs
         if d["kind"] == "ConfigMap" and d["metadata"].get("labels", {}).get("grafana_dashboard")
     ]
-    assert len(dashboards) == 6
+    assert len(dashboards) == 7
     assert all(d["metadata"]["labels"]["grafana_dashboard"] == "1" for d in dashboards)
 
 

@@ -26,8 +26,8 @@ METRIC = re.compile(
 LABEL = re.compile(r"\b([a-z_][a-z0-9_]*)\s*(?:=~|!~|!=|=)\s*\"")
 
 
-def test_six_dashboards_with_unique_uids() -> None:
-    assert len(BUILT) == 6
+def test_seven_dashboards_with_unique_uids() -> None:
+    assert len(BUILT) == 7
     uids = [d["uid"] for d in BUILT.values()]
     assert len(set(uids)) == len(uids)
     assert all(u.startswith(dashboards.UID_PREFIX) for u in uids)

@@ -7,10 +7,12 @@ The module starts, on loopback and free ports:
   the engine, pushing OTLP to the adapter;
 - `kvspread adapter serve` (real TLS; the test is its front proxy, with a test CA);
 - `kvspread extender serve --standalone`;
-- Debian's `prometheus` scraping the three every second, with the project's rules loaded
+- `kvspread router serve` with the engine /metrics server as its one static endpoint, sent
+  chat requests over the real ext_proc gRPC wire;
+- Debian's `prometheus` scraping the four every second, with the project's rules loaded
   (group intervals shortened to 1 s for the test).
 Then it drives traffic (HTTP requests with known delays and statuses, extender filter and
-prioritize calls, external-metrics reads) and runs each panel's query: it must parse, and
+prioritize calls, external-metrics reads, picks) and runs each panel's query: it must parse, and
 return series unless the panel is listed in EXPECTED_ABSENT with the reason this machine
 cannot produce it (no GPU, no kube-state-metrics, ...).
 """
@@ -69,6 +71,11 @@ EXPECTED_ABSENT[("kvspread-autoscaling.json", "Replicas: current, desired, max")
 EXPECTED_ABSENT[("kvspread-autoscaling.json", "variable hpa")] = _NO_KSM
 EXPECTED_ABSENT[("kvspread-scheduling.json", "Cache synced")] = (
     "the extender runs --standalone here: it keeps no node or pod cache to report"
+)
+EXPECTED_ABSENT[("kvspread-router.json", "Refusals per second")] = lambda prom: (
+    None
+    if _series(prom, "kvspread_router_bad_requests_total")
+    else "the picker has not been scraped yet"
 )
 EXPECTED_ABSENT[("kvspread-collector.json", "Dropped per second")] = (
     "nothing was dropped in this run; the collector exposes a dropped counter per reason "
@@ -297,6 +304,39 @@ def _drive_extender(port: int) -> None:
         assert client.post(f"{base}/filter", content=b"not json").status_code == 400
 
 
+def _drive_router(port: int, n: int = 20) -> None:
+    """`n` chat requests over the real ext_proc wire (request headers, then the body in one
+    message, FULL_DUPLEX_STREAMED as Envoy sends it) and one unparsable body (400)."""
+    import grpc
+
+    from router.extproc import SERVICE
+    from router.proto import ext_proc_pb2 as pb
+
+    def stream(body: bytes) -> list[pb.ProcessingRequest]:
+        headers = [
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", "gateway"),
+            ("content-type", "application/json"),
+        ]
+        first = pb.ProcessingRequest(
+            request_headers=pb.HttpHeaders(
+                headers=pb.HeaderMap(
+                    headers=[pb.HeaderValue(key=k, raw_value=v.encode()) for k, v in headers]
+                )
+            )
+        )
+        first.protocol_config.request_body_mode = pb.ProcessingMode.FULL_DUPLEX_STREAMED
+        last = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
+        return [first, last]
+
+    chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}]})
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = SERVICE.stub(ch)
+        for body in [chat.encode()] * n + [b"{not json"]:
+            list(stub.Process(iter(stream(body)), timeout=10))
+
+
 def _drive_adapter(port: int, client_cert: Any) -> None:
     import httpx
 
@@ -335,8 +375,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     logs = tmp / "logs"
     logs.mkdir()
     ports = {
-        k: free_port() for k in ("http", "engine", "collector", "extender", "api", "otlp", "prom")
-    }
+        k: free_port()
+        for k in (
+            "http", "engine", "collector", "extender", "api", "otlp", "prom", "grpc", "router"
+        )
+    }  # fmt: skip
     servers = [_serve(_Inference, ports["http"]), _serve(_Engine, ports["engine"])]
 
     ca = trustme.CA()
@@ -390,6 +433,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             [*kv, "extender", "serve", "--standalone", "--host", "127.0.0.1", "--port", str(ports["extender"])],
             logs,
         ),
+        "router": _start(
+            "router",
+            [
+                *kv, "router", "serve", "--host", "127.0.0.1",
+                "--grpc-port", str(ports["grpc"]), "--http-port", str(ports["router"]),
+                "--endpoints", f"127.0.0.1:{ports['engine']}", "--scrape-interval", "0.5",
+            ],
+            logs,
+        ),
     }  # fmt: skip
 
     rules_doc = rules.rules_file()
@@ -418,6 +470,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             {
                 "job_name": "kvspread-adapter",
                 "static_configs": [{"targets": [f"127.0.0.1:{ports['otlp']}"]}],
+            },
+            {
+                "job_name": "kvspread-router",
+                "static_configs": [{"targets": [f"127.0.0.1:{ports['router']}"]}],
             },
         ],
     }
@@ -450,10 +506,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "extender", lambda: _get(f"http://127.0.0.1:{ports['extender']}/healthz"), deadline, st
         )
         _wait("adapter", lambda: _get(f"http://127.0.0.1:{ports['otlp']}/metrics"), deadline, st)
+        _wait("router", lambda: _get(f"http://127.0.0.1:{ports['router']}/readyz"), deadline, st)
 
         sent = _drive_http(ports["http"])
         _drive_extender(ports["extender"])
         _drive_adapter(ports["api"], client_cert)
+        _drive_router(ports["grpc"])
 
         def counted() -> bool:
             res = _series(prom, "sum(http_server_request_duration_seconds_count)")
@@ -463,12 +521,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # A second round so that rates over the short windows see an increase.
         _drive_http(ports["http"])
         _drive_extender(ports["extender"])
+        _drive_router(ports["grpc"])
         for expr in (
             "kvspread:http_requests:rate5m",
             "kvspread:error_budget_remaining:ratio30d",
             "kvspread_kv_cache_usage_ratio",
             "kvspread_extender_requests_total",
             "kvspread_adapter_otlp_points_total > 0",
+            "kvspread_router_picks_total > 0",
         ):
             _wait(expr, lambda e=expr: _series(prom, e), time.monotonic() + 30, st)
         time.sleep(2)  # two more scrapes and evaluations after the second round
@@ -607,10 +667,12 @@ NOT_EXPOSED_HERE = {
         "this run stays under the collector's 5,000 requests/s budget"
     ),
     "kvspread_extender_cache_synced": "the extender runs --standalone (no caches)",
+    "kvspread_router_cache_evictions_total": "nothing was evicted in this run (a series per index once one is)",
+    "kvspread_router_kv_events_total": "the picker runs in approximate mode (KV events only in precise mode)",
 }
 
 
-@pytest.mark.parametrize("source", ["collector", "extender", "adapter"])
+@pytest.mark.parametrize("source", ["collector", "extender", "adapter", "router"])
 def test_metrics_reference_matches_what_each_part_exposes(stack: Stack, source: str) -> None:
     """docs/metrics.md (the catalogue) lists every kvspread family a part serves, and each
     part serves every family listed for it unless this machine cannot produce it."""
@@ -622,7 +684,7 @@ def test_metrics_reference_matches_what_each_part_exposes(stack: Stack, source: 
     exposed = {
         n
         for n in exposed
-        if n.startswith(("kvspread_", "http_server_", "gen_ai_server_", "DCGM_"))
+        if n.startswith(("kvspread_", "http_server_", "gen_ai_server_", "DCGM_", "llm_d_epp_"))
         and not n.endswith("_created")
     }
     listed = {m.name for m in CATALOG if m.source == source}
