@@ -30,6 +30,7 @@ from kvspread.settings import bounded, invalid, load
 from metrics_adapter.rules import pressure_rule, step_doc, trend_doc
 from metrics_adapter.step import HOLD, MAX_STEP_PODS, MIN_RATIO, PODS
 from metrics_adapter.trend import MAX_LEAD_S
+from router.scoring import ScoringConfig as PickerScoringConfig
 from simulator.serving.slis import sli_names
 
 __all__ = [
@@ -652,6 +653,10 @@ class SimConfig:
     """Every workload rate is multiplied by this one factor (scales the trace to the cluster)."""
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     """The kvspread policy's scoring: the extender's `scoring:` section (extender.config)."""
+    picker_scoring: PickerScoringConfig = field(default_factory=PickerScoringConfig)
+    """The `kvspread` routing policy's scoring: the router's `scoring:` section (weights,
+    norms, the cache and prefill terms; router.scoring), so a picker setting can be tried in
+    the simulation before it goes into the router's ConfigMap."""
 
     def validate(self) -> SimConfig:
         """Cross-field checks; returns self so it chains."""

@@ -445,9 +445,11 @@ def make_router(
     models: dict[str, str],
     modalities: dict[str, str],
     rng: np.random.Generator,
+    scoring: ScoringConfig | None = None,
 ) -> Router:
     """The router `name` for services with these models (service -> model name) and
-    request kinds (service -> modality)."""
+    request kinds (service -> modality); `scoring` is the `kvspread` picker's (the router's
+    defaults when None)."""
     interval = MetricsConfig().interval_s
     if name == "round-robin":
         return RoundRobin()
@@ -458,5 +460,5 @@ def make_router(
     if name == "llm-d":
         return LlmD(models, rng, interval, RequestConfig().patch)
     if name == "kvspread":
-        return KvspreadPicker(models, modalities)
+        return KvspreadPicker(models, modalities, scoring=scoring)
     raise ValueError(f"unknown routing policy {name!r} (one of {', '.join(ROUTINGS)})")

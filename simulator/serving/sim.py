@@ -125,6 +125,7 @@ class Simulation:
             {s: spec.model for s, spec in cfg.services.items()},
             {s: spec.kind for s, spec in cfg.services.items()},
             np.random.default_rng([seed, 31337]),
+            cfg.picker_scoring,
         )
         self.hpa_metrics = {s: hpa_metrics(autoscaler, spec) for s, spec in cfg.services.items()}
         self.seed = seed

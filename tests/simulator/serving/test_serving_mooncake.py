@@ -61,8 +61,10 @@ def test_a_chain_shares_nothing_after_a_different_block(tmp_path: Path) -> None:
         (json.dumps(row(0, 1e308, 1, [1])), r"input_length must be in 0\.\.10,000,000"),
         (json.dumps(row(0, 5, 10**30, [1])), "output_length must be in"),
         (json.dumps(row(1e300, 5, 1, [1])), "timestamp must be in"),
-        ('{"timestamp": 0, "input_length": NaN, "output_length": 1, "hash_ids": [1]}',
-         "input_length must be a number, got nan"),
+        (
+            '{"timestamp": 0, "input_length": NaN, "output_length": 1, "hash_ids": [1]}',
+            "input_length must be a number, got nan",
+        ),
     ],
 )
 def test_a_bad_line_is_one_error_naming_it(tmp_path: Path, line: str, message: str) -> None:

@@ -348,3 +348,21 @@ def test_cli_unknown_routing_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "--routing: unknown policy 'fastest'" in lines[0]
     assert "round-robin, least-request, kv-queue, llm-d, kvspread" in lines[0]
     assert not (tmp_path / "o").exists()  # nothing ran, nothing written
+
+
+def test_picker_scoring_from_the_config_reaches_the_kvspread_picker() -> None:
+    """`picker_scoring:` is the router's own `scoring:` section: its values reach the
+    simulated picker (and so its choices), its keys and bounds are the router's."""
+    base = {"duration_s": 120.0, "warmup_s": 30.0, "arrivals": {"rate_rps": 6.0}}
+    cfg = config_from_mapping({**base, "picker_scoring": {"w_prefill": 0.0, "w_kv": 3.0}})
+    picker = Simulation(cfg, "kvspread", 5, routing="kvspread").router
+    assert isinstance(picker, routing.KvspreadPicker)
+    assert (picker.scoring.w_prefill, picker.scoring.w_kv) == (0.0, 3.0)
+    assert picker.scoring.w_queue == router.scoring.ScoringConfig().w_queue
+    default = Simulation(config_from_mapping(base), "kvspread", 5, routing="kvspread").router
+    assert isinstance(default, routing.KvspreadPicker)
+    assert default.scoring == router.scoring.ScoringConfig()
+    with pytest.raises(ValueError, match="picker_scoring.w_prefil: unknown key"):
+        config_from_mapping({**base, "picker_scoring": {"w_prefil": 0.0}})
+    with pytest.raises(ValueError, match="picker_scoring.w_kv: expected a number >= 0"):
+        config_from_mapping({**base, "picker_scoring": {"w_kv": -1}})
