@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.router.envoy_harness import envoy_skip_reason
+from tests.router.fake_engine import FakeEngine
 from tests.router.gateway import Gateway, open_gateway, post, served_by
 
 _SKIP = envoy_skip_reason()
@@ -37,7 +38,13 @@ def gateway() -> Iterator[Gateway]:
     # the picker's default staleness bound (2 s): on this test machine's two cores the fakes,
     # the picker and the load share one process, and a busy fake answers /metrics late
     metrics = {"interval_s": 0.25, "stale_after_s": 2.0, "timeout_s": 1.0}
-    with open_gateway(HOSTS, LABELS, "h2", metrics=metrics) as gw:
+    # the engines' own prefill rate, as docs/router.md tells an operator to set it: the fakes
+    # prefill 500,000 tokens/s (ttft_per_token_s 2 us), and the default 8,000 tokens/s
+    # overstated their prefill backlog 62-fold, which sent 5-7 of 60 sessions off their pod in
+    # some runs (the prefill term, not load); image_encode_s stays the default 50 ms, ten times
+    # the fakes' 5 ms, so that a repeated image is worth keeping where it was encoded
+    scoring = {"prefill_tokens_per_s": 1 / FakeEngine("probe").ttft_per_token_s}
+    with open_gateway(HOSTS, LABELS, "h2", metrics=metrics, scoring=scoring) as gw:
         for fake in gw.fakes.values():
             fake.cache_blocks = 65_536  # emulate the engines' prefix and encoder caches
         yield gw
