@@ -257,6 +257,12 @@ def test_script_help() -> None:
         assert flag in out.stdout
 
 
+def test_least_loaded_counts_as_blis_by_default() -> None:
+    # Both simulators must route alike for the check to compare engines, not routers.
+    assert Setup(1, "blis", True, 1).ll_load == "blis"
+    assert "--ll-load {blis,ours}" in _script("--help").stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
