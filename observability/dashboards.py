@@ -1,9 +1,10 @@
 """Grafana dashboards for kvspread, built with the Grafana Foundation SDK.
 
 Seven dashboards, one concern each: SLO overview, GPU and KV cache, scheduling, autoscaling,
-network, collector health, the endpoint picker. Every query reads a metric from `observability.catalog` or a
-series recorded by `observability.rules`, filtered by the template variables `namespace`,
-`service`, `modality` and `node` (multi-select, "All" = `.*`). `build_all()` returns the
+network, collector health, the endpoint picker. Every query reads a metric from
+`observability.catalog` or a series recorded by `observability.rules`, filtered by the
+template variables `namespace`, `service`, `modality` and `node` (multi-select, "All" =
+`.*`; the picker's metrics carry none of them). `build_all()` returns the
 dashboard JSON by file name; `panel_queries()` lists every query for the tests that run
 them against a real Prometheus.
 """

@@ -30,7 +30,6 @@ from simulator.serving.placement import POLICIES
 from simulator.serving.presets import CLUSTERS, DEFAULT_CLUSTER, real_workload_mapping
 from simulator.serving.report import markdown_table, seed_span
 from simulator.serving.routing import DEFAULT_ROUTING, ROUTINGS, parse_routings
-from simulator.serving.workload import check_run_size
 from simulator.serving.workloads import BUNDLED, WorkloadError, load_workload
 
 __all__ = [
@@ -282,7 +281,6 @@ def build_config(args: argparse.Namespace) -> SimConfig:
             load_workload(spec.path)
         except WorkloadError as exc:
             raise ConfigError(f"workloads.{name}: {exc}") from None
-    check_run_size(cfg)
     return cfg
 
 

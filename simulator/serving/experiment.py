@@ -19,6 +19,7 @@ from simulator.serving.config import SimConfig
 from simulator.serving.placement import POLICIES
 from simulator.serving.routing import DEFAULT_ROUTING
 from simulator.serving.sim import RunResult, simulate
+from simulator.serving.workload import check_run_size
 
 __all__ = [
     "Experiment",
@@ -73,7 +74,9 @@ def run_experiment(
     autoscalers: Sequence[str] = (DEFAULT_AUTOSCALER,),
     routings: Sequence[str] = (DEFAULT_ROUTING,),
 ) -> Experiment:
-    """Every policy x autoscaler x routing x seed; results in that order whatever `jobs` is."""
+    """Every policy x autoscaler x routing x seed; results in that order whatever `jobs` is.
+    A run too large to make (workload.check_run_size) is refused here, once, before any."""
+    check_run_size(cfg)
     work = [
         (cfg, p, a, r, s) for p in policies for a in autoscalers for r in routings for s in seeds
     ]

@@ -354,7 +354,8 @@ def in_words(c: Mapping[str, Any] | None, spec: Compared) -> str:
         return f"{text}: {c['seeds']} seeds cannot tell ({_need(c)} would)"
     if verdict == "no significant difference":
         base = c.get("baseline_mean", math.nan)
-        size = spec.material_size(base) if isinstance(base, float) and math.isfinite(base) else 0
+        known = isinstance(base, int | float) and math.isfinite(base)
+        size = spec.material_size(float(base)) if known else 0.0
         if size and max(-c["ci_low"], c["ci_high"]) >= size:
             return (
                 f"{text}: no significant difference, but the interval reaches past the "

@@ -186,7 +186,6 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
     Each kind goes to the first service configured for it. With `cfg.workloads` set, each
     service's requests come from its real workload instead (simulator.serving.workloads).
     """
-    check_run_size(cfg)
     end = cfg.warmup_s + cfg.duration_s
     if cfg.workloads:
         return _with_sessions(cfg, seed, _real_requests(cfg, seed, end))

@@ -113,8 +113,9 @@ class Discrete:
         return float(np.dot(self.values, p))
 
 
-def parse_distribution(text: str, where: str) -> Discrete | None:
-    """`"{136: 0.25, 372: 0.75}"` -> Discrete (None when empty); parsed, never evaluated."""
+def parse_distribution(text: str, where: str, most: float = MAX_TOKENS) -> Discrete | None:
+    """`"{136: 0.25, 372: 0.75}"` -> Discrete (None when empty), its values in 0..`most`;
+    parsed, never evaluated."""
     body = text.strip()
     if not (body.startswith("{") and body.endswith("}")):
         raise WorkloadError(f"{where}: {text[:40]!r} is not a {{value: probability}} mapping")
@@ -128,7 +129,6 @@ def parse_distribution(text: str, where: str) -> Discrete | None:
             raise WorkloadError(f"{where}: {part.strip()[:40]!r} is not 'value: probability'")
         values.append(float(m.group(1)))
         probs.append(float(m.group(2)))
-    most = MAX_IMAGES if where.endswith("image_count") else MAX_TOKENS
     if not all(math.isfinite(v) and 0 <= v <= most for v in values):
         raise WorkloadError(f"{where}: values must be in 0..{most:,}")
     p = np.asarray(probs, dtype=float)
@@ -273,7 +273,8 @@ def _parse_client(trace: Path, dataset: Path) -> tuple[ServeGenClient, bool]:
             raise WorkloadError(f"{dataset}: window {key}: expected a mapping of fields")
         parsed: dict[str, Discrete] = {}
         for name, text in fields.items():
-            d = parse_distribution(str(text), f"{dataset}: window {key} {name}")
+            most = MAX_IMAGES if name == "image_count" else MAX_TOKENS
+            d = parse_distribution(str(text), f"{dataset}: window {key} {name}", most)
             if d is not None:
                 parsed[name] = d
         multimodal = multimodal or "image_count" in fields
