@@ -144,6 +144,14 @@ def _sizes(
     return text + sum(images), images, out
 
 
+def _kind_services(cfg: SimConfig) -> dict[str, str]:
+    """Each kind's service: the first one configured for it (synthetic traffic)."""
+    kind_service: dict[str, str] = {}
+    for name, s in cfg.services.items():
+        kind_service.setdefault(s.kind, name)
+    return kind_service
+
+
 def check_run_size(cfg: SimConfig) -> None:
     """Refuse, before any request is made, a run whose services would send more than
     simulator.serving.workloads.MAX_RUN_REQUESTS each (a mistyped --rate-scale or --rate),
@@ -164,8 +172,9 @@ def check_run_size(cfg: SimConfig) -> None:
         total = sum(k.share for k in cfg.kinds.values()) or 1.0
         mean_burst = (a.burst_min_s + a.burst_max_s) / 2
         in_burst = mean_burst / (a.burst_every_s + mean_burst) if a.burst_every_s > 0 else 0.0
+        kind_service = _kind_services(cfg)
         for kind, spec in cfg.kinds.items():
-            service = next((n for n, s in cfg.services.items() if s.kind == kind), kind)
+            service = kind_service.get(kind, kind)
             boost = 1 + (a.burst_factor - 1) * in_burst if kind in a.burst_kinds else 1.0
             rate = a.rate_rps * max(spec.share, 0.0) / total * (1 + a.peak_extra / 2) * boost
             counts[service] = counts.get(service, 0.0) + rate * end
@@ -192,9 +201,7 @@ def generate_requests(cfg: SimConfig, seed: int) -> list[Request]:
     a = cfg.arrivals
     shape = 1.0 / (a.cv * a.cv)
     episodes = burst_episodes(cfg, seed, end)
-    kind_service: dict[str, str] = {}
-    for name, s in cfg.services.items():
-        kind_service.setdefault(s.kind, name)
+    kind_service = _kind_services(cfg)
     total_share = sum(k.share for k in cfg.kinds.values())
     reqs: list[Request] = []
     for idx, (kind, spec) in enumerate(sorted(cfg.kinds.items())):
