@@ -307,34 +307,15 @@ def _drive_extender(port: int) -> None:
 def _drive_router(port: int, n: int = 20) -> None:
     """`n` chat requests over the real ext_proc wire (request headers, then the body in one
     message, FULL_DUPLEX_STREAMED as Envoy sends it) and one unparsable body (400)."""
-    import grpc
-
     from router.extproc import SERVICE
-    from router.proto import ext_proc_pb2 as pb
-
-    def stream(body: bytes) -> list[pb.ProcessingRequest]:
-        headers = [
-            (":method", "POST"),
-            (":path", "/v1/chat/completions"),
-            (":authority", "gateway"),
-            ("content-type", "application/json"),
-        ]
-        first = pb.ProcessingRequest(
-            request_headers=pb.HttpHeaders(
-                headers=pb.HeaderMap(
-                    headers=[pb.HeaderValue(key=k, raw_value=v.encode()) for k, v in headers]
-                )
-            )
-        )
-        first.protocol_config.request_body_mode = pb.ProcessingMode.FULL_DUPLEX_STREAMED
-        last = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
-        return [first, last]
+    from tests.router.test_router_extproc import DUPLEX, body_msgs, channel, headers_msg
 
     chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}]})
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+    with channel(port) as ch:
         stub = SERVICE.stub(ch)
         for body in [chat.encode()] * n + [b"{not json"]:
-            list(stub.Process(iter(stream(body)), timeout=10))
+            msgs = [headers_msg(DUPLEX), *body_msgs(body, len(body))]
+            list(stub.Process(iter(msgs), timeout=10))
 
 
 def _drive_adapter(port: int, client_cert: Any) -> None:
