@@ -158,6 +158,9 @@ class AdapterConfig:
     """Private key of `otlp_tls_cert_file` (PEM)."""
     otlp_max_body_bytes: int = 4 * 1024 * 1024
     """Largest OTLP request body accepted (413 above)."""
+    otlp_max_bodies_bytes: int = 64 * 1024 * 1024
+    """OTLP request body bytes held over all connections at once; a push past it gets 429
+    with Retry-After (exporters retry it). At least `otlp_max_body_bytes`."""
     keda_port: int = 0
     """Port of the KEDA external scaler gRPC server (`externalscaler.ExternalScaler`); 0 turns it off."""
     keda_bind_address: str = "127.0.0.1"
@@ -201,6 +204,12 @@ class AdapterConfig:
         ports(self, "secure_port", "otlp_port", "keda_port")
         http_urls(self, "kube_server", "prometheus_url")
         bounded(self, "otlp_max_body_bytes", "max_series", at_least=1, what="an integer")
+        if self.otlp_max_bodies_bytes < self.otlp_max_body_bytes:
+            raise invalid(
+                "otlp_max_bodies_bytes",
+                f"an integer >= otlp_max_body_bytes ({self.otlp_max_body_bytes})",
+                self.otlp_max_bodies_bytes,
+            )
         if self.authorization_mode not in AUTHORIZATION_MODES:
             raise invalid(
                 "authorization_mode",

@@ -11,8 +11,12 @@ before the old one closes, so the port never stops accepting; established connec
 keep their session. No SO_REUSEPORT: a port another process holds fails `start()` with
 `PortInUse` instead of silently sharing the traffic with it.
 
-Limits: bodies over `max_body` bytes get 413 before they are read; headers over 64 KiB
-get 431; idle keep-alive connections close after `idle_timeout` seconds. A handler that
+Limits: bodies over `max_body` bytes get 413 before they are read; a request whose body
+would take the bytes held over all connections past `max_bodies` gets 429 with
+`Retry-After` before it is read (each body is counted from its Content-Length, or as its
+chunks arrive, until its answer is written: without it, clients that stop short of their
+bodies make the server hold `max_body` each); headers over 64 KiB get 431; idle
+keep-alive connections close after `idle_timeout` seconds. A handler that
 raises gets a 500 (logged); handlers are expected to map their own errors.
 Thread-safety: one event loop; handlers run on it.
 """
@@ -98,6 +102,8 @@ class HttpServer:
         handler: async (Request) -> Response.
         ssl_context: TLS context (None: plain HTTP).
         max_body: largest accepted request body in bytes (413 above).
+        max_bodies: request body bytes held over all connections at once (429 above;
+            at least `max_body`, so that one largest body always fits an idle server).
         refusal: builds the answer to a request refused before it reaches `handler` (413,
             a malformed head) from (status, message, the request's content-type), so a
             protocol with its own error body (OTLP: a google.rpc.Status in the request's
@@ -109,10 +115,13 @@ class HttpServer:
     port: int = 0
     ssl_context: ssl.SSLContext | None = None
     max_body: int = 4 * 1024 * 1024
+    max_bodies: int = 64 * 1024 * 1024
     idle_timeout: float = 90.0
     handshake_timeout: float = 10.0
     refusal: Callable[[int, str, str], Response] | None = None
     tls_failures: int = field(default=0, init=False)
+    held: int = field(default=0, init=False)
+    """Request body bytes counted against `max_bodies` now."""
     _servers: list[asyncio.Server] = field(default_factory=list, init=False, repr=False)
     _conns: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
@@ -190,22 +199,56 @@ class HttpServer:
         peer = writer.get_extra_info("peername")
         client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
-        while True:
-            req = await self._read_request(conn, reader, writer, peer_cert, client)
-            if req is None:
-                return
-            try:
-                resp = await self.handler(req)
-            except Exception:  # noqa: BLE001
-                log.exception("handler failed", extra={"kv": {"path": req.path}})
-                resp = Response(500, b'{"message":"internal error"}')
-            keep = await self._write(conn, writer, resp, head=req.method == "HEAD")
-            if not keep or conn.our_state is h11.MUST_CLOSE:
-                return
-            try:
-                conn.start_next_cycle()
-            except h11.LocalProtocolError:
-                return
+        hold = [0]  # this connection's body bytes counted in `held`
+        try:
+            while True:
+                req = await self._read_request(conn, reader, writer, peer_cert, client, hold)
+                if req is None:
+                    return
+                try:
+                    resp = await self.handler(req)
+                except Exception:  # noqa: BLE001
+                    log.exception("handler failed", extra={"kv": {"path": req.path}})
+                    resp = Response(500, b'{"message":"internal error"}')
+                keep = await self._write(conn, writer, resp, head=req.method == "HEAD")
+                self._release(hold)
+                if not keep or conn.our_state is h11.MUST_CLOSE:
+                    return
+                try:
+                    conn.start_next_cycle()
+                except h11.LocalProtocolError:
+                    return
+        finally:
+            self._release(hold)
+
+    def _take(self, hold: list[int], size: int) -> bool:
+        """Count this request's body as `size` bytes in all; False when that does not fit."""
+        more = size - hold[0]
+        if more <= 0:
+            return True
+        if self.held + more > max(self.max_bodies, self.max_body):
+            return False
+        self.held += more
+        hold[0] = size
+        return True
+
+    def _release(self, hold: list[int]) -> None:
+        self.held -= hold[0]
+        hold[0] = 0
+
+    async def _busy(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, head: h11.Request | None
+    ) -> None:
+        limit = max(self.max_bodies, self.max_body)
+        await self._simple(
+            conn,
+            writer,
+            429,
+            f"request bodies in flight hold {self.held} of the {limit} bytes allowed over all "
+            "connections (otlp_max_bodies_bytes on the OTLP port); retry later",
+            head,
+            [("retry-after", "1")],
+        )
 
     async def _read_request(
         self,
@@ -214,6 +257,7 @@ class HttpServer:
         writer: asyncio.StreamWriter,
         peer_cert: dict[str, Any] | None,
         client: tuple[str, int] | None,
+        hold: list[int],
     ) -> Request | None:
         head: h11.Request | None = None
         chunks: list[bytes] = []
@@ -250,6 +294,9 @@ class HttpServer:
                         head,
                     )
                     return None
+                if length and not self._take(hold, length):
+                    await self._busy(conn, writer, head)
+                    return None
                 continue
             if isinstance(event, h11.Data):
                 size += len(event.data)
@@ -257,6 +304,9 @@ class HttpServer:
                     await self._simple(
                         conn, writer, 413, f"request body exceeds {self.max_body} bytes", head
                     )
+                    return None
+                if not self._take(hold, size):  # a chunked body, counted as it arrives
+                    await self._busy(conn, writer, head)
                     return None
                 chunks.append(bytes(event.data))
                 continue
@@ -282,6 +332,7 @@ class HttpServer:
         code: int,
         msg: str,
         head: h11.Request | None,
+        headers: list[tuple[str, str]] | None = None,
     ) -> None:
         import json
 
@@ -293,6 +344,7 @@ class HttpServer:
             resp = self.refusal(code, msg, ctype.decode("latin-1"))
         else:
             resp = Response(code, json.dumps({"message": msg}).encode())
+        resp.headers.extend(headers or ())
         with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
             await self._write(conn, writer, resp, close=True)
 

@@ -190,6 +190,7 @@ class Adapter:
             config.otlp_port,
             otlp_ctx,
             config.otlp_max_body_bytes,
+            config.otlp_max_bodies_bytes,
             refusal=self.receiver.refusal,
         )
         self.keda: KedaServer | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import socket
 
 import httpx
 import pytest
@@ -225,6 +226,57 @@ def test_body_limit_over_http(pki: Pki) -> None:
         assert "kvspread_adapter_otlp_points_total 3.0" in m.text
         assert "kvspread_adapter_series 3.0" in m.text
         assert "kvspread_adapter_request_duration_seconds_bucket" in m.text
+
+
+def _held_push(port: int, length: int, sent: int) -> socket.socket:
+    """A push that declares `length` body bytes and sends `sent` of them, then waits: what
+    a slow (or hostile) client on the unauthenticated OTLP port does."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    head = (
+        f"POST /v1/metrics HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    )
+    s.sendall(head.encode() + b"\0" * sent)
+    return s
+
+
+def test_bodies_in_flight_are_bounded_over_all_connections(pki: Pki) -> None:
+    """Each push may hold up to otlp_max_body_bytes while its body arrives; without a bound
+    over all of them, 100 clients that stop short of their 4 MiB bodies made the adapter hold
+    400 MiB (RSS 72 -> 507 MiB). Past otlp_max_bodies_bytes a push gets 429 (OTLP exporters
+    retry it) before its body is read, in the request's encoding, and the bytes come back
+    when a held push ends."""
+    from tests.metrics_adapter.adapter_testing import base_config
+
+    cfg = base_config(pki, otlp_max_body_bytes=4096, otlp_max_bodies_bytes=6000)
+    with AdapterThread(cfg) as a:
+        port = a.adapter.otlp_port
+        url = f"http://127.0.0.1:{port}/v1/metrics"
+        first = _held_push(port, 4096, 100)
+        try:
+            # the first push's 4096 bytes are held (it answered nothing yet): 4096 more do not fit
+            r = httpx.post(
+                url, content=b"\0" * 4096, headers={"content-type": "application/x-protobuf"}
+            )
+            assert r.status_code == 429
+            assert r.headers["retry-after"] == "1"
+            refused = status_pb2.Status.FromString(r.content)
+            assert "otlp_max_bodies_bytes" in refused.message
+            # a small push still fits beside it
+            small = _good_request().SerializeToString()
+            assert len(small) < 6000 - 4096
+            ok = httpx.post(url, content=small, headers={"content-type": "application/x-protobuf"})
+            assert ok.status_code == 200
+        finally:
+            first.close()
+        # the closed push gives its bytes back (the server sees the close on its next read)
+        for _ in range(200):
+            r = httpx.post(
+                url, content=b"\0" * 4096, headers={"content-type": "application/x-protobuf"}
+            )
+            if r.status_code != 429:
+                break
+        assert r.status_code == 400  # zeros are no ExportMetricsServiceRequest: read, refused
 
 
 def test_delta_temporality_and_counter_reset() -> None:
