@@ -221,12 +221,17 @@ class HttpServer:
         finally:
             self._release(hold)
 
+    @property
+    def _bodies_limit(self) -> int:
+        """`max_bodies`, but never under `max_body`: one largest body fits an idle server."""
+        return max(self.max_bodies, self.max_body)
+
     def _take(self, hold: list[int], size: int) -> bool:
         """Count this request's body as `size` bytes in all; False when that does not fit."""
         more = size - hold[0]
         if more <= 0:
             return True
-        if self.held + more > max(self.max_bodies, self.max_body):
+        if self.held + more > self._bodies_limit:
             return False
         self.held += more
         hold[0] = size
@@ -239,7 +244,7 @@ class HttpServer:
     async def _busy(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, head: h11.Request | None
     ) -> None:
-        limit = max(self.max_bodies, self.max_body)
+        limit = self._bodies_limit
         await self._simple(
             conn,
             writer,
