@@ -9,6 +9,12 @@ log, a 500 with a JSON message (never a traceback) when the route raises, and (f
 A client that resets or drops its connection (a probe or scrape that timed out) is no
 error of the server: it is logged at debug, never as the standard library's multi-line
 traceback on stderr, which would break a JSON log's parsing.
+
+Bounded: the standard library's server starts a thread per connection and waits on a
+client for ever, so 10,000 idle connections would be 10,000 threads. Here at most
+`MAX_CONNECTIONS` connections are served at once (one more is answered 503 with
+`Retry-After` and closed, from the accepting thread), and a connection that sends nothing
+for `READ_TIMEOUT_S` is closed.
 """
 
 from __future__ import annotations
@@ -24,9 +30,25 @@ from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import Any, NamedTuple
 
-from kvspread.httpbase import JsonErrorHandler
+from kvspread.httpbase import JsonErrorHandler, error_body
 
-__all__ = ["Reply", "Route", "OpsServer", "json_reply", "strict", "text_reply"]
+__all__ = [
+    "MAX_CONNECTIONS",
+    "READ_TIMEOUT_S",
+    "Reply",
+    "Route",
+    "OpsServer",
+    "json_reply",
+    "strict",
+    "text_reply",
+]
+
+MAX_CONNECTIONS = 64
+"""Connections served at once (a thread each): scrapers, probes and people need a few; the
+bound keeps a flood of idle connections from taking a thread (and its stack) each."""
+READ_TIMEOUT_S = 30.0
+"""A connection that sends nothing for this long is closed (longer than any scrape or
+keep-alive gap a Prometheus or a kubelet probe leaves)."""
 
 
 class Reply(NamedTuple):
@@ -70,10 +92,64 @@ def text_reply(status: int, text: str) -> Reply:
 log = logging.getLogger("kvspread.opsserver")
 
 
+def _busy_answer(limit: int) -> bytes:
+    body = error_body(f"the operator endpoint serves {limit} connections at once; retry")
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 class _QuietServer(ThreadingHTTPServer):
     """The standard library's threading server, whose `handle_error` prints a traceback
     to stderr for anything a handler raises: here a client gone away is a debug line, any
-    other failure one JSON error line naming it."""
+    other failure one JSON error line naming it. It serves at most `max_connections`
+    connections at once (module docstring)."""
+
+    max_connections = MAX_CONNECTIONS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self.active = 0
+        """Connections being served now (a handler thread each)."""
+
+    def _take(self) -> bool:
+        with self._lock:
+            if self.active >= self.max_connections:
+                return False
+            self.active += 1
+            return True
+
+    def _give(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if self._take():
+            try:
+                super().process_request(request, client_address)
+            except BaseException:  # no thread started: the slot is not taken
+                self._give()
+                raise
+            return
+        log.warning(
+            "operator endpoint busy: connection refused",
+            extra={"kv": {"limit": self.max_connections}},
+        )
+        try:  # the accepting thread must not wait on this client
+            request.settimeout(1.0)
+            request.sendall(_busy_answer(self.max_connections))
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._give()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
@@ -93,10 +169,22 @@ class _Ipv6Server(_QuietServer):
 
 
 class OpsServer:
-    """Serve `route` on host:port (port 0: any free port, see `port`) from a daemon thread."""
+    """Serve `route` on host:port (port 0: any free port, see `port`) from a daemon thread,
+    at most `max_connections` connections at once, each closed after `read_timeout_s`
+    without a byte from its client."""
 
-    def __init__(self, host: str, port: int, route: Route, thread_name: str) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        route: Route,
+        thread_name: str,
+        max_connections: int = MAX_CONNECTIONS,
+        read_timeout_s: float = READ_TIMEOUT_S,
+    ) -> None:
         class Handler(JsonErrorHandler):  # GET and HEAD; other methods 405, errors JSON
+            timeout = read_timeout_s  # StreamRequestHandler: the socket's timeout
+
             def do_HEAD(self) -> None:  # noqa: N802
                 self.do_GET()
 
@@ -113,13 +201,19 @@ class OpsServer:
                 if self.command != "HEAD":
                     self.wfile.write(reply.body)
 
-        server_class = _Ipv6Server if ":" in host else _QuietServer
+        base = _Ipv6Server if ":" in host else _QuietServer
+        server_class = type(base.__name__, (base,), {"max_connections": max_connections})
         self.httpd = server_class((host, port), Handler)
         self.httpd.daemon_threads = True
         self.port: int = self.httpd.server_address[1]
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name=thread_name, daemon=True
         )
+
+    @property
+    def connections(self) -> int:
+        """Connections being served now (at most `max_connections`)."""
+        return int(self.httpd.active)
 
     def start(self) -> None:
         self._thread.start()

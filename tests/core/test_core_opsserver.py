@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
+from kvspread.opsserver import (
+    MAX_CONNECTIONS,
+    READ_TIMEOUT_S,
+    OpsServer,
+    Reply,
+    json_reply,
+    text_reply,
+)
 
 
 def _route(path: str, query: dict[str, str]) -> Reply:
@@ -108,5 +116,73 @@ def test_an_ipv6_host_is_served() -> None:
     srv.start()
     try:
         assert httpx.get(f"http://[::1]:{srv.port}/healthz").text == "ok\n"
+    finally:
+        srv.stop()
+
+
+def _idle_connections(port: int, n: int) -> list[socket.socket]:
+    """`n` open connections that send nothing."""
+    held = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        held.append(s)
+    return held
+
+
+def _wait_served(srv: OpsServer, n: int) -> None:
+    """Until the server has `n` connections in its handler threads (a bound, not a timing)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if srv.connections == n:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the server did not take {n} connections")
+
+
+def test_connections_over_the_bound_get_a_json_503_and_the_rest_keep_working() -> None:
+    srv = OpsServer("127.0.0.1", 0, _route, "test-ops-bound", max_connections=4)
+    srv.start()
+    server = f"http://127.0.0.1:{srv.port}"
+    held = _idle_connections(srv.port, 4)
+    try:
+        _wait_served(srv, 4)
+        head, body = _raw(server, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 ")
+        assert b"Retry-After: 1" in head and b"Content-Type: application/json" in head
+        assert "4 connections at once" in json.loads(body)["error"]
+        held.pop().close()  # one slot frees once its thread sees the close
+        _wait_served(srv, 3)
+        assert httpx.get(server + "/healthz").text == "ok\n"
+    finally:
+        for s in held:
+            s.close()
+        srv.stop()
+
+
+def test_a_silent_connection_is_closed_after_the_read_timeout() -> None:
+    srv = OpsServer("127.0.0.1", 0, _route, "test-ops-idle", read_timeout_s=0.2)
+    srv.start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            s.sendall(b"GET /heal")  # half a request line, then nothing
+            assert s.recv(100) == b""  # the server closed it (not the client's 30 s)
+        _wait_served(srv, 0)
+        # a keep-alive connection that goes quiet after a request is closed the same way
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = b""
+            while not got.endswith(b"ok\n"):
+                got += s.recv(1000)
+            assert got.startswith(b"HTTP/1.1 200 ")
+            assert s.recv(100) == b""
+    finally:
+        srv.stop()
+
+
+def test_the_bounds_default_to_the_module_constants() -> None:
+    srv = OpsServer("127.0.0.1", 0, _route, "test-ops-defaults")
+    try:
+        assert srv.httpd.max_connections == MAX_CONNECTIONS == 64  # type: ignore[attr-defined]
+        assert srv.httpd.RequestHandlerClass.timeout == READ_TIMEOUT_S == 30.0
     finally:
         srv.stop()
