@@ -407,8 +407,15 @@ class Layered(dict[str, Any]):
         self.origins: dict[str, str] = dict(origins or {})
 
     def put(self, key: str, value: Any, origin: str) -> None:
-        """Set dotted `key` to a value from `origin` (a flag or variable name)."""
-        _set_path(self, key, value)
+        """Set dotted `key` to a value from `origin` (a flag or variable name). A section on
+        the way that the file holds as something other than a mapping (`server: 5` under
+        `--port`) is the file's error, not replaced in silence."""
+        try:
+            _set_path(self, key, value)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{exc.detail} ({origin} sets {key} inside it)", key=exc.key, origin=self.file
+            ) from None
         self.origins[key] = origin
 
     def origin(self, key: str) -> str | None:
@@ -422,13 +429,17 @@ class Layered(dict[str, Any]):
 
 
 def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `dotted` in `target`, making the missing sections; a ConfigError where one on the
+    way is there but not a mapping (null counts as missing, as an empty YAML section)."""
     parts = dotted.split(".")
     node = target
-    for p in parts[:-1]:
+    for i, p in enumerate(parts[:-1]):
         child = node.get(p)
-        if not isinstance(child, dict):
+        if child is None:
             child = {}
             node[p] = child
+        elif not isinstance(child, dict):
+            raise invalid(".".join(parts[: i + 1]), "a mapping", child)
         node = child
     node[parts[-1]] = value
 

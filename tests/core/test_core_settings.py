@@ -46,6 +46,25 @@ def test_bad_env_value_names_the_variable():
         layer("extender", SETTINGS, _parse([]), {"KVSPREAD_EXTENDER_SERVER_PORT": "http"}, {})
 
 
+@pytest.mark.parametrize("section", [5, "x", [1], True])
+def test_a_flag_inside_a_section_the_file_holds_as_a_scalar_is_the_files_error(section) -> None:
+    """`server: 5` with `--port`: before, the flag replaced the section in silence (the file's
+    mistake hidden while a flag was given, an error once it was not)."""
+    with pytest.raises(ConfigError) as err:
+        layer("extender", SETTINGS, _parse(["--port", "3000"]), {}, {"server": section}, "c.yaml")
+    assert str(err.value) == (
+        f"c.yaml: server: expected a mapping, got {section!r} (--port sets server.port inside it)"
+    )
+    env = {"KVSPREAD_EXTENDER_SERVER_HOST": "::1"}
+    with pytest.raises(ConfigError, match="KVSPREAD_EXTENDER_SERVER_HOST sets server.host"):
+        layer("extender", SETTINGS, _parse([]), env, {"server": section}, "c.yaml")
+
+
+def test_an_empty_section_takes_the_flag() -> None:
+    merged = layer("extender", SETTINGS, _parse(["--port", "3000"]), {}, {"server": None})
+    assert merged["server"] == {"port": 3000}
+
+
 def test_help_names_the_environment_variable():
     p = argparse.ArgumentParser()
     add_settings(p, "extender", SETTINGS)
