@@ -357,6 +357,18 @@ DEFAULT_MAX_BODY_BYTES: Final = 256 * 1024 * 1024
 """Largest request body accepted (413 above): a full NodeList of 15,000 nodes at up to
 ~17 KiB per node (the kubelet's 50 image entries, conditions, labels and the <= 4 KiB
 kvspread.io/signals annotation) is ~250 MiB. Names-only requests are a few hundred KiB."""
+DEFAULT_MAX_BODIES_BYTES: Final = 512 * 1024 * 1024
+"""Request body bytes held over all requests at once (429 above): two full NodeLists of
+the largest size, since kube-scheduler sends one extender call at a time per profile; a
+flood of large bodies cannot take the extender's memory past it."""
+DEFAULT_MAX_CONNECTIONS: Final = 1024
+"""Open connections at once: kube-scheduler (a few), Prometheus and probes need a handful
+(extender/connections.py)."""
+DEFAULT_HEADER_TIMEOUT_S: Final = 30.0
+"""Seconds for a request head to arrive whole (kube-scheduler sends it in one write)."""
+DEFAULT_MAX_HEADER_BYTES: Final = 64 * 1024
+"""Largest request head (request line and headers), as the collector's, the router's and
+the adapter's servers allow; kube-scheduler's are a few hundred bytes."""
 DEFAULT_EXPLAIN_PODS: Final = 256
 """Decisions kept for /debug/explain (least recently decided pods are dropped)."""
 
@@ -384,6 +396,16 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Larger request bodies get 413, refused from Content-Length or while streaming
     (never buffered whole); default 256 MiB, a full NodeList of 15,000 nodes."""
+    max_bodies_bytes: int = DEFAULT_MAX_BODIES_BYTES
+    """Request body bytes held over all requests at once; a request past it gets 429 with
+    Retry-After: 1. Never less than `max_body_bytes` in effect (default 512 MiB)."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Open connections at once; one more is answered 503 and closed (default 1024)."""
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    """Seconds a request head (request line and headers) has to arrive whole; else 408 and
+    the connection is closed (default 30)."""
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """Largest request head (request line and headers); over it 431 (default 65536)."""
 
     def validate(self) -> None:
         ports(self, "port")
@@ -395,7 +417,7 @@ class ServerConfig:
             if (
                 not verb
                 or not all(c.isalnum() or c in "-_./" for c in verb)
-                or verb.startswith("/")
+                or any(part in ("", ".", "..") for part in verb.split("/"))
             ):
                 raise invalid(key, "a URL path segment like 'filter'", verb)
             if verb.split("/")[0] in RESERVED_PATHS:
@@ -404,7 +426,9 @@ class ServerConfig:
                 )
         if self.filter_verb == self.prioritize_verb:
             raise invalid("prioritize_verb", "a verb other than filter_verb", self.prioritize_verb)
-        _finite_fields(self, "max_body_bytes", above=0)
+        _finite_fields(self, "max_body_bytes", "max_bodies_bytes", "header_timeout_s", above=0)
+        bounded(self, "max_connections", at_least=1, what="an integer")
+        bounded(self, "max_header_bytes", at_least=1024, what="an integer")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from extender.signals_watch import node_signals_reflector
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.heap import keep_freed_memory
 from kvspread.kube import Backoff, Reflector
+from kvspread.preflight import bind_message
+from kvspread.settings import ConfigError
 
 __all__ = ["Running", "build", "serve"]
 
@@ -95,15 +97,19 @@ def serve(cfg: ExtenderConfig) -> int:
     """Run until interrupted; returns the process exit code."""
     import uvicorn
 
+    from extender.connections import bounded_protocol
+
     keep_freed_memory()  # no page faults on every request's arrays (kvspread/heap.py)
+    srv = cfg.server
+    sock = _listen(srv.host, srv.port)  # bound before the watches start: port 0 is known
     running = build(cfg)
     running.start()
     log.info(
         "extender serving",
         extra={
             "kv": {
-                "host": cfg.server.host,
-                "port": cfg.server.port,
+                "host": srv.host,
+                "port": sock.getsockname()[1],
                 "tls": cfg.server.tls_cert is not None,
                 "standalone": cfg.server.standalone,
                 "filter": "/" + cfg.server.filter_verb,
@@ -127,31 +133,35 @@ def serve(cfg: ExtenderConfig) -> int:
             port=cfg.server.port,
             ssl_certfile=cfg.server.tls_cert,
             ssl_keyfile=cfg.server.tls_key,
+            http=bounded_protocol(srv.max_connections, srv.header_timeout_s, srv.max_header_bytes),
             log_level="warning",
             access_log=False,
             log_config=None,
         )
     )
     try:
-        server.run(sockets=_ipv6_socket(cfg.server.host, cfg.server.port))
+        server.run(sockets=[sock])
     finally:
         running.stop()
     return 0
 
 
-def _ipv6_socket(host: str, port: int) -> list[socket.socket] | None:
-    """A listening socket for an IPv6 host, dual-stack for `::` as the collector's, the
-    router's and the adapter's are (asyncio would bind it IPv6-only: no IPv4 client could
-    reach `--host ::`); None for any other host, which uvicorn binds itself."""
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket: dual-stack for `::` as the collector's, the router's and the
+    adapter's are (asyncio would bind it IPv6-only: no IPv4 client could reach `--host ::`).
+    Bound here, not by uvicorn, so that the log names the port a `--port 0` got and a bind
+    that fails after the start-up check (a race for the port) is one configuration error."""
     try:
         ip = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        return None
-    if ip.version != 6:
-        return None
-    sock = socket.create_server(
-        (str(ip), port),
-        family=socket.AF_INET6,
-        dualstack_ipv6=ip == ipaddress.IPv6Address("::") and socket.has_dualstack_ipv6(),
-    )
-    return [sock]
+        ip = None
+    v6 = ip is not None and ip.version == 6
+    try:
+        return socket.create_server(
+            (str(ip) if v6 else host, port),
+            family=socket.AF_INET6 if v6 else socket.AF_INET,
+            dualstack_ipv6=v6 and ip == ipaddress.IPv6Address("::") and socket.has_dualstack_ipv6(),
+            reuse_port=False,
+        )
+    except OSError as exc:
+        raise ConfigError(bind_message(host, port, "--port", "--host", exc)) from None

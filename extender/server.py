@@ -15,7 +15,9 @@ cost as much CPU as the decision itself); the other routes are a FastAPI app beh
 A body that is not an ExtenderArgs gets 400 with a JSON {"error": message}, a compressed one
 (Content-Encoding) 415; one larger than `server.max_body_bytes` (default 256 MiB, a
 15,000-node full NodeList) gets 413, refused from its Content-Length or while streaming,
-never buffered whole. Nothing the scheduler can send produces a 5xx: an unexpected failure
+never buffered whole; one that would take the body bytes held over all requests past
+`server.max_bodies_bytes` (default 512 MiB) gets 429 with `Retry-After: 1`. Connections
+are bounded in extender/connections.py. Nothing the scheduler can send produces a 5xx: an unexpected failure
 is logged and counted (code "internal") and answered with `Error` set (filter;
 kube-scheduler then treats the extender as failed, or skips it when registered
 `ignorable: true`) or neutral scores (prioritize).
@@ -52,18 +54,54 @@ class _Encoded(Exception):
     """The body came with a Content-Encoding (gzip, ...): kube-scheduler never sends one."""
 
 
+class _TooLarge(Exception):
+    """The body is over `server.max_body_bytes`."""
+
+
+class _Busy(Exception):
+    """The body would take the bytes held over all requests past `server.max_bodies_bytes`."""
+
+
+class BodyBytes:
+    """Request body bytes held over all requests now, against `total` (one event loop
+    takes and gives: no lock)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.held = 0
+
+    def take(self, n: int) -> bool:
+        """Hold `n` more bytes if they fit."""
+        if self.held + n > self.total:
+            return False
+        self.held += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.held -= n
+
+
 async def _read_body(
-    scope: MutableMapping[str, Any], receive: _Receive, limit: int
-) -> bytes | None:
-    """The body, or None when it exceeds `limit` bytes: refused from Content-Length before
-    reading, else while streaming, so an oversized body is never buffered whole. A body with
-    a Content-Encoding other than identity raises `_Encoded`."""
+    scope: MutableMapping[str, Any], receive: _Receive, limit: int, held: BodyBytes, got: list[int]
+) -> bytes:
+    """The body: refused (`_TooLarge`) from Content-Length before reading, else while
+    streaming, so an oversized body is never buffered whole; `_Busy` where it does not fit
+    in `held` (taken from Content-Length before reading, else chunk by chunk). `got[0]` is
+    what this request took from `held`, for the caller to give back. A Content-Encoding
+    other than identity raises `_Encoded`."""
+    length: int | None = None
     for k, v in scope["headers"]:
         if k == b"content-length":
-            if v.isdigit() and int(v) > limit:
-                return None
+            if v.isdigit():
+                length = int(v)
         elif k == b"content-encoding" and v.strip().lower() not in (b"", b"identity"):
             raise _Encoded(v.decode("latin-1"))
+    if length is not None:
+        if length > limit:
+            raise _TooLarge
+        if not held.take(length):
+            raise _Busy
+        got[0] = length
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -73,7 +111,11 @@ async def _read_body(
         chunk = msg.get("body", b"")
         size += len(chunk)
         if size > limit:
-            return None
+            raise _TooLarge
+        if length is None:
+            if not held.take(len(chunk)):
+                raise _Busy
+            got[0] += len(chunk)
         chunks.append(chunk)
         if not msg.get("more_body", False):
             break
@@ -81,13 +123,10 @@ async def _read_body(
 
 
 async def _send_json(send: _Send, status: int, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-length", b"%d" % len(body)), (b"content-type", _JSON)],
-        }
-    )
+    headers = [(b"content-length", b"%d" % len(body)), (b"content-type", _JSON)]
+    if status == 429:
+        headers.append((b"retry-after", b"1"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -101,6 +140,8 @@ class ExtenderApp:
         self.ext = ext
         self.routes = routes
         self._limit = ext.cfg.server.max_body_bytes
+        # never under one largest body: an idle extender takes any body it accepts
+        self.held = BodyBytes(max(ext.cfg.server.max_bodies_bytes, self._limit))
         self._verbs = {
             "/" + ext.cfg.server.filter_verb.strip("/"): "filter",
             "/" + ext.cfg.server.prioritize_verb.strip("/"): "prioritize",
@@ -138,24 +179,34 @@ class ExtenderApp:
         start = time.perf_counter()
         ext, limit = self.ext, self._limit
         code = "200"
+        got = [0]
         try:
             try:
-                body = await _read_body(scope, receive, limit)
-            except _Encoded as exc:
-                code = "415"
-                return 415, dumps(
+                body = await _read_body(scope, receive, limit, self.held, got)
+            except _Busy:
+                code = "429"
+                return 429, dumps(
                     {
-                        "error": f"Content-Encoding {exc} is not supported: send the "
-                        "ExtenderArgs JSON uncompressed, as kube-scheduler does"
+                        "error": f"request bodies in flight hold {self.held.held} of the "
+                        f"{self.held.total} bytes allowed over all requests "
+                        "(server.max_bodies_bytes); retry later"
                     }
                 )
-            if body is None:
+            except _TooLarge:
                 code = "413"
                 return 413, dumps(
                     {
                         "error": f"request body is larger than server.max_body_bytes "
                         f"({limit} bytes); raise it for clusters with larger NodeLists, or "
                         "register the extender with nodeCacheCapable: true (names only)"
+                    }
+                )
+            except _Encoded as exc:
+                code = "415"
+                return 415, dumps(
+                    {
+                        "error": f"Content-Encoding {exc} is not supported: send the "
+                        "ExtenderArgs JSON uncompressed, as kube-scheduler does"
                     }
                 )
             try:
@@ -181,6 +232,7 @@ class ExtenderApp:
                     out = encode_prioritize(args, PrioritizeDecision.neutral(n, NEUTRAL_SCORE))
             return 200, out
         finally:
+            self.held.give(got[0])
             m = ext.metrics
             m.child(m.requests, verb, code).inc()
             m.child(m.duration, verb).observe(time.perf_counter() - start)

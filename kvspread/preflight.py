@@ -35,10 +35,9 @@ def check_port(host: str, port: int, flag: str, host_flag: str = "--host") -> No
     """Bind host:port once (with SO_REUSEADDR, as the servers do) and release it; an error
     names `flag` (the port's) or, when the address is what is wrong, `host_flag`.
 
-    Port 0 (an ephemeral port, as tests use) is never taken, so it is not checked. The
-    server may still lose a race for the port; this catches the common case early."""
-    if not port:
-        return
+    Port 0 (an ephemeral port, as tests use) is never taken, so it checks the address
+    alone. The server may still lose a race for the port; this catches the common case
+    early."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as s:

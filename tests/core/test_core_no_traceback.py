@@ -37,6 +37,7 @@ FILES: dict[str, tuple[str, str]] = {
     "notpem": ("not.pem", "this is not a certificate\n"),
     "garbage": ("kubeconfig", "{{{ not yaml"),
     "badyaml": ("bad.yaml", "server: [unclosed\n"),
+    "scalarserver": ("scalar.yaml", "server: 5\n"),
     "badrule": (
         "rules.yaml",
         "rules:\n  - {name: x, metric: m, aggregation: quantile, quantile: 2}\n",
@@ -98,6 +99,17 @@ CASES: list[tuple[list[str], str]] = [
         "found key 'port' a second time (first on line 2); keep one of them",
     ),
     (["extender", "serve", "--standalone", "--ledger-ttl", "soon"], "ledger"),
+    # port 0 (any free port) with an address not on this machine: checked too
+    (
+        ["extender", "serve", "--standalone", "--port", "0", "--host", "192.0.2.1"],
+        "--host 192.0.2.1: not an address of this machine",
+    ),
+    (["extender", "serve", "--standalone", "--filter-verb", "a/../b"], "filter_verb"),
+    (["extender", "serve", "--standalone", "--filter-verb", "a//b"], "filter_verb"),
+    (
+        ["extender", "serve", "--standalone", "--config", "{scalarserver}", "--port", "0"],
+        "server: expected a mapping, got 5 (--port sets server.port inside it)",
+    ),
     # adapter
     (
         ["adapter", "serve", "--authorization-mode", "AlwaysAllow", "--secure-port", "{port}"],
@@ -171,6 +183,11 @@ CASES: list[tuple[list[str], str]] = [
         "cannot reach a Kubernetes cluster: no in-cluster service account and no kubeconfig",
     ),
     (["collector", "run", "--config", "{missing}"], "missing.yaml"),
+    (
+        ["collector", "run", "--standalone", "--no-bpf", "--no-nvml", "--port", "0"]
+        + ["--listen", "192.0.2.1"],
+        "--listen 192.0.2.1: not an address of this machine",
+    ),
     # router
     (
         ["router", "serve", "--endpoints", "127.0.0.1:8000", "--grpc-port", "{port}"],
@@ -242,8 +259,10 @@ def test_bad_input_is_one_line_not_a_traceback(
     assert not list(tmp_path.iterdir()), "a failed run left files behind"
 
 
-def test_port_check_skips_ephemeral_and_passes_a_free_port() -> None:
+def test_port_check_passes_ephemeral_and_a_free_port_and_checks_the_address_of_port_0() -> None:
     check_port("127.0.0.1", 0, "--port")
+    with pytest.raises(ConfigError, match="--host 192.0.2.1: not an address of this machine"):
+        check_port("192.0.2.1", 0, "--port")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
