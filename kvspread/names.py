@@ -456,6 +456,24 @@ ADAPTER_REFUSED_READS: Final = MetricDescriptor(
     "counter",
     "quantile reads refused because the histogram bucket cannot bound the value",
 )
+ADAPTER_CONNECTIONS: Final = MetricDescriptor(
+    "kvspread_adapter_connections",
+    "{connection}",
+    "gauge",
+    "connections served now, by port (api, otlp)",
+)
+ADAPTER_CONNECTIONS_REFUSED: Final = MetricDescriptor(
+    "kvspread_adapter_connections_refused_total",
+    "{connection}",
+    "counter",
+    "connections refused (503) because the port served its max_connections, by port",
+)
+ADAPTER_CONNECTIONS_EVICTED: Final = MetricDescriptor(
+    "kvspread_adapter_connections_evicted_total",
+    "{connection}",
+    "counter",
+    "idle connections closed to admit a new one at max_connections, by port",
+)
 
 # --- Endpoint picker (router/metrics.py; Prometheus-native names, as the self-monitoring ones)
 ROUTER_PICKS: Final = MetricDescriptor(

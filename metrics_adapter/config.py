@@ -120,6 +120,12 @@ class AdapterConfig:
     bind_address: str = "127.0.0.1"
     """Address the HTTPS API listens on: loopback unless told, as the extender and the router
     (the Deployment says 0.0.0.0)."""
+    max_connections: int = 1024
+    """Connections the HTTPS API serves at once; one more gets 503 with Retry-After: 1 (the
+    aggregator proxies it; the HPA retries on its next sync)."""
+    request_timeout: Annotated[float, DURATION] = 60.0
+    """On the API and OTLP ports: how long a request has to arrive whole (head and body) from
+    its first byte, else 408; and how long its answer may take to be written."""
     tls_cert_file: str | None = None
     """Serving certificate (PEM); unset: a self-signed pair is generated at start."""
     tls_private_key_file: str | None = None
@@ -161,6 +167,9 @@ class AdapterConfig:
     otlp_max_bodies_bytes: int = 64 * 1024 * 1024
     """OTLP request body bytes held over all connections at once; a push past it gets 429
     with Retry-After (exporters retry it). At least `otlp_max_body_bytes`."""
+    otlp_max_connections: int = 4096
+    """Connections the OTLP receiver serves at once; one more gets 503 with Retry-After: 1
+    (exporters retry it). Each pushing node keeps one or two: keep it above your node count."""
     keda_port: int = 0
     """Port of the KEDA external scaler gRPC server (`externalscaler.ExternalScaler`); 0 turns it off."""
     keda_bind_address: str = "127.0.0.1"
@@ -203,7 +212,15 @@ class AdapterConfig:
     def validate(self) -> None:
         ports(self, "secure_port", "otlp_port", "keda_port")
         http_urls(self, "kube_server", "prometheus_url")
-        bounded(self, "otlp_max_body_bytes", "max_series", at_least=1, what="an integer")
+        bounded(
+            self,
+            "otlp_max_body_bytes",
+            "max_series",
+            "max_connections",
+            "otlp_max_connections",
+            at_least=1,
+            what="an integer",
+        )
         if self.otlp_max_bodies_bytes < self.otlp_max_body_bytes:
             raise invalid(
                 "otlp_max_bodies_bytes",

@@ -11,13 +11,25 @@ before the old one closes, so the port never stops accepting; established connec
 keep their session. No SO_REUSEPORT: a port another process holds fails `start()` with
 `PortInUse` instead of silently sharing the traffic with it.
 
-Limits: bodies over `max_body` bytes get 413 before they are read; a request whose body
-would take the bytes held over all connections past `max_bodies` gets 429 with
-`Retry-After` before it is read (each body is counted from its Content-Length, or as its
-chunks arrive, until its answer is written: without it, clients that stop short of their
-bodies make the server hold `max_body` each); headers over 64 KiB get 431; idle
-keep-alive connections close after `idle_timeout` seconds. A handler that
-raises gets a 500 (logged); handlers are expected to map their own errors.
+Limits: bodies over `max_body` bytes get 413 (before they are read when Content-Length
+says so); a request whose body bytes take those held over all connections past `max_bodies`
+gets 429 with `Retry-After` (each body is counted as its bytes arrive, until its answer is
+written: without it, clients that stop short of their bodies make the server hold `max_body`
+each; counted from a declared Content-Length instead, 16 clients that declared 4 MiB and
+sent a byte now and then took the whole budget for a few bytes); headers over 64 KiB get 431; a request must
+arrive whole (head and body) within `request_timeout` seconds of its first byte (of the
+connection's opening for the first one), else 408: without it, a client sending a byte every
+minute held its connection, and its body bytes, for ever; idle keep-alive connections close
+after `idle_timeout` seconds; writing an answer may take `request_timeout` too. At most
+`max_connections` connections are served at once. At the limit a new connection takes the
+place of the one idle longest (waiting for a request's first byte; closed then, as nginx
+reuses keep-alive connections), so idle connections cannot fill the server. With none idle,
+it has its request head read (for `REFUSE_READ_S`) and gets 503 with `Retry-After: 1` (OTLP
+exporters and the aggregator retry it); past `REFUSING_MAX` such refusals a connection is
+closed at once. Probes and /metrics (`exempt`) are answered over the limit. Refusals close
+lingering (our answer, then the client's bytes read and dropped for up to `LINGER_S`), so a
+client still sending reads the answer instead of a reset. A handler that raises gets a 500
+(logged); handlers are expected to map their own errors.
 Thread-safety: one event loop; handlers run on it.
 """
 
@@ -42,6 +54,12 @@ __all__ = ["Request", "Response", "HttpServer", "Handler", "PortInUse"]
 log = logging.getLogger("kvspread.adapter.http")
 
 MAX_HEADER_BYTES = 64 * 1024
+REFUSE_READ_S = 5.0
+"""How long a connection over `max_connections` may take to send its request head."""
+REFUSING_MAX = 256
+"""Connections being refused at once (over `max_connections`); more are closed unanswered."""
+LINGER_S = 2.0
+"""After a refusal, how long the client's remaining bytes are read and dropped."""
 
 
 @dataclass
@@ -104,6 +122,12 @@ class HttpServer:
         max_body: largest accepted request body in bytes (413 above).
         max_bodies: request body bytes held over all connections at once (429 above;
             at least `max_body`, so that one largest body always fits an idle server).
+        max_connections: connections served at once (503 above).
+        request_timeout: seconds a request has to arrive whole, and its answer to be
+            written (408 when the request is late).
+        idle_timeout: seconds a keep-alive connection may wait for its next request.
+        exempt: paths (no trailing slash) whose bodiless GET and HEAD requests are answered
+            even over `max_connections` (see `_exempt`).
         refusal: builds the answer to a request refused before it reaches `handler` (413,
             a malformed head) from (status, message, the request's content-type), so a
             protocol with its own error body (OTLP: a google.rpc.Status in the request's
@@ -116,12 +140,22 @@ class HttpServer:
     ssl_context: ssl.SSLContext | None = None
     max_body: int = 4 * 1024 * 1024
     max_bodies: int = 64 * 1024 * 1024
+    max_connections: int = 1024
+    request_timeout: float = 60.0
     idle_timeout: float = 90.0
     handshake_timeout: float = 10.0
     refusal: Callable[[int, str, str], Response] | None = None
+    exempt: frozenset[str] = frozenset()
     tls_failures: int = field(default=0, init=False)
     held: int = field(default=0, init=False)
     """Request body bytes counted against `max_bodies` now."""
+    refused_connections: int = field(default=0, init=False)
+    """Connections refused (503 or closed) since the start for `max_connections`."""
+    evicted_connections: int = field(default=0, init=False)
+    """Idle connections closed since the start to admit a new one at `max_connections`."""
+    _refusing: int = field(default=0, init=False, repr=False)
+    _idle: dict[asyncio.Task[None], None] = field(default_factory=dict, init=False, repr=False)
+    """Connections waiting for a request's first byte, oldest first."""
     _servers: list[asyncio.Server] = field(default_factory=list, init=False, repr=False)
     _conns: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
@@ -132,7 +166,7 @@ class HttpServer:
             None if sock else self.host,
             None if sock else self.port,
             sock=sock,
-            limit=2**20,
+            limit=2**16,  # the reader buffers up to twice this before it pauses the socket
             ssl=ctx,
             ssl_handshake_timeout=self.handshake_timeout if ctx else None,
         )
@@ -172,9 +206,22 @@ class HttpServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
 
+    @property
+    def connections(self) -> int:
+        """Connections being served now (refusals not counted)."""
+        return len(self._conns)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._conns) >= self.max_connections:
+            if not self._idle:
+                await self._over_limit(reader, writer)
+                return
+            oldest = next(iter(self._idle))  # nothing started there: close it for this one
+            del self._idle[oldest]
+            oldest.cancel()
+            self.evicted_connections += 1
         self._conns.add(task)
         try:
             await self._connection(reader, writer)
@@ -186,23 +233,102 @@ class HttpServer:
             log.exception("connection failed")
         finally:
             self._conns.discard(task)
+            self._idle.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _over_limit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """503 to a connection over `max_connections`, after its request head (a client that
+        has not sent its request yet could take an early answer for a stray one)."""
+        if self._refusing >= REFUSING_MAX:
+            self.refused_connections += 1
+            writer.transport.abort()
+            return
+        self._refusing += 1
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        try:
+            head: h11.Request | None = None
+            with contextlib.suppress(TimeoutError, h11.RemoteProtocolError):
+                async with asyncio.timeout(REFUSE_READ_S):
+                    while head is None:
+                        event = conn.next_event()
+                        if event is h11.NEED_DATA:
+                            data = await reader.read(65536)
+                            conn.receive_data(data)
+                            if not data:
+                                return
+                        elif isinstance(event, h11.Request):
+                            head = event
+                        else:
+                            return
+            if head is not None and self._exempt(head):
+                req = self._request(head, b"", writer)
+                await self._write(conn, writer, await self.handler(req), True, req.method == "HEAD")
+                await self._linger(reader, writer)
+                return
+            self.refused_connections += 1
+            msg = (
+                f"the server holds {self.max_connections} connections, its limit "
+                "(max_connections; otlp_max_connections on the OTLP port); retry later"
+            )
+            await self._refuse(conn, reader, writer, 503, msg, head, [("retry-after", "1")])
+        except (ConnectionError, ssl.SSLError, TimeoutError):
+            pass
+        except Exception:  # noqa: BLE001 - one broken connection must not stop the server
+            log.exception("connection failed")
+        finally:
+            self._refusing -= 1
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1)
+
+    def _exempt(self, head: h11.Request) -> bool:
+        """A bodiless GET or HEAD of an `exempt` path (probes, /metrics): answered even over
+        `max_connections`, as the API server's priority and fairness exempts its probes,
+        so that a flood shows in the metrics and does not make the kubelet restart us."""
+        if head.method not in (b"GET", b"HEAD"):
+            return False
+        if any(k in (b"content-length", b"transfer-encoding") for k, _ in head.headers):
+            return False
+        path = urlsplit(head.target.decode("latin-1")).path
+        return unquote(path).rstrip("/") in self.exempt
+
+    def _request(self, head: h11.Request, body: bytes, writer: asyncio.StreamWriter) -> Request:
+        """The handler's view of a request: decoded head, body, TLS peer certificate."""
         peer_cert: dict[str, Any] | None = None
         sslobj = writer.get_extra_info("ssl_object")
         if sslobj is not None:
-            cert = sslobj.getpeercert()
-            peer_cert = cert or None  # {} means "not verified": treat as none
+            peer_cert = sslobj.getpeercert() or None  # {} means "not verified": treat as none
         peer = writer.get_extra_info("peername")
-        client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        return Request(
+            method=head.method.decode("latin-1"),
+            target=head.target.decode("latin-1"),
+            headers=[(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in head.headers],
+            body=body,
+            peer_cert=peer_cert,
+            client=(str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None,
+        )
+
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """After an answer that closes: end our side, then read and drop what the client
+        still sends for up to `LINGER_S` (a close with its bytes unread would make the kernel
+        reset the connection, and the client could lose the answer)."""
+        with contextlib.suppress(Exception):
+            if writer.can_write_eof():
+                writer.write_eof()
+            async with asyncio.timeout(LINGER_S):
+                while await reader.read(65536):
+                    pass
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         hold = [0]  # this connection's body bytes counted in `held`
+        first = True
         try:
             while True:
-                req = await self._read_request(conn, reader, writer, peer_cert, client, hold)
+                req = await self._read_request(conn, reader, writer, hold, first)
+                first = False
                 if req is None:
                     return
                 try:
@@ -242,11 +368,16 @@ class HttpServer:
         hold[0] = 0
 
     async def _busy(
-        self, conn: h11.Connection, writer: asyncio.StreamWriter, head: h11.Request | None
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        head: h11.Request | None,
     ) -> None:
         limit = self._bodies_limit
-        await self._simple(
+        await self._refuse(
             conn,
+            reader,
             writer,
             429,
             f"request bodies in flight hold {self.held} of the {limit} bytes allowed over all "
@@ -260,10 +391,19 @@ class HttpServer:
         conn: h11.Connection,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        peer_cert: dict[str, Any] | None,
-        client: tuple[str, int] | None,
         hold: list[int],
+        first: bool,
     ) -> Request | None:
+        """The next request, or None when the connection is to close (idle, closed by the
+        client, or refused here). The request's deadline starts at its first byte (at the
+        connection's opening for the first request)."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        started = bool(conn.trailing_data[0])  # a pipelined request's bytes are here already
+        deadline: float | None = None
+        if first or started:
+            deadline = loop.time() + self.request_timeout
         head: h11.Request | None = None
         chunks: list[bytes] = []
         size = 0
@@ -272,15 +412,28 @@ class HttpServer:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
                 code = exc.error_status_hint
-                await self._simple(conn, writer, code, f"bad request: {exc}", head)
+                await self._refuse(conn, reader, writer, code, f"bad request: {exc}", head)
                 return None
             if event is h11.NEED_DATA:
+                wait = self.idle_timeout if deadline is None else deadline - loop.time()
+                if not started:
+                    self._idle[task] = None
                 try:
-                    data = await asyncio.wait_for(reader.read(65536), self.idle_timeout)
+                    data = await asyncio.wait_for(reader.read(65536), max(wait, 0.0))
                 except TimeoutError:
+                    if not started:
+                        return None  # idle: nothing of a request came
+                    msg = f"the request did not arrive whole within {self.request_timeout:g} s"
+                    await self._refuse(conn, reader, writer, 408, msg, head)
                     return None
+                finally:
+                    self._idle.pop(task, None)
                 if not data and conn.their_state is h11.IDLE:
                     return None
+                if not started:
+                    started = True
+                    if deadline is None:
+                        deadline = loop.time() + self.request_timeout
                 conn.receive_data(data)
                 continue
             if isinstance(event, h11.Request):
@@ -291,54 +444,45 @@ class HttpServer:
                         with contextlib.suppress(ValueError):
                             length = int(v)
                 if length is not None and length > self.max_body:
-                    await self._simple(
+                    await self._refuse(
                         conn,
+                        reader,
                         writer,
                         413,
                         f"request body of {length} bytes exceeds {self.max_body}",
                         head,
                     )
                     return None
-                if length and not self._take(hold, length):
-                    await self._busy(conn, writer, head)
-                    return None
                 continue
             if isinstance(event, h11.Data):
                 size += len(event.data)
                 if size > self.max_body:
-                    await self._simple(
-                        conn, writer, 413, f"request body exceeds {self.max_body} bytes", head
-                    )
+                    msg = f"request body exceeds {self.max_body} bytes"
+                    await self._refuse(conn, reader, writer, 413, msg, head)
                     return None
-                if not self._take(hold, size):  # a chunked body, counted as it arrives
-                    await self._busy(conn, writer, head)
+                if not self._take(hold, size):  # the bytes held, counted as they arrive
+                    await self._busy(conn, reader, writer, head)
                     return None
                 chunks.append(bytes(event.data))
                 continue
             if isinstance(event, h11.EndOfMessage):
                 assert head is not None
-                return Request(
-                    method=head.method.decode("latin-1"),
-                    target=head.target.decode("latin-1"),
-                    headers=[
-                        (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in head.headers
-                    ],
-                    body=b"".join(chunks),
-                    peer_cert=peer_cert,
-                    client=client,
-                )
+                return self._request(head, b"".join(chunks), writer)
             if isinstance(event, h11.ConnectionClosed):
                 return None
 
-    async def _simple(
+    async def _refuse(
         self,
         conn: h11.Connection,
+        reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         code: int,
         msg: str,
         head: h11.Request | None,
         headers: list[tuple[str, str]] | None = None,
     ) -> None:
+        """Answer `code` with `msg` (in the protocol's error body, see `refusal`) and close,
+        lingering."""
         import json
 
         if self.refusal is not None:
@@ -352,6 +496,7 @@ class HttpServer:
         resp.headers.extend(headers or ())
         with contextlib.suppress(h11.LocalProtocolError, ConnectionError):
             await self._write(conn, writer, resp, close=True)
+        await self._linger(reader, writer)
 
     async def _write(
         self,
@@ -377,5 +522,5 @@ class HttpServer:
         except h11.LocalProtocolError:
             return False
         writer.write(data)
-        await writer.drain()
+        await asyncio.wait_for(writer.drain(), self.request_timeout)
         return not close

@@ -31,7 +31,7 @@ from prometheus_client.core import (
 from kvspread import __version__, names, preflight
 from kvspread.clock import SYSTEM_CLOCK, Clock
 from kvspread.settings import ConfigError
-from metrics_adapter.apiserver import DURATION_BOUNDS, ApiServer
+from metrics_adapter.apiserver import DURATION_BOUNDS, HEALTH_PATHS, ApiServer
 from metrics_adapter.auth import (
     NO_CERTIFICATE,
     AllowListAuthorizer,
@@ -126,6 +126,26 @@ class _SelfMetrics:
         for (metric, reason), n in sorted(counts.items()):
             refused.add_metric([metric, reason], n)
         yield refused
+        conns = GaugeMetricFamily(
+            names.ADAPTER_CONNECTIONS.prometheus, names.ADAPTER_CONNECTIONS.help, labels=["port"]
+        )
+        conns_refused = CounterMetricFamily(
+            names.ADAPTER_CONNECTIONS_REFUSED.prometheus,
+            names.ADAPTER_CONNECTIONS_REFUSED.help,
+            labels=["port"],
+        )
+        evicted = CounterMetricFamily(
+            names.ADAPTER_CONNECTIONS_EVICTED.prometheus,
+            names.ADAPTER_CONNECTIONS_EVICTED.help,
+            labels=["port"],
+        )
+        for port, http in (("api", a.api_http), ("otlp", a.otlp_http)):
+            conns.add_metric([port], http.connections)
+            conns_refused.add_metric([port], http.refused_connections)
+            evicted.add_metric([port], http.evicted_connections)
+        yield conns
+        yield conns_refused
+        yield evicted
 
 
 class Adapter:
@@ -175,14 +195,19 @@ class Adapter:
             lambda: self._ready and self.provider.ready(),
             f"v{__version__}",
         )
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_SelfMetrics(self))
         otlp_ctx = None
         if config.otlp_tls_cert_file and config.otlp_tls_private_key_file:
             otlp_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             otlp_ctx.load_cert_chain(config.otlp_tls_cert_file, config.otlp_tls_private_key_file)
         self.api_http = HttpServer(
-            self.api.handle, config.bind_address, config.secure_port, None, 1 << 16
+            self.api.handle,
+            config.bind_address,
+            config.secure_port,
+            None,
+            1 << 16,
+            max_connections=config.max_connections,
+            request_timeout=config.request_timeout,
+            exempt=frozenset(HEALTH_PATHS),
         )
         self.otlp_http = HttpServer(
             self._otlp_handle,
@@ -191,8 +216,13 @@ class Adapter:
             otlp_ctx,
             config.otlp_max_body_bytes,
             config.otlp_max_bodies_bytes,
+            max_connections=config.otlp_max_connections,
+            request_timeout=config.request_timeout,
+            exempt=frozenset((*HEALTH_PATHS, "/metrics")),
             refusal=self.receiver.refusal,
         )
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_SelfMetrics(self))
         self.keda: KedaServer | None = None
         if config.keda_port:
             self.keda = KedaServer(
@@ -242,7 +272,7 @@ class Adapter:
             return Response(
                 200, generate_latest(self.registry), "text/plain; version=0.0.4; charset=utf-8"
             )
-        if req.path in ("/healthz", "/readyz", "/livez"):
+        if req.path in HEALTH_PATHS:
             return Response(200, b"ok", "text/plain")
         # decoding a large push takes a while: do it off the event loop so that API reads
         # stay responsive; one worker keeps pushes in arrival order

@@ -367,6 +367,24 @@ _SELF: Final = (
         "Quantile reads refused because the containing histogram bucket cannot bound the value (reason: overflow_bucket, zero_bucket, wide_bucket; docs/adapter.md).",
         "adapter",
     ),
+    _entry(
+        names.ADAPTER_CONNECTIONS,
+        ("port",),
+        "Connections served now on the HTTPS API (port=api) and the OTLP receiver (port=otlp); at max_connections (otlp_max_connections) more are refused.",
+        "adapter",
+    ),
+    _entry(
+        names.ADAPTER_CONNECTIONS_REFUSED,
+        ("port",),
+        "Connections refused with 503 (or closed unanswered past 256 refusals at once) because the port served its max_connections (otlp_max_connections on the OTLP port) and none of them was idle.",
+        "adapter",
+    ),
+    _entry(
+        names.ADAPTER_CONNECTIONS_EVICTED,
+        ("port",),
+        "Idle connections (waiting for a request's first byte) closed to admit a new one at max_connections (otlp_max_connections on the OTLP port); a steady rate means something holds connections open without using them.",
+        "adapter",
+    ),
 )
 
 

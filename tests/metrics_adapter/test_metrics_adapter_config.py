@@ -93,6 +93,9 @@ def test_invalid_rules_name_the_bad_key(doc: dict, key: str) -> None:
         ({"rules": []}, "rules"),
         ({"rules": [{"name": "q", "source": "promql", "query": "up"}]}, "rules[0].source"),
         ({"log_level": "loud"}, "log_level"),
+        ({"max_connections": 0}, "max_connections"),
+        ({"otlp_max_connections": -1}, "otlp_max_connections"),
+        ({"request_timeout": "0s"}, "request_timeout"),
     ],
 )
 def test_invalid_config_names_the_bad_key(doc: dict, key: str) -> None:

@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import socket
+import time
 
 import httpx
 import pytest
@@ -244,17 +245,26 @@ def test_bodies_in_flight_are_bounded_over_all_connections(pki: Pki) -> None:
     """Each push may hold up to otlp_max_body_bytes while its body arrives; without a bound
     over all of them, 100 clients that stop short of their 4 MiB bodies made the adapter hold
     400 MiB (RSS 72 -> 507 MiB). Past otlp_max_bodies_bytes a push gets 429 (OTLP exporters
-    retry it) before its body is read, in the request's encoding, and the bytes come back
-    when a held push ends."""
+    retry it), in the request's encoding, and the bytes come back when a held push ends.
+    Bytes are counted as they arrive, not from Content-Length: a push that declared 4096 and
+    sent 100 holds 100 (declared sizes let 16 clients that sent a byte now and then take
+    the whole 64 MiB)."""
     from tests.metrics_adapter.adapter_testing import base_config
 
     cfg = base_config(pki, otlp_max_body_bytes=4096, otlp_max_bodies_bytes=6000)
     with AdapterThread(cfg) as a:
         port = a.adapter.otlp_port
         url = f"http://127.0.0.1:{port}/v1/metrics"
-        first = _held_push(port, 4096, 100)
+        declared = _held_push(port, 4096, 100)
+        for _ in range(200):
+            if a.adapter.otlp_http.held == 100:
+                break
+            time.sleep(0.025)
+        assert a.adapter.otlp_http.held == 100  # what arrived, not the 4096 declared
+        declared.close()
+        first = _held_push(port, 4096, 4000)
         try:
-            # the first push's 4096 bytes are held (it answered nothing yet): 4096 more do not fit
+            # the first push's 4000 bytes are held (it answered nothing yet): 4096 more do not fit
             r = httpx.post(
                 url, content=b"\0" * 4096, headers={"content-type": "application/x-protobuf"}
             )
@@ -264,7 +274,7 @@ def test_bodies_in_flight_are_bounded_over_all_connections(pki: Pki) -> None:
             assert "otlp_max_bodies_bytes" in refused.message
             # a small push still fits beside it
             small = _good_request().SerializeToString()
-            assert len(small) < 6000 - 4096
+            assert len(small) < 6000 - 4000
             ok = httpx.post(url, content=small, headers={"content-type": "application/x-protobuf"})
             assert ok.status_code == 200
         finally:
