@@ -165,8 +165,9 @@ class AdapterConfig:
     otlp_max_body_bytes: int = 4 * 1024 * 1024
     """Largest OTLP request body accepted (413 above)."""
     otlp_max_bodies_bytes: int = 64 * 1024 * 1024
-    """OTLP request body bytes held over all connections at once; a push past it gets 429
-    with Retry-After (exporters retry it). At least `otlp_max_body_bytes`."""
+    """OTLP request bytes (heads and bodies) held over all connections at once, counted as
+    they arrive; a push past it gets 429 with Retry-After (exporters retry it), a push alone
+    always fits. At least `otlp_max_body_bytes`."""
     otlp_max_connections: int = 4096
     """Connections the OTLP receiver serves at once; one more gets 503 with Retry-After: 1
     (exporters retry it). Each pushing node keeps one or two: keep it above your node count."""

@@ -12,11 +12,12 @@ keep their session. No SO_REUSEPORT: a port another process holds fails `start()
 `PortInUse` instead of silently sharing the traffic with it.
 
 Limits: bodies over `max_body` bytes get 413 (before they are read when Content-Length
-says so); a request whose body bytes take those held over all connections past `max_bodies`
-gets 429 with `Retry-After` (each body is counted as its bytes arrive, until its answer is
-written: without it, clients that stop short of their bodies make the server hold `max_body`
-each; counted from a declared Content-Length instead, 16 clients that declared 4 MiB and
-sent a byte now and then took the whole budget for a few bytes); headers over 64 KiB get 431; a request must
+says so); a request whose bytes take those held over all connections past `max_bodies` gets
+429 with `Retry-After` (each request's head and body bytes are counted as they arrive,
+until its answer is written: without it, clients that stop short of their bodies make the
+server hold `max_body` each, and 4,096 unfinished 60 KB heads took RSS from 71 to 575 MiB;
+counted from a declared Content-Length instead, 16 clients that declared 4 MiB and sent a
+byte now and then took the whole budget for a few bytes); headers over 64 KiB get 431; a request must
 arrive whole (head and body) within `request_timeout` seconds of its first byte (of the
 connection's opening for the first one), else 408: without it, a client sending a byte every
 minute held its connection, and its body bytes, for ever; idle keep-alive connections close
@@ -120,8 +121,9 @@ class HttpServer:
         handler: async (Request) -> Response.
         ssl_context: TLS context (None: plain HTTP).
         max_body: largest accepted request body in bytes (413 above).
-        max_bodies: request body bytes held over all connections at once (429 above;
-            at least `max_body`, so that one largest body always fits an idle server).
+        max_bodies: request bytes (heads and bodies) held over all connections at once
+            (429 above; at least `max_body`, so that one largest body always fits an idle
+            server).
         max_connections: connections served at once (503 above).
         request_timeout: seconds a request has to arrive whole, and its answer to be
             written (408 when the request is late).
@@ -148,7 +150,7 @@ class HttpServer:
     exempt: frozenset[str] = frozenset()
     tls_failures: int = field(default=0, init=False)
     held: int = field(default=0, init=False)
-    """Request body bytes counted against `max_bodies` now."""
+    """Request bytes (heads and bodies) counted against `max_bodies` now."""
     refused_connections: int = field(default=0, init=False)
     """Connections refused (503 or closed) since the start for `max_connections`."""
     evicted_connections: int = field(default=0, init=False)
@@ -349,15 +351,17 @@ class HttpServer:
 
     @property
     def _bodies_limit(self) -> int:
-        """`max_bodies`, but never under `max_body`: one largest body fits an idle server."""
+        """`max_bodies`, but never under `max_body`."""
         return max(self.max_bodies, self.max_body)
 
     def _take(self, hold: list[int], size: int) -> bool:
-        """Count this request's body as `size` bytes in all; False when that does not fit."""
+        """Count this request as `size` bytes in all; False when that does not fit beside
+        the others (a request alone always fits: it is bounded by `max_body` and the head
+        limit already)."""
         more = size - hold[0]
         if more <= 0:
             return True
-        if self.held + more > self._bodies_limit:
+        if self.held + more > self._bodies_limit and self.held > hold[0]:
             return False
         self.held += more
         hold[0] = size
@@ -380,7 +384,7 @@ class HttpServer:
             reader,
             writer,
             429,
-            f"request bodies in flight hold {self.held} of the {limit} bytes allowed over all "
+            f"requests in flight hold {self.held} of the {limit} bytes allowed over all "
             "connections (otlp_max_bodies_bytes on the OTLP port); retry later",
             head,
             [("retry-after", "1")],
@@ -407,6 +411,7 @@ class HttpServer:
         head: h11.Request | None = None
         chunks: list[bytes] = []
         size = 0
+        received = 0  # this request's bytes read off the socket, head and body
         while True:
             try:
                 event = conn.next_event()
@@ -434,6 +439,10 @@ class HttpServer:
                     started = True
                     if deadline is None:
                         deadline = loop.time() + self.request_timeout
+                received += len(data)
+                if not self._take(hold, received):  # counted as they arrive
+                    await self._busy(conn, reader, writer, head)
+                    return None
                 conn.receive_data(data)
                 continue
             if isinstance(event, h11.Request):
@@ -459,9 +468,6 @@ class HttpServer:
                 if size > self.max_body:
                     msg = f"request body exceeds {self.max_body} bytes"
                     await self._refuse(conn, reader, writer, 413, msg, head)
-                    return None
-                if not self._take(hold, size):  # the bytes held, counted as they arrive
-                    await self._busy(conn, reader, writer, head)
                     return None
                 chunks.append(bytes(event.data))
                 continue
