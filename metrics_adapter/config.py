@@ -182,6 +182,12 @@ class AdapterConfig:
     """Private key of `keda_tls_cert_file` (PEM)."""
     keda_client_ca_file: str | None = None
     """CA that KEDA's client certificates must chain to (`tlsClientCert`); set, a client certificate is required."""
+    keda_max_connections: int = 1024
+    """Connections the KEDA gRPC server serves at once (KEDA keeps one per scaler address);
+    more are closed at accept. Connections without a call for 5 minutes get GOAWAY."""
+    keda_max_rpcs: int = 4096
+    """Calls in progress at once on the KEDA server, StreamIsActive streams included (one
+    per ScaledObject that uses external-push); more get RESOURCE_EXHAUSTED."""
     max_series: int = 200_000
     """Series kept in memory; new series beyond are dropped and counted."""
     idle_expiry: Annotated[float, DURATION] = 600.0
@@ -219,6 +225,8 @@ class AdapterConfig:
             "max_series",
             "max_connections",
             "otlp_max_connections",
+            "keda_max_connections",
+            "keda_max_rpcs",
             at_least=1,
             what="an integer",
         )

@@ -231,6 +231,8 @@ class Adapter:
                 config.keda_port,
                 _read_pair(config.keda_tls_cert_file, config.keda_tls_private_key_file),
                 _read_ca(config.keda_client_ca_file, "--keda-client-ca-file"),
+                max_connections=config.keda_max_connections,
+                max_rpcs=config.keda_max_rpcs,
             )
         self._tasks: list[asyncio.Task[None]] = []
         self._ingest_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otlp-ingest")

@@ -1,5 +1,6 @@
-"""The adapter's HTTP ports bound connections and the time a request may take, tested over
-the wire on the running adapter (metrics_adapter/httpserver.py).
+"""The adapter's ports bound connections and the time a request may take, tested over the
+wire on the running adapter (HTTP: metrics_adapter/httpserver.py; the KEDA gRPC port at the
+end).
 
 Before these bounds, 16 clients that declared 4 MiB pushes and sent one byte every 10 s held
 the 64 MiB of `otlp_max_bodies_bytes` for as long as they kept dripping (the bytes were
@@ -19,13 +20,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import grpc
 import httpx
 import pytest
 from google.rpc import status_pb2
 
+from kvspread import names
 from metrics_adapter import httpserver
+from metrics_adapter.keda import externalscaler_pb2 as pb
+from metrics_adapter.keda.scaler import SERVICE
 from metrics_adapter.server import AdapterThread
+from tests.metrics_adapter.adapter_otlp_payloads import gauge, request
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, client_context
+from tests.ports import free_port
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 DISCOVERY = "/apis/external.metrics.k8s.io/v1beta1"
@@ -322,3 +329,89 @@ def test_unfinished_heads_count_against_the_bytes_in_flight(pki: Pki) -> None:
             assert "otlp_max_bodies_bytes" in status_pb2.Status.FromString(r.content).message
         _until(lambda: a.adapter.otlp_http.held == 0, "the head's bytes are released")
         assert httpx.post(url, content=b"\0" * 2000, headers=PROTOBUF).status_code == 400
+
+
+# --- the KEDA gRPC port (grpc.aio; metrics_adapter/keda/scaler.py)
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+"""The HTTP/2 client preface and an empty SETTINGS frame: a connection that asks nothing."""
+
+
+def _keda_ref() -> pb.ScaledObjectRef:
+    meta = {"metricName": names.SLI_QUEUE_DEPTH, "labelSelector": "service=x", "targetValue": "2"}
+    return pb.ScaledObjectRef(name="x", namespace="llm", scalerMetadata=meta)
+
+
+def _channel(port: int) -> grpc.Channel:
+    """A channel with its own connection (grpcio shares connections between a process's
+    channels to one address unless told; each call here must count as a new client)."""
+    return grpc.insecure_channel(
+        f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+
+
+def _keda_call(port: int) -> grpc.StatusCode:
+    with _channel(port) as ch:
+        try:
+            SERVICE.stub(ch).GetMetricSpec(_keda_ref(), timeout=5)
+        except grpc.RpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+def test_keda_connections_over_the_limit_are_closed_and_come_back(pki: Pki) -> None:
+    """Without the limit, 5,000 connections that sent the HTTP/2 preface and nothing more
+    were all kept (RSS 74 -> 146 MiB); now at keda_max_connections more are closed at
+    accept, and places come back when connections close."""
+    cfg = base_config(pki, keda_port=free_port(), keda_max_connections=2)
+    with AdapterThread(cfg) as a:
+        assert a.adapter.keda is not None
+        port = a.adapter.keda.port
+        with _open(port, 2) as idle:
+            for s in idle:
+                s.sendall(H2_PREFACE)
+                s.settimeout(10)
+                assert s.recv(9)[3] == 0x4  # the server's SETTINGS: accepted and served
+            assert _keda_call(port) == grpc.StatusCode.UNAVAILABLE
+        _until(lambda: _keda_call(port) == grpc.StatusCode.OK, "served once they closed")
+
+
+def test_keda_idle_connections_get_goaway(pki: Pki) -> None:
+    """A connection without a call gets GOAWAY after idle_s (5 min by default; 1 s here)."""
+    t = AdapterThread(base_config(pki, keda_port=free_port()))
+    assert t.adapter.keda is not None
+    t.adapter.keda.idle_s = 1.0
+    with t as a:
+        assert a.adapter.keda is not None
+        with _open(a.adapter.keda.port, 1) as (s,):
+            s.sendall(H2_PREFACE)
+            frames = _answer(s)  # until the server closes (or 20 s)
+        types = []
+        while len(frames) >= 9:  # HTTP/2 frames: 3 bytes length, 1 byte type, ...
+            n = int.from_bytes(frames[:3], "big")
+            types.append(frames[3])
+            frames = frames[9 + n :]
+        assert 0x7 in types  # GOAWAY
+
+
+def test_keda_calls_in_progress_are_bounded(pki: Pki) -> None:
+    """keda_max_rpcs counts StreamIsActive streams: past it a call gets RESOURCE_EXHAUSTED."""
+    with AdapterThread(base_config(pki, keda_port=free_port(), keda_max_rpcs=1)) as a:
+        assert a.adapter.keda is not None
+        port = a.adapter.keda.port
+        res = {names.ATTR_K8S_NAMESPACE: "llm", names.ATTR_SERVICE_NAME: "x"}
+        waiting = gauge(names.ENGINE_REQUESTS_WAITING.name, [(time.time(), 3, {})])
+        r = httpx.post(f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics",
+                       content=request(res, [waiting]).SerializeToString(), headers=PROTOBUF)  # fmt: skip
+        assert r.status_code == 200, r.text
+        with _channel(port) as ch:
+            stream = SERVICE.stub(ch).StreamIsActive(_keda_ref())
+            assert next(stream).result  # the stream runs (3 waiting: active)
+            try:
+                _until(
+                    lambda: _keda_call(port) == grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "a call beside the stream is refused",
+                )
+            finally:
+                stream.cancel()
+        _until(lambda: _keda_call(port) == grpc.StatusCode.OK, "served once the stream ended")
