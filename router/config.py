@@ -10,7 +10,7 @@ YAML shape (every key optional; defaults shown, except that exactly one of
     server:   {host: 127.0.0.1, grpc_port: 9002, http_port: 9090, tls_cert: null,
                tls_key: null, log_level: info, max_message_bytes: 67108864,
                grpc_server: h2, max_body_bytes: 67108864, max_bodies_bytes: 268435456,
-               drain_timeout_s: 30}
+               max_connections: 1024, drain_timeout_s: 30}
     endpoints: {static: [10.0.0.5:8000, 10.0.0.6:8000], selector: null, target_port: null,
                 namespace: null, metrics_port: null, metrics_path: /metrics}
     pool:     {name: null, namespace: default}        # watch this InferencePool
@@ -158,7 +158,14 @@ class ServerConfig:
     readiness turns NOT_SERVING at once (llm-d's picker drains 30 s too)."""
     max_bodies_bytes: int = DEFAULT_MAX_BODIES_BYTES
     """Request body bytes held over all requests at once: a body that would pass it gets 429
-    (retry later); default 256 MiB, a quarter of the Deployment's memory limit."""
+    (retry later); default 256 MiB, a quarter of the Deployment's memory limit. The `h2`
+    server holds at most as much again of partial gRPC messages and frames over all
+    connections (a stream past it ends with RESOURCE_EXHAUSTED; one alone always fits)."""
+    max_connections: int = 1024
+    """gRPC connections served at once (Envoy opens a few per worker thread). `h2`: at the
+    limit the one idle longest gets GOAWAY to make room; with none idle the new one gets
+    GOAWAY (NO_ERROR, no stream taken: Envoy retries on another connection). `grpcio`: more
+    are closed at accept."""
     conformance_hooks: bool = False
     """Serve the GIE conformance suite's test-only hooks (router/conformance.py): the request
     header `test-epp-endpoint-selection` steers the pick, the response gets
@@ -172,7 +179,7 @@ class ServerConfig:
         paired(self, "tls_cert", "tls_key", "a PEM certificate and its private key")
         if self.grpc_server not in GRPC_SERVERS:
             raise invalid("grpc_server", "one of " + ", ".join(GRPC_SERVERS), self.grpc_server)
-        bounded(self, "max_body_bytes", at_least=1, what="an integer")
+        bounded(self, "max_body_bytes", "max_connections", at_least=1, what="an integer")
         bounded(self, "drain_timeout_s", at_least=0, finite=True)
         if self.max_bodies_bytes < self.max_body_bytes:
             raise invalid(

@@ -421,6 +421,10 @@ class _Connection(asyncio.Protocol):
         self.in_callback = False
         self.draining = False  # GOAWAY sent: no new streams, close after the last one
         self.lingering: asyncio.TimerHandle | None = None  # error GOAWAY sent: drop input
+        self.held = 0  # bytes of this connection counted in the server's `buffered_total`
+        self.paused_for_total = False  # reading paused: the server's total is over its bound
+        self.served = False  # counted in the server's `served` (max_connections)
+        self.preface_timer: asyncio.TimerHandle | None = None
 
     # --- asyncio --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -428,7 +432,9 @@ class _Connection(asyncio.Protocol):
         # floods of frames we must answer (PING, SETTINGS, frames that make us reset a
         # stream) and slow readers: reading stops while this much output waits unwritten
         self.transport.set_write_buffer_limits(high=_WRITE_HIGH)
-        self.server._connections.add(self)
+        server = self.server
+        server._connections.add(self)
+        admitted = server._admit(self)
         settings = struct.pack(
             ">HIHIHIHIHI",
             0x2, 0,  # no push
@@ -439,10 +445,54 @@ class _Connection(asyncio.Protocol):
         )  # fmt: skip
         self.out.append(_frame(_SETTINGS, 0, 0, settings))
         self.out.append(_frame(_WINDOW, 0, 0, struct.pack(">I", _MAX_WINDOW - 65535)))
+        if not admitted:
+            server.refused_connections += 1
+            self._goaway(0, f"the server serves {server.max_connections} connections, its limit")
+            return
         self._flush()
+        self.preface_timer = asyncio.get_running_loop().call_later(
+            server.preface_timeout, self._preface_late
+        )
+
+    def _preface_late(self) -> None:
+        self.preface_timer = None
+        if not self.preface and self.transport is not None:
+            self.server.connection_errors += 1
+            self._goaway(_PROTOCOL_ERROR, "no connection preface in time")
+
+    def _account(self) -> None:
+        """Count this connection's partial frame and partial messages in the server's
+        `buffered_total`; what it gives back may let paused connections read again."""
+        now = len(self.buf) + self.buffered if self.transport is not None else 0
+        server = self.server
+        server.buffered_total += now - self.held
+        gave_back = now < self.held
+        self.held = now
+        if gave_back and server._paused and server.buffered_total <= server.max_buffered_total:
+            server._resume_paused()
+
+    def resume_reading_for_total(self) -> None:
+        """The server's total is under its bound again: read again, unless output waits."""
+        self.paused_for_total = False
+        t = self.transport
+        if t is not None and self.lingering is None and t.get_write_buffer_size() <= _WRITE_HIGH:
+            t.resume_reading()
+
+    def _unserve(self) -> None:
+        """No longer one of the `max_connections` served (closing, draining or gone)."""
+        if self.served:
+            self.served = False
+            self.server.served -= 1
+        self.server._idle.pop(self, None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connection_gone(self)
+        self._unserve()
+        self.server._paused.pop(self, None)
+        for sid in self.streams:
+            self.server._partials.pop((self, sid), None)
+        if self.preface_timer is not None:
+            self.preface_timer.cancel()
         if self.lingering is not None:
             self.lingering.cancel()
         for s in self.streams.values():
@@ -452,13 +502,14 @@ class _Connection(asyncio.Protocol):
         self.streams.clear()
         self.blocked.clear()
         self.transport = None
+        self._account()
 
     def pause_writing(self) -> None:
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None and self.lingering is None:
+        if self.transport is not None and self.lingering is None and not self.paused_for_total:
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
@@ -482,6 +533,27 @@ class _Connection(asyncio.Protocol):
         finally:
             self.in_callback = False
             self._flush()
+            self._account()
+            self._over_total()
+
+    def _over_total(self) -> None:
+        """A partial frame that takes the server's `buffered_total` past its bound, beside
+        what other connections hold, pauses reading this connection (TCP pushes back on the
+        peer) until the total is under the bound again: a frame cannot be refused in part,
+        and ending the connection would end its other streams."""
+        server = self.server
+        if (
+            self.buf
+            and server.buffered_total > server.max_buffered_total
+            and server.buffered_total > self.held
+            and self.transport is not None
+            and self.lingering is None
+            and not self.paused_for_total
+        ):
+            self.paused_for_total = True
+            server._paused[self] = None
+            server.paused_reads += 1
+            self.transport.pause_reading()
 
     # --- frames in ------------------------------------------------------------------
     def _receive(self, data: bytes) -> None:
@@ -731,6 +803,7 @@ class _Connection(asyncio.Protocol):
         if too_large:
             s = _Stream(sid, "", self.peer_initial)
             self.streams[sid] = s
+            self.server._idle.pop(self, None)
             self._finish(s, RESOURCE_EXHAUSTED, too_large)
             return
         try:
@@ -744,6 +817,7 @@ class _Connection(asyncio.Protocol):
         s = _Stream(sid, path, self.peer_initial)
         s.expect = expect
         self.streams[sid] = s
+        self.server._idle.pop(self, None)
         factory = self.server.methods.get(path)
         if factory is not None:
             s.handler = factory()
@@ -799,6 +873,7 @@ class _Connection(asyncio.Protocol):
                 if flags & _END_STREAM:
                     self._end_of_input(s)
                 return
+        others = self.server.buffered_total - self.held  # as of their last read
         if self.buffered + len(payload) > self.server.max_buffered_bytes:
             self._finish(
                 s,
@@ -806,12 +881,27 @@ class _Connection(asyncio.Protocol):
                 f"the connection holds {self.buffered} bytes of partial messages,"
                 f" the limit is {self.server.max_buffered_bytes}",
             )
+        elif others > 0 and (
+            others + self.buffered + len(payload) > self.server.max_buffered_total
+        ):
+            self._finish(
+                s,
+                RESOURCE_EXHAUSTED,
+                f"the server holds {others + self.buffered} bytes of partial messages and"
+                f" frames over all connections, the limit is {self.server.max_buffered_total}",
+            )
         else:
             s.buf += payload
             self._messages(s)
             if not s.closed:
                 self.buffered += len(s.buf) - s.counted
                 s.counted = len(s.buf)
+                partials = self.server._partials
+                if not s.buf:
+                    partials.pop((self, s.sid), None)
+                elif (self, s.sid) not in partials:  # a message begun: its deadline runs
+                    partials[(self, s.sid)] = asyncio.get_running_loop().time()
+                    self.server._schedule_sweep()
         if flags & _END_STREAM:
             self._end_of_input(s)
 
@@ -965,6 +1055,7 @@ class _Connection(asyncio.Protocol):
             self.out.append(_frame(_HEADERS, _END_HEADERS | _END_STREAM, s.sid, s.trailers))
             s.trailers = None
             self.streams.pop(s.sid, None)
+            self._idle_now()
             _close_handler(s)
             self._forget(s.sid, tolerate=not s.remote_done)
             if self.reset_credit < _RESET_BUDGET:
@@ -993,6 +1084,27 @@ class _Connection(asyncio.Protocol):
         self.buffered -= s.counted
         s.counted = 0
         s.buf = bytearray()
+        self.server._partials.pop((self, s.sid), None)
+        if not self.in_callback:
+            self._account()
+
+    def _message_late(self, sid: int) -> None:
+        """The stream's partial message is older than the server's `message_timeout`."""
+        s = self.streams.get(sid)
+        if s is None or s.closed:
+            return
+        self.server.late_messages += 1
+        timeout = self.server.message_timeout
+        self._finish(s, RESOURCE_EXHAUSTED, f"a message did not arrive whole within {timeout:g} s")
+        self._flush()
+        self._account()
+
+    def _idle_now(self) -> None:
+        """With no stream left, the connection is the newest idle one (evicted first the
+        oldest, at `max_connections`)."""
+        if not self.streams and self.served:
+            self.server._idle.pop(self, None)
+            self.server._idle[self] = None
 
     def _forget(self, sid: int, tolerate: bool) -> None:
         """Remember a stream that left `streams` (bounded: the oldest is forgotten)."""
@@ -1006,6 +1118,7 @@ class _Connection(asyncio.Protocol):
         may still arrive and are ignored (this side reset it)."""
         self.blocked.pop(sid, None)
         s = self.streams.pop(sid, None)
+        self._idle_now()
         if s is not None:
             s.closed = True
             self._release(s)
@@ -1028,6 +1141,7 @@ class _Connection(asyncio.Protocol):
         (plain TCP), so that the peer reads the GOAWAY instead of a reset; else close."""
         self._queue_goaway(code, why)
         self._flush()
+        self._unserve()
         transport = self.transport
         if transport is None or self.lingering is not None:
             return
@@ -1059,6 +1173,7 @@ class _Connection(asyncio.Protocol):
         if self.draining or self.transport is None or self.lingering is not None:
             return
         self.draining = True
+        self._unserve()
         self._queue_goaway(0, why)  # NO_ERROR
         if self.streams:
             self._flush()
@@ -1098,6 +1213,10 @@ class H2GrpcServer:
         max_concurrent_streams: int = 1024,
         max_buffered_bytes: int | None = None,
         max_pending_bytes: int | None = None,
+        max_buffered_total: int = 256 << 20,
+        max_connections: int = 1024,
+        preface_timeout: float = 10.0,
+        message_timeout: float = 30.0,
     ) -> None:
         self.methods = methods
         self.health = health
@@ -1108,6 +1227,26 @@ class H2GrpcServer:
         self.max_buffered_bytes = max_buffered_bytes or max(64 << 20, 2 * max_message_bytes)
         # answers held for one connection's flow-control windows (ENHANCE_YOUR_CALM past it)
         self.max_pending_bytes = max_pending_bytes or max(64 << 20, 2 * max_message_bytes)
+        # partial frames and messages held over all connections (a stream or connection that
+        # would pass it, beside others holding bytes, is refused: one alone always fits)
+        self.max_buffered_total = max_buffered_total
+        self.buffered_total = 0
+        # connections served at once: at the limit the one idle longest (no stream) gets
+        # GOAWAY to make room; with none idle the new one gets GOAWAY (NO_ERROR, last stream 0)
+        self.max_connections = max_connections
+        self.served = 0
+        self.refused_connections = 0
+        self.evicted_connections = 0
+        self.preface_timeout = preface_timeout  # the client's preface must come by then
+        self._idle: dict[_Connection, None] = {}  # served, no stream: oldest first
+        self._paused: dict[_Connection, None] = {}  # reading paused for `buffered_total`
+        # a gRPC message begun must arrive whole within this (RESOURCE_EXHAUSTED after): else
+        # a peer that begins messages and never ends them holds `buffered_total` for ever
+        self.message_timeout = message_timeout
+        self._partials: dict[tuple[_Connection, int], float] = {}  # (conn, sid): begun at
+        self._sweep: asyncio.TimerHandle | None = None
+        self.late_messages = 0
+        self.paused_reads = 0  # times a connection's reading was paused for it
         self.connection_errors = 0  # connections ended for a peer's HTTP/2 error or a limit
         self.internal_errors = 0  # connections ended by a bug here (the fuzz test wants 0)
         self._server: asyncio.base_events.Server | None = None
@@ -1123,6 +1262,43 @@ class H2GrpcServer:
         )
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
+
+    def _schedule_sweep(self) -> None:
+        if self._sweep is None and self._partials:
+            first = next(iter(self._partials.values()))
+            loop = asyncio.get_running_loop()
+            self._sweep = loop.call_at(first + self.message_timeout, self._expire)
+
+    def _expire(self) -> None:
+        """End the streams whose partial message is past `message_timeout` (oldest first)."""
+        self._sweep = None
+        now = asyncio.get_running_loop().time()
+        while self._partials:
+            (c, sid), since = next(iter(self._partials.items()))
+            if since + self.message_timeout > now:
+                break
+            del self._partials[(c, sid)]
+            c._message_late(sid)
+        self._schedule_sweep()
+
+    def _resume_paused(self) -> None:
+        paused, self._paused = self._paused, {}
+        for c in paused:
+            c.resume_reading_for_total()
+
+    def _admit(self, c: _Connection) -> bool:
+        """Count `c` among the served connections, making room by draining the one idle
+        longest at the limit; False when none is idle (the caller refuses `c`)."""
+        if self.served >= self.max_connections:
+            if not self._idle:
+                return False
+            oldest = next(iter(self._idle))
+            self.evicted_connections += 1
+            oldest.drain("the server is at its connection limit: closing an idle connection")
+        self.served += 1
+        c.served = True
+        self._idle[c] = None
+        return True
 
     def _connection_gone(self, c: _Connection) -> None:
         self._connections.discard(c)
@@ -1151,6 +1327,9 @@ class H2GrpcServer:
         for c in list(self._connections):
             if c.transport is not None:
                 c.transport.abort()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         # Python 3.12+ waits here for every accepted transport, TLS handshakes in progress
         # too, which are no _Connection yet and so were not cut above (up to the handshake
         # timeout, 60 s): the wait is bounded

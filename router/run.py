@@ -150,6 +150,8 @@ class Router:
             {PROCESS_PATH: lambda: ExtProcStream(self.picker, self.bodies)},
             status,
             max_message_bytes=self.cfg.server.max_message_bytes,
+            max_buffered_total=self.cfg.server.max_bodies_bytes,
+            max_connections=self.cfg.server.max_connections,
         )
         tls = None
         if self.cfg.server.tls_cert:
@@ -185,6 +187,7 @@ class Router:
                 ("grpc.max_receive_message_length", receive),
                 ("grpc.max_send_message_length", n),
                 ("grpc.so_reuseport", 0),
+                ("grpc.max_allowed_incoming_connections", self.cfg.server.max_connections),
                 *GRPCIO_OPTIONS,
             ]
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import hpack
 import pytest
@@ -42,30 +42,40 @@ def server() -> Iterator[H2GrpcServer]:
         yield srv
 
 
-def exchange(
-    srv: H2GrpcServer, data: bytes, until: int | None = None
-) -> list[tuple[int, int, int, bytes]]:
+Frame = tuple[int, int, int, bytes]
+
+
+def read_frames(sock: socket.socket, stop: Callable[[Frame], bool] | None = None) -> list[Frame]:
+    """The server's frames (type, flags, stream, payload) until one for which `stop` is
+    true, the server closes, or the socket's timeout passes."""
+    got: list[Frame] = []
+    buf = b""
+    while True:
+        while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+            n = int.from_bytes(buf[:3], "big")
+            f = (buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9 : 9 + n])
+            got.append(f)
+            buf = buf[9 + n :]
+            if stop is not None and stop(f):
+                return got
+        try:
+            chunk = sock.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            return got
+        if not chunk:
+            return got
+        buf += chunk
+
+
+def exchange(srv: H2GrpcServer, data: bytes, until: int | None = None) -> list[Frame]:
     """Send the preface, empty SETTINGS and `data`; the server's frames until it closes (or
     until a frame of type `until`, after a PING the server answers last)."""
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
         tail = frame(PING, 0, 0, b"lastping") if until is None else b""
         sock.sendall(PREFACE + settings() + data + tail)
-        got: list[tuple[int, int, int, bytes]] = []
-        buf = b""
-        while True:
-            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
-                n = int.from_bytes(buf[:3], "big")
-                f = (buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF, buf[9 : 9 + n])
-                got.append(f)
-                buf = buf[9 + n :]
-                if until is None and f[0] == PING and f[3] == b"lastping":
-                    return got
-                if until is not None and f[0] == until:
-                    return got
-            chunk = sock.recv(65536)
-            if not chunk:
-                return got
-            buf += chunk
+        if until is None:
+            return read_frames(sock, lambda f: f[0] == PING and f[3] == b"lastping")
+        return read_frames(sock, lambda f: f[0] == until)
 
 
 def goaway_code(frames: list[tuple[int, int, int, bytes]]) -> int | None:
