@@ -60,7 +60,11 @@ def _frames(sock: socket.socket, limit: float = 10.0, end_of: int | None = None)
 
 def _trailers(frames: Frames) -> dict[int, list[tuple[str, str]]]:
     dec = hpack.Decoder()
-    return {sid: dec.decode(p) for kind, _, sid, p in frames if kind == HEADERS}
+    return {
+        sid: [(str(k), str(v)) for k, v in dec.decode(p)]
+        for kind, _, sid, p in frames
+        if kind == HEADERS
+    }
 
 
 @contextmanager
