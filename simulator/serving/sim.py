@@ -153,6 +153,7 @@ class Simulation:
         self.node_metrics: dict[int, RecentWindow] = {}
         self.node_cache: dict[int, set[str]] = defaultdict(set)  # models cached per node
         behavior = cfg.slo_hpa if autoscaler == "slo" else cfg.hpa
+        self.hpa_behavior = behavior  # its sync_period_s is how often every HPA here runs
         self.hpas = {
             s: Hpa(spec.min_replicas, spec.max_replicas, behavior)
             for s, spec in cfg.services.items()
@@ -604,7 +605,7 @@ class Simulation:
                 self.unscheduled.append(first)
                 self._kick_scheduler(self.cfg.startup.schedule_retry_s)
             self._publish(0.0)
-        sync = self.cfg.hpa.sync_period_s
+        sync = self.hpa_behavior.sync_period_s
         for name in self.services:
             if self.hpa_metrics[name] is not None:  # autoscaler `none`: fixed replicas
                 self._push(sync, _HPA, name)

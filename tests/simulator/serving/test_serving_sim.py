@@ -189,6 +189,22 @@ def test_hpa_scales_up_under_load() -> None:
     assert all(e[0] % cfg.hpa.sync_period_s == 0 for e in res.scale_events)
 
 
+def test_the_slo_autoscaler_syncs_at_its_own_sync_period() -> None:
+    """`slo_hpa.sync_period_s` is the slo autoscaler's sync period (it was ignored: every HPA
+    ran at `hpa.sync_period_s`)."""
+    cfg = config_from_mapping(
+        {
+            "duration_s": 600.0,
+            "warmup_s": 60.0,
+            "arrivals": {"rate_rps": 8.0},
+            "slo_hpa": {"sync_period_s": 45.0},
+        }
+    )
+    res = Simulation(cfg, "memory-weighted", 2, autoscaler="slo").run()
+    assert res.scale_events
+    assert all(e[0] % 45.0 == 0 for e in res.scale_events), res.scale_events
+
+
 def test_parallel_jobs_give_the_same_results() -> None:
     cfg = config_from_mapping({"duration_s": 200.0, "warmup_s": 30.0})
     one = run_experiment(cfg, ["round-robin", "kvspread"], [1, 2], jobs=1, progress=None)
