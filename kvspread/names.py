@@ -540,6 +540,25 @@ ROUTER_BODY_REFUSALS: Final = MetricDescriptor(
     "counter",
     "Request bodies refused over a body budget, by code (413 request budget, 429 total)",
 )
+ROUTER_GRPC_CONNECTIONS: Final = MetricDescriptor(
+    "kvspread_router_grpc_connections",
+    "{connection}",
+    "gauge",
+    "gRPC connections the h2 server serves now (limit: server.max_connections)",
+)
+ROUTER_GRPC_BUFFERED: Final = MetricDescriptor(
+    "kvspread_router_grpc_buffered_bytes",
+    "By",
+    "gauge",
+    "Partial gRPC messages and frames held over all connections (bound: server.max_bodies_bytes)",
+)
+ROUTER_GRPC_LIMITS: Final = MetricDescriptor(
+    "kvspread_router_grpc_limits_total",
+    "{event}",
+    "counter",
+    "Times a bound of the h2 server acted, by limit: connection_refused, connection_evicted, "
+    "read_paused, message_late",
+)
 ROUTER_SERVED_ELSEWHERE: Final = MetricDescriptor(
     "kvspread_router_served_elsewhere_total",
     "{request}",

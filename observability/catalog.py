@@ -434,6 +434,21 @@ _ROUTER: Final = (
         "KV-cache event messages read in precise mode (`outcome`: applied, bad, gap).",
     ),
     _router(
+        names.ROUTER_GRPC_CONNECTIONS,
+        (),
+        "gRPC connections the h2 server (server.grpc_server: h2) serves now; at server.max_connections the one idle longest makes room for a new one, else the new one gets GOAWAY.",
+    ),
+    _router(
+        names.ROUTER_GRPC_BUFFERED,
+        (),
+        "Bytes of partial gRPC messages and partial HTTP/2 frames the h2 server holds over all connections, against server.max_bodies_bytes (past it a stream gets RESOURCE_EXHAUSTED or a connection's reading pauses).",
+    ),
+    _router(
+        names.ROUTER_GRPC_LIMITS,
+        ("limit",),
+        "Times a bound of the h2 server acted: connection_refused (GOAWAY to a new connection at server.max_connections, none idle), connection_evicted (an idle one closed to make room), read_paused (a connection's reading paused for the buffered bound), message_late (a message not whole within 30 s). docs/router.md, the limits against attacks.",
+    ),
+    _router(
         names.ROUTER_BODY_HELD,
         (),
         "Request body bytes held now, against the total body budget "

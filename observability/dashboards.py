@@ -910,6 +910,31 @@ def picker() -> db.Dashboard:
                 "bytes",
                 (f"sum by (job) ({names.ROUTER_BODY_HELD.prometheus})", "{{job}}"),
             ),
+            _ts(
+                "gRPC connections and partial bytes",
+                "Connections the h2 server serves (limit `server.max_connections`) and the "
+                "partial messages and frames it holds over them (bound "
+                "`server.max_bodies_bytes`).",
+                "short",
+                (
+                    f"sum by (job) ({names.ROUTER_GRPC_CONNECTIONS.prometheus})",
+                    "{{job}} connections",
+                ),
+                (
+                    f"sum by (job) ({names.ROUTER_GRPC_BUFFERED.prometheus})",
+                    "{{job}} partial bytes",
+                ),
+            ),
+            _ts(
+                "gRPC server bounds per second",
+                "Times a bound of the h2 server acted: connections refused or evicted at the "
+                "limit, reads paused for the partial bytes bound, messages not whole in 30 s.",
+                "ops",
+                (
+                    f"sum by (limit) (rate({names.ROUTER_GRPC_LIMITS.prometheus}[{RI}]))",
+                    "{{limit}}",
+                ),
+            ),
             db.Row("Cache indexes"),
             _ts(
                 "Prefix index size",

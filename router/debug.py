@@ -22,6 +22,7 @@ from kvspread.httpbase import shown
 from kvspread.opsserver import OpsServer, Reply, json_reply, text_reply
 from router.bodybudget import BodyBudget
 from router.endpoints import EndpointSet
+from router.h2grpc import H2GrpcServer
 from router.metrics import RouterMetrics
 from router.picker import Picker
 
@@ -40,9 +41,11 @@ class DebugServer(OpsServer):
         metrics: RouterMetrics,
         ready: Callable[[], bool],
         bodies: BodyBudget | None = None,
+        grpc_server: Callable[[], H2GrpcServer | None] = lambda: None,
     ) -> None:
         self.picker = picker
         self.bodies = bodies
+        self.grpc_server = grpc_server  # the h2 server once it runs (None with grpcio)
         self.endpoints = endpoints
         self.metrics = metrics
         self.ready = ready
@@ -71,6 +74,19 @@ class DebugServer(OpsServer):
         m.catch_up(m.body_refusals, "413", b.refused_too_large)
         m.catch_up(m.body_refusals, "429", b.refused_busy)
 
+    def _grpc_metrics(self) -> None:
+        """The h2 server's counts (kept on its loop; int reads, as `_body_metrics`)."""
+        srv = self.grpc_server()
+        if srv is None:
+            return
+        m = self.metrics
+        m.grpc_connections.set(srv.served)
+        m.grpc_buffered.set(srv.buffered_total)
+        m.catch_up(m.grpc_limits, "connection_refused", srv.refused_connections)
+        m.catch_up(m.grpc_limits, "connection_evicted", srv.evicted_connections)
+        m.catch_up(m.grpc_limits, "read_paused", srv.paused_reads)
+        m.catch_up(m.grpc_limits, "message_late", srv.late_messages)
+
     def route(self, raw_path: str, q: dict[str, str]) -> Reply:
         path = raw_path.rstrip("/") or "/"
         if path == "/metrics":
@@ -80,6 +96,7 @@ class DebugServer(OpsServer):
             self.picker.llmd.refresh(views)
             self._cache_metrics()
             self._body_metrics()
+            self._grpc_metrics()
             return Reply(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
         if path == "/healthz":
             return text_reply(200, "ok\n")

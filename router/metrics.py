@@ -21,7 +21,12 @@ kvspread_router_body_refusals_total{code}       counter: bodies refused over a b
     (the request's) or 429 (the total)
 kvspread_router_served_elsewhere_total          counter: requests the gateway reported
     served by another pool endpoint than the one picked (their load moved there)
-(the cache and body series are brought up to date when /metrics is read, not per request;
+kvspread_router_grpc_connections                gauge: gRPC connections the h2 server serves
+kvspread_router_grpc_buffered_bytes             gauge: partial gRPC messages and frames held
+    over all connections (bound: server.max_bodies_bytes)
+kvspread_router_grpc_limits_total{limit}        counter: times an h2 server bound acted
+    (connection_refused, connection_evicted, read_paused, message_late)
+(the cache, body and gRPC series are brought up to date when /metrics is read, not per request;
 the names are declared in kvspread/names.py, catalogued in observability/catalog.py)
 """
 
@@ -34,11 +39,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from kvspread import names
 from kvspread.names import MetricDescriptor
 
-__all__ = ["RouterMetrics", "PICK_BUCKETS", "BODY_REFUSAL_CODES"]
+__all__ = ["RouterMetrics", "PICK_BUCKETS", "BODY_REFUSAL_CODES", "GRPC_LIMITS"]
 
 BODY_REFUSAL_CODES = ("413", "429")
 """The `code` values of kvspread_router_body_refusals_total: over the request's body budget,
 over the total one."""
+
+GRPC_LIMITS = ("connection_refused", "connection_evicted", "read_paused", "message_late")
+"""The `limit` values of kvspread_router_grpc_limits_total (router/h2grpc.py's bounds)."""
 
 PICK_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 
@@ -72,8 +80,13 @@ class RouterMetrics:
         self.body_held = gauge(names.ROUTER_BODY_HELD)
         self.body_refusals = counter(names.ROUTER_BODY_REFUSALS, "code")
         self.served_elsewhere = counter(names.ROUTER_SERVED_ELSEWHERE)
+        self.grpc_connections = gauge(names.ROUTER_GRPC_CONNECTIONS)
+        self.grpc_buffered = gauge(names.ROUTER_GRPC_BUFFERED)
+        self.grpc_limits = counter(names.ROUTER_GRPC_LIMITS, "limit")
         for code in BODY_REFUSAL_CODES:  # served at 0 from the start, so rate() has a base
             self.body_refusals.labels(code)
+        for limit in GRPC_LIMITS:
+            self.grpc_limits.labels(limit)
         self._seen: dict[tuple[int, str], float] = {}
         # picks.labels() takes a lock and builds a key per call; a pick asks for the same
         # few children again and again, so they are kept here

@@ -251,6 +251,7 @@ class Router:
                 self.metrics,
                 self.ready,
                 self.bodies,
+                lambda: self._h2,
             )
         except OSError as exc:
             raise ConfigError(

@@ -117,6 +117,9 @@ PROMETHEUS = {
     "LLMD_SD_KV_CACHE": "llm_d_epp_std_dev_kv_cache_utilization",
     "LLMD_SD_QUEUE": "llm_d_epp_std_dev_queue_size",
     "LLMD_SD_RUNNING": "llm_d_epp_std_dev_running_requests",
+    "ROUTER_GRPC_CONNECTIONS": "kvspread_router_grpc_connections",
+    "ROUTER_GRPC_BUFFERED": "kvspread_router_grpc_buffered_bytes",
+    "ROUTER_GRPC_LIMITS": "kvspread_router_grpc_limits_total",
     "ROUTER_SERVED_ELSEWHERE": "kvspread_router_served_elsewhere_total",
 }
 """The Prometheus names dashboards, rules and users query: renaming one is a breaking change."""

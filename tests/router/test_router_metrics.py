@@ -10,7 +10,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from observability.catalog import CATALOG
-from tests.router.conftest import router_config, wait_fresh
+from tests.router.conftest import router_config, wait, wait_fresh
 from tests.router.test_router_extproc import duplex
 
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hello"}]}'
@@ -51,3 +51,33 @@ def test_metrics_serves_every_router_family_of_the_catalogue(engines, start_rout
     assert 'kvspread_router_body_refusals_total{code="413"} 0.0' in text
     assert 'kvspread_router_body_refusals_total{code="429"} 0.0' in text
     assert "kvspread_router_body_held_bytes 0.0" in text
+
+
+def test_the_grpc_servers_bounds_show_in_the_metrics(engines, start_router) -> None:  # type: ignore[no-untyped-def]
+    """server.max_connections on a running picker: one connection served, a second (the
+    first busy) refused with GOAWAY; both show in /metrics, as the connections gauge does."""
+    import socket
+
+    import hpack
+
+    from router.extproc import PROCESS_PATH
+    from tests.router.test_router_h2errors import HEADERS, PREFACE, REQUEST, frame, settings
+    from tests.router.test_router_h2limits import _frames
+
+    (idle,) = engines("idle")
+    router = start_router(router_config([idle.address], server={"max_connections": 1}))
+    url = f"http://127.0.0.1:{router.http_port}/metrics"
+    busy = socket.create_connection(("127.0.0.1", router.grpc_port), timeout=10)
+    try:  # a stream begun on it: busy, not idle
+        process = [(k, PROCESS_PATH if k == ":path" else v) for k, v in REQUEST]
+        busy.sendall(PREFACE + settings() + frame(HEADERS, 0x4, 1, hpack.Encoder().encode(process)))
+        wait(lambda: "kvspread_router_grpc_connections 1.0" in httpx.get(url).text)
+        with socket.create_connection(("127.0.0.1", router.grpc_port), timeout=10) as second:
+            second.sendall(PREFACE + settings())
+            assert any(f[0] == 7 for f in _frames(second))  # GOAWAY
+        text = httpx.get(url).text
+        assert 'kvspread_router_grpc_limits_total{limit="connection_refused"} 1.0' in text
+        assert 'kvspread_router_grpc_limits_total{limit="message_late"} 0.0' in text
+        assert "kvspread_router_grpc_buffered_bytes 0.0" in text
+    finally:
+        busy.close()
