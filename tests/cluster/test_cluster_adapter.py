@@ -8,7 +8,12 @@ shipped ClusterRole does not name gets 403."""
 
 from __future__ import annotations
 
+import socket
+import ssl
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import yaml
@@ -26,7 +31,10 @@ METRIC = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_QUEUE
 WAIT_S = 60.0
 
 
-def test_external_metrics_through_the_real_aggregator(cp: ControlPlane) -> None:
+@contextmanager
+def _behind_the_aggregator(cp: ControlPlane, **over: Any) -> Iterator[tuple[AdapterThread, Any]]:
+    """The adapter (config keys `over` added) registered with the shipped APIService, a
+    queue-depth gauge of 7 pushed; yields it and the first 200 answer read as the HPA."""
     install(cp)
     ns, sa = SERVICE_ACCOUNTS["adapter"]
     cfg = AdapterConfig.from_mapping(
@@ -38,6 +46,7 @@ def test_external_metrics_through_the_real_aggregator(cp: ControlPlane) -> None:
             "kubeconfig": str(cp.sa_kubeconfig(ns, sa)),
             # requestheader CA, allowed names and authorization: the defaults (the
             # ConfigMap, SubjectAccessReview)
+            **over,
         }
     )
     with AdapterThread(cfg) as a:
@@ -62,14 +71,21 @@ def test_external_metrics_through_the_real_aggregator(cp: ControlPlane) -> None:
         svc = yaml.safe_load((ROOT / "manifests/metrics-adapter/apiservice.yaml").read_text())
         svc["spec"]["service"]["port"] = a.adapter.api_port
         cp.create(svc)
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            got = cp.request("GET", METRIC, as_user=HPA)
-            if got.status_code == 200:
-                break
-            assert time.monotonic() < deadline, (got.status_code, got.text[:500])
-            time.sleep(0.5)
-        value = got.json()
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                got = cp.request("GET", METRIC, as_user=HPA)
+                if got.status_code == 200:
+                    break
+                assert time.monotonic() < deadline, (got.status_code, got.text[:500])
+                time.sleep(0.5)
+            yield a, got.json()
+        finally:  # the next test registers its own adapter's port
+            cp.request("DELETE", cp.path(svc, named=True))
+
+
+def test_external_metrics_through_the_real_aggregator(cp: ControlPlane) -> None:
+    with _behind_the_aggregator(cp) as (_, value):
         stranger = cp.request("GET", METRIC, as_user="system:serviceaccount:default:someone")
         status = cp.ok(
             "GET", "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io"
@@ -89,3 +105,58 @@ def test_external_metrics_through_the_real_aggregator(cp: ControlPlane) -> None:
             "APIService Available": conds["Available"],
         },
     )  # fmt: skip
+
+
+def test_connection_bounds_behind_the_real_aggregator(cp: ControlPlane) -> None:
+    """max_connections with the aggregator as the client: idle connections filling the port
+    make room for it (its reads stay 200); connections each in the middle of a request keep
+    it out, and it passes the adapter's 503 on; once they close it reads again."""
+    limit = 4
+    with _behind_the_aggregator(cp, max_connections=limit) as (a, _):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        port = a.adapter.api_port
+
+        def tls() -> ssl.SSLSocket:
+            raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+            return ctx.wrap_socket(raw, server_hostname="localhost")
+
+        idle = [tls() for _ in range(limit)]
+        try:
+            assert cp.request("GET", METRIC, as_user=HPA).status_code == 200
+        finally:
+            for s in idle:
+                s.close()
+        busy = [tls() for _ in range(limit)]
+        try:
+            for s in busy:
+                s.sendall(b"GET /livez HTTP/1.1\r\n")  # begun, not finished
+            deadline = time.monotonic() + WAIT_S
+            while (got := cp.request("GET", METRIC, as_user=HPA)).status_code == 200:
+                assert time.monotonic() < deadline, "the busy connections never filled the port"
+                time.sleep(0.2)
+            refused = got
+        finally:
+            for s in busy:
+                s.close()
+        deadline = time.monotonic() + WAIT_S
+        while (again := cp.request("GET", METRIC, as_user=HPA)).status_code != 200:
+            assert time.monotonic() < deadline, (again.status_code, again.text[:300])
+            time.sleep(0.2)
+        evicted = a.adapter.api_http.evicted_connections
+        refusals = a.adapter.api_http.refused_connections
+    assert refused.status_code == 503, (refused.status_code, refused.text[:300])
+    assert "max_connections" in refused.text
+    assert evicted >= 1
+    assert refusals >= 1
+    record(
+        "adapter-connection-bounds-through-aggregator",
+        {
+            "max_connections": limit,
+            "with idle connections filling the port": 200,
+            "with busy connections filling the port": refused.status_code,
+            "answer body": refused.text[:200],
+            "after they closed": again.status_code,
+        },
+    )

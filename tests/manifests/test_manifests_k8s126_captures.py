@@ -144,3 +144,16 @@ def test_the_recorded_aggregator_answer_is_an_external_metric_value_list() -> No
     apiservice = yaml.safe_load((ROOT / "manifests/metrics-adapter/apiservice.yaml").read_text())
     group_version = f"{apiservice['spec']['group']}/{apiservice['spec']['version']}"
     assert cap["answer"]["apiVersion"] == group_version
+
+
+def test_the_recorded_aggregator_passes_the_adapters_connection_refusal_on() -> None:
+    """Recorded with the adapter at max_connections 4: idle connections filling its port
+    made room for the aggregator, busy ones kept it out and the aggregator answered the
+    HPA with the adapter's own 503 and message; 200 again once they closed."""
+    cap = capture("adapter-connection-bounds-through-aggregator")
+    assert cap["with idle connections filling the port"] == 200
+    assert cap["with busy connections filling the port"] == 503
+    assert json.loads(cap["answer body"])["message"].startswith(
+        f"the server holds {cap['max_connections']} connections, its limit (max_connections"
+    )
+    assert cap["after they closed"] == 200
