@@ -11,26 +11,28 @@ before the old one closes, so the port never stops accepting; established connec
 keep their session. No SO_REUSEPORT: a port another process holds fails `start()` with
 `PortInUse` instead of silently sharing the traffic with it.
 
-Limits: bodies over `max_body` bytes get 413 (before they are read when Content-Length
-says so); a request whose bytes take those held over all connections past `max_bodies` gets
-429 with `Retry-After` (each request's head and body bytes are counted as they arrive,
-until its answer is written: without it, clients that stop short of their bodies make the
-server hold `max_body` each, and 4,096 unfinished 60 KB heads took RSS from 71 to 575 MiB;
-counted from a declared Content-Length instead, 16 clients that declared 4 MiB and sent a
-byte now and then took the whole budget for a few bytes); headers over 64 KiB get 431; a request must
-arrive whole (head and body) within `request_timeout` seconds of its first byte (of the
-connection's opening for the first one), else 408: without it, a client sending a byte every
-minute held its connection, and its body bytes, for ever; idle keep-alive connections close
-after `idle_timeout` seconds; writing an answer may take `request_timeout` too. At most
-`max_connections` connections are served at once. At the limit a new connection takes the
-place of the one idle longest (waiting for a request's first byte; closed then, as nginx
-reuses keep-alive connections), so idle connections cannot fill the server. With none idle,
-it has its request head read (for `REFUSE_READ_S`) and gets 503 with `Retry-After: 1` (OTLP
-exporters and the aggregator retry it); past `REFUSING_MAX` such refusals a connection is
-closed at once. Probes and /metrics (`exempt`) are answered over the limit. Refusals close
-lingering (our answer, then the client's bytes read and dropped for up to `LINGER_S`), so a
-client still sending reads the answer instead of a reset. A handler that raises gets a 500
-(logged); handlers are expected to map their own errors.
+Limits (each measured against the real adapter; docs/adapter.md, "Connections and slow
+clients"):
+
+- Bodies over `max_body` bytes get 413 (before they are read when Content-Length says so);
+  heads over 64 KiB get 431.
+- A request whose bytes take those held over all connections past `max_bodies` gets 429
+  with `Retry-After`. Head and body bytes are counted as they arrive, until the answer is
+  written: uncounted, 4,096 unfinished 60 KB heads took RSS from 71 to 575 MiB; counted from
+  a declared Content-Length, 16 clients that declared 4 MiB and sent a byte now and then
+  held the whole budget.
+- A request must arrive whole within `request_timeout` seconds of its first byte (of the
+  connection's opening for the first one), else 408; between requests a keep-alive
+  connection may wait `idle_timeout`; an answer must be written within `request_timeout`.
+- At most `max_connections` connections are served. At the limit a new one takes the place
+  of the one idle longest (no request begun; closed, as nginx reuses keep-alive
+  connections). With none idle, its head is read (`REFUSE_READ_S` at most) and answered 503
+  with `Retry-After: 1`; past `REFUSING_MAX` such refusals a connection is closed unanswered.
+  Bodiless GET/HEAD of the `exempt` paths (probes, /metrics) are answered over the limit.
+- Refusals close lingering: the answer, then the client's bytes read and dropped for up to
+  `LINGER_S`, so a client still sending reads the answer instead of a reset.
+
+A handler that raises gets a 500 (logged); handlers are expected to map their own errors.
 Thread-safety: one event loop; handlers run on it.
 """
 

@@ -20,6 +20,11 @@ finish, new ones are refused with REFUSED_STREAM); gRPC's length-prefixed messag
 `max_message_bytes` (RESOURCE_EXHAUSTED), trailers-only errors. Methods: a bidirectional
 stream handler per path (ext_proc's Process), and `grpc.health.v1.Health` Check and Watch
 over `HealthStatus`. TLS is the event loop's (ALPN h2).
+
+Bounds per connection (the constants below) and over all of them (`H2GrpcServer`: partial
+messages and frames held, `max_buffered_total`; connections served, `max_connections`, the
+one idle longest making room; `message_timeout`; `preface_timeout`); docs/router.md lists
+each with the attack it answers.
 """
 
 from __future__ import annotations
