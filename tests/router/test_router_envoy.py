@@ -201,3 +201,31 @@ def test_buffered_body_mode_routes_too(gateway: Gateway) -> None:
         assert served_by(resp) == "text-1"
     finally:
         envoy.stop()
+
+
+def test_envoy_rides_through_evictions_at_the_connection_limit() -> None:
+    """server.max_connections 1 with a raw idle client connecting between requests: each
+    time Envoy's idle connection gets GOAWAY NO_ERROR to make room, and each request then
+    opens a new one that evicts the raw client; no request is lost."""
+    from tests.router.test_router_h2errors import PREFACE, settings
+
+    with open_gateway(HOSTS, LABELS, "h2", server={"max_connections": 1}) as gw:
+        h2 = gw.router._h2
+        assert h2 is not None
+        codes: Counter[int] = Counter()
+        socks = []
+        try:
+            for _ in range(20):
+                codes[post(gw, chat()).status_code] += 1
+                s = socket.create_connection(("127.0.0.1", gw.router.grpc_port), timeout=10)
+                s.sendall(PREFACE + settings())
+                socks.append(s)
+                deadline = time.monotonic() + 10
+                while h2.evicted_connections < 2 * len(socks) - 1:  # the raw one took its place
+                    assert time.monotonic() < deadline, h2.evicted_connections
+                    time.sleep(0.01)
+        finally:
+            for s in socks:
+                s.close()
+        assert codes == {200: 20}
+        assert h2.refused_connections == 0
