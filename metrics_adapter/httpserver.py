@@ -218,17 +218,23 @@ class HttpServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._conns) >= self.max_connections:
-            if not self._idle:
-                await self._over_limit(reader, writer)
-                return
+        over = len(self._conns) >= self.max_connections
+        if over and self._idle:
             oldest = next(iter(self._idle))  # nothing started there: close it for this one
             del self._idle[oldest]
             oldest.cancel()
             self.evicted_connections += 1
-        self._conns.add(task)
+            over = False
+        if over and self._refusing >= REFUSING_MAX:
+            self.refused_connections += 1
+            writer.transport.abort()
+            return
+        if over:
+            self._refusing += 1
+        else:
+            self._conns.add(task)
         try:
-            await self._connection(reader, writer)
+            await (self._over_limit(reader, writer) if over else self._connection(reader, writer))
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
         except asyncio.CancelledError:
@@ -236,67 +242,56 @@ class HttpServer:
         except Exception:  # noqa: BLE001 - one broken connection must not stop the server
             log.exception("connection failed")
         finally:
-            self._conns.discard(task)
-            self._idle.pop(task, None)
+            if over:
+                self._refusing -= 1
+            else:
+                self._conns.discard(task)
+                self._idle.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 1)
 
     async def _over_limit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """503 to a connection over `max_connections`, after its request head (a client that
-        has not sent its request yet could take an early answer for a stray one)."""
-        if self._refusing >= REFUSING_MAX:
-            self.refused_connections += 1
-            writer.transport.abort()
-            return
-        self._refusing += 1
+        has not sent its request yet could take an early answer for a stray one). `_serve`
+        counts it in `_refusing` (at most REFUSING_MAX) and closes it."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
-        try:
-            head: h11.Request | None = None
-            with contextlib.suppress(TimeoutError, h11.RemoteProtocolError):
-                async with asyncio.timeout(REFUSE_READ_S):
-                    while head is None:
-                        event = conn.next_event()
-                        if event is h11.NEED_DATA:
-                            data = await reader.read(65536)
-                            conn.receive_data(data)
-                            if not data:
-                                return
-                        elif isinstance(event, h11.Request):
-                            head = event
-                        else:
+        head: h11.Request | None = None
+        with contextlib.suppress(TimeoutError, h11.RemoteProtocolError):
+            async with asyncio.timeout(REFUSE_READ_S):
+                while head is None:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        data = await reader.read(65536)
+                        conn.receive_data(data)
+                        if not data:
                             return
-            if head is not None and self._exempt(head):
-                req = self._request(head, b"", writer)
+                    elif isinstance(event, h11.Request):
+                        head = event
+                    else:
+                        return
+        if head is not None:
+            req = self._request(head, b"", writer)
+            if self._exempt(req):
                 await self._write(conn, writer, await self.handler(req), True, req.method == "HEAD")
                 await self._linger(reader, writer)
                 return
-            self.refused_connections += 1
-            msg = (
-                f"the server holds {self.max_connections} connections, its limit "
-                "(max_connections; otlp_max_connections on the OTLP port); retry later"
-            )
-            await self._refuse(conn, reader, writer, 503, msg, head, [("retry-after", "1")])
-        except (ConnectionError, ssl.SSLError, TimeoutError):
-            pass
-        except Exception:  # noqa: BLE001 - one broken connection must not stop the server
-            log.exception("connection failed")
-        finally:
-            self._refusing -= 1
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1)
+        self.refused_connections += 1
+        msg = (
+            f"the server holds {self.max_connections} connections, its limit "
+            "(max_connections; otlp_max_connections on the OTLP port); retry later"
+        )
+        await self._refuse(conn, reader, writer, 503, msg, head, [("retry-after", "1")])
 
-    def _exempt(self, head: h11.Request) -> bool:
+    def _exempt(self, req: Request) -> bool:
         """A bodiless GET or HEAD of an `exempt` path (probes, /metrics): answered even over
         `max_connections`, as the API server's priority and fairness exempts its probes,
         so that a flood shows in the metrics and does not make the kubelet restart us."""
-        if head.method not in (b"GET", b"HEAD"):
+        if req.method not in ("GET", "HEAD"):
             return False
-        if any(k in (b"content-length", b"transfer-encoding") for k, _ in head.headers):
+        if any(req.header(h) is not None for h in ("content-length", "transfer-encoding")):
             return False
-        path = urlsplit(head.target.decode("latin-1")).path
-        return unquote(path).rstrip("/") in self.exempt
+        return req.path.rstrip("/") in self.exempt
 
     def _request(self, head: h11.Request, body: bytes, writer: asyncio.StreamWriter) -> Request:
         """The handler's view of a request: decoded head, body, TLS peer certificate."""
