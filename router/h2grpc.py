@@ -807,8 +807,7 @@ class _Connection(asyncio.Protocol):
         self.last_stream = sid
         if too_large:
             s = _Stream(sid, "", self.peer_initial)
-            self.streams[sid] = s
-            self.server._idle.pop(self, None)
+            self._open(s)
             self._finish(s, RESOURCE_EXHAUSTED, too_large)
             return
         try:
@@ -821,8 +820,7 @@ class _Connection(asyncio.Protocol):
             return
         s = _Stream(sid, path, self.peer_initial)
         s.expect = expect
-        self.streams[sid] = s
-        self.server._idle.pop(self, None)
+        self._open(s)
         factory = self.server.methods.get(path)
         if factory is not None:
             s.handler = factory()
@@ -1100,9 +1098,14 @@ class _Connection(asyncio.Protocol):
             return
         self.server.late_messages += 1
         timeout = self.server.message_timeout
+        # _finish releases the message, and `_release` accounts it (no callback runs now)
         self._finish(s, RESOURCE_EXHAUSTED, f"a message did not arrive whole within {timeout:g} s")
         self._flush()
-        self._account()
+
+    def _open(self, s: _Stream) -> None:
+        """A stream taken: the connection is busy, no longer a candidate for eviction."""
+        self.streams[s.sid] = s
+        self.server._idle.pop(self, None)
 
     def _idle_now(self) -> None:
         """With no stream left, the connection is the newest idle one (evicted first the
