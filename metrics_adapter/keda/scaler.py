@@ -232,11 +232,6 @@ class ExternalScaler:
     GetMetrics = _unary("GetMetrics", _metrics)
 
 
-HANDSHAKE_TIMEOUT_MS = 10_000
-"""The TLS and HTTP/2 handshake's time (gRPC's default is 120 s), as on the adapter's HTTP
-ports."""
-
-
 @dataclass(eq=False)
 class KedaServer:
     """The gRPC server (grpc.aio, on the adapter's event loop).
@@ -269,14 +264,17 @@ class KedaServer:
 
     async def start(self) -> None:
         """Listen; raises `httpserver.PortInUse` when the port is taken (no SO_REUSEPORT)."""
-        from metrics_adapter.httpserver import PortInUse
+        from metrics_adapter.httpserver import HttpServer, PortInUse
+
+        # the TLS and HTTP/2 handshake's time: the adapter's HTTP ports' (gRPC's is 120 s)
+        handshake_ms = int(HttpServer.handshake_timeout * 1000)
 
         server = grpc.aio.server(
             options=[
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_allowed_incoming_connections", self.max_connections),
                 ("grpc.max_connection_idle_ms", int(self.idle_s * 1000)),
-                ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+                ("grpc.server_handshake_timeout_ms", handshake_ms),
             ],
             maximum_concurrent_rpcs=self.max_rpcs,
         )
