@@ -43,7 +43,13 @@ def gateway() -> Iterator[Gateway]:
     # overstated their prefill backlog 62-fold, which sent 5-7 of 60 sessions off their pod in
     # some runs (the prefill term, not load); image_encode_s stays the default 50 ms, ten times
     # the fakes' 5 ms, so that a repeated image is worth keeping where it was encoded
-    scoring = {"prefill_tokens_per_s": 1 / FakeEngine("probe").ttft_per_token_s}
+    # and their batch room: a fake runs up to max_batch (64) requests at once and reports none
+    # waiting until then, so the picks sent since a scrape began run there, they do not queue
+    # (the default 8 is a busy engine's; on this shared machine a scrape can answer 0.5 s late,
+    # and 42 requests/s to one pod then counted 10 of them as a queue, which traded 9 of 60
+    # sessions away from a pod that had room in one CI run)
+    probe = FakeEngine("probe")
+    scoring = {"prefill_tokens_per_s": 1 / probe.ttft_per_token_s, "absorb_picks": probe.max_batch}
     with open_gateway(HOSTS, LABELS, "h2", metrics=metrics, scoring=scoring) as gw:
         for fake in gw.fakes.values():
             fake.cache_blocks = 65_536  # emulate the engines' prefix and encoder caches
