@@ -740,6 +740,13 @@ class SimConfig:
                     raise invalid(
                         f"{where}.metrics[{i}].metric", "one of " + ", ".join(METRICS), m.metric
                     )
+        for hpa in ("hpa", "slo_hpa"):  # a period of 0 would never advance the sync clock
+            periods = ("sync_period_s", "scale_up_period_s", "scale_down_period_s")
+            bounded(self, *(f"{hpa}.{k}" for k in periods), above=0)
+            windows = ("tolerance", "scale_up_window_s", "scale_down_window_s")
+            bounded(self, *(f"{hpa}.{k}" for k in windows), at_least=0)
+            bounded(self, f"{hpa}.scale_up_percent", f"{hpa}.scale_down_percent", above=0)
+            bounded(self, f"{hpa}.scale_up_pods", at_least=1, what="an integer")
         trend_keys = ("trend_lead_s", "trend_min_rise")
         step_keys = ("latency_step", "step_terms", "step_pods", "step_min_ratio", "step_hold",
                      "step_tpot_hold")  # fmt: skip

@@ -85,6 +85,12 @@ def test_yaml_mapping_overrides_by_path() -> None:
         ({"cluster": {"nodes": 0}}, "cluster.nodes: expected an integer >= 1, got 0"),
         ({"gpu": {"hbm_gib": 0}}, "gpu.hbm_gib: expected a number > 0, got 0.0"),
         ({"cost": {"chunk_tokens": 0}}, "cost.chunk_tokens: expected an integer >= 1, got 0"),
+        (
+            {"slo_hpa": {"sync_period_s": 0}},
+            "slo_hpa.sync_period_s: expected a number > 0, got 0.0",
+        ),
+        ({"hpa": {"scale_up_pods": 0}}, "hpa.scale_up_pods: expected an integer >= 1, got 0"),
+        ({"hpa": {"scale_down_window_s": -1}}, "hpa.scale_down_window_s: expected a number >= 0"),
         ([1, 2], "expected a mapping"),
     ],
 )
