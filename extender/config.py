@@ -17,7 +17,9 @@ the known ones, a wrong type or a value out of range names its dotted key.
       enabled: true
       max_pods: 256
     scoring:
-      weights: {fragmentation: 0.35, load: 0.25, spread: 0.15, modality: 0.15, qos: 0.10}
+      weights: {fragmentation: 0.35, load: 0.25, spread: 0.15, modality: 0.15, qos: 0.10,
+                contention: 0.5}
+      contention_qos: [realtime]
       load_weights: {memory: 0.4, streams: 0.3, image: 0.3}
       util_share: 0.5
       busy_gpu_penalty: 1.0
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import Any, Final, Literal
 
-from kvspread import kube
+from kvspread import kube, names
 from kvspread.logs import LogLevel
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
 from kvspread.settings import KubeAccess, bounded, invalid, load, paired, ports, validated
@@ -57,6 +59,7 @@ __all__ = [
     "DEFAULT_LOAD_WEIGHTS",
     "DEFAULT_UTIL_SHARE",
     "DEFAULT_BUSY_GPU_PENALTY",
+    "DEFAULT_CONTENTION_QOS",
     "DEFAULT_RHO_THRESHOLD",
     "DEFAULT_RHO_REPULSION",
     "DEFAULT_STALE_AFTER_S",
@@ -105,14 +108,23 @@ class TermWeights:
     """Weight of the modality term: vision and text pods go to their node pools."""
     qos: float = 0.10
     """Weight of the QoS term: realtime pods avoid nodes with a high p95 latency."""
+    contention: float = 0.5
+    """Weight of the contention term: a pod of a QoS class in `contention_qos` avoids nodes
+    where the GPU the device plugin will give it is already shared with a computing tenant.
+    Only for such pods, so the five weights above still sum to 1 for every other pod."""
 
-    def total(self) -> float:
-        return self.fragmentation + self.load + self.spread + self.modality + self.qos
+    def total(self, contention: bool = False) -> float:
+        """Sum of the weights in a node's value: the five terms every pod has, and the
+        contention term's for a pod it covers (`contention`)."""
+        five = self.fragmentation + self.load + self.spread + self.modality + self.qos
+        return five + self.contention if contention else five
 
     def validate(self) -> None:
         _finite_fields(self, *_WEIGHT_KEYS, at_least=0)
         if self.total() <= 0:
-            raise invalid("fragmentation", "at least one weight > 0", self.fragmentation)
+            raise invalid(
+                "fragmentation", "at least one weight other than contention > 0", self.fragmentation
+            )
 
 
 @dataclass(frozen=True)
@@ -176,7 +188,9 @@ DEFAULT_TERM_WEIGHTS: Final = TermWeights()
 """Fragmentation first: it is the term with measured value (FGD, Weng et al., USENIX ATC'23,
 cuts unallocated GPUs from 7-9 % to 4.8 % against packing heuristics); load second because
 the source design notes rank memory pressure as the main interference; spread, modality and
-QoS break ties between nodes that pack equally well. Tuned on the simulator (docs/extender.md)."""
+QoS break ties between nodes that pack equally well. Tuned on the simulator (docs/extender.md).
+Contention (0.5, for realtime pods on one GPU only) outvotes fragmentation on purpose: a
+replica packed onto a GPU that already computes pays in every step (docs/extender.md)."""
 
 DEFAULT_LOAD_WEIGHTS: Final = LoadWeights()
 """load = 0.4 busy + 0.3 streams/max_streams + 0.3 image share: the weights of the design
@@ -196,6 +210,15 @@ DEFAULT_BUSY_GPU_PENALTY: Final = 1.0
 the slot minimises dF + penalty x util_g x demand, so a fully busy GPU must save as much
 expected fragmentation as the pod's whole memory before it is preferred to an idle one.
 No effect where utilisation is not measured (the Alibaba trace replay)."""
+
+DEFAULT_CONTENTION_QOS: Final = ("realtime",)
+"""Realtime pods only. Time-slicing runs one CUDA context at a time, so a replica on a GPU
+that another engine or a busy tenant also computes on gets a share of each step's time
+(1.17x slower per step in the serving simulation's 16 shared nodes): a latency SLO pays
+for it, a throughput SLO much less. Measured in the serving simulation (docs/evaluation.md
+section 3, "Placement that keeps replicas off busy shared GPUs"): for every class it spread
+the batch replicas too, and the fixed fleet sized for the peak used 11 % more GPU-hours
+(3.60 against 3.25 h) for 0.3 pp more realtime attainment than with realtime alone."""
 
 DEFAULT_RHO_THRESHOLD: Final = 0.35
 """Node fragmentation above which replicas of one model repel harder (docs/design.md section 5)."""
@@ -252,7 +275,7 @@ those of such a GPU. Applies where the per-GPU pod counts are known (`GpuState.p
 from the signals). `scored`: the GPU slot the scoring picks, for clusters whose device
 plugin honours a scheduler's GPU choice (kvspread ships none) and for the trace replay."""
 
-_WEIGHT_KEYS = ("fragmentation", "load", "spread", "modality", "qos")
+_WEIGHT_KEYS = ("fragmentation", "load", "spread", "modality", "qos", "contention")
 _LOAD_KEYS = ("memory", "streams", "image")
 
 
@@ -264,7 +287,10 @@ class ScoringConfig:
     """
 
     weights: TermWeights = DEFAULT_TERM_WEIGHTS
-    """Weights of the five prioritize terms."""
+    """Weights of the prioritize terms (five for every pod, contention for some)."""
+    contention_qos: tuple[str, ...] = DEFAULT_CONTENTION_QOS
+    """QoS classes (`kvspread.io/qos`) whose one-GPU pods get the contention term
+    (`weights.contention`); [] turns it off."""
     load_weights: LoadWeights = DEFAULT_LOAD_WEIGHTS
     """Weights inside the load term."""
     util_share: float = DEFAULT_UTIL_SHARE
@@ -310,6 +336,9 @@ class ScoringConfig:
         _in_range("rho_threshold", self.rho_threshold, 0.0, 1.0)
         _in_range("util_share", self.util_share, 0.0, 1.0)
         _finite_fields(self, "busy_gpu_penalty", "rho_repulsion", at_least=0)
+        for n, qos in enumerate(self.contention_qos):
+            if qos not in names.QOS_CLASSES:
+                raise invalid(f"contention_qos[{n}]", f"one of {', '.join(names.QOS_CLASSES)}", qos)
         _finite_fields(self, "stale_after_s", "max_streams", "qos_p95_ceiling_s", above=0)
         _in_range("idle_used_fraction", self.idle_used_fraction, 0.0, 1.0)
         _in_range("tie_band", self.tie_band, 0.0, 1.0)

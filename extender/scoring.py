@@ -13,7 +13,7 @@ Stable API (the extender server and the simulator both call it)::
   (`ShapeDistribution.snapshot()`).
 - Each `NodeScore` has `score` (int 0..10, what the scheduler gets), `value` (the
   unrounded weighted sum in [0,1] before candidate normalisation), `scaled` (the float
-  that was rounded to `score`), `fits`, `terms` (the five terms, each in [0,1]),
+  that was rounded to `score`), `fits`, `terms` (the terms, each in [0,1]),
   `delta_f` (change of expected fragmentation in MiB, NaN where not computed), `rho`
   and `largest_free_mib`, `gpus_chosen` (GPU slots the pod would take) and `signals`.
 
@@ -25,6 +25,13 @@ Terms (each in [0,1], higher is better; one vectorised pure function per term ov
     spread         1 - r/(r+1) * (1 + 2 rho if rho > 0.35 else 1), clipped at 0
     modality       pool/modality affinity table, NVLink for multi-image and multi-GPU pods
     qos            realtime: mean(1 - p95/ceiling, 1 - streams/max_streams); others 0.5
+    contention     1 - max(util_g, 1 if kvspread claims memory on g) for the GPU g the
+                   device plugin will give the pod; one-GPU pods of `contention_qos` only
+
+The value is the weighted mean of the terms (`combine`); contention counts only for the
+pods it covers (its weight is added to the divisor for them alone), so every other pod's
+value is that of the five terms. A node without fresh signals, or whose pods per GPU are
+not tracked, gets 0.5 for contention.
 
 A node without fresh signals gets 0.5 for fragmentation, load and qos (neutral) and is
 counted by the caller; spread and modality come from labels and pods and still apply.
@@ -96,6 +103,7 @@ __all__ = [
     "spread_term",
     "modality_term",
     "qos_term",
+    "contention_term",
     "combine",
     "to_score",
     "explain",
@@ -111,13 +119,13 @@ __all__ = [
     "MODALITY_AFFINITY",
 ]
 
-TERMS = ("fragmentation", "load", "spread", "modality", "qos")
+TERMS = ("fragmentation", "load", "spread", "modality", "qos", "contention")
 NEUTRAL = 0.5
 """The value of a term that has nothing to say about a node (missing or stale signals)."""
 
 TIE_EPSILON = 1e-6
-"""Candidates whose load, spread, modality and qos terms all agree within this (and only
-they) count as tied apart from fragmentation; the stable per-node preference may order them
+"""Candidates whose load, spread, modality, qos and contention terms all agree within this
+(and only they) count as tied apart from fragmentation; the stable per-node preference may order them
 (`tie_break`). It never reorders candidates that differ in any other term, however small
 the difference: a real difference in pool, load, replicas or latency always decides."""
 
@@ -218,13 +226,15 @@ an all-reduce between their GPUs, slower over PCIe."""
 
 @dataclass(frozen=True, slots=True)
 class TermValues:
-    """The five terms for one node, each in [0,1]."""
+    """The terms for one node, each in [0,1]; `contention` NaN for a pod it does not cover
+    (left out of the value)."""
 
     fragmentation: float
     load: float
     spread: float
     modality: float
     qos: float
+    contention: float = math.nan
 
     def as_dict(self) -> dict[str, float]:
         return {t: getattr(self, t) for t in TERMS}
@@ -273,6 +283,7 @@ class BatchScores:
     spread: np.ndarray
     modality: np.ndarray
     qos: np.ndarray
+    contention: np.ndarray  # NaN where the term does not cover the pod
     delta_f: np.ndarray
     rho: np.ndarray
     largest_free: np.ndarray
@@ -672,6 +683,7 @@ def warm_batch(pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, shapes: Shap
     _rho_of(batch)
     load_term(batch, cfg)
     qos_term(pod, batch, cfg)
+    contention_term(pod, batch, cfg)
 
 
 def _utilisation(batch: NodeBatch) -> np.ndarray:
@@ -684,7 +696,7 @@ def _utilisation(batch: NodeBatch) -> np.ndarray:
     return _of_batch(batch, "utilisation", None, make, _UTILISATION)
 
 
-# --- the five terms ----------------------------------------------------------------------
+# --- the terms ---------------------------------------------------------------------------
 
 
 def fragmentation_term(delta_f: np.ndarray, demand_mib: np.ndarray | float) -> np.ndarray:
@@ -741,6 +753,7 @@ _FRAGMENTATION = Keep(patch_rows, ("total", "used", "alloc", "fresh"))
 _QOS = Keep(patch_rows, ("p95", "streams", "fresh"))
 _UTILISATION = Keep(patch_rows, ("util",))
 _FEWEST = Keep(patch_rows, ("pods", "fresh", "valid"))
+_CONTENTION = Keep(patch_rows, ("pods", "fresh", "valid", "util", "alloc"))
 
 
 def _load_term(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
@@ -852,10 +865,65 @@ def _realtime_qos(batch: NodeBatch, cfg: ScoringConfig) -> np.ndarray:
 
 
 def combine(terms: Mapping[str, np.ndarray], weights: TermWeights) -> np.ndarray:
-    """(N,) weighted mean of the terms (weights need not sum to 1), clipped to [0,1]."""
-    value = sum(getattr(weights, t) * terms[t] for t in TERMS) / weights.total()
-    clipped: np.ndarray = _clip(value, 0.0, 1.0)
+    """(N,) weighted mean of the terms (weights need not sum to 1), clipped to [0,1].
+
+    `contention` counts when `terms` holds it (for a pod the term covers), else the mean
+    is that of the five terms, bit for bit as before the term existed."""
+    has = "contention" in terms
+    value = sum(getattr(weights, t) * terms[t] for t in TERMS if has or t != "contention")
+    clipped: np.ndarray = _clip(value / weights.total(has), 0.0, 1.0)
     return clipped
+
+
+def covers(pod: PodShape, cfg: ScoringConfig) -> bool:
+    """True when the contention term counts in `pod`'s value: a pod on one time-sliced GPU
+    of a QoS class in `cfg.contention_qos`, with a contention weight above 0."""
+    return pod.gpus == 1 and pod.qos in cfg.contention_qos and cfg.weights.contention > 0
+
+
+def contention_term(
+    pod: PodShape, batch: NodeBatch, cfg: ScoringConfig, chosen: np.ndarray | None = None
+) -> np.ndarray:
+    """(N,) 1 - contention of the GPU the device plugin will give `pod`; NaN on every row
+    when the term does not cover the pod (`covers`).
+
+    Time-slicing runs one CUDA context at a time: a replica on a GPU that another process
+    computes on gets a share of each step. The plugin gives a one-GPU pod the GPU with the
+    fewest pods, ties to the lower index (`extender.fit.fewest_pods`, the prediction the
+    filter already makes); contention = max(its NVML utilisation, 1 where kvspread pods
+    claim memory on it: an engine computes whenever it serves, idle or not at this
+    instant). Measured utilisation alone was not enough in the serving simulation: engines
+    still loading or between bursts read 0 and drew the next replica
+    (docs/evaluation.md section 3). Neutral 0.5 where the pods per GPU are not tracked or
+    the signals are not fresh (the prediction is unknown). Under `gpu_assignment: scored`
+    the GPU is the one the scoring picks (`chosen`, (N, G), from `placement_delta`)."""
+    if not covers(pod, cfg):
+        return np.full(len(batch), np.nan)
+    if cfg.gpu_assignment == "scored":
+        if chosen is None:
+            raise ValueError("gpu_assignment scored: pass the GPUs chosen (placement_delta)")
+        return _contention_at(batch, batch.fresh, chosen)
+    return _of_batch(batch, "contention", None, _contention, _CONTENTION)
+
+
+def _contention(batch: NodeBatch) -> np.ndarray:
+    """`contention_term` of a covered pod (it depends on nothing else of the pod)."""
+    known, cand = _of_batch(batch, "fewest-pods", None, fewest_pods, _FEWEST)
+    return _ro(_contention_at(batch, known, cand))
+
+
+def _contention_at(batch: NodeBatch, known: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """(N,) 1 - contention of the first GPU marked in each row of `gpus` (N, G) (for the
+    device plugin: its pick among those with the fewest pods), NaN-free; neutral where
+    the row is not `known` or marks none."""
+    n = len(batch)
+    if not n or not gpus.shape[1]:
+        return np.full(n, NEUTRAL)
+    rows = np.arange(n)
+    g = np.argmax(gpus, axis=1)
+    busy = np.maximum(_utilisation(batch)[rows, g], (batch.alloc[rows, g] > 0.0).astype(float))
+    out: np.ndarray = np.where(known & gpus.any(axis=1), 1.0 - busy, NEUTRAL)
+    return out
 
 
 def to_score(scaled: np.ndarray) -> np.ndarray:
@@ -891,14 +959,35 @@ def score_batch(
     replicas = got.replicas if pod.model else None
     tier = rank_tiers(fits, batch.fresh, replicas)
     w = cfg.weights
-    rest = value - w.fragmentation * terms["fragmentation"] / w.total()
-    scaled, score, tb = _finish(value, fits, cfg, batch.names, tier, rest)
-    # the fields in their declared order (the five terms in TERMS order)
-    frag, load, spread, modality, qos = (terms[t] for t in TERMS)
+    share = _fragmentation_share(pod, cfg)
+    rest = value - w.fragmentation * terms["fragmentation"] / w.total("contention" in terms)
+    scaled, score, tb = _finish(value, fits, cfg, batch.names, tier, rest, share=share)
+    # the fields in their declared order (the terms in TERMS order)
+    if "contention" not in terms:
+        terms = {**terms, "contention": np.full(len(batch), np.nan)}
+    frag, load, spread, modality, qos, contention = (terms[t] for t in TERMS)
     node = (delta, got.rho, got.largest, chosen, batch.codes, tier, tb, age_s)
     return BatchScores(
-        batch.names, score, value, scaled, fits, frag, load, spread, modality, qos, *node
+        batch.names,
+        score,
+        value,
+        scaled,
+        fits,
+        frag,
+        load,
+        spread,
+        modality,
+        qos,
+        contention,
+        *node,
     )
+
+
+def _fragmentation_share(pod: PodShape | None, cfg: ScoringConfig) -> float:
+    """The fragmentation term's weight over the weights in `pod`'s value (the tie band is
+    measured in it); the five terms' for None."""
+    w = cfg.weights
+    return w.fragmentation / w.total(pod is not None and covers(pod, cfg))
 
 
 def node_values(
@@ -921,7 +1010,7 @@ class _Weighed(NamedTuple):
     """Everything of `score_batch` before the finishing steps (all (N,) but `chosen`)."""
 
     fits: np.ndarray
-    terms: dict[str, np.ndarray]  # the five terms by name
+    terms: dict[str, np.ndarray]  # the terms by name (contention only where it covers the pod)
     value: np.ndarray
     delta: np.ndarray  # dF, MiB
     chosen: np.ndarray  # (N, G) GPUs chosen
@@ -949,6 +1038,8 @@ def _weigh(
         "modality": modality_term(pod, batch),
         "qos": qos_term(pod, batch, cfg),
     }
+    if covers(pod, cfg):
+        terms["contention"] = contention_term(pod, batch, cfg, chosen)
     value = combine(terms, cfg.weights)
     return _Weighed(fits, terms, value, delta, chosen, rho, largest, replicas)
 
@@ -987,6 +1078,8 @@ def tie_break(
     cfg: ScoringConfig,
     names: Sequence[str] | None,
     rest: np.ndarray | None = None,
+    *,
+    pod: PodShape | None = None,
 ) -> np.ndarray:
     """(N,) what the stable preference changes in each candidate's value before scaling.
 
@@ -996,11 +1089,13 @@ def tie_break(
     at its place in that order: the group's values are permuted among its members, never
     changed, so no candidate moves past one of another group, and the best value of the
     request stays the best. Exact ties left over (and every exact tie with `tie_band` 0) are
-    ordered by the preference too (1e-9 x rank).
+    ordered by the preference too (1e-9 x rank). The fragmentation share is that of the
+    value of `pod` (None: a pod the contention term does not cover).
     0 under `absolute` normalisation, without names, or when every value is the same."""
     if cfg.normalisation == "absolute" or names is None:
         return np.zeros(len(value))
-    return _tie_break(value, np.flatnonzero(fits), cfg, names, rest)
+    share = _fragmentation_share(pod, cfg)
+    return _tie_break(value, np.flatnonzero(fits), cfg, names, rest, share=share)
 
 
 _SMALL_GROUPS = 32
@@ -1015,9 +1110,12 @@ def _tie_break(
     names: Sequence[str],
     rest: np.ndarray | None,
     preferences: np.ndarray | None = None,
+    *,
+    share: float,
 ) -> np.ndarray:
     """`tie_break` of the candidates at rows `c` (ascending), names given (and their
-    `node_preference`s, when the caller holds them).
+    `node_preference`s, when the caller holds them), `share` the fragmentation term's
+    share of the value (`_fragmentation_share`).
 
     Typically every group but a few is a single candidate, and every key differs: then a
     sort of the groups finds nothing to permute, one argsort ranks the keys, and neither
@@ -1029,8 +1127,7 @@ def _tie_break(
     if float(v.max()) - float(v.min()) <= 1e-9:
         return out
     pref = (_preferences_of(names) if preferences is None else preferences)[c]
-    w = cfg.weights
-    key = v + cfg.tie_band * (w.fragmentation / w.total()) * pref
+    key = v + cfg.tie_band * share * pref
     ranked = v
     if len(c) > 1:
         if rest is None:
@@ -1200,6 +1297,7 @@ def finish_scores(
     tier: np.ndarray | None = None,
     *,
     preferences: np.ndarray | None = None,
+    pod: PodShape | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scaled, score): the last step of `score_batch`, from the nodes' weighted values to
     what the scheduler gets: `cfg.normalisation` over the nodes that fit (with the stable
@@ -1210,8 +1308,11 @@ def finish_scores(
     so that a caller holding values per node (the simulator caches them between pods)
     finishes exactly as the extender does. `preferences` may pass `node_preference` of
     each name when the caller holds them (a new subset of one node list every call: no
-    name looked up again); `names` must still be given for the preference to apply."""
-    scaled, score, _ = _finish(value, fits, cfg, names, tier, preferences=preferences)
+    name looked up again); `names` must still be given for the preference to apply.
+    `pod`: the pod the values were weighed for, where the contention term covers it (its
+    weight changes the fragmentation term's share, in which the tie band is measured)."""
+    share = _fragmentation_share(pod, cfg)
+    scaled, score, _ = _finish(value, fits, cfg, names, tier, preferences=preferences, share=share)
     return scaled, score
 
 
@@ -1223,6 +1324,8 @@ def _finish(
     tier: np.ndarray | None,
     rest: np.ndarray | None = None,
     preferences: np.ndarray | None = None,
+    *,
+    share: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`finish_scores` plus the tie-break each node got. The candidates' rows (`c`) are
     found once and serve the tie-break, the scaling and the cap at 9."""
@@ -1239,7 +1342,7 @@ def _finish(
     if absolute or names is None:
         tb = np.zeros(len(value))
     else:
-        tb = _tie_break(value, c, cfg, names, rest, preferences)
+        tb = _tie_break(value, c, cfg, names, rest, preferences, share=share)
     ranked = value + tb
     scaled, top = _normalise(ranked, fits, cfg, c)
     score = to_score(scaled)

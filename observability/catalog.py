@@ -285,7 +285,8 @@ _SELF: Final = (
     _entry(
         names.EXTENDER_SCORE_TERM,
         ("term",),
-        "Distribution of each prioritize term (fragmentation, load, spread, modality, qos) "
+        "Distribution of each prioritize term (fragmentation, load, spread, modality, qos, "
+        "contention: only for the pods it covers) "
         "in [0, 1].",
         "extender",
     ),

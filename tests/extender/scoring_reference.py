@@ -142,6 +142,25 @@ def qos_term(
     return sum(parts) / len(parts) if parts else NEUTRAL
 
 
+def contention_term(pod: PodShape, node: NodeState, cfg: ScoringConfig) -> float:
+    """1 - contention of the GPU the device plugin gives a one-GPU pod of a class in
+    `cfg.contention_qos` (NaN for other pods): the first of the GPUs with the fewest pods;
+    contention = max(its utilisation, 1 where kvspread claims memory on it). Neutral where
+    the signals are not fresh or the pods per GPU are not tracked."""
+    if pod.gpus != 1 or pod.qos not in cfg.contention_qos or cfg.weights.contention <= 0:
+        return math.nan
+    if not node.fresh:
+        return NEUTRAL
+    if cfg.gpu_assignment == "scored":
+        raise NotImplementedError("the reference states the device plugin's pick only")
+    cands = device_plugin_candidates(node.gpus, pod, cfg)
+    if not cands:
+        return NEUTRAL
+    g = node.gpus[cands[0]]
+    util = 0.0 if g.util is None else min(1.0, max(0.0, g.util))
+    return 1.0 - max(util, 1.0 if g.allocated_mib > 0 else 0.0)
+
+
 def _shape_qualifies(gpu_free: float, gpu_idle: bool, need: float | None) -> bool:
     return gpu_idle if need is None else gpu_free >= need
 
@@ -254,15 +273,18 @@ def _demand(pod: PodShape, gpu_totals: Sequence[float]) -> float:
 
 
 def combine(terms: TermValues, weights: TermWeights) -> float:
-    """Weighted mean of the terms, in [0,1] (weights need not sum to 1)."""
-    total = weights.total()
-    return (
+    """Weighted mean of the terms, in [0,1] (weights need not sum to 1); contention counts
+    only where it is a number (a pod it covers), its weight then added to the divisor."""
+    five = (
         weights.fragmentation * terms.fragmentation
         + weights.load * terms.load
         + weights.spread * terms.spread
         + weights.modality * terms.modality
         + weights.qos * terms.qos
-    ) / total
+    )
+    if math.isnan(terms.contention):
+        return five / weights.total()
+    return (five + weights.contention * terms.contention) / weights.total(contention=True)
 
 
 def to_score(x: float) -> int:

@@ -84,8 +84,37 @@ def test_full_mapping_is_read() -> None:
         ),
         pytest.param(
             {"weights": {"fragmentation": 0, "load": 0, "spread": 0, "modality": 0, "qos": 0}},
-            "at least one weight > 0",
+            "at least one weight other than contention > 0",
             id="all weights zero",
+        ),
+        pytest.param(
+            {
+                "weights": {
+                    "fragmentation": 0,
+                    "load": 0,
+                    "spread": 0,
+                    "modality": 0,
+                    "qos": 0,
+                    "contention": 1,
+                }
+            },
+            "at least one weight other than contention > 0",
+            id="only contention",
+        ),
+        pytest.param(
+            {"contention_qos": ["gold"]},
+            "scoring.contention_qos[0]: expected one of realtime, batch, best-effort, got 'gold'",
+            id="unknown QoS class",
+        ),
+        pytest.param(
+            {"contention_qos": "realtime"},
+            "scoring.contention_qos",
+            id="QoS classes not a list",
+        ),
+        pytest.param(
+            {"weights": {"contention": -0.5}},
+            "scoring.weights.contention: expected a finite number >= 0, got -0.5",
+            id="negative contention weight",
         ),
         pytest.param(
             {"normalisation": "zscore"},
@@ -213,3 +242,14 @@ def test_extender_config_errors(mapping: dict[str, object], message: str) -> Non
     with pytest.raises(ConfigError) as err:
         ExtenderConfig.from_mapping(mapping)
     assert message in str(err.value)
+
+
+def test_contention_classes_and_weight_parse() -> None:
+    cfg = ScoringConfig.from_mapping(
+        {"contention_qos": ["batch", "realtime"], "weights": {"contention": 0.2}}
+    )
+    assert cfg.contention_qos == ("batch", "realtime") and cfg.weights.contention == 0.2
+    assert ScoringConfig.from_mapping({"contention_qos": []}).contention_qos == ()
+    assert ScoringConfig().contention_qos == ("realtime",)
+    assert ScoringConfig().weights.total() == pytest.approx(1.0)  # the five terms
+    assert ScoringConfig().weights.total(contention=True) == pytest.approx(1.5)

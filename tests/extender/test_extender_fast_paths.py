@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from extender.config import ScoringConfig
+from extender.model import PodShape
 from extender.scoring import (
     SPREAD_SLACK,
     TIE_EPSILON,
@@ -43,7 +44,7 @@ def _ref_tie_break(case: dict[str, Any]) -> np.ndarray:
         return zero
     pref = np.array([node_preference(n) for n in names])[c]
     w = cfg.weights
-    key = v + cfg.tie_band * (w.fragmentation / w.total()) * pref
+    key = v + cfg.tie_band * (w.fragmentation / w.total(case["covered"])) * pref
     if rest is None:
         group = np.zeros(len(c), dtype=np.int64)
     else:
@@ -162,6 +163,7 @@ def _inputs(rng: random.Random) -> dict[str, Any]:
         "names": names,
         "tier": None if rng.random() < 0.2 else tier,
         "rest": None if rng.random() < 0.15 else rest,
+        "covered": rng.random() < 0.3,  # a pod the contention term covers: its share differs
     }
 
 
@@ -175,13 +177,15 @@ def test_finish_is_the_straightforward_way_bit_for_bit(seed: int) -> None:
     for _ in range(150):
         a = _inputs(rng)
         args = (a["value"], a["fits"], a["cfg"], a["names"], a["tier"], a["rest"])
-        got = _finish(*args)  # type: ignore[arg-type]
+        pod = PodShape(1, 1024.0, qos="realtime") if a["covered"] else None
+        w = a["cfg"].weights
+        got = _finish(*args, share=w.fragmentation / w.total(a["covered"]))  # type: ignore[arg-type]
         want = _ref_finish(a)
         for g, w in zip(got, want, strict=True):
             assert _equal(g, w), a
-        tb = tie_break(a["value"], a["fits"], a["cfg"], a["names"], a["rest"])  # type: ignore[arg-type]
+        tb = tie_break(a["value"], a["fits"], a["cfg"], a["names"], a["rest"], pod=pod)  # type: ignore[arg-type]
         assert _equal(tb, _ref_tie_break(a))
-        fs = finish_scores(a["value"], a["fits"], a["cfg"], a["names"], a["tier"])  # type: ignore[arg-type]
+        fs = finish_scores(a["value"], a["fits"], a["cfg"], a["names"], a["tier"], pod=pod)  # type: ignore[arg-type]
         ref = _ref_finish({**a, "rest": None})
         assert _equal(fs[0], ref[0]) and _equal(fs[1], ref[1])
 
@@ -230,7 +234,6 @@ def test_terms_take_their_cheap_paths_exactly(seed: int) -> None:
     """One demand for every node divides as the (N,) array of it does, and the modality
     table kept per modality gives the formula's values: each equal bit for bit."""
     from extender.batch import POOL_CODES, NodeBatch
-    from extender.model import PodShape
     from extender.scoring import (
         MODALITY_AFFINITY,
         MULTI_IMAGE_NVLINK_SHARE,

@@ -228,8 +228,13 @@ def test_qos_term(
 
 
 def test_combine_is_a_weighted_mean() -> None:
-    only_frag = {t: np.array([1.0 if t == "fragmentation" else 0.0]) for t in TERMS}
+    five = [t for t in TERMS if t != "contention"]
+    only_frag = {t: np.array([1.0 if t == "fragmentation" else 0.0]) for t in five}
     assert combine(only_frag, CFG.weights)[0] == pytest.approx(0.35)
+    assert combine({t: np.ones(1) for t in five}, CFG.weights)[0] == pytest.approx(1.0)
+    # with the contention term (a pod it covers) its weight joins the divisor
+    with_it = {**only_frag, "contention": np.zeros(1)}
+    assert combine(with_it, CFG.weights)[0] == pytest.approx(0.35 / 1.5)
     assert combine({t: np.ones(1) for t in TERMS}, CFG.weights)[0] == pytest.approx(1.0)
 
 
@@ -313,6 +318,7 @@ def test_score_batch_agrees_with_the_scalar_reference(pod: PodShape) -> None:
             load = qos = NEUTRAL
         assert s.terms.load == pytest.approx(load)
         assert s.terms.qos == pytest.approx(qos)
+        assert s.terms.contention == pytest.approx(ref.contention_term(pod, node, cfg), nan_ok=True)
         reps = node.model_replicas.get(pod.model, 0) if pod.model else 0
         assert s.terms.spread == pytest.approx(ref.spread_term(reps, rho, cfg))
         assert s.terms.modality == pytest.approx(
@@ -361,7 +367,8 @@ def test_explain_is_json_ready() -> None:
     s = score_nodes(PodShape(1, 20480.0), [NodeState("n", gpus=gpus(G80))], CFG, ONE_WHOLE)[0]
     doc = explain(s)
     assert doc["node"] == "n"
-    assert set(doc["terms"]) == {"fragmentation", "load", "spread", "modality", "qos"}
+    assert set(doc["terms"]) == {"fragmentation", "load", "spread", "modality", "qos", "contention"}
+    assert doc["terms"]["contention"] is None  # a pod without a QoS class: not covered
     assert doc["gpus_chosen"] == [0]
     assert doc["signals"] == "fresh"
 
@@ -393,3 +400,133 @@ def test_claims_are_not_load_but_still_count_in_fit_and_fragmentation() -> None:
     assert by["measured"].terms.load < by["empty"].terms.load
     # the claim still takes free memory: fragmentation differs from the empty node
     assert by["claimed"].delta_f != pytest.approx(by["empty"].delta_f)
+
+
+# --- contention ---------------------------------------------------------------------------
+
+
+def _contended_nodes(rng: random.Random, n: int) -> list[NodeState]:
+    """Nodes whose GPUs carry pod counts (some untracked), utilisation and claims."""
+    out = []
+    for i in range(n):
+        fresh = rng.random() > 0.1
+        tracked = rng.random() > 0.2
+        out.append(
+            NodeState(
+                name=f"c{i}",
+                gpus=tuple(
+                    GpuState(
+                        G80,
+                        used_mib=rng.choice([0.0, 500.0, 20000.0]),
+                        allocated_mib=rng.choice([0.0, 0.0, 16384.0]),
+                        util=rng.choice([None, 0.0, 0.3, 1.0, 1.7]),
+                        pods=rng.choice([0, 0, 1, 2]) if tracked else None,
+                    )
+                    for _ in range(rng.choice([1, 2, 4]))
+                )
+                if fresh
+                else (),
+                signals="fresh" if fresh else "stale",
+                pool=rng.choice([None, "language", "vision"]),
+                model_replicas={"llama": rng.choice([0, 1])},
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pytest.param(PodShape(1, 20480.0, model="llama", qos="realtime"), id="realtime partial"),
+        pytest.param(PodShape(1, None, qos="realtime"), id="realtime whole"),
+        pytest.param(PodShape(1, 20480.0, qos="batch"), id="batch: not covered"),
+        pytest.param(PodShape(2, 20480.0, qos="realtime"), id="two GPUs: not covered"),
+        pytest.param(PodShape(1, 20480.0), id="no class: not covered"),
+    ],
+)
+def test_contention_term_agrees_with_the_scalar_reference(pod: PodShape) -> None:
+    nodes = _contended_nodes(random.Random(11), 150)
+    cfg = CFG.with_(normalisation="absolute")
+    scores = score_nodes(pod, nodes, cfg, SHAPES)
+    covered = pod.gpus == 1 and pod.qos == "realtime"
+    seen = set()
+    for node, s in zip(nodes, scores, strict=True):
+        want = ref.contention_term(pod, node, cfg)
+        assert math.isnan(want) != covered
+        assert s.terms.contention == pytest.approx(want, nan_ok=True)
+        seen.add(round(want, 3) if covered else None)
+        if s.fits:
+            assert s.value == pytest.approx(ref.combine(s.terms, cfg.weights))
+    if covered:  # the random nodes reach every case: idle, busy by utilisation, claimed, unknown
+        assert {0.0, 0.7, 1.0, NEUTRAL} <= seen
+
+
+def _pair(util: float | None, claimed: float) -> list[NodeState]:
+    """Two nodes alike but for the GPU the device plugin picks on the first (GPU 0: fewest
+    pods, lower index): its utilisation and claims."""
+
+    def node(name: str, u: float | None, alloc: float) -> NodeState:
+        return NodeState(
+            name,
+            gpus=(
+                GpuState(G80, used_mib=1000.0, allocated_mib=alloc, util=u, pods=0),
+                GpuState(G80, used_mib=1000.0, util=0.0, pods=1),
+            ),
+        )
+
+    return [node("busy", util, claimed), node("calm", 0.0, 0.0)]
+
+
+@pytest.mark.parametrize(
+    ("util", "claimed"),
+    [pytest.param(0.9, 0.0, id="another tenant computes"), pytest.param(0.0, 8192.0, id="claimed")],
+)
+def test_a_realtime_pod_avoids_the_shared_gpu_and_a_batch_pod_does_not_care(
+    util: float, claimed: float
+) -> None:
+    nodes = _pair(util, claimed)
+    rt = score_nodes(PodShape(1, 8192.0, qos="realtime"), nodes, CFG, HALF)
+    batch = score_nodes(PodShape(1, 8192.0, qos="batch"), nodes, CFG, HALF)
+    assert rt[0].terms.contention == pytest.approx(0.1 if util else 0.0)
+    assert rt[1].terms.contention == 1.0
+    assert rt[1].score == 10 and rt[0].score < rt[1].score
+    assert math.isnan(batch[0].terms.contention) and math.isnan(batch[1].terms.contention)
+    # for the batch pod only the five terms decide: the values are those without the term
+    five = [ref.combine(s.terms, CFG.weights) for s in batch]
+    assert [s.value for s in batch] == pytest.approx(five)
+
+
+def test_the_term_off_gives_the_five_term_values_bit_for_bit() -> None:
+    nodes = _contended_nodes(random.Random(5), 80)
+    pod = PodShape(1, 20480.0, model="llama", qos="realtime")
+    off = [CFG.with_(contention_qos=()), CFG.with_(weights=CFG.weights.__class__(contention=0.0))]
+    as_batch = score_batch(
+        PodShape(1, 20480.0, model="llama", qos="batch"), NodeBatch.from_states(nodes), CFG, SHAPES
+    )
+    for cfg in off:
+        got = score_batch(pod, NodeBatch.from_states(nodes), cfg, SHAPES)
+        assert np.isnan(got.contention).all()
+        # the qos term differs between the classes; every other output is the batch pod's
+        same = got.qos == as_batch.qos
+        assert np.array_equal(got.value[same], as_batch.value[same])
+        assert same.any()
+
+
+def test_contention_under_scored_gpu_assignment_reads_the_chosen_gpu() -> None:
+    # GPU 0 is calm but holds a pod, GPU 1 computes and holds none. The device plugin gives
+    # GPU 1 (fewest pods); the scoring, picking the slot itself, takes GPU 0 (equal room,
+    # lower index), and the term reads the GPU each assignment gives
+    node = NodeState(
+        "n",
+        gpus=(
+            GpuState(G80, used_mib=1000.0, util=0.0, pods=1),
+            GpuState(G80, used_mib=1000.0, util=0.8, pods=0),
+        ),
+    )
+    pod = PodShape(1, 8192.0, qos="realtime")
+    cfg = CFG.with_(gpu_assignment="scored", busy_gpu_penalty=0.0)
+    s = score_nodes(pod, [node], cfg, HALF)[0]
+    assert s.gpus_chosen == (0,) and s.terms.contention == 1.0
+    dp = score_nodes(pod, [node], CFG.with_(busy_gpu_penalty=0.0), HALF)[0]
+    assert dp.gpus_chosen == (1,)
+    assert dp.terms.contention == pytest.approx(0.2)

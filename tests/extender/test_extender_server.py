@@ -14,6 +14,7 @@ import trustme
 
 from extender.config import ExtenderConfig
 from extender.run import build
+from extender.scoring import TERMS
 from kvspread.clock import FakeClock
 from kvspread.signals import GpuSignal, NodeSignals, encode_signals
 from tests.extender.uvicorn_server import serve_app
@@ -118,7 +119,9 @@ def test_explain_gives_each_nodes_terms(app_client) -> None:  # noqa: ANN001
     assert [r["node"] for r in rows][0] in ("g0", "g1")
     assert {r["node"] for r in rows} == {"g0", "g1", "g2"}
     for r in rows:
-        assert set(r["terms"]) == {"fragmentation", "load", "spread", "modality", "qos"}
+        assert set(r["terms"]) == set(TERMS)
+        # a realtime one-GPU pod: covered; no GPU reports utilisation or kvspread claims
+        assert r["terms"]["contention"] == 1.0
         assert 0 <= r["score"] <= 10
     assert doc["prioritize"]["shape"]["mem_per_gpu_mib"] == 24576.0
     assert doc["prioritize"]["nodes"] == 3 and doc["prioritize"]["unknown_nodes"] == []
