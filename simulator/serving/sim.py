@@ -55,6 +55,12 @@ __all__ = ["Simulation", "RunCounters", "RunResult", "simulate", "TimelineRow"]
 _STEP, _READY, _RESTART, _HPA, _SCHED, _KILL, _TICK, _SCRAPE = range(8)
 METRIC_WINDOW_S = 60.0  # adapter SLI window (docs/design.md section 6 default)
 DRAIN_S = 600.0  # after the last arrival, let in-flight requests finish (HPA keeps running)
+BACKGROUND_BUSY_SINCE_S = -10.0
+"""When a background tenant drawn busy began computing: before the run, longer ago than
+NVML's utilisation window, so the collector's first document (t = 0, read before the
+initial replicas are placed) shows it busy, as a cluster whose tenants were already running
+would. Starting it at 0 made every GPU read 0 % at t = 0 and hid the tenants from the
+first placement (docs/evaluation.md section 3)."""
 
 
 @dataclass
@@ -200,8 +206,8 @@ class Simulation:
                     g.claims[pid] = mem
                     g.held[pid] = mem
                     g.occupants.append(pid)
-                    if busy:
-                        g.set_busy(pid, True, 0.0)
+                    if busy:  # computing since before the run: t = 0's signals read it
+                        g.set_busy(pid, True, BACKGROUND_BUSY_SINCE_S)
 
     # ---- helpers ----
     def _gpus(self, pod: Pod) -> list[Gpu]:

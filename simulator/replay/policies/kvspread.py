@@ -164,7 +164,8 @@ class KvspreadPolicy:
         ok, value = self.values(pod, candidates)
         names = self._name_array[candidates]
         prefs = self._preferences[candidates]
-        scaled, score = finish_scores(value, ok, self.cfg, names, preferences=prefs)
+        shape = self._shape(pod)
+        scaled, score = finish_scores(value, ok, self.cfg, names, preferences=prefs, pod=shape)
         return np.where(ok, scaled, -np.inf), np.where(ok, score, -1)
 
     def score(self, pod: Pod, candidates: np.ndarray) -> np.ndarray:

@@ -4,6 +4,8 @@ policy."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvspread.signals import decode_signals
@@ -107,3 +109,23 @@ def test_the_collector_publishes_only_on_change_or_heartbeat() -> None:
     assert {i: v.ts for i, v in sim.views.items()} == first
     sim._publish(beat)  # the heartbeat
     assert all(v.ts == beat for v in sim.views.values())
+
+
+def test_the_first_document_shows_the_busy_background_tenants() -> None:
+    """Background tenants drawn busy have computed since before the run, so the t = 0
+    document (read before the initial replicas are placed) shows them at 100 %; starting
+    their busy time at 0 hid them from the first placement (every GPU read 0 %)."""
+    base = SimConfig()
+    cfg = replace(base, background=replace(base.background, gpu_fraction=0.5, busy_p=0.5))
+    sim = Simulation(cfg, "kvspread", 3, requests=[])
+    sim._retired = []
+    sim._build_cluster()
+    sim._publish(0.0)
+    busy = idle = 0
+    for index, view in sim.views.items():
+        doc = decode_signals(view.annotation())
+        for g, sig in zip(sim.nodes[index].gpus, doc.gpus or (), strict=True):
+            assert sig.util == (1.0 if g.busy else 0.0)
+            busy += bool(g.busy)
+            idle += not g.busy
+    assert busy and idle  # both kinds drawn, so the check above discriminates
