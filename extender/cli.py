@@ -90,7 +90,8 @@ register = PartCommand(
     SETTINGS,
     help="kube-scheduler extender: filter and prioritize GPU nodes",
     description="kube-scheduler extender (filter + prioritize) placing LLM inference pods "
-    "by GPU memory, KV-cache fragmentation, load, model spread and modality.",
+    "by GPU memory, KV-cache fragmentation, load, model spread, modality and, for realtime "
+    "pods, whether their GPU is already shared with a computing tenant.",
     verb_help="serve /filter, /prioritize, /debug/explain, /metrics, /healthz, /readyz",
     verb_description="Serve the scheduler extender over HTTP(S).",
     epilog=EPILOG,

@@ -72,7 +72,7 @@ class _TermHistograms(Collector):
     PENDING = 64
     """Requests whose term values wait to be counted, at most (then counted together)..."""
     PENDING_VALUES = 16_384
-    """... and values: 5 terms x 500 nodes wait for six requests, 5 x 5,000 are counted at once
+    """... and values: 6 terms x 500 nodes wait for five requests, 6 x 5,000 are counted at once
     (the fixed cost is then small against the per-value one)."""
 
     def __init__(self, terms: tuple[str, ...]) -> None:
