@@ -314,7 +314,10 @@ class Extender:
                 entry["scores"] = [explain(sc.node(i)) for i in rows]
                 for row in entry["scores"]:
                     row["signals_from"] = self.state.signals_source(row["node"])
-                entry["weights"] = {t: getattr(self.scoring.weights, t) for t in TERMS}
+                # the weights in this pod's values: contention's only where it covered the pod
+                used = [t for t in TERMS if t != "contention" or not np.isnan(sc.contention).all()]
+                entry["weights"] = {t: getattr(self.scoring.weights, t) for t in used}
+                entry["contention_qos"] = list(self.scoring.contention_qos)
                 entry["normalisation"] = self.scoring.normalisation
             out[verb] = entry
         out["shapes"] = self.shapes.snapshot().as_dicts()

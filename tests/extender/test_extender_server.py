@@ -125,6 +125,17 @@ def test_explain_gives_each_nodes_terms(app_client) -> None:  # noqa: ANN001
         assert 0 <= r["score"] <= 10
     assert doc["prioritize"]["shape"]["mem_per_gpu_mib"] == 24576.0
     assert doc["prioritize"]["nodes"] == 3 and doc["prioritize"]["unknown_nodes"] == []
+    assert doc["prioritize"]["weights"]["contention"] == 0.5  # in this pod's values
+    assert doc["prioritize"]["contention_qos"] == ["realtime"]
+    # a batch pod: the term does not cover it, so neither it nor its weight is shown
+    body = gpu_body(clock)
+    body["Pod"]["metadata"]["labels"]["kvspread.io/qos"] = "batch"
+    body["Pod"]["metadata"]["name"] = "llm-b"
+    body["Pod"]["metadata"]["uid"] = "uid-llm-b"
+    client.post("/prioritize", json=body)
+    doc_b = client.get("/debug/explain", params={"pod": "serving/llm-b"}).json()["prioritize"]
+    assert "contention" not in doc_b["weights"] and doc_b["weights"]["fragmentation"] == 0.35
+    assert all(r["terms"]["contention"] is None for r in doc_b["scores"])
     top = client.get("/debug/explain", params={"pod": "serving/llm-0", "top": 1}).json()
     assert len(top["prioritize"]["scores"]) == 1
     for bad in ({"pod": "nonamespace"}, {"pod": "a/b", "top": 0}):
