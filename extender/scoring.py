@@ -959,11 +959,13 @@ def score_batch(
     replicas = got.replicas if pod.model else None
     tier = rank_tiers(fits, batch.fresh, replicas)
     w = cfg.weights
-    share = _fragmentation_share(pod, cfg)
-    rest = value - w.fragmentation * terms["fragmentation"] / w.total("contention" in terms)
+    covered = "contention" in terms  # `_weigh` adds it exactly where `covers(pod, cfg)`
+    total = w.total(covered)
+    rest = value - w.fragmentation * terms["fragmentation"] / total
+    share = w.fragmentation / total  # `_fragmentation_share(pod, cfg)`
     scaled, score, tb = _finish(value, fits, cfg, batch.names, tier, rest, share=share)
     # the fields in their declared order (the terms in TERMS order)
-    if "contention" not in terms:
+    if not covered:
         terms = {**terms, "contention": np.full(len(batch), np.nan)}
     frag, load, spread, modality, qos, contention = (terms[t] for t in TERMS)
     node = (delta, got.rho, got.largest, chosen, batch.codes, tier, tb, age_s)
