@@ -306,7 +306,12 @@ class PressureSpec:
     batch_tpot_s: float = 0.12
     """TPOT p95 target of batch services, seconds (docs/design.md section 2: 120 ms)."""
     queue_per_replica: float = 4.0
-    """Waiting requests per replica at pressure 1."""
+    """Waiting requests per replica at pressure 1 (realtime; best-effort too)."""
+    batch_queue_per_replica: float = 40.0
+    """Waiting requests per replica at pressure 1 for batch services: the batch TTFT target
+    times the requests/s one replica serves (10 s x 4, the batch service's request-rate
+    target), the queue that one replica drains within the target (Little's law; the realtime
+    4 is 2 s x 2)."""
     kv_usage: float = 0.9
     """Mean KV-cache usage at pressure 1."""
     trend_lead_s: float = 0.0
@@ -809,7 +814,14 @@ class SimConfig:
         p = self.pressure
         classes = (
             ("realtime", ((SLI_TTFT_P95, p.realtime_ttft_s), (SLI_TPOT_P95, p.realtime_tpot_s))),
-            ("batch", ((SLI_TTFT_P95, p.batch_ttft_s), (SLI_TPOT_P95, p.batch_tpot_s))),
+            (
+                "batch",
+                (
+                    (SLI_TTFT_P95, p.batch_ttft_s),
+                    (SLI_TPOT_P95, p.batch_tpot_s),
+                    (SLI_QUEUE_DEPTH_PER_REPLICA, p.batch_queue_per_replica),
+                ),
+            ),
         )
         terms = (
             (SLI_TTFT_P95, p.realtime_ttft_s),

@@ -17,7 +17,7 @@ from kvspread.settings import ConfigError
 from metrics_adapter.rules import default_rules, parse_rules, pressure_rule
 from metrics_adapter.server import AdapterThread
 from tests.metrics_adapter.adapter_otel_helpers import RecordingExporter, otlp_exporter
-from tests.metrics_adapter.adapter_testing import Pki, api_client, hpa_headers
+from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 
 NS = "llm"
 TTFT = names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name
@@ -97,6 +97,9 @@ def test_targets_per_service_and_class() -> None:
                           "chat": {"class": "realtime", names.SLI_TTFT_P95: 1.0}})  # fmt: skip
     (p,) = [r.pressure for r in default_rules(pressure=rule) if r.pressure is not None]
     assert p.targets_for("assistant")[names.SLI_TPOT_P95] == 0.12
+    # a batch replica drains 40 waiting requests within its 10 s TTFT target at 4/s
+    assert p.targets_for("assistant")[names.SLI_QUEUE_DEPTH_PER_REPLICA] == 40.0
+    assert p.targets_for("chat")[names.SLI_QUEUE_DEPTH_PER_REPLICA] == 4.0
     assert p.targets_for("chat")[names.SLI_TTFT_P95] == 1.0
     assert p.targets_for("chat")[names.SLI_TPOT_P95] == 0.05
     assert p.targets_for(None) == p.targets_for("unlisted") == dict(p.terms)
@@ -124,3 +127,29 @@ def test_bad_pressure_rules_name_the_key(change: dict[str, object], key: str) ->
 def test_only_pressure_rules_take_terms() -> None:
     with pytest.raises(ConfigError, match=r"rules\[0\]\.terms: only aggregation slo-pressure"):
         parse_rules([{"name": "q", "metric": "m", "aggregation": "last", "terms": {"x": 1}}])
+
+
+def test_a_batch_service_is_pressed_by_its_own_queue_target(pki: Pki) -> None:
+    """The same queue over real OTLP: 20 waiting per replica is 5x the realtime target and
+    half the batch one, so the batch service's pressure is set by its latency, not its queue."""
+    rules = [
+        {"name": names.SLI_TTFT_P95, "metric": TTFT, "aggregation": "quantile", "quantile": 0.95},
+        {"name": names.SLI_TPOT_P95, "metric": TPOT, "aggregation": "quantile", "quantile": 0.95},
+        {"name": names.SLI_QUEUE_DEPTH_PER_REPLICA, "metric": WAITING, "aggregation": "last",
+         "combine": "mean"},
+        {"name": names.SLI_KV_CACHE_USAGE, "metric": KV, "aggregation": "last",
+         "combine": "mean"},
+        pressure_rule({"assistant": {"class": "batch"}, "chat": {"class": "realtime"}}),
+    ]  # fmt: skip
+    with AdapterThread(base_config(pki, rules=rules)) as a:
+        port = a.adapter.otlp_port
+        # TTFT 0.8 s (p95 ~0.99 s), TPOT 0.03 s (p95 ~0.049 s), 20 waiting on one pod, KV 0.3
+        _push(port, "chat", "chat-0", 0.8, 0.03, 20, 0.3)
+        _push(port, "assistant", "assistant-0", 0.8, 0.03, 20, 0.3)
+        (chat,) = _read(pki, a, "chat").json()["items"]
+        (batch,) = _read(pki, a, "assistant").json()["items"]
+    assert float(parse_quantity(chat["value"])) == pytest.approx(20 / 4, abs=0.01)
+    assert chat["metricLabels"]["term"] == names.SLI_QUEUE_DEPTH_PER_REPLICA
+    # batch: queue 20 / 40 = 0.5 against TTFT ~0.99 / 10 and TPOT ~0.049 / 0.12 ~0.41
+    assert float(parse_quantity(batch["value"])) == pytest.approx(0.5, abs=0.01)
+    assert batch["metricLabels"]["term"] == names.SLI_QUEUE_DEPTH_PER_REPLICA

@@ -115,6 +115,26 @@ def test_ttft_tpot_and_pressure_over_the_adapters_rules() -> None:
     assert docs.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(0.04875 / 0.12)
 
 
+def test_batch_services_take_their_own_queue_target() -> None:
+    """pressure.batch_queue_per_replica: the batch class's queue target in the adapter's
+    rule (default 40, the adapter's own default), the realtime one stays queue_per_replica."""
+    from metrics_adapter.rules import DEFAULT_PRESSURE_CLASSES
+    from simulator.serving.config import config_from_mapping
+
+    rule = config_from_mapping({}).pressure_rule()
+    assert rule["classes"]["batch"][names.SLI_QUEUE_DEPTH_PER_REPLICA] == 40.0
+    assert rule["classes"] == {c: dict(t) for c, t in DEFAULT_PRESSURE_CLASSES}
+    assert rule["terms"][names.SLI_QUEUE_DEPTH_PER_REPLICA] == 4.0
+    cfg = config_from_mapping({"pressure": {"batch_queue_per_replica": 12}})
+    adapter = AdapterSlis(pressure=cfg.pressure_rule())
+    m = ServiceMetrics(adapter, "docs")  # batch
+    m.push(0.0, [("docs-0", 0, 0.1)])
+    m.push(10.0, [("docs-0", 6, 0.1)])
+    assert m.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(6 / 12)
+    with pytest.raises(ConfigError, match="pressure.batch_queue_per_replica"):
+        config_from_mapping({"pressure": {"batch_queue_per_replica": 0}})
+
+
 def test_the_trend_term_is_off_unless_a_lead_is_given() -> None:
     """pressure.trend_lead_s (issue 25 point 4): 0 keeps the rule without `trend`; a lead
     adds it with each service's request-rate target as its capacity; bounds name the key."""
