@@ -4,6 +4,8 @@ read through the external metrics API (docs/adapter.md, "SLO pressure")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -130,18 +132,11 @@ def test_only_pressure_rules_take_terms() -> None:
 
 
 def test_a_batch_service_is_pressed_by_its_own_queue_target(pki: Pki) -> None:
-    """The same queue over real OTLP: 20 waiting per replica is 5x the realtime target and
-    half the batch one, so the batch service's pressure is set by its latency, not its queue."""
-    rules = [
-        {"name": names.SLI_TTFT_P95, "metric": TTFT, "aggregation": "quantile", "quantile": 0.95},
-        {"name": names.SLI_TPOT_P95, "metric": TPOT, "aggregation": "quantile", "quantile": 0.95},
-        {"name": names.SLI_QUEUE_DEPTH_PER_REPLICA, "metric": WAITING, "aggregation": "last",
-         "combine": "mean"},
-        {"name": names.SLI_KV_CACHE_USAGE, "metric": KV, "aggregation": "last",
-         "combine": "mean"},
-        pressure_rule({"assistant": {"class": "batch"}, "chat": {"class": "realtime"}}),
-    ]  # fmt: skip
-    with AdapterThread(base_config(pki, rules=rules)) as a:
+    """The same queue over real OTLP, through the default rules: 20 waiting per replica is
+    5x the realtime target (pressure 5) and half the batch one (pressure 0.5)."""
+    rule = pressure_rule({"assistant": {"class": "batch"}, "chat": {"class": "realtime"}})
+    cfg = replace(base_config(pki), rules=default_rules(pressure=rule))
+    with AdapterThread(cfg) as a:
         port = a.adapter.otlp_port
         # TTFT 0.8 s (p95 ~0.99 s), TPOT 0.03 s (p95 ~0.049 s), 20 waiting on one pod, KV 0.3
         _push(port, "chat", "chat-0", 0.8, 0.03, 20, 0.3)
