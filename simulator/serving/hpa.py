@@ -11,7 +11,9 @@ metrics:
 - several metrics: the largest proposal wins.
 - stabilisation: the recommendation used for scaling down is the largest one made within
   the scale-down window (default 300 s); for scaling up, the smallest within the scale-up
-  window (default 0 s).
+  window (default 0 s). The first sync also records the replica count it found as a
+  recommendation (the controller's `recordInitialRecommendation`), so a new HPA does not
+  scale down within its first scale-down window.
 - rate limits (`behavior.scaleUp/scaleDown.policies`): at most max(100 %, 4 pods) more per
   15 s when scaling up, at most 100 % fewer per 15 s when scaling down (selectPolicy Max),
   counted from the replica count at the start of the period.
@@ -130,6 +132,7 @@ class Hpa:
     )
     _events: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
     """(time, replica change)."""
+    _synced: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_replicas <= self.max_replicas:
@@ -205,6 +208,12 @@ class Hpa:
         metrics: list[tuple[str, float, float]],
     ) -> HpaDecision:
         """One sync: propose, stabilise, rate-limit, clamp; records the scale event."""
+        if not self._synced:
+            # kube-controller-manager's recordInitialRecommendation (pkg/controller/
+            # podautoscaler/horizontal.go, v1.26): the count found at the first reconcile is
+            # a recommendation of the stabilisation window, kept for a whole window
+            self._synced = True
+            self._recommendations.append((now, current_replicas))
         proposal = self.propose(current_replicas, ready_replicas, metrics)
         if proposal is None:
             proposal = current_replicas

@@ -93,6 +93,20 @@ def test_scale_down_uses_the_highest_recommendation_in_the_window() -> None:
     assert h.step(316.0, 6, 6, [("AverageValue", 20.0, 10.0)]).desired == 2
 
 
+def test_a_new_hpa_keeps_the_count_it_found_for_one_scale_down_window() -> None:
+    # kube-controller-manager v1.26 records the replica count of its first reconcile as a
+    # recommendation (recordInitialRecommendation): a metric asking for 1 of 4 replicas at
+    # the first sync leaves 4 until that record falls out of the 300 s window
+    h = _hpa()
+    low = [("AverageValue", 5.0, 10.0)]
+    assert h.step(15.0, 4, 4, low).desired == 4
+    assert h.step(300.0, 4, 4, low).desired == 4
+    assert h.step(315.0, 4, 4, low).desired == 1  # the record at t=15 is no longer After(cutoff)
+    # scaling up is not held back by it
+    h2 = _hpa()
+    assert h2.step(15.0, 2, 2, [("AverageValue", 60.0, 10.0)]).desired == 6
+
+
 def test_scale_up_is_not_stabilised_by_default() -> None:
     h = _hpa()
     h.step(0.0, 2, 2, [("AverageValue", 20.0, 10.0)])
