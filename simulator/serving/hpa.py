@@ -185,19 +185,24 @@ class Hpa:
             return down_ceiling
         return current
 
+    def _period_start(self, now: float, current: int, period_s: float) -> int:
+        """The replica count at the start of the policy period: the current count less the
+        pods added and plus the pods removed within it (the controller's
+        periodStartReplicas, which counts both kinds of event for either direction)."""
+        change = sum(d for t, d in self._events if t > now - period_s)
+        return current - change
+
     def _limit(self, now: float, current: int, desired: int) -> int:
         b = self.behavior
         if desired > current:
-            added = sum(d for t, d in self._events if d > 0 and t > now - b.scale_up_period_s)
-            start = current - added
+            start = self._period_start(now, current, b.scale_up_period_s)
             by_percent = math.ceil(start * (1 + b.scale_up_percent / 100.0))
             by_pods = start + b.scale_up_pods
-            return min(desired, max(by_percent, by_pods))
+            return min(desired, max(current, by_percent, by_pods))
         if desired < current:
-            removed = -sum(d for t, d in self._events if d < 0 and t > now - b.scale_down_period_s)
-            start = current + removed
+            start = self._period_start(now, current, b.scale_down_period_s)
             floor = math.floor(start * (1 - b.scale_down_percent / 100.0))
-            return max(desired, floor)
+            return max(desired, min(current, floor))
         return desired
 
     def step(

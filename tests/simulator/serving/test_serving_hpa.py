@@ -123,6 +123,21 @@ def test_scale_up_rate_limit_is_max_of_100_percent_and_4_pods_per_15_s() -> None
     assert h.step(16.0, 5, 5, [("AverageValue", 1000.0, 10.0)]).desired == 10
 
 
+def test_rate_limits_count_the_period_start_from_both_kinds_of_event() -> None:
+    # the controller's periodStartReplicas = current - added + deleted within the period, in
+    # either direction: after 3 -> 2 at t=0, a scale-up at t=15 starts from 3 (2 pods or 50 %
+    # a minute: max(3 + 2, ceil(3 x 1.5)) = 5), not from 2 (which would allow 4)
+    h = _hpa(max_replicas=100, scale_down_window_s=0.0, scale_up_pods=2, scale_up_percent=50.0,
+             scale_up_period_s=60.0, scale_down_period_s=60.0)  # fmt: skip
+    assert h.step(0.0, 3, 3, [("AverageValue", 20.0, 10.0)]).desired == 2
+    assert h.step(15.0, 2, 2, [("AverageValue", 1000.0, 10.0)]).desired == 5
+    # and a scale-down right after a scale-up starts from the count before it
+    h2 = _hpa(scale_down_window_s=0.0, scale_down_percent=50.0, scale_down_period_s=60.0)
+    assert h2.step(0.0, 4, 4, [("AverageValue", 60.0, 10.0)]).desired == 6
+    # from 4 (6 - 2 added): at most 50 % fewer -> 2; from 6 it would be 3
+    assert h2.step(15.0, 6, 6, [("AverageValue", 10.0, 10.0)]).desired == 2
+
+
 def test_min_and_max_replicas_clamp() -> None:
     h = _hpa(min_replicas=2, max_replicas=6)
     assert h.step(0.0, 3, 3, [("AverageValue", 1000.0, 10.0)]).desired == 6
