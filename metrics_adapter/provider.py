@@ -39,6 +39,13 @@ from metrics_adapter.values import MetricValue
 __all__ = ["ExternalMetricsProvider", "RuleProvider"]
 
 
+def _shared_class(label: str, read: Sequence[tuple[str, list[MetricValue]]]) -> str | None:
+    """The value of `label` that every term value carrying it shares (None: no value
+    carries it, or they disagree, as when one service's pods are labelled differently)."""
+    seen = {v.labels[label] for _, values in read for v in values if label in v.labels}
+    return seen.pop() if len(seen) == 1 else None
+
+
 class ExternalMetricsProvider(Protocol):
     """What the API shells need (module docstring has the contract)."""
 
@@ -118,11 +125,13 @@ class RuleProvider:
         latency the histogram cannot bound. `metricLabels` are the labels every term's
         value shares, plus `term`: the rule that set the pressure.
         """
-        service = selector.equalities().get(pressure.service_label)
-        best: tuple[float, str] | None = None
-        used: list[MetricValue] = []
+        wanted = selector.equalities()
+        service = wanted.get(pressure.service_label)
+        # the class label picks the targets, not the series: the engine gauges carry none
+        selector = selector.without(pressure.class_label)
+        read: list[tuple[str, list[MetricValue]]] = []
         matched = False
-        for term, target in pressure.targets_for(service).items():
+        for term, _ in pressure.terms:
             try:
                 values = self.read(namespace, term, selector)
             except NoFreshData:
@@ -136,7 +145,14 @@ class RuleProvider:
             if not values:
                 continue
             matched = True
-            ratio = max(v.value for v in values) / target
+            read.append((term, values))
+        seen = wanted.get(pressure.class_label) or _shared_class(pressure.class_label, read)
+        cls = pressure.class_for(service, seen)
+        targets = pressure.targets_for(service, seen)
+        best: tuple[float, str] | None = None
+        used: list[MetricValue] = []
+        for term, values in read:
+            ratio = max(v.value for v in values) / targets[term]
             if pressure.step is not None and term in pressure.step.terms:
                 stepped = self._step(pressure.step, term, ratio, namespace, selector)
                 if stepped is None:
@@ -159,6 +175,8 @@ class RuleProvider:
         for v in used[1:]:
             labels = {k: x for k, x in labels.items() if v.labels.get(k) == x}
         labels["term"] = best[1]
+        if cls is not None:
+            labels["class"] = cls
         windows = [v.window for v in used if v.window is not None]
         return [
             MetricValue(

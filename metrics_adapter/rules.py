@@ -42,6 +42,9 @@ ceil(replicas x pressure) replicas::
       services:                     # service -> its class and its own targets
         chat: {class: realtime, kvspread_time_to_first_token_p95_seconds: 1}
       serviceLabel: service         # the selector label that names the service
+      classLabel: qos               # the label whose value names a service's class where
+                                    #   `services:` gives none (the selector's, else the
+                                    #   value every term's series share: llm.qos)
       trend:                        # optional, off unless given: the predictive term
         short: kvspread_requests_per_second       # a rate rule (the current rate)
         long: kvspread_requests_per_second_long   # the same rate over a longer window
@@ -61,6 +64,13 @@ ceil(replicas x pressure) replicas::
 A service's `trendCapacity` (under `services:`) replaces `capacity`. The trend term is
 predicted rate / (replicas x capacity), metricLabels.term `trend` (metrics_adapter.trend).
 A term under `step:` serves a bounded step instead of value / target (metrics_adapter.step).
+
+A service's class: its `class` under `services:`; else the selector's `classLabel`
+equality (`qos=batch`; that label then picks the targets, not the series the terms read);
+else the value of `classLabel` that every term value carrying it shares (the collector
+stamps `llm.qos` from the pod's `kvspread.io/qos` label on its request and token series,
+mapped to `qos` by the default rules), when it names one of the rule's classes; else none
+(the default targets). metricLabels.class names the class that applied.
 
 A term without a fresh value is left out (no traffic, no TTFT); a term whose quantile is
 refused refuses the whole pressure (the HPA then keeps its replicas); no term with a value
@@ -159,6 +169,7 @@ DEFAULT_LABELS: Final = (
     (names.ATTR_MODALITY, "modality"),
     (names.ATTR_MODEL, "model"),
     (names.ATTR_K8S_POD, "pod"),
+    (names.ATTR_QOS, "qos"),
 )
 """OTel attribute -> selector label used by the default rules."""
 NAMESPACE_LABEL: Final = "namespace"
@@ -185,6 +196,8 @@ class Pressure:
     services: tuple[tuple[str, str | None, tuple[tuple[str, float], ...]], ...] = ()
     """(service, its SLO class or None, its own targets)."""
     service_label: str = "service"
+    class_label: str = "qos"
+    """The selector / metric label naming a service's SLO class where `services:` names none."""
     trend: Trend | None = None
     """The predictive term (None: off)."""
     trend_capacity: tuple[tuple[str, float], ...] = ()
@@ -197,12 +210,23 @@ class Pressure:
         assert self.trend is not None
         return dict(self.trend_capacity).get(service or "", self.trend.capacity)
 
-    def targets_for(self, service: str | None) -> dict[str, float]:
-        """term -> target for `service`: defaults, then its class's, then its own."""
+    def class_for(self, service: str | None, seen: str | None = None) -> str | None:
+        """`service`'s SLO class: the one `services:` gives it, else `seen` (the selector's
+        or the series' class label) when it is one of the rule's classes, else None."""
+        for name, cls, _ in self.services:
+            if name == service and cls is not None:
+                return cls
+        return seen if seen is not None and seen in dict(self.classes) else None
+
+    def targets_for(self, service: str | None, seen: str | None = None) -> dict[str, float]:
+        """term -> target for `service`: defaults, then its class's (`class_for`), then
+        its own."""
         out = dict(self.terms)
-        for name, cls, own in self.services:
+        cls = self.class_for(service, seen)
+        if cls is not None:
+            out.update(dict(self.classes)[cls])
+        for name, _, own in self.services:
             if name == service:
-                out.update(dict(self.classes).get(cls, ()) if cls is not None else ())
                 out.update(own)
         return out
 
@@ -301,11 +325,11 @@ def _str_map(value: Any, key: str, check_regex: bool = False) -> tuple[tuple[str
 _RULE_KEYS: Final = {
     "name", "source", "metric", "query", "aggregation", "quantile", "threshold", "window",
     "labels", "match", "numerator", "combine", "clusterWide", "cluster_wide", "extrapolation",
-    "staleness", "maxRelativeBucketWidth", "terms", "classes", "services", "serviceLabel", "trend",
-    "step",
+    "staleness", "maxRelativeBucketWidth", "terms", "classes", "services", "serviceLabel",
+    "classLabel", "trend", "step",
 }  # fmt: skip
 _PRESSURE_KEYS: Final = {"name", "aggregation", "terms", "classes", "services", "serviceLabel",
-                         "window", "staleness", "trend", "step"}  # fmt: skip
+                         "classLabel", "window", "staleness", "trend", "step"}  # fmt: skip
 _TREND_KEYS: Final = {"short", "long", "replicas", "lead", "capacity", "maxGrowth", "minRise"}
 _STEP_KEYS: Final = {"terms", "replicas", "pods", "minRatio", "hold"}
 MAX_PRESSURE_TERMS: Final = 16
@@ -373,6 +397,12 @@ def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
     label = doc.get("serviceLabel", "service")
     if not isinstance(label, str) or not label:
         raise ConfigError(f"{key}.serviceLabel: want a selector label name, got {label!r}")
+    class_label = doc.get("classLabel", "qos")
+    if not isinstance(class_label, str) or not class_label or class_label == label:
+        raise ConfigError(
+            f"{key}.classLabel: want a selector label name other than serviceLabel, "
+            f"got {class_label!r}"
+        )
     trend = _trend(doc["trend"], f"{key}.trend") if doc.get("trend") is not None else None
     capacities = []
     for svc, v in raw_services.items():
@@ -385,7 +415,9 @@ def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
     for t in step.terms if step else ():
         if t not in known:
             raise ConfigError(f"{key}.step.terms: {t!r} is not one of the rule's terms")
-    return Pressure(terms, classes, tuple(services), label, trend, tuple(capacities), step)
+    return Pressure(
+        terms, classes, tuple(services), label, class_label, trend, tuple(capacities), step
+    )
 
 
 def _step(doc: Any, key: str) -> Step:
@@ -497,7 +529,7 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
             ),
             pressure=_pressure(doc, key),
         )
-    for k in ("terms", "classes", "services", "serviceLabel", "trend", "step"):
+    for k in ("terms", "classes", "services", "serviceLabel", "classLabel", "trend", "step"):
         if k in doc:
             raise ConfigError(f"{key}.{k}: only aggregation slo-pressure takes {k}")
     source = doc.get("source", "otlp")

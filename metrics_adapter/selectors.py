@@ -86,6 +86,10 @@ class Selector:
                 out[r.key] = r.values[0]
         return out
 
+    def without(self, key: str) -> Selector:
+        """The same selector less every requirement on `key`."""
+        return Selector(tuple(r for r in self.requirements if r.key != key))
+
     def __str__(self) -> str:
         return ",".join(str(r) for r in self.requirements)
 

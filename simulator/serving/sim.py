@@ -154,7 +154,9 @@ class Simulation:
         self.backlog: dict[str, list[Request]] = {s: [] for s in cfg.services}
         self.unscheduled: list[Pod] = []
         self.adapter = AdapterSlis(METRIC_WINDOW_S, cfg.slo.good_threshold_s, cfg.pressure_rule())
-        self.metrics = {s: ServiceMetrics(self.adapter, s) for s in cfg.services}
+        self.metrics = {
+            s: ServiceMetrics(self.adapter, s, qos=spec.qos) for s, spec in cfg.services.items()
+        }
         # the collector's per-node request window (bpf.stats), for the published p95
         self.node_metrics: dict[int, RecentWindow] = {}
         self.node_cache: dict[int, set[str]] = defaultdict(set)  # models cached per node

@@ -100,19 +100,26 @@ class ServiceMetrics:
     """One service's collector-side instruments, pushed into the adapter's store."""
 
     def __init__(
-        self, adapter: AdapterSlis, service: str, bounds: tuple[float, ...] = LATENCY_BOUNDS_S
+        self,
+        adapter: AdapterSlis,
+        service: str,
+        bounds: tuple[float, ...] = LATENCY_BOUNDS_S,
+        qos: str = "",
     ) -> None:
         self.adapter = adapter
         self.service = service
         self.bounds = bounds
         self._counts = {200: [0] * (len(bounds) + 1), 500: [0] * (len(bounds) + 1)}
         base = ((names.ATTR_K8S_NAMESPACE, NAMESPACE), (names.ATTR_SERVICE_NAME, service))
+        # the collector stamps the pod's QoS class on its request and token histograms
+        # (bpf.export.REQUEST_ATTRS), not on the engine gauges; "" is left out, as over OTLP
+        served = (*base, (names.ATTR_QOS, qos)) if qos else base
         self._attrs = {
-            code: tuple(sorted((*base, (names.ATTR_HTTP_STATUS, str(code)))))
+            code: tuple(sorted((*served, (names.ATTR_HTTP_STATUS, str(code)))))
             for code in self._counts
         }
         self._base = base
-        self._service_attrs = tuple(sorted(base))
+        self._service_attrs = tuple(sorted(served))
         self._token_bounds = names.LATENCY_BUCKETS
         self._ttft = [0] * (len(self._token_bounds) + 1)
         self._tpot = [0] * (len(self._token_bounds) + 1)

@@ -30,8 +30,11 @@ URL = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/{names.SLI_SLO_PRE
 
 
 def _push(port: int, service: str, pod: str, ttft: float, tpot: float, waiting: int,
-          kv: float, ttft_bounds: list[float] | None = None) -> None:  # fmt: skip
-    """One pod's collector: the real SDK with the collector's bounds, its real exporter."""
+          kv: float, ttft_bounds: list[float] | None = None,
+          qos: str | None = None) -> None:  # fmt: skip
+    """One pod's collector: the real SDK with the collector's bounds, its real exporter;
+    `qos` is the `llm.qos` the collector stamps on its token histograms (not on the engine
+    gauges), from the pod's kvspread.io/qos label."""
     exp = RecordingExporter(otlp_exporter(port))
     reader = PeriodicExportingMetricReader(exp, export_interval_millis=3_600_000)
     res = Resource.create(
@@ -47,9 +50,10 @@ def _push(port: int, service: str, pod: str, ttft: float, tpot: float, waiting: 
     meter = mp.get_meter("t")
     h_ttft = meter.create_histogram(TTFT, unit="s")
     h_tpot = meter.create_histogram(TPOT, unit="s")
+    attrs = {names.ATTR_QOS: qos} if qos else {}
     for _ in range(100):
-        h_ttft.record(ttft)
-        h_tpot.record(tpot)
+        h_ttft.record(ttft, attrs)
+        h_tpot.record(tpot, attrs)
     meter.create_gauge(WAITING).set(waiting)
     meter.create_gauge(KV).set(kv)
     reader.force_flush()
@@ -57,9 +61,10 @@ def _push(port: int, service: str, pod: str, ttft: float, tpot: float, waiting: 
     assert exp.results and all(r.name == "SUCCESS" for r in exp.results)
 
 
-def _read(pki: Pki, a: AdapterThread, service: str) -> httpx.Response:
+def _read(pki: Pki, a: AdapterThread, service: str, more: str = "") -> httpx.Response:
     with api_client(pki, a) as c:
-        return c.get(URL, params={"labelSelector": f"service={service}"}, headers=hpa_headers())
+        selector = f"service={service}" + (f",{more}" if more else "")
+        return c.get(URL, params={"labelSelector": selector}, headers=hpa_headers())
 
 
 def test_pressure_is_the_worst_term_over_its_target(pki: Pki, adapter: AdapterThread) -> None:
@@ -148,3 +153,86 @@ def test_a_batch_service_is_pressed_by_its_own_queue_target(pki: Pki) -> None:
     # batch: queue 20 / 40 = 0.5 against TTFT ~0.99 / 10 and TPOT ~0.049 / 0.12 ~0.41
     assert float(parse_quantity(batch["value"])) == pytest.approx(0.5, abs=0.01)
     assert batch["metricLabels"]["term"] == names.SLI_QUEUE_DEPTH_PER_REPLICA
+
+
+def _value(r: httpx.Response) -> tuple[float, dict[str, str]]:
+    assert r.status_code == 200, r.text
+    (item,) = r.json()["items"]
+    return float(parse_quantity(item["value"])), item["metricLabels"]
+
+
+def test_the_class_comes_from_the_series_without_a_rules_file(pki: Pki) -> None:
+    """The default rules list no service; the collector's llm.qos on the token histograms
+    names the class: the same 20 waiting requests press batch 0.5 (20 / 40) and realtime 5.
+    A service whose pods disagree, or carry no class, takes the default targets."""
+    cfg = replace(base_config(pki), rules=default_rules(pressure=pressure_rule()))
+    with AdapterThread(cfg) as a:
+        port = a.adapter.otlp_port
+        _push(port, "assistant", "assistant-0", 0.8, 0.03, 20, 0.3, qos="batch")
+        _push(port, "chat", "chat-0", 0.8, 0.03, 20, 0.3, qos="realtime")
+        _push(port, "mixed", "mixed-0", 0.8, 0.03, 20, 0.3, qos="batch")
+        _push(port, "mixed", "mixed-1", 0.8, 0.03, 0, 0.3, qos="realtime")
+        _push(port, "plain", "plain-0", 0.8, 0.03, 20, 0.3)
+        _push(port, "odd", "odd-0", 0.8, 0.03, 20, 0.3, qos="gold")
+        batch = _value(_read(pki, a, "assistant"))
+        chat = _value(_read(pki, a, "chat"))
+        mixed = _value(_read(pki, a, "mixed"))
+        plain = _value(_read(pki, a, "plain"))
+        odd = _value(_read(pki, a, "odd"))
+    assert batch[0] == pytest.approx(0.5, abs=0.01)
+    assert batch[1]["class"] == "batch"
+    assert batch[1]["term"] == names.SLI_QUEUE_DEPTH_PER_REPLICA
+    assert chat[0] == pytest.approx(5.0, abs=0.01) and chat[1]["class"] == "realtime"
+    # two pods, 20 + 0 waiting: 10 per replica over the default 4
+    assert mixed[0] == pytest.approx(2.5, abs=0.01) and "class" not in mixed[1]
+    assert plain[0] == pytest.approx(5.0, abs=0.01) and "class" not in plain[1]
+    # a class the rule does not define is no class
+    assert odd[0] == pytest.approx(5.0, abs=0.01) and "class" not in odd[1]
+
+
+def test_the_selector_names_the_class_and_still_reads_the_engine_gauges(pki: Pki) -> None:
+    """`qos=batch` in the HPA's selector picks the batch targets; the queue and KV gauges,
+    which carry no llm.qos, are still read (the label does not filter the series)."""
+    cfg = replace(base_config(pki), rules=default_rules(pressure=pressure_rule()))
+    with AdapterThread(cfg) as a:
+        _push(a.adapter.otlp_port, "assistant", "assistant-0", 0.8, 0.03, 20, 0.3)
+        value, labels = _value(_read(pki, a, "assistant", "qos=batch"))
+    assert value == pytest.approx(0.5, abs=0.01)
+    assert labels["term"] == names.SLI_QUEUE_DEPTH_PER_REPLICA and labels["class"] == "batch"
+
+
+def test_the_rules_files_class_beats_the_series_label(pki: Pki) -> None:
+    rule = pressure_rule({"assistant": {"class": "realtime"}})
+    cfg = replace(base_config(pki), rules=default_rules(pressure=rule))
+    with AdapterThread(cfg) as a:
+        _push(a.adapter.otlp_port, "assistant", "assistant-0", 0.8, 0.03, 20, 0.3, qos="batch")
+        value, labels = _value(_read(pki, a, "assistant", "qos=batch"))
+    assert value == pytest.approx(5.0, abs=0.01) and labels["class"] == "realtime"
+
+
+def test_class_for_precedence() -> None:
+    (p,) = [
+        r.pressure
+        for r in default_rules(pressure=pressure_rule({"a": {"class": "realtime"}, "b": {}}))
+        if r.pressure is not None
+    ]
+    assert p.class_label == "qos"
+    assert p.class_for("a", "batch") == "realtime"
+    assert p.class_for("b", "batch") == p.class_for(None, "batch") == "batch"
+    assert p.class_for("b", "gold") is None and p.class_for("b") is None
+    assert p.targets_for("b", "batch") == p.targets_for("c", "batch")
+    assert p.targets_for("b", "batch")[names.SLI_QUEUE_DEPTH_PER_REPLICA] == 40.0
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [("", "want a selector label name"), (3, "want a selector label name"),
+     ("service", "want a selector label name other than serviceLabel, got .service.")],
+)  # fmt: skip
+def test_a_bad_class_label_names_the_key(value: object, why: str) -> None:
+    q = {"name": "q", "metric": "m", "aggregation": "last"}
+    p = {"name": "p", "aggregation": "slo-pressure", "terms": {"q": 1}, "classLabel": value}
+    with pytest.raises(ConfigError, match=rf"rules\[1\]\.classLabel: {why}"):
+        parse_rules([q, p])
+    with pytest.raises(ConfigError, match=r"rules\[0\]\.classLabel: only aggregation slo-pressure"):
+        parse_rules([{**q, "classLabel": "qos"}])

@@ -147,3 +147,30 @@ def test_the_trend_term_is_off_unless_a_lead_is_given() -> None:
     for bad in ({"trend_lead_s": 601}, {"trend_lead_s": -1}, {"trend_max_growth": 0.5}):
         with pytest.raises(ConfigError, match=f"pressure.{next(iter(bad))}"):
             config_from_mapping({"pressure": bad})
+
+
+def test_the_class_stamped_on_the_series_picks_the_targets_without_a_services_entry() -> None:
+    """As the collector does, a service's QoS class rides on its request and token
+    histograms (llm.qos), not on the engine gauges; the adapter's default pressure rule with
+    no `services:` then gives a batch service the batch queue target (40)."""
+    from metrics_adapter.rules import pressure_rule
+
+    adapter = AdapterSlis(pressure=pressure_rule())
+    m = ServiceMetrics(adapter, "docs", qos="batch")
+    plain = ServiceMetrics(adapter, "other")
+    for s in (m, plain):
+        s.push(0.0, [(f"{s.service}-0", 0, 0.1)])
+        for _ in range(50):
+            s.observe(0.5, ok=True)
+            s.observe_ttft(0.3)
+            s.observe_tpot(0.02)
+        s.push(10.0, [(f"{s.service}-0", 10, 0.1)])
+    stamped = {
+        s.metric: dict(s.attrs).get(names.ATTR_QOS) for s in adapter.store if s.attrs and
+        dict(s.attrs).get(names.ATTR_SERVICE_NAME) == "docs"
+    }  # fmt: skip
+    assert stamped[names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name] == "batch"
+    assert stamped[names.HTTP_SERVER_REQUEST_DURATION.name] == "batch"
+    assert stamped[names.ENGINE_REQUESTS_WAITING.name] is None
+    assert m.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(10 / 40)
+    assert plain.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(10 / 4)
