@@ -107,6 +107,25 @@ def test_external_metrics_through_the_real_aggregator(cp: ControlPlane) -> None:
     )  # fmt: skip
 
 
+def test_slo_pressure_class_through_the_real_aggregator(cp: ControlPlane) -> None:
+    """The HPA's selector `service=text,qos=batch` passes the aggregator unchanged and picks
+    the batch queue target (40) for the queue gauge of 7 (no llm.qos on it): 7 / 40; with
+    `service=text` alone the default target 4 applies: 7 / 4."""
+    path = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_SLO_PRESSURE}"
+    with _behind_the_aggregator(cp):
+        batch = cp.request("GET", path, as_user=HPA,
+                           params={"labelSelector": "service=text,qos=batch"})  # fmt: skip
+        plain = cp.request("GET", path, as_user=HPA, params={"labelSelector": "service=text"})
+    assert batch.status_code == 200 and plain.status_code == 200, (batch.text, plain.text)
+    (b,) = batch.json()["items"]
+    (p,) = plain.json()["items"]
+    assert b["value"] == "175m" and b["metricLabels"]["class"] == "batch"
+    assert p["value"] == "1750m" and "class" not in p["metricLabels"]
+    assert (
+        b["metricLabels"]["term"] == p["metricLabels"]["term"] == names.SLI_QUEUE_DEPTH_PER_REPLICA
+    )
+
+
 def test_connection_bounds_behind_the_real_aggregator(cp: ControlPlane) -> None:
     """max_connections with the aggregator as the client: idle connections filling the port
     make room for it (its reads stay 200); connections each in the middle of a request keep
