@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -457,6 +458,33 @@ class ControlPlane:
         self.service_account(namespace, name)
         return self.kubeconfig(self.token(namespace, name)["status"]["token"], name)
 
+    # --- kube-controller-manager -----------------------------------------------------
+
+    @contextmanager
+    def controller_manager(
+        self, controllers: str, kubeconfig: Path, *flags: str
+    ) -> Iterator[subprocess.Popen[bytes]]:
+        """kube-controller-manager running only `controllers` (its --controllers list), no
+        serving port, no leader election; stopped on exit. Skips the test when the binary
+        was not built (tools/k8s/build.sh --all)."""
+        binary = self.bin / "kube-controller-manager"
+        if not os.access(binary, os.X_OK):
+            pytest.skip("no kube-controller-manager: tools/k8s/build.sh SRC OUT --all")
+        argv = [str(binary), f"--kubeconfig={kubeconfig}", f"--controllers={controllers}",
+                "--leader-elect=false", "--secure-port=0", "--v=2", *flags]  # fmt: skip
+        with self._running("kube-controller-manager", argv) as proc:
+            yield proc
+
+    @contextmanager
+    def _running(self, name: str, argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+        """One more component process for the length of a `with`."""
+        proc = self._spawn(name, argv)
+        try:
+            yield proc
+        finally:
+            _end(proc)
+            self.procs.remove(proc)
+
     # --- kube-scheduler ---------------------------------------------------------------
 
     @contextmanager
@@ -469,20 +497,14 @@ class ControlPlane:
         config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
         path = self.tmp / f"scheduler-{time.monotonic_ns()}.yaml"
         path.write_text(yaml.safe_dump(config))
-        proc = self._spawn(
-            "kube-scheduler",
-            [
-                str(self.bin / "kube-scheduler"),
-                f"--config={path}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--v=2",
-            ],
-        )
-        try:
+        argv = [
+            str(self.bin / "kube-scheduler"),
+            f"--config={path}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--v=2",
+        ]
+        with self._running("kube-scheduler", argv) as proc:
             yield proc
-        finally:
-            _end(proc)
-            self.procs.remove(proc)

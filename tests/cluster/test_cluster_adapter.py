@@ -11,81 +11,15 @@ from __future__ import annotations
 import socket
 import ssl
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-import httpx
-import yaml
 
 from kvspread import names
-from metrics_adapter.config import AdapterConfig
-from metrics_adapter.server import AdapterThread
+from tests.cluster.aggregated import HPA, METRIC, WAIT_S, behind_the_aggregator
 from tests.cluster.captures import record
-from tests.cluster.controlplane import ROOT, ControlPlane
-from tests.cluster.install import SERVICE_ACCOUNTS, install
-from tests.metrics_adapter.adapter_otlp_payloads import gauge, request
-
-HPA = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
-METRIC = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_QUEUE_DEPTH}"
-WAIT_S = 60.0
-
-
-@contextmanager
-def _behind_the_aggregator(cp: ControlPlane, **over: Any) -> Iterator[tuple[AdapterThread, Any]]:
-    """The adapter (config keys `over` added) registered with the shipped APIService, a
-    queue-depth gauge of 7 pushed; yields it and the first 200 answer read as the HPA."""
-    install(cp)
-    ns, sa = SERVICE_ACCOUNTS["adapter"]
-    cfg = AdapterConfig.from_mapping(
-        {
-            "secure_port": 0,
-            "bind_address": "127.0.0.1",
-            "otlp_port": 0,
-            "otlp_bind_address": "127.0.0.1",
-            "kubeconfig": str(cp.sa_kubeconfig(ns, sa)),
-            # requestheader CA, allowed names and authorization: the defaults (the
-            # ConfigMap, SubjectAccessReview)
-            **over,
-        }
-    )
-    with AdapterThread(cfg) as a:
-        body = request(
-            {names.ATTR_K8S_NAMESPACE: "llm", names.ATTR_SERVICE_NAME: "text"},
-            [gauge(names.ENGINE_REQUESTS_WAITING.name, [(time.time(), 7, {})])],
-        ).SerializeToString()
-        r = httpx.post(
-            f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics",
-            content=body,
-            headers={"content-type": "application/x-protobuf"},
-        )
-        assert r.status_code == 200, r.text
-        cp.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": "kvspread-adapter", "namespace": "kvspread"},
-                "spec": {"type": "ExternalName", "externalName": "localhost"},
-            }
-        )
-        svc = yaml.safe_load((ROOT / "manifests/metrics-adapter/apiservice.yaml").read_text())
-        svc["spec"]["service"]["port"] = a.adapter.api_port
-        cp.create(svc)
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while True:
-                got = cp.request("GET", METRIC, as_user=HPA)
-                if got.status_code == 200:
-                    break
-                assert time.monotonic() < deadline, (got.status_code, got.text[:500])
-                time.sleep(0.5)
-            yield a, got.json()
-        finally:  # the next test registers its own adapter's port
-            cp.request("DELETE", cp.path(svc, named=True))
+from tests.cluster.controlplane import ControlPlane
 
 
 def test_external_metrics_through_the_real_aggregator(cp: ControlPlane) -> None:
-    with _behind_the_aggregator(cp) as (_, value):
+    with behind_the_aggregator(cp) as (_, value):
         stranger = cp.request("GET", METRIC, as_user="system:serviceaccount:default:someone")
         status = cp.ok(
             "GET", "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io"
@@ -112,7 +46,7 @@ def test_slo_pressure_class_through_the_real_aggregator(cp: ControlPlane) -> Non
     the batch queue target (40) for the queue gauge of 7 (no llm.qos on it): 7 / 40; with
     `service=text` alone the default target 4 applies: 7 / 4."""
     path = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_SLO_PRESSURE}"
-    with _behind_the_aggregator(cp):
+    with behind_the_aggregator(cp):
         batch = cp.request("GET", path, as_user=HPA,
                            params={"labelSelector": "service=text,qos=batch"})  # fmt: skip
         plain = cp.request("GET", path, as_user=HPA, params={"labelSelector": "service=text"})
@@ -131,7 +65,7 @@ def test_connection_bounds_behind_the_real_aggregator(cp: ControlPlane) -> None:
     make room for it (its reads stay 200); connections each in the middle of a request keep
     it out, and it passes the adapter's 503 on; once they close it reads again."""
     limit = 4
-    with _behind_the_aggregator(cp, max_connections=limit) as (a, _):
+    with behind_the_aggregator(cp, max_connections=limit) as (a, _):
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE

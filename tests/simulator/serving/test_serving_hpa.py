@@ -169,3 +169,33 @@ def test_the_example_manifests_run_the_slo_autoscalers_behaviour() -> None:
     assert behavior_from_k8s(adv) == SLO_BEHAVIOR
     with pytest.raises(ValueError, match="selectPolicy"):
         behavior_from_k8s({"scaleDown": {"selectPolicy": "Min"}})
+
+
+def test_the_first_sync_hold_matches_the_real_controllers_recording() -> None:
+    """tests/cluster/test_cluster_hpa.py recorded kube-controller-manager v1.26 holding a new
+    HPA's 4 replicas under a pressure of 0 for its 20 s scale-down window, then scaling to
+    minReplicas. The simulator's Hpa, synced at the recording's period from its first sync,
+    scales down at the first sync past the window, where the real controller did (within
+    one sync period either way), and to the same count."""
+    import json
+    from pathlib import Path
+
+    cap = json.loads(
+        (
+            Path(__file__).resolve().parents[2] / "fixtures/k8s-wire/v1.26-hpa-first-sync-hold.json"
+        ).read_text()
+    )
+    window, sync = cap["scale-down window s"], cap["sync period s"]
+    h = _hpa(max_replicas=8, scale_down_window_s=float(window), scale_down_percent=100.0,
+             scale_down_period_s=15.0)  # fmt: skip
+    pressure = [("Value", float(cap["pressure"]), 1.0)]
+    t, replicas = 0.0, cap["replicas at creation"]
+    while replicas == cap["replicas at creation"]:
+        replicas = h.step(t, replicas, replicas, pressure).desired
+        if replicas == cap["replicas at creation"]:
+            t += sync
+    assert replicas == cap["replicas after"]
+    real_hold = cap["scaled down after creation s"] - cap["first status after creation s"]
+    assert window <= t <= window + sync
+    assert abs(real_hold - t) <= sync, (real_hold, t)
+    assert "ScaleDownStabilized" in cap["AbleToScale reasons seen"]

@@ -1,0 +1,77 @@
+"""The metrics adapter registered behind a real kube-apiserver v1.26 aggregator (the
+shipped APIService, its Service an ExternalName for localhost), shared by the cluster tests
+that read external metrics through it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import yaml
+
+from kvspread import names
+from metrics_adapter.config import AdapterConfig
+from metrics_adapter.server import AdapterThread
+from tests.cluster.controlplane import ROOT, ControlPlane
+from tests.cluster.install import SERVICE_ACCOUNTS, install
+from tests.metrics_adapter.adapter_otlp_payloads import gauge, request
+
+HPA = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+METRIC = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_QUEUE_DEPTH}"
+WAIT_S = 60.0
+
+
+@contextmanager
+def behind_the_aggregator(cp: ControlPlane, **over: Any) -> Iterator[tuple[AdapterThread, Any]]:
+    """The adapter (config keys `over` added) registered with the shipped APIService, a
+    queue-depth gauge of 7 pushed; yields it and the first 200 answer read as the HPA."""
+    install(cp)
+    ns, sa = SERVICE_ACCOUNTS["adapter"]
+    cfg = AdapterConfig.from_mapping(
+        {
+            "secure_port": 0,
+            "bind_address": "127.0.0.1",
+            "otlp_port": 0,
+            "otlp_bind_address": "127.0.0.1",
+            "kubeconfig": str(cp.sa_kubeconfig(ns, sa)),
+            # requestheader CA, allowed names and authorization: the defaults (the
+            # ConfigMap, SubjectAccessReview)
+            **over,
+        }
+    )
+    with AdapterThread(cfg) as a:
+        body = request(
+            {names.ATTR_K8S_NAMESPACE: "llm", names.ATTR_SERVICE_NAME: "text"},
+            [gauge(names.ENGINE_REQUESTS_WAITING.name, [(time.time(), 7, {})])],
+        ).SerializeToString()
+        r = httpx.post(
+            f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics",
+            content=body,
+            headers={"content-type": "application/x-protobuf"},
+        )
+        assert r.status_code == 200, r.text
+        cp.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "kvspread-adapter", "namespace": "kvspread"},
+                "spec": {"type": "ExternalName", "externalName": "localhost"},
+            }
+        )
+        svc = yaml.safe_load((ROOT / "manifests/metrics-adapter/apiservice.yaml").read_text())
+        svc["spec"]["service"]["port"] = a.adapter.api_port
+        cp.create(svc)
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                got = cp.request("GET", METRIC, as_user=HPA)
+                if got.status_code == 200:
+                    break
+                assert time.monotonic() < deadline, (got.status_code, got.text[:500])
+                time.sleep(0.5)
+            yield a, got.json()
+        finally:  # the next test registers its own adapter's port
+            cp.request("DELETE", cp.path(svc, named=True))
