@@ -24,6 +24,20 @@ METRIC = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_QUEUE
 WAIT_S = 60.0
 
 
+def push_queue(port: int, service: str, waiting: int, namespace: str = "llm") -> None:
+    """One engine of `service` with `waiting` requests queued, pushed over real OTLP."""
+    body = request(
+        {names.ATTR_K8S_NAMESPACE: namespace, names.ATTR_SERVICE_NAME: service},
+        [gauge(names.ENGINE_REQUESTS_WAITING.name, [(time.time(), waiting, {})])],
+    ).SerializeToString()
+    r = httpx.post(
+        f"http://127.0.0.1:{port}/v1/metrics",
+        content=body,
+        headers={"content-type": "application/x-protobuf"},
+    )
+    assert r.status_code == 200, r.text
+
+
 @contextmanager
 def behind_the_aggregator(cp: ControlPlane, **over: Any) -> Iterator[tuple[AdapterThread, Any]]:
     """The adapter (config keys `over` added) registered with the shipped APIService, a
@@ -43,16 +57,7 @@ def behind_the_aggregator(cp: ControlPlane, **over: Any) -> Iterator[tuple[Adapt
         }
     )
     with AdapterThread(cfg) as a:
-        body = request(
-            {names.ATTR_K8S_NAMESPACE: "llm", names.ATTR_SERVICE_NAME: "text"},
-            [gauge(names.ENGINE_REQUESTS_WAITING.name, [(time.time(), 7, {})])],
-        ).SerializeToString()
-        r = httpx.post(
-            f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics",
-            content=body,
-            headers={"content-type": "application/x-protobuf"},
-        )
-        assert r.status_code == 200, r.text
+        push_queue(a.adapter.otlp_port, "text", 7)
         cp.create(
             {
                 "apiVersion": "v1",

@@ -12,15 +12,16 @@ controller runs either, so only the HPA changes spec.replicas."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import yaml
 
 from kvspread import names
-from tests.cluster.aggregated import behind_the_aggregator
+from tests.cluster.aggregated import behind_the_aggregator, push_queue
 from tests.cluster.captures import record
-from tests.cluster.controlplane import ControlPlane
-from tests.metrics_adapter.adapter_otlp_payloads import gauge, request
+from tests.cluster.controlplane import ROOT, ControlPlane
 
 WINDOW_S = 20
 """The HPA's scale-down stabilisation window here (Kubernetes' default is 300 s)."""
@@ -76,11 +77,11 @@ def _objects() -> list[dict[str, Any]]:
     return [deployment, hpa]
 
 
-def _ready_pod(cp: ControlPlane, i: int) -> None:
+def _ready_pod(cp: ControlPlane, i: int, app: str = "chat") -> None:
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"chat-{i}", "namespace": NS, "labels": {"app": "chat"}},
+        "metadata": {"name": f"{app}-{i}", "namespace": NS, "labels": {"app": app}},
         "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "engine", "image": "engine:1"}]},
     }
     cp.create(pod)
@@ -94,68 +95,74 @@ def _ready_pod(cp: ControlPlane, i: int) -> None:
     }
     cp.ok(
         "PATCH",
-        f"/api/v1/namespaces/{NS}/pods/chat-{i}/status",
+        f"/api/v1/namespaces/{NS}/pods/{app}-{i}/status",
         status,
         content_type="application/merge-patch+json",
     )
+
+
+@dataclass
+class _Run:
+    """What one HPA did: the scale's replica counts as they changed (seconds after the HPA
+    was created), when it first wrote a status condition and the AbleToScale reasons."""
+
+    seen: list[tuple[float, int]] = field(default_factory=list)
+    first_status: float | None = None
+    reasons: set[str] = field(default_factory=set)
+
+
+def _run_hpa(
+    cp: ControlPlane, hpa: dict[str, Any], port: int, service: str, waiting: int,
+    done: Callable[[_Run], bool],
+) -> _Run:  # fmt: skip
+    """Create `hpa` under the real HPA controller and watch its target's scale (re-pushing
+    `waiting` queued requests for `service`, so the pressure stays fresh) until `done`."""
+    target = hpa["spec"]["scaleTargetRef"]["name"]
+    scale = f"/apis/apps/v1/namespaces/{NS}/deployments/{target}/scale"
+    hpa_path = (
+        f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/{hpa['metadata']['name']}"
+    )
+    run = _Run()
+    with cp.controller_manager(
+        "horizontalpodautoscaling",
+        cp.kubeconfig_admin(),
+        f"--horizontal-pod-autoscaler-sync-period={SYNC_S}s",
+    ):
+        cp.create(hpa)
+        created = time.monotonic()
+        while not done(run):
+            now = time.monotonic() - created
+            assert now < DEADLINE_S, (run, cp.ok("GET", hpa_path))
+            replicas = cp.ok("GET", scale)["spec"]["replicas"]
+            if not run.seen or run.seen[-1][1] != replicas:
+                run.seen.append((round(now, 1), replicas))
+            conditions = cp.ok("GET", hpa_path).get("status", {}).get("conditions") or []
+            run.reasons |= {c["reason"] for c in conditions if c["type"] == "AbleToScale"}
+            if run.first_status is None and conditions:
+                run.first_status = now
+            push_queue(port, service, waiting)
+            time.sleep(0.5)
+    return run
 
 
 def test_a_new_hpa_holds_its_replicas_for_one_scale_down_window(cp: ControlPlane) -> None:
     cp.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     cp.service_account(NS, "default")  # no service-account controller runs here
     with behind_the_aggregator(cp) as (adapter, _):
-        push_url = f"http://127.0.0.1:{adapter.adapter.otlp_port}/v1/metrics"
-
-        def push_idle() -> None:  # one engine, nothing waiting: pressure 0
-            body = request(
-                {names.ATTR_K8S_NAMESPACE: NS, names.ATTR_SERVICE_NAME: "text"},
-                [gauge(names.ENGINE_REQUESTS_WAITING.name, [(time.time(), 0, {})])],
-            ).SerializeToString()
-            r = httpx.post(
-                push_url, content=body, headers={"content-type": "application/x-protobuf"}
-            )
-            assert r.status_code == 200, r.text
-
-        push_idle()
+        port = adapter.adapter.otlp_port
+        push_queue(port, "text", 0)  # one engine, nothing waiting: pressure 0
         deployment, hpa = _objects()
         cp.create(deployment)
         for i in range(4):
             _ready_pod(cp, i)
-        scale = f"/apis/apps/v1/namespaces/{NS}/deployments/chat/scale"
-        hpa_path = f"/apis/autoscaling/v2/namespaces/{NS}/horizontalpodautoscalers/chat"
-        with cp.controller_manager(
-            "horizontalpodautoscaling",
-            cp.kubeconfig_admin(),
-            f"--horizontal-pod-autoscaler-sync-period={SYNC_S}s",
-        ):
-            cp.create(hpa)
-            created = time.monotonic()
-            first_status: float | None = None
-            reasons: set[str] = set()
-            seen: list[tuple[float, int]] = []
-            while True:
-                now = time.monotonic()
-                assert now - created < DEADLINE_S, (seen, reasons, cp.ok("GET", hpa_path))
-                replicas = cp.ok("GET", scale)["spec"]["replicas"]
-                if not seen or seen[-1][1] != replicas:
-                    seen.append((round(now - created, 1), replicas))
-                st = cp.ok("GET", hpa_path).get("status", {})
-                for c in st.get("conditions") or []:
-                    if c["type"] == "AbleToScale":
-                        reasons.add(c["reason"])
-                if first_status is None and st.get("conditions"):
-                    first_status = now - created
-                if replicas != 4:
-                    break
-                push_idle()
-                time.sleep(0.5)
-            down_after = now - created
-    assert first_status is not None
+        run = _run_hpa(cp, hpa, port, "text", 0, lambda r: bool(r.seen) and r.seen[-1][1] != 4)
+    assert run.first_status is not None
+    down_after = run.seen[-1][0]
     # the held count: a controller without the initial recommendation would have scaled
     # down at its first sync, within a sync period of its first status
-    assert down_after - first_status >= WINDOW_S - SYNC_S, (first_status, down_after, seen)
-    assert "ScaleDownStabilized" in reasons, reasons
-    assert seen[-1][1] == 1, seen
+    assert down_after - run.first_status >= WINDOW_S - SYNC_S, run
+    assert "ScaleDownStabilized" in run.reasons, run
+    assert run.seen[-1][1] == 1, run
     record(
         "hpa-first-sync-hold",
         {
@@ -163,9 +170,51 @@ def test_a_new_hpa_holds_its_replicas_for_one_scale_down_window(cp: ControlPlane
             "sync period s": SYNC_S,
             "replicas at creation": 4,
             "pressure": 0,
-            "replicas after": seen[-1][1],
-            "first status after creation s": round(first_status, 1),
-            "scaled down after creation s": round(down_after, 1),
-            "AbleToScale reasons seen": sorted(reasons),
+            "replicas after": run.seen[-1][1],
+            "first status after creation s": round(run.first_status, 1),
+            "scaled down after creation s": down_after,
+            "AbleToScale reasons seen": sorted(run.reasons),
+        },
+    )
+
+
+def test_the_shipped_example_hpa_scales_up_two_pods_a_minute(cp: ControlPlane) -> None:
+    """manifests/metrics-adapter/examples/hpa-slo-pressure.yaml as shipped, on the real
+    controller: one ready replica with 40 requests waiting (pressure 40 / 4 = 10, which asks
+    for 10 replicas) goes to 3 at once and to 5 no sooner than a minute later (2 pods or
+    50 % a minute from the count the period started with), as the simulator's `slo` HPA
+    does (SLO_BEHAVIOR, tested equal to this manifest)."""
+    ns_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+    cp.create(ns_doc)
+    cp.service_account(NS, "default")
+    hpa = yaml.safe_load(
+        (ROOT / "manifests/metrics-adapter/examples/hpa-slo-pressure.yaml").read_text()
+    )
+    target = hpa["spec"]["scaleTargetRef"]["name"]
+    service = hpa["spec"]["metrics"][0]["external"]["metric"]["selector"]["matchLabels"]["service"]
+    deployment, _ = _objects()
+    deployment["metadata"]["name"] = target
+    deployment["spec"]["replicas"] = 1
+    deployment["spec"]["selector"]["matchLabels"] = {"app": target}
+    deployment["spec"]["template"]["metadata"]["labels"] = {"app": target}
+    with behind_the_aggregator(cp) as (adapter, _):
+        port = adapter.adapter.otlp_port
+        push_queue(port, service, 40)
+        cp.create(deployment)
+        _ready_pod(cp, 0, target)  # the added replicas never become ready: no kubelet
+        run = _run_hpa(cp, hpa, port, service, 40, lambda r: bool(r.seen) and r.seen[-1][1] >= 5)
+    seen = run.seen
+    counts = [r for _, r in seen]
+    assert counts == [1, 3, 5], seen
+    assert seen[2][0] - seen[1][0] >= 60 - SYNC_S, seen
+    record(
+        "hpa-example-scale-up",
+        {
+            "manifest": "manifests/metrics-adapter/examples/hpa-slo-pressure.yaml",
+            "sync period s": SYNC_S,
+            "ready replicas": 1,
+            "pressure": 10,
+            "replica counts": counts,
+            "seconds between the two scale-ups": round(seen[2][0] - seen[1][0], 1),
         },
     )

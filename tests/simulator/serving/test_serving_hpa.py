@@ -199,3 +199,33 @@ def test_the_first_sync_hold_matches_the_real_controllers_recording() -> None:
     assert window <= t <= window + sync
     assert abs(real_hold - t) <= sync, (real_hold, t)
     assert "ScaleDownStabilized" in cap["AbleToScale reasons seen"]
+
+
+def test_the_slo_behaviour_scales_up_as_the_real_controller_recorded() -> None:
+    """tests/cluster/test_cluster_hpa.py ran the shipped example HPA (whose behaviour is
+    SLO_BEHAVIOR) on kube-controller-manager v1.26: one ready replica at pressure 10 went
+    1 -> 3 -> 5, the second step a minute after the first. The simulator's `slo` HPA,
+    synced at the recording's period with the same one ready replica, does the same."""
+    import json
+    from pathlib import Path
+
+    from simulator.serving.config import SLO_BEHAVIOR
+
+    cap = json.loads(
+        (
+            Path(__file__).resolve().parents[2]
+            / "fixtures/k8s-wire/v1.26-hpa-example-scale-up.json"
+        ).read_text()
+    )
+    h = Hpa(1, 8, SLO_BEHAVIOR)
+    sync = cap["sync period s"]
+    t, replicas, seen = 0.0, 1, [(0.0, 1)]
+    while replicas < cap["replica counts"][-1]:
+        t += sync
+        replicas = h.step(t, replicas, cap["ready replicas"],
+                          [("Value", float(cap["pressure"]), 1.0)]).desired  # fmt: skip
+        if replicas != seen[-1][1]:
+            seen.append((t, replicas))
+    assert [r for _, r in seen] == cap["replica counts"]
+    gap = seen[2][0] - seen[1][0]
+    assert abs(gap - cap["seconds between the two scale-ups"]) <= sync, (gap, cap)
