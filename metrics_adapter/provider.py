@@ -148,7 +148,7 @@ class RuleProvider:
             read.append((term, values))
         seen = wanted.get(pressure.class_label) or _shared_class(pressure.class_label, read)
         cls = pressure.class_for(service, seen)
-        targets = pressure.targets_for(service, seen)
+        targets = pressure.targets_of(service, cls)
         best: tuple[float, str] | None = None
         used: list[MetricValue] = []
         for term, values in read:

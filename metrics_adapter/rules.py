@@ -221,8 +221,11 @@ class Pressure:
     def targets_for(self, service: str | None, seen: str | None = None) -> dict[str, float]:
         """term -> target for `service`: defaults, then its class's (`class_for`), then
         its own."""
+        return self.targets_of(service, self.class_for(service, seen))
+
+    def targets_of(self, service: str | None, cls: str | None) -> dict[str, float]:
+        """term -> target for `service` in class `cls` (one of the rule's, or None)."""
         out = dict(self.terms)
-        cls = self.class_for(service, seen)
         if cls is not None:
             out.update(dict(self.classes)[cls])
         for name, _, own in self.services:

@@ -132,7 +132,6 @@ class Hpa:
     )
     _events: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
     """(time, replica change)."""
-    _synced: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_replicas <= self.max_replicas:
@@ -213,11 +212,10 @@ class Hpa:
         metrics: list[tuple[str, float, float]],
     ) -> HpaDecision:
         """One sync: propose, stabilise, rate-limit, clamp; records the scale event."""
-        if not self._synced:
+        if not self._recommendations:  # the first sync: every later one leaves its own
             # kube-controller-manager's recordInitialRecommendation (pkg/controller/
             # podautoscaler/horizontal.go, v1.26): the count found at the first reconcile is
             # a recommendation of the stabilisation window, kept for a whole window
-            self._synced = True
             self._recommendations.append((now, current_replicas))
         proposal = self.propose(current_replicas, ready_replicas, metrics)
         if proposal is None:

@@ -18,3 +18,8 @@ def record(name: str, data: Any) -> None:
     if os.environ.get("KVSPREAD_K8S_RECORD") == "1":
         text = json.dumps(data, indent=1, sort_keys=True) + "\n"
         (WIRE / f"v1.26-{name}.json").write_text(text)
+
+
+def capture(name: str) -> Any:
+    """The recorded capture v1.26-`name`.json."""
+    return json.loads((WIRE / f"v1.26-{name}.json").read_text())

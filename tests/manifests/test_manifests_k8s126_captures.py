@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from tests.cluster.captures import capture
+
 ROOT = Path(__file__).resolve().parents[2]
 WIRE = ROOT / "tests/fixtures/k8s-wire"
 ROLES = {
@@ -19,10 +21,6 @@ ROLES = {
     "router": ("manifests/router/rbac.yaml",),
     "adapter": ("manifests/metrics-adapter/rbac.yaml",),
 }
-
-
-def capture(name: str) -> Any:
-    return json.loads((WIRE / f"v1.26-{name}.json").read_text())
 
 
 def test_the_recorded_table_columns_are_the_crds_printer_columns() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from simulator.serving.config import HpaBehavior
 from simulator.serving.hpa import Hpa, replicas_for_average_value, replicas_for_value
+from tests.cluster.captures import capture
 
 
 @pytest.mark.parametrize(
@@ -177,14 +178,7 @@ def test_the_first_sync_hold_matches_the_real_controllers_recording() -> None:
     minReplicas. The simulator's Hpa, synced at the recording's period from its first sync,
     scales down at the first sync past the window, where the real controller did (within
     one sync period either way), and to the same count."""
-    import json
-    from pathlib import Path
-
-    cap = json.loads(
-        (
-            Path(__file__).resolve().parents[2] / "fixtures/k8s-wire/v1.26-hpa-first-sync-hold.json"
-        ).read_text()
-    )
+    cap = capture("hpa-first-sync-hold")
     window, sync = cap["scale-down window s"], cap["sync period s"]
     h = _hpa(max_replicas=8, scale_down_window_s=float(window), scale_down_percent=100.0,
              scale_down_period_s=15.0)  # fmt: skip
@@ -206,17 +200,9 @@ def test_the_slo_behaviour_scales_up_as_the_real_controller_recorded() -> None:
     SLO_BEHAVIOR) on kube-controller-manager v1.26: one ready replica at pressure 10 went
     1 -> 3 -> 5, the second step a minute after the first. The simulator's `slo` HPA,
     synced at the recording's period with the same one ready replica, does the same."""
-    import json
-    from pathlib import Path
-
     from simulator.serving.config import SLO_BEHAVIOR
 
-    cap = json.loads(
-        (
-            Path(__file__).resolve().parents[2]
-            / "fixtures/k8s-wire/v1.26-hpa-example-scale-up.json"
-        ).read_text()
-    )
+    cap = capture("hpa-example-scale-up")
     h = Hpa(1, 8, SLO_BEHAVIOR)
     sync = cap["sync period s"]
     t, replicas, seen = 0.0, 1, [(0.0, 1)]
