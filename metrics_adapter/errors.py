@@ -19,7 +19,10 @@ shell turns any `AdapterError` into a `Status` object with its `code` and `reaso
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from metrics_adapter.values import MetricValue
 
 __all__ = [
     "AdapterError",
@@ -115,10 +118,14 @@ class HistogramTooCoarse(AdapterError, code=422, reason="Invalid"):
     """A quantile falls in a bucket too wide to bound it: served values would mislead an
     HPA, so the read fails with the series, its bounds and the fix (docs/adapter.md)."""
 
-    def __init__(self, message: str, refusal: str) -> None:
+    def __init__(self, message: str, refusal: str, floor: MetricValue | None = None) -> None:
         super().__init__(message)
         self.refusal = refusal
         """The `reason` label of kvspread_adapter_refused_reads_total."""
+        self.floor = floor
+        """The least the refused quantile can be (the containing bucket's lower bound), with
+        the merged series' labels and newest timestamp; None where it is unknown. The SLO
+        pressure uses it when it is already over a term's target (docs/adapter.md)."""
 
 
 def status_object(

@@ -121,8 +121,11 @@ class RuleProvider:
     ) -> list[MetricValue]:
         """max(term / target) over the terms with a value (rules.py, `slo-pressure`).
 
-        A refused term refuses the pressure: serving the other terms alone would hide the
-        latency the histogram cannot bound. `metricLabels` are the labels every term's
+        A refused term refuses the pressure (serving the other terms alone would hide the
+        latency the histogram cannot bound), unless its bucket lies wholly over the term's
+        target: then the bucket's lower bound / target, the least that term can be, stands
+        for it (a p95 TTFT in the +Inf bucket over 10 s is at least 5 times a 2 s target,
+        and the HPA must scale up, not hold). `metricLabels` are the labels every term's
         value shares, plus `term`: the rule that set the pressure.
         """
         wanted = selector.equalities()
@@ -130,6 +133,7 @@ class RuleProvider:
         # the class label picks the targets, not the series: the engine gauges carry none
         selector = selector.without(pressure.class_label)
         read: list[tuple[str, list[MetricValue]]] = []
+        refused: list[tuple[str, HistogramTooCoarse]] = []
         matched = False
         for term, _ in pressure.terms:
             try:
@@ -138,17 +142,25 @@ class RuleProvider:
                 matched = True
                 continue
             except HistogramTooCoarse as exc:
-                raise HistogramTooCoarse(
-                    f"metric {rule.name!r}: its term {term!r} is refused: {exc.message}",
-                    exc.refusal,
-                ) from None
+                refused.append((term, exc))
+                continue
             if not values:
                 continue
             matched = True
             read.append((term, values))
-        seen = wanted.get(pressure.class_label) or _shared_class(pressure.class_label, read)
+        floors = [(term, [r.floor]) for term, r in refused if r.floor is not None]
+        seen = wanted.get(pressure.class_label) or _shared_class(
+            pressure.class_label, [*read, *floors]
+        )
         cls = pressure.class_for(service, seen)
         targets = pressure.targets_of(service, cls)
+        for term, too_coarse in refused:
+            if too_coarse.floor is None or too_coarse.floor.value < targets[term]:
+                raise HistogramTooCoarse(
+                    f"metric {rule.name!r}: its term {term!r} is refused: {too_coarse.message}",
+                    too_coarse.refusal,
+                )
+            read.append((term, [too_coarse.floor]))
         best: tuple[float, str] | None = None
         used: list[MetricValue] = []
         for term, values in read:

@@ -24,7 +24,11 @@ A rule (YAML, under `rules:` in the adapter config) names one external metric::
       extrapolation: none           # none | prometheus (rate edge extrapolation, see sli.py)
       staleness: 2m                 # newer data than this or the value is not served
       query: "..."                  # promql: an instant query; <<.LabelMatchers>> is replaced
-                                    #   by the request's namespace and selector as matchers
+                                    #   by the request's namespace and selector as matchers;
+                                    #   its value as is (aggregation: last), or, with
+                                    #   aggregation: quantile, bucket rates (one sample per
+                                    #   `le`) the adapter merges, takes the quantile of and
+                                    #   refuses as an OTLP histogram (sources/promql.py)
 
 An `slo-pressure` rule computes nothing from a source itself: it reads other rules (its
 `terms`) for the same namespace and selector and serves max(term value / term target), the
@@ -550,10 +554,11 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
     else:
         if not isinstance(query, str) or not query.strip():
             raise ConfigError(f"{key}.query: a promql rule needs a query")
-        if agg != "last":
+        if agg not in ("last", "quantile"):
             raise ConfigError(
-                f"{key}.aggregation: a promql rule computes its value in the query; "
-                "use aggregation: last (or leave it out)"
+                f"{key}.aggregation: a promql rule computes its value in the query "
+                "(aggregation: last, the default) or returns bucket rates by `le` "
+                f"(aggregation: quantile), got {agg!r}"
             )
     q = doc.get("quantile")
     if agg == "quantile":

@@ -14,12 +14,13 @@ decodes pushes (`sources.otlp_decode`) into the store.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 from metrics_adapter import sli
 from metrics_adapter.errors import HistogramTooCoarse, NoFreshData
 from metrics_adapter.rules import Rule
 from metrics_adapter.selectors import Selector
+from metrics_adapter.sources.refusal import common_labels, too_coarse
 from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Series, SeriesStore
 from metrics_adapter.values import MetricValue
 
@@ -27,26 +28,6 @@ __all__ = ["OtlpSource"]
 
 _Computed = tuple[float, float, list[Series]]
 """(value, timestamp of the newest used point, the series used)."""
-
-
-def _common_labels(label_sets: Iterable[dict[str, str]]) -> dict[str, str]:
-    it = iter(label_sets)
-    first = next(it, None)
-    if first is None:
-        return {}
-    common = dict(first)
-    for ls in it:
-        for k in list(common):
-            if ls.get(k) != common[k]:
-                del common[k]
-    return common
-
-
-_FIX = (
-    "record it with an OTel SDK View whose explicit bucket boundaries are the ones in "
-    "docs/metrics.md (seconds: 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.2, 0.25, 0.5, "
-    "0.75, 1, 2.5, 5, 7.5, 10, 30, 60, 120), or with exponential histogram aggregation"
-)
 
 
 def _too_coarse(
@@ -59,26 +40,11 @@ def _too_coarse(
     upper: float,
 ) -> HistogramTooCoarse:
     """The refusal of a quantile whose bucket cannot bound it (docs/adapter.md)."""
-    attrs = _common_labels(s.attr_map() for s in used)
+    attrs = common_labels(s.attr_map() for s in used)
     series = f"{used[0].metric}{{{', '.join(f'{k}={v}' for k, v in sorted(attrs.items()))}}}"
-    shown = ", ".join(f"{b:g}" for b in bounds[:20]) + (", ..." if len(bounds) > 20 else "")
-    if reason == "wide_bucket":
-        why = (
-            f"a bucket {(upper - lower) / lower:.2g} times as wide as its lower bound, "
-            f"so the true value may be that many times smaller "
-            f"(limit maxRelativeBucketWidth {rule.max_relative_bucket_width:g})"
-        )
-    elif reason == "overflow_bucket":
-        why = "the +Inf bucket, which has no upper bound"
-    else:
-        why = "a bucket reaching down to 0, which bounds it only from above"
-    assert rule.quantile is not None
-    return HistogramTooCoarse(
-        f"metric {rule.name!r}: refusing the {rule.quantile:g} quantile of {series} "
-        f"({len(used)} series): the estimate {value:g} lies in ({lower:g}, {upper:g}], {why}; "
-        f"the histogram's bounds [{shown}] are too coarse for it. Fix: {_FIX}",
-        reason,
-    )
+    labels = common_labels(s.labels(rule.labels) for s in used)
+    newest = max(s.last_time() for s in used)
+    return too_coarse(rule, series, len(used), bounds, value, reason, lower, upper, labels, newest)
 
 
 class OtlpSource:
@@ -125,7 +91,7 @@ class OtlpSource:
                 "(a rate needs two points, a quantile one observation)"
             )
         v, ts, used = value
-        labels = _common_labels(s.labels(rule.labels) for s in used)
+        labels = common_labels(s.labels(rule.labels) for s in used)
         return [MetricValue(rule.name, v, ts, rule.window, labels)]
 
     # --- selection --------------------------------------------------------------------

@@ -4,8 +4,20 @@ The rule's `query` may contain `<<.LabelMatchers>>` (as in prometheus-adapter); 
 replaced by matchers built from the request: the namespace (through the label the rule maps
 to `namespace`) and each selector requirement (`=` -> `l="v"`, `!=` -> `l!="v"`, `in` ->
 `l=~"a|b"`, `notin` -> `l!~"a|b"`, `key` -> `l!=""`, `!key` -> `l=""`; `<`/`>` are applied to
-the results). The rule's `labels` map Prometheus label names to selector labels. Each
+the results, as are requirements on labels the rule does not map; a requirement sent as a
+matcher is not checked again, since an aggregating query drops its label). The rule's
+`labels` map Prometheus label names to selector labels. Each
 sample of the result becomes one value (the query decides how to aggregate).
+
+A rule with `aggregation: quantile` instead returns bucket rates, one sample per `le`
+(`sum by (le) (rate(x_bucket{<<.LabelMatchers>>}[1m]))`, optionally by more labels such
+as `llm_qos`). The source merges them as the OTLP source merges histograms (each label set
+but `le` is one histogram; those with the most common bounds are added), takes the
+quantile as Prometheus' `histogram_quantile` does (`sli.bucket_quantile`) and refuses it
+where the bucket cannot bound it (docs/adapter.md, "Coarse histograms"), which a
+`histogram_quantile` query cannot do. The value's `metricLabels` are the mapped labels
+every merged histogram shares, so a query by `(le, llm_qos)` carries the SLO class where
+all of a service's pods have one.
 
 The client is a narrow protocol, `PromClient.query(promql, timeout)`, so that tests can use
 `FakePromClient`; `HttpPromClient` talks to a real server with httpx. Answers are cached
@@ -24,9 +36,11 @@ from typing import Any, Protocol
 
 import httpx
 
+from metrics_adapter import sli
 from metrics_adapter.errors import AdapterError, NoFreshData, SourceUnavailable
 from metrics_adapter.rules import NAMESPACE_LABEL, Rule
-from metrics_adapter.selectors import Selector
+from metrics_adapter.selectors import Requirement, Selector
+from metrics_adapter.sources.refusal import common_labels, too_coarse
 from metrics_adapter.values import MetricValue
 
 __all__ = [
@@ -126,15 +140,24 @@ def _quote(v: str) -> str:
 
 def build_matchers(rule: Rule, namespace: str, selector: Selector) -> str:
     """PromQL label matchers for a request (see the module docstring)."""
+    return _split(rule, namespace, selector)[0]
+
+
+def _split(rule: Rule, namespace: str, selector: Selector) -> tuple[str, Selector]:
+    """The matchers for the query, and the requirements left to filter the results with
+    (those on a label the rule does not map to a Prometheus label, and `<`/`>`). A
+    requirement sent as a matcher is not checked again on the results: Prometheus applied
+    it, and an aggregating query (`sum by (le)`) drops the label it matched on."""
     to_prom = {label: attr for attr, label in rule.labels}
     parts: list[str] = []
+    rest: list[Requirement] = []
     if not rule.cluster_wide and NAMESPACE_LABEL in to_prom:
         parts.append(f"{to_prom[NAMESPACE_LABEL]}={_quote(namespace)}")
     for r in selector.requirements:
         pl = to_prom.get(r.key)
         if pl is None or not _PROM_LABEL.match(pl):
-            continue  # not a Prometheus label: filtered on the results instead
-        if r.op in ("=", "!="):
+            rest.append(r)  # not a Prometheus label: filtered on the results instead
+        elif r.op in ("=", "!="):
             parts.append(f"{pl}{r.op}{_quote(r.values[0])}")
         elif r.op in ("in", "notin"):
             alts = "|".join(re.escape(v) for v in r.values)
@@ -143,7 +166,9 @@ def build_matchers(rule: Rule, namespace: str, selector: Selector) -> str:
             parts.append(f'{pl}!=""')
         elif r.op == "!":
             parts.append(f'{pl}=""')
-    return ",".join(parts)
+        else:
+            rest.append(r)
+    return ",".join(parts), Selector(tuple(rest))
 
 
 @dataclass(eq=False)
@@ -180,26 +205,101 @@ class PromQLSource:
 
     def evaluate(self, rule: Rule, namespace: str, selector: Selector) -> list[MetricValue]:
         assert rule.query is not None
-        promql = rule.query.replace(LABEL_MATCHERS, build_matchers(rule, namespace, selector))
-        out: list[MetricValue] = []
+        matchers, rest = _split(rule, namespace, selector)
+        if LABEL_MATCHERS not in rule.query:
+            rest = selector  # nothing was sent: every requirement filters the results
+        promql = rule.query.replace(LABEL_MATCHERS, matchers)
+        fresh: list[tuple[PromSample, dict[str, str]]] = []
         stale: list[PromSample] = []
         now = self.clock()
         for smp in self._query(promql):
             labels = {label: smp.labels[attr] for attr, label in rule.labels if attr in smp.labels}
             if not rule.cluster_wide and labels.get(NAMESPACE_LABEL, namespace) != namespace:
                 continue
-            if not selector.matches(labels):
+            if not rest.matches(labels):
                 continue
             if not math.isfinite(smp.value):
                 continue
             if now - smp.timestamp > rule.staleness:
                 stale.append(smp)
                 continue
-            out.append(MetricValue(rule.name, smp.value, smp.timestamp, rule.window, labels))
-        if stale and not out:
+            fresh.append((smp, labels))
+        if stale and not fresh:
             newest = max(smp.timestamp for smp in stale)
             raise NoFreshData(
                 f"metric {rule.name!r}: the newest of the {len(stale)} matching samples is "
                 f"{now - newest:.0f} s old, over the {rule.staleness:g} s staleness limit"
             )
-        return out
+        if rule.aggregation == "quantile":
+            return _quantile(rule, fresh) if fresh else []
+        return [
+            MetricValue(rule.name, smp.value, smp.timestamp, rule.window, labels)
+            for smp, labels in fresh
+        ]
+
+
+def _histogram(
+    rule: Rule, buckets: dict[float, float], labels: dict[str, str]
+) -> sli.ExplicitHistogram:
+    """Cumulative `le` -> rate to an explicit histogram (counts per bucket, the last the
+    +Inf one), with Prometheus' monotonicity fix (a lower count is raised to the running
+    maximum)."""
+    if math.inf not in buckets:
+        raise AdapterError(
+            f'metric {rule.name!r}: its query returned buckets without le="+Inf" for '
+            f"{_describe(labels)}; a quantile needs every bucket of the histogram"
+        )
+    bounds = sorted(buckets)
+    counts: list[float] = []
+    below = 0.0
+    for le in bounds:
+        cum = max(buckets[le], below)
+        counts.append(cum - below)
+        below = cum
+    return sli.ExplicitHistogram(tuple(bounds[:-1]), tuple(counts))
+
+
+def _describe(labels: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
+
+
+def _quantile(rule: Rule, fresh: list[tuple[PromSample, dict[str, str]]]) -> list[MetricValue]:
+    """One value: the quantile of the merged histograms of `fresh` bucket samples."""
+    assert rule.quantile is not None
+    groups: dict[frozenset[tuple[str, str]], tuple[dict[float, float], dict[str, str]]] = {}
+    newest = max(smp.timestamp for smp, _ in fresh)
+    for smp, labels in fresh:
+        raw = dict(smp.labels)
+        le_text = raw.pop("le", None)
+        try:
+            le = float(le_text) if le_text is not None else math.nan
+        except ValueError:
+            le = math.nan
+        if math.isnan(le):
+            raise AdapterError(
+                f"metric {rule.name!r}: aggregation quantile needs its query to return bucket "
+                "rates by le, as sum by (le) (rate(x_bucket{<<.LabelMatchers>>}[1m])); a sample "
+                f"of {_describe(raw)} has le={le_text!r}"
+            )
+        key = frozenset(raw.items())
+        buckets, _ = groups.setdefault(key, ({}, labels))
+        buckets[le] = buckets.get(le, 0.0) + smp.value
+    hists = [(_histogram(rule, b, dict(k)), labels) for k, (b, labels) in groups.items()]
+    by_bounds: dict[tuple[float, ...], list[tuple[sli.ExplicitHistogram, dict[str, str]]]] = {}
+    for h, labels in hists:
+        by_bounds.setdefault(h.bounds, []).append((h, labels))
+    bounds, group = max(by_bounds.items(), key=lambda kv: sum(h.count for h, _ in kv[1]))
+    counts = [math.fsum(h.counts[i] for h, _ in group) for i in range(len(bounds) + 1)]
+    merged = sli.ExplicitHistogram(bounds, tuple(counts))
+    if merged.count == 0:
+        raise NoFreshData(
+            f"metric {rule.name!r}: the {len(group)} matching histograms have no observations "
+            "inside the query's range (a quantile needs one)"
+        )
+    value = sli.histogram_quantile(rule.quantile, merged)
+    labels = common_labels(labels for _, labels in group)
+    refusal = sli.quantile_refusal(rule.quantile, merged, value, rule.max_relative_bucket_width)
+    if refusal is not None:
+        series = f"the query's buckets {_describe(labels)}"
+        raise too_coarse(rule, series, len(group), bounds, value, *refusal, labels, newest)
+    return [MetricValue(rule.name, value, newest, rule.window, labels)]

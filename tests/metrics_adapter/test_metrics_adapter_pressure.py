@@ -40,11 +40,11 @@ def _push(port: int, service: str, pod: str, ttft: float, tpot: float, waiting: 
     res = Resource.create(
         {names.ATTR_SERVICE_NAME: service, names.ATTR_K8S_NAMESPACE: NS, names.ATTR_K8S_POD: pod}
     )
-    bounds = list(names.LATENCY_BUCKETS)
     views = [
-        View(instrument_name=TTFT,
-             aggregation=ExplicitBucketHistogramAggregation(ttft_bounds or bounds)),
-        View(instrument_name=TPOT, aggregation=ExplicitBucketHistogramAggregation(bounds)),
+        View(instrument_name=TTFT, aggregation=ExplicitBucketHistogramAggregation(
+            ttft_bounds or list(names.GEN_AI_TTFT_BUCKETS))),
+        View(instrument_name=TPOT, aggregation=ExplicitBucketHistogramAggregation(
+            list(names.GEN_AI_TPOT_BUCKETS))),
     ]  # fmt: skip
     mp = MeterProvider(resource=res, metric_readers=[reader], views=views)
     meter = mp.get_meter("t")
@@ -92,6 +92,42 @@ def test_a_refused_term_refuses_the_pressure(pki: Pki, adapter: AdapterThread) -
     refused = adapter.adapter.provider.refused_reads
     assert refused[(names.SLI_SLO_PRESSURE, "wide_bucket")] == 1
     assert refused[(names.SLI_TTFT_P95, "wide_bucket")] == 1
+
+
+def test_a_ttft_past_the_last_bound_presses_with_its_floor(pki: Pki) -> None:
+    """TTFT 20 s, past the collector's last TTFT bound (10 s): the p95 itself is refused
+    (the +Inf bucket), but it is at least 10 s, 5 times the realtime target, so the
+    pressure serves 5 (the HPA scales up instead of holding while users wait); for a batch
+    pod (target 10 s) the floor is 1.0. Only the term's read counts as refused."""
+    cfg = replace(base_config(pki), rules=default_rules(pressure=pressure_rule()))
+    with AdapterThread(cfg) as a:
+        port = a.adapter.otlp_port
+        _push(port, "chat", "chat-0", 20.0, 0.03, 0, 0.1, qos="realtime")
+        _push(port, "assistant", "assistant-0", 20.0, 0.03, 0, 0.1, qos="batch")
+        with api_client(pki, a) as c:
+            ttft = c.get(
+                f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{NS}/{names.SLI_TTFT_P95}",
+                params={"labelSelector": "service=chat"},
+                headers=hpa_headers(),
+            )
+        chat = _value(_read(pki, a, "chat"))
+        batch = _value(_read(pki, a, "assistant"))
+        refused = dict(a.adapter.provider.refused_reads)
+    assert ttft.status_code == 422 and "the +Inf bucket" in ttft.json()["message"]
+    assert chat[0] == pytest.approx(5.0)
+    assert chat[1]["term"] == names.SLI_TTFT_P95 and chat[1]["class"] == "realtime"
+    assert batch[0] == pytest.approx(1.0) and batch[1]["class"] == "batch"
+    assert refused == {(names.SLI_TTFT_P95, "overflow_bucket"): 3}
+
+
+def test_a_wide_bucket_wholly_over_the_target_presses_with_its_floor(
+    pki: Pki, adapter: AdapterThread
+) -> None:
+    """TTFT bounds [3, 10] and every TTFT 5 s: (3, 10] is too wide to serve a p95 from, but
+    the p95 is over 3 s whatever it is, so the pressure is at least 3 / 2."""
+    _push(adapter.adapter.otlp_port, "wide", "wide-0", 5.0, 0.03, 0, 0.1, [3.0, 10.0])
+    value, labels = _value(_read(pki, adapter, "wide"))
+    assert value == pytest.approx(1.5) and labels["term"] == names.SLI_TTFT_P95
 
 
 def test_nothing_pushed_is_an_empty_answer(pki: Pki, adapter: AdapterThread) -> None:

@@ -1,24 +1,31 @@
-"""PromQL source: matcher building and caching (FakePromClient), and a real Prometheus."""
+"""PromQL source: matcher building, caching and quantile rules (FakePromClient), and a real
+Prometheus behind a rule and behind the PromQL overlay's rules as shipped."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import shutil
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
+from kvspread import names
 from kvspread.clock import FakeClock
 from kvspread.quantity import parse_quantity
-from metrics_adapter.errors import SourceUnavailable
+from kvspread.settings import ConfigError
+from metrics_adapter.errors import AdapterError, HistogramTooCoarse, NoFreshData, SourceUnavailable
 from metrics_adapter.rules import parse_rules
 from metrics_adapter.selectors import parse_selector
 from metrics_adapter.server import AdapterThread
+from metrics_adapter.sli import bucket_quantile
 from metrics_adapter.sources.promql import (
     FakePromClient,
     HttpPromClient,
@@ -29,6 +36,7 @@ from metrics_adapter.sources.promql import (
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 from tests.ports import free_port
 
+ROOT = Path(__file__).resolve().parents[2]
 RULE_DOC = {
     "name": "queue_from_prometheus",
     "source": "promql",
@@ -62,6 +70,32 @@ def test_cache_and_filtering() -> None:
         src.evaluate(rule, "llm", parse_selector("service=text"))
 
 
+def test_an_aggregating_query_answers_the_selector_it_was_sent() -> None:
+    """`sum(x{<<.LabelMatchers>>})` returns a sample without the service label: the selector
+    went to Prometheus as a matcher, so the sample answers it (before session 22 the result
+    was filtered on it again and every overlay rule served nothing for `service=...`).
+    Requirements Prometheus never saw still filter the results."""
+    (rule,) = parse_rules([{**RULE_DOC, "query": "sum(test_queue_length{<<.LabelMatchers>>})"}])
+    clock = FakeClock()
+    fake = FakePromClient(
+        {
+            'sum(test_queue_length{namespace="llm",service="text"})': [
+                PromSample({}, clock.now(), 7.0)
+            ],
+            'sum(test_queue_length{namespace="llm"})': [PromSample({}, clock.now(), 9.0)],
+        }
+    )
+    src = PromQLSource(fake, clock.now, cache_ttl=0)
+    (v,) = src.evaluate(rule, "llm", parse_selector("service=text"))
+    assert v.value == 7 and v.labels == {}
+    assert src.evaluate(rule, "llm", parse_selector("unmapped=x")) == []
+    assert src.evaluate(rule, "llm", parse_selector("service>3")) == []
+    (no_placeholder,) = parse_rules(
+        [{**RULE_DOC, "query": 'sum(test_queue_length{namespace="llm"})'}]
+    )
+    assert src.evaluate(no_placeholder, "llm", parse_selector("service=text")) == []
+
+
 class _Target(http.server.BaseHTTPRequestHandler):
     body = (
         b"# TYPE test_queue_length gauge\n"
@@ -82,10 +116,13 @@ class _Target(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.prometheus
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
-def test_real_prometheus_behind_a_promql_rule(pki: Pki, tmp_path: Path) -> None:
-    target = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Target)
+@contextlib.contextmanager
+def _scraping(
+    handler: type[http.server.BaseHTTPRequestHandler], tmp_path: Path, ready: str, want: int
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real Prometheus on loopback scraping `handler` every second; yields (its URL, its
+    process) once the query `ready` returns at least `want` series with a value > 0."""
+    target = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=target.serve_forever, daemon=True).start()
     port = free_port()
     cfg = tmp_path / "prometheus.yml"
@@ -107,18 +144,29 @@ def test_real_prometheus_behind_a_promql_rule(pki: Pki, tmp_path: Path) -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 60
         while True:
             try:
-                r = httpx.get(
-                    f"{url}/api/v1/query", params={"query": "test_queue_length"}, timeout=2
-                )
-                if r.status_code == 200 and len(r.json()["data"]["result"]) == 4:
+                r = httpx.get(f"{url}/api/v1/query", params={"query": ready}, timeout=2)
+                got = [float(x["value"][1]) for x in r.json()["data"]["result"]]
+                if len([v for v in got if v > 0]) >= want:
                     break
-            except httpx.HTTPError:
+            except (httpx.HTTPError, KeyError, ValueError):
                 pass
             assert time.monotonic() < deadline, "Prometheus did not scrape the test target"
             time.sleep(0.3)
+        yield url, prom
+    finally:
+        if prom.poll() is None:
+            prom.terminate()
+            prom.wait(20)
+        target.shutdown()
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+def test_real_prometheus_behind_a_promql_rule(pki: Pki, tmp_path: Path) -> None:
+    with _scraping(_Target, tmp_path, "test_queue_length", 4) as (url, prom):
         rules = [RULE_DOC, {**RULE_DOC, "name": "broken", "query": "sum(("}]
         conf = base_config(pki, rules=rules, prometheus_url=url, prometheus_cache_ttl="0.2s")
         with AdapterThread(conf) as a, api_client(pki, a) as c:
@@ -142,11 +190,6 @@ def test_real_prometheus_behind_a_promql_rule(pki: Pki, tmp_path: Path) -> None:
             r = c.get(f"{base}/queue_from_prometheus", headers=hpa_headers())
             assert r.status_code == 503, r.text
             assert f"Prometheus at {url} is unreachable" in r.json()["message"]
-    finally:
-        if prom.poll() is None:
-            prom.terminate()
-            prom.wait(20)
-        target.shutdown()
 
 
 def test_client_timeout_message() -> None:
@@ -156,3 +199,192 @@ def test_client_timeout_message() -> None:
         client = HttpPromClient(f"http://127.0.0.1:{s.getsockname()[1]}")
         with pytest.raises(SourceUnavailable, match="did not answer within 0.3 s"):
             client.query("up", 0.3)
+
+
+# --- aggregation: quantile (bucket rates by le, merged and refused by the adapter) --------
+
+QUANTILE_DOC = {
+    "name": "ttft_p95",
+    "source": "promql",
+    "aggregation": "quantile",
+    "quantile": 0.95,
+    "query": "sum by (le, llm_qos) (rate(ttft_bucket{<<.LabelMatchers>>}[1m]))",
+    "labels": {"namespace": "namespace", "service": "service", "llm_qos": "qos"},
+}
+TTFT_LE = (*(f"{b:g}" for b in names.GEN_AI_TTFT_BUCKETS), "+Inf")
+
+
+def _buckets(at: float, rate: float, t: float, bounds: tuple[str, ...] = TTFT_LE,
+             **labels: str) -> list[PromSample]:  # fmt: skip
+    """Cumulative bucket rates of a histogram whose observations all lie at `at` s."""
+    return [PromSample({**labels, "le": le}, t, rate if at <= float(le) else 0.0) for le in bounds]
+
+
+def _quantile_source(samples: list[PromSample] | Exception) -> tuple[PromQLSource, str]:
+    (rule,) = parse_rules([QUANTILE_DOC])
+    clock = FakeClock()
+    q = 'sum by (le, llm_qos) (rate(ttft_bucket{namespace="llm",service="text"}[1m]))'
+    return PromQLSource(FakePromClient({q: samples}), clock.now, cache_ttl=0), q
+
+
+def test_a_promql_quantile_is_prometheus_arithmetic_over_the_merged_buckets() -> None:
+    """Two qos groups at 0.8 s and 3 s, 19 to 1: the merged p95 is Prometheus' answer for
+    `sum by (le)`, and the groups disagree on qos, so no qos label is served."""
+    (rule,) = parse_rules([QUANTILE_DOC])
+    t = FakeClock().now()
+    both = [*_buckets(0.8, 1.9, t, llm_qos="realtime"), *_buckets(3.0, 0.1, t, llm_qos="batch")]
+    src, _ = _quantile_source(both)
+    (v,) = src.evaluate(rule, "llm", parse_selector("service=text"))
+    summed: dict[str, float] = {}
+    for smp in both:
+        summed[smp.labels["le"]] = summed.get(smp.labels["le"], 0.0) + smp.value
+    assert v.value == pytest.approx(
+        bucket_quantile(0.95, [(float(k), c) for k, c in summed.items()])
+    )
+    assert "qos" not in v.labels
+    src, _ = _quantile_source(_buckets(0.8, 2.0, t, llm_qos="realtime"))
+    (v,) = src.evaluate(rule, "llm", parse_selector("service=text"))
+    assert v.value == pytest.approx(0.75 + 0.25 * 0.95) and v.labels == {"qos": "realtime"}
+
+
+def test_a_promql_quantile_from_a_too_wide_bucket_is_refused() -> None:
+    """The issue's one-bucket case, bounds [0.1, 10] and every request at 0.8 s: Prometheus'
+    histogram_quantile says 9.505 s; the quantile rule refuses it, with the floor 0.1 s."""
+    (rule,) = parse_rules([QUANTILE_DOC])
+    t = FakeClock().now()
+    src, _ = _quantile_source(_buckets(0.8, 1.0, t, ("0.1", "10", "+Inf"), llm_qos="batch"))
+    with pytest.raises(HistogramTooCoarse, match=r"estimate 9\.505 lies in \(0\.1, 10\]") as exc:
+        src.evaluate(rule, "llm", parse_selector("service=text"))
+    assert exc.value.refusal == "wide_bucket"
+    assert exc.value.floor is not None and exc.value.floor.value == 0.1
+    assert exc.value.floor.labels == {"qos": "batch"}
+
+
+@pytest.mark.parametrize(
+    "samples, error, message",
+    [
+        ([PromSample({}, 0.0, 1.0)], AdapterError, "needs its query to return bucket rates by le"),
+        ([PromSample({"le": "x"}, 0.0, 1.0)], AdapterError, "has le='x'"),
+        (_buckets(0.8, 1.0, 0.0, ("0.5", "1")), AdapterError, 'without le="\\+Inf"'),
+        (_buckets(0.8, 0.0, 0.0), NoFreshData, "no observations inside the query's range"),
+    ],
+    ids=["no-le", "bad-le", "no-inf", "no-observations"],
+)
+def test_promql_quantile_results_it_cannot_use_are_named(
+    samples: list[PromSample], error: type[Exception], message: str
+) -> None:
+    (rule,) = parse_rules([QUANTILE_DOC])
+    src, _ = _quantile_source(samples)
+    src.clock = lambda: 0.0
+    with pytest.raises(error, match=message):
+        src.evaluate(rule, "llm", parse_selector("service=text"))
+
+
+def test_promql_rules_take_last_or_quantile_only() -> None:
+    with pytest.raises(ConfigError, match=r"rules\[0\]\.aggregation: .*got 'rate'"):
+        parse_rules([{**RULE_DOC, "aggregation": "rate"}])
+    with pytest.raises(ConfigError, match=r"rules\[0\]\.quantile"):
+        parse_rules([{**QUANTILE_DOC, "quantile": 2}])
+
+
+class _Histograms(http.server.BaseHTTPRequestHandler):
+    """Cumulative TTFT histograms that grow 10 observations a second, and queue gauges."""
+
+    started = time.monotonic()
+    # (service, pod, qos, TTFT of every observation s, bounds as le strings, waiting)
+    pods = [
+        ("assistant", "assistant-0", "batch", 3.0, TTFT_LE, 20),
+        ("chat", "chat-0", "realtime", 0.8, TTFT_LE, 1),
+        ("mixed", "mixed-0", "batch", 0.8, TTFT_LE, 20),
+        ("mixed", "mixed-1", "realtime", 0.8, TTFT_LE, 0),
+        ("coarse", "coarse-0", "realtime", 0.8, ("0.1", "10", "+Inf"), 0),
+    ]
+
+    def do_GET(self) -> None:  # noqa: N802
+        n = int(10 * (time.monotonic() - self.started)) + 1
+        lines = ["# TYPE gen_ai_server_time_to_first_token_seconds histogram"]
+        for svc, pod, qos, at, bounds, _ in self.pods:
+            ls = f'k8s_namespace_name="llm",service_name="{svc}",k8s_pod_name="{pod}",llm_qos="{qos}"'
+            base = "gen_ai_server_time_to_first_token_seconds"
+            for le in bounds:
+                lines.append(f'{base}_bucket{{{ls},le="{le}"}} {n if at <= float(le) else 0}')
+            lines += [f"{base}_sum{{{ls}}} {n * at}", f"{base}_count{{{ls}}} {n}"]
+        lines.append("# TYPE kvspread_engine_requests_waiting gauge")
+        for svc, pod, _, _, _, waiting in self.pods:
+            lines.append(
+                f'kvspread_engine_requests_waiting{{k8s_namespace_name="llm",service_name="{svc}",'
+                f'k8s_pod_name="{pod}"}} {waiting}'
+            )
+        body = ("\n".join(lines) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _overlay_rules() -> list[dict[str, object]]:
+    doc = yaml.safe_load(
+        (ROOT / "manifests/overlays/promql-adapter/adapter-promql.yaml").read_text()
+    )
+    return list(yaml.safe_load(doc["data"]["adapter.yaml"])["rules"])
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+def test_the_promql_overlay_serves_class_and_refusals_from_a_real_prometheus(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """The overlay's rules as shipped, on a real Prometheus scraping TTFT histograms that
+    carry llm_qos: the pressure takes each service's class from the series (batch 20
+    waiting -> 0.5; realtime TTFT), pods that disagree get the defaults, the TTFT p95 is
+    the value Prometheus' own histogram_quantile gives, and the [0.1, 10] case is refused."""
+    ttft_bucket = "gen_ai_server_time_to_first_token_seconds_bucket"
+    ready = f'rate({ttft_bucket}{{le="+Inf"}}[1m])'  # two scrapes of each series: rates
+    with _scraping(_Histograms, tmp_path, ready, len(_Histograms.pods)) as (url, _):
+
+        def prom_value(expr: str) -> float | None:
+            r = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=2)
+            result = r.json()["data"]["result"]
+            return float(result[0]["value"][1]) if result else None
+
+        conf = base_config(
+            pki, rules=_overlay_rules(), prometheus_url=url, prometheus_cache_ttl="0.1s"
+        )
+        with AdapterThread(conf) as a, api_client(pki, a) as c:
+            base = "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm"
+
+            def read(metric: str, service: str) -> httpx.Response:
+                return c.get(
+                    f"{base}/{metric}",
+                    params={"labelSelector": f"service={service}"},
+                    headers=hpa_headers(),
+                )
+
+            def item(metric: str, service: str) -> tuple[float, dict[str, str]]:
+                r = read(metric, service)
+                assert r.status_code == 200, r.text
+                (it,) = r.json()["items"]
+                return float(parse_quantity(it["value"])), it["metricLabels"]
+
+            ttft, labels = item(names.SLI_TTFT_P95, "chat")
+            theirs = prom_value(
+                f"histogram_quantile(0.95, sum by (le) (rate({ttft_bucket}"
+                f'{{k8s_namespace_name="llm",service_name="chat"}}[1m])))'
+            )
+            assert theirs is not None and ttft == pytest.approx(theirs, abs=0.001)
+            assert ttft == pytest.approx(0.9875, abs=0.001) and labels["qos"] == "realtime"
+            batch, labels = item(names.SLI_SLO_PRESSURE, "assistant")
+            # batch: queue 20 / 40 = 0.5 over TTFT 4.875 / 10; realtime targets would say 5
+            assert batch == pytest.approx(0.5, abs=0.001) and labels["class"] == "batch"
+            chat, labels = item(names.SLI_SLO_PRESSURE, "chat")
+            assert chat == pytest.approx(0.9875 / 2, abs=0.001) and labels["class"] == "realtime"
+            mixed, labels = item(names.SLI_SLO_PRESSURE, "mixed")
+            assert mixed == pytest.approx(10 / 4, abs=0.001) and "class" not in labels
+            r = read(names.SLI_TTFT_P95, "coarse")
+            assert r.status_code == 422 and "(0.1, 10]" in r.json()["message"]
+            r = read(names.SLI_SLO_PRESSURE, "coarse")
+            assert r.status_code == 422 and names.SLI_TTFT_P95 in r.json()["message"]
