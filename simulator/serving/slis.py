@@ -4,7 +4,7 @@ The simulated collector keeps, per service, what a real instrumented service exp
 OTLP: a cumulative `http.server.request.duration` histogram (explicit buckets) per status
 code (200 for served requests, 500 for failed ones), the `gen_ai.server.time_to_first_token`
 and `gen_ai.server.time_per_output_token` histograms on the collector's own bounds
-(`kvspread.names.LATENCY_BUCKETS`), and per engine pod the queue-depth and KV-usage gauges
+(`kvspread.names.GEN_AI_TTFT_BUCKETS`, `GEN_AI_TPOT_BUCKETS`, as `bpf.state`), and per engine pod the queue-depth and KV-usage gauges
 (`k8s.pod.name` set, as the collector exports them). Every push period it writes those points into a real `SeriesStore`; at each HPA
 sync the simulator asks the real `RuleProvider` with the adapter's default rules
 (`metrics_adapter.rules.default_rules`, the SLO-pressure rule with the run's targets per
@@ -120,9 +120,12 @@ class ServiceMetrics:
         }
         self._base = base
         self._service_attrs = tuple(sorted(served))
-        self._token_bounds = names.LATENCY_BUCKETS
-        self._ttft = [0] * (len(self._token_bounds) + 1)
-        self._tpot = [0] * (len(self._token_bounds) + 1)
+        # the collector's bounds for these two (bpf.state): the semantic conventions'
+        # advised boundaries, TTFT up to 10 s, TPOT up to 2.5 s
+        self._ttft_bounds = names.GEN_AI_TTFT_BUCKETS
+        self._tpot_bounds = names.GEN_AI_TPOT_BUCKETS
+        self._ttft = [0] * (len(self._ttft_bounds) + 1)
+        self._tpot = [0] * (len(self._tpot_bounds) + 1)
 
     @property
     def requests(self) -> int:
@@ -140,11 +143,11 @@ class ServiceMetrics:
     def observe_ttft(self, seconds: float) -> None:
         """A first token written `seconds` after the request arrived (the collector records
         it then, not at the end of the stream)."""
-        self._ttft[bisect_left(self._token_bounds, seconds)] += 1
+        self._ttft[bisect_left(self._ttft_bounds, seconds)] += 1
 
     def observe_tpot(self, seconds: float) -> None:
         """A finished stream of two tokens or more: its mean time per output token."""
-        self._tpot[bisect_left(self._token_bounds, seconds)] += 1
+        self._tpot[bisect_left(self._tpot_bounds, seconds)] += 1
 
     def push(self, t: float, engines: Sequence[tuple[str, float, float]]) -> None:
         """What an OTLP push carries at time t, stored as the receiver stores it.
@@ -157,13 +160,13 @@ class ServiceMetrics:
                   False, True, self.bounds)
             for code, counts in self._counts.items()
         ]  # fmt: skip
-        for metric, counts in (
-            (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name, self._ttft),
-            (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name, self._tpot),
+        for metric, counts, bounds in (
+            (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name, self._ttft, self._ttft_bounds),
+            (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name, self._tpot, self._tpot_bounds),
         ):
             points.append(
                 Point(metric, HISTOGRAM, self._service_attrs, t, 0.0, tuple(map(float, counts)),
-                      False, True, self._token_bounds)
+                      False, True, bounds)
             )  # fmt: skip
         for pod, waiting, kv in engines:
             attrs = tuple(sorted((*self._base, (names.ATTR_K8S_POD, pod))))

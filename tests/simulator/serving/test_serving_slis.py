@@ -7,7 +7,7 @@ import pytest
 from kvspread import names
 from kvspread.settings import ConfigError
 from metrics_adapter import sli
-from metrics_adapter.rules import default_rules
+from metrics_adapter.rules import default_rules, pressure_rule
 from simulator.serving.config import METRICS
 from simulator.serving.slis import LATENCY_BOUNDS_S, AdapterSlis, ServiceMetrics
 
@@ -113,6 +113,26 @@ def test_ttft_tpot_and_pressure_over_the_adapters_rules() -> None:
         docs.observe_tpot(0.03)
     docs.push(10.0, [])
     assert docs.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(0.04875 / 0.12)
+
+
+def test_token_histograms_have_the_collectors_bounds() -> None:
+    """The simulated TTFT and TPOT histograms are bucketed as bpf.state's tables are (the
+    semantic conventions' advised bounds), so a TTFT past 10 s lands in the +Inf bucket
+    here as on a node, and the pressure reads its floor there (docs/adapter.md)."""
+    from bpf.state import CollectorState
+
+    state = CollectorState()
+    adapter = AdapterSlis(pressure=pressure_rule())
+    m = ServiceMetrics(adapter, "chat")
+    m.push(0.0, [])
+    m.observe_ttft(20.0)
+    m.push(10.0, [])
+    ttft = names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name
+    tpot = names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name
+    assert [s.bounds for s in adapter.store.select(ttft, None)] == [state.ttft.bounds]
+    assert [s.bounds for s in adapter.store.select(tpot, None)] == [state.tpot.bounds]
+    assert m.value(names.SLI_TTFT_P95, 10.0) is None  # refused: the +Inf bucket
+    assert m.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(10.0 / 2.0)
 
 
 def test_batch_services_take_their_own_queue_target() -> None:
