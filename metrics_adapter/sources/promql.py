@@ -23,13 +23,20 @@ The client is a narrow protocol, `PromClient.query(promql, timeout)`, so that te
 `FakePromClient`; `HttpPromClient` talks to a real server with httpx. Answers are cached
 for `cache_ttl` seconds per final query string, and a down or slow Prometheus becomes a
 `SourceUnavailable` (503) whose message names the URL and the cause.
+
+Bounds: `timeout` is the whole query's deadline (connect to last byte, so a server that
+drips its answer cannot hold a read open), an answer is read up to `MAX_ANSWER_BYTES` and
+`MAX_ANSWER_SAMPLES` samples (past either the read fails with the rule named and the fix,
+aggregate in the query), and the cache holds at most `CACHE_MAX_SAMPLES` samples in all.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -51,9 +58,20 @@ __all__ = [
     "PromQLSource",
     "build_matchers",
     "parse_result",
+    "MAX_ANSWER_BYTES",
+    "MAX_ANSWER_SAMPLES",
+    "CACHE_MAX_SAMPLES",
 ]
 
 LABEL_MATCHERS = "<<.LabelMatchers>>"
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The largest Prometheus answer read (bytes of JSON); about 60,000 samples of 5 labels."""
+MAX_ANSWER_SAMPLES = 20_000
+"""The most samples one answer may have: an HPA reads one value per selector, so a query
+that returns more aggregates too little (a quantile rule's buckets: 20 `le` x 1,000 groups)."""
+CACHE_MAX_SAMPLES = 100_000
+"""Samples the answer cache holds in all (about 70 MB at most); past it the cache is
+emptied before the next answer is stored."""
 _PROM_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
@@ -78,18 +96,30 @@ class HttpPromClient:
         self._client = httpx.Client()
 
     def query(self, promql: str, timeout: float) -> list[PromSample]:
+        late = SourceUnavailable(f"Prometheus at {self.url} did not answer within {timeout:g} s")
+        deadline = time.monotonic() + timeout
+        body = bytearray()
         try:
-            resp = self._client.get(
-                f"{self.url}/api/v1/query", params={"query": promql}, timeout=timeout
-            )
+            with self._client.stream(
+                "GET", f"{self.url}/api/v1/query", params={"query": promql}, timeout=timeout
+            ) as resp:
+                for chunk in resp.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER_BYTES:
+                        raise AdapterError(
+                            f"Prometheus at {self.url} answered the query {promql!r} with over "
+                            f"{MAX_ANSWER_BYTES // (1024 * 1024)} MiB; aggregate in the query "
+                            "(sum by the labels the rule maps) so that it returns one sample "
+                            "per selector"
+                        )
+                    if time.monotonic() > deadline:
+                        raise late
         except httpx.TimeoutException:
-            raise SourceUnavailable(
-                f"Prometheus at {self.url} did not answer within {timeout:g} s"
-            ) from None
+            raise late from None
         except httpx.HTTPError as exc:
             raise SourceUnavailable(f"Prometheus at {self.url} is unreachable: {exc}") from None
         try:
-            doc = resp.json()
+            doc = json.loads(body)
         except ValueError:
             raise SourceUnavailable(
                 f"Prometheus at {self.url} answered HTTP {resp.status_code} without JSON"
@@ -99,7 +129,14 @@ class HttpPromClient:
             if resp.status_code >= 500 or resp.status_code == 503:
                 raise SourceUnavailable(msg)
             raise AdapterError(msg)
-        return parse_result(doc.get("data", {}))
+        samples = parse_result(doc.get("data", {}))
+        if len(samples) > MAX_ANSWER_SAMPLES:
+            raise AdapterError(
+                f"Prometheus answered the query {promql!r} with {len(samples)} samples, over "
+                f"the {MAX_ANSWER_SAMPLES} an adapter read takes; aggregate in the query (sum "
+                "by the labels the rule maps) so that it returns one sample per selector"
+            )
+        return samples
 
     def close(self) -> None:
         self._client.close()
@@ -182,6 +219,7 @@ class PromQLSource:
     timeout: float = 5.0
     cache_ttl: float = 5.0
     cache_size: int = 1024
+    cache_samples: int = CACHE_MAX_SAMPLES
     _cache: dict[str, tuple[float, list[PromSample]]] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -198,9 +236,11 @@ class PromQLSource:
                 return hit[1]
         samples = self.client.query(promql, self.timeout)
         with self._lock:
-            if len(self._cache) >= self.cache_size:
+            held = sum(len(v) for _, v in self._cache.values())
+            if len(self._cache) >= self.cache_size or held + len(samples) > self.cache_samples:
                 self._cache.clear()
-            self._cache[promql] = (now, samples)
+            if len(samples) <= self.cache_samples:
+                self._cache[promql] = (now, samples)
         return samples
 
     def evaluate(self, rule: Rule, namespace: str, selector: Selector) -> list[MetricValue]:

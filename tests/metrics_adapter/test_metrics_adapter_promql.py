@@ -10,6 +10,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from metrics_adapter.selectors import parse_selector
 from metrics_adapter.server import AdapterThread
 from metrics_adapter.sli import bucket_quantile
 from metrics_adapter.sources.promql import (
+    MAX_ANSWER_BYTES,
+    MAX_ANSWER_SAMPLES,
     FakePromClient,
     HttpPromClient,
     PromQLSource,
@@ -388,3 +391,79 @@ def test_the_promql_overlay_serves_class_and_refusals_from_a_real_prometheus(
             assert r.status_code == 422 and "(0.1, 10]" in r.json()["message"]
             r = read(names.SLI_SLO_PRESSURE, "coarse")
             assert r.status_code == 422 and names.SLI_TTFT_P95 in r.json()["message"]
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """A Prometheus that answers too much, too many samples, or one byte at a time."""
+
+    def do_GET(self) -> None:  # noqa: N802
+        kind = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if kind == "drip":
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            try:
+                for _ in range(1000):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:  # the client gave up, as it should
+                pass
+            return
+        if kind == "huge":
+            pad = b" " * (MAX_ANSWER_BYTES + 1024)
+            body = b'{"status":"success","data":{"resultType":"vector","result":[]}' + pad + b"}"
+        else:
+            one = '{"metric":{"le":"1"},"value":[1,"1"]}'
+            result = ",".join([one] * (MAX_ANSWER_SAMPLES + 1))
+            body = f'{{"status":"success","data":{{"resultType":"vector","result":[{result}]}}}}'.encode()
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "kind, error, message",
+    [
+        ("huge", AdapterError, "over 16 MiB; aggregate in the query"),
+        ("many", AdapterError, f"{MAX_ANSWER_SAMPLES + 1} samples, over the {MAX_ANSWER_SAMPLES}"),
+        ("drip", SourceUnavailable, "did not answer within 0.5 s"),
+    ],
+)
+def test_an_answer_is_read_within_its_bounds(
+    kind: str, error: type[Exception], message: str
+) -> None:
+    """Bounded reads (docs/adapter.md, "PromQL rules"): the whole query within its timeout,
+    however slowly the answer drips, and no answer past 16 MiB or 20,000 samples."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = HttpPromClient(f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        with pytest.raises(error, match=message):
+            client.query(kind, 0.5 if kind == "drip" else 10.0)
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_answer_cache_holds_a_bounded_number_of_samples() -> None:
+    (rule,) = parse_rules([RULE_DOC])
+    clock = FakeClock()
+    answers: dict[str, list[PromSample] | Exception] = {}
+    for svc in ("a", "b"):
+        q = f'sum by (namespace, service) (test_queue_length{{namespace="llm",service="{svc}"}})'
+        answers[q] = [PromSample({"service": svc}, clock.now(), float(i)) for i in range(6)]
+    fake = FakePromClient(answers)
+    src = PromQLSource(fake, clock.now, cache_ttl=60, cache_samples=10)
+    for svc in ("a", "b", "a"):
+        src.evaluate(rule, "llm", parse_selector(f"service={svc}"))
+    # 6 + 6 > 10: b's answer emptied the cache, so a was asked again
+    assert len(fake.calls) == 3
+    src.evaluate(rule, "llm", parse_selector("service=a"))
+    assert len(fake.calls) == 3
