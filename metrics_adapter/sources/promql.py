@@ -26,7 +26,7 @@ for `cache_ttl` seconds per final query string, and a down or slow Prometheus be
 
 Bounds: `timeout` is the whole query's deadline (connect to last byte, so a server that
 drips its answer cannot hold a read open), an answer is read up to `MAX_ANSWER_BYTES` and
-`MAX_ANSWER_SAMPLES` samples (past either the read fails with the rule named and the fix,
+`MAX_ANSWER_SAMPLES` samples (past either the read fails with the query named and the fix,
 aggregate in the query), and the cache holds at most `CACHE_MAX_SAMPLES` samples in all.
 """
 
