@@ -22,6 +22,7 @@ from tests.metrics_adapter.adapter_otlp_payloads import gauge, request
 HPA = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
 METRIC = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_QUEUE_DEPTH}"
 WAIT_S = 60.0
+NS = "llm"
 
 
 def push_queue(port: int, service: str, waiting: int, namespace: str = "llm") -> None:
@@ -80,3 +81,48 @@ def behind_the_aggregator(cp: ControlPlane, **over: Any) -> Iterator[tuple[Adapt
             yield a, got.json()
         finally:  # the next test registers its own adapter's port
             cp.request("DELETE", cp.path(svc, named=True))
+
+
+def ready_pod(cp: ControlPlane, i: int, app: str = "chat") -> None:
+    """Pod `app`-`i` in NS, bound to a node by hand and set Running and Ready (no kubelet
+    runs here): what the HPA controller counts as a ready replica (getReadyPodsCount)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{app}-{i}", "namespace": NS, "labels": {"app": app}},
+        "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "engine", "image": "engine:1"}]},
+    }
+    cp.create(pod)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "status": {
+            "phase": "Running",
+            "startTime": now,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+        }
+    }
+    cp.ok(
+        "PATCH",
+        f"/api/v1/namespaces/{NS}/pods/{app}-{i}/status",
+        status,
+        content_type="application/merge-patch+json",
+    )
+
+
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    """A Deployment `name` in NS whose pods are labelled app=`name` (the HPA's scale target;
+    no Deployment controller runs here, so only an HPA changes its replicas)."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "engine", "image": "engine:1"}]},
+            },
+        },
+    }

@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from kvspread import names
-from tests.cluster.aggregated import behind_the_aggregator, push_queue
+from tests.cluster import aggregated
+from tests.cluster.aggregated import NS, behind_the_aggregator, push_queue, ready_pod
 from tests.cluster.captures import record
 from tests.cluster.controlplane import ROOT, ControlPlane
 
@@ -27,25 +28,11 @@ WINDOW_S = 20
 """The HPA's scale-down stabilisation window here (Kubernetes' default is 300 s)."""
 SYNC_S = 2
 """--horizontal-pod-autoscaler-sync-period."""
-NS = "llm"
 DEADLINE_S = 180.0
 
 
 def _objects() -> list[dict[str, Any]]:
-    labels = {"app": "chat"}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "chat", "namespace": NS},
-        "spec": {
-            "replicas": 4,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "engine", "image": "engine:1"}]},
-            },
-        },
-    }
+    deployment = aggregated.deployment("chat", 4)
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -75,30 +62,6 @@ def _objects() -> list[dict[str, Any]]:
         },
     }
     return [deployment, hpa]
-
-
-def _ready_pod(cp: ControlPlane, i: int, app: str = "chat") -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{app}-{i}", "namespace": NS, "labels": {"app": app}},
-        "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "engine", "image": "engine:1"}]},
-    }
-    cp.create(pod)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {
-        "status": {
-            "phase": "Running",
-            "startTime": now,
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
-        }
-    }
-    cp.ok(
-        "PATCH",
-        f"/api/v1/namespaces/{NS}/pods/{app}-{i}/status",
-        status,
-        content_type="application/merge-patch+json",
-    )
 
 
 @dataclass
@@ -154,7 +117,7 @@ def test_a_new_hpa_holds_its_replicas_for_one_scale_down_window(cp: ControlPlane
         deployment, hpa = _objects()
         cp.create(deployment)
         for i in range(4):
-            _ready_pod(cp, i)
+            ready_pod(cp, i)
         run = _run_hpa(cp, hpa, port, "text", 0, lambda r: bool(r.seen) and r.seen[-1][1] != 4)
     assert run.first_status is not None
     down_after = run.seen[-1][0]
@@ -192,16 +155,12 @@ def test_the_shipped_example_hpa_scales_up_two_pods_a_minute(cp: ControlPlane) -
     )
     target = hpa["spec"]["scaleTargetRef"]["name"]
     service = hpa["spec"]["metrics"][0]["external"]["metric"]["selector"]["matchLabels"]["service"]
-    deployment, _ = _objects()
-    deployment["metadata"]["name"] = target
-    deployment["spec"]["replicas"] = 1
-    deployment["spec"]["selector"]["matchLabels"] = {"app": target}
-    deployment["spec"]["template"]["metadata"]["labels"] = {"app": target}
+    deployment = aggregated.deployment(target, 1)
     with behind_the_aggregator(cp) as (adapter, _):
         port = adapter.adapter.otlp_port
         push_queue(port, service, 40)
         cp.create(deployment)
-        _ready_pod(cp, 0, target)  # the added replicas never become ready: no kubelet
+        ready_pod(cp, 0, target)  # the added replicas never become ready: no kubelet
         run = _run_hpa(cp, hpa, port, service, 40, lambda r: bool(r.seen) and r.seen[-1][1] >= 5)
     seen = run.seen
     counts = [r for _, r in seen]

@@ -155,3 +155,20 @@ def test_the_recorded_aggregator_passes_the_adapters_connection_refusal_on() -> 
         f"the server holds {cap['max_connections']} connections, its limit (max_connections"
     )
     assert cap["after they closed"] == 200
+
+
+def test_the_recorded_promql_overlay_reads_are_the_overlays_targets() -> None:
+    """Recorded with the real HPA controller reading kvspread_slo_pressure from the adapter
+    on the PromQL overlay's rules (tests/cluster/test_cluster_promql.py): the batch service's
+    20 waiting requests over the overlay's batch queue target, the mixed service's 10 per
+    replica over its default one. A changed target in the overlay makes this recording stale."""
+    from tests.metrics_adapter.prom_testing import overlay_rules
+
+    cap = capture("hpa-promql-overlay")
+    (pressure,) = [r for r in overlay_rules() if r.get("aggregation") == "slo-pressure"]
+    term = "kvspread_queue_depth_per_replica"
+    batch = pressure["classes"]["batch"][term]
+    assert cap["assistant (llm_qos=batch, 20 waiting) pressure the HPA read"] == 20 / batch
+    mixed = cap["mixed (batch + realtime pods, 20 + 0 waiting) pressure the HPA read"]
+    assert mixed == (20 + 0) / 2 / pressure["terms"][term]
+    assert cap["overlay"] == "manifests/overlays/promql-adapter/adapter-promql.yaml"

@@ -3,20 +3,16 @@ Prometheus behind a rule and behind the PromQL overlay's rules as shipped."""
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import shutil
 import socket
-import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from kvspread import names
 from kvspread.clock import FakeClock
@@ -37,9 +33,8 @@ from metrics_adapter.sources.promql import (
     build_matchers,
 )
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
-from tests.ports import free_port
+from tests.metrics_adapter.prom_testing import TTFT_LE, Histograms, overlay_rules, scraping
 
-ROOT = Path(__file__).resolve().parents[2]
 RULE_DOC = {
     "name": "queue_from_prometheus",
     "source": "promql",
@@ -119,57 +114,10 @@ class _Target(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def _scraping(
-    handler: type[http.server.BaseHTTPRequestHandler], tmp_path: Path, ready: str, want: int
-) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A real Prometheus on loopback scraping `handler` every second; yields (its URL, its
-    process) once the query `ready` returns at least `want` series with a value > 0."""
-    target = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=target.serve_forever, daemon=True).start()
-    port = free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - job_name: test\n    static_configs: [{{targets: ['127.0.0.1:{target.server_address[1]}']}}]\n"
-    )
-    prom = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],  # fmt: skip
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                r = httpx.get(f"{url}/api/v1/query", params={"query": ready}, timeout=2)
-                got = [float(x["value"][1]) for x in r.json()["data"]["result"]]
-                if len([v for v in got if v > 0]) >= want:
-                    break
-            except (httpx.HTTPError, KeyError, ValueError):
-                pass
-            assert time.monotonic() < deadline, "Prometheus did not scrape the test target"
-            time.sleep(0.3)
-        yield url, prom
-    finally:
-        if prom.poll() is None:
-            prom.terminate()
-            prom.wait(20)
-        target.shutdown()
-
-
 @pytest.mark.prometheus
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 def test_real_prometheus_behind_a_promql_rule(pki: Pki, tmp_path: Path) -> None:
-    with _scraping(_Target, tmp_path, "test_queue_length", 4) as (url, prom):
+    with scraping(_Target, tmp_path, "test_queue_length", 4) as (url, prom):
         rules = [RULE_DOC, {**RULE_DOC, "name": "broken", "query": "sum(("}]
         conf = base_config(pki, rules=rules, prometheus_url=url, prometheus_cache_ttl="0.2s")
         with AdapterThread(conf) as a, api_client(pki, a) as c:
@@ -214,7 +162,6 @@ QUANTILE_DOC = {
     "query": "sum by (le, llm_qos) (rate(ttft_bucket{<<.LabelMatchers>>}[1m]))",
     "labels": {"namespace": "namespace", "service": "service", "llm_qos": "qos"},
 }
-TTFT_LE = (*(f"{b:g}" for b in names.GEN_AI_TTFT_BUCKETS), "+Inf")
 
 
 def _buckets(at: float, rate: float, t: float, bounds: tuple[str, ...] = TTFT_LE,
@@ -290,52 +237,6 @@ def test_promql_rules_take_last_or_quantile_only() -> None:
         parse_rules([{**QUANTILE_DOC, "quantile": 2}])
 
 
-class _Histograms(http.server.BaseHTTPRequestHandler):
-    """Cumulative TTFT histograms that grow 10 observations a second, and queue gauges."""
-
-    started = time.monotonic()
-    # (service, pod, qos, TTFT of every observation s, bounds as le strings, waiting)
-    pods = [
-        ("assistant", "assistant-0", "batch", 3.0, TTFT_LE, 20),
-        ("chat", "chat-0", "realtime", 0.8, TTFT_LE, 1),
-        ("mixed", "mixed-0", "batch", 0.8, TTFT_LE, 20),
-        ("mixed", "mixed-1", "realtime", 0.8, TTFT_LE, 0),
-        ("coarse", "coarse-0", "realtime", 0.8, ("0.1", "10", "+Inf"), 0),
-    ]
-
-    def do_GET(self) -> None:  # noqa: N802
-        n = int(10 * (time.monotonic() - self.started)) + 1
-        lines = ["# TYPE gen_ai_server_time_to_first_token_seconds histogram"]
-        for svc, pod, qos, at, bounds, _ in self.pods:
-            ls = f'k8s_namespace_name="llm",service_name="{svc}",k8s_pod_name="{pod}",llm_qos="{qos}"'
-            base = "gen_ai_server_time_to_first_token_seconds"
-            for le in bounds:
-                lines.append(f'{base}_bucket{{{ls},le="{le}"}} {n if at <= float(le) else 0}')
-            lines += [f"{base}_sum{{{ls}}} {n * at}", f"{base}_count{{{ls}}} {n}"]
-        lines.append("# TYPE kvspread_engine_requests_waiting gauge")
-        for svc, pod, _, _, _, waiting in self.pods:
-            lines.append(
-                f'kvspread_engine_requests_waiting{{k8s_namespace_name="llm",service_name="{svc}",'
-                f'k8s_pod_name="{pod}"}} {waiting}'
-            )
-        body = ("\n".join(lines) + "\n").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def _overlay_rules() -> list[dict[str, object]]:
-    doc = yaml.safe_load(
-        (ROOT / "manifests/overlays/promql-adapter/adapter-promql.yaml").read_text()
-    )
-    return list(yaml.safe_load(doc["data"]["adapter.yaml"])["rules"])
-
-
 @pytest.mark.prometheus
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 def test_the_promql_overlay_serves_class_and_refusals_from_a_real_prometheus(
@@ -347,7 +248,7 @@ def test_the_promql_overlay_serves_class_and_refusals_from_a_real_prometheus(
     the value Prometheus' own histogram_quantile gives, and the [0.1, 10] case is refused."""
     ttft_bucket = "gen_ai_server_time_to_first_token_seconds_bucket"
     ready = f'rate({ttft_bucket}{{le="+Inf"}}[1m])'  # two scrapes of each series: rates
-    with _scraping(_Histograms, tmp_path, ready, len(_Histograms.pods)) as (url, _):
+    with scraping(Histograms, tmp_path, ready, len(Histograms.pods)) as (url, _):
 
         def prom_value(expr: str) -> float | None:
             r = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=2)
@@ -355,7 +256,7 @@ def test_the_promql_overlay_serves_class_and_refusals_from_a_real_prometheus(
             return float(result[0]["value"][1]) if result else None
 
         conf = base_config(
-            pki, rules=_overlay_rules(), prometheus_url=url, prometheus_cache_ttl="0.1s"
+            pki, rules=overlay_rules(), prometheus_url=url, prometheus_cache_ttl="0.1s"
         )
         with AdapterThread(conf) as a, api_client(pki, a) as c:
             base = "/apis/external.metrics.k8s.io/v1beta1/namespaces/llm"
