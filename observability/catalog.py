@@ -383,7 +383,7 @@ _SELF: Final = (
     _entry(
         names.ADAPTER_CONNECTIONS_EVICTED,
         ("port",),
-        "Idle connections (waiting for a request's first byte) closed to admit a new one at max_connections (otlp_max_connections on the OTLP port); a steady rate means something holds connections open without using them.",
+        "Idle connections (waiting for a request's first byte) closed to admit a new one at max_connections (otlp_max_connections on the OTLP port), and on the API port TLS handshakes closed to admit a new one past 128 going on at once; a steady rate means something holds connections open without using them.",
         "adapter",
     ),
 )
