@@ -187,7 +187,7 @@ class HttpServer:
     """Connections waiting for a request's first byte, oldest first."""
     _servers: list[asyncio.Server] = field(default_factory=list, init=False, repr=False)
     _conns: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
-    _handshakes: dict[asyncio.Future[None], None] = field(
+    _handshakes: dict[asyncio.Future[None], asyncio.Transport] = field(
         default_factory=dict, init=False, repr=False
     )
     """TLS handshakes going on now, oldest first (at most MAX_HANDSHAKES)."""
@@ -212,11 +212,12 @@ class HttpServer:
         client's; a real one finishes in milliseconds)."""
         if len(self._handshakes) >= MAX_HANDSHAKES:
             oldest = next(iter(self._handshakes))
-            del self._handshakes[oldest]
+            oldest_transport = self._handshakes.pop(oldest)
             oldest.cancel()
+            oldest_transport.abort()  # also when its task never started
             self.evicted_connections += 1
         task = asyncio.ensure_future(self._handshake(transport))
-        self._handshakes[task] = None
+        self._handshakes[task] = transport
 
     async def _handshake(self, transport: asyncio.Transport) -> None:
         """TLS on an accepted connection (asyncio's SSL protocol, so no byte the client sent
@@ -276,6 +277,8 @@ class HttpServer:
             server.close()
         for t in [*self._conns, *self._handshakes]:
             t.cancel()
+        for transport in self._handshakes.values():
+            transport.abort()
         for server in servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
