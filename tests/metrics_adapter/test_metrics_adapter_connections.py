@@ -404,7 +404,7 @@ def test_keda_connections_over_the_limit_are_closed_and_come_back(pki: Pki) -> N
 
 
 def test_keda_idle_connections_get_goaway(pki: Pki) -> None:
-    """A connection without a call gets GOAWAY after idle_s (5 min by default; 1 s here)."""
+    """A connection without a call gets GOAWAY after idle_s (60 s by default; 1 s here)."""
     t = AdapterThread(base_config(pki, keda_port=free_port()))
     assert t.adapter.keda is not None
     t.adapter.keda.idle_s = 1.0
