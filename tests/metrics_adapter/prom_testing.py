@@ -71,9 +71,22 @@ def scraping(
         target.shutdown()
 
 
+DURATION_LE = (*(f"{b:g}" for b in names.LATENCY_BUCKETS), "+Inf")
+TPOT_LE = (*(f"{b:g}" for b in names.GEN_AI_TPOT_BUCKETS), "+Inf")
+TPOT_S = 0.015
+"""Every stream's time per output token: p95 0.02425 s, under every term that decides."""
+
+
+def _histogram(name: str, labels: str, bounds: tuple[str, ...], at: float, n: int) -> list[str]:
+    """Exposition lines of a cumulative histogram with `n` observations, all at `at`."""
+    out = [f'{name}_bucket{{{labels},le="{le}"}} {n if at <= float(le) else 0}' for le in bounds]
+    return [*out, f"{name}_sum{{{labels}}} {n * at}", f"{name}_count{{{labels}}} {n}"]
+
+
 class Histograms(http.server.BaseHTTPRequestHandler):
-    """A scrape target: cumulative TTFT histograms (the collector's metric and labels, llm_qos
-    included) that grow 10 observations a second, and the engines' queue gauges."""
+    """A scrape target with the collector's metrics and labels (llm_qos included), growing 10
+    observations a second per pod: request durations (TTFT + 1 s, status 200), TTFT, TPOT
+    (`TPOT_S`), and the engines' queue and KV-usage (0.3) gauges."""
 
     started = time.monotonic()
     # (service, pod, qos, TTFT of every observation s, bounds as le strings, waiting)
@@ -87,19 +100,27 @@ class Histograms(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         n = int(10 * (time.monotonic() - self.started)) + 1
-        lines = ["# TYPE gen_ai_server_time_to_first_token_seconds histogram"]
+        ttft, tpot = (
+            "gen_ai_server_time_to_first_token_seconds",
+            "gen_ai_server_time_per_output_token_seconds",
+        )
+        dur = "http_server_request_duration_seconds"
+        lines = [f"# TYPE {ttft} histogram", f"# TYPE {tpot} histogram", f"# TYPE {dur} histogram"]
         for svc, pod, qos, at, bounds, _ in self.pods:
             ls = f'k8s_namespace_name="llm",service_name="{svc}",k8s_pod_name="{pod}",llm_qos="{qos}"'
-            base = "gen_ai_server_time_to_first_token_seconds"
-            for le in bounds:
-                lines.append(f'{base}_bucket{{{ls},le="{le}"}} {n if at <= float(le) else 0}')
-            lines += [f"{base}_sum{{{ls}}} {n * at}", f"{base}_count{{{ls}}} {n}"]
-        lines.append("# TYPE kvspread_engine_requests_waiting gauge")
-        for svc, pod, _, _, _, waiting in self.pods:
-            lines.append(
-                f'kvspread_engine_requests_waiting{{k8s_namespace_name="llm",service_name="{svc}",'
-                f'k8s_pod_name="{pod}"}} {waiting}'
+            lines += _histogram(ttft, ls, bounds, at, n)
+            lines += _histogram(tpot, ls, TPOT_LE, TPOT_S, n)
+            lines += _histogram(
+                dur, f'{ls},http_response_status_code="200"', DURATION_LE, at + 1, n
             )
+        lines += [
+            "# TYPE kvspread_engine_requests_waiting gauge",
+            "# TYPE kvspread_kv_cache_usage_ratio gauge",
+        ]
+        for svc, pod, _, _, _, waiting in self.pods:
+            ls = f'k8s_namespace_name="llm",service_name="{svc}",k8s_pod_name="{pod}"'
+            lines.append(f"kvspread_engine_requests_waiting{{{ls}}} {waiting}")
+            lines.append(f"kvspread_kv_cache_usage_ratio{{{ls}}} 0.3")
         body = ("\n".join(lines) + "\n").encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")

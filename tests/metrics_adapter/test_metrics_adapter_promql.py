@@ -237,6 +237,55 @@ def test_promql_rules_take_last_or_quantile_only() -> None:
         parse_rules([{**QUANTILE_DOC, "quantile": 2}])
 
 
+# What each overlay rule serves for `service=chat` (one pod: 10 requests/s of 1.8 s, TTFT
+# 0.8 s, TPOT 15 ms, 1 waiting, KV 0.3); None: a value whose size the test does not pin.
+OVERLAY_VALUES: dict[str, float | None] = {
+    "kvspread_request_latency_p50_seconds": 1.0 + 1.5 * 0.5,  # (1, 2.5]: 1.75
+    "kvspread_request_latency_p95_seconds": 1.0 + 1.5 * 0.95,
+    "kvspread_request_latency_p99_seconds": 1.0 + 1.5 * 0.99,
+    "kvspread_requests_per_second": None,  # about 10 (a rate over scrapes)
+    "kvspread_requests_per_second_long": None,
+    "kvspread_good_requests_per_second": 0.0,  # none under 0.2 s
+    "kvspread_error_ratio": 0.0,
+    "kvspread_queue_depth": 1.0,
+    "kvspread_kv_cache_usage_ratio": 0.3,
+    "kvspread_time_to_first_token_p95_seconds": 0.75 + 0.25 * 0.95,
+    "kvspread_time_per_output_token_p95_seconds": 0.01 + 0.015 * 0.95,
+    "kvspread_queue_depth_per_replica": 1.0,
+    "kvspread_engine_replicas": 1.0,
+    "kvspread_slo_pressure": (0.75 + 0.25 * 0.95) / 2,
+}
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+def test_every_overlay_rule_answers_an_hpas_service_selector(pki: Pki, tmp_path: Path) -> None:
+    """Each rule of the PromQL overlay, as shipped, read as an HPA reads it (`service=chat`)
+    through the adapter from a real Prometheus: one value, the one the series give. Before
+    session 22 every one of them answered no items: the aggregated samples carry no
+    `service` label and were filtered on the selector a second time."""
+    rules = overlay_rules()
+    assert {r["name"] for r in rules} == set(OVERLAY_VALUES)
+    ready = 'rate(http_server_request_duration_seconds_count{service_name="chat"}[1m])'
+    with scraping(Histograms, tmp_path, ready, 1) as (url, _):
+        conf = base_config(pki, rules=rules, prometheus_url=url, prometheus_cache_ttl="0.1s")
+        with AdapterThread(conf) as a, api_client(pki, a) as c:
+            for name, want in OVERLAY_VALUES.items():
+                r = c.get(
+                    f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{name}",
+                    params={"labelSelector": "service=chat"},
+                    headers=hpa_headers(),
+                )
+                assert r.status_code == 200, (name, r.text)
+                items = r.json()["items"]
+                assert len(items) == 1, (name, items)
+                got = float(parse_quantity(items[0]["value"]))
+                if want is None:
+                    assert got > 0, (name, got)
+                else:
+                    assert got == pytest.approx(want, abs=0.002), name
+
+
 @pytest.mark.prometheus
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 def test_the_promql_overlay_serves_class_and_refusals_from_a_real_prometheus(
