@@ -19,6 +19,7 @@ shell turns any `AdapterError` into a `Status` object with its `code` and `reaso
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -118,14 +119,23 @@ class HistogramTooCoarse(AdapterError, code=422, reason="Invalid"):
     """A quantile falls in a bucket too wide to bound it: served values would mislead an
     HPA, so the read fails with the series, its bounds and the fix (docs/adapter.md)."""
 
-    def __init__(self, message: str, refusal: str, floor: MetricValue | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        refusal: str,
+        floor: MetricValue | None = None,
+        ceiling: float = math.inf,
+    ) -> None:
         super().__init__(message)
         self.refusal = refusal
         """The `reason` label of kvspread_adapter_refused_reads_total."""
         self.floor = floor
         """The least the refused quantile can be (the containing bucket's lower bound), with
-        the merged series' labels and newest timestamp; None where it is unknown. The SLO
-        pressure uses it when it is already over a term's target (docs/adapter.md)."""
+        the merged series' labels and newest timestamp; None where it is unknown."""
+        self.ceiling = ceiling
+        """The most it can be (the bucket's upper bound; +Inf for the overflow bucket). The
+        SLO pressure uses the floor when it is at or over a term's target and the ceiling
+        when that is at or under it (docs/adapter.md, "SLO pressure")."""
 
 
 def status_object(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from metrics_adapter.errors import (
@@ -121,12 +122,15 @@ class RuleProvider:
     ) -> list[MetricValue]:
         """max(term / target) over the terms with a value (rules.py, `slo-pressure`).
 
-        A refused term refuses the pressure (serving the other terms alone would hide the
-        latency the histogram cannot bound), unless its bucket lies wholly over the term's
-        target: then the bucket's lower bound / target, the least that term can be, stands
-        for it (a p95 TTFT in the +Inf bucket over 10 s is at least 5 times a 2 s target,
-        and the HPA must scale up, not hold). `metricLabels` are the labels every term's
-        value shares, plus `term`: the rule that set the pressure.
+        A refused term refuses the pressure where its bucket straddles the term's target
+        (serving the other terms alone would hide a latency that may be over it). Where the
+        bucket lies wholly at or over the target, its lower bound / target, the least the
+        term can be, stands for it (a p95 TTFT in the +Inf bucket past 10 s is at least 5
+        times a 2 s target: the HPA must scale up, not hold); where it lies wholly at or
+        under, its upper bound / target, the most it can be (a TPOT p95 in the collector's
+        first bucket, under 10 ms, is at most 0.2 of 50 ms: the HPA may scale down on the
+        other terms, never past what that bound allows). `metricLabels` are the labels
+        every term's value shares, plus `term`: the rule that set the pressure.
         """
         wanted = selector.equalities()
         service = wanted.get(pressure.service_label)
@@ -155,12 +159,16 @@ class RuleProvider:
         cls = pressure.class_for(service, seen)
         targets = pressure.targets_of(service, cls)
         for term, too_coarse in refused:
-            if too_coarse.floor is None or too_coarse.floor.value < targets[term]:
+            floor, target = too_coarse.floor, targets[term]
+            if floor is not None and floor.value >= target:
+                read.append((term, [floor]))  # over target whatever it is: its least
+            elif floor is not None and too_coarse.ceiling <= target:
+                read.append((term, [replace(floor, value=too_coarse.ceiling)]))  # its most
+            else:  # the bucket straddles the target: which side the quantile is on is unknown
                 raise HistogramTooCoarse(
                     f"metric {rule.name!r}: its term {term!r} is refused: {too_coarse.message}",
                     too_coarse.refusal,
                 )
-            read.append((term, [too_coarse.floor]))
         best: tuple[float, str] | None = None
         used: list[MetricValue] = []
         for term, values in read:

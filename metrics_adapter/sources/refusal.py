@@ -66,4 +66,5 @@ def too_coarse(
         f"the histogram's bounds [{shown}] are too coarse for it. Fix: {FIX}",
         reason,
         MetricValue(rule.name, lower, timestamp, rule.window, labels),
+        upper,
     )

@@ -130,6 +130,19 @@ def test_a_wide_bucket_wholly_over_the_target_presses_with_its_floor(
     assert value == pytest.approx(1.5) and labels["term"] == names.SLI_TTFT_P95
 
 
+def test_a_tpot_under_the_first_bound_presses_with_its_ceiling(
+    pki: Pki, adapter: AdapterThread
+) -> None:
+    """A fast engine: every TPOT 5 ms, in the collector's first TPOT bucket (0, 10 ms]. The
+    p95 itself is refused (the bucket reaches down to 0), but it is at most 10 ms, 0.2 of
+    the 50 ms target, so the pressure is served instead of refused (which held the HPA at
+    its replicas however idle the service was): here 0.2, its largest term."""
+    _push(adapter.adapter.otlp_port, "fast", "fast-0", 0.05, 0.005, 0, 0.1)
+    value, labels = _value(_read(pki, adapter, "fast"))
+    assert value == pytest.approx(0.2) and labels["term"] == names.SLI_TPOT_P95
+    assert adapter.adapter.provider.refused_reads == {(names.SLI_TPOT_P95, "zero_bucket"): 1}
+
+
 def test_nothing_pushed_is_an_empty_answer(pki: Pki, adapter: AdapterThread) -> None:
     r = _read(pki, adapter, "nobody")
     assert r.status_code == 200 and r.json()["items"] == []
