@@ -86,9 +86,6 @@ class _Accepted(asyncio.Protocol):
         transport.pause_reading()
         self.server._accepted(transport)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        pass
-
 
 @dataclass
 class Request:

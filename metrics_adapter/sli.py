@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 __all__ = [
     "Sample",
@@ -30,6 +30,7 @@ __all__ = [
     "Extrapolation",
     "bucket_quantile",
     "histogram_quantile",
+    "merge_explicit",
     "quantile_error_bound",
     "quantile_bucket",
     "quantile_refusal",
@@ -196,6 +197,23 @@ def histogram_quantile(q: float, h: ExplicitHistogram) -> float:
     Raises ValueError when counts and bounds do not match; returns NaN when empty.
     """
     return bucket_quantile(q, _cumulative(h))
+
+
+_T = TypeVar("_T")
+
+
+def merge_explicit(
+    population: Sequence[tuple[ExplicitHistogram, _T]],
+) -> tuple[ExplicitHistogram, list[_T]]:
+    """One histogram for a population of series: those sharing the bounds that hold the
+    most observations, their counts added (series on other bounds cannot be added bucket
+    by bucket), and the tags of the ones merged. `population` must not be empty."""
+    by_bounds: dict[tuple[float, ...], list[tuple[ExplicitHistogram, _T]]] = {}
+    for h, tag in population:
+        by_bounds.setdefault(h.bounds, []).append((h, tag))
+    bounds, group = max(by_bounds.items(), key=lambda kv: sum(h.count for h, _ in kv[1]))
+    counts = tuple(math.fsum(h.counts[i] for h, _ in group) for i in range(len(bounds) + 1))
+    return ExplicitHistogram(bounds, counts), [tag for _, tag in group]
 
 
 def quantile_bucket(q: float, h: ExplicitHistogram) -> tuple[float, float] | None:

@@ -20,7 +20,7 @@ from metrics_adapter import sli
 from metrics_adapter.errors import HistogramTooCoarse, NoFreshData
 from metrics_adapter.rules import Rule
 from metrics_adapter.selectors import Selector
-from metrics_adapter.sources.refusal import common_labels, too_coarse
+from metrics_adapter.sources.refusal import common_labels, describe, too_coarse
 from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Series, SeriesStore
 from metrics_adapter.values import MetricValue
 
@@ -40,8 +40,7 @@ def _too_coarse(
     upper: float,
 ) -> HistogramTooCoarse:
     """The refusal of a quantile whose bucket cannot bound it (docs/adapter.md)."""
-    attrs = common_labels(s.attr_map() for s in used)
-    series = f"{used[0].metric}{{{', '.join(f'{k}={v}' for k, v in sorted(attrs.items()))}}}"
+    series = used[0].metric + describe(common_labels(s.attr_map() for s in used))
     labels = common_labels(s.labels(rule.labels) for s in used)
     newest = max(s.last_time() for s in used)
     return too_coarse(rule, series, len(used), bounds, value, reason, lower, upper, labels, newest)
@@ -252,24 +251,15 @@ class OtlpSource:
         """Merge the windowed histograms of the whole population, then take the quantile."""
         assert rule.quantile is not None
         if explicit:
-            by_bounds: dict[tuple[float, ...], list[tuple[sli.ExplicitHistogram, Series]]] = {}
-            for h, _, s in explicit:
-                by_bounds.setdefault(h.bounds, []).append((h, s))
-            bounds, group = max(by_bounds.items(), key=lambda kv: sum(h.count for h, _ in kv[1]))
-            counts = [0.0] * (len(bounds) + 1)
-            for h, _ in group:
-                for i, c in enumerate(h.counts):
-                    counts[i] += c
-            merged = sli.ExplicitHistogram(bounds, tuple(counts))
+            merged, used = sli.merge_explicit([(h, s) for h, _, s in explicit])
             if merged.count == 0:
                 return None
-            used = [s for _, s in group]
             value = sli.histogram_quantile(rule.quantile, merged)
             refusal = sli.quantile_refusal(
                 rule.quantile, merged, value, rule.max_relative_bucket_width
             )
             if refusal is not None:
-                raise _too_coarse(rule, used, bounds, value, *refusal)
+                raise _too_coarse(rule, used, merged.bounds, value, *refusal)
             return value, max(s.last_time() for s in used), used
         if expo:
             acc = expo[0][0]

@@ -47,7 +47,7 @@ from metrics_adapter import sli
 from metrics_adapter.errors import AdapterError, NoFreshData, SourceUnavailable
 from metrics_adapter.rules import NAMESPACE_LABEL, Rule
 from metrics_adapter.selectors import Requirement, Selector
-from metrics_adapter.sources.refusal import common_labels, too_coarse
+from metrics_adapter.sources.refusal import common_labels, describe, too_coarse
 from metrics_adapter.values import MetricValue
 
 __all__ = [
@@ -287,7 +287,7 @@ def _histogram(
     if math.inf not in buckets:
         raise AdapterError(
             f'metric {rule.name!r}: its query returned buckets without le="+Inf" for '
-            f"{_describe(labels)}; a quantile needs every bucket of the histogram"
+            f"{describe(labels)}; a quantile needs every bucket of the histogram"
         )
     bounds = sorted(buckets)
     counts: list[float] = []
@@ -297,10 +297,6 @@ def _histogram(
         counts.append(cum - below)
         below = cum
     return sli.ExplicitHistogram(tuple(bounds[:-1]), tuple(counts))
-
-
-def _describe(labels: dict[str, str]) -> str:
-    return "{" + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
 
 
 def _quantile(rule: Rule, fresh: list[tuple[PromSample, dict[str, str]]]) -> list[MetricValue]:
@@ -319,27 +315,23 @@ def _quantile(rule: Rule, fresh: list[tuple[PromSample, dict[str, str]]]) -> lis
             raise AdapterError(
                 f"metric {rule.name!r}: aggregation quantile needs its query to return bucket "
                 "rates by le, as sum by (le) (rate(x_bucket{<<.LabelMatchers>>}[1m])); a sample "
-                f"of {_describe(raw)} has le={le_text!r}"
+                f"of {describe(raw)} has le={le_text!r}"
             )
         key = frozenset(raw.items())
         buckets, _ = groups.setdefault(key, ({}, labels))
         buckets[le] = buckets.get(le, 0.0) + smp.value
-    hists = [(_histogram(rule, b, dict(k)), labels) for k, (b, labels) in groups.items()]
-    by_bounds: dict[tuple[float, ...], list[tuple[sli.ExplicitHistogram, dict[str, str]]]] = {}
-    for h, labels in hists:
-        by_bounds.setdefault(h.bounds, []).append((h, labels))
-    bounds, group = max(by_bounds.items(), key=lambda kv: sum(h.count for h, _ in kv[1]))
-    counts = [math.fsum(h.counts[i] for h, _ in group) for i in range(len(bounds) + 1)]
-    merged = sli.ExplicitHistogram(bounds, tuple(counts))
+    merged, group = sli.merge_explicit(
+        [(_histogram(rule, b, dict(k)), labels) for k, (b, labels) in groups.items()]
+    )
     if merged.count == 0:
         raise NoFreshData(
             f"metric {rule.name!r}: the {len(group)} matching histograms have no observations "
             "inside the query's range (a quantile needs one)"
         )
     value = sli.histogram_quantile(rule.quantile, merged)
-    labels = common_labels(labels for _, labels in group)
+    labels = common_labels(group)
     refusal = sli.quantile_refusal(rule.quantile, merged, value, rule.max_relative_bucket_width)
     if refusal is not None:
-        series = f"the query's buckets {_describe(labels)}"
-        raise too_coarse(rule, series, len(group), bounds, value, *refusal, labels, newest)
+        series = f"the query's buckets {describe(labels)}"
+        raise too_coarse(rule, series, len(group), merged.bounds, value, *refusal, labels, newest)
     return [MetricValue(rule.name, value, newest, rule.window, labels)]

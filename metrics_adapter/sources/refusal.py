@@ -10,7 +10,7 @@ from metrics_adapter.errors import HistogramTooCoarse
 from metrics_adapter.rules import Rule
 from metrics_adapter.values import MetricValue
 
-__all__ = ["FIX", "common_labels", "too_coarse"]
+__all__ = ["FIX", "common_labels", "describe", "too_coarse"]
 
 FIX = (
     "record it with an OTel SDK View whose explicit bucket boundaries are the ones in "
@@ -31,6 +31,11 @@ def common_labels(label_sets: Iterable[dict[str, str]]) -> dict[str, str]:
             if ls.get(k) != common[k]:
                 del common[k]
     return common
+
+
+def describe(labels: dict[str, str]) -> str:
+    """`{k=v, ...}`, sorted: how a refusal names the series it merged."""
+    return "{" + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
 
 
 def too_coarse(
