@@ -86,6 +86,7 @@ def _pod_meta(obj: dict[str, Any]) -> PodMeta | None:
         ip=lookup_str(obj, "status", "podIP"),
         labels=pairs("labels"),
         annotations=pairs("annotations"),
+        deleting=bool(lookup(obj, "metadata", "deletionTimestamp")),
     )
 
 
@@ -486,7 +487,9 @@ class Agent:
         targets = list(self.config.engines.targets)
         for p in self._pods.snapshot().values():
             port = p.annotation(names.ANNOTATION_METRICS_PORT)
-            if not port or not p.ip:
+            # a pod being deleted drains: its gauges would count it as serving (the SLO
+            # pressure's replica count, its queue and KV means) after the HPA let it go
+            if not port or not p.ip or p.deleting:
                 continue
             path = p.annotation(names.ANNOTATION_METRICS_PATH) or "/metrics"
             if not path.startswith("/"):

@@ -31,6 +31,8 @@ class PodMeta:
     ip: str = ""
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
+    deleting: bool = False
+    """metadata.deletionTimestamp is set: the pod drains and serves no new requests."""
 
     def label(self, key: str) -> str | None:
         return dict(self.labels).get(key)

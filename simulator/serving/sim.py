@@ -505,9 +505,11 @@ class Simulation:
         self.counted.occupied_gpu_seconds += occupied * step
         self.counted.pending_pod_seconds += len(self.unscheduled) * step
         engines: dict[str, list[tuple[str, float, float]]] = {s: [] for s in self.services}
-        for pod in self.pods.values():  # ready and draining engines export their gauges
+        # ready engines export their gauges; the collector stops scraping a pod once it is
+        # being deleted (bpf.agent.engine_targets), so a draining one exports none
+        for pod in self.pods.values():
             e = pod.engine
-            if e is not None and pod.state in ("ready", "terminating"):
+            if e is not None and pod.state == "ready":
                 engines[pod.service].append((pod.pid, len(e.waiting), e.kv_usage))
         for s in self.services:
             self.metrics[s].push(now, engines[s])

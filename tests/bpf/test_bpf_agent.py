@@ -469,6 +469,14 @@ def test_the_pod_table_follows_watch_events_without_relisting() -> None:
             api.put(make_pod("elsewhere", "llm", node_name="gpu-2"))
             assert wait_for(lambda: [t.pod_name for t in agent.engine_targets()] == ["vllm-1"])
             assert agent.state.sources["kubernetes"].up
+            # being deleted (a graceful termination): it drains, so it is no engine to
+            # scrape, and its gauges stop counting it as a serving replica
+            pod["metadata"]["deletionTimestamp"] = "2026-12-07T15:00:00Z"
+            api.put(pod)
+            assert wait_for(lambda: agent.engine_targets() == [])
+            pod["metadata"].pop("deletionTimestamp")
+            api.put(pod)  # not a real transition; shows the table follows the field
+            assert wait_for(lambda: [t.pod_name for t in agent.engine_targets()] == ["vllm-1"])
             api.delete("Pod", "vllm-1", "llm")
             assert wait_for(lambda: agent.engine_targets() == [])
             assert watcher.stats.lists == 1  # changes came as events, not re-lists
