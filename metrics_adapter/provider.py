@@ -25,11 +25,14 @@ from dataclasses import replace
 from typing import Protocol
 
 from metrics_adapter.errors import (
+    AdapterError,
     HistogramTooCoarse,
     MetricNotFound,
     NoFreshData,
     SourceUnavailable,
 )
+from metrics_adapter.guard import TERM_LABEL as GUARD_LABEL
+from metrics_adapter.guard import GuardMemory, guarded
 from metrics_adapter.rules import Pressure, Rule
 from metrics_adapter.selectors import Selector
 from metrics_adapter.sources.base import Source
@@ -78,6 +81,10 @@ class RuleProvider:
         """metric -> reads that found no fresh data (kvspread_adapter_stale_reads_total)."""
         self.refused_reads: dict[tuple[str, str], int] = {}
         """(metric, reason) -> quantiles refused (kvspread_adapter_refused_reads_total)."""
+        self.guards: dict[str, GuardMemory] = {
+            r.name: GuardMemory() for r in rules if r.pressure is not None and r.pressure.guard
+        }
+        """pressure rule -> its scale-down guard's violations (metrics_adapter.guard)."""
 
     def list_metrics(self) -> list[str]:
         return sorted(self.rules)
@@ -191,6 +198,9 @@ class RuleProvider:
                 f"metric {rule.name!r}: none of its terms ({', '.join(t for t, _ in pressure.terms)}) "
                 "has a fresh value"
             )
+        held = self._guard(rule, pressure, namespace, selector, best[0], used)
+        if held is not None:
+            best = (held, GUARD_LABEL)
         labels = dict(used[0].labels)
         for v in used[1:]:
             labels = {k: x for k, x in labels.items() if v.labels.get(k) == x}
@@ -221,6 +231,40 @@ class RuleProvider:
                 values = []
             replicas = max((v.value for v in values), default=None)
         return step_value(ratio, replicas, step, term)
+
+    def _guard(
+        self,
+        rule: Rule,
+        pressure: Pressure,
+        namespace: str,
+        selector: Selector,
+        value: float,
+        used: list[MetricValue],
+    ) -> float | None:
+        """The scale-down guard (metrics_adapter.guard): records a pressure over 1 and
+        returns the value that holds the replicas it refuses to let go, None where it holds
+        none (off, the pressure's own proposal allowed, no replica count or rate: the
+        pressure is then served as it is, as without a guard)."""
+        g = pressure.guard
+        memory = self.guards.get(rule.name)
+        if g is None or memory is None:
+            return None
+        got: list[float] = []
+        for name in (g.replicas, g.rate):
+            try:
+                values = self.read(namespace, name, selector)
+            except AdapterError:  # stale, or its source down: the terms decide alone
+                return None
+            if not values:
+                return None
+            got.append(max(v.value for v in values))
+        replicas, rate = got
+        now = max(v.timestamp for v in used)
+        key = f"{namespace}/{','.join(sorted(str(r) for r in selector.requirements))}"
+        if value > 1.0:
+            memory.record(key, now, replicas, rate)
+            return None
+        return guarded(value, replicas, rate, memory.violations(key, now, g.window_s), g.fraction)
 
     def _trend(
         self,

@@ -57,6 +57,12 @@ ceil(replicas x pressure) replicas::
         capacity: 2                 # requests/s per replica at pressure 1
         maxGrowth: 2                # the prediction is at most this x the current rate
         minRise: 0.1                # the term is left out unless short > long x (1 + this)
+      guard:                        # optional (on in the default rules): scale-down guard
+        replicas: kvspread_engine_replicas        # serving replicas (last, combine count)
+        rate: kvspread_requests_per_second        # the request rate they serve
+        window: 30m                 # how long a pressure over 1 refuses the counts under it
+        fraction: 0.8               # a count is allowed again once its rate per replica is
+                                    #   under this x the one that missed the SLO
       step:                         # optional, off unless given: latency terms by a step
         terms: [kvspread_time_to_first_token_p95_seconds]  # terms that step, not scale
         replicas: kvspread_engine_replicas        # serving replicas (last, combine count)
@@ -68,6 +74,8 @@ ceil(replicas x pressure) replicas::
 A service's `trendCapacity` (under `services:`) replaces `capacity`. The trend term is
 predicted rate / (replicas x capacity), metricLabels.term `trend` (metrics_adapter.trend).
 A term under `step:` serves a bounded step instead of value / target (metrics_adapter.step).
+With `guard:` the served value holds the replicas that a recent pressure over 1 showed too few
+for the rate per replica now, metricLabels.term `guard` (metrics_adapter.guard).
 
 A service's class: its `class` under `services:`; else the selector's `classLabel`
 equality (`qos=batch`; that label then picks the targets, not the series the terms read);
@@ -99,6 +107,7 @@ from typing import Any, Final
 
 from kvspread import names
 from kvspread.settings import ConfigError
+from metrics_adapter.guard import FRACTION, MAX_WINDOW_S, WINDOW_S, Guard
 from metrics_adapter.step import HOLD, MAX_STEP_PODS, MIN_RATIO, PODS, Step
 from metrics_adapter.trend import MAX_GROWTH, MAX_LEAD_S, Trend
 
@@ -120,6 +129,7 @@ __all__ = [
     "pressure_rule",
     "trend_doc",
     "step_doc",
+    "guard_doc",
     "TREND_LONG_WINDOWS",
     "LATENCY_TERMS",
 ]
@@ -208,6 +218,8 @@ class Pressure:
     """(service, its `trendCapacity`)."""
     step: Step | None = None
     """The step rule of the latency terms (None: every term is proportional)."""
+    guard: Guard | None = None
+    """The scale-down guard (None: off)."""
 
     def capacity_for(self, service: str | None) -> float:
         """Requests/s per replica at pressure 1 for `service` (the trend term's divisor)."""
@@ -333,12 +345,14 @@ _RULE_KEYS: Final = {
     "name", "source", "metric", "query", "aggregation", "quantile", "threshold", "window",
     "labels", "match", "numerator", "combine", "clusterWide", "cluster_wide", "extrapolation",
     "staleness", "maxRelativeBucketWidth", "terms", "classes", "services", "serviceLabel",
-    "classLabel", "trend", "step",
+    "classLabel", "trend", "step", "guard",
 }  # fmt: skip
 _PRESSURE_KEYS: Final = {"name", "aggregation", "terms", "classes", "services", "serviceLabel",
-                         "classLabel", "window", "staleness", "trend", "step"}  # fmt: skip
+                         "classLabel", "window", "staleness", "trend", "step",
+                         "guard"}  # fmt: skip
 _TREND_KEYS: Final = {"short", "long", "replicas", "lead", "capacity", "maxGrowth", "minRise"}
 _STEP_KEYS: Final = {"terms", "replicas", "pods", "minRatio", "hold"}
+_GUARD_KEYS: Final = {"replicas", "rate", "window", "fraction"}
 MAX_PRESSURE_TERMS: Final = 16
 """Terms one pressure rule may read (each is one more rule evaluation per read)."""
 MAX_PRESSURE_SERVICES: Final = 1000
@@ -422,9 +436,29 @@ def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
     for t in step.terms if step else ():
         if t not in known:
             raise ConfigError(f"{key}.step.terms: {t!r} is not one of the rule's terms")
+    guard = _guard(doc["guard"], f"{key}.guard") if doc.get("guard") is not None else None
     return Pressure(
-        terms, classes, tuple(services), label, class_label, trend, tuple(capacities), step
-    )
+        terms, classes, tuple(services), label, class_label, trend, tuple(capacities), step,
+        guard,
+    )  # fmt: skip
+
+
+def _guard(doc: Any, key: str) -> Guard:
+    """The `guard:` mapping of an slo-pressure rule (metrics_adapter.guard)."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{key}: want a mapping (replicas, rate, window, fraction)")
+    _no_unknown_keys(doc, _GUARD_KEYS, key)
+    refs = []
+    for k in ("replicas", "rate"):
+        v = doc.get(k)
+        if not isinstance(v, str) or not _METRIC_NAME.match(v):
+            raise ConfigError(f"{key}.{k}: want a rule name, got {v!r}")
+        refs.append(v)
+    window = parse_duration(doc.get("window", WINDOW_S), f"{key}.window")
+    if not 0 < window <= MAX_WINDOW_S:
+        raise ConfigError(f"{key}.window: want more than 0 s and at most {MAX_WINDOW_S:g} s")
+    fraction = _positive(doc.get("fraction", FRACTION), f"{key}.fraction", 1.0)
+    return Guard(replicas=refs[0], rate=refs[1], window_s=window, fraction=fraction)
 
 
 def _step(doc: Any, key: str) -> Step:
@@ -536,7 +570,8 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
             ),
             pressure=_pressure(doc, key),
         )
-    for k in ("terms", "classes", "services", "serviceLabel", "classLabel", "trend", "step"):
+    for k in ("terms", "classes", "services", "serviceLabel", "classLabel", "trend", "step",
+              "guard"):  # fmt: skip
         if k in doc:
             raise ConfigError(f"{key}.{k}: only aggregation slo-pressure takes {k}")
     source = doc.get("source", "otlp")
@@ -689,6 +724,16 @@ def parse_rules(
                 raise ConfigError(f"{key}[{i}].step.replicas: no rule named {step.replicas!r}")
             if by_name[step.replicas].aggregation == "slo-pressure":
                 raise ConfigError(f"{key}[{i}].step.replicas: cannot be a pressure rule")
+        guard = r.pressure.guard if r.pressure else None
+        if guard is not None:
+            for k, ref in (("replicas", guard.replicas), ("rate", guard.rate)):
+                if ref not in by_name:
+                    raise ConfigError(f"{key}[{i}].guard.{k}: no rule named {ref!r}")
+                if by_name[ref].aggregation == "slo-pressure":
+                    raise ConfigError(f"{key}[{i}].guard.{k}: cannot be a pressure rule")
+            ref_rule = by_name[guard.rate]
+            if ref_rule.aggregation != "rate" and ref_rule.source != "promql":
+                raise ConfigError(f"{key}[{i}].guard.rate: {guard.rate!r} is not a rate rule")
     return tuple(out)
 
 
@@ -698,10 +743,12 @@ def pressure_rule(
     classes: Sequence[tuple[str, Sequence[tuple[str, float]]]] = DEFAULT_PRESSURE_CLASSES,
     trend: Mapping[str, Any] | None = None,
     step: Mapping[str, Any] | None = None,
+    guard: Mapping[str, Any] | bool = True,
 ) -> dict[str, Any]:
     """The `kvspread_slo_pressure` rule as YAML would give it; `services` maps a service to
     `{class: realtime, <term>: target, trendCapacity: ..., ...}`; `trend` (None: off) is
-    its `trend:` mapping, see `trend_doc`; `step` (None: off) its `step:`, see `step_doc`."""
+    its `trend:` mapping, see `trend_doc`; `step` (None: off) its `step:`, see `step_doc`;
+    `guard` its `guard:` (True: `guard_doc()`, the default rules'; False: off)."""
     doc: dict[str, Any] = {
         "name": names.SLI_SLO_PRESSURE,
         "aggregation": "slo-pressure",
@@ -713,7 +760,20 @@ def pressure_rule(
         doc["trend"] = dict(trend)
     if step is not None:
         doc["step"] = dict(step)
+    if guard is not False:
+        doc["guard"] = guard_doc() if guard is True else dict(guard)
     return doc
+
+
+def guard_doc(window_s: float = WINDOW_S, fraction: float = FRACTION) -> dict[str, Any]:
+    """A `guard:` mapping on the default rules: the engine pods reporting their queue and
+    the 1 min request rate."""
+    return {
+        "replicas": names.SLI_ENGINE_REPLICAS,
+        "rate": names.SLI_REQUESTS_PER_SECOND,
+        "window": window_s,
+        "fraction": fraction,
+    }
 
 
 LATENCY_TERMS: Final = (names.SLI_TTFT_P95, names.SLI_TPOT_P95)
@@ -822,6 +882,7 @@ def default_rules(
             "metric": names.ENGINE_REQUESTS_WAITING.name,
             "aggregation": "last",
             "combine": "count",
+            "staleness": 30.0,
         },
         dict(pressure) if pressure is not None else pressure_rule(),
     ]
