@@ -215,3 +215,26 @@ def test_the_slo_behaviour_scales_up_as_the_real_controller_recorded() -> None:
     assert [r for _, r in seen] == cap["replica counts"]
     gap = seen[2][0] - seen[1][0]
     assert abs(gap - cap["seconds between the two scale-ups"]) <= sync, (gap, cap)
+
+
+def test_the_guard_holds_as_the_real_controller_recorded() -> None:
+    """tests/cluster/test_cluster_hpa.py ran the adapter's scale-down guard under
+    kube-controller-manager v1.26: after a violation at 2 replicas it served 2.5 / 3 at
+    3 ready replicas and the controller kept 3 for two scale-down windows, then, the rate
+    halved, scaled to 2. The guard's own arithmetic gives that value, and the simulator's
+    HPA at it keeps 3 for as long as the controller did."""
+    from kvspread.quantity import parse_quantity
+    from metrics_adapter.guard import guarded
+
+    cap = capture("hpa-scale-down-guard")
+    served = float(parse_quantity(cap["served while held"]))
+    ready = cap["ready replicas"]
+    assert guarded(0.485, float(ready), 2.0, [(0.0, 2.0, 1.0)], 0.8) == pytest.approx(served)
+    behavior = HpaBehavior(scale_down_window_s=cap["scale-down window s"])
+    h = Hpa(1, 8, behavior)
+    t, replicas = 0.0, ready
+    while t < cap["held for s"]:
+        t += cap["sync period s"]
+        replicas = h.step(t, replicas, ready, [("Value", served, 1.0)]).desired
+        assert replicas == cap["replica counts"][0]
+    assert cap["term while held"] == "guard"
