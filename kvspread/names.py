@@ -456,6 +456,18 @@ ADAPTER_REFUSED_READS: Final = MetricDescriptor(
     "counter",
     "quantile reads refused because the histogram bucket cannot bound the value",
 )
+ADAPTER_GUARD_HOLDS: Final = MetricDescriptor(
+    "kvspread_adapter_guard_holds_total",
+    "{read}",
+    "counter",
+    "SLO pressure reads whose value the scale-down guard raised to hold replicas",
+)
+ADAPTER_GUARD_VIOLATIONS: Final = MetricDescriptor(
+    "kvspread_adapter_guard_violations_total",
+    "{read}",
+    "counter",
+    "SLO pressure reads over 1 the scale-down guard remembered",
+)
 ADAPTER_CONNECTIONS: Final = MetricDescriptor(
     "kvspread_adapter_connections",
     "{connection}",

@@ -129,12 +129,12 @@ class GuardMemory:
             self._by_key.move_to_end(key)
             return list(held)
 
-    def record(self, key: str, now: float, replicas: float, rate: float) -> None:
-        """A pressure over 1 with `replicas` serving at `rate` requests/s; ignored without
-        both (one replica and no arrivals say nothing of a rate per replica)."""
+    def record(self, key: str, now: float, replicas: float, rate: float) -> bool:
+        """A pressure over 1 with `replicas` serving at `rate` requests/s; False (ignored)
+        without both (no replica and no arrivals say nothing of a rate per replica)."""
         n = math.floor(replicas)
         if n < 1 or not rate > 0 or not math.isfinite(rate):
-            return
+            return False
         per = rate / n
         with self._lock:
             held = self._by_key.get(key)
@@ -147,3 +147,4 @@ class GuardMemory:
             held[:] = [v for v in held if not (v[1] <= n and v[2] >= per)]
             held.append((now, float(n), per))
             del held[: max(0, len(held) - self.max_violations)]
+        return True

@@ -85,6 +85,10 @@ class RuleProvider:
             r.name: GuardMemory() for r in rules if r.pressure is not None and r.pressure.guard
         }
         """pressure rule -> its scale-down guard's violations (metrics_adapter.guard)."""
+        self.guard_holds: dict[str, int] = {}
+        """pressure rule -> reads the guard raised (kvspread_adapter_guard_holds_total)."""
+        self.guard_violations: dict[str, int] = {}
+        """pressure rule -> reads over 1 remembered (kvspread_adapter_guard_violations_total)."""
 
     def list_metrics(self) -> list[str]:
         return sorted(self.rules)
@@ -262,9 +266,15 @@ class RuleProvider:
         now = max(v.timestamp for v in used)
         key = f"{namespace}/{','.join(sorted(str(r) for r in selector.requirements))}"
         if value > 1.0:
-            memory.record(key, now, replicas, rate)
+            if memory.record(key, now, replicas, rate):
+                with self._lock:
+                    self.guard_violations[rule.name] = self.guard_violations.get(rule.name, 0) + 1
             return None
-        return guarded(value, replicas, rate, memory.violations(key, now, g.window_s), g.fraction)
+        held = guarded(value, replicas, rate, memory.violations(key, now, g.window_s), g.fraction)
+        if held is not None:
+            with self._lock:
+                self.guard_holds[rule.name] = self.guard_holds.get(rule.name, 0) + 1
+        return held
 
     def _trend(
         self,

@@ -126,6 +126,15 @@ class _SelfMetrics:
         for (metric, reason), n in sorted(counts.items()):
             refused.add_metric([metric, reason], n)
         yield refused
+        guarded_rules = sorted(a.provider.guards)
+        for desc, counts_by_rule in (
+            (names.ADAPTER_GUARD_HOLDS, a.provider.guard_holds),
+            (names.ADAPTER_GUARD_VIOLATIONS, a.provider.guard_violations),
+        ):
+            family = CounterMetricFamily(desc.prometheus, desc.help, labels=["metric"])
+            for metric in guarded_rules:  # every guarded pressure rule, from 0
+                family.add_metric([metric], counts_by_rule.get(metric, 0))
+            yield family
         conns = GaugeMetricFamily(
             names.ADAPTER_CONNECTIONS.prometheus, names.ADAPTER_CONNECTIONS.help, labels=["port"]
         )

@@ -369,6 +369,18 @@ _SELF: Final = (
         "adapter",
     ),
     _entry(
+        names.ADAPTER_GUARD_HOLDS,
+        ("metric",),
+        "SLO pressure reads whose served value the scale-down guard raised, holding replicas a recent pressure over 1 showed too few for the rate per replica now (metricLabels.term guard; docs/adapter.md, SLO pressure).",
+        "adapter",
+    ),
+    _entry(
+        names.ADAPTER_GUARD_VIOLATIONS,
+        ("metric",),
+        "SLO pressure reads over 1 with a replica count and a request rate, which the scale-down guard remembers for its window (docs/adapter.md, SLO pressure).",
+        "adapter",
+    ),
+    _entry(
         names.ADAPTER_CONNECTIONS,
         ("port",),
         "Connections served now on the HTTPS API (port=api) and the OTLP receiver (port=otlp); at max_connections (otlp_max_connections) more are refused.",

@@ -91,6 +91,8 @@ PROMETHEUS = {
     "ADAPTER_OTLP_POINTS": "kvspread_adapter_otlp_points_total",
     "ADAPTER_STALE_READS": "kvspread_adapter_stale_reads_total",
     "ADAPTER_REFUSED_READS": "kvspread_adapter_refused_reads_total",
+    "ADAPTER_GUARD_HOLDS": "kvspread_adapter_guard_holds_total",
+    "ADAPTER_GUARD_VIOLATIONS": "kvspread_adapter_guard_violations_total",
     "ADAPTER_CONNECTIONS": "kvspread_adapter_connections",
     "ADAPTER_CONNECTIONS_REFUSED": "kvspread_adapter_connections_refused_total",
     "ADAPTER_CONNECTIONS_EVICTED": "kvspread_adapter_connections_evicted_total",

@@ -76,9 +76,9 @@ def test_the_memory_keeps_what_refuses_most_and_is_bounded() -> None:
     assert m.violations("a", 100.0, 60.0) == []  # expired
     # no arrivals, no replica, no number: nothing to learn
     for n, rate in ((2.0, 0.0), (0.0, 2.0), (2.0, math.nan), (2.0, math.inf)):
-        m.record("b", 0.0, n, rate)
+        assert not m.record("b", 0.0, n, rate)
     assert m.violations("b", 0.0, 60.0) == []
-    m.record("b", 0.0, 2.0, 1.0)
+    assert m.record("b", 0.0, 2.0, 1.0)
     m.record("c", 0.0, 2.0, 1.0)  # a third selector evicts the least recently read
     assert len(m) == 2 and m.violations("a", 0.0, 60.0) == []
 
@@ -176,6 +176,9 @@ def test_served_through_the_provider_it_holds_until_the_rate_falls() -> None:
     _read(off, 60.0)
     _phase(m, 65, 155, 10, 0.02, 3)
     assert _read(off, 150.0)[1] == names.SLI_TPOT_P95  # off: the proportional pressure
+    assert a.provider.guard_violations == {PRESSURE: 1}
+    assert a.provider.guard_holds == {PRESSURE: 1}
+    assert off.provider.guards == {} and off.provider.guard_holds == {}
 
 
 def test_without_a_request_rate_it_learns_nothing_and_holds_nothing() -> None:
@@ -244,5 +247,9 @@ def test_the_guard_is_served_over_otlp_and_the_external_metrics_api(pki: Pki) ->
         clock.t = t0 + 150
         push(t0 + 60, t0 + 150, False, 3)
         second = read()
+        exposed = httpx.get(f"http://127.0.0.1:{a.adapter.otlp_port}/metrics").text
+    # the operator's view: one read remembered, one held
+    for family in ("guard_violations", "guard_holds"):
+        assert f'kvspread_adapter_{family}_total{{metric="{PRESSURE}"}} 1.0' in exposed
     assert second["metricLabels"]["term"] == "guard"  # type: ignore[index]
     assert float(parse_quantity(str(second["value"]))) == pytest.approx(2.5 / 3, abs=1e-3)
