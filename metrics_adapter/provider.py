@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from metrics_adapter.errors import (
     AdapterError,
@@ -119,13 +119,11 @@ class RuleProvider:
             assert source is not None
             return source.evaluate(rule, namespace, selector)
         except NoFreshData:
-            with self._lock:
-                self.stale_reads[name] = self.stale_reads.get(name, 0) + 1
+            self._count(self.stale_reads, name)
             raise
         except HistogramTooCoarse as exc:
             key = (name, exc.refusal)
-            with self._lock:
-                self.refused_reads[key] = self.refused_reads.get(key, 0) + 1
+            self._count(self.refused_reads, key)
             raise
 
     def _pressure(
@@ -222,6 +220,28 @@ class RuleProvider:
             )
         ]
 
+    def _count(self, counts: dict[Any, int], key: Any) -> None:
+        """One more in a self-metric counter (several HTTP threads read at once)."""
+        with self._lock:
+            counts[key] = counts.get(key, 0) + 1
+
+    def _largest(
+        self,
+        namespace: str,
+        name: str,
+        selector: Selector,
+        tolerate: type[AdapterError] = NoFreshData,
+    ) -> tuple[float, list[MetricValue]] | None:
+        """The largest value a helper rule (a replica count, a request rate) serves for
+        `selector`, with the values read; None where it serves none or raises `tolerate`."""
+        try:
+            values = self.read(namespace, name, selector)
+        except tolerate:
+            return None
+        if not values:
+            return None
+        return max(v.value for v in values), values
+
     def _step(
         self, step: Step, term: str, ratio: float, namespace: str, selector: Selector
     ) -> float | None:
@@ -229,11 +249,8 @@ class RuleProvider:
         when the term is over its target, and none fresh counts as one replica."""
         replicas = None
         if ratio > 1.0:
-            try:
-                values = self.read(namespace, step.replicas, selector)
-            except NoFreshData:
-                values = []
-            replicas = max((v.value for v in values), default=None)
+            got = self._largest(namespace, step.replicas, selector)
+            replicas = got[0] if got is not None else None
         return step_value(ratio, replicas, step, term)
 
     def _guard(
@@ -255,25 +272,21 @@ class RuleProvider:
             return None
         got: list[float] = []
         for name in (g.replicas, g.rate):
-            try:
-                values = self.read(namespace, name, selector)
-            except AdapterError:  # stale, or its source down: the terms decide alone
+            # stale, or its source down: the terms decide alone
+            largest = self._largest(namespace, name, selector, tolerate=AdapterError)
+            if largest is None:
                 return None
-            if not values:
-                return None
-            got.append(max(v.value for v in values))
+            got.append(largest[0])
         replicas, rate = got
         now = max(v.timestamp for v in used)
         key = f"{namespace}/{','.join(sorted(str(r) for r in selector.requirements))}"
         if value > 1.0:
             if memory.record(key, now, replicas, rate):
-                with self._lock:
-                    self.guard_violations[rule.name] = self.guard_violations.get(rule.name, 0) + 1
+                self._count(self.guard_violations, rule.name)
             return None
         held = guarded(value, replicas, rate, memory.violations(key, now, g.window_s), g.fraction)
         if held is not None:
-            with self._lock:
-                self.guard_holds[rule.name] = self.guard_holds.get(rule.name, 0) + 1
+            self._count(self.guard_holds, rule.name)
         return held
 
     def _trend(
@@ -292,14 +305,11 @@ class RuleProvider:
         got: list[float] = []
         inputs: list[MetricValue] = []
         for name in (t.short, t.long, t.replicas):
-            try:
-                values = self.read(namespace, name, selector)
-            except NoFreshData:
+            largest = self._largest(namespace, name, selector)
+            if largest is None:
                 return None
-            if not values:
-                return None
-            got.append(max(v.value for v in values))
-            inputs.extend(values)
+            got.append(largest[0])
+            inputs.extend(largest[1])
         short, long, replicas = got
         ahead = predicted_rate(
             short, long, self.rules[t.short].window, self.rules[t.long].window, t
