@@ -17,6 +17,14 @@ each cycle. The guard remembers what the pressure itself showed:
     served = max(pressure, (k' - 1/2) / n), k' the least count at or over
                  ceil(n x pressure) that is not refused (so the HPA's ceil(n x served) is k')
 
+The window's count: a pressure is a percentile over a window (1 min by default), so just
+after a scale-up it still holds the latencies the fewer replicas served. A violation is
+therefore kept at the least serving count the guard's own reads of that selector saw within
+the pressure's window, not at the count now: a p95 over 1 read as 2 replicas became ready,
+over a minute in which 1 served, says 1 is too few, not 2 (in the serving simulation the
+second reading held a third vision replica for the rest of the half hour; docs/evaluation.md,
+"The guard's window count"). At most `MAX_COUNTS` counts are kept per selector.
+
 The guard only holds replicas: it never serves more than (n - 1/2) / n < 1 of its own, so it
 never asks for a scale-up; what scales up is the other terms. A violation without arrivals
 (r = 0) says nothing of a rate per replica and is not kept. The memory is bounded: at most
@@ -36,12 +44,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
     "FRACTION",
+    "MAX_COUNTS",
     "MAX_KEYS",
     "MAX_VIOLATIONS",
     "MAX_WINDOW_S",
@@ -65,6 +74,9 @@ MAX_KEYS: Final = 1000
 """Selectors remembered per pressure rule (least recently read evicted)."""
 MAX_VIOLATIONS: Final = 64
 """Violations kept per selector (oldest dropped past it)."""
+MAX_COUNTS: Final = 64
+"""Replica counts kept per selector for the window's count (a read each 15 s over a 10 min
+window is 40; only the counts that can still be a window's least are kept)."""
 
 
 @dataclass(frozen=True)
@@ -107,17 +119,47 @@ def guarded(
     return (k - 0.5) / n
 
 
-class GuardMemory:
-    """Violations per selector, bounded (module docstring); thread-safe."""
+class _Entry:
+    """One selector's memory: its violations and the replica counts its recent reads saw."""
 
-    def __init__(self, max_keys: int = MAX_KEYS, max_violations: int = MAX_VIOLATIONS) -> None:
+    __slots__ = ("counts", "violations")
+
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+        self.counts: deque[tuple[float, float]] = deque()
+        """(time, serving count), the counts increasing from oldest to newest: a count
+        with a smaller or equal one after it is never the least of a window again."""
+
+
+class GuardMemory:
+    """Violations and recent serving counts per selector, bounded (module docstring);
+    thread-safe."""
+
+    def __init__(
+        self,
+        max_keys: int = MAX_KEYS,
+        max_violations: int = MAX_VIOLATIONS,
+        max_counts: int = MAX_COUNTS,
+    ) -> None:
         self.max_keys = max_keys
         self.max_violations = max_violations
-        self._by_key: OrderedDict[str, list[Violation]] = OrderedDict()
+        self.max_counts = max_counts
+        self._by_key: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+    def _entry(self, key: str) -> _Entry:
+        """`key`'s entry, made (evicting the least recently read past `max_keys`) and
+        marked recently read; under the lock."""
+        held = self._by_key.get(key)
+        if held is None:
+            held = self._by_key[key] = _Entry()
+            while len(self._by_key) > self.max_keys:
+                self._by_key.popitem(last=False)
+        self._by_key.move_to_end(key)
+        return held
 
     def violations(self, key: str, now: float, window_s: float) -> list[Violation]:
         """`key`'s violations within `window_s` of `now` (a copy); marks `key` recently read."""
@@ -125,9 +167,27 @@ class GuardMemory:
             held = self._by_key.get(key)
             if held is None:
                 return []
-            held[:] = [v for v in held if now - v[0] <= window_s]
+            held.violations[:] = [v for v in held.violations if now - v[0] <= window_s]
             self._by_key.move_to_end(key)
-            return list(held)
+            return list(held.violations)
+
+    def least(self, key: str, now: float, replicas: float, lag_s: float) -> float:
+        """Notes `replicas` serving at `now` and returns the least count noted for `key`
+        within `lag_s` before it: the count a pressure computed over that window was served
+        by at its fewest (module docstring, "the window's count"). A non-finite count is
+        returned as it is and not noted."""
+        if not math.isfinite(replicas):
+            return replicas
+        with self._lock:
+            counts = self._entry(key).counts
+            while counts and counts[-1][1] >= replicas:
+                counts.pop()
+            counts.append((now, replicas))
+            while counts and now - counts[0][0] > lag_s:
+                counts.popleft()
+            while len(counts) > self.max_counts:
+                counts.popleft()
+            return counts[0][1] if counts else replicas
 
     def record(self, key: str, now: float, replicas: float, rate: float) -> bool:
         """A pressure over 1 with `replicas` serving at `rate` requests/s; False (ignored)
@@ -137,12 +197,7 @@ class GuardMemory:
             return False
         per = rate / n
         with self._lock:
-            held = self._by_key.get(key)
-            if held is None:
-                held = self._by_key[key] = []
-                while len(self._by_key) > self.max_keys:
-                    self._by_key.popitem(last=False)
-            self._by_key.move_to_end(key)
+            held = self._entry(key).violations
             # a newer violation at >= n replicas and <= the rate per replica covers an older
             held[:] = [v for v in held if not (v[1] <= n and v[2] >= per)]
             held.append((now, float(n), per))

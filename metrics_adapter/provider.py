@@ -280,8 +280,11 @@ class RuleProvider:
         replicas, rate = got
         now = max(v.timestamp for v in used)
         key = f"{namespace}/{','.join(sorted(str(r) for r in selector.requirements))}"
+        # the pressure is a percentile over its window: a violation is the fewest serving in it
+        lag = max((v.window for v in used if v.window is not None), default=rule.window)
+        least = memory.least(key, now, replicas, lag)
         if value > 1.0:
-            if memory.record(key, now, replicas, rate):
+            if memory.record(key, now, least, rate):
                 self._count(self.guard_violations, rule.name)
             return None
         held = guarded(value, replicas, rate, memory.violations(key, now, g.window_s), g.fraction)

@@ -83,6 +83,21 @@ def test_the_memory_keeps_what_refuses_most_and_is_bounded() -> None:
     assert len(m) == 2 and m.violations("a", 0.0, 60.0) == []
 
 
+def test_the_window_count_is_the_fewest_serving_its_reads_saw() -> None:
+    m = GuardMemory(max_counts=3)
+    assert m.least("a", 0.0, 1.0, 60.0) == 1.0
+    assert m.least("a", 15.0, 2.0, 60.0) == 1.0  # the 1 still in the window
+    assert m.least("a", 61.0, 3.0, 60.0) == 2.0  # the 1 is 61 s old: out of it
+    assert m.least("a", 70.0, 2.0, 60.0) == 2.0  # fewer now: the 3 is never least again
+    assert m.least("a", 75.0, 2.0, 5.0) == 2.0
+    assert m.least("a", 200.0, 5.0, 60.0) == 5.0  # nothing else within the window
+    assert math.isnan(m.least("a", 201.0, math.nan, 60.0))  # not a count: not noted
+    for t, n in enumerate((6.0, 7.0, 8.0, 9.0), start=202):  # bounded: the newest 3 kept
+        m.least("a", float(t), n, 60.0)
+    assert m.least("a", 206.0, 10.0, 60.0) == 8.0
+    assert len(m) == 1 and m.violations("a", 206.0, 60.0) == []
+
+
 def test_on_in_the_default_rules() -> None:
     (p,) = [r.pressure for r in default_rules() if r.pressure is not None]
     assert p.guard is not None and p.guard.window_s == 1800.0 and p.guard.fraction == 0.8
@@ -179,6 +194,35 @@ def test_served_through_the_provider_it_holds_until_the_rate_falls() -> None:
     assert a.provider.guard_violations == {PRESSURE: 1}
     assert a.provider.guard_holds == {PRESSURE: 1}
     assert off.provider.guards == {} and off.provider.guard_holds == {}
+
+
+def test_a_violation_read_just_after_a_scale_up_is_kept_at_the_fewest_serving() -> None:
+    """A p95 over a 1 min window still holds the latencies 1 engine served after a second
+    became ready: read then it says 1 replica is too few, not 2, so 3 engines at the TPOT
+    floor may go to 2 (the pressure as it is); only a violation after 2 engines served the
+    whole window holds 3."""
+    a = AdapterSlis(pressure=pressure_rule())
+    m = ServiceMetrics(a, "chat")
+    _phase(m, 5, 65, 5, 0.15, 1)
+    assert _read(a, 60.0)[0] > 1  # 1 engine at 0.5 requests/s missed
+    _phase(m, 65, 80, 5, 0.15, 2)
+    value, _ = _read(a, 75.0)
+    assert value > 1  # 2 engines serving now, the window's latencies are the 1 engine's
+    _phase(m, 80, 170, 5, 0.02, 3)
+    value, term = _read(a, 165.0)
+    assert term == names.SLI_TPOT_P95 and math.ceil(3 * value) == 2  # 2 is allowed
+    (v,) = a.provider.guards[PRESSURE].violations("sim/service=chat", 165.0, 1800.0)
+    assert v[1] == 1.0
+    # the same rate per replica missed by 2 engines that served the whole window: held
+    b = AdapterSlis(pressure=pressure_rule())
+    m = ServiceMetrics(b, "chat")
+    _phase(m, 5, 65, 5, 0.02, 2)
+    assert _read(b, 60.0)[0] < 1
+    _phase(m, 65, 140, 5, 0.15, 2)
+    assert _read(b, 135.0)[0] > 1
+    _phase(m, 140, 230, 5, 0.02, 3)
+    value, term = _read(b, 225.0)
+    assert term == "guard" and value == pytest.approx(2.5 / 3)
 
 
 def test_without_a_request_rate_it_learns_nothing_and_holds_nothing() -> None:
