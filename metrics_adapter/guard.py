@@ -107,8 +107,10 @@ def guarded(
 ) -> float | None:
     """The value that holds the replicas a remembered violation refuses to let go, or None
     where the pressure's own proposal is not refused (module docstring)."""
+    if not (math.isfinite(replicas) and math.isfinite(pressure)):
+        return None
     n = math.floor(replicas)
-    if n < 2 or not math.isfinite(pressure):
+    if n < 2:
         return None
     k = max(1, math.ceil(n * pressure))
     start = k
@@ -192,6 +194,8 @@ class GuardMemory:
     def record(self, key: str, now: float, replicas: float, rate: float) -> bool:
         """A pressure over 1 with `replicas` serving at `rate` requests/s; False (ignored)
         without both (no replica and no arrivals say nothing of a rate per replica)."""
+        if not math.isfinite(replicas):
+            return False
         n = math.floor(replicas)
         if n < 1 or not rate > 0 or not math.isfinite(rate):
             return False

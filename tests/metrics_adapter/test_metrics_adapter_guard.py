@@ -63,6 +63,11 @@ def test_the_hpa_proposal_is_the_least_count_the_guard_allows(n: int) -> None:
     assert value is not None and math.ceil(n * value) == 2
 
 
+def test_a_count_that_is_not_a_number_holds_nothing() -> None:
+    for replicas in (math.nan, math.inf):
+        assert guarded(0.4, replicas, 2.0, [(0.0, 1.0, 1.0)], 1.0) is None
+
+
 def test_the_memory_keeps_what_refuses_most_and_is_bounded() -> None:
     m = GuardMemory(max_keys=2, max_violations=3)
     m.record("a", 0.0, 2.0, 2.0)
@@ -75,7 +80,14 @@ def test_the_memory_keeps_what_refuses_most_and_is_bounded() -> None:
     assert [v[0] for v in m.violations("a", 9.0, 60.0)] == [7.0, 8.0, 9.0]
     assert m.violations("a", 100.0, 60.0) == []  # expired
     # no arrivals, no replica, no number: nothing to learn
-    for n, rate in ((2.0, 0.0), (0.0, 2.0), (2.0, math.nan), (2.0, math.inf)):
+    for n, rate in (
+        (2.0, 0.0),
+        (0.0, 2.0),
+        (2.0, math.nan),
+        (2.0, math.inf),
+        (math.nan, 2.0),
+        (math.inf, 2.0),
+    ):
         assert not m.record("b", 0.0, n, rate)
     assert m.violations("b", 0.0, 60.0) == []
     assert m.record("b", 0.0, 2.0, 1.0)
