@@ -292,7 +292,7 @@ docs/evaluation.md, "SLO pressure autoscaling"): scale up at once but by at most
 50 % a minute (a replica needs 45-140 s to start, and the pressure stays high until it
 serves), scale down after a 120 s window by at most 10 % a minute (the adapter's scale-down
 guard holds the counts a recent pressure over 1 showed too few, which is what Kubernetes'
-300 s bought: with the guard 300 s cost 7 % more GPU-hours for +0.26 pp realtime SLO)."""
+300 s bought: with the guard 300 s cost 6 % more GPU-hours for +0.25 pp realtime SLO)."""
 
 
 @dataclass(frozen=True)
