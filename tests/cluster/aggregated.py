@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
 import yaml
 
 from kvspread import names
@@ -17,7 +16,7 @@ from metrics_adapter.config import AdapterConfig
 from metrics_adapter.server import AdapterThread
 from tests.cluster.controlplane import ROOT, ControlPlane
 from tests.cluster.install import SERVICE_ACCOUNTS, install
-from tests.metrics_adapter.adapter_otlp_payloads import gauge, request
+from tests.metrics_adapter.adapter_otlp_payloads import gauge, post, request
 
 HPA = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
 METRIC = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{names.SLI_QUEUE_DEPTH}"
@@ -27,16 +26,10 @@ NS = "llm"
 
 def push_queue(port: int, service: str, waiting: int, namespace: str = "llm") -> None:
     """One engine of `service` with `waiting` requests queued, pushed over real OTLP."""
-    body = request(
+    post(port, request(
         {names.ATTR_K8S_NAMESPACE: namespace, names.ATTR_SERVICE_NAME: service},
         [gauge(names.ENGINE_REQUESTS_WAITING.name, [(time.time(), waiting, {})])],
-    ).SerializeToString()
-    r = httpx.post(
-        f"http://127.0.0.1:{port}/v1/metrics",
-        content=body,
-        headers={"content-type": "application/x-protobuf"},
-    )
-    assert r.status_code == 200, r.text
+    ))  # fmt: skip
 
 
 @contextmanager

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -199,7 +198,7 @@ class _Engines:
         self.calls = 0
 
     def push(self, pods: int, tpot_s: float, every: int = 1) -> None:
-        from tests.metrics_adapter.adapter_otlp_payloads import gauge, histogram, request
+        from tests.metrics_adapter.adapter_otlp_payloads import gauge, histogram, post, request
 
         self.calls += 1
         self.tpot[self.tpot_bounds.index(tpot_s)] += 1
@@ -216,10 +215,7 @@ class _Engines:
                     histogram(names.HTTP_SERVER_REQUEST_DURATION.name,
                               [(self.start, now, list(self.dur), {})], [1.0]),
                 ]  # fmt: skip
-            body = request({**res, names.ATTR_K8S_POD: f"chat-{i}"}, own).SerializeToString()
-            r = httpx.post(f"http://127.0.0.1:{self.port}/v1/metrics", content=body,
-                           headers={"content-type": "application/x-protobuf"})  # fmt: skip
-            assert r.status_code == 200, r.text
+            post(self.port, request({**res, names.ATTR_K8S_POD: f"chat-{i}"}, own))
 
 
 def test_the_scale_down_guard_holds_a_count_that_missed_on_the_real_controller(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import httpx
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as mp
@@ -82,3 +83,10 @@ def gauge(name: str, points: Sequence[tuple[float, float, dict[str, str | int]]]
         dp.as_double = v
         dp.attributes.extend(kvs(attrs))
     return m
+
+
+def post(port: int, req: ExportMetricsServiceRequest) -> None:
+    """`req` as OTLP/HTTP protobuf to a receiver on 127.0.0.1:`port`; it must answer 200."""
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/metrics", content=req.SerializeToString(),
+                   headers={"content-type": "application/x-protobuf"})  # fmt: skip
+    assert r.status_code == 200, r.text

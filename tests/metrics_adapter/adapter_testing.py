@@ -121,16 +121,13 @@ def two_pods_and_pressure(
     `waiting` gauge metrics, chat-0 also with `histogram`) to the running adapter, then read
     `metric` for service=chat through the external metrics REST API as the HPA does."""
     from kvspread import names
-    from tests.metrics_adapter.adapter_otlp_payloads import request
+    from tests.metrics_adapter.adapter_otlp_payloads import post, request
 
     res = {names.ATTR_K8S_NAMESPACE: "llm", names.ATTR_SERVICE_NAME: "chat"}
     for pod in ("chat-0", "chat-1"):
-        body = request(
+        post(a.adapter.otlp_port, request(
             {**res, names.ATTR_K8S_POD: pod}, waiting + ([histogram] if pod == "chat-0" else [])
-        ).SerializeToString()
-        r = httpx.post(f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics", content=body,
-                       headers={"content-type": "application/x-protobuf"})  # fmt: skip
-        assert r.status_code == 200, r.text
+        ))  # fmt: skip
     with api_client(pki, a) as c:
         return c.get(f"/apis/external.metrics.k8s.io/v1beta1/namespaces/llm/{metric}",
                      params={"labelSelector": "service=chat"}, headers=hpa_headers())  # fmt: skip

@@ -19,7 +19,7 @@ from metrics_adapter.selectors import parse_selector
 from metrics_adapter.server import AdapterThread
 from simulator.serving.config import config_from_mapping
 from simulator.serving.slis import AdapterSlis, ServiceMetrics
-from tests.metrics_adapter.adapter_otlp_payloads import gauge, histogram, request
+from tests.metrics_adapter.adapter_otlp_payloads import gauge, histogram, post, request
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 
 PRESSURE, WAITING = names.SLI_SLO_PRESSURE, names.ENGINE_REQUESTS_WAITING.name
@@ -282,10 +282,7 @@ def test_the_guard_is_served_over_otlp_and_the_external_metrics_api(pki: Pki) ->
             if i == 0:
                 own += [histogram(TPOT, tpot_points, tpot_bounds),
                         histogram(DUR, dur_points, dur_bounds)]  # fmt: skip
-            body = request({**res, names.ATTR_K8S_POD: f"chat-{i}"}, own).SerializeToString()
-            r = httpx.post(f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics", content=body,
-                           headers={"content-type": "application/x-protobuf"})  # fmt: skip
-            assert r.status_code == 200, r.text
+            post(a.adapter.otlp_port, request({**res, names.ATTR_K8S_POD: f"chat-{i}"}, own))
 
     def read() -> dict[str, object]:
         with api_client(pki, a) as c:

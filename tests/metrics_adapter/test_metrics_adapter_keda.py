@@ -21,7 +21,7 @@ from kvspread.quantity import format_quantity
 from metrics_adapter.keda import externalscaler_pb2 as pb
 from metrics_adapter.keda.scaler import SERVICE
 from metrics_adapter.server import AdapterThread
-from tests.metrics_adapter.adapter_otlp_payloads import counter, gauge, histogram, request
+from tests.metrics_adapter.adapter_otlp_payloads import counter, gauge, histogram, post, request
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 from tests.ports import free_port
 
@@ -42,10 +42,8 @@ def _push(a: AdapterThread, t: float, queue: float) -> None:
             gauge(names.ENGINE_REQUESTS_WAITING.name, [(t, queue, {})]),
             counter("tokens", [(T0, t, 100.0, {})]),
         ],
-    ).SerializeToString()  # fmt: skip
-    r = httpx.post(f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics", content=body,
-                   headers={"content-type": "application/x-protobuf"})  # fmt: skip
-    assert r.status_code == 200, r.text
+    )  # fmt: skip
+    post(a.adapter.otlp_port, body)
 
 
 @pytest.fixture(scope="module")
