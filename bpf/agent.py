@@ -428,9 +428,12 @@ class Agent:
         self.state.ttft.observe(labels, rec.ttft_s)
         if rec.tpot_s is not None:
             self.state.tpot.observe(labels, rec.tpot_s)
+        normalized = rec.duration_s / rec.tokens if rec.tokens > 0 else None
+        if normalized is not None:
+            self.state.normalized.observe(labels, normalized)
         self.state.ttft_window.add(self.clock.monotonic(), rec.ttft_s, 0)
         if self.otlp:
-            self.otlp.record_tokens(otlp_attributes(labels), rec.ttft_s, rec.tpot_s)
+            self.otlp.record_tokens(otlp_attributes(labels), rec.ttft_s, rec.tpot_s, normalized)
 
     # --- Kubernetes pods on this node -------------------------------------------------
     def _api(self) -> Any:

@@ -107,6 +107,11 @@ HISTOGRAMS: tuple[
     (names.HTTP_SERVER_TIME_TO_FIRST_BYTE, DURATION_BUCKETS, lambda s: s.ttfb),
     (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, names.GEN_AI_TTFT_BUCKETS, lambda s: s.ttft),
     (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN, names.GEN_AI_TPOT_BUCKETS, lambda s: s.tpot),
+    (
+        names.GEN_AI_SERVER_NORMALIZED_LATENCY,
+        names.NORMALIZED_LATENCY_BUCKETS,
+        lambda s: s.normalized,
+    ),
     (names.ACCEPT_QUEUE_DELAY, QUEUE_BUCKETS, lambda s: s.accept_delay),
 )
 """The request histograms: descriptor, bucket bounds (the /metrics families and the OTLP
@@ -473,6 +478,7 @@ class OtlpExporter:
         self.accept = histogram(names.ACCEPT_QUEUE_DELAY)
         self.ttft = histogram(names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN)
         self.tpot = histogram(names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN)
+        self.normalized = histogram(names.GEN_AI_SERVER_NORMALIZED_LATENCY)
 
         def gpu(attr: str) -> Any:
             def cb(_: CallbackOptions) -> list[Observation]:
@@ -583,11 +589,20 @@ class OtlpExporter:
         self.duration.record(duration_s, attrs)
         self.ttfb.record(ttfb_s, attrs)
 
-    def record_tokens(self, attrs: dict[str, Any], ttft_s: float, tpot_s: float | None) -> None:
-        """One SSE stream's time to first token and, with two tokens or more, per token."""
+    def record_tokens(
+        self,
+        attrs: dict[str, Any],
+        ttft_s: float,
+        tpot_s: float | None,
+        normalized_s: float | None = None,
+    ) -> None:
+        """One SSE stream's time to first token, with two tokens or more its time per
+        token, and its duration per output token (normalized latency)."""
         self.ttft.record(ttft_s, attrs)
         if tpot_s is not None:
             self.tpot.record(tpot_s, attrs)
+        if normalized_s is not None:
+            self.normalized.record(normalized_s, attrs)
 
     def record_accept(self, attrs: dict[str, Any], delay_s: float) -> None:
         self.accept.record(delay_s, attrs)

@@ -13,7 +13,7 @@ from bpf.gpu import GpuSample
 from bpf.gpupods import PodGpuMemory
 from bpf.stats import DURATION_BUCKETS, QUEUE_BUCKETS, CounterTable, HistogramTable, RecentWindow
 from kvspread.engine import EngineSample
-from kvspread.names import GEN_AI_TPOT_BUCKETS, GEN_AI_TTFT_BUCKETS
+from kvspread.names import GEN_AI_TPOT_BUCKETS, GEN_AI_TTFT_BUCKETS, NORMALIZED_LATENCY_BUCKETS
 from kvspread.signals import NodeSignals
 
 __all__ = ["SourceStatus", "EngineReading", "CollectorState", "SOURCES"]
@@ -46,6 +46,9 @@ class CollectorState:
     ttfb: HistogramTable = field(default_factory=lambda: HistogramTable(DURATION_BUCKETS))
     ttft: HistogramTable = field(default_factory=lambda: HistogramTable(GEN_AI_TTFT_BUCKETS))
     tpot: HistogramTable = field(default_factory=lambda: HistogramTable(GEN_AI_TPOT_BUCKETS))
+    normalized: HistogramTable = field(
+        default_factory=lambda: HistogramTable(NORMALIZED_LATENCY_BUCKETS)
+    )
     ttft_window: RecentWindow = field(default_factory=RecentWindow)  # node TTFT p95
     accept_delay: HistogramTable = field(default_factory=lambda: HistogramTable(QUEUE_BUCKETS, 512))
     edges: CounterTable = field(default_factory=CounterTable)

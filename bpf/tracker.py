@@ -79,6 +79,9 @@ class RequestRecord(NamedTuple):
     # the captured bytes of the request up to the first gap (see _Pending.gap): where
     # bpf/model.py reads gen_ai.request.model, for token streams only
     request: bytes = b""
+    # data events of an SSE stream (its output tokens, `data: [DONE]` excluded); 0 when
+    # not a stream or not seen: duration_s / tokens is the request's normalized latency
+    tokens: int = 0
 
 
 _new_record = tuple.__new__
@@ -99,6 +102,7 @@ def _record(
     ttft_s: float | None = None,
     tpot_s: float | None = None,
     request: bytes = b"",
+    tokens: int = 0,
 ) -> RequestRecord:
     """tuple.__new__ with the fields in order: one record per request, and the
     NamedTuple constructor's keyword handling was a quarter of the tracker's time."""
@@ -106,7 +110,7 @@ def _record(
         RequestRecord,
         (c.tgid, c.port, req.method, req.route, resp.status, req.modality, req.images,
          start_ns, ttfb_s, duration_s, resp.streaming, resp_bytes, req.context_id,
-         req.chunk_seq, c.peer, ttft_s, tpot_s, request),
+         req.chunk_seq, c.peer, ttft_s, tpot_s, request, tokens),
     )  # fmt: skip
 
 
@@ -254,11 +258,15 @@ class ConnTracker:
         end = max(end_ns, p.response_ns)
         self.counters.requests += 1
         ttft = tpot = None
+        tokens = 0
         if sse[2] and resp.streaming and p.request_end_ns:
             ttft, tpot = _token_times(p.request_end_ns, *sse)
+            tokens = sse[2]
         ttfb = (p.response_ns - p.start_ns) / 1e9
         took = (end - p.start_ns) / 1e9
-        return _record(c, req, resp, p.start_ns, ttfb, took, resp_bytes, ttft, tpot, request)
+        return _record(
+            c, req, resp, p.start_ns, ttfb, took, resp_bytes, ttft, tpot, request, tokens
+        )
 
     def on_http(self, ev: HttpEvent) -> list[RequestRecord]:
         """Feed one event; returns the requests it completed (zero or one)."""
@@ -377,15 +385,17 @@ class ConnTracker:
                                 status, flags
                             )
                             ttft = tpot = None
+                            tokens = 0
                             if flags & RESP_F_EVENT_STREAM:
                                 req_end, first, last, events = unpack_sse(raw, sse_at)
                                 if events and req_end:
                                     ttft, tpot = _token_times(req_end, first, last, events)
+                                    tokens = events
                             done += 1
                             out.append(
                                 _record(c, req, resp, ts, (resp_ns - ts) / 1e9,
                                         ((end_ns if end_ns > resp_ns else resp_ns) - ts) / 1e9,
-                                        prev_bytes, ttft, tpot, data)
+                                        prev_bytes, ttft, tpot, data, tokens)
                             )  # fmt: skip
                             continue
                 else:

@@ -193,6 +193,15 @@ GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: Final = MetricDescriptor(
 )
 """OTel GenAI semconv name: (last data event - first) / (data events - 1), `data: [DONE]`
 excluded."""
+GEN_AI_SERVER_NORMALIZED_LATENCY: Final = MetricDescriptor(
+    "kvspread.gen_ai.server.normalized_latency",
+    "s",
+    "histogram",
+    "SSE responses: request duration / data events, the end-to-end latency per output "
+    "token that a per-token SLO budgets (eBPF).",
+)
+"""Not an OTel name: the vLLM paper's "normalized latency" (Kwon et al., SOSP 2023, section
+6.1: end-to-end latency divided by output length), per request; `data: [DONE]` excluded."""
 GPU_MEMORY_USED: Final = MetricDescriptor(
     "kvspread.gpu.memory.used",
     "By",
@@ -326,6 +335,13 @@ GEN_AI_TPOT_BUCKETS: Final = (
 """Bounds (s) of gen_ai.server.time_per_output_token: the advised ExplicitBucketBoundaries
 (same file, "Metric: gen_ai.server.time_per_output_token")."""
 
+NORMALIZED_LATENCY_BUCKETS: Final = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.12, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+"""Bounds (s) of kvspread.gen_ai.server.normalized_latency: the TPOT bounds, plus the batch
+budget 0.12 s that the adapter's over-budget share reads exactly (0.05 s realtime is one
+already), plus 5 and 10 s for a few tokens after a long first one."""
+
 # --- Adapter external metrics (served names; docs/design.md section 6) -----------------------
 SLI_LATENCY_P50: Final = "kvspread_request_latency_p50_seconds"
 SLI_LATENCY_P95: Final = "kvspread_request_latency_p95_seconds"
@@ -339,10 +355,14 @@ SLI_TTFT_P95: Final = "kvspread_time_to_first_token_p95_seconds"
 SLI_TPOT_P95: Final = "kvspread_time_per_output_token_p95_seconds"
 SLI_QUEUE_DEPTH_PER_REPLICA: Final = "kvspread_queue_depth_per_replica"
 SLI_SLO_PRESSURE: Final = "kvspread_slo_pressure"
+"""max(term / target) over its terms (TTFT and TPOT p95, queue per replica, KV usage, the
+over-budget shares): scale with a Value target of 1 (issue 25)."""
 SLI_REQUESTS_PER_SECOND_LONG: Final = "kvspread_requests_per_second_long"
 SLI_ENGINE_REPLICAS: Final = "kvspread_engine_replicas"
-"""max(TTFT p95 / target, TPOT p95 / target, queue per replica / target, KV usage / target):
-scale with a Value target of 1 (issue 25)."""
+SLI_OVER_50MS_PER_TOKEN: Final = "kvspread_requests_over_50ms_per_token_ratio"
+SLI_OVER_120MS_PER_TOKEN: Final = "kvspread_requests_over_120ms_per_token_ratio"
+"""Share of streamed requests whose end-to-end latency per output token was over the
+realtime (50 ms) or batch (120 ms) budget of docs/design.md section 2."""
 SLI_NAMES: Final = (
     SLI_LATENCY_P50,
     SLI_LATENCY_P95,
@@ -357,6 +377,8 @@ SLI_NAMES: Final = (
     SLI_QUEUE_DEPTH_PER_REPLICA,
     SLI_REQUESTS_PER_SECOND_LONG,
     SLI_ENGINE_REPLICAS,
+    SLI_OVER_50MS_PER_TOKEN,
+    SLI_OVER_120MS_PER_TOKEN,
     SLI_SLO_PRESSURE,
 )
 

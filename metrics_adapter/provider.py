@@ -33,7 +33,7 @@ from metrics_adapter.errors import (
 )
 from metrics_adapter.guard import TERM_LABEL as GUARD_LABEL
 from metrics_adapter.guard import GuardMemory, guarded
-from metrics_adapter.rules import Pressure, Rule
+from metrics_adapter.rules import OFF, Pressure, Rule
 from metrics_adapter.selectors import Selector
 from metrics_adapter.sources.base import Source
 from metrics_adapter.step import Step, step_value
@@ -138,8 +138,10 @@ class RuleProvider:
         times a 2 s target: the HPA must scale up, not hold); where it lies wholly at or
         under, its upper bound / target, the most it can be (a TPOT p95 in the collector's
         first bucket, under 10 ms, is at most 0.2 of 50 ms: the HPA may scale down on the
-        other terms, never past what that bound allows). `metricLabels` are the labels
-        every term's value shares, plus `term`: the rule that set the pressure.
+        other terms, never past what that bound allows). A term whose target is `off` for
+        the service's class is left out; a `holdOnly` term counts at most 1 (it can hold the
+        replicas serving now, not add one). `metricLabels` are the labels every term's
+        value shares, plus `term`: the rule that set the pressure.
         """
         wanted = selector.equalities()
         service = wanted.get(pressure.service_label)
@@ -169,6 +171,8 @@ class RuleProvider:
         targets = pressure.targets_of(service, cls)
         for term, too_coarse in refused:
             floor, target = too_coarse.floor, targets[term]
+            if target == OFF:  # the term does not apply to this class or service
+                continue
             if floor is not None and floor.value >= target:
                 read.append((term, [floor]))  # over target whatever it is: its least
             elif floor is not None and too_coarse.ceiling <= target:
@@ -181,12 +185,16 @@ class RuleProvider:
         best: tuple[float, str] | None = None
         used: list[MetricValue] = []
         for term, values in read:
+            if targets[term] == OFF:
+                continue
             ratio = max(v.value for v in values) / targets[term]
             if pressure.step is not None and term in pressure.step.terms:
                 stepped = self._step(pressure.step, term, ratio, namespace, selector)
                 if stepped is None:
                     continue
                 ratio = stepped
+            if term in pressure.hold_only:
+                ratio = min(ratio, 1.0)  # holds the replicas serving now, never adds one
             used.extend(values)
             if best is None or ratio > best[0]:
                 best = (ratio, term)

@@ -5,10 +5,11 @@ A rule (YAML, under `rules:` in the adapter config) names one external metric::
     - name: kvspread_request_latency_p95_seconds   # served name (URL path segment)
       source: otlp                  # otlp (embedded receiver, default) | promql
       metric: http.server.request.duration          # otlp: the OTel metric name
-      aggregation: quantile         # quantile | rate | ratio | good-rate | last
+      aggregation: quantile         # quantile | rate | ratio | good-rate | over-ratio | last
       quantile: 0.95                # quantile: 0..1
       maxRelativeBucketWidth: 2     # quantile: widest bucket served, (upper - lower) / lower
-      threshold: 0.2                # good-rate: latency threshold, seconds
+      threshold: 0.2                # good-rate: latency threshold, seconds; over-ratio:
+                                    #   the bucket bound above which observations count
       window: 1m                    # sliding window (default: defaults.window)
       labels:                       # OTel attribute (point, then resource) -> selector label
         k8s.namespace.name: namespace
@@ -49,6 +50,9 @@ ceil(replicas x pressure) replicas::
       classLabel: qos               # the label whose value names a service's class where
                                     #   `services:` gives none (the selector's, else the
                                     #   value every term's series share: llm.qos)
+      holdOnly: []                  # terms whose ratio counts at most 1: they hold the
+                                    #   replicas serving now, never add one (an over-ratio
+                                    #   share: too many misses to let a replica go)
       trend:                        # optional, off unless given: the predictive term
         short: kvspread_requests_per_second       # a rate rule (the current rate)
         long: kvspread_requests_per_second_long   # the same rate over a longer window
@@ -70,6 +74,23 @@ ceil(replicas x pressure) replicas::
         minRatio: 1.12              # ... but at least this ratio (above the HPA's tolerance)
         hold: 0.8                   # hold..1 x target: 1 (keep); below: the term left out
                                     #   (or per term: {kvspread_time_to_first_token...: 0.6})
+
+A target `off` (under `terms:`, a class or a service) leaves that term out for them: the
+over-budget shares are per class (realtime's 50 ms per token, batch's 120 ms), so a rule
+that names both turns each off for the other class::
+
+      terms: {kvspread_requests_over_50ms_per_token_ratio: 0.05,
+              kvspread_requests_over_120ms_per_token_ratio: off}
+      classes:
+        batch: {kvspread_requests_over_50ms_per_token_ratio: off,
+                kvspread_requests_over_120ms_per_token_ratio: 0.05}
+      holdOnly: [kvspread_requests_over_50ms_per_token_ratio,
+                 kvspread_requests_over_120ms_per_token_ratio]
+
+An `over-ratio` rule serves the share (0..1) of a histogram's observations over the window
+that lie above `threshold`, which must be one of its bucket bounds: the count at or under a
+bound is exact, a share inside a bucket would be a guess, so such a read (and one of an
+exponential histogram) is refused with 422 (reason `threshold_not_a_bound`).
 
 A service's `trendCapacity` (under `services:`) replaces `capacity`. The trend term is
 predicted rate / (replicas x capacity), metricLabels.term `trend` (metrics_adapter.trend).
@@ -132,9 +153,16 @@ __all__ = [
     "guard_doc",
     "TREND_LONG_WINDOWS",
     "LATENCY_TERMS",
+    "OFF",
+    "OVER_BUDGET_SHARE",
+    "OVER_BUDGET_WINDOWS",
+    "OVER_BUDGET_TERMS",
+    "over_budget_terms",
 ]
 
-AGGREGATIONS: Final = ("quantile", "rate", "ratio", "good-rate", "last", "slo-pressure")
+AGGREGATIONS: Final = (
+    "quantile", "rate", "ratio", "good-rate", "over-ratio", "last", "slo-pressure",
+)  # fmt: skip
 COMBINES: Final = ("sum", "mean", "max", "min", "count")
 DEFAULT_WINDOW_S: Final = 60.0
 """docs/design.md section 6: windows default to 1 min."""
@@ -150,6 +178,17 @@ TREND_LONG_WINDOWS: Final = 5
 in windows: 5 min at the default 1 min, the trend term's baseline (metrics_adapter.trend)."""
 DEFAULT_GOOD_THRESHOLD_S: Final = 0.2
 """The design notes' HPA example counts requests faster than 0.2 s as good."""
+OVER_BUDGET_SHARE: Final = 0.05
+"""A target for the over-budget terms where a pressure rule names them (the default one does
+not): 5 % of a service's streamed requests over their per-token budget. Measured in the
+serving simulation, off by default because it bought nothing there (docs/evaluation.md,
+"An over-budget share in the pressure (session 25)")."""
+OVER_BUDGET_WINDOWS: Final = 2
+"""The over-budget shares' window in windows (as `TREND_LONG_WINDOWS`): 2 min at the default
+1 min, twice the requests per read for a share of tens of requests a minute (1, 5, 10 and
+30 min measured the same in the serving simulation, docs/evaluation.md)."""
+OFF: Final = math.inf
+"""The target `off` (YAML): the term does not apply to that class or service (left out)."""
 DEFAULT_PRESSURE_TERMS: Final = (
     (names.SLI_TTFT_P95, 2.0),
     (names.SLI_TPOT_P95, 0.05),
@@ -160,7 +199,8 @@ DEFAULT_PRESSURE_TERMS: Final = (
 is the realtime per-token step of docs/design.md section 2; TTFT 2 s and 4 waiting requests
 per replica are this project's choices (looser ones, TTFT 3-4 s or 8 waiting for every
 class, saved no GPU-hours in the serving simulation, docs/evaluation.md section 3); KV usage
-0.9 leaves vLLM room before it preempts (an assumption)."""
+0.9 leaves vLLM room before it preempts (an assumption). The over-budget shares are not
+terms here (`OVER_BUDGET_TERMS`: how to add them)."""
 DEFAULT_PRESSURE_CLASSES: Final = (
     ("realtime", ((names.SLI_TTFT_P95, 2.0), (names.SLI_TPOT_P95, 0.05))),
     (
@@ -177,6 +217,13 @@ batch replica may hold 40 waiting requests, the queue it drains within the batch
 at 4 requests/s (Little's law; the default 4 is realtime's 2 s x 2 requests/s). In the
 serving simulation the batch 40 took 5 % of slo's GPU-hours off at the same realtime SLO
 (docs/evaluation.md section 3, "A batch queue target")."""
+OVER_BUDGET_TERMS: Final = (names.SLI_OVER_50MS_PER_TOKEN, names.SLI_OVER_120MS_PER_TOKEN)
+"""The over-budget shares (realtime's 50 ms and batch's 120 ms per token) as a pressure rule
+would name them: each with `OVER_BUDGET_SHARE` for its class and `off` for the other, and
+under `holdOnly`. A share over budget says the replicas serving now are too few to let one
+go, not how many more are needed: a request of a few output tokens misses on its TTFT
+alone at any replica count, so as a proportional term the share scaled vision to 3.4
+replicas in the simulation (docs/evaluation.md)."""
 DEFAULT_LABELS: Final = (
     (names.ATTR_K8S_NAMESPACE, "namespace"),
     (names.ATTR_SERVICE_NAME, "service"),
@@ -220,6 +267,9 @@ class Pressure:
     """The step rule of the latency terms (None: every term is proportional)."""
     guard: Guard | None = None
     """The scale-down guard (None: off)."""
+    hold_only: tuple[str, ...] = ()
+    """Terms whose ratio is at most 1: they can hold replicas against a scale-down, never
+    add one (nor record a guard violation)."""
 
     def capacity_for(self, service: str | None) -> float:
         """Requests/s per replica at pressure 1 for `service` (the trend term's divisor)."""
@@ -345,11 +395,11 @@ _RULE_KEYS: Final = {
     "name", "source", "metric", "query", "aggregation", "quantile", "threshold", "window",
     "labels", "match", "numerator", "combine", "clusterWide", "cluster_wide", "extrapolation",
     "staleness", "maxRelativeBucketWidth", "terms", "classes", "services", "serviceLabel",
-    "classLabel", "trend", "step", "guard",
+    "classLabel", "trend", "step", "guard", "holdOnly",
 }  # fmt: skip
 _PRESSURE_KEYS: Final = {"name", "aggregation", "terms", "classes", "services", "serviceLabel",
                          "classLabel", "window", "staleness", "trend", "step",
-                         "guard"}  # fmt: skip
+                         "guard", "holdOnly"}  # fmt: skip
 _TREND_KEYS: Final = {"short", "long", "replicas", "lead", "capacity", "maxGrowth", "minRise"}
 _STEP_KEYS: Final = {"terms", "replicas", "pods", "minRatio", "hold"}
 _GUARD_KEYS: Final = {"replicas", "rate", "window", "fraction"}
@@ -360,7 +410,8 @@ MAX_PRESSURE_SERVICES: Final = 1000
 
 
 def _targets(value: Any, key: str, allow_class: bool = False) -> tuple[tuple[str, float], ...]:
-    """{rule name: target > 0} (and, for a service, a `class` key taken out by the caller)."""
+    """{rule name: target > 0, or `off` (stored as `OFF`)} (and, for a service, a `class`
+    key taken out by the caller)."""
     if not isinstance(value, Mapping):
         raise ConfigError(f"{key}: want a mapping of rule name -> target, got {value!r}")
     out = []
@@ -369,13 +420,16 @@ def _targets(value: Any, key: str, allow_class: bool = False) -> tuple[tuple[str
             continue
         if not isinstance(term, str) or not _METRIC_NAME.match(term):
             raise ConfigError(f"{key}: {term!r} is not a rule name")
+        if target == "off":
+            out.append((term, OFF))
+            continue
         if (
             isinstance(target, bool)
             or not isinstance(target, int | float)
             or not math.isfinite(target)
             or target <= 0
         ):
-            raise ConfigError(f"{key}.{term}: want a target > 0, got {target!r}")
+            raise ConfigError(f"{key}.{term}: want a target > 0 or off, got {target!r}")
         out.append((term, float(target)))
     return tuple(out)
 
@@ -437,9 +491,15 @@ def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
         if t not in known:
             raise ConfigError(f"{key}.step.terms: {t!r} is not one of the rule's terms")
     guard = _guard(doc["guard"], f"{key}.guard") if doc.get("guard") is not None else None
+    hold_only = doc.get("holdOnly") or []
+    if not isinstance(hold_only, Sequence) or isinstance(hold_only, str):
+        raise ConfigError(f"{key}.holdOnly: want a list of the rule's terms, got {hold_only!r}")
+    for t in hold_only:
+        if t not in known:
+            raise ConfigError(f"{key}.holdOnly: {t!r} is not one of the rule's terms")
     return Pressure(
         terms, classes, tuple(services), label, class_label, trend, tuple(capacities), step,
-        guard,
+        guard, tuple(dict.fromkeys(hold_only)),
     )  # fmt: skip
 
 
@@ -612,8 +672,17 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
     thr = doc.get("threshold")
     if agg == "good-rate":
         thr = DEFAULT_GOOD_THRESHOLD_S if thr is None else parse_duration(thr, f"{key}.threshold")
+    elif agg == "over-ratio":
+        if thr is None:
+            raise ConfigError(
+                f"{key}.threshold: an over-ratio rule needs a threshold (a bucket bound of "
+                "its histogram, e.g. 0.05)"
+            )
+        thr = parse_duration(thr, f"{key}.threshold")
     elif thr is not None:
-        raise ConfigError(f"{key}.threshold: only aggregation good-rate takes a threshold")
+        raise ConfigError(
+            f"{key}.threshold: only aggregations good-rate and over-ratio take a threshold"
+        )
     num = doc.get("numerator")
     numerator = None
     if agg == "ratio":
@@ -658,7 +727,7 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
         query=query if source == "promql" else None,
         quantile=q if agg == "quantile" else None,
         max_relative_bucket_width=float(width),
-        threshold=thr if agg == "good-rate" else None,
+        threshold=thr if agg in ("good-rate", "over-ratio") else None,
         window=window,
         labels=labels,
         match=_str_map(doc.get("match"), f"{key}.match", True),
@@ -744,18 +813,27 @@ def pressure_rule(
     trend: Mapping[str, Any] | None = None,
     step: Mapping[str, Any] | None = None,
     guard: Mapping[str, Any] | bool = True,
+    hold_only: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The `kvspread_slo_pressure` rule as YAML would give it; `services` maps a service to
     `{class: realtime, <term>: target, trendCapacity: ..., ...}`; `trend` (None: off) is
     its `trend:` mapping, see `trend_doc`; `step` (None: off) its `step:`, see `step_doc`;
-    `guard` its `guard:` (True: `guard_doc()`, the default rules'; False: off)."""
+    `guard` its `guard:` (True: `guard_doc()`, the default rules'; False: off); `hold_only`
+    its `holdOnly:` (those of them that are terms). A target `OFF` is written `off`."""
+
+    def yaml(targets: Mapping[str, Any]) -> dict[str, Any]:
+        return {t: "off" if v == OFF else v for t, v in targets.items()}
+
     doc: dict[str, Any] = {
         "name": names.SLI_SLO_PRESSURE,
         "aggregation": "slo-pressure",
-        "terms": dict(terms),
-        "classes": {c: dict(t) for c, t in classes},
-        "services": {s: dict(v) for s, v in (services or {}).items()},
+        "terms": yaml(dict(terms)),
+        "classes": {c: yaml(dict(t)) for c, t in classes},
+        "services": {s: yaml(dict(v)) for s, v in (services or {}).items()},
     }
+    held = [t for t in hold_only if t in doc["terms"]]
+    if held:
+        doc["holdOnly"] = held
     if trend is not None:
         doc["trend"] = dict(trend)
     if step is not None:
@@ -763,6 +841,16 @@ def pressure_rule(
     if guard is not False:
         doc["guard"] = guard_doc() if guard is True else dict(guard)
     return doc
+
+
+def over_budget_terms(
+    share: float = OVER_BUDGET_SHARE,
+) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]]:
+    """`OVER_BUDGET_TERMS` with target `share`, for `pressure_rule`: (the terms' additions,
+    realtime's 50 ms share on and batch's off; batch's class additions, the other way
+    round). Name them under `hold_only` too for the behaviour measured."""
+    fast, slow = OVER_BUDGET_TERMS
+    return ((fast, share), (slow, OFF)), ((fast, OFF), (slow, share))
 
 
 def guard_doc(window_s: float = WINDOW_S, fraction: float = FRACTION) -> dict[str, Any]:
@@ -884,6 +972,19 @@ def default_rules(
             "combine": "count",
             "staleness": 30.0,
         },
+        *(
+            {
+                "name": name,
+                "metric": names.GEN_AI_SERVER_NORMALIZED_LATENCY.name,
+                "aggregation": "over-ratio",
+                "threshold": budget,
+                "window": OVER_BUDGET_WINDOWS * window,
+            }
+            for name, budget in (
+                (names.SLI_OVER_50MS_PER_TOKEN, 0.05),
+                (names.SLI_OVER_120MS_PER_TOKEN, 0.12),
+            )
+        ),
         dict(pressure) if pressure is not None else pressure_rule(),
     ]
     return parse_rules(docs, window, staleness, key="default_rules")

@@ -50,7 +50,7 @@ from metrics_adapter.httpserver import HttpServer, PortInUse, Request, Response
 from metrics_adapter.keda.scaler import ExternalScaler, KedaServer
 from metrics_adapter.provider import RuleProvider
 from metrics_adapter.receiver import OtlpReceiver
-from metrics_adapter.sli import REFUSALS
+from metrics_adapter.sli import QUANTILE_REFUSALS, THRESHOLD_REFUSAL
 from metrics_adapter.sources.base import Source
 from metrics_adapter.sources.otlp import OtlpSource
 from metrics_adapter.sources.promql import HttpPromClient, PromClient, PromQLSource
@@ -117,12 +117,15 @@ class _SelfMetrics:
             (
                 (r.name, why)
                 for r in a.config.rules
-                if r.aggregation == "quantile"
-                for why in REFUSALS
+                if r.aggregation in ("quantile", "over-ratio")
+                for why in (
+                    QUANTILE_REFUSALS if r.aggregation == "quantile" else (THRESHOLD_REFUSAL,)
+                )
             ),
             0,
         )
-        counts.update(a.provider.refused_reads)  # every quantile rule and reason, from 0
+        # every quantile and over-ratio rule with each reason it can give, from 0
+        counts.update(a.provider.refused_reads)
         for (metric, reason), n in sorted(counts.items()):
             refused.add_metric([metric, reason], n)
         yield refused

@@ -35,7 +35,11 @@ __all__ = [
     "quantile_bucket",
     "quantile_refusal",
     "REFUSALS",
+    "QUANTILE_REFUSALS",
+    "THRESHOLD_REFUSAL",
     "count_below",
+    "is_bound",
+    "share_above",
     "exponential_quantile",
     "exponential_downscale",
     "increase",
@@ -241,8 +245,12 @@ def quantile_error_bound(q: float, h: ExplicitHistogram) -> float:
     return math.nan if bucket is None else bucket[1] - bucket[0]
 
 
-REFUSALS: Final = ("overflow_bucket", "zero_bucket", "wide_bucket")
-"""The reasons `quantile_refusal` gives (label values of kvspread_adapter_refused_reads_total)."""
+QUANTILE_REFUSALS: Final = ("overflow_bucket", "zero_bucket", "wide_bucket")
+"""The reasons `quantile_refusal` gives."""
+THRESHOLD_REFUSAL: Final = "threshold_not_a_bound"
+"""The reason an `over-ratio` read is refused: its threshold is not a bucket bound."""
+REFUSALS: Final = (*QUANTILE_REFUSALS, THRESHOLD_REFUSAL)
+"""Label values of kvspread_adapter_refused_reads_total's `reason`."""
 
 
 def quantile_refusal(
@@ -307,6 +315,25 @@ def count_below(threshold: float, h: ExplicitHistogram) -> float:
             return below
         return below + in_bucket * (threshold - lower) / (le - lower)
     return below
+
+
+def is_bound(threshold: float, h: ExplicitHistogram) -> bool:
+    """Whether `threshold` is one of `h`'s finite bounds (to a relative 1e-9: a bound read
+    back from a float32-rounding exporter, or written as 0.050000000000000003, is the same)."""
+    return any(math.isclose(threshold, b, rel_tol=1e-9, abs_tol=0.0) for b in h.bounds)
+
+
+def share_above(threshold: float, h: ExplicitHistogram) -> float | None:
+    """The share of `h`'s observations above `threshold`, exactly: `threshold` must be one
+    of its bounds (`is_bound`), else ValueError; None when `h` is empty. The count at or
+    below a bound is the cumulative count of its bucket: no interpolation."""
+    total = h.count
+    if total <= 0:
+        return None
+    for le, c in _cumulative(h):
+        if math.isclose(threshold, le, rel_tol=1e-9, abs_tol=0.0):
+            return max(0.0, min(1.0, (total - c) / total))
+    raise ValueError(f"threshold {threshold:g} is not a bucket bound")
 
 
 def _exp_buckets(h: ExponentialHistogram) -> list[tuple[float, float, float, str]]:

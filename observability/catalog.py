@@ -154,6 +154,15 @@ _COLLECTOR: Final = (
         "semconv's advised boundaries (0.01 s to 2.5 s).",
     ),
     _otel(
+        names.GEN_AI_SERVER_NORMALIZED_LATENCY,
+        (*_HTTP_LABELS, GEN_AI_OPERATION, GEN_AI_PROVIDER, GEN_AI_REQUEST_MODEL),
+        "SSE responses: request duration / data events, data: [DONE] excluded: the "
+        "end-to-end latency per output token a per-token SLO budgets (the vLLM paper's "
+        "normalized latency, per request; eBPF). Buckets: the TPOT ones plus 0.12, 5 and "
+        "10 s, so both budgets (0.05 s, 0.12 s) are bounds; the adapter's "
+        "`kvspread_requests_over_50ms_per_token_ratio` and `_over_120ms_` read them.",
+    ),
+    _otel(
         names.GPU_MEMORY_USED,
         (GPU_INDEX, GPU_UUID, GPU_MEMORY_OWNER, NAMESPACE, POD, POD_UID),
         "GPU memory used (NVML). One series per GPU without `kvspread_gpu_memory_owner` "

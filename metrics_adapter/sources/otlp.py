@@ -211,6 +211,8 @@ class OtlpSource:
             return got[0], max(s.last_time() for s in got[1]), got[1]
         start, end = self._window(rule, series, now)
         explicit, expo = self._hist_deltas(rule, series, start, end)
+        if agg == "over-ratio":
+            return self._over_ratio(rule, explicit, expo)
         if agg == "good-rate":
             assert rule.threshold is not None
             total, used = 0.0, []
@@ -223,6 +225,48 @@ class OtlpSource:
                 return None
             return total, max(s.last_time() for s in used), used
         return self._quantile(rule, explicit, expo)
+
+    def _over_ratio(
+        self,
+        rule: Rule,
+        explicit: list[tuple[sli.ExplicitHistogram, float, Series]],
+        expo: list[tuple[sli.ExponentialHistogram, float, Series]],
+    ) -> _Computed | None:
+        """The share of the whole population's observations above the rule's threshold,
+        which must be a bucket bound: a share interpolated inside a bucket could be any
+        part of it, so the read is refused (reason `threshold_not_a_bound`), as is an
+        exponential histogram's (its bounds are powers of its base, not the threshold)."""
+        assert rule.threshold is not None
+        if explicit:
+            merged, used = sli.merge_explicit([(h, s) for h, _, s in explicit])
+            if not sli.is_bound(rule.threshold, merged):
+                raise self._not_a_bound(rule, used, merged.bounds)
+            share = sli.share_above(rule.threshold, merged)
+            if share is None:
+                return None
+            return share, max(s.last_time() for s in used), used
+        if expo:
+            raise self._not_a_bound(rule, [s for _, _, s in expo], None)
+        return None
+
+    def _not_a_bound(
+        self, rule: Rule, used: Sequence[Series], bounds: tuple[float, ...] | None
+    ) -> HistogramTooCoarse:
+        assert rule.threshold is not None
+        series = used[0].metric + describe(common_labels(s.attr_map() for s in used))
+        if bounds is None:
+            has = "exponential buckets, whose bounds are powers of their base"
+        else:
+            shown = ", ".join(f"{b:g}" for b in bounds[:20]) + (", ..." if len(bounds) > 20 else "")
+            has = f"the bounds [{shown}]"
+        return HistogramTooCoarse(
+            f"metric {rule.name!r}: refusing the share of {series} ({len(used)} series) over "
+            f"{rule.threshold:g}: the histogram has {has}, and {rule.threshold:g} is not one "
+            "of them, so the share would be a guess inside a bucket. Fix: record it with an "
+            f"OTel SDK View whose explicit bucket boundaries include {rule.threshold:g} (the "
+            "collector's own, docs/metrics.md), or set the rule's threshold to one of its bounds",
+            sli.THRESHOLD_REFUSAL,
+        )
 
     def _last(self, rule: Rule, series: Sequence[Series]) -> _Computed | None:
         vals = [(s.scalars()[-1][1], s) for s in series if s.kind in (GAUGE, SUM) and len(s)]

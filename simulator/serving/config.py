@@ -30,7 +30,13 @@ from kvspread.settings import bounded, invalid, load
 from metrics_adapter.guard import FRACTION as GUARD_FRACTION
 from metrics_adapter.guard import MAX_WINDOW_S as GUARD_MAX_WINDOW_S
 from metrics_adapter.guard import WINDOW_S as GUARD_WINDOW_S
-from metrics_adapter.rules import guard_doc, pressure_rule, step_doc, trend_doc
+from metrics_adapter.rules import (
+    guard_doc,
+    over_budget_terms,
+    pressure_rule,
+    step_doc,
+    trend_doc,
+)
 from metrics_adapter.step import HOLD, MAX_STEP_PODS, MIN_RATIO, PODS
 from metrics_adapter.trend import MAX_LEAD_S
 from router.scoring import ScoringConfig as PickerScoringConfig
@@ -351,6 +357,14 @@ class PressureSpec:
     guard_fraction: float = GUARD_FRACTION
     """In (0, 1]: a count is allowed again once its rate per replica is under this x the
     one that missed the SLO."""
+    over_budget_share: float = 0.0
+    """In [0, 1]: the over-budget terms' target (metrics_adapter.rules.OVER_BUDGET_TERMS),
+    the share of a service's requests over its class's per-token budget (realtime 50 ms,
+    batch 120 ms) at pressure 1; 0, the default as in the adapter's default rules: the
+    terms are left out (`OVER_BUDGET_SHARE`, 0.05, measured no better, docs/evaluation.md)."""
+    over_budget_hold_only: bool = True
+    """The over-budget terms hold replicas only (`holdOnly`; false: they scale
+    proportionally, share / target, like the other terms)."""
 
 
 @dataclass(frozen=True)
@@ -768,7 +782,8 @@ class SimConfig:
             bounded(self, f"{hpa}.scale_up_pods", at_least=1, what="an integer")
         trend_keys = ("trend_lead_s", "trend_min_rise")
         step_keys = ("latency_step", "step_terms", "step_pods", "step_min_ratio", "step_hold",
-                     "step_tpot_hold", "guard", "guard_window_s", "guard_fraction")  # fmt: skip
+                     "step_tpot_hold", "guard", "guard_window_s", "guard_fraction",
+                     "over_budget_share", "over_budget_hold_only")  # fmt: skip
         bounded(self, *(f"pressure.{f}" for f in vars(self.pressure)
                         if f not in trend_keys + step_keys), above=0)  # fmt: skip
         p = self.pressure
@@ -781,6 +796,15 @@ class SimConfig:
                           p.guard_window_s)  # fmt: skip
         if not 0 < p.guard_fraction <= 1:
             raise invalid("pressure.guard_fraction", "a number in (0, 1]", p.guard_fraction)
+        if (
+            isinstance(p.over_budget_share, bool)
+            or not isinstance(p.over_budget_share, int | float)
+            or not 0 <= p.over_budget_share <= 1
+        ):
+            raise invalid("pressure.over_budget_share", "a number in [0, 1]", p.over_budget_share)
+        if not isinstance(p.over_budget_hold_only, bool):
+            raise invalid("pressure.over_budget_hold_only", "true or false",
+                          p.over_budget_hold_only)  # fmt: skip
         if (
             isinstance(p.step_pods, bool)
             or not isinstance(p.step_pods, int)
@@ -833,6 +857,11 @@ class SimConfig:
     def pressure_rule(self) -> dict[str, Any]:
         """The adapter's `kvspread_slo_pressure` rule for these services (rules.pressure_rule)."""
         p = self.pressure
+        share = p.over_budget_share
+        over: tuple[tuple[str, float], ...] = ()
+        batch_over: tuple[tuple[str, float], ...] = ()
+        if share > 0:
+            over, batch_over = over_budget_terms(share)
         classes = (
             ("realtime", ((SLI_TTFT_P95, p.realtime_ttft_s), (SLI_TPOT_P95, p.realtime_tpot_s))),
             (
@@ -841,6 +870,7 @@ class SimConfig:
                     (SLI_TTFT_P95, p.batch_ttft_s),
                     (SLI_TPOT_P95, p.batch_tpot_s),
                     (SLI_QUEUE_DEPTH_PER_REPLICA, p.batch_queue_per_replica),
+                    *batch_over,
                 ),
             ),
         )
@@ -849,6 +879,7 @@ class SimConfig:
             (SLI_TPOT_P95, p.realtime_tpot_s),
             (SLI_QUEUE_DEPTH_PER_REPLICA, p.queue_per_replica),
             (SLI_KV_CACHE_USAGE, p.kv_usage),
+            *over,
         )
         services: dict[str, dict[str, Any]] = {}
         for name, spec in self.services.items():
@@ -871,7 +902,8 @@ class SimConfig:
             step = step_doc(p.step_pods, p.step_min_ratio, p.step_hold, p.step_tpot_hold)
             step["terms"] = [_STEP_TERMS[t] for t in dict.fromkeys(p.step_terms)]
         guard = guard_doc(p.guard_window_s, p.guard_fraction) if p.guard else False
-        return pressure_rule(services, terms, classes, trend, step, guard)
+        hold_only = [t for t, _ in over] if p.over_budget_hold_only else []
+        return pressure_rule(services, terms, classes, trend, step, guard, hold_only)
 
     def scoring_config(self) -> ScoringConfig:
         """The kvspread policy's `extender.config.ScoringConfig`."""

@@ -295,9 +295,12 @@ class Simulation:
         ok = req.status == "ok"
         if math.isnan(req.finish):
             req.finish = now
-        self.metrics[req.service].observe(now - req.arrival, ok)
+        m = self.metrics[req.service]
+        m.observe(now - req.arrival, ok)
         if ok and req.out > 1:
-            self.metrics[req.service].observe_tpot((now - req.first_token) / (req.out - 1))
+            m.observe_tpot((now - req.first_token) / (req.out - 1))
+        if ok and req.out >= 1:
+            m.observe_normalized((now - req.arrival) / req.out)
         if req.node >= 0:
             self.node_metrics[req.node].add(now, now - req.arrival, 0)
 

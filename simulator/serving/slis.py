@@ -3,8 +3,10 @@
 The simulated collector keeps, per service, what a real instrumented service exports over
 OTLP: a cumulative `http.server.request.duration` histogram (explicit buckets) per status
 code (200 for served requests, 500 for failed ones), the `gen_ai.server.time_to_first_token`
-and `gen_ai.server.time_per_output_token` histograms on the collector's own bounds
-(`kvspread.names.GEN_AI_TTFT_BUCKETS`, `GEN_AI_TPOT_BUCKETS`, as `bpf.state`), and per engine pod the queue-depth and KV-usage gauges
+and `gen_ai.server.time_per_output_token` histograms and the per-request
+`kvspread.gen_ai.server.normalized_latency` on the collector's own bounds
+(`kvspread.names.GEN_AI_TTFT_BUCKETS`, `GEN_AI_TPOT_BUCKETS`, `NORMALIZED_LATENCY_BUCKETS`,
+as `bpf.state`), and per engine pod the queue-depth and KV-usage gauges
 (`k8s.pod.name` set, as the collector exports them). Every push period it writes those points into a real `SeriesStore`; at each HPA
 sync the simulator asks the real `RuleProvider` with the adapter's default rules
 (`metrics_adapter.rules.default_rules`, the SLO-pressure rule with the run's targets per
@@ -126,6 +128,8 @@ class ServiceMetrics:
         self._tpot_bounds = names.GEN_AI_TPOT_BUCKETS
         self._ttft = [0] * (len(self._ttft_bounds) + 1)
         self._tpot = [0] * (len(self._tpot_bounds) + 1)
+        self._norm_bounds = names.NORMALIZED_LATENCY_BUCKETS
+        self._norm = [0] * (len(self._norm_bounds) + 1)
 
     @property
     def requests(self) -> int:
@@ -149,6 +153,10 @@ class ServiceMetrics:
         """A finished stream of two tokens or more: its mean time per output token."""
         self._tpot[bisect_left(self._tpot_bounds, seconds)] += 1
 
+    def observe_normalized(self, seconds: float) -> None:
+        """A finished stream of one token or more: its duration / output tokens."""
+        self._norm[bisect_left(self._norm_bounds, seconds)] += 1
+
     def push(self, t: float, engines: Sequence[tuple[str, float, float]]) -> None:
         """What an OTLP push carries at time t, stored as the receiver stores it.
 
@@ -163,6 +171,7 @@ class ServiceMetrics:
         for metric, counts, bounds in (
             (names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.name, self._ttft, self._ttft_bounds),
             (names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name, self._tpot, self._tpot_bounds),
+            (names.GEN_AI_SERVER_NORMALIZED_LATENCY.name, self._norm, self._norm_bounds),
         ):
             points.append(
                 Point(metric, HISTOGRAM, self._service_attrs, t, 0.0, tuple(map(float, counts)),

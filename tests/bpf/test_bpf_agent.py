@@ -546,8 +546,10 @@ def test_otlp_push_with_semantic_attributes() -> None:
         agent = Agent(cfg, gpu_reader=FakeGpuReader(error="no driver"))
         agent.record_request(_record())
         asked = b'POST /v1/chat/completions HTTP/1.1\r\n\r\n{"model":"qwen","messages":[]}'
-        agent.record_request(_record(streaming=True, ttft_s=0.08, tpot_s=0.02, request=asked))
-        agent.record_request(_record(streaming=True, ttft_s=0.3, request=asked))  # no TPOT
+        agent.record_request(
+            _record(streaming=True, ttft_s=0.08, tpot_s=0.02, request=asked, tokens=4)
+        )  # 0.2 s / 4 tokens: 50 ms per token, at the realtime budget (le=0.05)
+        agent.record_request(_record(streaming=True, ttft_s=0.3, request=asked, tokens=1))
         # kernel TCP statistics of one server process and one accepted-connection edge
         agent.state.tcp[(4242, 8000)] = TcpStats(3, 900, 2, (0,) * RTT_SLOTS)
         agent.state.edges.add(
@@ -600,6 +602,15 @@ def test_otlp_push_with_semantic_attributes() -> None:
     assert op.explicit_bounds[0] == 0.01 and op.explicit_bounds[-1] == 2.5
     oattrs = {a.key: (a.value.string_value or a.value.int_value) for a in op.attributes}
     assert oattrs[names.ATTR_GEN_AI_PROVIDER] == "openai"
+    # normalized latency: request duration / data events, on bounds holding both budgets
+    (nl,) = metrics[names.GEN_AI_SERVER_NORMALIZED_LATENCY.name].histogram.data_points
+    assert metrics[names.GEN_AI_SERVER_NORMALIZED_LATENCY.name].unit == "s"
+    assert nl.count == 2 and nl.sum == pytest.approx(0.05 + 0.2)
+    assert list(nl.explicit_bounds) == list(names.NORMALIZED_LATENCY_BUCKETS)
+    assert 0.05 in nl.explicit_bounds and 0.12 in nl.explicit_bounds
+    at = list(nl.explicit_bounds).index(0.05)
+    assert sum(nl.bucket_counts[: at + 1]) == 1 and sum(nl.bucket_counts[at + 1 :]) == 1
+    assert "kvspread_gen_ai_server_normalized_latency_seconds_bucket{" in text
     attrs = {a.key: (a.value.string_value or a.value.int_value) for a in point.attributes}
     assert attrs == {
         names.ATTR_HTTP_METHOD: "POST",

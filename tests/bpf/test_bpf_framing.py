@@ -245,6 +245,12 @@ def test_sse_time_to_first_token_and_per_output_token(
     text = generate_latest(agent.registry).decode()
     assert "gen_ai_server_time_to_first_token_seconds_count{" in text
     assert ("gen_ai_server_time_per_output_token_seconds_count{" in text) == (tokens > 1)
+    # normalized latency: the request's duration over its data events, every stream
+    assert r.tokens == tokens
+    (nl,) = agent.state.normalized.snapshot().values()
+    assert nl.count == 1 and nl.total == pytest.approx(r.duration_s / tokens)
+    assert r.duration_s / tokens >= gap_ms / 1000 / (per or 1) * 0.5
+    assert "kvspread_gen_ai_server_normalized_latency_seconds_count{" in text
     agent.session = subscribed.session  # BPF up: the node signal is measured
     sig = agent.compute_signals()
     assert sig.ttft_p95_s is not None and abs(sig.ttft_p95_s - r.ttft_s) < 1e-6

@@ -234,6 +234,8 @@ def test_complete_record_gives_what_the_event_sequence_gives() -> None:
             complete(0, REQ, 2 * MS, 10 * MS, flags=flags, **tokens)  # type: ignore[arg-type]
         )
         assert got == want and got.peer == "10.0.0.7" and (got.ttft_s is None) == (not flags)
+        # the stream's data events are its output tokens: duration / tokens, normalized
+        assert got.tokens == (5 if flags else 0)
         assert new.counters == old.counters
 
 
@@ -262,7 +264,8 @@ def test_complete_records_in_a_batch_track_what_single_events_track() -> None:
     got, bad = batch.on_http_raw([encode_http_event(e) for e in seq])
     assert bad == 0 and got == expected and len(expected) == 8
     assert [r.status for r in got] == [200, 200, 404, 200, 200, 200, 200, 200]
-    assert got[5].ttft_s == 0.004 and got[5].tpot_s == 0.002
+    assert got[5].ttft_s == 0.004 and got[5].tpot_s == 0.002 and got[5].tokens == 3
+    assert all(r.tokens == 0 for i, r in enumerate(got) if i != 5)  # not streams
     assert batch.counters == one.counters and one.counters.unparsable == 1
     assert one.counters.unanswered == 1 and one.counters.requests == 8
 

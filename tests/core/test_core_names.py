@@ -55,6 +55,7 @@ PROMETHEUS = {
     "HTTP_SERVER_UNSAMPLED_DURATION": "kvspread_http_server_unsampled_request_duration_seconds",
     "GEN_AI_SERVER_TIME_TO_FIRST_TOKEN": "gen_ai_server_time_to_first_token_seconds",
     "GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN": "gen_ai_server_time_per_output_token_seconds",
+    "GEN_AI_SERVER_NORMALIZED_LATENCY": "kvspread_gen_ai_server_normalized_latency_seconds",
     "GPU_MEMORY_USED": "kvspread_gpu_memory_used_bytes",
     "DCGM_FB_USED": "DCGM_FI_DEV_FB_USED",
     "GPU_MEMORY_TOTAL": "kvspread_gpu_memory_total_bytes",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
@@ -62,3 +63,25 @@ def provider(
 
 def otlp_exporter(port: int, host: str = "127.0.0.1") -> OTLPMetricExporter:
     return OTLPMetricExporter(endpoint=f"http://{host}:{port}/v1/metrics", timeout=5)
+
+
+def push_once(
+    port: int,
+    resource: dict[str, str],
+    bounds: Mapping[str, Sequence[float]],
+    record: Callable[[Meter], None],
+) -> None:
+    """One collector push: the real SDK, a view of explicit `bounds` per histogram name,
+    `record(meter)` making the observations, one flush through the real OTLP/HTTP exporter
+    to the adapter on `port`, asserted delivered."""
+    exp = RecordingExporter(otlp_exporter(port))
+    reader = PeriodicExportingMetricReader(exp, export_interval_millis=3_600_000)
+    views = [
+        View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(list(b)))
+        for name, b in bounds.items()
+    ]
+    mp = MeterProvider(resource=Resource.create(resource), metric_readers=[reader], views=views)
+    record(mp.get_meter("t"))
+    reader.force_flush()
+    mp.shutdown()
+    assert exp.results and all(r.name == "SUCCESS" for r in exp.results)

@@ -22,7 +22,10 @@ def test_default_rules_serve_every_design_sli() -> None:
     assert by[names.SLI_QUEUE_DEPTH].metric == names.ENGINE_REQUESTS_WAITING.name
     assert by[names.SLI_KV_CACHE_USAGE].metric == names.KV_CACHE_USAGE.name
     long = names.SLI_REQUESTS_PER_SECOND_LONG  # the trend term's baseline: 5 windows
-    assert all(r.window == 60 for r in rules if r.name != long) and by[long].window == 300
+    # the over-budget shares: 2 min, twice the requests of the other windows per read
+    over = (names.SLI_OVER_50MS_PER_TOKEN, names.SLI_OVER_120MS_PER_TOKEN)
+    assert all(r.window == 60 for r in rules if r.name not in (long, *over))
+    assert by[long].window == 300 and all(by[o].window == 120 for o in over)
     assert ("llm.modality", "modality") in by[names.SLI_ERROR_RATIO].labels
 
 
@@ -169,7 +172,9 @@ def test_flags_env_and_file_layering() -> None:
     assert cfg.requestheader_allowed_names == ("front-proxy-client", "aggregator")
     assert cfg.authorization_mode == "AlwaysAllow"
     long = names.SLI_REQUESTS_PER_SECOND_LONG
-    assert all(r.window == (150 if r.name == long else 30) for r in cfg.rules)
+    over = (names.SLI_OVER_50MS_PER_TOKEN, names.SLI_OVER_120MS_PER_TOKEN)
+    want = {long: 150, **dict.fromkeys(over, 60)}  # 5 and 2 windows
+    assert all(r.window == want.get(r.name, 30) for r in cfg.rules)
 
 
 def test_cli_reports_config_errors(tmp_path, capsys) -> None:

@@ -8,17 +8,14 @@ from dataclasses import replace
 
 import httpx
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.metrics import Meter
 
 from kvspread import names
 from kvspread.quantity import parse_quantity
 from kvspread.settings import ConfigError
 from metrics_adapter.rules import default_rules, parse_rules, pressure_rule
 from metrics_adapter.server import AdapterThread
-from tests.metrics_adapter.adapter_otel_helpers import RecordingExporter, otlp_exporter
+from tests.metrics_adapter.adapter_otel_helpers import push_once
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 
 NS = "llm"
@@ -35,30 +32,20 @@ def _push(port: int, service: str, pod: str, ttft: float, tpot: float, waiting: 
     """One pod's collector: the real SDK with the collector's bounds, its real exporter;
     `qos` is the `llm.qos` the collector stamps on its token histograms (not on the engine
     gauges), from the pod's kvspread.io/qos label."""
-    exp = RecordingExporter(otlp_exporter(port))
-    reader = PeriodicExportingMetricReader(exp, export_interval_millis=3_600_000)
-    res = Resource.create(
-        {names.ATTR_SERVICE_NAME: service, names.ATTR_K8S_NAMESPACE: NS, names.ATTR_K8S_POD: pod}
-    )
-    views = [
-        View(instrument_name=TTFT, aggregation=ExplicitBucketHistogramAggregation(
-            ttft_bounds or list(names.GEN_AI_TTFT_BUCKETS))),
-        View(instrument_name=TPOT, aggregation=ExplicitBucketHistogramAggregation(
-            list(names.GEN_AI_TPOT_BUCKETS))),
-    ]  # fmt: skip
-    mp = MeterProvider(resource=res, metric_readers=[reader], views=views)
-    meter = mp.get_meter("t")
-    h_ttft = meter.create_histogram(TTFT, unit="s")
-    h_tpot = meter.create_histogram(TPOT, unit="s")
-    attrs = {names.ATTR_QOS: qos} if qos else {}
-    for _ in range(100):
-        h_ttft.record(ttft, attrs)
-        h_tpot.record(tpot, attrs)
-    meter.create_gauge(WAITING).set(waiting)
-    meter.create_gauge(KV).set(kv)
-    reader.force_flush()
-    mp.shutdown()
-    assert exp.results and all(r.name == "SUCCESS" for r in exp.results)
+    res = {names.ATTR_SERVICE_NAME: service, names.ATTR_K8S_NAMESPACE: NS, names.ATTR_K8S_POD: pod}
+    bounds = {TTFT: ttft_bounds or names.GEN_AI_TTFT_BUCKETS, TPOT: names.GEN_AI_TPOT_BUCKETS}
+
+    def record(meter: Meter) -> None:
+        h_ttft = meter.create_histogram(TTFT, unit="s")
+        h_tpot = meter.create_histogram(TPOT, unit="s")
+        attrs = {names.ATTR_QOS: qos} if qos else {}
+        for _ in range(100):
+            h_ttft.record(ttft, attrs)
+            h_tpot.record(tpot, attrs)
+        meter.create_gauge(WAITING).set(waiting)
+        meter.create_gauge(KV).set(kv)
+
+    push_once(port, res, bounds, record)
 
 
 def _read(pki: Pki, a: AdapterThread, service: str, more: str = "") -> httpx.Response:

@@ -155,6 +155,41 @@ def test_batch_services_take_their_own_queue_target() -> None:
         config_from_mapping({"pressure": {"batch_queue_per_replica": 0}})
 
 
+def test_the_over_budget_shares_are_off_unless_a_share_is_given() -> None:
+    """pressure.over_budget_share: 0 (the default, as the adapter's default rules) leaves
+    the shares out of the pressure; a share adds realtime's 50 ms and batch's 120 ms share,
+    each off for the other class, hold-only unless over_budget_hold_only is false. The
+    simulated collector records end-to-end / output tokens on the collector's bounds."""
+    from bpf.state import CollectorState
+    from simulator.serving.config import config_from_mapping
+
+    fast, slow = names.SLI_OVER_50MS_PER_TOKEN, names.SLI_OVER_120MS_PER_TOKEN
+    rule = config_from_mapping({}).pressure_rule()
+    assert fast not in rule["terms"] and "holdOnly" not in rule
+    cfg = config_from_mapping({"pressure": {"over_budget_share": 0.05}})
+    rule = cfg.pressure_rule()
+    assert (rule["terms"][fast], rule["terms"][slow]) == (0.05, "off")
+    assert (rule["classes"]["batch"][fast], rule["classes"]["batch"][slow]) == ("off", 0.05)
+    assert rule["holdOnly"] == [fast, slow]
+    prop = {"over_budget_share": 0.05, "over_budget_hold_only": False}
+    assert "holdOnly" not in config_from_mapping({"pressure": prop}).pressure_rule()
+    adapter = AdapterSlis(pressure=rule)
+    m = ServiceMetrics(adapter, "chat")  # realtime
+    m.push(0.0, [("chat-0", 0, 0.1)])
+    for i in range(100):
+        m.observe_normalized(0.08 if i < 8 else 0.03)
+    m.push(10.0, [("chat-0", 0, 0.1)])
+    normalized = names.GEN_AI_SERVER_NORMALIZED_LATENCY.name
+    bounds = [s.bounds for s in adapter.store.select(normalized, None)]
+    assert bounds == [CollectorState().normalized.bounds]
+    assert m.value(fast, 10.0) == pytest.approx(0.08)
+    assert m.value(names.SLI_SLO_PRESSURE, 10.0) == pytest.approx(1.0)  # 1.6, held at 1
+    for bad in ({"over_budget_share": 1.5}, {"over_budget_share": -0.1},
+                {"over_budget_hold_only": "yes"}):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"pressure.{next(iter(bad))}"):
+            config_from_mapping({"pressure": bad})
+
+
 def test_the_trend_term_is_off_unless_a_lead_is_given() -> None:
     """pressure.trend_lead_s (issue 25 point 4): 0 keeps the rule without `trend`; a lead
     adds it with each service's request-rate target as its capacity; bounds name the key."""
