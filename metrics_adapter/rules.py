@@ -188,7 +188,8 @@ OVER_BUDGET_WINDOWS: Final = 2
 1 min, twice the requests per read for a share of tens of requests a minute (1, 5, 10 and
 30 min measured the same in the serving simulation, docs/evaluation.md)."""
 OFF: Final = math.inf
-"""The target `off` (YAML): the term does not apply to that class or service (left out)."""
+"""The target `off` (YAML; a bare `off` is YAML 1.1's false, which counts too, as does the
+string "off"): the term does not apply to that class or service (left out)."""
 DEFAULT_PRESSURE_TERMS: Final = (
     (names.SLI_TTFT_P95, 2.0),
     (names.SLI_TPOT_P95, 0.05),
@@ -420,7 +421,7 @@ def _targets(value: Any, key: str, allow_class: bool = False) -> tuple[tuple[str
             continue
         if not isinstance(term, str) or not _METRIC_NAME.match(term):
             raise ConfigError(f"{key}: {term!r} is not a rule name")
-        if target == "off":
+        if target == "off" or target is False:  # YAML 1.1 reads a bare `off` as false
             out.append((term, OFF))
             continue
         if (
@@ -495,7 +496,7 @@ def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
     if not isinstance(hold_only, Sequence) or isinstance(hold_only, str):
         raise ConfigError(f"{key}.holdOnly: want a list of the rule's terms, got {hold_only!r}")
     for t in hold_only:
-        if t not in known:
+        if not isinstance(t, str) or t not in known:
             raise ConfigError(f"{key}.holdOnly: {t!r} is not one of the rule's terms")
     return Pressure(
         terms, classes, tuple(services), label, class_label, trend, tuple(capacities), step,

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from kvspread import names
 from kvspread.clock import FakeClock
+from kvspread.settings import ConfigError
 from metrics_adapter.apiserver import ApiServer
 from metrics_adapter.auth import AllowListAuthorizer, RequestHeaderAuthenticator
 from metrics_adapter.httpserver import Request
 from metrics_adapter.provider import RuleProvider
-from metrics_adapter.rules import default_rules
+from metrics_adapter.rules import default_rules, parse_rules
 from metrics_adapter.sources.otlp import OtlpSource
 from metrics_adapter.sources.store import GAUGE, Point, SeriesStore
 
@@ -139,3 +140,40 @@ def test_fuzzed_raw_http_never_gets_5xx(pki) -> None:  # noqa: ANN001 - fixture
                 assert status < 500, (raw, data[:200])
 
         run()
+
+
+_YAMLISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+    | st.sampled_from(["off", "q", "over-ratio", "0.05", "2m"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+"""What a YAML rules file can hold: scalars, lists and mappings of them."""
+
+
+_TARGETS = st.dictionaries(st.sampled_from(["q", "x"]), _YAMLISH, max_size=2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "terms": _TARGETS | _YAMLISH,
+            "classes": st.dictionaries(st.sampled_from(["batch", "x"]), _TARGETS | _YAMLISH),
+            "services": st.dictionaries(st.sampled_from(["chat", "x"]), _TARGETS | _YAMLISH),
+            "holdOnly": st.lists(_YAMLISH, max_size=3) | _YAMLISH,
+        },
+    ),
+    st.dictionaries(st.sampled_from(["threshold", "window", "aggregation"]), _YAMLISH, max_size=2),
+)
+def test_fuzzed_pressure_and_over_ratio_rules_are_config_errors(pressure, over) -> None:  # noqa: ANN001
+    """Any value under a pressure rule's keys (terms, targets, `off`, holdOnly) or an
+    over-ratio rule's either parses or raises ConfigError naming the key: never a
+    TypeError from an unhashable list or mapping where a name was expected."""
+    q = {"name": "q", "metric": "m", "aggregation": "over-ratio", "threshold": 0.05, **over}
+    p = {"name": "p", "aggregation": "slo-pressure", "terms": {"q": 0.05}, **pressure}
+    try:
+        parse_rules([q, p])
+    except ConfigError as exc:
+        assert str(exc).startswith("rules[")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,8 +17,9 @@ from opentelemetry.metrics import Meter
 
 from kvspread import names
 from kvspread.quantity import parse_quantity
-from kvspread.settings import ConfigError
+from kvspread.settings import ConfigError, load_yaml
 from metrics_adapter import sli
+from metrics_adapter.config import AdapterConfig
 from metrics_adapter.rules import (
     DEFAULT_PRESSURE_CLASSES,
     DEFAULT_PRESSURE_TERMS,
@@ -126,6 +128,20 @@ def test_the_default_rules_serve_both_shares_and_leave_them_out_of_the_pressure(
     assert FAST not in dict(p.terms) and SLOW not in dict(p.terms)
 
 
+def test_a_bare_off_in_a_rules_file_is_off(tmp_path: Path) -> None:
+    """YAML 1.1 (PyYAML, the adapter's loader) reads a bare `off` as false: it is off."""
+    f = tmp_path / "adapter.yaml"
+    f.write_text(
+        "rules:\n"
+        f"  - {{name: q, metric: {NORMALIZED}, aggregation: over-ratio, threshold: 0.05}}\n"
+        "  - name: p\n    aggregation: slo-pressure\n"
+        "    terms: {q: 0.05}\n    classes: {batch: {q: off}}\n    holdOnly: [q]\n"
+    )
+    cfg = AdapterConfig.from_mapping(load_yaml(f))
+    (p,) = [r.pressure for r in cfg.rules if r.pressure is not None]
+    assert dict(p.classes)["batch"] == (("q", OFF),) and p.hold_only == ("q",)
+
+
 def test_off_targets_and_hold_only_round_trip_through_yaml() -> None:
     doc = _over_budget_rule()
     assert doc["terms"][FAST] == 0.05 and doc["terms"][SLOW] == "off"  # type: ignore[index]
@@ -158,6 +174,9 @@ def test_bad_over_ratio_rules_name_the_key(rule: dict[str, object], key: str) ->
     [
         ({"holdOnly": ["nope"]}, r"rules\[1\]\.holdOnly: 'nope' is not one of the rule's terms"),
         ({"holdOnly": "q"}, r"rules\[1\]\.holdOnly: want a list of the rule's terms"),
+        ({"holdOnly": [{}]}, r"rules\[1\]\.holdOnly: \{\} is not one of the rule's terms"),
+        ({"holdOnly": [["q"]]}, r"rules\[1\]\.holdOnly: \['q'\] is not one of the rule's"),
+        ({"terms": {"q": True}}, r"rules\[1\]\.terms\.q: want a target > 0 or off, got True"),
         ({"terms": {"q": "of"}}, r"rules\[1\]\.terms\.q: want a target > 0 or off, got 'of'"),
         ({"terms": {"q": math.inf}}, r"rules\[1\]\.terms\.q: want a target > 0 or off"),
     ],
