@@ -238,7 +238,7 @@ def test_promql_rules_take_last_or_quantile_only() -> None:
 
 
 # What each overlay rule serves for `service=chat` (one pod: 10 requests/s of 1.8 s, TTFT
-# 0.8 s, TPOT 15 ms, 1 waiting, KV 0.3); None: a value whose size the test does not pin.
+# 0.8 s, TPOT 15 ms, 80 ms per output token end to end, 1 waiting, KV 0.3); None: a value whose size the test does not pin.
 OVERLAY_VALUES: dict[str, float | None] = {
     "kvspread_request_latency_p50_seconds": 1.0 + 1.5 * 0.5,  # (1, 2.5]: 1.75
     "kvspread_request_latency_p95_seconds": 1.0 + 1.5 * 0.95,
@@ -253,6 +253,8 @@ OVERLAY_VALUES: dict[str, float | None] = {
     "kvspread_time_per_output_token_p95_seconds": 0.01 + 0.015 * 0.95,
     "kvspread_queue_depth_per_replica": 1.0,
     "kvspread_engine_replicas": 1.0,
+    "kvspread_requests_over_50ms_per_token_ratio": 1.0,  # every stream at 80 ms per token
+    "kvspread_requests_over_120ms_per_token_ratio": 0.0,
     "kvspread_slo_pressure": (0.75 + 0.25 * 0.95) / 2,
 }
 
