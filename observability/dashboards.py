@@ -387,11 +387,12 @@ def slo_overview() -> db.Dashboard:
             ),
             db.Row("SLOs"),
             _share(
-                "Good-request ratio per QoS class threshold",
-                "Share of requests faster than each class threshold (realtime 50 ms, batch "
-                "120 ms), 5-minute window; the dashed line is the 99 % objective.",
+                "Token streams within each QoS class's per-token budget",
+                "Share of token streams whose duration / output tokens is within each class "
+                "budget (realtime 50 ms, batch 120 ms), 5-minute window: the SLO attainment; "
+                "the dashed line is the 99 % objective.",
                 (
-                    f"kvspread:http_requests_fast:ratio_rate5m{{{SVC}}}",
+                    f"kvspread:gen_ai_streams_within_budget:ratio_rate5m{{{SVC}}}",
                     LEGEND_SVC + " < {{slo_class}}",
                 ),
                 thresholds=_thresholds((None, "red"), (r.LATENCY_SLOS[0].objective, "green")),
@@ -399,8 +400,9 @@ def slo_overview() -> db.Dashboard:
             _ts(
                 "Error budget remaining (30 d)",
                 "Per service and SLO: 1 - (bad share over 30 days) / (allowed bad share). "
-                "Availability counts 5xx; latency SLOs count requests over the class threshold "
-                "(pods labelled kvspread.io/qos=realtime against 50 ms, others against 120 ms).",
+                "Availability counts 5xx; latency SLOs count token streams over the class "
+                "budget per output token (pods labelled kvspread.io/qos=realtime against 50 ms, "
+                "others against 120 ms).",
                 "percentunit",
                 (
                     f"kvspread:error_budget_remaining:ratio30d{{{SVC}}}",

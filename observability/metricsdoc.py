@@ -79,8 +79,10 @@ def render_metrics_doc() -> str:
         f"`{names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.name}` carry the",
         f"bucket bounds {buckets} (seconds): the OTel semantic-convention defaults plus 0.12",
         "(the batch class threshold) and 0.2 (the good-request threshold of the HPA example).",
-        'The SLO rules read the `le="0.05"` and `le="0.12"` buckets directly; without them the',
-        "latency SLIs are empty rather than wrong.",
+        f"`{names.GEN_AI_SERVER_NORMALIZED_LATENCY.name}` (duration / output tokens of a",
+        "token stream) carries the TPOT bounds plus 0.12, 5 and 10. The latency SLO rules read",
+        'its `le="0.05"` and `le="0.12"` buckets directly; without them the latency SLIs are',
+        "empty rather than wrong.",
         "",
         "## Adapter external metrics",
         "",
@@ -106,10 +108,11 @@ def render_metrics_doc() -> str:
         "kvspread:http_requests:rate": "requests per second",
         "kvspread:http_errors:rate": "5xx responses per second (0 where none failed)",
         "kvspread:http_errors:ratio_rate": "5xx over all requests",
-        "kvspread:http_requests_fast:rate": "requests faster than the class threshold per "
-        "second, label `slo_class` (realtime: le 0.05, batch: le 0.12)",
-        "kvspread:http_requests_fast:ratio_rate": "share of requests faster than the class "
-        "threshold, label `slo_class`",
+        "kvspread:gen_ai_streams_timed:rate": "token streams with a normalized latency per second",
+        "kvspread:gen_ai_streams_within_budget:rate": "token streams within the class budget "
+        "per output token per second, label `slo_class` (realtime: le 0.05, batch: le 0.12)",
+        "kvspread:gen_ai_streams_within_budget:ratio_rate": "share of token streams within "
+        "the class budget per output token (the SLO attainment), label `slo_class`",
         "kvspread:http_request_duration_seconds:p": "latency quantile over 5 minutes",
         "kvspread:error_budget_remaining:ratio": "share of the 30-day error budget left, "
         "label `slo` (availability, latency-realtime, latency-batch)",

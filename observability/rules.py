@@ -4,9 +4,10 @@ One source renders two artefacts: a plain rules file (`promtool check rules`, or
 `rule_files:` in prometheus.yml) and a `monitoring.coreos.com/v1` PrometheusRule for the
 Prometheus Operator.
 
-SLIs (per namespace, service, modality and QoS label) come from the collector's
-`http.server.request.duration` histogram: request rate, error ratio (5xx over all), and the
-share of requests faster than each QoS class threshold (realtime 50 ms, batch 120 ms).
+SLIs (per namespace, service, modality and QoS label) come from the collector: request rate
+and error ratio (5xx over all) from its `http.server.request.duration` histogram, and the
+share of token streams within each QoS class's budget per output token (realtime 50 ms,
+batch 120 ms: duration / output tokens, `kvspread.gen_ai.server.normalized_latency`).
 
 SLO alerts follow the multi-window, multi-burn-rate scheme of the Google SRE workbook
 ("Alerting on SLOs", table 5-8). A burn rate b means the error budget of a 30-day window
@@ -74,7 +75,8 @@ WINDOWS: Final = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 
 @dataclass(frozen=True)
 class LatencySlo:
-    """A latency objective for one QoS class: `objective` of requests under `threshold_s`.
+    """A latency objective for one QoS class: `objective` of events under `threshold_s`
+    (token streams per output token for the class SLOs, first tokens for `TTFT_SLO`).
 
     `selector` picks the series the class applies to by the `llm_qos` label the collector
     copies from the pod's `kvspread.io/qos`; series without it count as batch.
@@ -90,6 +92,11 @@ LATENCY_SLOS: Final = (
     LatencySlo("realtime", 0.05, 0.99, f'{c.QOS}="realtime"'),
     LatencySlo("batch", 0.12, 0.99, f'{c.QOS}!~"realtime|best-effort"'),
 )
+"""docs/design.md section 2's per-token steps, held by token streams: a stream's duration /
+its output tokens (the serving evaluation's per-request SLO) within 50 ms (realtime) or
+120 ms (batch). A whole request within 50 ms is no LLM's latency: these thresholds were
+applied to `http.server.request.duration` until session 25, so every stream of realtime
+pods counted as bad."""
 
 TTFT_SLO: Final = LatencySlo("ttft", 1.0, 0.99, f'{c.QOS}!="best-effort"')
 """Time to first token: 99 % of SSE streams start within 1 s (best-effort pods excluded)."""
@@ -97,6 +104,7 @@ TTFT_SLO: Final = LatencySlo("ttft", 1.0, 0.99, f'{c.QOS}!="best-effort"')
 HTTP: Final = names.HTTP_SERVER_REQUEST_DURATION.prometheus
 TTFT: Final = names.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN.prometheus
 TPOT: Final = names.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN.prometheus
+NORMALIZED: Final = names.GEN_AI_SERVER_NORMALIZED_LATENCY.prometheus
 BY: Final = ", ".join((*c.SERVICE_LABELS, c.QOS))
 EXTENDER_DURATION: Final = names.EXTENDER_REQUEST_DURATION.prometheus
 COLLECTOR_UP: Final = names.COLLECTOR_SOURCE_UP.prometheus
@@ -135,15 +143,21 @@ def _recording() -> list[dict[str, Any]]:
         # ratio and the budget panels read 0 rather than nothing.
         errors = f'sum by ({BY}) (rate({HTTP}_count{{{c.STATUS}=~"5.."}}[{w}])) or (0 * {total})'
         rules += _rate_and_share("http_errors", errors, "http_requests", w)
+        timed = f"sum by ({BY}) (rate({NORMALIZED}_count[{w}]))"
+        rules.append(_record(f"kvspread:gen_ai_streams_timed:rate{w}", timed))
         for slo in LATENCY_SLOS:
-            fast = f'sum by ({BY}) (rate({HTTP}_bucket{{le="{_le(slo.threshold_s)}"}}[{w}]))'
-            rules.append(_record(f"kvspread:http_requests_fast:rate{w}", fast, slo_class=slo.qos))
+            fast = f'sum by ({BY}) (rate({NORMALIZED}_bucket{{le="{_le(slo.threshold_s)}"}}[{w}]))'
+            rules.append(
+                _record(f"kvspread:gen_ai_streams_within_budget:rate{w}", fast, slo_class=slo.qos)
+            )
             ratio = (
-                f'kvspread:http_requests_fast:rate{w}{{slo_class="{slo.qos}"}} '
-                f"/ ignoring(slo_class) kvspread:http_requests:rate{w}"
+                f'kvspread:gen_ai_streams_within_budget:rate{w}{{slo_class="{slo.qos}"}} '
+                f"/ ignoring(slo_class) kvspread:gen_ai_streams_timed:rate{w}"
             )
             rules.append(
-                _record(f"kvspread:http_requests_fast:ratio_rate{w}", ratio, slo_class=slo.qos)
+                _record(
+                    f"kvspread:gen_ai_streams_within_budget:ratio_rate{w}", ratio, slo_class=slo.qos
+                )
             )
         streams = f"sum by ({BY}) (rate({TTFT}_count[{w}]))"
         rules.append(_record(f"kvspread:gen_ai_streams:rate{w}", streams))
@@ -182,15 +196,22 @@ def _budget() -> list[dict[str, Any]]:
         ),
     ]
     for slo in LATENCY_SLOS:
-        fast = f'sum_over_time(kvspread:http_requests_fast:rate5m{{slo_class="{slo.qos}"}}[{p}])'
+        fast = (
+            f'sum_over_time(kvspread:gen_ai_streams_within_budget:rate5m{{slo_class="{slo.qos}"}}'
+            f"[{p}])"
+        )
         rules.append(
             _record(
-                f"kvspread:http_requests_fast:ratio_rate{p}",
-                f"{fast} / ignoring(slo_class) sum_over_time(kvspread:http_requests:rate5m[{p}])",
+                f"kvspread:gen_ai_streams_within_budget:ratio_rate{p}",
+                f"{fast} / ignoring(slo_class) "
+                f"sum_over_time(kvspread:gen_ai_streams_timed:rate5m[{p}])",
                 slo_class=slo.qos,
             )
         )
-        bad = f'1 - kvspread:http_requests_fast:ratio_rate{p}{{slo_class="{slo.qos}", {slo.selector}}}'
+        bad = (
+            f"1 - kvspread:gen_ai_streams_within_budget:ratio_rate{p}"
+            f'{{slo_class="{slo.qos}", {slo.selector}}}'
+        )
         rules.append(
             _record(
                 f"kvspread:error_budget_remaining:ratio{p}",
@@ -289,15 +310,16 @@ def _slo_alerts() -> list[dict[str, Any]]:
     for slo in LATENCY_SLOS:
         budget = 1 - slo.objective
         bad = (
-            f'(1 - kvspread:http_requests_fast:ratio_rate{{w}}{{{{slo_class="{slo.qos}", '
+            f'(1 - kvspread:gen_ai_streams_within_budget:ratio_rate{{w}}{{{{slo_class="{slo.qos}", '
             f"{slo.selector}}}}})"
         )
 
         def slow(ws: tuple[BurnWindow, ...], b: float, slo: LatencySlo = slo) -> str:
             return (
-                f"{value} of requests to {_WHERE} took longer than "
-                f"{slo.threshold_s * 1000:g} ms (the {slo.qos} class threshold) over the last "
-                f"{ws[0].long} or {ws[1].long}; the objective allows {b * 100:.3g} %."
+                f"{value} of token streams from {_WHERE} took longer than "
+                f"{slo.threshold_s * 1000:g} ms per output token (the {slo.qos} class budget) "
+                f"over the last {ws[0].long} or {ws[1].long}; the objective allows "
+                f"{b * 100:.3g} %."
             )
 
         alerts += _burn_pair(

@@ -112,7 +112,7 @@ def test_burn_rate_windows_follow_the_sre_workbook() -> None:
     for w in (*rules.PAGE_WINDOWS, *rules.TICKET_WINDOWS):
         for window in (w.long, w.short):
             assert f"kvspread:http_errors:ratio_rate{window}" in recorded
-            assert f"kvspread:http_requests_fast:ratio_rate{window}" in recorded
+            assert f"kvspread:gen_ai_streams_within_budget:ratio_rate{window}" in recorded
 
 
 def test_latency_slos_match_the_qos_classes() -> None:
