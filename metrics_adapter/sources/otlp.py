@@ -20,7 +20,7 @@ from metrics_adapter import sli
 from metrics_adapter.errors import HistogramTooCoarse, NoFreshData
 from metrics_adapter.rules import Rule
 from metrics_adapter.selectors import Selector
-from metrics_adapter.sources.refusal import common_labels, describe, too_coarse
+from metrics_adapter.sources.refusal import common_labels, describe, not_a_bound, too_coarse
 from metrics_adapter.sources.store import EXP_HISTOGRAM, GAUGE, HISTOGRAM, SUM, Series, SeriesStore
 from metrics_adapter.values import MetricValue
 
@@ -28,6 +28,11 @@ __all__ = ["OtlpSource"]
 
 _Computed = tuple[float, float, list[Series]]
 """(value, timestamp of the newest used point, the series used)."""
+
+
+def _merged_name(used: Sequence[Series]) -> str:
+    """`metric{attributes every used series shares}`: how a refusal names what it merged."""
+    return used[0].metric + describe(common_labels(s.attr_map() for s in used))
 
 
 def _too_coarse(
@@ -40,7 +45,7 @@ def _too_coarse(
     upper: float,
 ) -> HistogramTooCoarse:
     """The refusal of a quantile whose bucket cannot bound it (docs/adapter.md)."""
-    series = used[0].metric + describe(common_labels(s.attr_map() for s in used))
+    series = _merged_name(used)
     labels = common_labels(s.labels(rule.labels) for s in used)
     newest = max(s.last_time() for s in used)
     return too_coarse(rule, series, len(used), bounds, value, reason, lower, upper, labels, newest)
@@ -240,33 +245,15 @@ class OtlpSource:
         if explicit:
             merged, used = sli.merge_explicit([(h, s) for h, _, s in explicit])
             if not sli.is_bound(rule.threshold, merged):
-                raise self._not_a_bound(rule, used, merged.bounds)
+                raise not_a_bound(rule, _merged_name(used), len(used), merged.bounds)
             share = sli.share_above(rule.threshold, merged)
             if share is None:
                 return None
             return share, max(s.last_time() for s in used), used
         if expo:
-            raise self._not_a_bound(rule, [s for _, _, s in expo], None)
+            used = [s for _, _, s in expo]
+            raise not_a_bound(rule, _merged_name(used), len(used), None)
         return None
-
-    def _not_a_bound(
-        self, rule: Rule, used: Sequence[Series], bounds: tuple[float, ...] | None
-    ) -> HistogramTooCoarse:
-        assert rule.threshold is not None
-        series = used[0].metric + describe(common_labels(s.attr_map() for s in used))
-        if bounds is None:
-            has = "exponential buckets, whose bounds are powers of their base"
-        else:
-            shown = ", ".join(f"{b:g}" for b in bounds[:20]) + (", ..." if len(bounds) > 20 else "")
-            has = f"the bounds [{shown}]"
-        return HistogramTooCoarse(
-            f"metric {rule.name!r}: refusing the share of {series} ({len(used)} series) over "
-            f"{rule.threshold:g}: the histogram has {has}, and {rule.threshold:g} is not one "
-            "of them, so the share would be a guess inside a bucket. Fix: record it with an "
-            f"OTel SDK View whose explicit bucket boundaries include {rule.threshold:g} (the "
-            "collector's own, docs/metrics.md), or set the rule's threshold to one of its bounds",
-            sli.THRESHOLD_REFUSAL,
-        )
 
     def _last(self, rule: Rule, series: Sequence[Series]) -> _Computed | None:
         vals = [(s.scalars()[-1][1], s) for s in series if s.kind in (GAUGE, SUM) and len(s)]

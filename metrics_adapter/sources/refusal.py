@@ -8,9 +8,10 @@ from collections.abc import Iterable
 
 from metrics_adapter.errors import HistogramTooCoarse
 from metrics_adapter.rules import Rule
+from metrics_adapter.sli import THRESHOLD_REFUSAL
 from metrics_adapter.values import MetricValue
 
-__all__ = ["FIX", "common_labels", "describe", "too_coarse"]
+__all__ = ["FIX", "common_labels", "describe", "not_a_bound", "too_coarse"]
 
 FIX = (
     "record it with an OTel SDK View whose explicit bucket boundaries are the ones in "
@@ -38,6 +39,31 @@ def describe(labels: dict[str, str]) -> str:
     return "{" + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
 
 
+def _shown(bounds: tuple[float, ...]) -> str:
+    """The first 20 bounds as a refusal lists them."""
+    return ", ".join(f"{b:g}" for b in bounds[:20]) + (", ..." if len(bounds) > 20 else "")
+
+
+def not_a_bound(
+    rule: Rule, series: str, n_series: int, bounds: tuple[float, ...] | None
+) -> HistogramTooCoarse:
+    """The refusal of an `over-ratio` share whose threshold is not one of the histogram's
+    `bounds` (None: exponential buckets); `series` names what was merged."""
+    assert rule.threshold is not None
+    if bounds is None:
+        has = "exponential buckets, whose bounds are powers of their base"
+    else:
+        has = f"the bounds [{_shown(bounds)}]"
+    return HistogramTooCoarse(
+        f"metric {rule.name!r}: refusing the share of {series} ({n_series} series) over "
+        f"{rule.threshold:g}: the histogram has {has}, and {rule.threshold:g} is not one "
+        "of them, so the share would be a guess inside a bucket. Fix: record it with an "
+        f"OTel SDK View whose explicit bucket boundaries include {rule.threshold:g} (the "
+        "collector's own, docs/metrics.md), or set the rule's threshold to one of its bounds",
+        THRESHOLD_REFUSAL,
+    )
+
+
 def too_coarse(
     rule: Rule,
     series: str,
@@ -53,7 +79,7 @@ def too_coarse(
     """The refusal of `rule`'s quantile `value`, which lies in (lower, upper] of a histogram
     with `bounds`, for `reason` (one of `sli.REFUSALS`); `series` names what was merged,
     `labels` and `timestamp` are those the value would have been served with."""
-    shown = ", ".join(f"{b:g}" for b in bounds[:20]) + (", ..." if len(bounds) > 20 else "")
+    shown = _shown(bounds)
     if reason == "wide_bucket":
         why = (
             f"a bucket {(upper - lower) / lower:.2g} times as wide as its lower bound, "
