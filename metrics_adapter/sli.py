@@ -317,23 +317,32 @@ def count_below(threshold: float, h: ExplicitHistogram) -> float:
     return below
 
 
+def _bound_index(threshold: float, bounds: Sequence[float]) -> int | None:
+    """The index of the finite bound `threshold` is (to a relative 1e-9), or None."""
+    for i, b in enumerate(bounds):
+        if math.isclose(threshold, b, rel_tol=1e-9, abs_tol=0.0):
+            return i
+    return None
+
+
 def is_bound(threshold: float, h: ExplicitHistogram) -> bool:
     """Whether `threshold` is one of `h`'s finite bounds (to a relative 1e-9: a bound read
     back from a float32-rounding exporter, or written as 0.050000000000000003, is the same)."""
-    return any(math.isclose(threshold, b, rel_tol=1e-9, abs_tol=0.0) for b in h.bounds)
+    return _bound_index(threshold, h.bounds) is not None
 
 
 def share_above(threshold: float, h: ExplicitHistogram) -> float | None:
     """The share of `h`'s observations above `threshold`, exactly: `threshold` must be one
     of its bounds (`is_bound`), else ValueError; None when `h` is empty. The count at or
     below a bound is the cumulative count of its bucket: no interpolation."""
+    i = _bound_index(threshold, h.bounds)
+    if i is None:
+        raise ValueError(f"threshold {threshold:g} is not a bucket bound")
     total = h.count
     if total <= 0:
         return None
-    for le, c in _cumulative(h):
-        if math.isclose(threshold, le, rel_tol=1e-9, abs_tol=0.0):
-            return max(0.0, min(1.0, (total - c) / total))
-    raise ValueError(f"threshold {threshold:g} is not a bucket bound")
+    at_or_below = _cumulative(h)[i][1]
+    return max(0.0, min(1.0, (total - at_or_below) / total))
 
 
 def _exp_buckets(h: ExponentialHistogram) -> list[tuple[float, float, float, str]]:
