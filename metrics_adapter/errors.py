@@ -15,6 +15,7 @@ shell turns any `AdapterError` into a `Status` object with its `code` and `reaso
     |   +-- NoFreshData               (series match, none can give a value now; the REST
     |                                  read answers 200 with no items, KEDA UNAVAILABLE)
     +-- HistogramTooCoarse            (422: the quantile's bucket is too wide to serve)
+    +-- ValueOutOfRange               (422: the value is not a finite quantity)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "SourceUnavailable",
     "NoFreshData",
     "HistogramTooCoarse",
+    "ValueOutOfRange",
     "status_object",
 ]
 
@@ -154,3 +156,8 @@ def status_object(
     if details:
         doc["details"] = details
     return doc
+
+
+class ValueOutOfRange(AdapterError, code=422, reason="Invalid"):
+    """A value that is not a finite quantity (a pressure term over a target so small that
+    the ratio overflows): an HPA cannot act on it, so the read fails naming the metric."""

@@ -19,6 +19,7 @@ Thread-safety: every method may be called from several threads at once.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -30,6 +31,7 @@ from metrics_adapter.errors import (
     MetricNotFound,
     NoFreshData,
     SourceUnavailable,
+    ValueOutOfRange,
 )
 from metrics_adapter.guard import TERM_LABEL as GUARD_LABEL
 from metrics_adapter.guard import GuardMemory, guarded
@@ -115,9 +117,12 @@ class RuleProvider:
             )
         try:
             if rule.pressure is not None:
-                return self._pressure(rule, rule.pressure, namespace, selector)
-            assert source is not None
-            return source.evaluate(rule, namespace, selector)
+                values = self._pressure(rule, rule.pressure, namespace, selector)
+            else:
+                assert source is not None
+                values = source.evaluate(rule, namespace, selector)
+        except OverflowError:
+            values = [MetricValue(name, math.inf, 0.0)]
         except NoFreshData:
             self._count(self.stale_reads, name)
             raise
@@ -125,6 +130,14 @@ class RuleProvider:
             key = (name, exc.refusal)
             self._count(self.refused_reads, key)
             raise
+        for v in values:
+            if not math.isfinite(v.value):
+                raise ValueOutOfRange(
+                    f"metric {name!r}: the value is {v.value} (past the float range), which"
+                    " no quantity can hold; check the pushed values and, for a pressure,"
+                    " that no term's target is so small that value / target overflows"
+                )
+        return values
 
     def _pressure(
         self, rule: Rule, pressure: Pressure, namespace: str, selector: Selector

@@ -118,7 +118,11 @@ class OtlpReceiver:
             return self._error(413, str(exc), reply_type)
         except OtlpBadRequest as exc:
             return self._error(400, str(exc), reply_type)
-        result = to_points(msg)
+        now = self.clock()
+        try:
+            result = to_points(msg, now)
+        except OtlpBadRequest as exc:
+            return self._error(400, str(exc), reply_type)
         self.rejected_points += result.rejected
         accepted = result.accepted
         if result.rejected and not accepted:
@@ -130,7 +134,7 @@ class OtlpReceiver:
         for series in result.ms_bounds_in_seconds:
             self._warn_ms_bounds(*series)
         if accepted:
-            self.store.add_runs(result.runs, self.clock())
+            self.store.add_runs(result.runs, now)
         ok = ExportMetricsServiceResponse()
         if result.rejected:
             ok.partial_success.rejected_data_points = result.rejected

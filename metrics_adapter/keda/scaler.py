@@ -19,6 +19,11 @@ seconds and pushes each change. Errors carry the REST API's message with the cod
     bad selector, namespace or trigger metadata            INVALID_ARGUMENT
     no fresh data, source down                             UNAVAILABLE
     quantile refused (coarse histogram)                    FAILED_PRECONDITION
+    a value no quantity can hold (ValueOutOfRange)         OUT_OF_RANGE
+
+`metricValue` is int64 on the wire: a value past its range is sent as its nearest end
+(`metricValueFloat` carries the value). A targetValue or activationThreshold past 2**53
+is refused (INVALID_ARGUMENT): `targetSize` could not hold it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import grpc
 
@@ -38,8 +43,10 @@ from metrics_adapter.errors import (
     AdapterError,
     BadRequest,
     HistogramTooCoarse,
+    MetricNotFound,
     NotFound,
     SourceUnavailable,
+    ValueOutOfRange,
 )
 from metrics_adapter.keda import externalscaler_pb2 as pb
 from metrics_adapter.provider import ExternalMetricsProvider
@@ -89,7 +96,26 @@ def _number(meta: dict[str, str], key: str, default: float | None) -> float:
         raise BadRequest(f"trigger metadata {key}: {text!r} is not a number") from None
     if not math.isfinite(value):
         raise BadRequest(f"trigger metadata {key}: {text!r} is not a finite number")
+    if abs(value) > MAX_TRIGGER_NUMBER:
+        raise BadRequest(f"trigger metadata {key}: {text!r} is past 2**53 in magnitude")
     return value
+
+
+MAX_TRIGGER_NUMBER: Final = 2.0**53
+"""The largest targetValue / activationThreshold taken: one KEDA's int64 targetSize and a
+float64 both hold exactly."""
+_INT64: Final = (-(2**63), 2**63 - 1)
+
+
+def _int64(value: float) -> int:
+    """`value` rounded for an int64 field, past the range sent as its nearest end."""
+    if value != value:  # NaN: never served (the provider refuses it), but never a crash
+        return 0
+    if value >= _INT64[1]:
+        return _INT64[1]
+    if value <= _INT64[0]:
+        return _INT64[0]
+    return round(value)
 
 
 def parse_trigger(ref: pb.ScaledObjectRef) -> Trigger:
@@ -116,6 +142,8 @@ def status_code(exc: AdapterError) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(exc, HistogramTooCoarse):
         return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(exc, ValueOutOfRange):
+        return grpc.StatusCode.OUT_OF_RANGE
     return grpc.StatusCode.INTERNAL
 
 
@@ -209,8 +237,10 @@ class ExternalScaler:
 
     async def _metric_spec(self, request: pb.ScaledObjectRef) -> pb.GetMetricSpecResponse:
         trig = parse_trigger(request)
+        if trig.metric not in self.provider.list_metrics():  # as GetMetrics would answer
+            raise MetricNotFound(trig.metric, "no rule defines it")
         spec = pb.MetricSpec(
-            metricName=trig.metric, targetSize=round(trig.target), targetSizeFloat=trig.target
+            metricName=trig.metric, targetSize=_int64(trig.target), targetSizeFloat=trig.target
         )
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
@@ -223,7 +253,7 @@ class ExternalScaler:
         return pb.GetMetricsResponse(
             metricValues=[
                 pb.MetricValue(
-                    metricName=name, metricValue=round(v.value), metricValueFloat=v.value
+                    metricName=name, metricValue=_int64(v.value), metricValueFloat=v.value
                 )
                 for v in values
             ]

@@ -9,8 +9,11 @@ No I/O and no HTTP: the receiver (`metrics_adapter.receiver`) calls `decode_body
   cannot be decoded and `OtlpTooLarge` when it (decompressed) is over the limit.
 - A point is invalid when its value is NaN or infinite, its time is missing, histogram
   bounds are not finite and strictly increasing, there is not one more bucket count than
-  bounds, bucket counts do not add up to `count`, or a count exceeds 2**53 (float64 could
-  no longer count exactly). Points flagged NO_RECORDED_VALUE are skipped, not rejected.
+  bounds, bucket counts do not add up to `count`, a count, a value or a histogram's sum
+  exceeds 2**53 in magnitude (float64 could no longer count exactly, and sums over every
+  series could overflow), or its time is more than `MAX_FUTURE_S` ahead of the receiver's
+  clock (kept, it would be the newest point of its series and hide every real one after it
+  until that time). Points flagged NO_RECORDED_VALUE are skipped, not rejected.
   Summaries are rejected as unsupported (the adapter cannot merge precomputed quantiles).
 
 Attributes: a series' identity is its metric name plus its resource attributes and its point
@@ -79,6 +82,8 @@ __all__ = [
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 MAX_EXACT = 2**53
+MAX_FUTURE_S: Final = 60.0
+"""How far ahead of the receiver's clock a point's time may be (clock skew between nodes)."""
 _CUMULATIVE = 2  # AggregationTemporality
 _DELTA = 1
 _NO_RECORDED_VALUE = 1
@@ -355,7 +360,9 @@ def _check_counts(counts: list[int], where: str) -> str | None:
 class _Out:
     """What `to_points` collects: runs of valid points, and the rejections."""
 
-    def __init__(self) -> None:
+    def __init__(self, future_ns: float = math.inf) -> None:
+        self.future_ns = future_ns
+        """Points stamped after this (ns since the epoch) are rejected (`MAX_FUTURE_S`)."""
         self.runs: list[Run] = []
         self.errors: list[str] = []
         self.rejected = 0
@@ -389,13 +396,26 @@ class _Out:
         self._run = None
 
 
-def to_points(req: Any) -> DecodeResult:
+def to_points(req: Any, now: float | None = None) -> DecodeResult:
     """Validate every point and collect the valid ones, column-wise, as store `Run`s
-    (pure). `req` is what `decode_body` returns, or an ExportMetricsServiceRequest."""
+    (pure). `req` is what `decode_body` returns, or an ExportMetricsServiceRequest; `now`
+    (seconds since the epoch) rejects points stamped more than `MAX_FUTURE_S` after it
+    (None: no such check). OtlpBadRequest when an attribute cannot be decoded (nested past
+    protobuf's depth limit: the body is parsed with attributes as raw bytes, so that limit
+    is met only here)."""
+    try:
+        return _to_points(req, now)
+    except DecodeError as exc:
+        raise OtlpBadRequest(
+            f"body is not a valid ExportMetricsServiceRequest protobuf: an attribute: {exc}"
+        ) from None
+
+
+def _to_points(req: Any, now: float | None) -> DecodeResult:
     if not isinstance(req, Decoded):
         body = req.SerializeToString()
         req = Decoded(body, FastRequest.FromString(body))
-    out = _Out()
+    out = _Out(math.inf if now is None else (now + MAX_FUTURE_S) * 1e9)
     exact: Any = None  # the exact reading, parsed only if a histogram metric needs it
     tables = _ATTRS.table
     for ri, rm in enumerate(req.fast.resource_metrics):
@@ -496,7 +516,7 @@ def _fast_histograms(
         if dp.flags & _NO_RECORDED_VALUE:
             continue
         t = dp.time_unix_nano
-        if not t:
+        if not t or t > out.future_ns:
             return None
         rep = dp.explicit_bounds  # a packed field: one element, unless split on the wire
         rb = rep[0] if len(rep) == 1 else join(rep)
@@ -529,7 +549,7 @@ def _fast_histograms(
     if (
         int(buckets.max()) > MAX_EXACT
         or not np.array_equal(buckets.sum(axis=1, dtype=np.uint64), np.array(counts, np.uint64))
-        or not np.isfinite(np.array(sums, np.float64)).all()
+        or not (np.abs(np.array(sums, np.float64)) <= MAX_EXACT).all()
     ):
         return None
     if seconds and bounds == SDK_DEFAULT_BOUNDS:
@@ -550,6 +570,13 @@ def _timed(name: str, data: Any, attrs_of: _Attrs, out: _Out) -> Iterator[tuple[
             continue
         if not dp.time_unix_nano:
             out.reject(f"{name}: data point without time_unix_nano")
+            continue
+        if dp.time_unix_nano > out.future_ns:
+            ahead = dp.time_unix_nano / 1e9 - (out.future_ns / 1e9 - MAX_FUTURE_S)
+            out.reject(
+                f"{name}: time_unix_nano is {ahead:.0f} s ahead of the receiver's clock"
+                f" (at most {MAX_FUTURE_S:.0f} s: check the sender's clock)"
+            )
             continue
         yield dp, attrs_of(tuple(dp.attributes))
 
@@ -584,6 +611,9 @@ def _histograms(
         if dp.HasField("sum") and not math.isfinite(dp.sum):
             out.reject(f"{name}: sum {dp.sum} is not finite")
             continue
+        if dp.HasField("sum") and abs(dp.sum) > MAX_EXACT:
+            out.reject(f"{name}: sum {dp.sum:g} is past 2**53 in magnitude")
+            continue
         r = out.run(name, HISTOGRAM, delta, True, bounds)
         r.attrs.append(key)
         r.ts.append(dp.time_unix_nano / 1e9)
@@ -603,6 +633,9 @@ def _numbers(name: str, gauge: bool, delta: bool, data: Any, attrs_of: _Attrs, o
         v = float(dp.as_double if vk == "as_double" else dp.as_int)
         if not math.isfinite(v):
             out.reject(f"{name}: value {v} is not finite")
+            continue
+        if abs(v) > MAX_EXACT:
+            out.reject(f"{name}: value {v:g} is past 2**53 in magnitude")
             continue
         if monotonic and v < 0:
             out.reject(f"{name}: monotonic sum has negative value {v}")
@@ -634,6 +667,9 @@ def _exponential(name: str, delta: bool, data: Any, attrs_of: _Attrs, out: _Out)
             dp.zero_threshold
         ):
             out.reject(f"{name}: sum or zero_threshold is not finite")
+            continue
+        if dp.HasField("sum") and abs(dp.sum) > MAX_EXACT:
+            out.reject(f"{name}: sum {dp.sum:g} is past 2**53 in magnitude")
             continue
         exp = ExponentialHistogram(
             scale=dp.scale,

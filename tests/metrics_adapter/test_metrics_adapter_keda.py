@@ -3,6 +3,7 @@ modes, giving exactly the REST API's values and messages."""
 
 from __future__ import annotations
 
+import math
 import socket
 import subprocess
 import sys
@@ -18,8 +19,9 @@ import pytest
 from kvspread import names
 from kvspread.clock import FakeClock
 from kvspread.quantity import format_quantity
+from metrics_adapter.errors import ValueOutOfRange
 from metrics_adapter.keda import externalscaler_pb2 as pb
-from metrics_adapter.keda.scaler import SERVICE
+from metrics_adapter.keda.scaler import SERVICE, _int64, status_code
 from metrics_adapter.server import AdapterThread
 from tests.metrics_adapter.adapter_otlp_payloads import counter, gauge, histogram, post, request
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
@@ -334,3 +336,28 @@ def test_a_stepped_pressure_through_keda_is_the_rest_value(
     (mv,) = got.metricValues
     assert mv.metricValueFloat == pytest.approx(2.0)
     assert format_quantity(mv.metricValueFloat) == item["value"] == "2"
+
+
+def test_numbers_past_the_int64_and_float_ranges_and_an_unknown_metrics_spec(
+    pki: Pki, keda: tuple[AdapterThread, FakeClock, str], client_cert: tuple[bytes, bytes]
+) -> None:
+    """A targetValue past 2**53 is INVALID_ARGUMENT (it was a ValueError, UNKNOWN, from
+    the int64 targetSize); metricValue is clamped to int64 (`_int64`); GetMetricSpec of a
+    metric no rule defines is NOT_FOUND, as GetMetrics is."""
+    a, _, _ = keda
+    with _stub(pki, a, client_cert, 3) as stub:
+        for target in ("9.3e18", "1e19", "9223372036854775807"):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.GetMetricSpec(_ref(names.SLI_QUEUE_DEPTH, targetValue=target))
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"targetValue: {target!r} is past 2**53" in (info.value.details() or "")
+        spec = stub.GetMetricSpec(_ref(names.SLI_QUEUE_DEPTH, targetValue=str(2**53)))
+        assert spec.metricSpecs[0].targetSize == 2**53
+        with pytest.raises(grpc.RpcError) as info:  # it was OK, though GetMetrics is NOT_FOUND
+            stub.GetMetricSpec(_ref("nope"))
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        assert info.value.details() == _rest(pki, a, "nope", "service=vision").json()["message"]
+    assert (_int64(1e19), _int64(-1e19), _int64(2.5), _int64(math.inf)) == (
+        2**63 - 1, -(2**63), 2, 2**63 - 1
+    )  # fmt: skip
+    assert status_code(ValueOutOfRange("x")) == grpc.StatusCode.OUT_OF_RANGE

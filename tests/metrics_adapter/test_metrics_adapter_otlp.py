@@ -204,7 +204,8 @@ def test_gzip_bomb_gets_413() -> None:
 def test_body_limit_over_http(pki: Pki) -> None:
     from tests.metrics_adapter.adapter_testing import base_config
 
-    with AdapterThread(base_config(pki, otlp_max_body_bytes=4096)) as a:
+    # the clock at the points' time: a point over a minute ahead of it is refused
+    with AdapterThread(base_config(pki, otlp_max_body_bytes=4096), clock=FakeClock(t=T0)) as a:
         url = f"http://127.0.0.1:{a.adapter.otlp_port}/v1/metrics"
         r = httpx.post(
             url, content=b"\0" * 10_000, headers={"content-type": "application/x-protobuf"}
@@ -255,7 +256,7 @@ def test_bodies_in_flight_are_bounded_over_all_connections(pki: Pki) -> None:
     from tests.metrics_adapter.adapter_testing import base_config
 
     cfg = base_config(pki, otlp_max_body_bytes=4096, otlp_max_bodies_bytes=6000)
-    with AdapterThread(cfg) as a:
+    with AdapterThread(cfg, clock=FakeClock(t=T0)) as a:
         port = a.adapter.otlp_port
         url = f"http://127.0.0.1:{port}/v1/metrics"
         declared = _held_push(port, 4096, 100)
@@ -380,7 +381,7 @@ def test_otlp_over_tls(pki: Pki) -> None:
     cfg = base_config(
         pki, otlp_tls_cert_file=pki.serving_cert, otlp_tls_private_key_file=pki.serving_key
     )
-    with AdapterThread(cfg) as a:
+    with AdapterThread(cfg, clock=FakeClock(t=T0)) as a:
         url = f"https://127.0.0.1:{a.adapter.otlp_port}/v1/metrics"
         body = _good_request().SerializeToString()
         with httpx.Client(verify=client_context(pki, None)) as c:
