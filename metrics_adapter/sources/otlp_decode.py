@@ -11,7 +11,8 @@ No I/O and no HTTP: the receiver (`metrics_adapter.receiver`) calls `decode_body
   bounds are not finite and strictly increasing, there is not one more bucket count than
   bounds, bucket counts do not add up to `count`, a count, a value or a histogram's sum
   exceeds 2**53 in magnitude (float64 could no longer count exactly, and sums over every
-  series could overflow), or its time is more than `MAX_FUTURE_S` ahead of the receiver's
+  series could overflow), an attribute (resource or point) is over `MAX_ATTR_BYTES`
+  encoded, or its time is more than `MAX_FUTURE_S` ahead of the receiver's
   clock (kept, it would be the newest point of its series and hide every real one after it
   until that time). Points flagged NO_RECORDED_VALUE are skipped, not rejected.
   Summaries are rejected as unsupported (the adapter cannot merge precomputed quantiles).
@@ -82,6 +83,11 @@ __all__ = [
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 MAX_EXACT = 2**53
+MAX_ATTR_BYTES: Final = 4096
+"""The largest attribute (its KeyValue's encoded bytes) a point may carry, resource or
+point attribute: Kubernetes label values are at most 63 characters and names 253, so no
+selector can need more, and without a bound each push of a distinct 3 MB attribute held
+about 6 MB for as long as its series lived (1.26 GB after 200 such pushes)."""
 MAX_FUTURE_S: Final = 60.0
 """How far ahead of the receiver's clock a point's time may be (clock skew between nodes)."""
 _CUMULATIVE = 2  # AggregationTemporality
@@ -340,6 +346,14 @@ def _attr_value(v: object) -> str:
 _GOOD_BOUNDS: dict[tuple[float, ...], bool] = {}
 
 
+def _oversized(raw: tuple[bytes, ...]) -> int:
+    """The size of the first raw KeyValue over `MAX_ATTR_BYTES`, else 0."""
+    for b in raw:
+        if len(b) > MAX_ATTR_BYTES:
+            return len(b)
+    return 0
+
+
 def _bounds_ok(bounds: tuple[float, ...]) -> bool:
     ok = _GOOD_BOUNDS.get(bounds)
     if ok is None:
@@ -421,6 +435,15 @@ def _to_points(req: Any, now: float | None) -> DecodeResult:
     for ri, rm in enumerate(req.fast.resource_metrics):
         # one decode per resource; a repeated key keeps its last value
         res_raw = tuple(rm.resource.attributes)
+        big = _oversized(res_raw)
+        if big:
+            n = sum(
+                len(getattr(m, w).data_points) if (w := m.WhichOneof("data")) else 0
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+            )
+            out.reject(f"resource attribute of {big} bytes (at most {MAX_ATTR_BYTES})", max(n, 1))
+            continue
         res_key = _resource_key(res_raw)
         table = tables(res_raw)
         for si, sm in enumerate(rm.scope_metrics):
@@ -530,7 +553,11 @@ def _fast_histograms(
             return None
         raw = tuple(dp.attributes)
         a = table.get(raw)
-        attrs.append(a if a is not None else attrs_of(raw))
+        if a is None:
+            if _oversized(raw):
+                return None
+            a = attrs_of(raw)
+        attrs.append(a)
         ts.append(t)
         starts.append(dp.start_time_unix_nano)
         blobs.append(cb)
@@ -578,7 +605,12 @@ def _timed(name: str, data: Any, attrs_of: _Attrs, out: _Out) -> Iterator[tuple[
                 f" (at most {MAX_FUTURE_S:.0f} s: check the sender's clock)"
             )
             continue
-        yield dp, attrs_of(tuple(dp.attributes))
+        raw = tuple(dp.attributes)
+        big = _oversized(raw)
+        if big:
+            out.reject(f"{name}: point attribute of {big} bytes (at most {MAX_ATTR_BYTES})")
+            continue
+        yield dp, attrs_of(raw)
 
 
 def _histograms(

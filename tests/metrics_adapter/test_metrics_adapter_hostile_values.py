@@ -19,7 +19,7 @@ from kvspread import names
 from kvspread.clock import FakeClock
 from metrics_adapter.rules import parse_rules
 from metrics_adapter.server import AdapterThread
-from metrics_adapter.sources.otlp_decode import MAX_EXACT, MAX_FUTURE_S, to_points
+from metrics_adapter.sources.otlp_decode import MAX_ATTR_BYTES, MAX_EXACT, MAX_FUTURE_S, to_points
 from tests.metrics_adapter.adapter_otlp_payloads import gauge, histogram, post, request
 from tests.metrics_adapter.adapter_testing import Pki, api_client, base_config, hpa_headers
 
@@ -144,3 +144,27 @@ def test_a_pressure_whose_ratio_overflows_is_a_422_naming_the_metric(pki: Pki) -
     assert "metric 'p': the value is inf" in body["message"]
     assert "value / target overflows" in body["message"]
     assert q.status_code == 200 and q.json()["items"][0]["value"] == "3"
+
+
+def test_an_attribute_past_max_attr_bytes_is_rejected_resource_or_point() -> None:
+    """Each distinct 3 MB attribute used to be kept (about 6 MB a push, for the series'
+    life); now a KeyValue over MAX_ATTR_BYTES rejects its points, and one under is kept."""
+    fits = "v" * (MAX_ATTR_BYTES - 20)
+    big = "v" * MAX_ATTR_BYTES
+    point = gauge(WAITING, [(T0, 1.0, {"a": fits}), (T0, 2.0, {"a": big}), (T0, 3.0, {})])
+    got = to_points(request(RES, [point, histogram("h", [(T0, T0, [1, 0], {"a": big})], (1.0,))]))
+    assert (got.accepted, got.rejected) == (2, 2)
+    assert got.errors[0].startswith(f"{WAITING}: point attribute of {MAX_ATTR_BYTES + 9} bytes")
+    assert got.errors[1].startswith("h: point attribute of")
+    res = to_points(request({**RES, "big": big}, [gauge(WAITING, [(T0, 1.0, {}), (T0, 2.0, {})])]))
+    assert (res.accepted, res.rejected) == (0, 2)
+    assert res.errors == [f"resource attribute of {MAX_ATTR_BYTES + 11} bytes (at most 4096)"]
+
+
+def test_distinct_huge_attributes_leave_the_store_empty(pki: Pki) -> None:
+    with AdapterThread(base_config(pki), clock=FakeClock(t=T0 + 5)) as a:
+        for i in range(20):
+            big = {**RES, "junk": f"{i}" + "x" * 1_000_000}
+            r = _raw_post(a.adapter.otlp_port, request(big, [gauge(WAITING, [(T0, 1.0, {})])]))
+            assert r.status_code == 400
+        assert a.call(len, a.adapter.store) == 0
