@@ -619,7 +619,11 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
     _no_unknown_keys(doc, _RULE_KEYS, key)
     name = doc.get("name")
     if not isinstance(name, str) or not _METRIC_NAME.match(name):
-        raise ConfigError(f"{key}.name: {name!r} is not a valid metric name ([A-Za-z0-9_.:-])")
+        shown = name if not isinstance(name, str) or len(name) <= 60 else f"{name[:40]}..."
+        raise ConfigError(
+            f"{key}.name: {shown!r} is not a valid metric name (1 to 253 characters of"
+            " [A-Za-z0-9_.:-], the first a letter or digit)"
+        )
     if doc.get("aggregation") == "slo-pressure":
         return Rule(
             name=name,

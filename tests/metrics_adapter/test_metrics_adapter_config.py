@@ -249,3 +249,15 @@ def test_shipped_manifest_config_and_args_are_valid() -> None:
     assert cfg.secure_port == 6443 and cfg.otlp_port == 4318
     assert cfg.authorization_mode == "SubjectAccessReview"
     assert tuple(r.name for r in cfg.rules) == names.SLI_NAMES
+
+
+@pytest.mark.parametrize("name", ["a" * 254, "..", ".x"])
+def test_a_bad_rule_name_is_told_the_length_and_the_first_character(name: str) -> None:
+    """Every character of 254 'a's is in the set: the message names the 253 limit and the
+    first-character rule, and shortens a long name."""
+    with pytest.raises(ConfigError) as exc:
+        parse_rules([{"name": name, "metric": "m", "aggregation": "last"}])
+    msg = str(exc.value)
+    assert "1 to 253 characters of [A-Za-z0-9_.:-], the first a letter or digit" in msg
+    assert len(msg) < 200
+    parse_rules([{"name": "a" * 253, "metric": "m", "aggregation": "last"}])
