@@ -16,6 +16,7 @@ shell turns any `AdapterError` into a `Status` object with its `code` and `reaso
     |                                  read answers 200 with no items, KEDA UNAVAILABLE)
     +-- HistogramTooCoarse            (422: the quantile's bucket is too wide to serve)
     +-- ValueOutOfRange               (422: the value is not a finite quantity)
+    +-- WrongKind                     (422: the rule's aggregation cannot read the series)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "NoFreshData",
     "HistogramTooCoarse",
     "ValueOutOfRange",
+    "WrongKind",
     "status_object",
 ]
 
@@ -161,3 +163,8 @@ def status_object(
 class ValueOutOfRange(AdapterError, code=422, reason="Invalid"):
     """A value that is not a finite quantity (a pressure term over a target so small that
     the ratio overflows): an HPA cannot act on it, so the read fails naming the metric."""
+
+
+class WrongKind(AdapterError, code=422, reason="Invalid"):
+    """The matching series are of a kind the rule's aggregation does not read (a quantile
+    rule over a gauge): a mistake in the rules, named, not reported as no fresh data."""

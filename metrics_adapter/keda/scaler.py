@@ -20,6 +20,7 @@ seconds and pushes each change. Errors carry the REST API's message with the cod
     no fresh data, source down                             UNAVAILABLE
     quantile refused (coarse histogram)                    FAILED_PRECONDITION
     a value no quantity can hold (ValueOutOfRange)         OUT_OF_RANGE
+    a rule whose aggregation cannot read the series        FAILED_PRECONDITION
 
 `metricValue` is int64 on the wire: a value past its range is sent as its nearest end
 (`metricValueFloat` carries the value). A targetValue or activationThreshold past 2**53
@@ -47,6 +48,7 @@ from metrics_adapter.errors import (
     NotFound,
     SourceUnavailable,
     ValueOutOfRange,
+    WrongKind,
 )
 from metrics_adapter.keda import externalscaler_pb2 as pb
 from metrics_adapter.provider import ExternalMetricsProvider
@@ -144,6 +146,8 @@ def status_code(exc: AdapterError) -> grpc.StatusCode:
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, ValueOutOfRange):
         return grpc.StatusCode.OUT_OF_RANGE
+    if isinstance(exc, WrongKind):
+        return grpc.StatusCode.FAILED_PRECONDITION
     return grpc.StatusCode.INTERNAL
 
 

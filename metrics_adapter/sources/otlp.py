@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from metrics_adapter import sli
-from metrics_adapter.errors import HistogramTooCoarse, NoFreshData
+from metrics_adapter.errors import HistogramTooCoarse, NoFreshData, WrongKind
 from metrics_adapter.rules import Rule
 from metrics_adapter.selectors import Selector
 from metrics_adapter.sources.refusal import common_labels, describe, not_a_bound, too_coarse
@@ -88,6 +89,7 @@ class OtlpSource:
         if value is None or not math.isfinite(value[0]):
             if not series:
                 return []  # nothing matches: an empty answer, not missing data
+            _check_kinds(rule, series)
             what = "observations" if rule.aggregation == "quantile" else "points"
             raise NoFreshData(
                 f"metric {rule.name!r}: the {len(series)} matching series of {rule.metric!r} "
@@ -302,3 +304,33 @@ class OtlpSource:
             value = sli.exponential_quantile(rule.quantile, acc)
             return value, max(s.last_time() for s in used), used
         return None
+
+
+_HISTOGRAMS: Final = frozenset({HISTOGRAM, EXP_HISTOGRAM})
+_KINDS: Final = {
+    "quantile": _HISTOGRAMS,
+    "good-rate": frozenset({HISTOGRAM}),
+    "over-ratio": _HISTOGRAMS,
+    "rate": _HISTOGRAMS | {SUM},
+    "ratio": _HISTOGRAMS | {SUM},
+    "last": frozenset({GAUGE, SUM}),
+}
+"""The point kinds each aggregation reads; a series of another kind gives it nothing."""
+_KIND_WORDS: Final = {HISTOGRAM: "histogram", EXP_HISTOGRAM: "exponential histogram",
+                      GAUGE: "gauge", SUM: "sum"}  # fmt: skip
+
+
+def _check_kinds(rule: Rule, series: Sequence[Series]) -> None:
+    """WrongKind when none of the matching series is of a kind `rule`'s aggregation reads
+    (a `quantile` rule on a gauge): that is the rules file's mistake, which waiting for
+    fresh data would never mend, so it is not reported as no fresh data."""
+    wanted = _KINDS.get(rule.aggregation)
+    if wanted is None or any(s.kind in wanted for s in series):
+        return
+    have = sorted({_KIND_WORDS.get(s.kind, str(s.kind)) for s in series})
+    want = sorted(_KIND_WORDS[k] for k in wanted)
+    raise WrongKind(
+        f"metric {rule.name!r}: aggregation {rule.aggregation!r} reads {' or '.join(want)}"
+        f" points, but the {len(series)} matching series of {rule.metric!r} are"
+        f" {' and '.join(have)}: fix the rule's aggregation or metric"
+    )

@@ -168,3 +168,37 @@ def test_distinct_huge_attributes_leave_the_store_empty(pki: Pki) -> None:
             r = _raw_post(a.adapter.otlp_port, request(big, [gauge(WAITING, [(T0, 1.0, {})])]))
             assert r.status_code == 400
         assert a.call(len, a.adapter.store) == 0
+
+
+def test_a_rule_whose_aggregation_cannot_read_the_series_is_a_422_naming_both(pki: Pki) -> None:
+    """A quantile (or rate, over-ratio, good-rate) rule over a gauge, or `last` over a
+    histogram, used to answer 200 with no items, counted as a stale read: the rules'
+    mistake looked like a collector that had stopped."""
+    rules = parse_rules([
+        {"name": "q95", "metric": WAITING, "aggregation": "quantile", "quantile": 0.95},
+        {"name": "r", "metric": WAITING, "aggregation": "rate"},
+        {"name": "over", "metric": WAITING, "aggregation": "over-ratio", "threshold": 1},
+        {"name": "lasth", "metric": "h", "aggregation": "last"},
+        {"name": "ok", "metric": WAITING, "aggregation": "last"},
+    ])  # fmt: skip
+    cfg = replace(base_config(pki), rules=rules)
+    hist = histogram("h", [(T0 - 30, T0, [1, 0], {})], (1.0,))
+    with AdapterThread(cfg, clock=FakeClock(t=T0 + 5)) as a:
+        post(a.adapter.otlp_port, request(RES, [gauge(WAITING, [(T0, 3.0, {})]), hist]))
+        with api_client(pki, a) as c:
+            got = {m: c.get(f"{API}/{m}", params={"labelSelector": "service=vision"},
+                            headers=hpa_headers()) for m in ("q95", "r", "over", "lasth", "ok")}  # fmt: skip
+        stale = dict(a.adapter.provider.stale_reads)
+    assert got["ok"].status_code == 200 and got["ok"].json()["items"][0]["value"] == "3"
+    for m in ("q95", "r", "over", "lasth"):
+        assert got[m].status_code == 422, (m, got[m].text)
+        assert got[m].json()["reason"] == "Invalid"
+    assert got["q95"].json()["message"] == (
+        f"metric 'q95': aggregation 'quantile' reads exponential histogram or histogram points,"
+        f" but the 1 matching series of '{WAITING}' are gauge: fix the rule's aggregation or metric"
+    )
+    assert (
+        "reads gauge or sum points, but the 1 matching series of 'h' are histogram"
+        in (got["lasth"].json()["message"])
+    )
+    assert stale == {}
