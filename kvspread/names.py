@@ -476,7 +476,7 @@ ADAPTER_REFUSED_READS: Final = MetricDescriptor(
     "kvspread_adapter_refused_reads_total",
     "{read}",
     "counter",
-    "quantile reads refused because the histogram bucket cannot bound the value",
+    "quantile and over-ratio reads refused because the histogram's buckets cannot bound the value",
 )
 ADAPTER_GUARD_HOLDS: Final = MetricDescriptor(
     "kvspread_adapter_guard_holds_total",

@@ -55,13 +55,37 @@ def check_apiservice(doc: dict[str, Any] | None, own: tuple[str, str] = OWN_SERV
     )
 
 
-def fetch_apiservice(api: Any) -> dict[str, Any] | None:
-    """The APIService as JSON through a `kubernetes` ApiClient; None when it is absent."""
+PREFLIGHT_TIMEOUT_S = 10.0
+"""How long the check waits for the API server (connect and read): a URL that accepts the
+connection but never answers is then "cannot reach", not a hang."""
+
+
+def fetch_apiservice(
+    api: Any, fix: str = "--kube-api-server or --kubeconfig"
+) -> dict[str, Any] | None:
+    """The APIService as JSON through a `kubernetes` ApiClient; None when it is absent.
+
+    What the environment can get wrong is a ConfigError (exit 2) naming the API's URL and,
+    in `fix`, what to correct: an answer other than 200 or 404, no connection (refused, no
+    such host, reset), an answer that is not a JSON object. The body is parsed here, not by
+    the client's models, so that an HTML page or a list is reported as such."""
+    import json
+
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
+    url = str(getattr(api.configuration, "host", "") or "the Kubernetes API")
+    path = f"/apis/apiregistration.k8s.io/v1/apiservices/{APISERVICE}"
     try:
-        obj = client.ApiregistrationV1Api(api).read_api_service(APISERVICE)
+        # the raw urllib3 response (the annotation says V1APIService, the model)
+        raw: Any = client.ApiregistrationV1Api(api).read_api_service(
+            APISERVICE, _preload_content=False, _request_timeout=PREFLIGHT_TIMEOUT_S
+        )
+        try:
+            body, content_type = raw.data, raw.headers.get("content-type") or "no content type"
+        finally:
+            raw.release_conn()
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -69,5 +93,39 @@ def fetch_apiservice(api: Any) -> dict[str, Any] | None:
             f"cannot read APIService {APISERVICE}: {exc.status} {exc.reason} (the check needs "
             "get on apiservices.apiregistration.k8s.io)"
         ) from None
-    data = api.sanitize_for_serialization(obj)
-    return data if isinstance(data, dict) else None
+    except HTTPError as exc:
+        raise ConfigError(
+            f"cannot reach the Kubernetes API at {url} ({_network_reason(exc)}); start the API "
+            f"server (or kubectl proxy) there, or fix {fix}"
+        ) from None
+    try:
+        doc = json.loads(body)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        doc = None
+        what = "not JSON"
+    else:
+        what = f"JSON but not an object ({type(doc).__name__})"
+    if not isinstance(doc, dict):
+        sample = bytes(body[:80]).decode("utf-8", "replace")
+        raise ConfigError(
+            f"the answer of {url} to GET {path} is {what} ({content_type}: {sample!r}), so "
+            f"it is not a Kubernetes API server; fix {fix} (the API server's or kubectl proxy's "
+            "URL)"
+        )
+    return doc
+
+
+def _network_reason(exc: BaseException) -> str:
+    """The innermost OS error's words ("Connection refused", "Name or service not known")
+    of a urllib3 error, whose own text repeats the pool, the URL and the retries."""
+    reason = getattr(exc, "reason", None)
+    seen: list[BaseException] = [exc] + ([reason] if isinstance(reason, BaseException) else [])
+    while seen[-1].__cause__ or seen[-1].__context__:
+        nxt = seen[-1].__cause__ or seen[-1].__context__
+        if nxt is None or nxt in seen:
+            break
+        seen.append(nxt)
+    for e in reversed(seen):
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+    return str(seen[-1])[:160]

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 
 from kvspread import logs, preflight
-from kvspread.settings import ConfigError, add_part, gather
+from kvspread.settings import ConfigError, add_part, gather, http_urls
 from metrics_adapter.config import SETTINGS, AdapterConfig
 
 __all__ = ["register"]
@@ -64,8 +64,19 @@ def _preflight_apiservice(args: argparse.Namespace) -> int:
     from kvspread.kube import api_client
     from metrics_adapter.apiservice import check_apiservice, fetch_apiservice
 
+    # the URL check of `serve` (AdapterConfig.validate), with its wording
+    try:
+        http_urls(argparse.Namespace(kube_server=args.kube_api_server), "kube_server")
+    except ConfigError as exc:
+        raise exc.at("--kube-api-server") from None
     preflight.check_kube_access(args.kubeconfig, args.kube_api_server, "--kube-api-server URL")
-    doc = fetch_apiservice(api_client(args.kubeconfig, args.kube_api_server))
+    if args.kube_api_server:
+        fix = "--kube-api-server"
+    elif args.kubeconfig:
+        fix = f"the server of --kubeconfig {args.kubeconfig}"
+    else:
+        fix = "the kubeconfig's server, or give --kubeconfig or --kube-api-server"
+    doc = fetch_apiservice(api_client(args.kubeconfig, args.kube_api_server), fix)
     print(f"kvspread: {check_apiservice(doc)}")
     return 0
 

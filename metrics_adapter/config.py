@@ -184,12 +184,14 @@ class AdapterConfig:
     """CA that KEDA's client certificates must chain to (`tlsClientCert`); set, a client certificate is required."""
     keda_max_connections: int = 1024
     """Connections the KEDA gRPC server serves at once (KEDA keeps one per scaler address);
-    more are closed at accept. Connections without a call for 5 minutes get GOAWAY."""
+    more are closed at accept. Connections without a call for 60 s get GOAWAY (KEDA
+    reconnects at its next poll; `KedaServer.idle_s`)."""
     keda_max_rpcs: int = 4096
     """Calls in progress at once on the KEDA server, StreamIsActive streams included (one
     per ScaledObject that uses external-push); more get RESOURCE_EXHAUSTED."""
     max_series: int = 200_000
-    """Series kept in memory; new series beyond are dropped and counted."""
+    """Series kept in memory; a new series beyond it is stored and the least recently
+    pushed series is evicted and counted (kvspread_adapter_series_dropped_total)."""
     idle_expiry: Annotated[float, DURATION] = 600.0
     """A series without points for this long is dropped."""
     prometheus_url: str | None = None

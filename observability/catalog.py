@@ -374,7 +374,7 @@ _SELF: Final = (
     _entry(
         names.ADAPTER_REFUSED_READS,
         ("metric", "reason"),
-        "Quantile reads refused because the containing histogram bucket cannot bound the value (reason: overflow_bucket, zero_bucket, wide_bucket; docs/adapter.md).",
+        "Quantile and over-ratio reads refused because the histogram buckets cannot bound the value (reason: overflow_bucket, zero_bucket, wide_bucket for a quantile; threshold_not_a_bound for an over-ratio threshold inside a bucket; docs/adapter.md).",
         "adapter",
     ),
     _entry(
