@@ -529,6 +529,8 @@ class HttpServer:
                         head,
                     )
                     return None
+                if conn.they_are_waiting_for_100_continue:  # curl's Expect on bodies over 1 MB
+                    writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
                 continue
             if isinstance(event, h11.Data):
                 size += len(event.data)

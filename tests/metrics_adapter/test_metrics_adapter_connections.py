@@ -442,3 +442,27 @@ def test_keda_calls_in_progress_are_bounded(pki: Pki) -> None:
             finally:
                 stream.cancel()
         _until(lambda: _keda_call(port) == grpc.StatusCode.OK, "served once the stream ended")
+
+
+def test_expect_100_continue_is_answered_before_the_body(pki: Pki) -> None:
+    """curl sends `Expect: 100-continue` with bodies over 1 MB and waits a second for the
+    interim answer (a client that waits for it got nothing until the request deadline); a
+    body over the limit gets its 413 instead, so it is never sent."""
+    cfg = base_config(pki, otlp_max_body_bytes=4096)
+    body = request({names.ATTR_SERVICE_NAME: "s"}, [gauge("g", [(time.time(), 1.0, {})])])
+    data = body.SerializeToString()
+    head = ("POST /v1/metrics HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            "Expect: 100-continue\r\nContent-Length: {}\r\n\r\n")  # fmt: skip
+    with AdapterThread(cfg) as a:
+        with _open(a.adapter.otlp_port, 2) as (s, big):
+            s.sendall(head.format(len(data)).encode())
+            s.settimeout(10)
+            interim = s.recv(65536)
+            assert interim.startswith(b"HTTP/1.1 100 ") and interim.endswith(b"\r\n\r\n")
+            s.sendall(data)
+            status, _, _ = _split(s.recv(65536))
+            big.sendall(head.format(1 << 20).encode())
+            refused, _, msg = _split(_answer(big, 10))
+    assert status == 200
+    assert refused == 413
+    assert "exceeds 4096" in status_pb2.Status.FromString(msg).message
