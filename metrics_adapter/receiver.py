@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Final
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -41,6 +42,18 @@ __all__ = ["OtlpReceiver"]
 log = logging.getLogger("kvspread.adapter.otlp")
 
 INVALID_ARGUMENT = 3  # google.rpc.Code
+RPC_CODES: Final = {
+    400: INVALID_ARGUMENT,
+    404: 5,  # NOT_FOUND
+    405: 12,  # UNIMPLEMENTED
+    408: 4,  # DEADLINE_EXCEEDED
+    413: 8,  # RESOURCE_EXHAUSTED
+    415: INVALID_ARGUMENT,
+    429: 8,  # RESOURCE_EXHAUSTED
+    503: 14,  # UNAVAILABLE
+}
+"""The google.rpc.Code of each HTTP status the receiver answers, as google/rpc/code.proto
+pairs them (a 413 and a 429 are both a limit: RESOURCE_EXHAUSTED)."""
 
 
 class OtlpReceiver:
@@ -83,7 +96,7 @@ class OtlpReceiver:
         return Response(status, body, content_type)
 
     def _error(self, status: int, message: str, content_type: str) -> Response:
-        st = status_pb2.Status(code=INVALID_ARGUMENT, message=message)
+        st = status_pb2.Status(code=RPC_CODES.get(status, INVALID_ARGUMENT), message=message)
         return self._encode(st, content_type, status)
 
     def refusal(self, status: int, message: str, request_content_type: str) -> Response:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import ssl
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -46,6 +47,7 @@ from metrics_adapter.auth import (
 )
 from metrics_adapter.certs import write_self_signed
 from metrics_adapter.config import AdapterConfig
+from metrics_adapter.errors import status_object
 from metrics_adapter.httpserver import HttpServer, PortInUse, Request, Response
 from metrics_adapter.keda.scaler import ExternalScaler, KedaServer
 from metrics_adapter.provider import RuleProvider
@@ -59,6 +61,23 @@ from metrics_adapter.sources.store import SeriesStore
 __all__ = ["Adapter", "AdapterThread", "run"]
 
 log = logging.getLogger("kvspread.adapter")
+
+
+_REASONS: Final = {
+    400: "BadRequest",
+    408: "Timeout",
+    413: "RequestEntityTooLarge",
+    429: "TooManyRequests",
+    503: "ServiceUnavailable",
+}
+
+
+def _api_refusal(code: int, message: str, _content_type: str) -> Response:
+    """The API port's answer to a request its HTTP layer refused before the handler (a body
+    over 64 KiB, a malformed head, a deadline, the connection limit): a metav1.Status, as
+    every other answer on that port, not the bare {"message": ...} of the HTTP layer."""
+    doc = status_object(code, _REASONS.get(code, "InternalError"), message)
+    return Response(code, json.dumps(doc).encode())
 
 
 class _SelfMetrics:
@@ -220,6 +239,7 @@ class Adapter:
             max_connections=config.max_connections,
             request_timeout=config.request_timeout,
             exempt=frozenset(HEALTH_PATHS),
+            refusal=_api_refusal,
         )
         self.otlp_http = HttpServer(
             self._otlp_handle,

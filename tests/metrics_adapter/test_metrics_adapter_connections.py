@@ -466,3 +466,34 @@ def test_expect_100_continue_is_answered_before_the_body(pki: Pki) -> None:
     assert status == 200
     assert refused == 413
     assert "exceeds 4096" in status_pb2.Status.FromString(msg).message
+
+
+def test_refusals_before_the_handler_are_a_status_on_the_api_port_and_coded_on_otlp(
+    pki: Pki,
+) -> None:
+    """The HTTP layer's own refusals (a body over 64 KiB, a request line that is not HTTP)
+    were a bare {"message": ...} on the API port, where every other answer is a
+    metav1.Status; on the OTLP port every error carried INVALID_ARGUMENT, 404 and 413 too."""
+    with AdapterThread(base_config(pki, otlp_max_body_bytes=4096)) as a:
+        ctx = client_context(pki, pki.client_pem)
+        answers = []
+        for raw_req in (
+            b"POST /apis HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n",
+            b"GARBAGE\r\n\r\n",
+        ):
+            raw_sock = socket.create_connection(("127.0.0.1", a.adapter.api_port), timeout=10)
+            with ctx.wrap_socket(raw_sock, server_hostname="localhost") as s:
+                s.sendall(raw_req)
+                answers.append(_split(_answer(s, 10)))
+        url = f"http://127.0.0.1:{a.adapter.otlp_port}"
+        missing = httpx.post(f"{url}/v2/metrics", content=b"", headers=PROTOBUF)
+        large = httpx.post(f"{url}/v1/metrics", content=b"\0" * 5000, headers=PROTOBUF)
+    (big, _, big_body), (bad, _, bad_body) = answers
+    big_doc, bad_doc = json.loads(big_body), json.loads(bad_body)
+    assert big == 413 and big_doc["kind"] == "Status" and big_doc["code"] == 413
+    assert big_doc["reason"] == "RequestEntityTooLarge" and "exceeds 65536" in big_doc["message"]
+    assert bad == 400 and bad_doc["kind"] == "Status" and bad_doc["reason"] == "BadRequest"
+    assert missing.status_code == 404
+    assert status_pb2.Status.FromString(missing.content).code == 5  # NOT_FOUND
+    assert large.status_code == 413
+    assert status_pb2.Status.FromString(large.content).code == 8  # RESOURCE_EXHAUSTED
