@@ -129,6 +129,7 @@ from typing import Any, Final
 from kvspread import names
 from kvspread.settings import ConfigError
 from metrics_adapter.guard import FRACTION, MAX_WINDOW_S, WINDOW_S, Guard
+from metrics_adapter.selectors import label_key_problem
 from metrics_adapter.step import HOLD, MAX_STEP_PODS, MIN_RATIO, PODS, Step
 from metrics_adapter.trend import MAX_GROWTH, MAX_LEAD_S, Trend
 
@@ -473,12 +474,16 @@ def _pressure(doc: Mapping[str, Any], key: str) -> Pressure:
     label = doc.get("serviceLabel", "service")
     if not isinstance(label, str) or not label:
         raise ConfigError(f"{key}.serviceLabel: want a selector label name, got {label!r}")
+    if problem := label_key_problem(label):
+        raise ConfigError(f"{key}.serviceLabel: {problem}")
     class_label = doc.get("classLabel", "qos")
     if not isinstance(class_label, str) or not class_label or class_label == label:
         raise ConfigError(
             f"{key}.classLabel: want a selector label name other than serviceLabel, "
             f"got {class_label!r}"
         )
+    if problem := label_key_problem(class_label):
+        raise ConfigError(f"{key}.classLabel: {problem}")
     trend = _trend(doc["trend"], f"{key}.trend") if doc.get("trend") is not None else None
     capacities = []
     for svc, v in raw_services.items():
@@ -654,6 +659,11 @@ def _rule(doc: Any, key: str, defaults: Mapping[str, float]) -> Rule:
     else:
         if not isinstance(query, str) or not query.strip():
             raise ConfigError(f"{key}.query: a promql rule needs a query")
+        if metric is not None:
+            raise ConfigError(
+                f"{key}.metric: a promql rule reads its query, not an OTel metric (the query"
+                " names its series); remove metric, or make it an otlp rule"
+            )
         if agg not in ("last", "quantile"):
             raise ConfigError(
                 f"{key}.aggregation: a promql rule computes its value in the query "

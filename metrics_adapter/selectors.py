@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from metrics_adapter.errors import SelectorError
 
-__all__ = ["Requirement", "Selector", "parse_selector", "EVERYTHING"]
+__all__ = ["Requirement", "Selector", "parse_selector", "label_key_problem", "EVERYTHING"]
 
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -123,6 +123,17 @@ def _tokens(text: str) -> list[tuple[str, int]]:
             out.append((text[i:j], i))
             i = j
     return out
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why `key` cannot be a selector's label key (what `parse_selector` would say), or
+    None: a rules file's label names are checked with it, so a name no selector can hold
+    is refused at the start, not matched by nothing for ever."""
+    try:
+        _check_key(key, "label")
+    except SelectorError as exc:
+        return exc.message.removeprefix("label: ")
+    return None
 
 
 def _check_key(key: str, where: str) -> None:

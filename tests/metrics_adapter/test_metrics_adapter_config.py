@@ -261,3 +261,23 @@ def test_a_bad_rule_name_is_told_the_length_and_the_first_character(name: str) -
     assert "1 to 253 characters of [A-Za-z0-9_.:-], the first a letter or digit" in msg
     assert len(msg) < 200
     parse_rules([{"name": "a" * 253, "metric": "m", "aggregation": "last"}])
+
+
+@pytest.mark.parametrize(
+    ("doc", "key", "why"),
+    [
+        ({"serviceLabel": "bad label!"}, "rules[1].serviceLabel", "invalid label key 'bad label!'"),
+        ({"classLabel": "-qos"}, "rules[1].classLabel", "invalid label key '-qos'"),
+    ],
+)
+def test_a_pressure_label_no_selector_can_hold_is_refused(doc: dict, key: str, why: str) -> None:
+    q = {"name": "q", "metric": "m", "aggregation": "last"}
+    with pytest.raises(ConfigError) as exc:
+        parse_rules([q, {"name": "p", "aggregation": "slo-pressure", "terms": {"q": 1}, **doc}])
+    assert str(exc.value).startswith(f"{key}: {why}"), str(exc.value)
+
+
+def test_a_promql_rule_with_an_otel_metric_is_refused() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_rules([{"name": "x", "source": "promql", "query": "up", "metric": "m"}])
+    assert str(exc.value).startswith("rules[0].metric: a promql rule reads its query"), exc.value
