@@ -606,11 +606,14 @@ def _timed(name: str, data: Any, attrs_of: _Attrs, out: _Out) -> Iterator[tuple[
             )
             continue
         raw = tuple(dp.attributes)
-        big = _oversized(raw)
-        if big:
-            out.reject(f"{name}: point attribute of {big} bytes (at most {MAX_ATTR_BYTES})")
-            continue
-        yield dp, attrs_of(raw)
+        a = attrs_of.table.get(raw)  # a set seen before passed the size check then
+        if a is None:
+            big = _oversized(raw)
+            if big:
+                out.reject(f"{name}: point attribute of {big} bytes (at most {MAX_ATTR_BYTES})")
+                continue
+            a = attrs_of(raw)
+        yield dp, a
 
 
 def _histograms(
