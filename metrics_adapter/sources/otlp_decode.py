@@ -242,6 +242,11 @@ _ATTRS_CACHE: dict[tuple[bytes, ...], tuple[tuple[str, str], ...]] = {}
 _ATTRS_CACHE_MAX = 100_000
 """Resource attribute sets (raw KeyValue bytes -> decoded pairs), bounded like
 `_AttrCache`."""
+CACHE_MAX_BYTES: Final = 64 << 20
+"""Attribute bytes each decoder cache may hold (raw, and decoded about as much again)
+before it starts again empty: with attributes of up to `MAX_ATTR_BYTES`, a count alone
+would let 100,000 distinct ones hold 800 MB."""
+_ATTRS_CACHE_BYTES = [0]
 
 
 def _point_attrs(raw: tuple[bytes, ...]) -> tuple[tuple[str, str], ...]:
@@ -256,6 +261,7 @@ def _point_attrs(raw: tuple[bytes, ...]) -> tuple[tuple[str, str], ...]:
             kv = KeyValue.FromString(b)
             value = kv.value.string_value or _attr_value(kv.value)
             got = kvs[b] = (b, canonical_pair(sys.intern(kv.key), value))
+            _ATTRS.bytes += 2 * len(b)
         items.append(got[1])
     items.sort()
     return tuple(items)
@@ -266,9 +272,12 @@ def _resource_key(raw: tuple[bytes, ...]) -> tuple[tuple[str, str], ...]:
     got = _ATTRS_CACHE.get(raw)
     if got is None:
         got = tuple(sorted(dict(_point_attrs(raw)).items()))
-        if len(_ATTRS_CACHE) >= _ATTRS_CACHE_MAX:
+        size = 2 * sum(map(len, raw))
+        if len(_ATTRS_CACHE) >= _ATTRS_CACHE_MAX or _ATTRS_CACHE_BYTES[0] + size > CACHE_MAX_BYTES:
             _ATTRS_CACHE.clear()
+            _ATTRS_CACHE_BYTES[0] = 0
         _ATTRS_CACHE[raw] = got
+        _ATTRS_CACHE_BYTES[0] += size
     return got
 
 
@@ -278,8 +287,9 @@ class _AttrCache:
     only, later pushes cost one dict lookup per point.
 
     Bounded: about 300 bytes per distinct attribute set (a key tuple of shared raw
-    attributes; the pairs are the store's shared ones), at most `MAX` sets (~30 MB); past
-    it the cache starts again empty, and decoding costs what it did without a cache."""
+    attributes; the pairs are the store's shared ones), at most `MAX` sets (~30 MB) and
+    `CACHE_MAX_BYTES` of attribute bytes; past either it starts again empty, and decoding
+    costs what it did without a cache."""
 
     MAX = 100_000
 
@@ -288,22 +298,27 @@ class _AttrCache:
         self.kv: dict[bytes, tuple[bytes, tuple[str, str]]] = {}
         """Raw KeyValue -> (the same bytes, shared; its decoded pair)."""
         self.size = 0
+        self.bytes = 0
+        """Attribute bytes held: resource keys, and each cached KeyValue twice (raw and
+        decoded)."""
 
     def clear(self) -> None:
         self.tables.clear()
         self.kv.clear()
         self.size = 0
+        self.bytes = 0
 
     def table(self, res_raw: tuple[bytes, ...]) -> dict[tuple[bytes, ...], Attrs]:
         t = self.tables.get(res_raw)
-        if t is None:
+        if t is None:  # counted here, cleared in `miss` (never between a decode and its use)
             t = self.tables[res_raw] = {}
+            self.bytes += sum(map(len, res_raw))
         return t
 
     def miss(self, res_raw: tuple[bytes, ...], res_key: Attrs, raw: tuple[bytes, ...]) -> Attrs:
         """Decode and remember one point attribute set (resource pairs first: dict(attrs)
         lets the point's value win where both have a key)."""
-        if self.size >= self.MAX or len(self.kv) >= self.MAX:
+        if self.size >= self.MAX or len(self.kv) >= self.MAX or self.bytes >= CACHE_MAX_BYTES:
             self.clear()
         items = _point_attrs(raw)
         got = res_key + items if res_key else items
@@ -320,6 +335,7 @@ _ATTRS = _AttrCache()
 def clear_caches() -> None:
     """Empty the decoder's attribute caches (benchmarks measure memory without them)."""
     _ATTRS_CACHE.clear()
+    _ATTRS_CACHE_BYTES[0] = 0
     _ATTRS.clear()
 
 

@@ -9,8 +9,10 @@ does. When a cumulative series appears, or restarts, with a start time inside th
 a zero point is inserted at its start time (what Prometheus calls created-timestamp zero
 injection), so the first push after a restart already yields a rate.
 
-Bounded memory: at most `max_series` series; inserting one more evicts the least recently
-written series and counts it in `dropped`. Series not written for `idle_expiry` seconds
+Bounded memory: at most `max_series` series, whose attribute keys and values add up to at
+most `max_label_bytes` characters (`MAX_LABEL_BYTES`, 256 Mi: about 1.3 KiB a series at the
+series cap; a count alone let series of 4 KiB attributes take 800 MB); inserting one more
+evicts the least recently written series and counts it in `dropped`. Series not written for `idle_expiry` seconds
 are removed by `expire()`.
 
 Thread-safety: every public method takes the store's lock, so the receiver and the API
@@ -32,6 +34,7 @@ from metrics_adapter.sli import ExponentialHistogram
 
 __all__ = [
     "SeriesStore",
+    "MAX_LABEL_BYTES",
     "Series",
     "Point",
     "Run",
@@ -43,6 +46,8 @@ __all__ = [
     "canonical_pair",
 ]
 
+MAX_LABEL_BYTES: Final = 256 << 20
+"""Default `SeriesStore.max_label_bytes`: attribute characters over all stored series."""
 GAUGE: Final = 0
 SUM: Final = 1
 HISTOGRAM: Final = 2
@@ -98,6 +103,7 @@ class Series:
     __slots__ = (
         "metric", "kind", "attrs", "namespace", "bounds", "stride", "data", "start",
         "last_seen", "monotonic", "exp_points", "_attr_map", "_labels_key", "_labels",
+        "label_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -119,6 +125,8 @@ class Series:
         self._attr_map: dict[str, str] | None = None
         self._labels_key: object = None
         self._labels: dict[str, str] | None = None  # one dict fewer per unread series
+        self.label_bytes = sum(len(k) + len(v) for k, v in attrs)
+        """Characters of its attribute keys and values (`SeriesStore.max_label_bytes`)."""
 
     def attr_map(self) -> dict[str, str]:
         m = self._attr_map
@@ -287,9 +295,14 @@ class SeriesStore:
         max_series: int = 200_000,
         idle_expiry: float = 600.0,
         namespace_attribute: str = names.ATTR_K8S_NAMESPACE,
+        max_label_bytes: int = 0,
     ) -> None:
         self.retention = retention
         self.max_series = max_series
+        self.max_label_bytes = max_label_bytes or MAX_LABEL_BYTES
+        self.label_bytes = 0
+        """Characters of every stored series' attributes (each series counted whole,
+        though series share their pairs: an upper bound of what they hold)."""
         self.idle_expiry = idle_expiry
         self.namespace_attribute = namespace_attribute
         self._lru: OrderedDict[Series, None] = OrderedDict()
@@ -329,6 +342,7 @@ class SeriesStore:
     def _drop(self, s: Series) -> None:
         key = (s.metric, s.attrs)
         del self._lru[s]
+        self.label_bytes -= s.label_bytes
         ids = self._by_id.get(s.metric)
         if ids is not None and ids.get(id(s.attrs)) is s:
             del ids[id(s.attrs)]
@@ -374,9 +388,12 @@ class SeriesStore:
         ns = self._namespace(attrs)
         s = Series(metric, kind, attrs, ns, bounds)
         self._lru[s] = None
+        self.label_bytes += s.label_bytes
         self._by_id.setdefault(metric, {})[id(attrs)] = s
         self._index.setdefault(metric, {}).setdefault(ns, {})[key] = s
-        while len(self._lru) > self.max_series:
+        while len(self._lru) > self.max_series or (
+            self.label_bytes > self.max_label_bytes and len(self._lru) > 1
+        ):
             self._drop(next(iter(self._lru)))
             self.dropped += 1
         return s

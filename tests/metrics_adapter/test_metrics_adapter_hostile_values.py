@@ -202,3 +202,39 @@ def test_a_rule_whose_aggregation_cannot_read_the_series_is_a_422_naming_both(pk
         in (got["lasth"].json()["message"])
     )
     assert stale == {}
+
+
+def test_the_store_evicts_by_attribute_bytes_as_well_as_by_count() -> None:
+    """Series of 3,000-character attributes, 10 of them over a 20,000-character budget:
+    the oldest go (counted as dropped) until the rest fit; the count bound still holds."""
+    from metrics_adapter.sources.store import SeriesStore
+
+    store = SeriesStore(max_series=1000, max_label_bytes=20_000)
+    for i in range(10):
+        store.add_runs(to_points(request({**RES, "big": f"{i}" + "x" * 3000},
+                                         [gauge(WAITING, [(T0, 1.0, {})])])).runs, T0)  # fmt: skip
+    assert len(store) == 6 and store.dropped == 4
+    assert store.label_bytes <= 20_000
+    kept = sorted(s.attr_map()["big"][0] for s in store)
+    assert kept == ["4", "5", "6", "7", "8", "9"]
+    one = SeriesStore(max_label_bytes=10)  # one series over the budget alone is kept
+    one.add_runs(to_points(request(RES, [gauge(WAITING, [(T0, 1.0, {})])])).runs, T0)
+    assert len(one) == 1
+
+
+def test_the_decoders_attribute_caches_are_bounded_by_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from metrics_adapter.sources import otlp_decode
+
+    monkeypatch.setattr(otlp_decode, "CACHE_MAX_BYTES", 50_000)
+    otlp_decode.clear_caches()
+    try:
+        for i in range(100):  # 4,000-character resource and point attributes, all distinct
+            req = request({**RES, "r": f"{i}" + "r" * 4000},
+                          [gauge(WAITING, [(T0, 1.0, {"p": f"{i}" + "p" * 4000})])])  # fmt: skip
+            assert to_points(req).accepted == 1
+            assert otlp_decode._ATTRS.bytes <= 50_000 + 3 * 8200 * 2
+            assert otlp_decode._ATTRS_CACHE_BYTES[0] <= 50_000
+    finally:
+        otlp_decode.clear_caches()
