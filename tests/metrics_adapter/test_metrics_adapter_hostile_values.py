@@ -238,3 +238,16 @@ def test_the_decoders_attribute_caches_are_bounded_by_bytes(
             assert otlp_decode._ATTRS_CACHE_BYTES[0] <= 50_000
     finally:
         otlp_decode.clear_caches()
+
+
+def test_the_shared_pair_table_is_bounded_by_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200,000 pairs of 4 KiB would have been 800 MB: the table starts again past its
+    characters, and a pair handed out before stays valid (series keep theirs)."""
+    from metrics_adapter.sources import store
+
+    monkeypatch.setattr(store, "_PAIRS_MAX_CHARS", 40_000)
+    first = store.canonical_pair("k", "0" + "v" * 4000)
+    for i in range(1, 100):
+        store.canonical_pair("k", f"{i}" + "v" * 4000)
+        assert store._PAIRS_CHARS[0] <= 40_000 + 4010
+    assert first == ("k", "0" + "v" * 4000)
