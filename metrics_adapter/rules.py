@@ -120,6 +120,7 @@ Invalid rules fail at start with a `ConfigError` naming the key path (rules[3].q
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -431,7 +432,15 @@ def _targets(value: Any, key: str, allow_class: bool = False) -> tuple[tuple[str
             or not math.isfinite(target)
             or target <= 0
         ):
-            raise ConfigError(f"{key}.{term}: want a target > 0 or off, got {target!r}")
+            hint = ""
+            if isinstance(target, str):
+                with contextlib.suppress(ValueError):
+                    float(target)
+                    hint = (
+                        " (a string: YAML 1.1 reads an exponent without a dot, 1e-3, as"
+                        " text; write 1.0e-3)"
+                    )
+            raise ConfigError(f"{key}.{term}: want a target > 0 or off, got {target!r}{hint}")
         out.append((term, float(target)))
     return tuple(out)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -281,3 +282,19 @@ def test_a_promql_rule_with_an_otel_metric_is_refused() -> None:
     with pytest.raises(ConfigError) as exc:
         parse_rules([{"name": "x", "source": "promql", "query": "up", "metric": "m"}])
     assert str(exc.value).startswith("rules[0].metric: a promql rule reads its query"), exc.value
+
+
+def test_a_target_yaml_reads_as_a_string_says_why(tmp_path: Path) -> None:
+    """YAML 1.1 (PyYAML) reads `1e-3` as text: the refusal says so and how to write it."""
+    from kvspread.settings import load_yaml
+
+    path = tmp_path / "rules.yaml"
+    path.write_text("rules:\n- {name: q, metric: m, aggregation: last}\n"
+                    "- {name: p, aggregation: slo-pressure, terms: {q: 1e-3}}\n")  # fmt: skip
+    doc = load_yaml(path)
+    with pytest.raises(ConfigError) as exc:
+        parse_rules(doc["rules"])
+    assert str(exc.value) == (
+        "rules[1].terms.q: want a target > 0 or off, got '1e-3' (a string: YAML 1.1 reads an"
+        " exponent without a dot, 1e-3, as text; write 1.0e-3)"
+    )
