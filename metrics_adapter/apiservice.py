@@ -120,10 +120,7 @@ def _network_reason(exc: BaseException) -> str:
     of a urllib3 error, whose own text repeats the pool, the URL and the retries."""
     reason = getattr(exc, "reason", None)
     seen: list[BaseException] = [exc] + ([reason] if isinstance(reason, BaseException) else [])
-    while seen[-1].__cause__ or seen[-1].__context__:
-        nxt = seen[-1].__cause__ or seen[-1].__context__
-        if nxt is None or nxt in seen:
-            break
+    while (nxt := seen[-1].__cause__ or seen[-1].__context__) is not None and nxt not in seen:
         seen.append(nxt)
     for e in reversed(seen):
         if isinstance(e, OSError) and e.strerror:

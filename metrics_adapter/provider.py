@@ -66,6 +66,14 @@ class ExternalMetricsProvider(Protocol):
     ) -> list[MetricValue]: ...
 
 
+def _out_of_range(name: str, value: float) -> ValueOutOfRange:
+    return ValueOutOfRange(
+        f"metric {name!r}: the value is {value} (past the float range), which no quantity"
+        " can hold; check the pushed values and, for a pressure, that no term's target is"
+        " so small that value / target overflows"
+    )
+
+
 class RuleProvider:
     """Route each configured rule to its source.
 
@@ -122,7 +130,7 @@ class RuleProvider:
                 assert source is not None
                 values = source.evaluate(rule, namespace, selector)
         except OverflowError:
-            values = [MetricValue(name, math.inf, 0.0)]
+            raise _out_of_range(name, math.inf) from None
         except NoFreshData:
             self._count(self.stale_reads, name)
             raise
@@ -132,11 +140,7 @@ class RuleProvider:
             raise
         for v in values:
             if not math.isfinite(v.value):
-                raise ValueOutOfRange(
-                    f"metric {name!r}: the value is {v.value} (past the float range), which"
-                    " no quantity can hold; check the pushed values and, for a pressure,"
-                    " that no term's target is so small that value / target overflows"
-                )
+                raise _out_of_range(name, v.value)
         return values
 
     def _pressure(

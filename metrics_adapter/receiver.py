@@ -125,15 +125,12 @@ class OtlpReceiver:
                 415, f"unsupported Content-Type {ctype_raw!r}; use {PROTOBUF} or {JSON}", PROTOBUF
             )
         self.requests += 1
-        try:
-            msg = decode_body(req.body, ctype_raw, req.header("content-encoding"), self.max_body)
-        except OtlpTooLarge as exc:
-            return self._error(413, str(exc), reply_type)
-        except OtlpBadRequest as exc:
-            return self._error(400, str(exc), reply_type)
         now = self.clock()
         try:
-            result = to_points(msg, now)
+            msg = decode_body(req.body, ctype_raw, req.header("content-encoding"), self.max_body)
+            result = to_points(msg, now)  # its attributes decode here (OtlpBadRequest too)
+        except OtlpTooLarge as exc:
+            return self._error(413, str(exc), reply_type)
         except OtlpBadRequest as exc:
             return self._error(400, str(exc), reply_type)
         self.rejected_points += result.rejected

@@ -301,11 +301,11 @@ class SeriesStore:
         max_series: int = 200_000,
         idle_expiry: float = 600.0,
         namespace_attribute: str = names.ATTR_K8S_NAMESPACE,
-        max_label_bytes: int = 0,
+        max_label_bytes: int = MAX_LABEL_BYTES,
     ) -> None:
         self.retention = retention
         self.max_series = max_series
-        self.max_label_bytes = max_label_bytes or MAX_LABEL_BYTES
+        self.max_label_bytes = max_label_bytes
         self.label_bytes = 0
         """Characters of every stored series' attributes (each series counted whole,
         though series share their pairs: an upper bound of what they hold)."""
