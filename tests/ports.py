@@ -20,6 +20,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct ports free on 127.0.0.1 now: all bound at once while they are picked, so
+    the kernel cannot hand the same one out twice (`free_port` called n times can)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def port_free_on(hosts: list[str]) -> int:
     """One port free on every address in `hosts` (loopback aliases like 127.0.0.2), for
     servers that must share a port number across addresses."""

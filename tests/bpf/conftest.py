@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bpf import loader
-from tests.ports import free_port
+from tests.ports import free_ports
 
 
 def wait_for(cond: Any, timeout: float = 15.0) -> bool:
@@ -88,8 +88,8 @@ def probes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Probes]:
     why = bpf_skip_reason()
     if why:
         pytest.skip(why)
-    traced = tuple(free_port() for _ in range(6))
-    untraced = free_port()
+    *picked, untraced = free_ports(7)  # distinct: an untraced port equal to a traced one
+    traced = tuple(picked)  # made test_untraced_port_is_filtered_in_kernel fail by chance
     cache = tmp_path_factory.mktemp("btf-headers")
     cfg = loader.ProbeConfig(ports=traced, header_cache=cache)
     session = loader.load(cfg)
