@@ -778,7 +778,32 @@ def _scalar(tp: Any, value: Any, path: str) -> Any:
             return Path(value)
     else:
         raise TypeError(f"config type {tp!r} at {path} is not supported by the loader")
+    hint = _yaml11_number(value, tp) if tp in (int, float) and isinstance(value, str) else ""
+    if hint:
+        raise invalid(
+            path, f"{expected_text(tp)} (YAML 1.1 reads {value} as text: write {hint})", value
+        )
     raise invalid(path, expected_text(tp), value)
+
+
+def _yaml11_number(text: str, tp: Any) -> str:
+    """The number a YAML 1.1 loader left as text, written so that it reads as one ('' if
+    none): PyYAML takes a float only with a dot and a signed exponent, so `1e9` and `1.0e9`
+    stay strings (`1.0e+9` does not); an integer field gets the integer written out."""
+    try:
+        number = float(text)
+    except ValueError:
+        return ""
+    if not math.isfinite(number) or "e" not in text.lower():
+        return ""  # a number without an exponent that is text was quoted: that is on purpose
+    if tp is int:
+        return str(int(number)) if number.is_integer() and abs(number) < 2**63 else ""
+    mantissa, _, exponent = text.strip().lower().partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent[:1] not in ("+", "-"):
+        exponent = "+" + exponent
+    return f"{mantissa}e{exponent}"
 
 
 def _from_text(tp: Any, text: str, path: str) -> Any:

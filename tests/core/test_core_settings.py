@@ -244,6 +244,45 @@ def test_wrong_type_names_key_expected_and_value(data: dict, message: str) -> No
     assert str(err.value) == message
 
 
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        (
+            "rate: 1e9",
+            "rate: expected a number (YAML 1.1 reads 1e9 as text: write 1.0e+9), got '1e9'",
+        ),
+        ("rate: 2.5e3", "rate: expected a number (YAML 1.1 reads 2.5e3 as text: write 2.5e+3)"),
+        ("rate: 1.0e-3", ""),  # a dot and a signed exponent: a number already
+        ("rate: -1E5", "rate: expected a number (YAML 1.1 reads -1E5 as text: write -1.0e+5)"),
+        (
+            "server: {port: 8e3}",
+            "server.port: expected an integer (YAML 1.1 reads 8e3 as text: write 8000)",
+        ),
+        ("server: {port: 8.5e0}", "server.port: expected an integer, got '8.5e0'"),
+        ("rate: fast", "rate: expected a number, got 'fast'"),
+        ("rate: '12'", "rate: expected a number, got '12'"),
+    ],
+)
+def test_a_yaml_11_exponent_read_as_text_says_how_to_write_it(
+    tmp_path: Path, yaml_text: str, message: str
+) -> None:
+    """PyYAML (YAML 1.1) reads a float only with a dot and a signed exponent: `1e9` arrives
+    as the string '1e9', and "expected a number, got '1e9'" alone reads as nonsense."""
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml_text + "\n")
+    if not message:
+        assert load(Outer, load_yaml(f)).rate == 0.001
+        return
+    with pytest.raises(ConfigError) as err:
+        load(Outer, load_yaml(f))
+    assert str(err.value).startswith(message)
+    hint = message.partition("write ")[2].partition(")")[0]
+    if hint:  # the hint itself is what the same loader reads as the number
+        fixed = tmp_path / "fixed.yaml"
+        fixed.write_text(yaml_text.replace(yaml_text.split(":")[-1].strip(" }"), hint) + "\n")
+        assert load(Outer, load_yaml(fixed)) is not None
+
+
 def test_shorthand_internal_fields_and_dump_round_trip() -> None:
     cfg = load(Outer, {"items": ["http://a", {"url": "http://b", "weight": 2}]})
     assert cfg.items == (Item("http://a"), Item("http://b", 2.0))
