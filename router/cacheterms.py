@@ -70,7 +70,7 @@ class CacheTerms:
             saved = m.saved_tokens if m else NO_HIT.saved_tokens
             if exact.get(a, 0) > saved:  # what the engine said it holds beats the estimate
                 saved = exact[a]
-                share = min(1.0, saved / max(1, len(req.token_ids)))
+                share = min(1.0, saved / max(1, req.token_count or len(req.token_ids)))
             hits[a] = CacheHit(share, saved, images.get(a, 0))
         return Lookup(hashes, digests, hits)
 

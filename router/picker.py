@@ -12,13 +12,14 @@ body, the request headers and the gateway's subset hint.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from kvspread import names
 from router.affinity import ContextAffinity
@@ -65,6 +66,63 @@ class Outcome:
     another endpoint serves."""
 
 
+EXPLAIN_MAX_BYTES: Final = 64 << 20
+"""The decisions kept for /debug/explain, at most (estimated; `_Kept.size`): 64 MiB, a
+sixteenth of the Deployment's 1 GiB limit. 10,000 decisions of 8 candidates take about
+44 MB; of 1,000 endpoints each (420 KB), the last 150 fit."""
+
+EXPLAIN_MAX_IMAGES: Final = 64
+"""Images of one request listed in its explanation (`images_total` says how many it had)."""
+
+MAX_ID_CHARS: Final = 256
+"""A request or context id longer than this is kept under its digest (`id_key`), and
+shown cut to this length: a header can be 60 KiB, and 10,000 of them 600 MB."""
+
+
+def id_key(value: str) -> str:
+    """The key a request or context id is kept under: itself, or `sha256:<hex>` past
+    MAX_ID_CHARS (the affinity table's keys too: 100,000 contexts of 60 KiB ids would be
+    6 GB)."""
+    if len(value) <= MAX_ID_CHARS:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _clip(value: str | None) -> str | None:
+    return value if value is None or len(value) <= MAX_ID_CHARS else value[:MAX_ID_CHARS] + "..."
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """One decision as /debug/explain shows it."""
+
+    decision: Decision
+    request: RequestInfo | None  # without its prompt and token ids
+    prefix_blocks: int
+    images_total: int
+    context: str | None
+    chunk_seq: str | None
+    objective: Objective | str  # the one the pick used, or why it could not be read
+    bound: str | None
+
+    @property
+    def size(self) -> int:
+        """Bytes, estimated from what tracemalloc saw kept per decision
+        (tests/router/test_router_request_memory.py): 1.3 KB with one candidate, 4.2 KB
+        with 8, 28 KB with 64; an image estimate about 400 bytes."""
+        d = self.decision
+        images = len(self.request.images) if self.request is not None else 0
+        return (
+            1024
+            + 420 * len(d.candidates)
+            + 150 * len(d.excluded)
+            + 400 * images
+            + len(d.message)
+            + len(self.context or "")
+            + len(self.chunk_seq or "")
+        )
+
+
 class Picker:
     def __init__(
         self,
@@ -84,10 +142,12 @@ class Picker:
         self.cache = CacheTerms(cfg.cache)
         self._generation = -1  # of the endpoint set the indexes were last pruned to
         self._clock = clock
-        self._explain: OrderedDict[
-            str, tuple[Decision, RequestInfo | None, Mapping[str, str], str | None]
-        ] = OrderedDict()
+        self._explain: OrderedDict[str, _Kept] = OrderedDict()
+        self._explain_bytes = 0
+        self._explain_max_bytes = EXPLAIN_MAX_BYTES
         self._explain_max = explain_entries
+        self._head = cfg.cache.block_chars * cfg.cache.max_blocks
+        """Prompt characters a request keeps: what the prefix index hashes, no more."""
         self._served: OrderedDict[str, str] = (
             OrderedDict()
         )  # request id -> who served, if not the pick
@@ -107,26 +167,31 @@ class Picker:
         subset: list[str] | None,
         steer: str | None = None,
     ) -> Outcome:
-        """Decide for one request. `headers` is kept for /debug/explain as it is (not
-        copied): the caller must not change it afterwards. `steer`: the conformance
-        suite's endpoint selection (router/conformance.py), which replaces the scoring."""
+        """Decide for one request. `steer`: the conformance suite's endpoint selection
+        (router/conformance.py), which replaces the scoring."""
         started = time.perf_counter()
         rid = headers.get(HEADER_REQUEST_ID, "")
         objective = DEFAULT
+        read: Objective | str = DEFAULT
         try:
-            objective = read_objective(headers, self.cfg.objectives, self.objective_priorities)
-            req = BODILESS if not body else parse_request(body, self.cfg.request)
+            objective = read = read_objective(
+                headers, self.cfg.objectives, self.objective_priorities
+            )
+            req = BODILESS if not body else parse_request(body, self.cfg.request, self._head)
         except (RequestError, ObjectiveError) as exc:
             self.metrics.bad.inc()
             self.llmd.refused("", objective, 400, None)
             decision = Decision(400, "bad-request", message=str(exc))
-            self._remember(rid, decision, None, headers)
+            if isinstance(exc, ObjectiveError):
+                read = str(exc)
+            self._remember(rid, decision, None, headers, read)
             return Outcome(decision, None, rid)
         choosing = time.perf_counter()
         now = self._clock()
         ctx = headers.get(HEADER_CONTEXT) or None
         seq = _int_or_none(headers.get(HEADER_CHUNK_SEQ))
-        bound = self.affinity.lookup(ctx, now) if ctx else None
+        ctx_key = id_key(ctx) if ctx else None
+        bound = self.affinity.lookup(ctx_key, now) if ctx_key else None
         views = self.endpoints.views()
         if self._generation != self.endpoints.generation:
             self._prune(views)
@@ -150,8 +215,8 @@ class Picker:
         if decision.chosen:
             kv = self.cache.kv_tokens(req, found, decision.chosen)
             self.endpoints.record_pick(decision.chosen, req, kv)
-            if ctx:
-                self.affinity.bind(ctx, decision.chosen, now, seq)
+            if ctx_key:
+                self.affinity.bind(ctx_key, decision.chosen, now, seq)
             if found.hashes or found.digests:
                 view = next((v for v in views if v.address == decision.chosen), None)
                 cap = view.kv_capacity_tokens if view is not None else None
@@ -168,7 +233,7 @@ class Picker:
         else:  # a 503 is a choice that found no endpoint; a 429 refuses before choosing
             tried = chose_s if decision.status == 503 else None
             self.llmd.refused(req.model, objective, decision.status, tried)
-        self._remember(rid, decision, req, headers, bound.address if bound else None)
+        self._remember(rid, decision, req, headers, objective, bound.address if bound else None)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "pick",
@@ -223,9 +288,10 @@ class Picker:
             self.cache.move(chosen, target, found, outcome.recorded, cap)
         self.metrics.served_elsewhere.inc()
         with self._lock:
-            kept = self._explain.get(outcome.request_id)
+            key = id_key(outcome.request_id)
+            kept = self._explain.get(key)
             if kept is not None:
-                self._served[outcome.request_id] = target
+                self._served[key] = target
                 while len(self._served) > self._explain_max:
                     self._served.popitem(last=False)
         return True
@@ -249,39 +315,66 @@ class Picker:
         d: Decision,
         req: RequestInfo | None,
         headers: Mapping[str, str],
+        objective: Objective | str,
         bound: str | None = None,
     ) -> None:
+        """Keep what /debug/explain shows of a decision, and no more: not the prompt, the
+        token ids or the headers (a request's can be megabytes), at most
+        `EXPLAIN_MAX_IMAGES` images; the oldest go past `explain_entries` decisions or past
+        `EXPLAIN_MAX_BYTES` of them (each one's size estimated, `_Kept.size`)."""
         if not rid:
             return
+        summary = None
+        blocks = images = 0
+        if req is not None:
+            bc = self.cache.prefix.cfg.block_chars
+            blocks = min(sum(len(p) for p in req.prompt_parts), self._head) // bc
+            images = len(req.images)
+            summary = replace(
+                req, prompt_parts=(), token_ids=(), images=req.images[:EXPLAIN_MAX_IMAGES]
+            )
+        kept = _Kept(
+            d,
+            summary,
+            blocks,
+            images,
+            _clip(headers.get(HEADER_CONTEXT)),
+            _clip(headers.get(HEADER_CHUNK_SEQ)),
+            objective,
+            bound,
+        )
+        key = id_key(rid)
         with self._lock:
-            self._explain[rid] = (d, req, headers, bound)  # the caller's own dict, not copied
-            self._explain.move_to_end(rid)
-            while len(self._explain) > self._explain_max:
-                self._explain.popitem(last=False)
+            old = self._explain.pop(key, None)
+            if old is not None:
+                self._explain_bytes -= old.size
+            self._explain[key] = kept
+            self._explain_bytes += kept.size
+            while len(self._explain) > 1 and (
+                len(self._explain) > self._explain_max
+                or self._explain_bytes > self._explain_max_bytes
+            ):
+                self._explain_bytes -= self._explain.popitem(last=False)[1].size
 
-    def _explanation(
-        self,
-        rid: str,
-        d: Decision,
-        req: RequestInfo | None,
-        headers: Mapping[str, str],
-        bound: str | None,
-    ) -> dict[str, Any]:
+    def _explanation(self, rid: str, k: _Kept) -> dict[str, Any]:
+        d = k.decision
         doc: dict[str, Any] = {
             "request_id": rid,
             "status": d.status,
             "reason": d.reason,
             "destination": d.destination,
             "message": d.message,
-            "context_id": headers.get(HEADER_CONTEXT),
-            "chunk_seq": headers.get(HEADER_CHUNK_SEQ),
-            "context_bound_to": bound,
+            "context_id": k.context,
+            "chunk_seq": k.chunk_seq,
+            "context_bound_to": k.bound,
             "candidates": [c.as_dict() for c in d.candidates],
             "excluded": d.excluded,
-            "served_by": self._served.get(rid, d.chosen),
+            "served_by": self._served.get(id_key(rid), d.chosen),
         }
-        try:
-            o = read_objective(headers, self.cfg.objectives, self.objective_priorities)
+        o = k.objective
+        if isinstance(o, str):
+            doc["objective"] = {"error": o}
+        else:
             doc["objective"] = {
                 "name": o.name,
                 "priority": o.priority,
@@ -293,14 +386,12 @@ class Picker:
                 "tpot_ms": o.tpot_ms,
                 "fairness_id": o.fairness_id,
             }
-        except ObjectiveError as exc:
-            doc["objective"] = {"error": str(exc)}
+        req = k.request
         if req is not None:
-            hashes = self.cache.prefix.hashes(req) if req.prompt_parts else []
             doc["request"] = {
                 "model": req.model,
                 "modality": req.modality,
-                "prefix_blocks": len(hashes),
+                "prefix_blocks": k.prefix_blocks,
                 "images": [
                     {
                         "digest": f"{i.digest:016x}",
@@ -311,6 +402,7 @@ class Picker:
                     }
                     for i in req.images
                 ],
+                "images_total": k.images_total,
                 "text_tokens_estimate": req.text_tokens,
                 "image_tokens_estimate": req.image_tokens,
                 "max_tokens": req.max_tokens,
@@ -320,8 +412,13 @@ class Picker:
     def explain(self, request_id: str) -> dict[str, Any] | None:
         """The decision for a request id, built when asked (picks only keep the objects)."""
         with self._lock:
-            kept = self._explain.get(request_id)
-        return None if kept is None else self._explanation(request_id, *kept)
+            kept = self._explain.get(id_key(request_id))
+        return None if kept is None else self._explanation(request_id, kept)
+
+    @property
+    def explain_bytes(self) -> int:
+        """The estimated size of the decisions kept for /debug/explain."""
+        return self._explain_bytes
 
     def recent_ids(self, n: int = 20) -> list[str]:
         with self._lock:

@@ -169,7 +169,7 @@ class PrefixIndex:
                     break
                 for a in alive:
                     runs[a] = i + 1
-        chars = max(1, sum(len(p) for p in req.prompt_parts))
+        chars = max(1, req.prompt_chars or sum(len(p) for p in req.prompt_parts))
         bc, bt = self.cfg.block_chars, self.cfg.block_tokens
         prompt = req.prompt_tokens
         return {

@@ -15,6 +15,13 @@ templates render them first) and each image as a marker naming its digest
 (router/images.py), so router/prefix.py can hash it into blocks without parsing again;
 a completions prompt of token ids is kept as `token_ids` for the precise mode
 (router/kvevents.py).
+
+Bounded: `prompt_parts` holds at most `head_chars` characters (the picker passes what its
+prefix index reads, `max_blocks` blocks), and `prompt_chars` the whole prompt's length, so
+a prompt costs the head it is matched on, not its size: an image's marker is as long as
+its tokens' text (64 KiB for 16,384 tokens), and a 115 KB body of 1,000 image headers
+claiming as many would otherwise build 64 MB of markers. `token_ids` keeps the first
+`MAX_TOKEN_IDS`, `token_count` all of them.
 """
 
 from __future__ import annotations
@@ -41,7 +48,12 @@ __all__ = [
     "image_size",
     "BODILESS",
     "image_marker",
+    "MAX_TOKEN_IDS",
 ]
+
+MAX_TOKEN_IDS: Final = 131_072
+"""Token ids of a completions prompt kept for the precise mode's match (the first 128 Ki:
+at most about 5 MB per request in flight)."""
 
 # Enough of the decoded image to find its size: PNG/GIF/WebP say it in the first 30 bytes,
 # JPEG after its APPn segments (EXIF thumbnails can push SOF past 20 KB).
@@ -78,7 +90,11 @@ class RequestInfo:
     prompt_parts: tuple[str, ...] = ()
     """The prompt's text in the engine's order (system first), images as digest markers."""
     token_ids: tuple[int, ...] = ()
-    """A completions prompt given as token ids (else empty)."""
+    """A completions prompt given as token ids (else empty): the first `MAX_TOKEN_IDS`."""
+    prompt_chars: int = 0
+    """Characters of the whole prompt as `prompt_parts` would hold them uncut."""
+    token_count: int = 0
+    """Token ids of the completions prompt, all of them (`token_ids` may be cut)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -216,12 +232,67 @@ def _estimate_image(url: str, estimates: RequestConfig) -> ImageEstimate:
     return ImageEstimate("data", size, w, h, tokens, digest)
 
 
-def image_marker(digest: int, tokens: int = 0) -> str:
+def image_marker(digest: int, tokens: int = 0, limit: int | None = None) -> str:
     """An image's place in `prompt_parts`: the same image, the same text, as long as the
     text of its tokens (4 characters each, this module's ratio), so a prefix that covers an
-    image counts the image's tokens (the engine caches them with the text around them)."""
+    image counts the image's tokens (the engine caches them with the text around them);
+    its first `limit` characters where given."""
     mark = f"\x00image:{digest:016x}\x00"
-    return mark * max(1, -(-4 * tokens // len(mark)))
+    size = marker_chars(tokens)
+    if limit is not None and limit < size:
+        return (mark * -(-limit // len(mark)))[:limit]
+    return mark * (size // len(mark))
+
+
+_MARK_CHARS: Final = len(f"\x00image:{0:016x}\x00")
+
+
+def marker_chars(tokens: int) -> int:
+    """The length of `image_marker(_, tokens)`, without building it."""
+    return _MARK_CHARS * max(1, -(-4 * tokens // _MARK_CHARS))
+
+
+class _Head:
+    """Text parts appended in order, kept up to `limit` characters, with the whole length."""
+
+    __slots__ = ("parts", "kept", "total", "limit")
+
+    def __init__(self, limit: int | None) -> None:
+        self.parts: list[str] = []
+        self.kept = 0
+        self.total = 0
+        self.limit = limit
+
+    def add(self, text: str) -> None:
+        self.total += len(text)
+        if self.limit is None:
+            self.parts.append(text)
+        elif self.kept < self.limit:
+            piece = text[: self.limit - self.kept]
+            self.parts.append(piece)
+            self.kept += len(piece)
+
+    def add_image(self, digest: int, tokens: int) -> None:
+        size = marker_chars(tokens)
+        if self.limit is None:
+            self.parts.append(image_marker(digest, tokens))
+        elif self.kept < self.limit:
+            piece = image_marker(digest, tokens, self.limit - self.kept)
+            self.parts.append(piece)
+            self.kept += len(piece)
+        self.total += size
+
+    def add_ids(self, ids: list[int]) -> None:
+        """Token ids as the text `1,2,3`: only its head is built."""
+        room = None if self.limit is None else self.limit - self.kept
+        if room is None:
+            self.add(",".join(map(str, ids)))
+            return
+        head = ",".join(map(str, ids[: room // 2 + 1])) if room > 0 else ""
+        self.add(head)
+        rest = ids[room // 2 + 1 :] if room > 0 else ids
+        if rest:  # the remaining ids' characters, commas included, counted, not built
+            self.total += sum(len(str(i)) for i in rest) + len(rest)
 
 
 def _image_url(part: dict[str, Any]) -> str | None:
@@ -235,8 +306,11 @@ def _image_url(part: dict[str, Any]) -> str | None:
     return None
 
 
-def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> RequestInfo:
-    """Read a chat/completions or completions body. Raises RequestError on garbage."""
+def parse_request(
+    body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES, head_chars: int | None = None
+) -> RequestInfo:
+    """Read a chat/completions or completions body. Raises RequestError on garbage.
+    `head_chars`: the most prompt characters kept in `prompt_parts` (None: all)."""
     if not body:
         raise RequestError("empty request body (a JSON object was expected)")
     try:
@@ -250,9 +324,10 @@ def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> 
         raise RequestError("'model' must be a string")
     chars = 0
     images: list[ImageEstimate] = []
-    system: list[str] = []
-    parts: list[str] = []
+    system = _Head(head_chars)
+    parts = _Head(head_chars)
     token_ids: tuple[int, ...] = ()
+    token_count = 0
     messages = doc.get("messages")
     if messages is not None:
         if not isinstance(messages, list):
@@ -262,39 +337,41 @@ def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> 
                 raise RequestError(f"messages[{n}] must be an object")
             role = msg.get("role")
             dest = system if role == "system" else parts
-            dest.append(f"\x00{role}\x00")
+            dest.add(f"\x00{role}\x00")
             content = msg.get("content")
             if isinstance(content, str):
                 chars += len(content)
-                dest.append(content)
+                dest.add(content)
             elif isinstance(content, list):
                 for part in content:
                     if not isinstance(part, dict):
                         continue
                     if isinstance(part.get("text"), str):
                         chars += len(part["text"])
-                        dest.append(part["text"])
+                        dest.add(part["text"])
                     url = _image_url(part)
                     if part.get("type") == "image_url" or url is not None:
                         if url is None:
                             raise RequestError(f"messages[{n}]: image_url part without a url")
                         img = _estimate_image(url, estimates)
                         images.append(img)
-                        dest.append(image_marker(img.digest, img.tokens))
+                        dest.add_image(img.digest, img.tokens)
     else:
         prompt = doc.get("prompt")
         if isinstance(prompt, str):
             chars += len(prompt)
-            parts.append(prompt)
+            parts.add(prompt)
         elif isinstance(prompt, list):
             texts = [p for p in prompt if isinstance(p, str)]
             chars += sum(len(p) for p in texts)
-            parts.extend(texts)
+            for text in texts:
+                parts.add(text)
             ids = [p for p in prompt if isinstance(p, int) and not isinstance(p, bool)]
             if ids:
                 chars += 4 * len(ids)  # token ids
-                token_ids = tuple(ids)
-                parts.append(",".join(map(str, ids)))
+                token_ids = tuple(ids[:MAX_TOKEN_IDS])
+                token_count = len(ids)
+                parts.add_ids(ids)
         elif prompt is not None:
             raise RequestError("'prompt' must be a string or a list")
     out = doc.get("max_completion_tokens", doc.get("max_tokens"))
@@ -311,6 +388,22 @@ def parse_request(body: bytes, estimates: RequestConfig = DEFAULT_ESTIMATES) -> 
         image_tokens=sum(i.tokens for i in images),
         max_tokens=out,
         stream=bool(doc.get("stream", False)),
-        prompt_parts=tuple(system + parts),
+        prompt_parts=_joined(system, parts, head_chars),
         token_ids=token_ids,
+        prompt_chars=system.total + parts.total,
+        token_count=token_count,
     )
+
+
+def _joined(first: _Head, then: _Head, limit: int | None) -> tuple[str, ...]:
+    """`first`'s parts then `then`'s, cut to `limit` characters in all."""
+    if limit is None or first.kept + then.kept <= limit:
+        return tuple(first.parts + then.parts)
+    out = list(first.parts)
+    room = limit - first.kept
+    for p in then.parts:
+        if room <= 0:
+            break
+        out.append(p[:room])
+        room -= len(out[-1])
+    return tuple(out)
