@@ -395,6 +395,9 @@ DEFAULT_MAX_CONNECTIONS: Final = 1024
 (extender/connections.py)."""
 DEFAULT_HEADER_TIMEOUT_S: Final = 30.0
 """Seconds for a request head to arrive whole (kube-scheduler sends it in one write)."""
+DEFAULT_BODY_TIMEOUT_S: Final = 60.0
+"""Seconds for a request body to arrive whole after its head: a 256 MiB NodeList at
+35 Mbit/s; a client that stops half-way cannot hold its connection (and a shutdown) for ever."""
 DEFAULT_MAX_HEADER_BYTES: Final = 64 * 1024
 """Largest request head (request line and headers), as the collector's, the router's and
 the adapter's servers allow; kube-scheduler's are a few hundred bytes."""
@@ -435,6 +438,9 @@ class ServerConfig:
     the connection is closed (default 30)."""
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     """Largest request head (request line and headers); over it 431 (default 65536)."""
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    """Seconds a request body has to arrive whole after its head; else 408 and the
+    connection is closed (default 60)."""
 
     def validate(self) -> None:
         ports(self, "port")
@@ -455,7 +461,14 @@ class ServerConfig:
                 )
         if self.filter_verb == self.prioritize_verb:
             raise invalid("prioritize_verb", "a verb other than filter_verb", self.prioritize_verb)
-        _finite_fields(self, "max_body_bytes", "max_bodies_bytes", "header_timeout_s", above=0)
+        _finite_fields(
+            self,
+            "max_body_bytes",
+            "max_bodies_bytes",
+            "header_timeout_s",
+            "body_timeout_s",
+            above=0,
+        )
         bounded(self, "max_connections", at_least=1, what="an integer")
         bounded(self, "max_header_bytes", at_least=1024, what="an integer")
 

@@ -14,7 +14,10 @@ uvicorn's own protocol with three checks added:
   the connection is closed (uvicorn's own keep-alive timeout, 5 s, still closes a
   connection idle between requests);
 - a request head over `max_header_bytes` (checked after each read, so at most one read
-  more is parsed) gets 431 and the connection is closed, lingering (`_refuse`).
+  more is parsed) gets 431 and the connection is closed, lingering (`_refuse`);
+- a request body has `body_timeout_s` from the end of its head to arrive whole: else 408
+  and the connection is closed (found black-box: 1,024 connections that each sent one
+  body byte of 100,000 held every slot, and a SIGTERM waited on them, for ever).
 
 Request bodies are bounded by the app (extender/server.py), per request and in total.
 """
@@ -28,6 +31,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from extender.config import (
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_HEADER_BYTES,
@@ -56,6 +60,7 @@ class _Bounded(HttpToolsProtocol):
     max_connections = DEFAULT_MAX_CONNECTIONS
     header_timeout_s = DEFAULT_HEADER_TIMEOUT_S
     max_header_bytes = DEFAULT_MAX_HEADER_BYTES
+    body_timeout_s = DEFAULT_BODY_TIMEOUT_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -129,8 +134,24 @@ class _Bounded(HttpToolsProtocol):
         self._in_head = False
         self._disarm()
         super().on_headers_complete()
+        self._head_timer = self.loop.call_later(self.body_timeout_s, self._body_too_slow)
+
+    def _body_too_slow(self) -> None:
+        self._head_timer = None
+        if self._in_head or self._discarding:
+            return
+        cycle = getattr(self, "cycle", None)
+        if cycle is not None and cycle.response_started:  # answered early (413): just close
+            self.transport.close()
+        else:
+            self._refuse(
+                "408 Request Timeout",
+                f"no whole request body within {self.body_timeout_s:g} s of its head "
+                "(server.body_timeout_s)",
+            )
 
     def on_message_complete(self) -> None:
+        self._disarm()
         super().on_message_complete()
         self._in_head = True  # what comes next is the next request's head
         self._head_bytes = 0
@@ -144,6 +165,7 @@ def bounded_protocol(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
 ) -> type[HttpToolsProtocol]:
     """The protocol class to give uvicorn (`uvicorn.Config(http=...)`) with these bounds."""
     return type(
@@ -153,5 +175,6 @@ def bounded_protocol(
             "max_connections": max_connections,
             "header_timeout_s": header_timeout_s,
             "max_header_bytes": max_header_bytes,
+            "body_timeout_s": body_timeout_s,
         },
     )

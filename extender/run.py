@@ -133,10 +133,15 @@ def serve(cfg: ExtenderConfig) -> int:
             port=cfg.server.port,
             ssl_certfile=cfg.server.tls_cert,
             ssl_keyfile=cfg.server.tls_key,
-            http=bounded_protocol(srv.max_connections, srv.header_timeout_s, srv.max_header_bytes),
+            http=bounded_protocol(
+                srv.max_connections, srv.header_timeout_s, srv.max_header_bytes, srv.body_timeout_s
+            ),
             log_level="warning",
             access_log=False,
             log_config=None,
+            # past this after a SIGTERM, requests still open are cut: inside Kubernetes'
+            # default 30 s grace period, so the pod stops rather than being killed
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
     )
     try:
@@ -144,6 +149,12 @@ def serve(cfg: ExtenderConfig) -> int:
     finally:
         running.stop()
     return 0
+
+
+SHUTDOWN_GRACE_S = 20
+"""Seconds a SIGTERM waits for open requests before cutting them (uvicorn's
+`timeout_graceful_shutdown`); without it one client that stopped mid-body held the
+shutdown until it closed (found black-box)."""
 
 
 def _listen(host: str, port: int) -> socket.socket:

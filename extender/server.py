@@ -155,7 +155,11 @@ class ExtenderApp:
             await self.routes(scope, receive, send)
             return
         later: list[Callable[[], None]] = []
-        status, body = await self._handle(scope, receive, verb, later)
+        try:
+            status, body = await self._handle(scope, receive, verb, later)
+        except asyncio.CancelledError:  # a shutdown past its grace cut a request mid-body
+            log.warning("request cut by the shutdown", extra={"kv": {"verb": verb}})
+            status, body = 503, b'{"error":"the extender is shutting down; retry"}\n'
         await _send_json(send, status, body)
         # the bookkeeping of the decision, once the answer is on the wire: the first job
         # (ledger, metrics, explain) before any other request runs on this event loop, so

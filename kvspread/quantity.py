@@ -63,7 +63,7 @@ def parse_quantity(text: str | int | float) -> Decimal:
     suffix = m.group("suffix")
     if suffix in _BINARY:
         return num * _BINARY[suffix]
-    if suffix and suffix[0] in "eE":
+    if len(suffix) > 1 and suffix[0] in "eE":  # a decimal exponent; "E" alone is exa
         exp = int(suffix[1:])
         if abs(exp) > 30:
             raise QuantityError(f"{text!r}: exponent out of range")

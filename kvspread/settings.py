@@ -33,6 +33,7 @@ import copy
 import dataclasses
 import math
 import re
+import reprlib
 import sys
 import types
 import typing
@@ -46,6 +47,7 @@ import yaml
 
 __all__ = [
     "Setting",
+    "shown",
     "ConfigError",
     "Layered",
     "Parse",
@@ -115,8 +117,28 @@ class ConfigError(ValueError):
 
 
 def invalid(key: str, expected: str, value: Any) -> ConfigError:
-    """The one error wording: `KEY: expected WHAT, got VALUE`."""
-    return ConfigError(f"expected {expected}, got {value!r}", key=key)
+    """The one error wording: `KEY: expected WHAT, got VALUE` (VALUE as `shown`)."""
+    return ConfigError(f"expected {expected}, got {shown(value)}", key=key)
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 120
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 8
+_SHOWN.maxlevel = 3
+
+
+def shown(value: Any) -> str:
+    """A value as an error message quotes it: its repr, cut to about 120 characters (the
+    middle elided, and the length said) and 8 items a level, 3 levels deep, so a 200 KB
+    annotation or a YAML alias bomb costs a line, not the 87 MB its whole repr would."""
+    text = _SHOWN.repr(value)
+    if isinstance(value, str | bytes) and len(value) > _SHOWN.maxstring:
+        text += (
+            f" ({len(value):,} characters)"
+            if isinstance(value, str)
+            else f" ({len(value):,} bytes)"
+        )
+    return text
 
 
 def paired(obj: Any, first: str, second: str, what: str) -> None:

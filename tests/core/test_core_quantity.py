@@ -18,6 +18,8 @@ from kvspread.quantity import QuantityError, format_quantity, parse_quantity
         ("100", Decimal(100)),
         ("0.5Ki", Decimal(512)),
         ("1E3", Decimal(1000)),
+        ("1E", Decimal(10**18)),  # exa, not an exponent without digits (an internal error once)
+        ("1.5E", Decimal("1.5e18")),
         (" 7k ", Decimal(7000)),
         (3, Decimal(3)),
     ],
@@ -28,7 +30,8 @@ def test_parse_accepts_kubernetes_forms(text, expected):
 
 
 @pytest.mark.parametrize(
-    "text", ["lots", "", "Gi", "12 Gi", "1.2.3", "10Xi", "1e99", None, True, float("nan"), "--1"]
+    "text",
+    ["lots", "", "Gi", "12 Gi", "1.2.3", "10Xi", "1e99", "2e", None, True, float("nan"), "--1"],
 )
 def test_parse_rejects_with_format_hint(text):
     with pytest.raises(QuantityError) as info:

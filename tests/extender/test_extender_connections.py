@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -33,13 +34,8 @@ class Extender:
         return socket.create_connection(("127.0.0.1", self.port), timeout=WAIT_S)
 
 
-@pytest.fixture(scope="module")
-def extender(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Extender]:
-    cfg = tmp_path_factory.mktemp("ext") / "extender.yaml"
-    cfg.write_text(
-        "server:\n  max_connections: 8\n  header_timeout_s: 0.5\n  max_header_bytes: 4096\n"
-        f"  max_body_bytes: {BODY}\n  max_bodies_bytes: {BODY}\n"
-    )
+def _start(cfg: Path) -> tuple[subprocess.Popen[str], int]:
+    """`kvspread extender serve --standalone --port 0 --config cfg`, and the port it got."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSPREAD_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvspread", "extender", "serve", "--standalone"]
@@ -57,6 +53,18 @@ def extender(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Extender]:
             port = json.loads(line)["port"]
             break
     assert port, "the extender did not start"
+    return proc, port
+
+
+@pytest.fixture(scope="module")
+def extender(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Extender]:
+    cfg = tmp_path_factory.mktemp("ext") / "extender.yaml"
+    cfg.write_text(
+        "server:\n  max_connections: 8\n  header_timeout_s: 0.5\n  max_header_bytes: 4096\n"
+        "  body_timeout_s: 1.0\n"
+        f"  max_body_bytes: {BODY}\n  max_bodies_bytes: {BODY}\n"
+    )
+    proc, port = _start(cfg)
     try:
         yield Extender(proc, port)
     finally:
@@ -120,6 +128,29 @@ def test_a_request_head_that_does_not_arrive_gets_408_and_is_closed(
     assert head.startswith(b"HTTP/1.1 408 ")
     assert "within 0.5 s (server.header_timeout_s)" in json.loads(body)["error"]
     assert _serves(extender)
+
+
+def test_a_body_that_stops_half_way_gets_408_and_frees_its_slot(extender: Extender) -> None:
+    """Found black-box: 1,024 connections that each sent a head and one body byte of
+    100,000 held every slot (503 to everyone else) and a SIGTERM, for ever."""
+    held = []
+    try:
+        for _ in range(8):  # every slot, each with a body it never finishes
+            s = extender.connect()
+            s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\nx")
+            held.append(s)
+        for s in held:
+            head, body = _answer(s)
+            assert head.startswith(b"HTTP/1.1 408 "), head
+            error = json.loads(body)["error"]
+            assert "no whole request body within 1 s of its head (server.body_timeout_s)" in error
+    finally:
+        for s in held:
+            s.close()
+    deadline = time.monotonic() + WAIT_S
+    while not _serves(extender):  # the slots free as the server sees the closes
+        assert time.monotonic() < deadline, "the slots were not freed"
+        time.sleep(0.05)
 
 
 def test_a_keep_alive_connection_that_starts_a_second_head_and_stops_is_closed(
@@ -190,12 +221,37 @@ def _answer_one(s: socket.socket) -> tuple[bytes, bytes]:
 def test_the_bounds_default_and_refuse_bad_values() -> None:
     srv = ExtenderConfig().server
     assert (srv.max_connections, srv.header_timeout_s, srv.max_header_bytes) == (1024, 30, 65536)
+    assert srv.body_timeout_s == 60
     assert srv.max_bodies_bytes == 2 * srv.max_body_bytes
     for key, bad in (
         ("max_connections", 0),
         ("header_timeout_s", 0),
+        ("body_timeout_s", -1),
         ("max_header_bytes", 100),
         ("max_bodies_bytes", -1),
     ):
         with pytest.raises(ValueError, match=f"server.{key}"):
             ExtenderConfig.from_mapping({"server": {key: bad}})
+
+
+def test_a_sigterm_is_not_held_for_ever_by_a_client_that_stopped_mid_body(tmp_path: Path) -> None:
+    """Found black-box: a SIGTERM waited for a half-sent body until its client closed (a
+    rollout waits out its grace period and SIGKILLs). Now the shutdown cuts it after
+    `extender.run.SHUTDOWN_GRACE_S` (20 s) and answers it 503, with no traceback."""
+    cfg = tmp_path / "extender.yaml"
+    cfg.write_text("server:\n  body_timeout_s: 600\n")
+    proc, port = _start(cfg)
+    assert proc.stderr is not None
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\nx")
+            time.sleep(0.2)  # the head is read: the request waits for its body
+            proc.terminate()
+            head, body = _answer(s)
+        assert proc.wait(60) == 143
+        assert head.startswith(b"HTTP/1.1 503 ") and b"shutting down" in body
+        rest = proc.stderr.read()
+        assert "request cut by the shutdown" in rest and "Traceback" not in rest
+    finally:
+        proc.kill()
+        proc.wait()

@@ -220,6 +220,37 @@ def test_invalid_pod_annotation_fails_every_node(app_client) -> None:  # noqa: A
     assert "kvspread.io/gpu-memory='lots'" in reason and "Kubernetes quantity" in reason
 
 
+def test_an_invalid_value_is_quoted_cut_so_the_answer_stays_small(app_client) -> None:  # noqa: ANN001
+    """The reason is repeated for every node: a 200 KB annotation (Kubernetes allows
+    256 KiB) quoted whole over 5,000 names made a 955 MiB answer (found black-box)."""
+    _, client, clock = app_client
+    body = gpu_body(clock)
+    body["Pod"]["metadata"]["annotations"]["kvspread.io/gpu-memory"] = "x" * 200_000
+    body["Pod"]["metadata"]["labels"]["kvspread.io/qos"] = "q" * 50_000
+    body["Nodes"] = None
+    body["NodeNames"] = [f"n{i}" for i in range(5000)]
+    r = client.post("/filter", json=body)
+    doc = r.json()
+    assert r.status_code == 200 and len(doc["FailedAndUnresolvableNodes"]) == 5000
+    reason = doc["FailedAndUnresolvableNodes"]["n0"]
+    assert (
+        len(reason) < 800 and "(200,000 characters)" in reason and "(50,000 characters)" in reason
+    )
+    assert len(r.content) < 5000 * 900
+    explained = client.get("/debug/explain", params={"pod": "serving/llm-0"})
+    assert explained.status_code == 200 and len(explained.content) < 5_000_000
+
+
+def test_an_exa_quantity_is_a_quantity_not_an_internal_error(app_client) -> None:  # noqa: ANN001
+    _, client, clock = app_client
+    body = gpu_body(clock)
+    body["Pod"]["metadata"]["annotations"]["kvspread.io/gpu-memory"] = "1E"
+    doc = client.post("/filter", json=body).json()
+    assert "internal" not in json.dumps(doc)
+    assert doc["Nodes"]["items"] == [] and set(doc["FailedNodes"]) == {"g0", "g1", "g2"}
+    assert 'code="internal"' not in client.get("/metrics").text
+
+
 def test_an_oversized_body_gets_413_with_a_message() -> None:
     clock = FakeClock()
     doc = gpu_body(clock)
