@@ -20,7 +20,7 @@ from extender.config import MIB
 from extender.model import PodShape
 from kvspread import names
 from kvspread.quantity import QUANTITY_FORMAT_HELP, QuantityError, parse_quantity
-from kvspread.settings import shown
+from kvspread.settings import quoted
 
 __all__ = [
     "PodInfo",
@@ -99,7 +99,7 @@ def _gpu_count(value: Any, where: str) -> int:
     except TypeError:  # unhashable (a list or an object): not a quantity either
         count = _read_gpus(value)
     if count is None:
-        raise ValueError(f"{where} {shown(value)} is not a whole number of GPUs")
+        raise ValueError(f"{where} {quoted(value)} is not a whole number of GPUs")
     return count
 
 
@@ -173,7 +173,7 @@ def parse_pod(pod: Any) -> PodInfo:
         mem = _gpu_memory_mib(raw_mem)
         if mem is None:
             errors.append(
-                f"annotation {names.ANNOTATION_GPU_MEMORY}={shown(raw_mem)} is invalid: expected "
+                f"annotation {names.ANNOTATION_GPU_MEMORY}={quoted(raw_mem)} is invalid: expected "
                 f"{QUANTITY_FORMAT_HELP} (greater than 0), the GPU memory needed on each GPU"
             )
         if mem is not None and gpus == 0:
@@ -182,14 +182,14 @@ def parse_pod(pod: Any) -> PodInfo:
     modality = labels.get(names.LABEL_MODALITY, "text")
     if modality not in names.MODALITIES:
         errors.append(
-            f"label {names.LABEL_MODALITY}={shown(modality)} is invalid: expected one of "
+            f"label {names.LABEL_MODALITY}={quoted(modality)} is invalid: expected one of "
             f"{', '.join(names.MODALITIES)}"
         )
         modality = "text"
     qos = labels.get(names.LABEL_QOS)
     if qos is not None and qos not in names.QOS_CLASSES:
         errors.append(
-            f"label {names.LABEL_QOS}={shown(qos)} is invalid: expected one of "
+            f"label {names.LABEL_QOS}={quoted(qos)} is invalid: expected one of "
             f"{', '.join(names.QOS_CLASSES)}"
         )
         qos = None

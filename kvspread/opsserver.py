@@ -13,18 +13,23 @@ traceback on stderr, which would break a JSON log's parsing.
 Bounded: the standard library's server starts a thread per connection and waits on a
 client for ever, so 10,000 idle connections would be 10,000 threads. Here at most
 `MAX_CONNECTIONS` connections are served at once (one more is answered 503 with
-`Retry-After` and closed, from the accepting thread), and a connection that sends nothing
-for `READ_TIMEOUT_S` is closed.
+`Retry-After` and closed, from the accepting thread), a connection that sends nothing
+for `READ_TIMEOUT_S` is closed, and so is one whose request head (request line and
+headers) is not whole `HEAD_TIMEOUT_S` after its first byte: a client sending a header
+byte every 5 s never idles 30 s, and 64 of them took every slot (found black-box: /healthz
+answered 503 for as long as they ran).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
@@ -35,6 +40,7 @@ from kvspread.httpbase import JsonErrorHandler, error_body
 __all__ = [
     "MAX_CONNECTIONS",
     "READ_TIMEOUT_S",
+    "HEAD_TIMEOUT_S",
     "Reply",
     "Route",
     "OpsServer",
@@ -49,6 +55,35 @@ bound keeps a flood of idle connections from taking a thread (and its stack) eac
 READ_TIMEOUT_S = 30.0
 """A connection that sends nothing for this long is closed (longer than any scrape or
 keep-alive gap a Prometheus or a kubelet probe leaves)."""
+HEAD_TIMEOUT_S = 10.0
+"""A request head must be whole this long after its first byte (curl, Prometheus and the
+kubelet send it in one write)."""
+
+
+class _HeadDeadline(io.RawIOBase):
+    """The connection's reads: each waits at most the idle timeout, and once a request's
+    first byte has come, no later than its head's deadline (`TimeoutError` past it, which
+    the standard library's handler answers by closing the connection)."""
+
+    def __init__(self, sock: socket.socket, idle_s: float, head_s: float) -> None:
+        super().__init__()
+        self.sock, self.idle_s, self.head_s = sock, idle_s, head_s
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        timeout = self.idle_s
+        if self.deadline is not None:
+            timeout = min(timeout, self.deadline - time.monotonic())
+            if timeout <= 0:
+                raise TimeoutError("request head not whole in time")
+        self.sock.settimeout(timeout)
+        n = self.sock.recv_into(buffer)
+        if n and self.deadline is None:
+            self.deadline = time.monotonic() + self.head_s
+        return n
 
 
 class Reply(NamedTuple):
@@ -181,9 +216,25 @@ class OpsServer:
         thread_name: str,
         max_connections: int = MAX_CONNECTIONS,
         read_timeout_s: float = READ_TIMEOUT_S,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
     ) -> None:
         class Handler(JsonErrorHandler):  # GET and HEAD; other methods 405, errors JSON
             timeout = read_timeout_s  # StreamRequestHandler: the socket's timeout
+
+            def setup(self) -> None:
+                super().setup()
+                self.rfile.close()
+                self._reads = _HeadDeadline(self.connection, read_timeout_s, head_timeout_s)
+                self.rfile = io.BufferedReader(self._reads)
+
+            def handle_one_request(self) -> None:
+                self._reads.deadline = None  # a new request: its clock starts at its first read
+                super().handle_one_request()
+
+            def parse_request(self) -> bool:
+                ok = super().parse_request()
+                self._reads.deadline = None  # the head is whole (these routes read no body)
+                return ok
 
             def do_HEAD(self) -> None:  # noqa: N802
                 self.do_GET()

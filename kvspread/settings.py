@@ -47,7 +47,7 @@ import yaml
 
 __all__ = [
     "Setting",
-    "shown",
+    "quoted",
     "ConfigError",
     "Layered",
     "Parse",
@@ -117,8 +117,8 @@ class ConfigError(ValueError):
 
 
 def invalid(key: str, expected: str, value: Any) -> ConfigError:
-    """The one error wording: `KEY: expected WHAT, got VALUE` (VALUE as `shown`)."""
-    return ConfigError(f"expected {expected}, got {shown(value)}", key=key)
+    """The one error wording: `KEY: expected WHAT, got VALUE` (VALUE as `quoted`)."""
+    return ConfigError(f"expected {expected}, got {quoted(value)}", key=key)
 
 
 _SHOWN = reprlib.Repr()
@@ -127,8 +127,9 @@ _SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 8
 _SHOWN.maxlevel = 3
 
 
-def shown(value: Any) -> str:
-    """A value as an error message quotes it: its repr, cut to about 120 characters (the
+def quoted(value: Any) -> str:
+    """A value as an error message quotes it (`kvspread.httpbase.shown` is the same for a
+    client's text, unquoted): its repr, cut to about 120 characters (the
     middle elided, and the length said) and 8 items a level, 3 levels deep, so a 200 KB
     annotation or a YAML alias bomb costs a line, not the 87 MB its whole repr would."""
     text = _SHOWN.repr(value)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from kvspread.opsserver import (
+    HEAD_TIMEOUT_S,
     MAX_CONNECTIONS,
     READ_TIMEOUT_S,
     OpsServer,
@@ -179,10 +180,52 @@ def test_a_silent_connection_is_closed_after_the_read_timeout() -> None:
         srv.stop()
 
 
+def test_a_head_that_trickles_in_is_cut_at_its_deadline_and_frees_the_slot() -> None:
+    """Found black-box: clients sending a header byte every 5 s never idle 30 s, and 64 of
+    them held every slot of the router's port (/healthz 503 while they ran)."""
+    srv = OpsServer(
+        "127.0.0.1", 0, _route, "test-ops-head", max_connections=2, read_timeout_s=5.0,
+        head_timeout_s=0.5,
+    )  # fmt: skip
+    srv.start()
+    try:
+        slow = [socket.create_connection(("127.0.0.1", srv.port), timeout=30) for _ in range(2)]
+        try:
+            closed = [False, False]
+            deadline = time.monotonic() + 30
+            for s in slow:
+                s.sendall(b"GET /healthz HTTP/1.1\r\n")
+            while not all(closed):  # a byte every 0.1 s: never idle past read_timeout_s
+                assert time.monotonic() < deadline, "the trickling heads were not cut"
+                for i, s in enumerate(slow):
+                    try:
+                        s.sendall(b"X")
+                    except OSError:
+                        closed[i] = True
+                time.sleep(0.1)
+        finally:
+            for s in slow:
+                s.close()
+        _wait_served(srv, 0)
+        assert httpx.get(f"http://127.0.0.1:{srv.port}/healthz", timeout=30).status_code == 200
+        # a keep-alive connection idle between requests longer than the head timeout is kept
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+            for _ in range(2):
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                got = b""
+                while not got.endswith(b"ok\n"):
+                    got += s.recv(1000)
+                assert got.startswith(b"HTTP/1.1 200 ")
+                time.sleep(1.0)
+    finally:
+        srv.stop()
+
+
 def test_the_bounds_default_to_the_module_constants() -> None:
     srv = OpsServer("127.0.0.1", 0, _route, "test-ops-defaults")
     try:
         assert srv.httpd.max_connections == MAX_CONNECTIONS == 64  # type: ignore[attr-defined]
         assert srv.httpd.RequestHandlerClass.timeout == READ_TIMEOUT_S == 30.0
+        assert HEAD_TIMEOUT_S == 10.0
     finally:
         srv.stop()
