@@ -45,6 +45,11 @@ def check_port(host: str, port: int, flag: str, host_flag: str = "--host") -> No
             s.bind((host, port))
     except OSError as exc:
         raise ConfigError(bind_message(host, port, flag, host_flag, exc)) from None
+    except (TypeError, UnicodeError, ValueError):  # a name the resolver cannot even encode
+        raise ConfigError(
+            f"{host_flag} {host!r}: not an address or host name (an IP address such as "
+            "0.0.0.0 or ::, or a name of ASCII letters, digits, dots and dashes)"
+        ) from None
 
 
 def check_distinct_ports(listeners: list[tuple[str, str, int]]) -> None:
@@ -98,8 +103,15 @@ def check_tls_pair(cert: str | None, key: str | None, cert_flag: str, key_flag: 
         if not os.access(path, os.R_OK):
             raise ConfigError(f"{flag} {path}: not readable by this user")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+
+    def no_passphrase() -> str:  # else OpenSSL asks on the terminal, and waits there
+        raise ConfigError(
+            f"{key_flag} {key}: the private key is encrypted; the servers take an unencrypted "
+            "PEM key (openssl pkey -in KEY -out PLAIN.key, then keep PLAIN.key in a Secret)"
+        )
+
     try:
-        ctx.load_cert_chain(cert, key)
+        ctx.load_cert_chain(cert, key, password=no_passphrase)
     except ssl.SSLError as exc:
         raise ConfigError(
             f"{cert_flag} {cert} / {key_flag} {key}: not a PEM certificate and matching private "

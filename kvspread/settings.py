@@ -489,8 +489,8 @@ def layer(
         raw_flag = getattr(args, s.dest(), None)
         source: str | None = None
         raw: Any = None
-        if raw_flag is not None:
-            source, raw = s.flag_name(), raw_flag
+        if raw_flag is not None and raw_flag != "":  # an empty flag keeps the default, as
+            source, raw = s.flag_name(), raw_flag  # an empty variable does (--host "": not 0.0.0.0)
         elif env in environ and environ[env] != "":
             source, raw = env, environ[env]
         if source is None:

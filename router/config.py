@@ -187,10 +187,11 @@ class ServerConfig:
                 f"an integer >= server.max_body_bytes ({self.max_body_bytes})",
                 self.max_bodies_bytes,
             )
-        if self.max_message_bytes < MIN_MESSAGE_BYTES:
+        if not MIN_MESSAGE_BYTES <= self.max_message_bytes < 2**31:
             raise invalid(
                 "max_message_bytes",
-                f"an integer >= {MIN_MESSAGE_BYTES} (gRPC's default)",
+                f"an integer from {MIN_MESSAGE_BYTES} (gRPC's default) to 2147483647 (a gRPC "
+                "message length is at most 2 GiB - 1)",
                 self.max_message_bytes,
             )
 

@@ -65,6 +65,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 # (argv, a piece of the message); {notpem}, {port}, ... are filled in per run.
 CASES: list[tuple[list[str], str]] = [
     (["--no-such-flag"], "unrecognized arguments"),
+    (
+        ["router", "serve", "--endpoints", "127.0.0.1:8000", "--grpc-server", "grpcio"]
+        + ["--max-message-bytes", "2147483648"],
+        "to 2147483647 (a gRPC message length is at most 2 GiB - 1)",
+    ),
     (["nope"], "invalid choice"),
     ([], "name a part: extender, adapter, collector, simulate, router"),
     # extender
@@ -282,6 +287,26 @@ def test_tls_pair_accepts_a_real_pair_and_rejects_a_mismatched_key(tmp_path: Pat
         check_tls_pair(str(cert), str(other_key), "--tls-cert", "--tls-key")
     with pytest.raises(ConfigError, match="--tls-key .*: no such file"):
         check_tls_pair(str(cert), str(tmp_path / "none"), "--tls-cert", "--tls-key")
+    # an encrypted key: OpenSSL would ask for its passphrase on the terminal and wait there
+    from cryptography.hazmat.primitives import serialization
+
+    plain = serialization.load_pem_private_key(one.private_key_pem.bytes(), password=None)
+    encrypted = tmp_path / "enc.pem"
+    encrypted.write_bytes(
+        plain.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    with pytest.raises(ConfigError, match="--tls-key .*: the private key is encrypted"):
+        check_tls_pair(str(cert), str(encrypted), "--tls-cert", "--tls-key")
+
+
+@pytest.mark.parametrize("host", ["\udcff", "bad\x00host"])
+def test_a_host_the_resolver_cannot_encode_is_a_config_error(host: str) -> None:
+    with pytest.raises(ConfigError, match="not an address or host name"):
+        check_port(host, 0, "--port")
 
 
 def test_output_dir_is_created_and_left_empty(tmp_path: Path) -> None:

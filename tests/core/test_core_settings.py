@@ -60,6 +60,16 @@ def test_a_flag_inside_a_section_the_file_holds_as_a_scalar_is_the_files_error(s
         layer("extender", SETTINGS, _parse([]), env, {"server": section}, "c.yaml")
 
 
+def test_an_empty_flag_keeps_the_default_as_an_empty_variable_does() -> None:
+    """docs/config.md: "an empty value keeps the default". `--host ""` listened on every
+    interface (the empty address), where an empty KVSPREAD_EXTENDER_SERVER_HOST kept
+    127.0.0.1 (found black-box, e.g. a manifest's `--host=$(UNSET)`)."""
+    for argv in (["--host", ""], ["--port", ""]):
+        assert "server" not in layer("extender", SETTINGS, _parse(argv), {}, {})
+    env = {"KVSPREAD_EXTENDER_SERVER_PORT": "3000"}
+    assert layer("extender", SETTINGS, _parse(["--port", ""]), env, {})["server"] == {"port": 3000}
+
+
 def test_an_empty_section_takes_the_flag() -> None:
     merged = layer("extender", SETTINGS, _parse(["--port", "3000"]), {}, {"server": None})
     assert merged["server"] == {"port": 3000}
