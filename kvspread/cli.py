@@ -144,7 +144,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         print(f"kvspread: configuration error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # the shell's 128 + the signal's number
-        return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+        sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        if words[:1] == ["simulate"]:  # else a run's output just stops, and looks finished
+            print(
+                f"kvspread: interrupted ({sig.name}): the run did not finish, and its report "
+                "was not written (the --out folder holds only what finished before)",
+                file=sys.stderr,
+            )
+        return 128 + sig
     except OSError as exc:
         # a file, folder or port the checks before the run could not foresee
         where = f" {exc.filename}" if exc.filename else ""

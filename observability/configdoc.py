@@ -292,7 +292,7 @@ def _cli_section() -> list[str]:
             names = ", ".join(f"`{o}`" for o in a.option_strings)
             if a.metavar and a.nargs != 0:
                 names += f" `{a.metavar}`"
-            text = " ".join((a.help or "").split()).replace("|", "\\|")
+            text = " ".join((a.help or "").split()).replace("%%", "%").replace("|", "\\|")
             if a.default not in (None, argparse.SUPPRESS, False) and "default" not in text:
                 text += f" (default `{a.default}`)"
             lines.append(f"| {names} | {text} |")

@@ -346,7 +346,7 @@ def register(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="progress on stderr (default on: a bar on a terminal, a line every 10 %% else)",
+        help="progress on stderr (default on: a bar on a terminal, a line every 10 %% otherwise)",
     )
     top.set_defaults(func=lambda args: run_quick(args, environ))
     modes = top.add_subparsers(dest="simulate_mode", metavar="{placement,serving}")
@@ -374,7 +374,7 @@ def register(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=argparse.SUPPRESS,
-        help="progress on stderr (default on: a bar on a terminal, a line every 10 %% else)",
+        help="progress on stderr (default on: a bar on a terminal, a line every 10 %% otherwise)",
     )
     _keep_parent_values(place)
     place.set_defaults(func=lambda args: run_placement(args, environ))

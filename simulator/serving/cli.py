@@ -254,8 +254,12 @@ def build_config(args: argparse.Namespace) -> SimConfig:
     if hours is not None:
         a, b = _hours(hours)
         data["workload_start_s"] = a * 3600.0
-        if duration is None:
-            duration = (b - a) * 3600.0
+        if duration is not None and duration != (b - a) * 3600.0:
+            raise ConfigError(
+                f"--hours {hours} and --duration {duration:g}: both set the length; give one "
+                f"of them (--offset {a * 3600:g} --duration {duration:g} starts at {a:g} h)"
+            )
+        duration = (b - a) * 3600.0
     if getattr(args, "offset", None) is not None:
         if hours is not None:
             raise ConfigError("--hours and --offset: both set the start; give one of them")

@@ -83,6 +83,7 @@ def test_sigterm_ends_the_workers_without_leaks(mode: str, tmp_path: Path) -> No
             proc.wait(WAIT_S)
     assert rc == 128 + signal.SIGTERM, rest
     assert "Traceback" not in rest, rest
+    assert "kvspread: interrupted (SIGTERM): the run did not finish" in rest, rest
     assert "leaked semaphore" not in rest, rest
     deadline = time.monotonic() + WAIT_S  # a bound on the wait, not a timing assertion
     while [w for w in workers if _running(w)] and time.monotonic() < deadline:

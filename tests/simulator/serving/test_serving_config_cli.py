@@ -200,6 +200,7 @@ def test_run_writes_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         (["--hours", "10-30"], "need 0 <= A < B <= 24 (the ServeGen day)"),
         (["--offset", "99999999"], "must be 0 <= SECONDS < 86400"),
         (["--hours", "10-11", "--offset", "100"], "--hours and --offset: both set the start"),
+        (["--hours", "10-11", "--duration", "60"], "both set the length; give one of them"),
         # a mistyped scale: refused before any request is made (MAX_RUN_REQUESTS)
         (["--rate-scale", "1e6"], "a run sends at most 5,000,000 per service"),
         (["--synthetic", "--rate", "1e7"], "requests in 3,720 s (warm-up included)"),
