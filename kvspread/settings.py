@@ -370,13 +370,27 @@ class PartCommand:
 class _StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a key given twice in one mapping is an error: YAML
     forbids it, and PyYAML would silently keep the later value (`port: 8888` ... `port: 9999`
-    is 9999), so a copy-paste slip changes the configuration without a word."""
+    is 9999), so a copy-paste slip changes the configuration without a word. So are the
+    YAML 1.1 readings nobody means in a config file (found black-box): a number with a
+    leading 0 read as octal (`port: 0777` listened on 511), one with colons as base 60
+    (`1:30` is 90), and a bare `yes`, `no`, `on` or `off` as a key (`no: 7` named a class
+    False)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merge keys may repeat
                 continue
+            if (
+                key_node.tag == "tag:yaml.org,2002:bool"
+                and isinstance(key_node, yaml.ScalarNode)
+                and key_node.value.lower() not in ("true", "false")
+            ):
+                raise _Yaml11(
+                    f"the key {key_node.value} is read as a boolean (YAML 1.1); quote it: "
+                    f"'{key_node.value}'",
+                    key_node.start_mark,
+                )
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.setdefault(key, key_node.start_mark)
@@ -393,6 +407,43 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class _Yaml11(yaml.YAMLError):
+    """A YAML 1.1 reading `_StrictLoader` refuses, at `mark`."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem)
+        self.problem, self.mark = problem, mark
+
+
+def _no_surprise(kind: str) -> Any:
+    """A constructor of `kind` (int, float) that refuses YAML 1.1's octal and base-60 forms."""
+    base = getattr(yaml.SafeLoader, f"construct_yaml_{kind}")
+
+    def construct(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+        text = str(node.value).replace("_", "")
+        digits = text.lstrip("+-")
+        octal = kind == "int" and len(digits) > 1 and digits[0] == "0" and digits.isdigit()
+        if octal or ":" in text:
+            value = base(loader, node)
+            reading = "octal" if octal else "base 60"
+            plain = (
+                (text[0] if text[0] in "+-" else "") + (digits.lstrip("0") or "0")
+                if octal
+                else f"{value}, or quote it ('{node.value}') for text"
+            )
+            raise _Yaml11(
+                f"{node.value} is read as {value} ({reading}, YAML 1.1); write {plain}",
+                node.start_mark,
+            )
+        return base(loader, node)
+
+    return construct
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _no_surprise("int"))
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _no_surprise("float"))
+
+
 def load_yaml(path: str | Path | None) -> dict[str, Any]:
     """Read a YAML mapping; a missing file, bytes that are not UTF-8 (YAML reads the bytes
     itself, whatever the locale) or a non-mapping is a ConfigError."""
@@ -405,6 +456,8 @@ def load_yaml(path: str | Path | None) -> dict[str, Any]:
         raise ConfigError(f"config file {p} does not exist") from exc
     except IsADirectoryError as exc:
         raise ConfigError(f"config file {p} is a directory") from exc
+    except _Yaml11 as exc:
+        raise ConfigError(f"config file {p}: line {exc.mark.line + 1}: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {p} is not valid YAML: {exc}") from exc
     if data is None:

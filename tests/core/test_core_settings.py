@@ -133,6 +133,37 @@ def test_load_yaml_errors_are_clear(tmp_path):
     assert load_yaml(None) == {}
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("port: 0777", "line 1: 0777 is read as 511 (octal, YAML 1.1); write 777"),
+        ("a:\n  port: -007", "line 2: -007 is read as -7 (octal, YAML 1.1); write -7"),
+        ("port: 1:30", "line 1: 1:30 is read as 90 (base 60, YAML 1.1); write 90, or quote it"),
+        ("rate: 1:30.5", "1:30.5 is read as 90.5 (base 60, YAML 1.1)"),
+        ("classes: {no: 7}", "line 1: the key no is read as a boolean (YAML 1.1); quote it: 'no'"),
+        ("classes:\n  Off: 1", "the key Off is read as a boolean"),
+    ],
+)
+def test_yaml_11_readings_nobody_means_are_refused(tmp_path, text: str, message: str) -> None:
+    """Found black-box: `grpc_port: 0777` listened on 511, `1:30` on 90, and `no: 7` made
+    an objective class named False."""
+    f = tmp_path / "c.yaml"
+    f.write_text(text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_yaml(f)
+    assert message in str(err.value)
+
+
+def test_plain_numbers_and_quoted_keys_still_load(tmp_path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("a: 0\nb: -0\nc: 0x1f\nd: 1_000\ne: 0.5\nf: '0777'\n'no': 1\ng: true\nh: 10\n")
+    assert load_yaml(f) == {
+        "a": 0, "b": 0, "c": 31, "d": 1000, "e": 0.5, "f": "0777", "no": 1, "g": True, "h": 10,
+    }  # fmt: skip
+    f.write_text("true: 1\n")  # an explicit boolean key is what it says
+    assert load_yaml(f) == {True: 1}
+
+
 # --- the shared loader ----------------------------------------------------------------
 
 from dataclasses import dataclass, field  # noqa: E402
