@@ -683,3 +683,11 @@ LLMD_SD_RUNNING: Final = MetricDescriptor(
 LLMD_REQUEST_LABELS: Final = ("model_name", "target_model_name", "fairness_id", "priority")
 LLMD_ATTEMPT_LABELS: Final = ("status", "target_model_name", "endpoint_name", "namespace", "port")
 LLMD_POOL_LABELS: Final = ("name",)
+
+DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A Kubernetes namespace (RFC 1123 label: lowercase letters, digits and dashes, at most
+63); match with `fullmatch`. A namespace goes into API paths, so `a/../b` must not."""
+DNS_SUBDOMAIN: Final = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+"""An object name such as an InferencePool's (RFC 1123 subdomain); match with `fullmatch`."""

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 from kvspread.logs import LogLevel
+from kvspread.names import DNS_LABEL, DNS_SUBDOMAIN
 from kvspread.settings import KubeAccess, Parse, bounded, invalid, load, paired, ports
 from kvspread.signals import STALE_AFTER_S
 from router.bodybudget import DEFAULT_MAX_BODIES_BYTES, DEFAULT_MAX_BODY_BYTES
@@ -82,6 +83,7 @@ DEFAULT_MAX_MESSAGE_BYTES: Final = 64 << 20
 """64 MiB: a chat request with several base64 images fits in one buffered body."""
 MIN_MESSAGE_BYTES: Final = 4 << 20
 """gRPC's own default limit (4 MiB); a smaller one would refuse ordinary bodies."""
+_NAMESPACE: Final = "a Kubernetes namespace (lowercase letters, digits and '-', at most 63)"
 
 
 def parse_endpoints(value: Any) -> tuple[str, ...]:
@@ -227,6 +229,8 @@ class EndpointsConfig:
             raise invalid("target_port", "a port with selector (--target-port)", None)
         if not self.metrics_path.startswith("/"):
             raise invalid("metrics_path", "a path starting with /", self.metrics_path)
+        if self.namespace is not None and not DNS_LABEL.fullmatch(self.namespace):
+            raise invalid("namespace", _NAMESPACE, self.namespace)
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,16 @@ class PoolConfig:
     """Name of the InferencePool to watch; unset: no pool."""
     namespace: str = "default"
     """Namespace of the InferencePool (and of its pods)."""
+
+    def validate(self) -> None:
+        if not DNS_LABEL.fullmatch(self.namespace):
+            raise invalid("namespace", _NAMESPACE, self.namespace)
+        if self.name is not None and not DNS_SUBDOMAIN.fullmatch(self.name):
+            raise invalid(
+                "name",
+                "a Kubernetes object name (lowercase letters, digits, '-' and '.')",
+                self.name,
+            )
 
 
 @dataclass(frozen=True)
