@@ -34,10 +34,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from extender.decisions import FilterDecision, PrioritizeDecision
 from extender.service import NEUTRAL_SCORE, Extender
 from extender.wire import WireError, dumps, encode_filter, encode_prioritize, parse_args
+from kvspread.httpbase import shown
 
 __all__ = ["ExtenderApp", "create_app"]
 
@@ -266,6 +268,22 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
         openapi_url=None,
     )
     m = ext.metrics
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Any, exc: StarletteHTTPException) -> Response:
+        """FastAPI's own 404 and 405 as every other answer here: `{"error": ...}`, with the
+        path and what to use, not `{"detail": "Not Found"}`."""
+        path = shown(str(request.url.path))
+        if exc.status_code == 404:
+            message = f"no such path {path}; the extender serves POST /{verbs[0]} and /{verbs[1]}, GET /healthz, /readyz, /metrics and /debug/explain"
+        elif exc.status_code == 405:
+            message = f"method {request.method} not allowed on {path}"
+        else:
+            message = str(exc.detail)
+        headers = dict(exc.headers or {})
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=headers)
+
+    verbs = (ext.cfg.server.filter_verb.strip("/"), ext.cfg.server.prioritize_verb.strip("/"))
 
     async def _verb_route() -> Response:
         # never called: ExtenderApp answers every POST to a verb itself; the route is here

@@ -178,6 +178,20 @@ def test_health_and_readiness() -> None:
         assert client.get("/readyz").status_code == 200
 
 
+def test_unknown_paths_and_methods_answer_the_documented_error_shape(app_client) -> None:  # noqa: ANN001
+    """Every answer is `{"error": ...}` (docs/extender.md): FastAPI's own 404 and 405 were
+    `{"detail": "Not Found"}` (found black-box)."""
+    _, client, _ = app_client
+    r = client.get("/nope")
+    assert r.status_code == 404 and "no such path /nope" in r.json()["error"]
+    assert "POST /filter and /prioritize" in r.json()["error"] and "detail" not in r.json()
+    r = client.get("/filter")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert r.json() == {"error": "method GET not allowed on /filter"}
+    long = client.get("/" + "x" * 5000)
+    assert long.status_code == 404 and len(long.content) < 600
+
+
 def test_a_failure_inside_the_decision_never_gives_5xx(app_client, monkeypatch, caplog) -> None:  # noqa: ANN001
     running, client, clock = app_client
 
