@@ -542,8 +542,14 @@ def layer(
         raw_flag = getattr(args, s.dest(), None)
         source: str | None = None
         raw: Any = None
-        if raw_flag is not None and raw_flag != "":  # an empty flag keeps the default, as
-            source, raw = s.flag_name(), raw_flag  # an empty variable does (--host "": not 0.0.0.0)
+        if raw_flag == "" and not s.is_flag and s.type is str:
+            # a typed flag's converter refuses "" itself; a text one would take it (--host ""
+            # listened on every interface): an empty flag is a slip, say so
+            raise ConfigError(
+                "empty; give a value, or leave the flag out for the default", key=s.key
+            ).at(s.flag_name())
+        if raw_flag is not None:
+            source, raw = s.flag_name(), raw_flag
         elif env in environ and environ[env] != "":
             source, raw = env, environ[env]
         if source is None:

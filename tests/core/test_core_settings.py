@@ -60,14 +60,19 @@ def test_a_flag_inside_a_section_the_file_holds_as_a_scalar_is_the_files_error(s
         layer("extender", SETTINGS, _parse([]), env, {"server": section}, "c.yaml")
 
 
-def test_an_empty_flag_keeps_the_default_as_an_empty_variable_does() -> None:
-    """docs/config.md: "an empty value keeps the default". `--host ""` listened on every
-    interface (the empty address), where an empty KVSPREAD_EXTENDER_SERVER_HOST kept
-    127.0.0.1 (found black-box, e.g. a manifest's `--host=$(UNSET)`)."""
-    for argv in (["--host", ""], ["--port", ""]):
-        assert "server" not in layer("extender", SETTINGS, _parse(argv), {}, {})
-    env = {"KVSPREAD_EXTENDER_SERVER_PORT": "3000"}
-    assert layer("extender", SETTINGS, _parse(["--port", ""]), env, {})["server"] == {"port": 3000}
+def test_an_empty_text_flag_is_refused_and_an_empty_variable_keeps_the_default() -> None:
+    """`--host ""` listened on every interface (the empty address), where an empty
+    KVSPREAD_EXTENDER_SERVER_HOST keeps 127.0.0.1 (found black-box, e.g. a manifest's
+    `--host=$(UNSET)`): an empty flag is a slip, refused; a typed one's converter refuses it."""
+    with pytest.raises(ConfigError) as err:
+        layer("extender", SETTINGS, _parse(["--host", ""]), {}, {})
+    assert str(err.value) == (
+        "--host: server.host: empty; give a value, or leave the flag out for the default"
+    )
+    with pytest.raises(ConfigError, match="--port: server.port: expected an integer, got ''"):
+        layer("extender", SETTINGS, _parse(["--port", ""]), {}, {})
+    env = {"KVSPREAD_EXTENDER_SERVER_HOST": ""}
+    assert "server" not in layer("extender", SETTINGS, _parse([]), env, {})
 
 
 def test_an_empty_section_takes_the_flag() -> None:

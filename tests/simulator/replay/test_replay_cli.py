@@ -61,8 +61,8 @@ def test_environment_sets_defaults(tmp_path: Path) -> None:
         (["--seeds", "5..1"], "--seeds: '5..1' is a reversed range (write 1..5)"),
         (["--seeds", "-3"], "--seeds: '-3' is not a seed (a whole number >= 0)"),
         (["--seeds", "x"], "--seeds: 'x' is not a seed or a range a..b"),
-        (["--seeds", ""], "--seeds: no seed given"),
-        (["--policies", ""], "--policies: unknown policy (none)"),
+        (["--seeds", ""], "--seeds: placement.seeds: empty; give a value"),
+        (["--policies", ""], "--policies: placement.policies: empty; give a value"),
         (["--trace", "nosuch"], "not a bundled trace name"),
         (
             ["--extender-weight", "-1"],
