@@ -37,7 +37,10 @@ from extender.config import (
     DEFAULT_MAX_HEADER_BYTES,
 )
 
-__all__ = ["LINGER_S", "bounded_protocol"]
+__all__ = ["LINGER_S", "REFUSALS", "bounded_protocol"]
+
+REFUSALS = ("max_connections", "header_timeout", "body_timeout", "header_too_large")
+"""Why a connection was refused, the `reason` of kvspread_extender_connections_refused_total."""
 
 LINGER_S = 2.0
 """After a refusal, how long the client's further bytes are read and dropped before the
@@ -61,6 +64,7 @@ class _Bounded(HttpToolsProtocol):
     header_timeout_s = DEFAULT_HEADER_TIMEOUT_S
     max_header_bytes = DEFAULT_MAX_HEADER_BYTES
     body_timeout_s = DEFAULT_BODY_TIMEOUT_S
+    refused: dict[str, int] = {}  # noqa: RUF012 - one per protocol class (bounded_protocol)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -77,6 +81,7 @@ class _Bounded(HttpToolsProtocol):
                 f"the extender serves {self.max_connections} connections at once "
                 "(server.max_connections); retry",
                 "retry-after: 1\r\n",
+                reason="max_connections",
             )
             return
         self._arm()
@@ -89,7 +94,7 @@ class _Bounded(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
 
-    def _refuse(self, status: str, message: str, extra: str = "") -> None:
+    def _refuse(self, status: str, message: str, extra: str = "", reason: str = "") -> None:
         """Answer and close, lingering: the client may still be sending (a large head), and
         a close with its bytes unread would make the kernel reset the connection and lose
         the answer. So: the answer, end of our side, then whatever comes is read and dropped
@@ -98,6 +103,7 @@ class _Bounded(HttpToolsProtocol):
         if self.transport.is_closing() or self._discarding:
             return
         self._discarding = True
+        self.refused[reason] = self.refused.get(reason, 0) + 1
         self.transport.write(_answer(status, message, extra))
         if self.transport.can_write_eof():
             self.transport.write_eof()
@@ -112,6 +118,7 @@ class _Bounded(HttpToolsProtocol):
                 "408 Request Timeout",
                 f"no whole request head within {self.header_timeout_s:g} s "
                 "(server.header_timeout_s)",
+                reason="header_timeout",
             )
 
     def data_received(self, data: bytes) -> None:
@@ -128,6 +135,7 @@ class _Bounded(HttpToolsProtocol):
                 "431 Request Header Fields Too Large",
                 f"request line and headers over {self.max_header_bytes} bytes "
                 "(server.max_header_bytes)",
+                reason="header_too_large",
             )
 
     def on_headers_complete(self) -> None:
@@ -148,6 +156,7 @@ class _Bounded(HttpToolsProtocol):
                 "408 Request Timeout",
                 f"no whole request body within {self.body_timeout_s:g} s of its head "
                 "(server.body_timeout_s)",
+                reason="body_timeout",
             )
 
     def on_message_complete(self) -> None:
@@ -176,5 +185,6 @@ def bounded_protocol(
             "header_timeout_s": header_timeout_s,
             "max_header_bytes": max_header_bytes,
             "body_timeout_s": body_timeout_s,
+            "refused": dict.fromkeys(REFUSALS, 0),
         },
     )

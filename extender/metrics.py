@@ -186,6 +186,9 @@ class ExtenderMetrics:
         r.register(self.terms)
         self.ledger_bindings = _Counts(names.EXTENDER_LEDGER_BINDINGS, "outcome")
         r.register(self.ledger_bindings)
+        self.connections_refused = _Counts(names.EXTENDER_CONNECTIONS_REFUSED, "reason")
+        """Read from the connection bounds' counts (extender/connections.py; set by run.py)."""
+        r.register(self.connections_refused)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def count_signals(self, codes: np.ndarray, unknown: int) -> None:

@@ -126,6 +126,11 @@ def serve(cfg: ExtenderConfig) -> int:
             running.stop()
             log.info("extender stopped")
 
+    protocol = bounded_protocol(
+        srv.max_connections, srv.header_timeout_s, srv.max_header_bytes, srv.body_timeout_s
+    )
+    refused: dict[str, int] = protocol.refused  # type: ignore[attr-defined]
+    running.extender.metrics.connections_refused.source = lambda: dict(refused)
     server = _Server(
         uvicorn.Config(
             running.app,
@@ -133,9 +138,7 @@ def serve(cfg: ExtenderConfig) -> int:
             port=cfg.server.port,
             ssl_certfile=cfg.server.tls_cert,
             ssl_keyfile=cfg.server.tls_key,
-            http=bounded_protocol(
-                srv.max_connections, srv.header_timeout_s, srv.max_header_bytes, srv.body_timeout_s
-            ),
+            http=protocol,
             log_level="warning",
             access_log=False,
             log_config=None,

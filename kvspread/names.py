@@ -442,6 +442,13 @@ EXTENDER_LEDGER_BINDINGS: Final = MetricDescriptor(
     "Bindings seen in the pod watch for pods the ledger booked, by outcome: as_booked (bound "
     "where the ledger held it), elsewhere (the scheduler chose another node)",
 )
+EXTENDER_CONNECTIONS_REFUSED: Final = MetricDescriptor(
+    "kvspread_extender_connections_refused_total",
+    "{connection}",
+    "counter",
+    "Connections the extender answered and closed before its app saw a request, by reason: "
+    "max_connections (503), header_timeout and body_timeout (408), header_too_large (431)",
+)
 ADAPTER_REQUESTS: Final = MetricDescriptor(
     "kvspread_adapter_requests_total",
     "{request}",

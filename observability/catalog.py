@@ -322,6 +322,15 @@ _SELF: Final = (
         "extender",
     ),
     _entry(
+        names.EXTENDER_CONNECTIONS_REFUSED,
+        ("reason",),
+        "Connections answered and closed by the connection bounds before a request reached "
+        "the extender (extender/connections.py), by reason: max_connections (503), "
+        "header_timeout and body_timeout (408), header_too_large (431); every reason from 0. "
+        "A rising max_connections count means clients are locked out.",
+        "extender",
+    ),
+    _entry(
         names.EXTENDER_FILTER_DECISIONS,
         ("outcome",),
         "Filter calls by outcome: passed (at least one node passed), no_fit (every node "

@@ -151,6 +151,14 @@ def test_a_body_that_stops_half_way_gets_408_and_frees_its_slot(extender: Extend
     while not _serves(extender):  # the slots free as the server sees the closes
         assert time.monotonic() < deadline, "the slots were not freed"
         time.sleep(0.05)
+    metrics = httpx.get(extender.url + "/metrics", timeout=WAIT_S).text
+    refused = {
+        line.split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("kvspread_extender_connections_refused_total{")
+    }
+    assert set(refused) == {"max_connections", "header_timeout", "body_timeout", "header_too_large"}
+    assert refused["body_timeout"] >= 8  # the eight above (other tests' refusals add to theirs)
 
 
 def test_a_keep_alive_connection_that_starts_a_second_head_and_stops_is_closed(
