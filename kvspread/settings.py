@@ -594,8 +594,9 @@ def warn_unknown_env(part: str, settings: Sequence[Setting], environ: Mapping[st
     known = {env_name(part, s) for s in settings} | EXTRA_ENV.get(part, frozenset())
     for name in sorted(k for k in environ if k.startswith(prefix) and k not in known):
         print(
-            f"kvspread: warning: {name} is not a setting of kvspread {part} (ignored; "
-            "the command's --help lists its variables)",
+            f"kvspread: warning: {name} is not a variable of kvspread {part} (ignored): only "
+            "the keys with a flag have one, and the command's --help lists them; set the "
+            "others in the --config file",
             file=sys.stderr,
         )
 

@@ -504,8 +504,9 @@ def test_an_unknown_variable_of_a_part_is_named_on_stderr(capsys: pytest.Capture
     warn_unknown_env("extender", settings, env)
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        "kvspread: warning: KVSPREAD_EXTENDER_SERVER_PROT is not a setting of kvspread "
-        "extender (ignored; the command's --help lists its variables)"
+        "kvspread: warning: KVSPREAD_EXTENDER_SERVER_PROT is not a variable of kvspread "
+        "extender (ignored): only the keys with a flag have one, and the command's --help "
+        "lists them; set the others in the --config file"
     ]
     warn_unknown_env("collector", settings, {"KVSPREAD_COLLECTOR_OTLP_ENDPOINTS": "x"})
     assert capsys.readouterr().err == ""
