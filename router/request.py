@@ -288,11 +288,11 @@ class _Head:
         if room is None:
             self.add(",".join(map(str, ids)))
             return
-        head = ",".join(map(str, ids[: room // 2 + 1])) if room > 0 else ""
-        self.add(head)
-        rest = ids[room // 2 + 1 :] if room > 0 else ids
-        if rest:  # the remaining ids' characters, commas included, counted, not built
-            self.total += sum(len(str(i)) for i in rest) + len(rest)
+        n = room // 2 + 1 if room > 0 else 0  # an id and its comma are 2 characters or more
+        self.add(",".join(map(str, ids[:n])))
+        rest = ids[n:]
+        if rest:  # the remaining ids' characters and commas, counted, not built
+            self.total += sum(len(str(i)) for i in rest) + len(rest) - (0 if n else 1)
 
 
 def _image_url(part: dict[str, Any]) -> str | None:

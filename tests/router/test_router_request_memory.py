@@ -92,6 +92,11 @@ def test_token_ids_are_kept_up_to_the_bound_and_counted_whole() -> None:
     assert req.token_count == len(ids)
     assert req.prompt_chars == len(",".join(map(str, ids)))
     assert sum(len(p) for p in req.prompt_parts) == 4096
+    # the head already full of text before the ids: none built, all counted
+    body = {"model": "m", "prompt": ["t" * 5000, *range(100, 1100)]}
+    full = parse_request(json.dumps(body).encode())
+    cut = parse_request(json.dumps(body).encode(), head_chars=4096)
+    assert cut.prompt_chars == full.prompt_chars == 5000 + len(",".join(map(str, range(100, 1100))))
 
 
 def _picker(endpoints: int = 8, **cache: object) -> Picker:
