@@ -85,6 +85,7 @@ PROMETHEUS = {
     "EXTENDER_FILTER_DECISIONS": "kvspread_extender_filter_decisions_total",
     "EXTENDER_PRIORITIZE_DECISIONS": "kvspread_extender_prioritize_decisions_total",
     "EXTENDER_LEDGER_BINDINGS": "kvspread_extender_ledger_bindings_total",
+    "EXTENDER_CONNECTIONS_REFUSED": "kvspread_extender_connections_refused_total",
     "ADAPTER_REQUESTS": "kvspread_adapter_requests_total",
     "ADAPTER_REQUEST_DURATION": "kvspread_adapter_request_duration_seconds",
     "ADAPTER_SERIES": "kvspread_adapter_series",
