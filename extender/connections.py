@@ -94,7 +94,7 @@ class _Bounded(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
 
-    def _refuse(self, status: str, message: str, extra: str = "", reason: str = "") -> None:
+    def _refuse(self, status: str, message: str, extra: str = "", *, reason: str) -> None:
         """Answer and close, lingering: the client may still be sending (a large head), and
         a close with its bytes unread would make the kernel reset the connection and lose
         the answer. So: the answer, end of our side, then whatever comes is read and dropped

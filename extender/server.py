@@ -268,6 +268,7 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
         openapi_url=None,
     )
     m = ext.metrics
+    verbs = (ext.cfg.server.filter_verb.strip("/"), ext.cfg.server.prioritize_verb.strip("/"))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Any, exc: StarletteHTTPException) -> Response:
@@ -283,15 +284,13 @@ def create_app(ext: Extender, ready: Callable[[], bool]) -> ExtenderApp:
         headers = dict(exc.headers or {})
         return JSONResponse({"error": message}, status_code=exc.status_code, headers=headers)
 
-    verbs = (ext.cfg.server.filter_verb.strip("/"), ext.cfg.server.prioritize_verb.strip("/"))
-
     async def _verb_route() -> Response:
         # never called: ExtenderApp answers every POST to a verb itself; the route is here
         # so that FastAPI answers the other methods on the verb paths with 405
         return Response(status_code=405)
 
-    for verb in (ext.cfg.server.filter_verb, ext.cfg.server.prioritize_verb):
-        app.add_api_route("/" + verb.strip("/"), _verb_route, methods=["POST"])
+    for verb in verbs:
+        app.add_api_route("/" + verb, _verb_route, methods=["POST"])
 
     @app.get("/debug/explain")
     async def explain_route(pod: str = "", top: str | None = None) -> Response:

@@ -146,8 +146,6 @@ class Picker:
         self._explain_bytes = 0
         self._explain_max_bytes = EXPLAIN_MAX_BYTES
         self._explain_max = explain_entries
-        self._head = cfg.cache.block_chars * cfg.cache.max_blocks
-        """Prompt characters a request keeps: what the prefix index hashes, no more."""
         self._served: OrderedDict[str, str] = (
             OrderedDict()
         )  # request id -> who served, if not the pick
@@ -177,7 +175,11 @@ class Picker:
             objective = read = read_objective(
                 headers, self.cfg.objectives, self.objective_priorities
             )
-            req = BODILESS if not body else parse_request(body, self.cfg.request, self._head)
+            req = (
+                BODILESS
+                if not body
+                else parse_request(body, self.cfg.request, self.cfg.cache.head_chars)
+            )
         except (RequestError, ObjectiveError) as exc:
             self.metrics.bad.inc()
             self.llmd.refused("", objective, 400, None)
@@ -327,8 +329,8 @@ class Picker:
         summary = None
         blocks = images = 0
         if req is not None:
-            bc = self.cache.prefix.cfg.block_chars
-            blocks = min(sum(len(p) for p in req.prompt_parts), self._head) // bc
+            c = self.cfg.cache  # the prefix blocks the pick hashed (prompt_parts is cut there)
+            blocks = min(sum(len(p) for p in req.prompt_parts), c.head_chars) // c.block_chars
             images = len(req.images)
             summary = replace(
                 req, prompt_parts=(), token_ids=(), images=req.images[:EXPLAIN_MAX_IMAGES]

@@ -93,6 +93,12 @@ class CacheConfig:
         return max(1, round(self.block_tokens * self.chars_per_token))
 
     @property
+    def head_chars(self) -> int:
+        """Characters of a prompt hashed at most: `max_blocks` blocks (the rest is ignored,
+        so a request need keep no more, router/request.py `head_chars`)."""
+        return self.block_chars * self.max_blocks
+
+    @property
     def max_entries(self) -> int:
         return max(1, int(self.memory_mib * (1 << 20)) // ENTRY_BYTES)
 
@@ -138,7 +144,7 @@ class PrefixIndex:
         """The chain of block hashes of the request's prompt (empty when shorter than a
         block)."""
         bc = self.cfg.block_chars
-        text = _head(req.prompt_parts, bc * self.cfg.max_blocks)
+        text = _head(req.prompt_parts, self.cfg.head_chars)
         n = len(text) // bc
         prev = hash(req.model)
         out = []

@@ -265,26 +265,30 @@ class _Head:
 
     def add(self, text: str) -> None:
         self.total += len(text)
-        if self.limit is None:
-            self.parts.append(text)
-        elif self.kept < self.limit:
-            piece = text[: self.limit - self.kept]
-            self.parts.append(piece)
-            self.kept += len(piece)
+        self._keep(text)
 
     def add_image(self, digest: int, tokens: int) -> None:
-        size = marker_chars(tokens)
-        if self.limit is None:
-            self.parts.append(image_marker(digest, tokens))
-        elif self.kept < self.limit:
-            piece = image_marker(digest, tokens, self.limit - self.kept)
+        """An image's marker (`image_marker`), built only as far as the head has room."""
+        self.total += marker_chars(tokens)
+        room = self._room()
+        if room is None or room > 0:
+            self._keep(image_marker(digest, tokens, room))
+
+    def _room(self) -> int | None:
+        return None if self.limit is None else self.limit - self.kept
+
+    def _keep(self, text: str) -> None:
+        room = self._room()
+        if room is None:
+            self.parts.append(text)
+        elif room > 0:
+            piece = text[:room]
             self.parts.append(piece)
             self.kept += len(piece)
-        self.total += size
 
     def add_ids(self, ids: list[int]) -> None:
         """Token ids as the text `1,2,3`: only its head is built."""
-        room = None if self.limit is None else self.limit - self.kept
+        room = self._room()
         if room is None:
             self.add(",".join(map(str, ids)))
             return
