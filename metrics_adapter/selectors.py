@@ -19,13 +19,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kvspread.names import DNS_SUBDOMAIN
 from metrics_adapter.errors import SelectorError
 
 __all__ = ["Requirement", "Selector", "parse_selector", "label_key_problem", "EVERYTHING"]
 
 _NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_PREFIX = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
 _SPECIAL = "=!(),<>"
 _OPS = ("exists", "!", "=", "!=", "in", "notin", "gt", "lt")
 
@@ -139,7 +138,7 @@ def label_key_problem(key: str) -> str | None:
 def _check_key(key: str, where: str) -> None:
     prefix, slash, name = key.rpartition("/")
     if slash:
-        if not prefix or len(prefix) > 253 or not _PREFIX.match(prefix):
+        if not DNS_SUBDOMAIN.fullmatch(prefix):  # 1-253 characters, as kvspread.names says
             raise SelectorError(
                 f"{where}: invalid label key {key!r}: prefix must be a DNS subdomain"
             )

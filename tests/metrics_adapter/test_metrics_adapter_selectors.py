@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metrics_adapter.errors import SelectorError
-from metrics_adapter.selectors import parse_selector
+from metrics_adapter.selectors import label_key_problem, parse_selector
 
 LABELS = {"service": "vision", "modality": "image", "namespace": "llm", "gpus": "4"}
 
@@ -62,6 +62,15 @@ def test_errors_say_what_is_wrong(text: str, message: str) -> None:
     assert message in str(exc.value)
     assert repr(text) in str(exc.value)
     assert exc.value.code == 400
+
+
+def test_a_label_key_prefix_is_a_whole_dns_subdomain() -> None:
+    """`^...$` with `re.match` let a prefix end in a newline (`$` matches before it); the
+    prefix is now `kvspread.names.DNS_SUBDOMAIN`, matched whole."""
+    assert label_key_problem("example.com/name") is None
+    assert label_key_problem("x" * 253 + "/name") is None
+    for bad in ("abc\n/name", "x" * 254 + "/name", "/name", "A/name"):
+        assert "prefix must be a DNS subdomain" in (label_key_problem(bad) or "")
 
 
 def test_round_trip() -> None:
